@@ -1,0 +1,455 @@
+package gpushare
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// podInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
+type podInfo struct {
+	req api.PodRequest
+	// order is the placement order of req.Containers: most GPUs first, then most
+	// memory, so that the hardest container gets first pick.
+	order        []int
+	modelInclude []string // lower-case substrings
+	modelExclude []string
+	uuidInclude  []string
+	uuidExclude  []string
+	topology     api.Topology
+	devicePolicy Policy
+}
+
+// eligible reports whether device d passes the pod's static selection (model, UUID).
+// Health is checked separately so that reasons can tell the two apart.
+func (p *podInfo) eligible(d *device) bool {
+	if len(p.modelInclude) > 0 {
+		m := strings.ToLower(d.model)
+		ok := false
+		for _, s := range p.modelInclude {
+			if strings.Contains(m, s) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(p.modelExclude) > 0 {
+		m := strings.ToLower(d.model)
+		for _, s := range p.modelExclude {
+			if strings.Contains(m, s) {
+				return false
+			}
+		}
+	}
+	if len(p.uuidInclude) > 0 && !containsString(p.uuidInclude, d.uuid) {
+		return false
+	}
+	if len(p.uuidExclude) > 0 && containsString(p.uuidExclude, d.uuid) {
+		return false
+	}
+	return true
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// weights are the scoring knobs taken from Args.
+type weights struct {
+	memory, cores            float64
+	policy, topology, island float64
+	maxTenants               int
+}
+
+// placement is where one container goes.
+type placement struct {
+	container int   // index into podInfo.req.Containers
+	devices   []int // device positions in nodeModel.devices
+	memMiB    []int64
+	cores     int
+}
+
+// allocation is the outcome of placing a whole pod on a node.
+type allocation struct {
+	placements []placement
+	// topology is the mean pair affinity over multi-GPU containers (1 when none).
+	topology float64
+	// brokenIslands counts NVLink islands that were entirely free and no longer are.
+	brokenIslands, freeIslands int
+	// used is the node's usage after the pod is placed.
+	used []usage
+	// model is the node the allocation was made on.
+	model *nodeModel
+}
+
+// allocFailure explains why a pod does not fit a node.
+type allocFailure struct {
+	code fwk.Code
+	msg  string
+}
+
+func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg) }
+
+// allocate places every GPU container of p on the node described by m, starting from
+// used (which it modifies). It is a pure function of its inputs: Filter, Reserve and
+// preemption's AddPod all use it, so they always agree.
+func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
+	a := &allocation{topology: 1}
+	freeBefore := freeIslandMask(m, used)
+	multi, topoSum := 0, 0.0
+	for _, ci := range p.order {
+		c := &p.req.Containers[ci]
+		devs, fail := pickDevices(m, used, p, c, w)
+		if fail != nil {
+			return nil, fail
+		}
+		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: make([]int64, len(devs))}
+		for k, i := range devs {
+			need := c.MemoryOn(m.devices[i].memoryMiB)
+			pl.memMiB[k] = need
+			used[i].memMiB += need
+			used[i].cores += c.Cores
+			used[i].tenants++
+		}
+		if len(devs) > 1 {
+			multi++
+			topoSum += setAffinity(m, devs)
+		}
+		a.placements = append(a.placements, pl)
+	}
+	if multi > 0 {
+		a.topology = topoSum / float64(multi)
+	}
+	freeAfter := freeIslandMask(m, used)
+	for k := range freeBefore {
+		if freeBefore[k] {
+			a.freeIslands++
+			if !freeAfter[k] {
+				a.brokenIslands++
+			}
+		}
+	}
+	a.used, a.model = used, m
+	return a, nil
+}
+
+// freeIslandMask reports for every NVLink island whether all its devices are unused.
+func freeIslandMask(m *nodeModel, used []usage) []bool {
+	if len(m.islands) == 0 {
+		return nil
+	}
+	out := make([]bool, len(m.islands))
+	for k, isl := range m.islands {
+		free := true
+		for _, i := range isl {
+			if used[i].tenants > 0 {
+				free = false
+				break
+			}
+		}
+		out[k] = free
+	}
+	return out
+}
+
+// fits reports whether container c fits device i given used.
+func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
+	d := &m.devices[i]
+	u := &used[i]
+	if u.tenants >= maxTenants {
+		return false
+	}
+	if d.memoryMiB-u.memMiB < c.MemoryOn(d.memoryMiB) {
+		return false
+	}
+	if c.Cores > 0 {
+		return u.cores+c.Cores <= 100
+	}
+	// A container that reserves no compute may only join a GPU whose compute is not
+	// all reserved: it would otherwise take time from tenants promised all of it.
+	return u.cores < 100
+}
+
+// deviceScore is how well placing c on device i serves the GPU-level policy, in
+// [0,1], higher is better.
+func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol Policy, w *weights) float64 {
+	d := &m.devices[i]
+	u := &used[i]
+	memFrac := float64(u.memMiB+c.MemoryOn(d.memoryMiB)) / float64(d.memoryMiB)
+	coreFrac := float64(u.cores+c.Cores) / 100
+	util := (w.memory*memFrac + w.cores*coreFrac) / (w.memory + w.cores)
+	if pol == Spread {
+		return 1 - util
+	}
+	// Binpack: among equally full choices, keep whole NVLink islands free by
+	// preferring a GPU that is already used or whose island is already broken.
+	s := util
+	if u.tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
+		s -= 1e-3
+	}
+	return s
+}
+
+func islandFree(m *nodeModel, used []usage, k int) bool {
+	for _, i := range m.islands[k] {
+		if used[i].tenants > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// setAffinity is the mean pair affinity of a device set.
+func setAffinity(m *nodeModel, devs []int) float64 {
+	if len(devs) < 2 {
+		return 1
+	}
+	sum, n := 0.0, 0
+	for x := 0; x < len(devs); x++ {
+		for y := x + 1; y < len(devs); y++ {
+			sum += m.affinity[devs[x]][devs[y]]
+			n++
+		}
+	}
+	return sum / float64(n)
+}
+
+// pickDevices chooses c.GPUs distinct devices for container c, or explains why none fit.
+func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) ([]int, *allocFailure) {
+	var cand []int
+	for i := range m.devices {
+		d := &m.devices[i]
+		if d.healthy && p.eligible(d) && fits(m, used, c, i, w.maxTenants) {
+			cand = append(cand, i)
+		}
+	}
+	if len(cand) < c.GPUs {
+		return nil, explain(m, used, p, c, w)
+	}
+	if c.GPUs == 1 {
+		best, bestScore := -1, 0.0
+		for _, i := range cand {
+			s := deviceScore(m, used, c, i, p.devicePolicy, w)
+			if best < 0 || s > bestScore {
+				best, bestScore = i, s
+			}
+		}
+		return []int{best}, nil
+	}
+	return pickSet(m, used, p, c, w, cand)
+}
+
+// pickSet chooses a multi-GPU set: every candidate seeds a greedy set that grows by
+// the candidate with the best link to the set (then the best policy score); the best
+// complete set wins. Required locality restricts which candidates may join.
+func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) ([]int, *allocFailure) {
+	n := c.GPUs
+	var best []int
+	bestScore := -1.0
+	set := make([]int, 0, n)
+	for _, seed := range cand {
+		if p.topology == api.TopologyNUMARequired && m.devices[seed].numa < 0 {
+			continue
+		}
+		set = append(set[:0], seed)
+		for len(set) < n {
+			next, nextScore := -1, -1.0
+			for _, i := range cand {
+				if containsInt(set, i) || !joinable(m, p.topology, set, i) {
+					continue
+				}
+				link := 0.0
+				for _, j := range set {
+					link += m.affinity[i][j]
+				}
+				link /= float64(len(set))
+				s := deviceScore(m, used, c, i, p.devicePolicy, w)
+				if p.topology != api.TopologyNone {
+					// Link quality dominates; the policy breaks ties.
+					s = link*4 + s
+				}
+				if s > nextScore {
+					next, nextScore = i, s
+				}
+			}
+			if next < 0 {
+				break
+			}
+			set = append(set, next)
+		}
+		if len(set) < n {
+			continue
+		}
+		score := 0.0
+		for _, i := range set {
+			score += deviceScore(m, used, c, i, p.devicePolicy, w)
+		}
+		score /= float64(n)
+		if p.topology != api.TopologyNone {
+			score += 4 * setAffinity(m, set)
+		}
+		if score > bestScore {
+			bestScore = score
+			best = append(best[:0], set...)
+		}
+	}
+	if best == nil {
+		return nil, &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(
+			"container %q asks %d GPUs with %s: %d GPUs have room but no %d of them are %s",
+			c.Name, n, p.topology, len(cand), n, localityWords(p.topology))}
+	}
+	sort.Ints(best)
+	return best, nil
+}
+
+func localityWords(t api.Topology) string {
+	if t == api.TopologyNUMARequired {
+		return "on one NUMA node"
+	}
+	return "all joined by NVLink"
+}
+
+func joinable(m *nodeModel, t api.Topology, set []int, i int) bool {
+	switch t {
+	case api.TopologyNVLinkRequired:
+		for _, j := range set {
+			if !m.nvlinked[i][j] {
+				return false
+			}
+		}
+	case api.TopologyNUMARequired:
+		numa := m.devices[set[0]].numa
+		return numa >= 0 && m.devices[i].numa == numa
+	}
+	return true
+}
+
+func containsInt(list []int, x int) bool {
+	for _, y := range list {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// explain builds the closest-miss reason for container c on this node. Misses that
+// no eviction could fix are UnschedulableAndUnresolvable so that preemption does not
+// consider the node.
+func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) *allocFailure {
+	unresolvable := func(format string, a ...any) *allocFailure {
+		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
+	}
+	unschedulable := func(format string, a ...any) *allocFailure {
+		return &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(format, a...)}
+	}
+	matching, healthy, bigEnough := 0, 0, 0
+	var largest int64
+	var maxFreeMem int64 = -1
+	maxFreeCores, roomMem, roomCores, roomTenants := -1, 0, 0, 0
+	for i := range m.devices {
+		d := &m.devices[i]
+		if !p.eligible(d) {
+			continue
+		}
+		matching++
+		if !d.healthy {
+			continue
+		}
+		healthy++
+		need := c.MemoryOn(d.memoryMiB)
+		if d.memoryMiB > largest {
+			largest = d.memoryMiB
+		}
+		if need <= d.memoryMiB {
+			bigEnough++
+		}
+		u := &used[i]
+		if free := d.memoryMiB - u.memMiB; free > maxFreeMem {
+			maxFreeMem = free
+		}
+		if free := 100 - u.cores; free > maxFreeCores {
+			maxFreeCores = free
+		}
+		if d.memoryMiB-u.memMiB >= need {
+			roomMem++
+		}
+		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
+			roomCores++
+		}
+		if u.tenants < w.maxTenants {
+			roomTenants++
+		}
+	}
+	n := c.GPUs
+	switch {
+	case matching == 0 && p.hasSelection():
+		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", modelSummary(m))
+	case matching == 0:
+		return unresolvable("node has no schedulable GPUs")
+	case healthy < n && matching >= n:
+		return unresolvable("container %q asks %d GPUs; only %d of the node's %d matching GPUs are healthy", c.Name, n, healthy, matching)
+	case healthy < n:
+		return unresolvable("container %q asks %d GPUs; the node has %d that match", c.Name, n, healthy)
+	case bigEnough < n:
+		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(largest), largest)
+	case roomMem < n && n == 1:
+		return unschedulable("largest free GPU memory on node is %d MiB, container %q asks %d MiB", maxFreeMem, c.Name, c.MemoryOn(largest))
+	case roomMem < n:
+		return unschedulable("only %d GPUs on node have %d MiB free, container %q asks %d GPUs", roomMem, c.MemoryOn(largest), c.Name, n)
+	case roomCores < n && c.Cores > 0:
+		return unschedulable("most free GPU cores on node is %d%%, container %q asks %d%% on %d GPUs", maxFreeCores, c.Name, c.Cores, n)
+	case roomCores < n:
+		return unschedulable("container %q reserves no GPU cores, and only %d GPUs on node have unreserved compute (it asks %d)", c.Name, roomCores, n)
+	case roomTenants < n:
+		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %d GPUs", w.maxTenants, c.Name, n)
+	default:
+		return unschedulable("only %d GPUs on node have room for container %q (%s) at once, it asks %d", countFits(m, used, p, c, w), c.Name, c.String(), n)
+	}
+}
+
+func countFits(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) int {
+	k := 0
+	for i := range m.devices {
+		if m.devices[i].healthy && p.eligible(&m.devices[i]) && fits(m, used, c, i, w.maxTenants) {
+			k++
+		}
+	}
+	return k
+}
+
+func (p *podInfo) hasSelection() bool {
+	return len(p.modelInclude)+len(p.modelExclude)+len(p.uuidInclude)+len(p.uuidExclude) > 0
+}
+
+// modelSummary is e.g. "4 × NVIDIA T4, 2 × NVIDIA A100".
+func modelSummary(m *nodeModel) string {
+	counts := map[string]int{}
+	var names []string
+	for _, d := range m.devices {
+		if counts[d.model] == 0 {
+			names = append(names, d.model)
+		}
+		counts[d.model]++
+	}
+	if len(names) == 0 {
+		return "no GPUs"
+	}
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%d × %s", counts[n], n)
+	}
+	return strings.Join(parts, ", ")
+}

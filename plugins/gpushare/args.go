@@ -1,0 +1,238 @@
+package gpushare
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// Policy is a placement strategy, used independently at the node level (which node)
+// and at the GPU level (which GPUs of the chosen node).
+type Policy string
+
+const (
+	// Binpack fills the most-used node (or GPU) that still fits, keeping whole GPUs
+	// and whole nodes free for large requests.
+	Binpack Policy = "Binpack"
+	// Spread places on the least-used node (or GPU), minimising contention.
+	Spread Policy = "Spread"
+)
+
+// ParsePolicy accepts a policy name in any letter case.
+func ParsePolicy(s string) (Policy, error) {
+	switch {
+	case strings.EqualFold(s, string(Binpack)):
+		return Binpack, nil
+	case strings.EqualFold(s, string(Spread)):
+		return Spread, nil
+	}
+	return "", fmt.Errorf("%q is not a policy; use Binpack or Spread", s)
+}
+
+// Args configures the plugin; it is the pluginConfig args of a scheduler profile.
+type Args struct {
+	// NodePolicy chooses between nodes: Binpack (default) or Spread.
+	NodePolicy Policy `json:"nodePolicy,omitempty"`
+	// DevicePolicy chooses GPUs on the chosen node: Binpack (default) or Spread.
+	DevicePolicy Policy `json:"devicePolicy,omitempty"`
+	// AllowPodPolicyOverride lets a pod pick its GPU-level policy with the
+	// tessera.dev/gpu-policy annotation (default true).
+	AllowPodPolicyOverride *bool `json:"allowPodPolicyOverride,omitempty"`
+
+	// MemoryWeight and CoresWeight weigh GPU memory against GPU compute when
+	// measuring how used a GPU or node is (defaults 1 and 1).
+	MemoryWeight int64 `json:"memoryWeight,omitempty"`
+	CoresWeight  int64 `json:"coresWeight,omitempty"`
+	// PolicyWeight is the weight of the node-level policy term in the score (default 1).
+	PolicyWeight int64 `json:"policyWeight,omitempty"`
+	// TopologyWeight is the weight of GPU locality for multi-GPU containers (default 2).
+	TopologyWeight int64 `json:"topologyWeight,omitempty"`
+	// IslandWeight is the weight of keeping free NVLink islands whole for pods that
+	// will need them (default 1).
+	IslandWeight int64 `json:"islandWeight,omitempty"`
+
+	// MaxTenantsPerGPU bounds how many containers may share one GPU (default 10).
+	MaxTenantsPerGPU int `json:"maxTenantsPerGPU,omitempty"`
+
+	// ResourceNames are the extended resources containers ask with. Default: the
+	// tessera.dev names. Set ResourceDomain to move all four to another domain.
+	ResourceNames *api.ResourceNames `json:"resourceNames,omitempty"`
+	// ResourceDomain, when set and ResourceNames is not, gives <domain>/gpu and friends.
+	ResourceDomain string `json:"resourceDomain,omitempty"`
+
+	// InventoryStaleness is how old a node's inventory heartbeat may be before the node
+	// takes no new GPU pods (default 5m; 0s disables the check).
+	InventoryStaleness *metav1.Duration `json:"inventoryStaleness,omitempty"`
+}
+
+// Defaults are process-wide defaults for fields a profile leaves empty; the scheduler
+// binary sets them from its --gpu-node-policy and --gpu-device-policy flags.
+type Defaults struct {
+	NodePolicy   Policy
+	DevicePolicy Policy
+}
+
+const (
+	defaultMaxTenants = 10
+	defaultStaleness  = 5 * time.Minute
+	maxWeight         = 100
+)
+
+// SetDefaults fills every empty field.
+func (a *Args) SetDefaults(d Defaults) {
+	if a.NodePolicy == "" {
+		a.NodePolicy = d.NodePolicy
+	}
+	if a.NodePolicy == "" {
+		a.NodePolicy = Binpack
+	}
+	if a.DevicePolicy == "" {
+		a.DevicePolicy = d.DevicePolicy
+	}
+	if a.DevicePolicy == "" {
+		a.DevicePolicy = Binpack
+	}
+	if a.AllowPodPolicyOverride == nil {
+		t := true
+		a.AllowPodPolicyOverride = &t
+	}
+	if a.MemoryWeight == 0 && a.CoresWeight == 0 {
+		a.MemoryWeight, a.CoresWeight = 1, 1
+	}
+	if a.PolicyWeight == 0 {
+		a.PolicyWeight = 1
+	}
+	if a.TopologyWeight == 0 {
+		a.TopologyWeight = 2
+	}
+	if a.IslandWeight == 0 {
+		a.IslandWeight = 1
+	}
+	if a.MaxTenantsPerGPU == 0 {
+		a.MaxTenantsPerGPU = defaultMaxTenants
+	}
+	if a.ResourceNames == nil {
+		domain := a.ResourceDomain
+		if domain == "" {
+			domain = api.DefaultDomain
+		}
+		n := api.ResourceNamesForDomain(domain)
+		a.ResourceNames = &n
+	}
+	if a.InventoryStaleness == nil {
+		a.InventoryStaleness = &metav1.Duration{Duration: defaultStaleness}
+	}
+}
+
+// Validate returns the first invalid field, named by its path in the profile.
+func (a *Args) Validate() error {
+	const p = "pluginConfig[" + Name + "].args"
+	for _, f := range []struct {
+		field string
+		v     Policy
+	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
+		if f.v != Binpack && f.v != Spread {
+			return fmt.Errorf("%s.%s: %q is not a policy; use Binpack or Spread", p, f.field, f.v)
+		}
+	}
+	for _, f := range []struct {
+		field string
+		v     int64
+	}{{"memoryWeight", a.MemoryWeight}, {"coresWeight", a.CoresWeight}, {"policyWeight", a.PolicyWeight}, {"topologyWeight", a.TopologyWeight}, {"islandWeight", a.IslandWeight}} {
+		if f.v < 0 || f.v > maxWeight {
+			return fmt.Errorf("%s.%s: %d is out of range 0..%d", p, f.field, f.v, maxWeight)
+		}
+	}
+	if a.MemoryWeight+a.CoresWeight == 0 {
+		return fmt.Errorf("%s.memoryWeight: memoryWeight and coresWeight cannot both be 0", p)
+	}
+	if a.MaxTenantsPerGPU < 1 || a.MaxTenantsPerGPU > 1000 {
+		return fmt.Errorf("%s.maxTenantsPerGPU: %d is out of range 1..1000", p, a.MaxTenantsPerGPU)
+	}
+	if a.ResourceNames != nil && a.ResourceDomain != "" && a.ResourceNames.GPU != api.ResourceNamesForDomain(a.ResourceDomain).GPU {
+		return fmt.Errorf("%s.resourceDomain: set either resourceDomain or resourceNames, not both", p)
+	}
+	if a.ResourceNames != nil {
+		if err := a.ResourceNames.Validate(p + ".resourceNames"); err != nil {
+			return err
+		}
+	}
+	if a.InventoryStaleness != nil && a.InventoryStaleness.Duration < 0 {
+		return fmt.Errorf("%s.inventoryStaleness: %s is negative", p, a.InventoryStaleness.Duration)
+	}
+	return nil
+}
+
+// DecodeArgs decodes a profile's args strictly (unknown fields are errors), applies
+// defaults and validates.
+func DecodeArgs(obj runtime.Object, d Defaults) (*Args, error) {
+	args := &Args{}
+	if obj != nil {
+		raw, err := rawArgs(obj)
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(raw)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(args); err != nil {
+				return nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
+			}
+		}
+	}
+	// A resourceDomain alone must not be overridden by the default names.
+	if args.ResourceNames == nil && args.ResourceDomain != "" {
+		n := api.ResourceNamesForDomain(args.ResourceDomain)
+		args.ResourceNames = &n
+	}
+	args.SetDefaults(d)
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
+	return args, nil
+}
+
+func rawArgs(obj runtime.Object) ([]byte, error) {
+	switch o := obj.(type) {
+	case *runtime.Unknown:
+		if o.ContentType == runtime.ContentTypeYAML {
+			return yaml.YAMLToJSON(o.Raw)
+		}
+		return o.Raw, nil
+	case *Args:
+		return json.Marshal(o)
+	default:
+		return nil, fmt.Errorf("pluginConfig[%s].args: unexpected type %T", Name, obj)
+	}
+}
+
+// DeepCopyObject and GetObjectKind let *Args be passed directly as plugin args in
+// tests and in the replay tools.
+func (a *Args) DeepCopyObject() runtime.Object {
+	c := *a
+	if a.ResourceNames != nil {
+		n := *a.ResourceNames
+		c.ResourceNames = &n
+	}
+	if a.AllowPodPolicyOverride != nil {
+		b := *a.AllowPodPolicyOverride
+		c.AllowPodPolicyOverride = &b
+	}
+	if a.InventoryStaleness != nil {
+		s := *a.InventoryStaleness
+		c.InventoryStaleness = &s
+	}
+	return &c
+}
+
+// GetObjectKind implements runtime.Object.
+func (a *Args) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }

@@ -1,0 +1,419 @@
+package gpushare
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// usage is what is granted on one device.
+type usage struct {
+	memMiB  int64
+	cores   int
+	tenants int
+}
+
+// grant is one container's share of one device.
+type grant struct {
+	uuid   string
+	memMiB int64
+	cores  int
+}
+
+// podRecord is the GPU usage of one pod on one node.
+type podRecord struct {
+	uid       types.UID
+	namespace string
+	name      string
+	node      string
+	grants    []grant
+	// assumed is true from Reserve until the informer shows the pod bound with its
+	// assignment annotation; only assumed records are dropped by Unreserve.
+	assumed bool
+}
+
+// nodeEntry is the cache's view of one node. mu guards every field.
+type nodeEntry struct {
+	mu   sync.RWMutex
+	name string
+	// raw is the inventory annotation the model was decoded from.
+	raw       string
+	inv       *api.NodeInventory
+	model     *nodeModel
+	invErr    error
+	used      []usage // per device of model
+	pods      map[types.UID]*podRecord
+	unmatched int // grants naming a UUID the inventory does not have
+}
+
+// Cache is the GPU state shared by every profile of one scheduler: node inventories
+// and the grants of every pod that holds GPUs. Informer events keep it current;
+// Reserve assumes, Unreserve forgets.
+//
+// Locking: mu guards the maps and is taken before any nodeEntry.mu. Pod changes hold
+// mu for their whole update so that a pod's grants move atomically between nodes.
+// Filter takes only mu.RLock briefly and the node's read lock.
+type Cache struct {
+	mu    sync.RWMutex
+	nodes map[string]*nodeEntry
+	pods  map[types.UID]*podRecord
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{nodes: map[string]*nodeEntry{}, pods: map[types.UID]*podRecord{}}
+}
+
+// node returns the entry for name, creating it.
+func (c *Cache) node(name string) *nodeEntry {
+	c.mu.RLock()
+	e := c.nodes[name]
+	c.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodeLocked(name)
+}
+
+func (c *Cache) nodeLocked(name string) *nodeEntry {
+	e := c.nodes[name]
+	if e == nil {
+		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
+		c.nodes[name] = e
+	}
+	return e
+}
+
+var errNoInventory = fmt.Errorf("node has no %s annotation: the Tessera node agent is not running there or has not published yet", api.AnnotationInventory)
+
+// SetInventory records the node's inventory annotation (raw may be empty). Decoding
+// happens only when the value changed.
+func (c *Cache) SetInventory(nodeName, raw string) {
+	e := c.node(nodeName)
+	e.mu.RLock()
+	same := e.raw == raw
+	e.mu.RUnlock()
+	if same {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.raw != raw {
+		e.setInventoryLocked(raw)
+	}
+}
+
+func (e *nodeEntry) setInventoryLocked(raw string) {
+	e.raw = raw
+	e.inv, e.model, e.invErr = nil, nil, nil
+	if raw == "" {
+		e.invErr = errNoInventory
+	} else if inv, err := api.DecodeInventory(raw); err != nil {
+		e.invErr = fmt.Errorf("node's %s annotation is invalid: %w", api.AnnotationInventory, err)
+	} else {
+		e.inv, e.model = inv, buildNodeModel(inv)
+	}
+	e.recomputeLocked()
+}
+
+// recomputeLocked rebuilds per-device usage from the node's pod records.
+func (e *nodeEntry) recomputeLocked() {
+	e.unmatched = 0
+	if e.model == nil {
+		e.used = nil
+		return
+	}
+	e.used = make([]usage, len(e.model.devices))
+	for _, r := range e.pods {
+		e.applyLocked(r, 1)
+	}
+}
+
+func (e *nodeEntry) applyLocked(r *podRecord, sign int) {
+	if e.model == nil {
+		return
+	}
+	for _, g := range r.grants {
+		i, ok := e.model.byUUID[g.uuid]
+		if !ok {
+			e.unmatched += sign
+			continue
+		}
+		u := &e.used[i]
+		u.memMiB += int64(sign) * g.memMiB
+		u.cores += sign * g.cores
+		u.tenants += sign
+	}
+}
+
+// RemoveNode forgets a deleted node's inventory. Its pods stay recorded until their
+// own delete events arrive.
+func (c *Cache) RemoveNode(nodeName string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodes[nodeName]
+	if e == nil {
+		return
+	}
+	if len(e.pods) == 0 {
+		delete(c.nodes, nodeName)
+		return
+	}
+	e.mu.Lock()
+	e.setInventoryLocked("")
+	e.mu.Unlock()
+}
+
+// nodeView is a consistent copy of what Filter needs from one node.
+type nodeView struct {
+	model  *nodeModel
+	inv    *api.NodeInventory
+	invErr error
+	used   []usage
+}
+
+// view returns the node's model and a copy of its usage, refreshing the inventory
+// first when the node object carries a different annotation than the cache saw (the
+// scheduler's snapshot may be ahead of this cache's informer handler).
+func (c *Cache) view(node *v1.Node, into []usage) nodeView {
+	raw := node.Annotations[api.AnnotationInventory]
+	e := c.node(node.Name)
+	e.mu.RLock()
+	if e.raw != raw {
+		e.mu.RUnlock()
+		e.mu.Lock()
+		if e.raw != raw {
+			e.setInventoryLocked(raw)
+		}
+		e.mu.Unlock()
+		e.mu.RLock()
+	}
+	v := nodeView{model: e.model, inv: e.inv, invErr: e.invErr}
+	if e.model != nil {
+		v.used = append(into[:0], e.used...)
+	}
+	e.mu.RUnlock()
+	return v
+}
+
+// podGrants returns the grants of a recorded pod on node, or nil.
+func (c *Cache) podGrants(uid types.UID, node string) []grant {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if r := c.pods[uid]; r != nil && r.node == node {
+		return r.grants
+	}
+	return nil
+}
+
+// putLocked replaces the record of r.uid (if any) with r.
+func (c *Cache) putLocked(r *podRecord) {
+	c.deleteLocked(r.uid)
+	c.pods[r.uid] = r
+	e := c.nodeLocked(r.node)
+	e.mu.Lock()
+	e.pods[r.uid] = r
+	e.applyLocked(r, 1)
+	e.mu.Unlock()
+}
+
+func (c *Cache) deleteLocked(uid types.UID) *podRecord {
+	old := c.pods[uid]
+	if old == nil {
+		return nil
+	}
+	delete(c.pods, uid)
+	if e := c.nodes[old.node]; e != nil {
+		e.mu.Lock()
+		if e.pods[uid] == old {
+			delete(e.pods, uid)
+			e.applyLocked(old, -1)
+		}
+		e.mu.Unlock()
+	}
+	return old
+}
+
+// OnPod reconciles a pod seen by the informer. A pod counts once it is bound to a node
+// and carries a valid assignment for that node; an unbound pod keeps only the record
+// this scheduler assumed for it.
+func (c *Cache) OnPod(pod *v1.Pod) error {
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		c.OnPodDelete(pod.UID)
+		return nil
+	}
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	raw, ok := pod.Annotations[api.AnnotationAssignment]
+	if !ok {
+		return nil
+	}
+	a, err := api.DecodeAssignment(raw)
+	if err != nil {
+		return err
+	}
+	if a.Node != pod.Spec.NodeName {
+		return fmt.Errorf("GPU assignment names node %q but the pod is bound to %q; ignored", a.Node, pod.Spec.NodeName)
+	}
+	r := recordFromAssignment(pod, a)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.pods[pod.UID]; old != nil && !old.assumed && old.node == r.node && sameGrants(old.grants, r.grants) {
+		return nil
+	}
+	c.putLocked(r)
+	return nil
+}
+
+// OnPodDelete forgets a pod.
+func (c *Cache) OnPodDelete(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deleteLocked(uid)
+}
+
+func recordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
+	r := &podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node}
+	for _, ca := range a.Containers {
+		for _, d := range ca.Devices {
+			r.grants = append(r.grants, grant{uuid: d.UUID, memMiB: d.MemoryMiB, cores: d.Cores})
+		}
+	}
+	return r
+}
+
+func sameGrants(a, b []grant) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Assume records grants for pod on node after checking, under the node's lock, that
+// they still fit. It is the only way capacity is taken, so two pods can never be
+// granted the same capacity.
+func (c *Cache) Assume(pod *v1.Pod, node string, grants []grant, maxTenants int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.nodeLocked(node)
+	e.mu.RLock()
+	err := e.fitsLocked(grants, maxTenants, c.pods[pod.UID])
+	e.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	c.putLocked(&podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node, grants: grants, assumed: true})
+	return nil
+}
+
+func (e *nodeEntry) fitsLocked(grants []grant, maxTenants int, replacing *podRecord) error {
+	if e.model == nil {
+		return fmt.Errorf("node %s: %v", e.name, e.invErr)
+	}
+	add := make([]usage, len(e.used))
+	copy(add, e.used)
+	if replacing != nil && replacing.node == e.name {
+		for _, g := range replacing.grants {
+			if i, ok := e.model.byUUID[g.uuid]; ok {
+				add[i].memMiB -= g.memMiB
+				add[i].cores -= g.cores
+				add[i].tenants--
+			}
+		}
+	}
+	for _, g := range grants {
+		i, ok := e.model.byUUID[g.uuid]
+		if !ok {
+			return fmt.Errorf("node %s has no GPU %s", e.name, g.uuid)
+		}
+		d := &e.model.devices[i]
+		u := &add[i]
+		u.memMiB += g.memMiB
+		u.cores += g.cores
+		u.tenants++
+		switch {
+		case !d.healthy:
+			return fmt.Errorf("GPU %s on node %s is unhealthy", g.uuid, e.name)
+		case u.memMiB > d.memoryMiB:
+			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.uuid, e.name, u.memMiB, d.memoryMiB)
+		case u.cores > 100:
+			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.uuid, e.name, u.cores)
+		case u.tenants > maxTenants:
+			return fmt.Errorf("GPU %s on node %s: %d tenants, limit %d", g.uuid, e.name, u.tenants, maxTenants)
+		}
+	}
+	return nil
+}
+
+// Forget drops the record of pod if it is still only assumed (Unreserve). A record
+// the informer has confirmed stays: the pod really holds those GPUs.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.pods[uid]; r != nil && r.assumed {
+		c.deleteLocked(uid)
+	}
+}
+
+// DeviceUsage is the granted share of one device, for tools and tests.
+type DeviceUsage struct {
+	UUID      string
+	Index     int
+	Model     string
+	MemoryMiB int64
+	UsedMiB   int64
+	Cores     int
+	Tenants   int
+	Pods      []string // namespace/name
+}
+
+// NodeUsage reports the grants on every device of node, and the node's inventory
+// error if it is unusable.
+func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
+	c.mu.RLock()
+	e := c.nodes[node]
+	c.mu.RUnlock()
+	if e == nil {
+		return nil, errNoInventory
+	}
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.model == nil {
+		return nil, e.invErr
+	}
+	out := make([]DeviceUsage, len(e.model.devices))
+	for i, d := range e.model.devices {
+		u := e.used[i]
+		out[i] = DeviceUsage{UUID: d.uuid, Index: d.index, Model: d.model, MemoryMiB: d.memoryMiB, UsedMiB: u.memMiB, Cores: u.cores, Tenants: u.tenants}
+	}
+	for _, r := range e.pods {
+		for _, g := range r.grants {
+			if i, ok := e.model.byUUID[g.uuid]; ok {
+				out[i].Pods = append(out[i].Pods, r.namespace+"/"+r.name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// stale reports whether an inventory heartbeat is older than limit (0 disables).
+func stale(inv *api.NodeInventory, limit time.Duration, now time.Time) (time.Duration, bool) {
+	if limit <= 0 || inv == nil {
+		return 0, false
+	}
+	age := inv.Age(now)
+	return age, age > limit
+}

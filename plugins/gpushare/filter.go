@@ -1,0 +1,52 @@
+package gpushare
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Filter reports whether every GPU container of the pod gets GPUs on the node, and
+// keeps the allocation for Score. Called in parallel for many nodes.
+func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip {
+		return nil
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
+	}
+	var buf [16]usage
+	v := pl.cache.view(node, buf[:0])
+	if st := pl.usable(&v); st != nil {
+		return st
+	}
+	if d := s.overlay[node.Name]; d != nil {
+		applyDelta(v.model, v.used, d, pl.cache, node.Name)
+	}
+	a, fail := allocate(v.model, v.used, s.info, &pl.w)
+	if fail != nil {
+		return fail.status()
+	}
+	s.store(node.Name, a)
+	return nil
+}
+
+// usable rejects nodes whose inventory is missing, malformed or stale.
+func (pl *Plugin) usable(v *nodeView) *fwk.Status {
+	if v.model == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
+	}
+	if age, old := stale(v.inv, pl.staleness, pl.now()); old {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"node's GPU inventory is stale: last heartbeat %s ago, limit %s; check the Tessera node agent on this node",
+			age.Round(1e9), pl.staleness))
+	}
+	return nil
+}

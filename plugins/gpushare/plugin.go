@@ -1,0 +1,410 @@
+// Package gpushare is Tessera's scheduler plugin: it places GPU fractions on specific
+// GPUs of specific nodes. PreFilter parses a pod's request, Filter finds GPUs for every
+// container on a node, Score applies the node-level policy and topology, Reserve picks
+// the exact GPUs by the GPU-level policy and assumes them in the plugin's cache, and
+// PreBind writes the assignment annotation that the node agent enforces.
+package gpushare
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// Name is the plugin's name in scheduler profiles.
+const Name = "TesseraGPUShare"
+
+// Plugin implements the scheduler framework extension points for GPU sharing.
+type Plugin struct {
+	handle    fwk.Handle
+	args      *Args
+	names     api.ResourceNames
+	w         weights
+	staleness time.Duration
+	cache     *Cache
+	synced    func() bool
+	now       func() time.Time
+}
+
+var (
+	_ fwk.PreFilterPlugin     = &Plugin{}
+	_ fwk.PreFilterExtensions = &Plugin{}
+	_ fwk.FilterPlugin        = &Plugin{}
+	_ fwk.PreScorePlugin      = &Plugin{}
+	_ fwk.ScorePlugin         = &Plugin{}
+	_ fwk.ReservePlugin       = &Plugin{}
+	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.EnqueueExtensions   = &Plugin{}
+	_ fwk.SignPlugin          = &Plugin{}
+)
+
+// Name returns the plugin name.
+func (pl *Plugin) Name() string { return Name }
+
+// New is the plugin factory with built-in defaults.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return NewWithDefaults(&Defaults{})(ctx, obj, h)
+}
+
+// NewWithDefaults returns a factory whose profiles fall back to *d for fields their
+// args leave empty. d is read when a profile is built, after flags are parsed.
+func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		args, err := DecodeArgs(obj, *d)
+		if err != nil {
+			return nil, err
+		}
+		c, synced := sharedCache(ctx, h)
+		return newPlugin(args, h, c, synced), nil
+	}
+}
+
+func newPlugin(args *Args, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
+	return &Plugin{
+		handle: h,
+		args:   args,
+		names:  *args.ResourceNames,
+		w: weights{
+			memory: float64(args.MemoryWeight), cores: float64(args.CoresWeight),
+			policy: float64(args.PolicyWeight), topology: float64(args.TopologyWeight), island: float64(args.IslandWeight),
+			maxTenants: args.MaxTenantsPerGPU,
+		},
+		staleness: args.InventoryStaleness.Duration,
+		cache:     c,
+		synced:    synced,
+		now:       time.Now,
+	}
+}
+
+// The profiles of one scheduler share one informer factory; they must share one
+// cache too, or a binpack and a spread profile would grant the same GPU twice.
+var (
+	sharedMu     sync.Mutex
+	sharedCaches = map[informers.SharedInformerFactory]*sharedEntry{}
+)
+
+type sharedEntry struct {
+	cache  *Cache
+	synced func() bool
+}
+
+func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
+	f := h.SharedInformerFactory()
+	if f == nil {
+		return NewCache(), func() bool { return true }
+	}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if e := sharedCaches[f]; e != nil {
+		return e.cache, e.synced
+	}
+	c := NewCache()
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	nodeReg, _ := f.Core().V1().Nodes().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if n, ok := obj.(*v1.Node); ok {
+				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if n, ok := obj.(*v1.Node); ok {
+				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*v1.Node); ok {
+				c.RemoveNode(n.Name)
+			}
+		},
+	})
+	onPod := func(obj any) {
+		p, ok := obj.(*v1.Pod)
+		if !ok {
+			return
+		}
+		if err := c.OnPod(p); err != nil {
+			logger.Error(err, "Ignoring the GPU assignment of a pod", "pod", klog.KObj(p))
+		}
+	}
+	podReg, _ := f.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onPod,
+		UpdateFunc: func(_, obj any) { onPod(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				c.OnPodDelete(p.UID)
+			}
+		},
+	})
+	synced := func() bool {
+		return (nodeReg == nil || nodeReg.HasSynced()) && (podReg == nil || podReg.HasSynced())
+	}
+	sharedCaches[f] = &sharedEntry{cache: c, synced: synced}
+	return c, synced
+}
+
+// Cache returns the plugin's cache (for tools that report allocation).
+func (pl *Plugin) Cache() *Cache { return pl.cache }
+
+// EventsToRegister lists the events that can make a GPU-unschedulable pod schedulable.
+func (pl *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.hintPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.hintNodeChanged},
+	}, nil
+}
+
+// hintPodDeleted queues only when the deleted pod held GPUs.
+func (pl *Plugin) hintPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	deleted, ok := oldObj.(*v1.Pod)
+	if !ok {
+		if t, isTomb := oldObj.(toolscache.DeletedFinalStateUnknown); isTomb {
+			deleted, ok = t.Obj.(*v1.Pod)
+		}
+	}
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected object %T in pod delete event", oldObj)
+	}
+	if _, has := deleted.Annotations[api.AnnotationAssignment]; has && deleted.Spec.NodeName != "" {
+		logger.V(5).Info("A pod holding GPUs was deleted", "pod", klog.KObj(pod), "deleted", klog.KObj(deleted))
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// hintNodeChanged queues when a node appears with an inventory or its inventory changes.
+func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	n, ok := newObj.(*v1.Node)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected object %T in node event", newObj)
+	}
+	raw, has := n.Annotations[api.AnnotationInventory]
+	if !has {
+		return fwk.QueueSkip, nil
+	}
+	if old, ok := oldObj.(*v1.Node); ok && old != nil && old.Annotations[api.AnnotationInventory] == raw {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("A node's GPU inventory appeared or changed", "pod", klog.KObj(pod), "node", klog.KObj(n))
+	return fwk.Queue, nil
+}
+
+// signature is what makes two pods interchangeable to this plugin.
+type signature struct {
+	Containers  []api.ContainerRequest `json:"c"`
+	Annotations map[string]string      `json:"a,omitempty"`
+}
+
+var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology}
+
+// SignPod lets the scheduler batch pods with identical GPU requests and selection.
+func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if !api.HasGPURequest(pod, pl.names) {
+		return nil, nil
+	}
+	req, err := api.ParsePodRequest(pod, pl.names)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	sig := signature{Containers: req.Containers}
+	for _, k := range podAnnotations {
+		if v, ok := pod.Annotations[k]; ok {
+			if sig.Annotations == nil {
+				sig.Annotations = map[string]string{}
+			}
+			sig.Annotations[k] = v
+		}
+	}
+	return []fwk.SignFragment{{Key: Name + ".GPURequest()", Value: sig}}, nil
+}
+
+// PreFilter parses and validates the pod's GPU request. Pods without one are skipped.
+func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !api.HasGPURequest(pod, pl.names) {
+		cs.Write(stateKey, &cycleState{skip: true})
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	info, err := pl.parsePod(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if !pl.synced() {
+		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache has not synced with the API server yet"))
+	}
+	cs.Write(stateKey, &cycleState{info: info, results: map[string]*allocation{}})
+	return nil, nil
+}
+
+// parsePod builds podInfo from the pod's resources and annotations.
+func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
+	req, err := api.ParsePodRequest(pod, pl.names)
+	if err != nil {
+		return nil, err
+	}
+	info := &podInfo{req: req, devicePolicy: pl.args.DevicePolicy}
+	ann := pod.Annotations
+	info.modelInclude = splitList(ann[api.AnnotationModelInclude], true)
+	info.modelExclude = splitList(ann[api.AnnotationModelExclude], true)
+	info.uuidInclude = splitList(ann[api.AnnotationUUIDInclude], false)
+	info.uuidExclude = splitList(ann[api.AnnotationUUIDExclude], false)
+	if info.topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
+		return nil, err
+	}
+	if v, ok := ann[api.AnnotationDevicePolicy]; ok {
+		if !*pl.args.AllowPodPolicyOverride {
+			return nil, fmt.Errorf("annotation %s: this scheduler profile does not allow pods to choose the GPU policy; remove the annotation or use another profile", api.AnnotationDevicePolicy)
+		}
+		p, err := ParsePolicy(v)
+		if err != nil {
+			return nil, fmt.Errorf("annotation %s: %w", api.AnnotationDevicePolicy, err)
+		}
+		info.devicePolicy = p
+	}
+	info.order = make([]int, len(req.Containers))
+	for i := range info.order {
+		info.order[i] = i
+	}
+	sort.SliceStable(info.order, func(x, y int) bool {
+		a, b := &req.Containers[info.order[x]], &req.Containers[info.order[y]]
+		if a.GPUs != b.GPUs {
+			return a.GPUs > b.GPUs
+		}
+		// Whole-memory requests first: they have the fewest candidate GPUs.
+		if a.WholeMemory() != b.WholeMemory() {
+			return a.WholeMemory()
+		}
+		return a.MemoryMiB > b.MemoryMiB
+	})
+	return info, nil
+}
+
+func splitList(s string, lower bool) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			if lower {
+				f = strings.ToLower(f)
+			}
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// PreFilterExtensions lets preemption see GPU usage change as pods are removed or added.
+func (pl *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return pl }
+
+// AddPod simulates podToAdd on the node: its recorded grants if it has any, otherwise
+// (a nominated pod) the GPUs the plugin would give it now.
+func (pl *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToAdd fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip {
+		return nil
+	}
+	p := podToAdd.GetPod()
+	node := nodeInfo.Node()
+	if node == nil {
+		return nil
+	}
+	d := s.delta(node.Name)
+	if d.removed[p.UID] {
+		delete(d.removed, p.UID)
+		return nil
+	}
+	if g := pl.cache.podGrants(p.UID, node.Name); g != nil {
+		d.added = append(d.added, g)
+		return nil
+	}
+	if !api.HasGPURequest(p, pl.names) {
+		return nil
+	}
+	info, err := pl.parsePod(p)
+	if err != nil {
+		return nil
+	}
+	v := pl.cache.view(node, nil)
+	if v.model == nil {
+		return nil
+	}
+	applyDelta(v.model, v.used, d, pl.cache, node.Name)
+	a, fail := allocate(v.model, v.used, info, &pl.w)
+	if fail != nil {
+		return nil
+	}
+	d.added = append(d.added, grantsOf(v.model, info, a))
+	return nil
+}
+
+// RemovePod simulates evicting podToRemove from the node.
+func (pl *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToRemove fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip || nodeInfo.Node() == nil {
+		return nil
+	}
+	s.delta(nodeInfo.Node().Name).removed[podToRemove.GetPod().UID] = true
+	return nil
+}
+
+// applyDelta applies a preemption overlay to a copy of a node's usage.
+func applyDelta(m *nodeModel, used []usage, d *nodeDelta, c *Cache, node string) {
+	if d == nil {
+		return
+	}
+	apply := func(gs []grant, sign int) {
+		for _, g := range gs {
+			if i, ok := m.byUUID[g.uuid]; ok {
+				used[i].memMiB += int64(sign) * g.memMiB
+				used[i].cores += sign * g.cores
+				used[i].tenants += sign
+			}
+		}
+	}
+	c.mu.RLock()
+	for uid := range d.removed {
+		if r := c.pods[uid]; r != nil && r.node == node {
+			apply(r.grants, -1)
+		}
+	}
+	c.mu.RUnlock()
+	for _, gs := range d.added {
+		apply(gs, 1)
+	}
+}
+
+// grantsOf lists the grants of an allocation.
+func grantsOf(m *nodeModel, info *podInfo, a *allocation) []grant {
+	var gs []grant
+	for _, pl := range a.placements {
+		for k, i := range pl.devices {
+			gs = append(gs, grant{uuid: m.devices[i].uuid, memMiB: pl.memMiB[k], cores: pl.cores})
+		}
+	}
+	return gs
+}

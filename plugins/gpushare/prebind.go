@@ -1,0 +1,74 @@
+package gpushare
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// PreBindPreFlight skips pods without GPU requests, so that they bind without waiting
+// on this plugin.
+func (pl *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	s, err := getState(cs)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if s.skip {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+}
+
+// PreBind writes the assignment annotation: the plugin's only API write. A failure
+// makes the framework call Unreserve.
+func (pl *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip {
+		return nil
+	}
+	if s.assignment == nil || s.assignment.Node != nodeName {
+		return fwk.AsStatus(fmt.Errorf("no GPU assignment reserved for node %q", nodeName))
+	}
+	value, err := api.EncodeAssignment(s.assignment)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	// The UID in the patch is a precondition: a pod deleted and re-created under the
+	// same name is never given another pod's assignment.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"uid":         pod.UID,
+			"annotations": map[string]string{api.AnnotationAssignment: value},
+		},
+	})
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	err = retry.OnError(retry.DefaultBackoff, retriable, func() error {
+		_, err := pl.handle.ClientSet().CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("writing GPU assignment to pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	klog.FromContext(ctx).V(4).Info("Wrote GPU assignment", "pod", klog.KObj(pod), "node", nodeName)
+	return nil
+}
+
+func retriable(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err)
+}

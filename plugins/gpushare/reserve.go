@@ -1,0 +1,82 @@
+package gpushare
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// Reserve chooses the exact GPUs on the chosen node against the cache's current
+// state and assumes them. It touches memory only; PreBind does the API write.
+func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip {
+		return nil
+	}
+	ni, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("getting node %q from snapshot: %w", nodeName, err))
+	}
+	node := ni.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
+	}
+	v := pl.cache.view(node, nil)
+	if st := pl.usable(&v); st != nil {
+		return st
+	}
+	a, fail := allocate(v.model, v.used, s.info, &pl.w)
+	if fail != nil {
+		return fail.status()
+	}
+	assignment := buildAssignment(v.model, s.info, a, nodeName)
+	if err := pl.cache.Assume(pod, nodeName, grantsOf(v.model, s.info, a), pl.w.maxTenants); err != nil {
+		// Another pod took the capacity since Filter: retry the pod.
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	s.assignment = assignment
+	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
+	return nil
+}
+
+// Unreserve rolls back Reserve. It is idempotent and never drops grants the informer
+// has already confirmed.
+func (pl *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ string) {
+	s, err := getState(cs)
+	if err != nil || s.skip {
+		return
+	}
+	pl.cache.Forget(pod.UID)
+	s.assignment = nil
+}
+
+// buildAssignment turns an allocation into the wire format, containers in spec order.
+func buildAssignment(m *nodeModel, info *podInfo, a *allocation, node string) *api.PodAssignment {
+	out := &api.PodAssignment{Version: api.AssignmentVersion, Node: node}
+	byContainer := make(map[int]*placement, len(a.placements))
+	for i := range a.placements {
+		byContainer[a.placements[i].container] = &a.placements[i]
+	}
+	for ci := range info.req.Containers {
+		pl := byContainer[ci]
+		if pl == nil {
+			continue
+		}
+		c := &info.req.Containers[ci]
+		ca := api.ContainerAssignment{Name: c.Name, Init: c.Init}
+		for k, i := range pl.devices {
+			d := &m.devices[i]
+			ca.Devices = append(ca.Devices, api.DeviceGrant{UUID: d.uuid, Index: d.index, MemoryMiB: pl.memMiB[k], Cores: pl.cores})
+		}
+		out.Containers = append(out.Containers, ca)
+	}
+	return out
+}

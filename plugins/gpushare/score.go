@@ -1,0 +1,107 @@
+package gpushare
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// nodePolicies maps a node-level policy to its term in [0,1] given the node's
+// utilisation after placement (weighted GPU memory and cores, 0 empty .. 1 full).
+var nodePolicies = map[Policy]func(util float64) float64{
+	Binpack: func(util float64) float64 { return util },
+	Spread:  func(util float64) float64 { return 1 - util },
+}
+
+// PreScore skips scoring for pods without GPU requests.
+func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if s.skip {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score rates a node that passed Filter:
+//
+//	score = 100 × (policyWeight·policy + topologyWeight·topology + islandWeight·island) / Σweights
+//
+// policy is the node-level policy over utilisation after placement; topology is the
+// mean pair affinity of multi-GPU containers' GPUs (1 = all NVLink, 1 when there are
+// none); island is the share of fully free NVLink islands the placement leaves whole.
+func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := getState(cs)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return 0, nil
+	}
+	a := s.result(node.Name)
+	if a == nil {
+		// Filter did not run for this node in this cycle (batching): compute now.
+		var buf [16]usage
+		v := pl.cache.view(node, buf[:0])
+		if v.model == nil {
+			return 0, nil
+		}
+		var fail *allocFailure
+		if a, fail = allocate(v.model, v.used, s.info, &pl.w); fail != nil {
+			return 0, nil
+		}
+	}
+	return pl.scoreAllocation(a), nil
+}
+
+func (pl *Plugin) scoreAllocation(a *allocation) int64 {
+	util := nodeUtilisation(a.model, a.used, &pl.w)
+	island := 1.0
+	if a.freeIslands > 0 {
+		island = 1 - float64(a.brokenIslands)/float64(a.freeIslands)
+	}
+	w := &pl.w
+	total := w.policy + w.topology + w.island
+	if total == 0 {
+		return 0
+	}
+	s := (w.policy*nodePolicies[pl.args.NodePolicy](util) + w.topology*a.topology + w.island*island) / total
+	return clampScore(int64(s*float64(fwk.MaxNodeScore) + 0.5))
+}
+
+// nodeUtilisation is the weighted GPU memory and cores share granted on the node's
+// healthy devices.
+func nodeUtilisation(m *nodeModel, used []usage, w *weights) float64 {
+	var mem, memTotal, cores, n float64
+	for i := range m.devices {
+		d := &m.devices[i]
+		if !d.healthy {
+			continue
+		}
+		mem += float64(used[i].memMiB)
+		memTotal += float64(d.memoryMiB)
+		cores += float64(used[i].cores)
+		n++
+	}
+	if n == 0 || memTotal == 0 {
+		return 0
+	}
+	return (w.memory*mem/memTotal + w.cores*cores/(100*n)) / (w.memory + w.cores)
+}
+
+func clampScore(s int64) int64 {
+	if s < fwk.MinNodeScore {
+		return fwk.MinNodeScore
+	}
+	if s > fwk.MaxNodeScore {
+		return fwk.MaxNodeScore
+	}
+	return s
+}
+
+// ScoreExtensions returns nil: scores are already in the framework's range.
+func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
