@@ -1,0 +1,53 @@
+// Command tessera-node-agent is Tessera's node agent: it publishes the node's GPU
+// inventory, connects GPU containers to the GPUs and limits the scheduler assigned
+// them, and watches real GPU usage. See docs/node-agent.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/tessera-dev/tessera/node-agent/agent"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
+	var cfg agent.Config
+	var logFormat string
+	var verbosity int
+	agent.BindFlags(fs, &cfg)
+	fs.StringVar(&logFormat, "log-format", "json", "log format: json or console")
+	fs.IntVar(&verbosity, "v", 0, "log verbosity (0: info)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
+		return 2
+	}
+	log, flush, err := agent.NewLogger(logFormat, verbosity)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer flush()
+	if err := cfg.Validate(); err != nil {
+		log.Error(err, "invalid configuration")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := agent.Main(ctx, cfg, log); err != nil {
+		log.Error(err, "node agent failed")
+		return 1
+	}
+	return 0
+}
