@@ -1,0 +1,375 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+)
+
+// The limits file tells the CUDA hook inside one container what it may use. The node
+// agent writes it on the host, in a directory keyed by the container's cgroup, and
+// bind-mounts that directory read-only into the container at ContainerLimitsDir. The
+// hook reads ContainerLimitsPath once per process; a tenant cannot edit it (read-only
+// mount) and cannot make the hook ignore it (it takes precedence over everything else).
+//
+// The format is line-oriented text rather than JSON because a C reader inside every
+// CUDA process must parse it with no dependencies, and a grammar this small is one that
+// two implementations can agree on exactly. api/testdata/limits holds the vectors that
+// both readers are tested against. The grammar:
+//
+//	file     = { line "\n" }            every line, the last one too, ends in "\n"
+//	line     = comment | "" | record    only printable ASCII (0x20-0x7e)
+//	comment  = "#" { any printable }
+//	records, in this order, fields separated by exactly one space:
+//	  version 1
+//	  cgroup <path>                     absolute, at most 4096 bytes
+//	  context-mib <n>                   0..65536
+//	  gpu <uuid> <memory-mib> <cores> <phase>   1 to 64 lines, one per GPU
+//
+// Numbers are decimal with no sign and no leading zeros. A uuid is 1-128 characters
+// of [A-Za-z0-9-]. The gpu lines are in the order the container sees the GPUs (CUDA
+// device 0 first). cores is the compute share in percent (0: not enforced); phase is
+// where in each pacing period the container's share starts, in percent, so that the
+// containers sharing one GPU can be given windows that do not overlap (cores+phase <=
+// 100). The hook reads at most MaxLimitsBytes.
+
+// LimitsVersion is the version of the limits file this package writes and reads.
+const LimitsVersion = 1
+
+// ContainerLimitsDir is where the node agent mounts the container's limits directory,
+// read-only, inside the container. The CUDA hook's TESSERA_LIMITS_DIR is the same path.
+const ContainerLimitsDir = "/run/tessera"
+
+// LimitsFileName is the name of the limits file inside the limits directory.
+const LimitsFileName = "limits"
+
+// ContainerLimitsPath is the limits file as the CUDA hook sees it.
+const ContainerLimitsPath = ContainerLimitsDir + "/" + LimitsFileName
+
+// DefaultHostLimitsRoot is the host directory under which the node agent keeps one
+// limits directory per container (HostLimitsDir). It lives on tmpfs: limits belong to
+// running containers, which do not survive a reboot either, and they do survive an
+// agent restart.
+const DefaultHostLimitsRoot = "/run/tessera/containers"
+
+// MaxLimitsBytes bounds the limits file.
+const MaxLimitsBytes = 64 << 10
+
+// MaxCgroupPathBytes bounds the cgroup field (PATH_MAX).
+const MaxCgroupPathBytes = 4096
+
+// MaxContextMiB bounds the per-context charge.
+const MaxContextMiB = 64 << 10
+
+// DefaultContextMiB is what the hook charges against a GPU's memory limit for each
+// process's CUDA context on that GPU: the driver takes this memory outside any
+// allocation call, so without the charge N processes would overrun their grant by N
+// contexts. 526 MiB was measured for a CUDA 13.0 context on an H200 (driver 580);
+// the default rounds up with a margin. A node agent that measures its own GPUs
+// should set ContainerLimits.ContextMiB instead.
+const DefaultContextMiB = 576
+
+// PacingPeriodMicros is the length of the compute-pacing period that phase and cores
+// are percentages of. It is fixed so that every container on a GPU uses the same
+// period, which is what makes their phase windows line up. The CUDA hook's
+// TESSERA_PACING_PERIOD_NS is the same value.
+const PacingPeriodMicros = 20000
+
+// ContainerLimits is the content of one container's limits file.
+type ContainerLimits struct {
+	// Cgroup is the container's cgroup path as the node agent saw it (host view). The
+	// hook keys the container's shared accounting region by it, so that every process
+	// of the container shares one memory limit.
+	Cgroup string
+	// ContextMiB is charged against each GPU's memory limit per process that creates a
+	// CUDA context on that GPU.
+	ContextMiB int64
+	// GPUs are the container's GPUs, in the order the container sees them.
+	GPUs []GPULimit
+}
+
+// GPULimit is what the container may use of one GPU.
+type GPULimit struct {
+	// UUID is the GPU's (or MIG instance's) UUID, as NVML and CUDA report it.
+	UUID string
+	// MemoryMiB is the device-memory limit, context charges included.
+	MemoryMiB int64
+	// Cores is the compute share in percent; 0 means not enforced.
+	Cores int
+	// Phase is the start of the container's window within each pacing period, in
+	// percent of the period; 0 when Cores is 0.
+	Phase int
+}
+
+// LimitsKey returns the name of a container's directory under the host limits root:
+// a hash of its cgroup path, so that any cgroup path maps to one safe file name.
+func LimitsKey(cgroupPath string) string {
+	sum := sha256.Sum256([]byte(cgroupPath))
+	return hex.EncodeToString(sum[:16])
+}
+
+// HostLimitsDir returns the host directory that holds the limits file of the container
+// in cgroupPath; the node agent mounts it read-only at ContainerLimitsDir.
+func HostLimitsDir(root, cgroupPath string) string {
+	return path.Join(root, LimitsKey(cgroupPath))
+}
+
+// NewContainerLimits builds the limits of one container from the scheduler's grant and
+// the container's cgroup path. Phases are left at 0: choosing non-overlapping windows
+// needs every container on the GPU, which the caller knows (see PlacePhase).
+func NewContainerLimits(c ContainerAssignment, cgroupPath string) (*ContainerLimits, error) {
+	l := &ContainerLimits{Cgroup: cgroupPath, ContextMiB: DefaultContextMiB}
+	for _, d := range c.Devices {
+		l.GPUs = append(l.GPUs, GPULimit{UUID: d.UUID, MemoryMiB: d.MemoryMiB, Cores: d.Cores})
+	}
+	if err := l.Validate(); err != nil {
+		return nil, fmt.Errorf("container %q: %w", c.Name, err)
+	}
+	return l, nil
+}
+
+// PhaseSpan is the window [Phase, Phase+Cores) of one container on a GPU.
+type PhaseSpan struct{ Phase, Cores int }
+
+// PlacePhase returns the lowest phase at which a window of cores percent overlaps none
+// of taken, and false if no gap is wide enough (the caller then falls back to phase 0,
+// and the overlapping containers share their windows as plain time-slicing would).
+func PlacePhase(taken []PhaseSpan, cores int) (int, bool) {
+	if cores <= 0 {
+		return 0, true
+	}
+	for start := 0; start+cores <= 100; start++ {
+		free := true
+		for _, t := range taken {
+			if t.Cores > 0 && start < t.Phase+t.Cores && t.Phase < start+cores {
+				free = false
+				start = t.Phase + t.Cores - 1 // the loop's start++ moves past t
+				break
+			}
+		}
+		if free {
+			return start, true
+		}
+	}
+	return 0, false
+}
+
+// Validate checks every rule of the grammar that a ContainerLimits value can break.
+func (l *ContainerLimits) Validate() error {
+	if l == nil {
+		return errors.New("limits: missing")
+	}
+	if err := checkCgroup(l.Cgroup); err != nil {
+		return fmt.Errorf("limits: %w", err)
+	}
+	if l.ContextMiB < 0 || l.ContextMiB > MaxContextMiB {
+		return fmt.Errorf("limits: context-mib %d out of range 0..%d", l.ContextMiB, MaxContextMiB)
+	}
+	if len(l.GPUs) == 0 || len(l.GPUs) > MaxGPUsPerContainer {
+		return fmt.Errorf("limits: %d gpus, want 1..%d", len(l.GPUs), MaxGPUsPerContainer)
+	}
+	seen := map[string]bool{}
+	for i, g := range l.GPUs {
+		p := fmt.Sprintf("limits: gpu %d", i)
+		if err := checkLimitsUUID(g.UUID); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if seen[g.UUID] {
+			return fmt.Errorf("%s: uuid %q appears twice", p, g.UUID)
+		}
+		seen[g.UUID] = true
+		if g.MemoryMiB < 1 || g.MemoryMiB > MaxMemoryMiB {
+			return fmt.Errorf("%s: memory-mib %d out of range 1..%d", p, g.MemoryMiB, MaxMemoryMiB)
+		}
+		if g.Cores < 0 || g.Cores > 100 {
+			return fmt.Errorf("%s: cores %d out of range 0..100", p, g.Cores)
+		}
+		if g.Phase < 0 || g.Phase > 99 {
+			return fmt.Errorf("%s: phase %d out of range 0..99", p, g.Phase)
+		}
+		if g.Cores == 0 && g.Phase != 0 {
+			return fmt.Errorf("%s: phase %d set without cores", p, g.Phase)
+		}
+		if g.Cores+g.Phase > 100 {
+			return fmt.Errorf("%s: cores %d + phase %d exceed the period (100)", p, g.Cores, g.Phase)
+		}
+	}
+	return nil
+}
+
+func checkCgroup(c string) error {
+	if c == "" || c[0] != '/' {
+		return fmt.Errorf("cgroup %q must be an absolute path", c)
+	}
+	if len(c) > MaxCgroupPathBytes {
+		return fmt.Errorf("cgroup path is %d bytes, more than %d", len(c), MaxCgroupPathBytes)
+	}
+	for i := 0; i < len(c); i++ {
+		if c[i] <= 0x20 || c[i] > 0x7e {
+			return fmt.Errorf("cgroup %q has a byte that is not printable ASCII or is a space", c)
+		}
+	}
+	return nil
+}
+
+func checkLimitsUUID(u string) error {
+	if u == "" || len(u) > 128 {
+		return fmt.Errorf("uuid %q must be 1..128 characters", u)
+	}
+	for i := 0; i < len(u); i++ {
+		c := u[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("uuid %q may hold only letters, digits and '-'", u)
+		}
+	}
+	return nil
+}
+
+// limitsHeader is the comment EncodeLimits puts first, for whoever opens the file.
+const limitsHeader = "# Tessera container limits: written by the node agent, read by the CUDA hook.\n"
+
+// EncodeLimits validates l and returns the file content, in the canonical form that
+// the CUDA hook's reader also prints in its tests.
+func EncodeLimits(l *ContainerLimits) ([]byte, error) {
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString(limitsHeader)
+	fmt.Fprintf(&b, "version %d\n", LimitsVersion)
+	fmt.Fprintf(&b, "cgroup %s\n", l.Cgroup)
+	fmt.Fprintf(&b, "context-mib %d\n", l.ContextMiB)
+	for _, g := range l.GPUs {
+		fmt.Fprintf(&b, "gpu %s %d %d %d\n", g.UUID, g.MemoryMiB, g.Cores, g.Phase)
+	}
+	return b.Bytes(), nil
+}
+
+// DecodeLimits parses and validates a limits file. Errors name the line.
+func DecodeLimits(data []byte) (*ContainerLimits, error) {
+	if len(data) == 0 {
+		return nil, errors.New("limits: empty file")
+	}
+	if len(data) > MaxLimitsBytes {
+		return nil, fmt.Errorf("limits: file is %d bytes, more than %d", len(data), MaxLimitsBytes)
+	}
+	if data[len(data)-1] != '\n' {
+		return nil, errors.New("limits: last line does not end in a newline")
+	}
+	for i, c := range data {
+		if c != '\n' && (c < 0x20 || c > 0x7e) {
+			return nil, fmt.Errorf("limits: byte %d (0x%02x) is not printable ASCII", i, c)
+		}
+	}
+	const (
+		wantVersion = iota
+		wantCgroup
+		wantContext
+		wantGPU
+	)
+	state := wantVersion
+	l := &ContainerLimits{}
+	lines := strings.Split(string(data[:len(data)-1]), "\n")
+	for n, line := range lines {
+		ln := n + 1
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		f := strings.Split(line, " ")
+		for _, s := range f {
+			if s == "" {
+				return nil, fmt.Errorf("limits: line %d: fields must be separated by exactly one space", ln)
+			}
+		}
+		switch {
+		case state == wantVersion:
+			if f[0] != "version" || len(f) != 2 {
+				return nil, fmt.Errorf("limits: line %d: want \"version %d\" first", ln, LimitsVersion)
+			}
+			v, err := limitsNumber(f[1], 1<<20)
+			if err != nil {
+				return nil, fmt.Errorf("limits: line %d: version: %w", ln, err)
+			}
+			if v != LimitsVersion {
+				return nil, fmt.Errorf("limits: line %d: version %d is not supported (want %d)", ln, v, LimitsVersion)
+			}
+			state = wantCgroup
+		case state == wantCgroup:
+			if f[0] != "cgroup" || len(f) != 2 {
+				return nil, fmt.Errorf("limits: line %d: want \"cgroup <path>\"", ln)
+			}
+			if err := checkCgroup(f[1]); err != nil {
+				return nil, fmt.Errorf("limits: line %d: %w", ln, err)
+			}
+			l.Cgroup = f[1]
+			state = wantContext
+		case state == wantContext:
+			if f[0] != "context-mib" || len(f) != 2 {
+				return nil, fmt.Errorf("limits: line %d: want \"context-mib <n>\"", ln)
+			}
+			v, err := limitsNumber(f[1], MaxContextMiB)
+			if err != nil {
+				return nil, fmt.Errorf("limits: line %d: context-mib: %w", ln, err)
+			}
+			l.ContextMiB = v
+			state = wantGPU
+		default:
+			if f[0] != "gpu" || len(f) != 5 {
+				return nil, fmt.Errorf("limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\"", ln)
+			}
+			if len(l.GPUs) == MaxGPUsPerContainer {
+				return nil, fmt.Errorf("limits: line %d: more than %d gpus", ln, MaxGPUsPerContainer)
+			}
+			g := GPULimit{UUID: f[1]}
+			var err error
+			if g.MemoryMiB, err = limitsNumber(f[2], MaxMemoryMiB); err != nil {
+				return nil, fmt.Errorf("limits: line %d: memory-mib: %w", ln, err)
+			}
+			c, err := limitsNumber(f[3], 100)
+			if err != nil {
+				return nil, fmt.Errorf("limits: line %d: cores: %w", ln, err)
+			}
+			p, err := limitsNumber(f[4], 99)
+			if err != nil {
+				return nil, fmt.Errorf("limits: line %d: phase: %w", ln, err)
+			}
+			g.Cores, g.Phase = int(c), int(p)
+			l.GPUs = append(l.GPUs, g)
+		}
+	}
+	if state != wantGPU || len(l.GPUs) == 0 {
+		return nil, errors.New("limits: incomplete: want version, cgroup, context-mib and at least one gpu line")
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// limitsNumber parses a decimal with no sign and no leading zeros, at most max.
+func limitsNumber(s string, max int64) (int64, error) {
+	if s == "" || len(s) > 10 {
+		return 0, fmt.Errorf("%q is not a number of at most 10 digits", s)
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return 0, fmt.Errorf("%q has a leading zero", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("%q is not a decimal number", s)
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, err)
+	}
+	if v > max {
+		return 0, fmt.Errorf("%d is more than %d", v, max)
+	}
+	return v, nil
+}

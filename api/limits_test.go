@@ -1,0 +1,171 @@
+package api
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The vectors in testdata/limits are shared with the CUDA hook's C reader
+// (cuda-hook/test/limits_vectors.c): every valid/*.limits must decode to what its
+// .canonical file encodes, and every invalid/*.limits must be rejected, by both.
+
+func TestLimitsVectorsValid(t *testing.T) {
+	files, err := filepath.Glob("testdata/limits/valid/*.limits")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no valid vectors: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			in, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := os.ReadFile(strings.TrimSuffix(f, ".limits") + ".canonical")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := DecodeLimits(in)
+			if err != nil {
+				t.Fatalf("DecodeLimits: %v", err)
+			}
+			got, err := EncodeLimits(l)
+			if err != nil {
+				t.Fatalf("EncodeLimits: %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("canonical form differs:\n got: %q\nwant: %q", got, want)
+			}
+		})
+	}
+}
+
+func TestLimitsVectorsInvalid(t *testing.T) {
+	files, err := filepath.Glob("testdata/limits/invalid/*.limits")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no invalid vectors: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			in, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l, err := DecodeLimits(in); err == nil {
+				t.Errorf("DecodeLimits accepted it: %+v", l)
+			}
+		})
+	}
+}
+
+func TestDecodeLimitsErrorsNameTheProblem(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"version 2\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\n", "version 2 is not supported"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 60 41\n", "cores 60 + phase 41"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 01 0 0\n", "line 4: memory-mib: \"01\" has a leading zero"},
+		{"version 1\ncgroup a\ncontext-mib 0\ngpu G 1 0 0\n", "line 2: cgroup \"a\" must be an absolute path"},
+		{"version 1\ncgroup /a\ncontext-mib 0\n", "incomplete"},
+	} {
+		_, err := DecodeLimits([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DecodeLimits(%q) = %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestNewContainerLimits(t *testing.T) {
+	c := ContainerAssignment{Name: "train", Devices: []DeviceGrant{
+		{UUID: "GPU-1111", Index: 3, MemoryMiB: 4096, Cores: 30},
+		{UUID: "GPU-2222", Index: 1, MemoryMiB: 8192},
+	}}
+	l, err := NewContainerLimits(c, "/kubepods/pod1/ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &ContainerLimits{Cgroup: "/kubepods/pod1/ctr", ContextMiB: DefaultContextMiB, GPUs: []GPULimit{
+		{UUID: "GPU-1111", MemoryMiB: 4096, Cores: 30},
+		{UUID: "GPU-2222", MemoryMiB: 8192},
+	}}
+	if !reflect.DeepEqual(l, want) {
+		t.Errorf("got %+v, want %+v", l, want)
+	}
+	if _, err := NewContainerLimits(c, "relative"); err == nil || !strings.Contains(err.Error(), `container "train"`) {
+		t.Errorf("relative cgroup: got %v, want an error naming the container", err)
+	}
+	bad := ContainerAssignment{Name: "x", Devices: []DeviceGrant{{UUID: "GPU 1", MemoryMiB: 1}}}
+	if _, err := NewContainerLimits(bad, "/a"); err == nil {
+		t.Error("uuid with a space was accepted")
+	}
+}
+
+func TestHostLimitsDir(t *testing.T) {
+	a := HostLimitsDir(DefaultHostLimitsRoot, "/kubepods/pod1/ctr")
+	b := HostLimitsDir(DefaultHostLimitsRoot, "/kubepods/pod1/ctr2")
+	if a == b {
+		t.Fatal("two cgroups share a directory")
+	}
+	if !strings.HasPrefix(a, DefaultHostLimitsRoot+"/") || len(filepath.Base(a)) != 32 {
+		t.Errorf("HostLimitsDir = %q, want %s/<32 hex digits>", a, DefaultHostLimitsRoot)
+	}
+	if a != HostLimitsDir(DefaultHostLimitsRoot, "/kubepods/pod1/ctr") {
+		t.Error("HostLimitsDir is not deterministic")
+	}
+}
+
+func TestPlacePhase(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		taken  []PhaseSpan
+		cores  int
+		want   int
+		wantOK bool
+	}{
+		{"empty GPU", nil, 30, 0, true},
+		{"after one", []PhaseSpan{{0, 30}}, 70, 30, true},
+		{"gap in the middle", []PhaseSpan{{0, 20}, {50, 50}}, 30, 20, true},
+		{"gap too small", []PhaseSpan{{0, 20}, {40, 60}}, 30, 0, false},
+		{"unpaced neighbours ignored", []PhaseSpan{{0, 0}}, 100, 0, true},
+		{"full", []PhaseSpan{{0, 100}}, 1, 0, false},
+		{"no cores needs no window", []PhaseSpan{{0, 100}}, 0, 0, true},
+	} {
+		got, ok := PlacePhase(tc.taken, tc.cores)
+		if got != tc.want || ok != tc.wantOK {
+			t.Errorf("%s: PlacePhase = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.wantOK)
+		}
+	}
+}
+
+// FuzzDecodeLimits checks that decoding never panics, that whatever decodes also
+// encodes, and that the encoding is a fixed point (decode(encode(x)) == x).
+func FuzzDecodeLimits(f *testing.F) {
+	for _, dir := range []string{"valid", "invalid"} {
+		files, _ := filepath.Glob(filepath.Join("testdata/limits", dir, "*.limits"))
+		for _, p := range files {
+			if b, err := os.ReadFile(p); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l, err := DecodeLimits(data)
+		if err != nil {
+			return
+		}
+		enc, err := EncodeLimits(l)
+		if err != nil {
+			t.Fatalf("decoded limits do not encode: %v", err)
+		}
+		l2, err := DecodeLimits(enc)
+		if err != nil {
+			t.Fatalf("encoding does not decode: %v\n%q", err, enc)
+		}
+		if !reflect.DeepEqual(l, l2) {
+			t.Fatalf("round trip changed the limits: %+v != %+v", l, l2)
+		}
+	})
+}
