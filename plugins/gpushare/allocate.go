@@ -86,6 +86,8 @@ type allocation struct {
 	placements []placement
 	// topology is the mean pair affinity over multi-GPU containers (1 when none).
 	topology float64
+	// multiGPU is set when some container got more than one GPU.
+	multiGPU bool
 	// brokenIslands counts NVLink islands that were entirely free and no longer are.
 	brokenIslands, freeIslands int
 	// used is the node's usage after the pod is placed.
@@ -131,6 +133,7 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 	}
 	if multi > 0 {
 		a.topology = topoSum / float64(multi)
+		a.multiGPU = true
 	}
 	freeAfter := freeIslandMask(m, used)
 	for k := range freeBefore {

@@ -26,13 +26,18 @@ func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []
 	return nil
 }
 
-// Score rates a node that passed Filter:
+// Score rates a node that passed Filter as a weighted mean, in the framework's range,
+// of the terms that apply to the pod:
 //
-//	score = 100 × (policyWeight·policy + topologyWeight·topology + islandWeight·island) / Σweights
+//	policy   always: the node-level policy over the node's GPU utilisation after
+//	         placement (Binpack: util, Spread: 1-util).
+//	topology pods with a multi-GPU container: the mean pair affinity of its GPUs
+//	         (1 all NVLink, 0.8 one PCIe switch, … 0.2 across sockets).
+//	island   Binpack, pods without a multi-GPU container: the share of the node's
+//	         fully free NVLink islands the placement leaves whole, so that small
+//	         pods do not break up the islands whole-GPU pods will need.
 //
-// policy is the node-level policy over utilisation after placement; topology is the
-// mean pair affinity of multi-GPU containers' GPUs (1 = all NVLink, 1 when there are
-// none); island is the share of fully free NVLink islands the placement leaves whole.
+//	score = 100 × Σ weight·term / Σ weight
 func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
@@ -59,18 +64,24 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 }
 
 func (pl *Plugin) scoreAllocation(a *allocation) int64 {
-	util := nodeUtilisation(a.model, a.used, &pl.w)
-	island := 1.0
-	if a.freeIslands > 0 {
-		island = 1 - float64(a.brokenIslands)/float64(a.freeIslands)
-	}
 	w := &pl.w
-	total := w.policy + w.topology + w.island
+	util := nodeUtilisation(a.model, a.used, w)
+	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](util), w.policy
+	if a.multiGPU {
+		sum += w.topology * a.topology
+		total += w.topology
+	} else if pl.args.NodePolicy == Binpack {
+		island := 1.0
+		if a.freeIslands > 0 {
+			island = 1 - float64(a.brokenIslands)/float64(a.freeIslands)
+		}
+		sum += w.island * island
+		total += w.island
+	}
 	if total == 0 {
 		return 0
 	}
-	s := (w.policy*nodePolicies[pl.args.NodePolicy](util) + w.topology*a.topology + w.island*island) / total
-	return clampScore(int64(s*float64(fwk.MaxNodeScore) + 0.5))
+	return clampScore(int64(sum/total*float64(fwk.MaxNodeScore) + 0.5))
 }
 
 // nodeUtilisation is the weighted GPU memory and cores share granted on the node's

@@ -1,0 +1,159 @@
+package gpushare
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	fwk "k8s.io/kube-scheduler/framework"
+	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// fakeHandle gives the plugin the two things it uses from the framework: the
+// snapshot (Reserve reads the node) and the client (PreBind writes the pod).
+type fakeHandle struct {
+	fwk.Handle
+	lister fwk.SharedLister
+	client clientset.Interface
+}
+
+func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { return h.lister }
+func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.client }
+func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return nil }
+
+type env struct {
+	t      testing.TB
+	pl     *Plugin
+	client *fake.Clientset
+	nodes  []*v1.Node
+	infos  []fwk.NodeInfo
+}
+
+// newEnv builds the plugin over nodes and already-bound pods, as the informers
+// would have seen them.
+func newEnv(t testing.TB, args *Args, nodes []*v1.Node, pods ...*v1.Pod) *env {
+	t.Helper()
+	if args == nil {
+		args = &Args{}
+	}
+	client := fake.NewClientset()
+	for _, p := range pods {
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1CreateOpts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := backendcache.NewSnapshot(pods, nodes)
+	h := &fakeHandle{lister: snap, client: client}
+	p, err := NewWithDefaults(&Defaults{})(context.Background(), args, h)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	pl := p.(*Plugin)
+	for _, n := range nodes {
+		pl.cache.SetInventory(n.Name, n.Annotations["tessera.dev/gpu-inventory"])
+	}
+	for _, pod := range pods {
+		if err := pl.cache.OnPod(pod); err != nil {
+			t.Fatalf("OnPod(%s): %v", pod.Name, err)
+		}
+	}
+	e := &env{t: t, pl: pl, client: client, nodes: nodes}
+	for _, n := range nodes {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		e.infos = append(e.infos, ni)
+	}
+	return e
+}
+
+// addPendingPod creates pod in the fake API so that PreBind can patch it.
+func (e *env) addPendingPod(p *v1.Pod) {
+	e.t.Helper()
+	if _, err := e.client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1CreateOpts); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// cycle runs PreFilter and Filter on every node and Score on the feasible ones.
+type cycleResult struct {
+	state    fwk.CycleState
+	pre      *fwk.Status
+	filter   map[string]*fwk.Status
+	scores   map[string]int64
+	best     string
+	feasible []string
+}
+
+func (e *env) cycle(pod *v1.Pod) *cycleResult {
+	e.t.Helper()
+	ctx := context.Background()
+	r := &cycleResult{state: framework.NewCycleState(), filter: map[string]*fwk.Status{}, scores: map[string]int64{}}
+	_, r.pre = e.pl.PreFilter(ctx, r.state, pod, e.infos)
+	if !r.pre.IsSuccess() {
+		return r
+	}
+	for _, ni := range e.infos {
+		st := e.pl.Filter(ctx, r.state, pod, ni)
+		r.filter[ni.Node().Name] = st
+		if st.IsSuccess() {
+			r.feasible = append(r.feasible, ni.Node().Name)
+		}
+	}
+	if st := e.pl.PreScore(ctx, r.state, pod, e.infos); !st.IsSuccess() {
+		e.t.Fatalf("PreScore: %v", st)
+	}
+	var bestScore int64 = -1
+	for _, ni := range e.infos {
+		name := ni.Node().Name
+		if !r.filter[name].IsSuccess() {
+			continue
+		}
+		s, st := e.pl.Score(ctx, r.state, pod, ni)
+		if !st.IsSuccess() {
+			e.t.Fatalf("Score(%s): %v", name, st)
+		}
+		r.scores[name] = s
+		if s > bestScore {
+			bestScore, r.best = s, name
+		}
+	}
+	return r
+}
+
+// schedule runs a whole cycle plus Reserve and PreBind on the best node and returns
+// the assignment written to the API.
+func (e *env) schedule(pod *v1.Pod) (*cycleResult, string) {
+	e.t.Helper()
+	e.addPendingPod(pod)
+	r := e.cycle(pod)
+	if r.best == "" {
+		return r, ""
+	}
+	ctx := context.Background()
+	if st := e.pl.Reserve(ctx, r.state, pod, r.best); !st.IsSuccess() {
+		e.t.Fatalf("Reserve(%s): %v", r.best, st)
+	}
+	if st := e.pl.PreBind(ctx, r.state, pod, r.best); !st.IsSuccess() {
+		e.t.Fatalf("PreBind(%s): %v", r.best, st)
+	}
+	got, err := e.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1GetOpts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// The informer would now see the pod bound with its annotation.
+	got.Spec.NodeName = r.best
+	if err := e.pl.cache.OnPod(got); err != nil {
+		e.t.Fatalf("OnPod after bind: %v", err)
+	}
+	return r, got.Annotations["tessera.dev/gpu-assignment"]
+}
+
+var (
+	metav1CreateOpts = metav1.CreateOptions{}
+	metav1GetOpts    = metav1.GetOptions{}
+)
