@@ -18,7 +18,7 @@ func sampleInventory() *NodeInventory {
 			{Index: 0, UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, SMCount: 132, NUMANode: 0, PCIBusID: "0000:18:00.0", Healthy: true,
 				Links: []Link{{Peer: 1, NVLinks: 18, PCIe: PCIeNUMA}}},
 			{Index: 1, UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, SMCount: 132, NUMANode: 0, Healthy: false, HealthReason: "XID 79",
-				MIG: &MIG{Instances: []MIGInstance{{UUID: "MIG-1", Profile: "3g.40gb", MemoryMiB: 40000, SMCount: 60}}},
+				MIG:   &MIG{Instances: []MIGInstance{{UUID: "MIG-1", Profile: "3g.40gb", MemoryMiB: 40000, SMCount: 60}}},
 				Links: []Link{{Peer: 0, NVLinks: 18, PCIe: PCIeNUMA}}},
 		},
 	}
