@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
@@ -35,6 +38,13 @@ type Config struct {
 
 	Heartbeat time.Duration
 	Poll      time.Duration
+
+	// ResourceDomain is the domain of the resource names (tessera.dev by default).
+	ResourceDomain string
+
+	DevicePlugin         bool
+	DevicePluginDir      string
+	DevicePluginReplicas int
 }
 
 // Validate checks the configuration and names the flag at fault.
@@ -47,6 +57,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Poll < 100*time.Millisecond || c.Poll > c.Heartbeat {
 		return fmt.Errorf("--poll %s must be between 100ms and --heartbeat (%s)", c.Poll, c.Heartbeat)
+	}
+	if err := api.ResourceNamesForDomain(c.ResourceDomain).Validate("--resource-domain"); err != nil {
+		return err
+	}
+	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {
+		return fmt.Errorf("--device-plugin-replicas %d out of range 1..1024", c.DevicePluginReplicas)
 	}
 	return nil
 }
@@ -86,7 +102,9 @@ type Agent struct {
 	client    kubernetes.Interface
 	source    gpu.Source
 	recorder  record.EventRecorder
+	cancel    context.CancelFunc
 	Publisher *inventory.Publisher
+	Plugin    *deviceplugin.Plugin
 }
 
 // New builds an agent from its parts; Run starts it.
@@ -99,11 +117,32 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
 	}
+	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
+	if cfg.DevicePlugin {
+		p, err := deviceplugin.New(deviceplugin.Config{
+			ResourceName: string(names.GPU), Dir: cfg.DevicePluginDir, Replicas: cfg.DevicePluginReplicas,
+			Log: log.WithName("deviceplugin"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Plugin = p
+	}
+	a.Publisher.OnPublish = a.onPublish
 	return a, nil
+}
+
+// onPublish fans a freshly published inventory out to the subsystems that follow it.
+func (a *Agent) onPublish(inv *api.NodeInventory) {
+	if a.Plugin != nil {
+		a.Plugin.Update(inv)
+	}
 }
 
 // Run runs every enabled subsystem until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, a.cancel = context.WithCancel(ctx)
+	defer a.cancel()
 	bc := record.NewBroadcaster(record.WithContext(ctx))
 	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	defer bc.Shutdown()
@@ -119,6 +158,29 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Error(err, "GPU health events stopped; health is read on each refresh only")
 		}
 	}()
-	a.Publisher.Run(ctx)
-	return nil
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	start := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	start("inventory", func(ctx context.Context) error { a.Publisher.Run(ctx); return nil })
+	if a.Plugin != nil {
+		start("device plugin", a.Plugin.Run)
+	}
+	// A subsystem that fails for good stops the agent, so that its pod restarts and the
+	// failure is visible, rather than running half-working.
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+		a.cancel()
+	}
+	wg.Wait()
+	return err
 }

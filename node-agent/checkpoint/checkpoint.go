@@ -1,0 +1,218 @@
+// Package checkpoint keeps the node agent's record of the containers it bound to GPUs,
+// in one versioned, checksummed file written atomically. After a restart the agent
+// reloads it; a file that fails its checksum is set aside (never trusted, never
+// deleted) and the agent rebuilds the records from the runtime's list of running
+// containers instead.
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// Version is the checkpoint format version.
+const Version = 1
+
+// Record is one bound container.
+type Record struct {
+	ContainerID string `json:"containerID"`
+	PodUID      string `json:"podUID"`
+	Namespace   string `json:"namespace"`
+	Pod         string `json:"pod"`
+	Container   string `json:"container"`
+	// Cgroup is the container's cgroup path in the host's cgroup hierarchy.
+	Cgroup string `json:"cgroup"`
+	// Devices are the granted GPUs as the assignment gave them.
+	Devices []api.DeviceGrant `json:"devices"`
+	// Phases are the compute-pacing phases chosen per GPU UUID.
+	Phases map[string]int `json:"phases,omitempty"`
+	// LimitsDir is the host directory mounted into the container.
+	LimitsDir string    `json:"limitsDir"`
+	BoundAt   time.Time `json:"boundAt"`
+}
+
+type file struct {
+	Version int `json:"version"`
+	// Checksum is the hex SHA-256 of the JSON encoding of Records.
+	Checksum string            `json:"checksum"`
+	Records  json.RawMessage   `json:"records"`
+	records  map[string]Record // decoded
+}
+
+// ErrCorrupt is returned by Open when the file exists but cannot be trusted.
+var ErrCorrupt = errors.New("checkpoint corrupt")
+
+// Store is the checkpoint file and its records in memory. It is safe for concurrent use.
+type Store struct {
+	path string
+
+	mu      sync.Mutex
+	records map[string]Record
+}
+
+// Open loads path. A missing file gives an empty store. A corrupt one (bad JSON,
+// unknown version, checksum mismatch) is renamed to path.corrupt-<unix time> and an
+// empty store is returned together with an error wrapping ErrCorrupt, so that the
+// caller logs it and rebuilds from the runtime.
+func Open(path string) (*Store, error) {
+	s := &Store{path: path, records: map[string]Record{}}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	recs, derr := decode(data)
+	if derr != nil {
+		aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
+		if err := os.Rename(path, aside); err != nil {
+			return nil, fmt.Errorf("checkpoint %s is corrupt (%v) and cannot be set aside: %w", path, derr, err)
+		}
+		return s, fmt.Errorf("%w: %s: %v; moved to %s", ErrCorrupt, path, derr, aside)
+	}
+	s.records = recs
+	return s, nil
+}
+
+func decode(data []byte) (map[string]Record, error) {
+	var f file
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, fmt.Errorf("not valid JSON: %v", err)
+	}
+	if f.Version != Version {
+		return nil, fmt.Errorf("version %d is not supported (want %d)", f.Version, Version)
+	}
+	// The checksum covers the compact encoding, so that re-indenting the file (by a
+	// person reading it) does not break it, while any change of content does.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, f.Records); err != nil {
+		return nil, fmt.Errorf("records: %v", err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if hex.EncodeToString(sum[:]) != f.Checksum {
+		return nil, errors.New("checksum mismatch")
+	}
+	var list []Record
+	if err := json.Unmarshal(f.Records, &list); err != nil {
+		return nil, fmt.Errorf("records: %v", err)
+	}
+	recs := make(map[string]Record, len(list))
+	for _, r := range list {
+		if r.ContainerID == "" {
+			return nil, errors.New("a record has no container id")
+		}
+		recs[r.ContainerID] = r
+	}
+	return recs, nil
+}
+
+func encode(recs map[string]Record) ([]byte, error) {
+	list := make([]Record, 0, len(recs))
+	for _, r := range recs {
+		list = append(list, r)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ContainerID < list[j].ContainerID })
+	body, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	return json.MarshalIndent(file{Version: Version, Checksum: hex.EncodeToString(sum[:]), Records: body}, "", " ")
+}
+
+// Put adds or replaces a record and saves the file.
+func (s *Store) Put(r Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, had := s.records[r.ContainerID]
+	s.records[r.ContainerID] = r
+	if err := s.saveLocked(); err != nil {
+		if had {
+			s.records[r.ContainerID] = prev
+		} else {
+			delete(s.records, r.ContainerID)
+		}
+		return err
+	}
+	return nil
+}
+
+// Delete removes a record and saves the file; a missing record is not an error.
+func (s *Store) Delete(containerID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.records[containerID]; !ok {
+		return nil
+	}
+	delete(s.records, containerID)
+	return s.saveLocked()
+}
+
+// Get returns one record.
+func (s *Store) Get(containerID string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[containerID]
+	return r, ok
+}
+
+// List returns every record, ordered by container id.
+func (s *Store) List() []Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Record, 0, len(s.records))
+	for _, r := range s.records {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ContainerID < out[j].ContainerID })
+	return out
+}
+
+// saveLocked writes a temporary file, syncs it and renames it over the checkpoint, so
+// that a crash leaves either the old file or the new one, never half of one.
+func (s *Store) saveLocked() error {
+	data, err := encode(s.records)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(s.path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, filepath.Base(s.path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), s.path); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // make the rename durable
+		d.Close()
+	}
+	return nil
+}

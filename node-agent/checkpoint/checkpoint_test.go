@@ -1,0 +1,110 @@
+package checkpoint
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+func rec(id string) Record {
+	return Record{ContainerID: id, PodUID: "uid-" + id, Namespace: "ns", Pod: "p", Container: "c",
+		Cgroup: "/kubepods/pod/" + id, Devices: []api.DeviceGrant{{UUID: "GPU-1", MemoryMiB: 100, Cores: 30}},
+		Phases: map[string]int{"GPU-1": 30}, BoundAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)}
+}
+
+func TestRoundTripAndRestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "checkpoint.json")
+	s, err := Open(path)
+	if err != nil || len(s.List()) != 0 {
+		t.Fatalf("fresh store: %v %v", s.List(), err)
+	}
+	for _, id := range []string{"b", "a", "c"} {
+		if err := s.Put(rec(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete("c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete("never-there"); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted agent sees exactly what was saved.
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s2.List()
+	if len(got) != 2 || got[0].ContainerID != "a" || got[1].ContainerID != "b" {
+		t.Fatalf("reloaded %+v", got)
+	}
+	if r, ok := s2.Get("b"); !ok || r.Phases["GPU-1"] != 30 || r.Devices[0].Cores != 30 || !r.BoundAt.Equal(rec("b").BoundAt) {
+		t.Fatalf("record b: %+v", r)
+	}
+	matches, _ := filepath.Glob(path + ".tmp-*")
+	if len(matches) != 0 {
+		t.Errorf("temporary files left: %v", matches)
+	}
+}
+
+func TestCorruption(t *testing.T) {
+	for name, mutate := range map[string]func([]byte) []byte{
+		"truncated":  func(b []byte) []byte { return b[:len(b)/2] },
+		"bit flip":   func(b []byte) []byte { return []byte(strings.Replace(string(b), "uid-a", "uid-x", 1)) },
+		"garbage":    func([]byte) []byte { return []byte("\x00\x01garbage") },
+		"version":    func(b []byte) []byte { return []byte(strings.Replace(string(b), `"version": 1`, `"version": 9`, 1)) },
+		"empty":      func([]byte) []byte { return nil },
+		"bad record": func([]byte) []byte { return mustFile(t, `[{"containerID":""}]`) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "checkpoint.json")
+			s, _ := Open(path)
+			if err := s.Put(rec("a")); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := os.ReadFile(path)
+			if err := os.WriteFile(path, mutate(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := Open(path)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v, want ErrCorrupt", err)
+			}
+			if s2 == nil || len(s2.List()) != 0 {
+				t.Fatal("a corrupt checkpoint was trusted")
+			}
+			aside, _ := filepath.Glob(path + ".corrupt-*")
+			if len(aside) != 1 {
+				t.Fatalf("corrupt file not set aside: %v", aside)
+			}
+			// The store is usable and writes a good file again.
+			if err := s2.Put(rec("z")); err != nil {
+				t.Fatal(err)
+			}
+			if s3, err := Open(path); err != nil || len(s3.List()) != 1 {
+				t.Fatalf("after rewrite: %v %v", s3, err)
+			}
+		})
+	}
+}
+
+func mustFile(t *testing.T, records string) []byte {
+	data, err := encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Build a file with a valid checksum around bad records.
+	f := strings.Replace(string(data), "[]", records, 1)
+	s, _ := decodeChecksumFix([]byte(f), records)
+	return s
+}
+
+func decodeChecksumFix(data []byte, records string) ([]byte, error) {
+	sumOld := sha256hex([]byte("[]"))
+	return []byte(strings.Replace(string(data), sumOld, sha256hex([]byte(records)), 1)), nil
+}

@@ -1,0 +1,314 @@
+// Package deviceplugin is the node agent's kubelet device plugin (API v1beta1). It
+// advertises the GPU-count resource (tessera.dev/gpu by default) so that kubelet's
+// accounting holds, reports health through ListAndWatch, and re-registers when kubelet
+// restarts.
+//
+// Every schedulable GPU (a whole GPU, or a MIG instance of a GPU in MIG mode) is
+// advertised as Replicas devices, because many containers share one GPU and each asks
+// for tessera.dev/gpu: 1. Which devices kubelet hands a container therefore says
+// nothing about which GPU it gets: Allocate never decides or guesses that. The
+// scheduler's assignment annotation does, and the NRI binding enforces it.
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// EnvRequested is set by Allocate in every container that asked for the GPU resource.
+// The NRI binding reads it from the container's environment to refuse a container that
+// asked for GPUs but has no assignment. A tenant who sets it by hand only gets their
+// own container refused.
+const EnvRequested = "TESSERA_GPU_REQUESTED"
+
+// Config configures the plugin.
+type Config struct {
+	// ResourceName is the extended resource advertised, e.g. tessera.dev/gpu.
+	ResourceName string
+	// Dir is kubelet's device-plugin directory, holding kubelet.sock.
+	Dir string
+	// Socket is this plugin's socket file name inside Dir.
+	Socket string
+	// Replicas is how many containers may share one GPU, as kubelet counts them.
+	Replicas int
+	// Allocate, when set, adds to each container's response (the fallback binding
+	// mounts the hook and the agent socket there). It must not depend on which device
+	// ids kubelet picked.
+	Allocate func(*pluginapi.ContainerAllocateResponse)
+	// CheckInterval is how often kubelet's restart is checked for.
+	CheckInterval time.Duration
+	Log           logr.Logger
+}
+
+// Plugin is the device plugin.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+	cfg Config
+
+	mu      sync.Mutex
+	devices []*pluginapi.Device
+	changed chan struct{} // closed and replaced when devices change
+
+	registered chan struct{} // signalled after each successful registration, for tests
+}
+
+// New checks cfg and returns a plugin with no devices until Update is called.
+func New(cfg Config) (*Plugin, error) {
+	if cfg.ResourceName == "" || !strings.Contains(cfg.ResourceName, "/") {
+		return nil, fmt.Errorf("device plugin: resource name %q must be domain-qualified", cfg.ResourceName)
+	}
+	if cfg.Replicas < 1 || cfg.Replicas > 1024 {
+		return nil, fmt.Errorf("device plugin: replicas %d out of range 1..1024", cfg.Replicas)
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = pluginapi.DevicePluginPath
+	}
+	if cfg.Socket == "" {
+		cfg.Socket = "tessera-gpu.sock"
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = time.Second
+	}
+	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16)}, nil
+}
+
+// DeviceID names replica k of a GPU or MIG instance.
+func DeviceID(uuid string, k int) string { return fmt.Sprintf("%s::%d", uuid, k) }
+
+// Devices turns an inventory into the advertised device list: Replicas devices per
+// whole GPU and per MIG instance, unhealthy when their GPU is.
+func Devices(inv *api.NodeInventory, replicas int) []*pluginapi.Device {
+	var out []*pluginapi.Device
+	add := func(uuid string, g *api.GPU) {
+		health := pluginapi.Healthy
+		if !g.Healthy {
+			health = pluginapi.Unhealthy
+		}
+		var topo *pluginapi.TopologyInfo
+		if g.NUMANode >= 0 {
+			topo = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: int64(g.NUMANode)}}}
+		}
+		for k := 0; k < replicas; k++ {
+			out = append(out, &pluginapi.Device{ID: DeviceID(uuid, k), Health: health, Topology: topo})
+		}
+	}
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if g.MIG != nil {
+			for _, m := range g.MIG.Instances {
+				add(m.UUID, g)
+			}
+			continue
+		}
+		add(g.UUID, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Update replaces the advertised devices; open ListAndWatch streams send the new list.
+func (p *Plugin) Update(inv *api.NodeInventory) {
+	devs := Devices(inv, p.cfg.Replicas)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sameDevices(p.devices, devs) {
+		return
+	}
+	p.devices = devs
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func sameDevices(a, b []*pluginapi.Device) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Health != b[i].Health {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Plugin) snapshot() ([]*pluginapi.Device, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.devices, p.changed
+}
+
+// GetDevicePluginOptions says that no PreStart and no preferred allocation is needed:
+// which replica kubelet picks does not matter.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+// ListAndWatch sends the device list now and after every change.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	for {
+		devs, changed := p.snapshot()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// Allocate marks each container as having asked for GPUs. It binds nothing: which
+// GPUs a container gets is the scheduler's assignment, applied at container creation.
+func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	devs, _ := p.snapshot()
+	known := make(map[string]string, len(devs))
+	for _, d := range devs {
+		known[d.ID] = d.Health
+	}
+	resp := &pluginapi.AllocateResponse{}
+	for _, c := range req.ContainerRequests {
+		for _, id := range c.DevicesIds {
+			if _, ok := known[id]; !ok {
+				return nil, fmt.Errorf("allocate: unknown device %q", id)
+			}
+		}
+		r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvRequested: fmt.Sprint(len(c.DevicesIds))}}
+		if p.cfg.Allocate != nil {
+			p.cfg.Allocate(r)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+	}
+	return resp, nil
+}
+
+// PreStartContainer is not requested (see GetDevicePluginOptions).
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// Run serves the plugin and keeps it registered with kubelet until ctx is done. When
+// kubelet restarts it removes every plugin socket and re-creates kubelet.sock; either
+// sign makes the plugin start a fresh server and register again.
+func (p *Plugin) Run(ctx context.Context) error {
+	log := p.cfg.Log
+	backoff := time.Second
+	for ctx.Err() == nil {
+		srv, err := p.serve()
+		if err != nil {
+			return err // cannot listen at all: a configuration problem
+		}
+		kubelet := filepath.Join(p.cfg.Dir, filepath.Base(pluginapi.KubeletSocket))
+		kubeletID, _ := fileID(kubelet)
+		if err := p.register(ctx, kubelet); err != nil {
+			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", backoff.String())
+			srv.Stop()
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			if backoff < 30*time.Second {
+				backoff *= 2
+			}
+			continue
+		}
+		backoff = time.Second
+		log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "socket", p.socketPath())
+		select {
+		case p.registered <- struct{}{}:
+		default:
+		}
+		p.waitForKubeletRestart(ctx, kubelet, kubeletID)
+		srv.Stop()
+		if ctx.Err() == nil {
+			log.Info("kubelet restarted; registering again")
+		}
+	}
+	_ = os.Remove(p.socketPath())
+	return nil
+}
+
+func (p *Plugin) socketPath() string { return filepath.Join(p.cfg.Dir, p.cfg.Socket) }
+
+func (p *Plugin) serve() (*grpc.Server, error) {
+	path := p.socketPath()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("device plugin: removing stale socket: %w", err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("device plugin: %w", err)
+	}
+	srv := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(srv, p)
+	go func() {
+		if err := srv.Serve(l); err != nil {
+			p.cfg.Log.Error(err, "device plugin server stopped")
+		}
+	}()
+	return srv, nil
+}
+
+func (p *Plugin) register(ctx context.Context, kubelet string) error {
+	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     p.cfg.Socket,
+		ResourceName: p.cfg.ResourceName,
+		Options:      &pluginapi.DevicePluginOptions{},
+	}, grpc.WaitForReady(true))
+	return err
+}
+
+func (p *Plugin) waitForKubeletRestart(ctx context.Context, kubelet string, kubeletID string) {
+	t := time.NewTicker(p.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := os.Stat(p.socketPath()); err != nil {
+			return
+		}
+		if id, err := fileID(kubelet); err == nil && id != kubeletID {
+			return
+		}
+	}
+}
+
+// fileID identifies one incarnation of a file. The inode alone is not enough: a file
+// system may hand a re-created socket the inode number just freed.
+func fileID(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fmt.Sprintf("%d/%d.%d", st.Ino, st.Ctim.Sec, st.Ctim.Nsec), nil
+	}
+	return fi.ModTime().String(), nil
+}

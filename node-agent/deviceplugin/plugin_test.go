@@ -1,0 +1,211 @@
+package deviceplugin
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// fakeKubelet is kubelet's registration service on a real unix socket.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	srv  *grpc.Server
+	reqs chan *pluginapi.RegisterRequest
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.reqs <- r
+	return &pluginapi.Empty{}, nil
+}
+
+func startKubelet(t *testing.T, dir string) *fakeKubelet {
+	t.Helper()
+	path := filepath.Join(dir, "kubelet.sock")
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKubelet{srv: grpc.NewServer(), reqs: make(chan *pluginapi.RegisterRequest, 4)}
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go func() { _ = k.srv.Serve(l) }()
+	return k
+}
+
+func (k *fakeKubelet) await(t *testing.T) *pluginapi.RegisterRequest {
+	t.Helper()
+	select {
+	case r := <-k.reqs:
+		return r
+	case <-time.After(15 * time.Second):
+		t.Fatal("plugin did not register")
+		return nil
+	}
+}
+
+func inv(healthy ...bool) *api.NodeInventory {
+	in := &api.NodeInventory{Version: 1}
+	for i, h := range healthy {
+		g := api.GPU{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: "T4", MemoryMiB: 15360, NUMANode: i, Healthy: h}
+		in.GPUs = append(in.GPUs, g)
+	}
+	return in
+}
+
+func dialPlugin(t *testing.T, dir, endpoint string) pluginapi.DevicePluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
+func recvHealth(t *testing.T, s grpc.ServerStreamingClient[pluginapi.ListAndWatchResponse]) map[string]string {
+	t.Helper()
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, d := range r.Devices {
+		m[d.ID] = d.Health
+	}
+	return m
+}
+
+func TestRegisterListAllocateAndKubeletRestart(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	k := startKubelet(t, dir)
+	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 3, CheckInterval: 20 * time.Millisecond, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(inv(true, true))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- p.Run(ctx) }()
+
+	r := k.await(t)
+	if r.Version != pluginapi.Version || r.ResourceName != "tessera.dev/gpu" || r.Endpoint != "tessera-gpu.sock" {
+		t.Fatalf("register request %+v", r)
+	}
+	c := dialPlugin(t, dir, r.Endpoint)
+	opts, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	if err != nil || opts.PreStartRequired || opts.GetPreferredAllocationAvailable {
+		t.Fatalf("options %+v, %v", opts, err)
+	}
+	lw, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := recvHealth(t, lw)
+	if len(h) != 6 || h["GPU-b::2"] != pluginapi.Healthy {
+		t.Fatalf("devices %v", h)
+	}
+	// GPU b fails: its replicas turn unhealthy on the open stream.
+	p.Update(inv(true, false))
+	h = recvHealth(t, lw)
+	if h["GPU-b::0"] != pluginapi.Unhealthy || h["GPU-a::0"] != pluginapi.Healthy {
+		t.Fatalf("after failure: %v", h)
+	}
+
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{"GPU-a::0", "GPU-a::1"}}, {DevicesIds: []string{"GPU-b::0"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.ContainerResponses) != 2 || resp.ContainerResponses[0].Envs[EnvRequested] != "2" ||
+		len(resp.ContainerResponses[0].Devices) != 0 || len(resp.ContainerResponses[0].Mounts) != 0 {
+		t.Fatalf("allocate: %+v", resp)
+	}
+	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-z::0"}}}}); err == nil || !strings.Contains(err.Error(), "unknown device") {
+		t.Fatalf("unknown device: %v", err)
+	}
+
+	// Kubelet restarts: it stops, wipes the plugin sockets, and comes back with a new
+	// kubelet.sock. The plugin must notice and register again.
+	k.srv.Stop()
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	_ = os.Remove(filepath.Join(dir, r.Endpoint))
+	k2 := startKubelet(t, dir)
+	r2 := k2.await(t)
+	if r2.ResourceName != "tessera.dev/gpu" {
+		t.Fatalf("re-register %+v", r2)
+	}
+	c2 := dialPlugin(t, dir, r2.Endpoint)
+	lw2, err := c2.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := recvHealth(t, lw2); len(h) != 6 || h["GPU-b::1"] != pluginapi.Unhealthy {
+		t.Fatalf("after restart: %v", h)
+	}
+
+	// Kubelet.sock replaced without the plugin socket being removed is a restart too.
+	k2.srv.Stop()
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	k3 := startKubelet(t, dir)
+	k3.await(t)
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, r.Endpoint)); !os.IsNotExist(err) {
+		t.Error("plugin socket left behind")
+	}
+	k3.srv.Stop()
+}
+
+// Kubelet not up yet: the plugin keeps trying and registers once it appears.
+func TestRegisterWhenKubeletAppearsLater(t *testing.T) {
+	dir, _ := os.MkdirTemp("", "dp")
+	defer os.RemoveAll(dir)
+	p, _ := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 1, Log: logr.Discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	k := startKubelet(t, dir)
+	defer k.srv.Stop()
+	k.await(t)
+}
+
+func TestDevicesMIGAndConfig(t *testing.T) {
+	in := inv(true, true)
+	in.GPUs[0].MIG = &api.MIG{Instances: []api.MIGInstance{{UUID: "MIG-1", MemoryMiB: 5000}, {UUID: "MIG-2", MemoryMiB: 5000}}}
+	d := Devices(in, 2)
+	var ids []string
+	for _, x := range d {
+		ids = append(ids, x.ID)
+	}
+	if got := strings.Join(ids, ","); got != "GPU-b::0,GPU-b::1,MIG-1::0,MIG-1::1,MIG-2::0,MIG-2::1" {
+		t.Errorf("ids %s", got)
+	}
+	if d[0].Topology.Nodes[0].ID != 1 {
+		t.Errorf("NUMA %v", d[0].Topology)
+	}
+	for _, c := range []Config{{ResourceName: "gpu", Replicas: 1}, {ResourceName: "a/b", Replicas: 0}} {
+		if _, err := New(c); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
