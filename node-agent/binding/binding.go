@@ -1,0 +1,448 @@
+// Package binding connects one container to the GPUs and limits the scheduler assigned
+// it. It is runtime-agnostic: given the facts a runtime reports at container creation
+// (the pod's annotations, the container's name, id, environment and cgroups path) it
+// decides whether the container is Tessera's, refuses it when it asked for GPUs
+// without an assignment, writes its limits file, records it in the checkpoint, and
+// returns the edits (device nodes, environment, mounts) that the NRI plugin applies.
+//
+// It never looks for "the pod that is probably starting": every decision is a function
+// of the facts above.
+package binding
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
+)
+
+// PreloadPath is where the hook is preloaded from inside the container. The dynamic
+// loader reads it for every process, whatever the process's environment says, so a
+// tenant cannot opt out by unsetting LD_PRELOAD; the mount is read-only.
+const PreloadPath = "/etc/ld.so.preload"
+
+// EnvVisibleDevices is the NVIDIA container toolkit's variable; set to the assigned
+// UUIDs it also keeps the toolkit (when it is the runtime) from injecting other GPUs.
+const EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+
+// DeviceNode is a device node to create in the container and allow in its device cgroup.
+type DeviceNode struct {
+	Path     string
+	Type     string // "c" or "b"
+	Major    int64
+	Minor    int64
+	FileMode uint32
+	UID, GID uint32
+}
+
+// Mount is a bind mount into the container.
+type Mount struct {
+	Source, Destination string
+	ReadOnly            bool
+}
+
+// Edits are the changes to a container's spec.
+type Edits struct {
+	Devices []DeviceNode
+	Env     [][2]string // ordered key/value pairs
+	Mounts  []Mount
+}
+
+// Request is what the runtime tells about a container being created.
+type Request struct {
+	PodUID         string
+	Namespace      string
+	Pod            string
+	PodAnnotations map[string]string
+	Container      string
+	ContainerID    string
+	// CgroupsPath is the OCI spec's linux.cgroupsPath.
+	CgroupsPath string
+	// Env is the container's environment, KEY=VALUE.
+	Env []string
+}
+
+// RefusedError is a container that must not start, with the reason a user can act on.
+type RefusedError struct{ Reason string }
+
+func (e *RefusedError) Error() string { return "Tessera refused the container: " + e.Reason }
+
+// Config configures a Binder.
+type Config struct {
+	NodeName string
+	Names    api.ResourceNames
+	// Devices lists the node's GPUs and MIG instances with their minor numbers.
+	Devices func() ([]gpu.Device, error)
+	// Store is the checkpoint of bound containers.
+	Store *checkpoint.Store
+	// LimitsRoot is the host directory under which each container's limits directory
+	// lives (api.DefaultHostLimitsRoot).
+	LimitsRoot string
+	// HookLibrary is the host path of the CUDA hook; it is mounted at the same path in
+	// the container and preloaded. Empty: no hook is injected.
+	HookLibrary string
+	// PreloadFile is the host file the agent writes with the hook's path, mounted at
+	// PreloadPath. Required with HookLibrary.
+	PreloadFile string
+	// DevDir is where the NVIDIA device nodes live on the host ("/dev").
+	DevDir string
+	// StatDevice reads a device node; unix.Stat when nil.
+	StatDevice func(path string) (DeviceNode, error)
+	// PodRequestsGPU, when set, says from the pod spec whether the named container of
+	// the pod with this UID asks for GPUs (known false: the pod is not known).
+	PodRequestsGPU func(podUID, container string) (requests, known bool)
+	// ContextMiB overrides api.DefaultContextMiB in the limits files.
+	ContextMiB int64
+	Now        func() time.Time
+}
+
+// Binder binds containers. It is safe for concurrent use.
+type Binder struct {
+	cfg Config
+	// mu serialises binds so that phase placement on a shared GPU sees every
+	// container placed before it.
+	mu sync.Mutex
+}
+
+// New checks cfg and writes the preload file.
+func New(cfg Config) (*Binder, error) {
+	if cfg.NodeName == "" || cfg.Devices == nil || cfg.Store == nil || cfg.LimitsRoot == "" {
+		return nil, errors.New("binding: node name, devices, store and limits root are required")
+	}
+	if cfg.DevDir == "" {
+		cfg.DevDir = "/dev"
+	}
+	if cfg.StatDevice == nil {
+		cfg.StatDevice = statDevice
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ContextMiB == 0 {
+		cfg.ContextMiB = api.DefaultContextMiB
+	}
+	if cfg.HookLibrary != "" {
+		if !filepath.IsAbs(cfg.HookLibrary) || cfg.PreloadFile == "" {
+			return nil, errors.New("binding: the hook library needs an absolute path and a preload file")
+		}
+		if _, err := os.Stat(cfg.HookLibrary); err != nil {
+			return nil, fmt.Errorf("binding: hook library: %w", err)
+		}
+		if err := writeAtomic(cfg.PreloadFile, []byte(cfg.HookLibrary+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("binding: preload file: %w", err)
+		}
+	}
+	if err := os.MkdirAll(cfg.LimitsRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("binding: limits root: %w", err)
+	}
+	return &Binder{cfg: cfg}, nil
+}
+
+func envValue(env []string, key string) (string, bool) {
+	for _, e := range env {
+		if k, v, ok := strings.Cut(e, "="); ok && k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// requested reports whether the container asked for GPUs: kubelet gave it the device
+// plugin's marker, or its pod spec says so.
+func (b *Binder) requested(r *Request) bool {
+	if _, ok := envValue(r.Env, deviceplugin.EnvRequested); ok {
+		return true
+	}
+	if b.cfg.PodRequestsGPU != nil {
+		if req, known := b.cfg.PodRequestsGPU(r.PodUID, r.Container); known && req {
+			return true
+		}
+	}
+	return false
+}
+
+// Bind decides for one container being created. It returns nil edits and no error for
+// a container that is not Tessera's, a RefusedError for one that must not start.
+func (b *Binder) Bind(r Request) (*Edits, error) {
+	requested := b.requested(&r)
+	who := fmt.Sprintf("container %q of pod %s/%s", r.Container, r.Namespace, r.Pod)
+	refuse := func(format string, args ...any) (*Edits, error) {
+		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
+	}
+	raw, has := r.PodAnnotations[api.AnnotationAssignment]
+	if !has {
+		if requested {
+			return refuse("it asks for %s but the pod has no %s annotation, so no GPU share was reserved for it; "+
+				"set the pod's spec.schedulerName to Tessera's scheduler. It is not started without limits", b.cfg.Names.GPU, api.AnnotationAssignment)
+		}
+		return nil, nil
+	}
+	a, err := api.DecodeAssignment(raw)
+	if err != nil {
+		if requested {
+			return refuse("the pod's %s annotation is invalid: %v", api.AnnotationAssignment, err)
+		}
+		return nil, nil
+	}
+	ca := a.Container(r.Container)
+	if ca == nil {
+		if requested {
+			return refuse("it asks for %s but the pod's GPU assignment has no entry for it", b.cfg.Names.GPU)
+		}
+		return nil, nil
+	}
+	if a.Node != b.cfg.NodeName {
+		return refuse("the GPU assignment is for node %q, but the container is being created on %q", a.Node, b.cfg.NodeName)
+	}
+	if r.ContainerID == "" {
+		return refuse("the runtime gave no container id")
+	}
+	cgroup, err := ResolveCgroup(r.CgroupsPath)
+	if err != nil {
+		return refuse("%v", err)
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	nodes, err := b.deviceNodes(ca)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	limits, err := api.NewContainerLimits(*ca, cgroup)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	limits.ContextMiB = b.cfg.ContextMiB
+	prev, rebinding := b.cfg.Store.Get(r.ContainerID)
+	phases := map[string]int{}
+	for i := range limits.GPUs {
+		g := &limits.GPUs[i]
+		if rebinding {
+			if p, ok := prev.Phases[g.UUID]; ok && g.Cores > 0 && p+g.Cores <= 100 {
+				g.Phase = p
+				phases[g.UUID] = p
+				continue
+			}
+		}
+		g.Phase, _ = api.PlacePhase(b.taken(g.UUID, r.ContainerID), g.Cores)
+		if g.Cores > 0 {
+			phases[g.UUID] = g.Phase
+		}
+	}
+	data, err := api.EncodeLimits(limits)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	dir := api.HostLimitsDir(b.cfg.LimitsRoot, cgroup)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%s: limits directory: %w", who, err)
+	}
+	// The directory, not the file, is mounted: the file can then be replaced
+	// atomically (after an agent restart, say) and the container sees the new one.
+	if err := writeAtomic(filepath.Join(dir, api.LimitsFileName), data, 0o644); err != nil {
+		return nil, fmt.Errorf("%s: limits file: %w", who, err)
+	}
+	rec := checkpoint.Record{
+		ContainerID: r.ContainerID, PodUID: r.PodUID, Namespace: r.Namespace, Pod: r.Pod, Container: r.Container,
+		Cgroup: cgroup, Devices: ca.Devices, Phases: phases, LimitsDir: dir, BoundAt: b.cfg.Now().UTC(),
+	}
+	if rebinding {
+		rec.BoundAt = prev.BoundAt
+	}
+	if err := b.cfg.Store.Put(rec); err != nil {
+		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
+	}
+
+	e := &Edits{Devices: nodes}
+	uuids := make([]string, len(ca.Devices))
+	for i, d := range ca.Devices {
+		uuids[i] = d.UUID
+	}
+	e.Env = append(e.Env, [2]string{EnvVisibleDevices, strings.Join(uuids, ",")})
+	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
+	if b.cfg.HookLibrary != "" {
+		e.Mounts = append(e.Mounts,
+			Mount{Source: b.cfg.HookLibrary, Destination: b.cfg.HookLibrary, ReadOnly: true},
+			Mount{Source: b.cfg.PreloadFile, Destination: PreloadPath, ReadOnly: true})
+	}
+	return e, nil
+}
+
+// taken returns the compute windows already placed on a GPU by other containers.
+func (b *Binder) taken(uuid, except string) []api.PhaseSpan {
+	var out []api.PhaseSpan
+	for _, r := range b.cfg.Store.List() {
+		if r.ContainerID == except {
+			continue
+		}
+		for _, d := range r.Devices {
+			if d.UUID == uuid && d.Cores > 0 {
+				out = append(out, api.PhaseSpan{Phase: r.Phases[uuid], Cores: d.Cores})
+			}
+		}
+	}
+	return out
+}
+
+// controlNodes are the NVIDIA nodes every CUDA process needs besides its GPUs'; the
+// optional ones are added when the host has them.
+var controlNodes = []struct {
+	name     string
+	required bool
+}{{"nvidiactl", true}, {"nvidia-uvm", true}, {"nvidia-uvm-tools", false}}
+
+func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) {
+	devs, err := b.cfg.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("listing the node's GPUs: %w", err)
+	}
+	byUUID := make(map[string]gpu.Device, len(devs))
+	for _, d := range devs {
+		byUUID[d.UUID] = d
+	}
+	var out []DeviceNode
+	seen := map[int]bool{}
+	for _, g := range ca.Devices {
+		d, ok := byUUID[g.UUID]
+		if !ok {
+			return nil, fmt.Errorf("assigned GPU %s is not on this node", g.UUID)
+		}
+		if d.ParentUUID != "" {
+			// A MIG instance also needs its capability device nodes, which this agent
+			// does not resolve yet; starting it with the whole parent GPU instead would
+			// break isolation.
+			return nil, fmt.Errorf("assigned MIG instance %s cannot be bound yet (MIG capability devices are not supported)", g.UUID)
+		}
+		if d.Minor < 0 {
+			return nil, fmt.Errorf("GPU %s has no known device minor number", g.UUID)
+		}
+		if seen[d.Minor] {
+			continue
+		}
+		seen[d.Minor] = true
+		name := fmt.Sprintf("nvidia%d", d.Minor)
+		n, err := b.cfg.StatDevice(filepath.Join(b.cfg.DevDir, name))
+		if err != nil {
+			return nil, fmt.Errorf("GPU %s: %w", g.UUID, err)
+		}
+		n.Path = "/dev/" + name // the agent may see the host's /dev elsewhere
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Minor < out[j].Minor })
+	for _, c := range controlNodes {
+		n, err := b.cfg.StatDevice(filepath.Join(b.cfg.DevDir, c.name))
+		if err != nil {
+			if c.required {
+				return nil, fmt.Errorf("NVIDIA control device: %w", err)
+			}
+			continue
+		}
+		n.Path = "/dev/" + c.name
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Unbind forgets a container that is gone and removes its limits directory.
+func (b *Binder) Unbind(containerID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.cfg.Store.Get(containerID)
+	if !ok {
+		return nil
+	}
+	if err := b.cfg.Store.Delete(containerID); err != nil {
+		return err
+	}
+	if r.LimitsDir != "" && strings.HasPrefix(r.LimitsDir, b.cfg.LimitsRoot+string(os.PathSeparator)) {
+		return os.RemoveAll(r.LimitsDir)
+	}
+	return nil
+}
+
+// Reconcile is given every container the runtime has (after the agent starts, or
+// reconnects to the runtime). Records of containers that no longer exist are removed;
+// Tessera containers without a record (a lost or corrupt checkpoint) are bound again,
+// which rewrites their limits file in the directory they already have mounted. It
+// returns the refusals it met, for logging: a running container cannot be refused.
+func (b *Binder) Reconcile(live []Request) []error {
+	var errs []error
+	alive := map[string]bool{}
+	for _, r := range live {
+		alive[r.ContainerID] = true
+	}
+	for _, rec := range b.cfg.Store.List() {
+		if !alive[rec.ContainerID] {
+			if err := b.Unbind(rec.ContainerID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, r := range live {
+		if _, ok := b.cfg.Store.Get(r.ContainerID); ok {
+			continue
+		}
+		if _, has := r.PodAnnotations[api.AnnotationAssignment]; !has {
+			continue
+		}
+		if _, err := b.Bind(r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// Records returns the bound containers.
+func (b *Binder) Records() []checkpoint.Record { return b.cfg.Store.List() }
+
+func statDevice(path string) (DeviceNode, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return DeviceNode{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var typ string
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		typ = "c"
+	case unix.S_IFBLK:
+		typ = "b"
+	default:
+		return DeviceNode{}, fmt.Errorf("%s is not a device node", path)
+	}
+	return DeviceNode{Path: path, Type: typ, Major: int64(unix.Major(uint64(st.Rdev))), Minor: int64(unix.Minor(uint64(st.Rdev))),
+		FileMode: st.Mode & 0o777, UID: st.Uid, GID: st.Gid}, nil
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,243 @@
+package binding
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
+)
+
+// fakeDev stands in for stat on /dev: nvidia<N> is char 195:N, nvidiactl 195:255,
+// nvidia-uvm 510:0; anything else does not exist.
+func fakeDev(path string) (DeviceNode, error) {
+	base := filepath.Base(path)
+	switch {
+	case base == "nvidiactl":
+		return DeviceNode{Path: path, Type: "c", Major: 195, Minor: 255, FileMode: 0o666}, nil
+	case base == "nvidia-uvm":
+		return DeviceNode{Path: path, Type: "c", Major: 510, Minor: 0, FileMode: 0o666}, nil
+	case strings.HasPrefix(base, "nvidia"):
+		var n int64
+		if _, err := fmt.Sscanf(base, "nvidia%d", &n); err == nil {
+			return DeviceNode{Path: path, Type: "c", Major: 195, Minor: n, FileMode: 0o666}, nil
+		}
+	}
+	return DeviceNode{}, fmt.Errorf("%s: %w", path, os.ErrNotExist)
+}
+
+var gpus = []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}, {UUID: "MIG-1", Index: 1, Minor: 1, ParentUUID: "GPU-1"}}
+
+func newBinder(t *testing.T, dir string) *Binder {
+	t.Helper()
+	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := filepath.Join(dir, "libtessera-cuda.so")
+	if err := os.WriteFile(hook, []byte("elf"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{
+		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
+		Devices:    func() ([]gpu.Device, error) { return gpus, nil },
+		LimitsRoot: filepath.Join(dir, "limits"), HookLibrary: hook, PreloadFile: filepath.Join(dir, "ld.so.preload"),
+		StatDevice: fakeDev,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func assignment(t *testing.T, node string, cs ...api.ContainerAssignment) map[string]string {
+	t.Helper()
+	s, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: node, Containers: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{api.AnnotationAssignment: s, "other": "x"}
+}
+
+func req(id, container string, ann map[string]string, env ...string) Request {
+	return Request{PodUID: "uid-1", Namespace: "team", Pod: "train", PodAnnotations: ann, Container: container,
+		ContainerID: id, CgroupsPath: "kubepods-burstable-poduid_1.slice:cri-containerd:" + id, Env: env}
+}
+
+func TestBindAssignedContainer(t *testing.T) {
+	dir := t.TempDir()
+	b := newBinder(t, dir)
+	ann := assignment(t, "node-1",
+		api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}, {UUID: "GPU-0", Index: 0, MemoryMiB: 2048}}},
+		api.ContainerAssignment{Name: "side", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 1024, Cores: 50}}})
+	e, err := b.Bind(req("c1", "main", ann, deviceplugin.EnvRequested+"=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, d := range e.Devices {
+		paths = append(paths, fmt.Sprintf("%s=%d:%d", d.Path, d.Major, d.Minor))
+	}
+	if got := strings.Join(paths, ","); got != "/dev/nvidia0=195:0,/dev/nvidia1=195:1,/dev/nvidiactl=195:255,/dev/nvidia-uvm=510:0" {
+		t.Errorf("devices %s", got)
+	}
+	if len(e.Env) != 1 || e.Env[0] != [2]string{EnvVisibleDevices, "GPU-1,GPU-0"} {
+		t.Errorf("env %v", e.Env)
+	}
+	cg := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poduid_1.slice/cri-containerd-c1.scope"
+	limitsDir := api.HostLimitsDir(filepath.Join(dir, "limits"), cg)
+	want := []Mount{
+		{Source: limitsDir, Destination: api.ContainerLimitsDir, ReadOnly: true},
+		{Source: filepath.Join(dir, "libtessera-cuda.so"), Destination: filepath.Join(dir, "libtessera-cuda.so"), ReadOnly: true},
+		{Source: filepath.Join(dir, "ld.so.preload"), Destination: PreloadPath, ReadOnly: true},
+	}
+	if fmt.Sprint(e.Mounts) != fmt.Sprint(want) {
+		t.Errorf("mounts %v\nwant %v", e.Mounts, want)
+	}
+	data, err := os.ReadFile(filepath.Join(limitsDir, api.LimitsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := api.DecodeLimits(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Cgroup != cg || len(l.GPUs) != 2 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30, Phase: 0}) || l.GPUs[1].UUID != "GPU-0" {
+		t.Errorf("limits %+v", l)
+	}
+	if pre, _ := os.ReadFile(filepath.Join(dir, "ld.so.preload")); string(pre) != filepath.Join(dir, "libtessera-cuda.so")+"\n" {
+		t.Errorf("preload %q", pre)
+	}
+
+	// The second container on GPU-1 gets the compute window after the first one's.
+	if _, err := b.Bind(req("c2", "side", ann)); err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := b.cfg.Store.Get("c2")
+	if r2.Phases["GPU-1"] != 30 {
+		t.Errorf("phase %d, want 30", r2.Phases["GPU-1"])
+	}
+	// Binding c1 again (runtime retry, agent restart) keeps its phase and limits dir.
+	if _, err := b.Bind(req("c1", "main", ann)); err != nil {
+		t.Fatal(err)
+	}
+	if r1, _ := b.cfg.Store.Get("c1"); r1.Phases["GPU-1"] != 0 || r1.LimitsDir != limitsDir {
+		t.Errorf("rebind: %+v", r1)
+	}
+
+	// Removal deletes the record and the directory.
+	if err := b.Unbind("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(limitsDir); !os.IsNotExist(err) {
+		t.Error("limits dir left behind")
+	}
+	if _, ok := b.cfg.Store.Get("c1"); ok {
+		t.Error("record left behind")
+	}
+}
+
+func TestUntouchedAndRefused(t *testing.T) {
+	b := newBinder(t, t.TempDir())
+	good := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100}}})
+	marker := deviceplugin.EnvRequested + "=1"
+	for name, tc := range map[string]struct {
+		r       Request
+		refused string // "" : untouched
+	}{
+		"no annotation, no request":    {req("a", "main", nil), ""},
+		"sidecar not in assignment":    {req("b", "sidecar", good), ""},
+		"bad annotation, no request":   {req("c", "main", map[string]string{api.AnnotationAssignment: "{"}), ""},
+		"requested without assignment": {req("d", "main", nil, marker), "has no tessera.dev/gpu-assignment annotation"},
+		"requested, bad annotation":    {req("e", "main", map[string]string{api.AnnotationAssignment: `{"version":7}`}, marker), "version 7 is not supported"},
+		"requested, not in assignment": {req("f", "sidecar", good, marker), "has no entry for it"},
+		"assignment for another node":  {req("g", "main", assignment(t, "node-2", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1}}})), `is for node "node-2"`},
+		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 1}}})), "GPU-9 is not on this node"},
+		"MIG not supported yet":        {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 1}}})), "MIG"},
+		"bad cgroups path":             {Request{PodAnnotations: good, Container: "main", ContainerID: "j", CgroupsPath: "nonsense"}, "cgroups path"},
+		"no cgroups path":              {Request{PodAnnotations: good, Container: "main", ContainerID: "k"}, "no cgroups path"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, err := b.Bind(tc.r)
+			if tc.refused == "" {
+				if err != nil || e != nil {
+					t.Fatalf("want untouched, got %v %v", e, err)
+				}
+				return
+			}
+			var re *RefusedError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), tc.refused) {
+				t.Fatalf("error %v, want refusal containing %q", err, tc.refused)
+			}
+			if _, ok := b.cfg.Store.Get(tc.r.ContainerID); ok {
+				t.Error("a refused container was recorded")
+			}
+		})
+	}
+	// The pod spec, when known, also marks a container as requesting.
+	b.cfg.PodRequestsGPU = func(uid, c string) (bool, bool) { return uid == "uid-1" && c == "main", true }
+	if _, err := b.Bind(req("z", "main", nil)); err == nil {
+		t.Error("a container whose spec asks for GPUs ran without an assignment")
+	}
+}
+
+// After an agent restart with a lost checkpoint, Reconcile rebinds the running
+// containers and forgets the ones that are gone.
+func TestReconcileAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	b := newBinder(t, dir)
+	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100, Cores: 20}}})
+	if _, err := b.Bind(req("gone", "main", ann)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Bind(req("live", "main", ann)); err != nil {
+		t.Fatal(err)
+	}
+	// Restart: a new binder over the same checkpoint file.
+	b2 := newBinder(t, dir)
+	if len(b2.Records()) != 2 {
+		t.Fatalf("records after restart: %d", len(b2.Records()))
+	}
+	if errs := b2.Reconcile([]Request{req("live", "main", ann), req("plain", "app", nil)}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	recs := b2.Records()
+	if len(recs) != 1 || recs[0].ContainerID != "live" || recs[0].Phases["GPU-0"] != 20 {
+		t.Fatalf("records %+v", recs)
+	}
+	// Checkpoint lost entirely: reconcile rebinds from the pod annotations.
+	os.Remove(filepath.Join(dir, "checkpoint.json"))
+	b3 := newBinder(t, dir)
+	if errs := b3.Reconcile([]Request{req("live", "main", ann)}); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if len(b3.Records()) != 1 {
+		t.Fatalf("not rebuilt: %+v", b3.Records())
+	}
+}
+
+func TestResolveCgroup(t *testing.T) {
+	for in, want := range map[string]string{
+		"kubepods-besteffort-pod12_3.slice:cri-containerd:abc": "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_3.slice/cri-containerd-abc.scope",
+		"kubepods.slice:crio:abc":                              "/kubepods.slice/crio-abc.scope",
+		"system.slice::abc.slice":                              "/system.slice/abc.slice",
+		"/kubepods/besteffort/pod1/abc":                        "/kubepods/besteffort/pod1/abc",
+		"/kubepods//x/":                                        "/kubepods/x",
+	} {
+		got, err := ResolveCgroup(in)
+		if err != nil || got != want {
+			t.Errorf("ResolveCgroup(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "a:b", "notaslice:x:y", "-a.slice:x:y", "a--b.slice:x:y", "/a/../b", "/a b", "a.slice:x:"} {
+		if got, err := ResolveCgroup(bad); err == nil {
+			t.Errorf("ResolveCgroup(%q) = %q, want error", bad, got)
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package nri
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	nriapi "github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
+)
+
+// runtime is the runtime side of NRI (what containerd embeds), serving the real socket
+// protocol; Tessera's plugin connects to it like it would to containerd.
+type runtime struct {
+	r    *adaptation.Adaptation
+	mu   sync.Mutex
+	pods []*nriapi.PodSandbox
+	ctrs []*nriapi.Container
+}
+
+func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*nriapi.Container) *runtime {
+	t.Helper()
+	rt := &runtime{pods: pods, ctrs: ctrs}
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		rt.mu.Lock()
+		p, c := rt.pods, rt.ctrs
+		rt.mu.Unlock()
+		_, err := cb(ctx, p, c)
+		return err
+	}
+	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) { return nil, nil }
+	r, err := adaptation.New("containerd", "v2.2.0", sync, update,
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
+		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rt.r = r
+	return rt
+}
+
+func (rt *runtime) create(t *testing.T, pod *nriapi.PodSandbox, ctr *nriapi.Container) (*nriapi.ContainerAdjustment, error) {
+	t.Helper()
+	b := rt.r.BlockPluginSync()
+	defer b.Unblock()
+	resp, err := rt.r.CreateContainer(context.Background(), &adaptation.CreateContainerRequest{Pod: pod, Container: ctr})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetAdjust(), nil
+}
+
+func fakeDev(path string) (binding.DeviceNode, error) {
+	switch filepath.Base(path) {
+	case "nvidia0":
+		return binding.DeviceNode{Type: "c", Major: 195, Minor: 0, FileMode: 0o666}, nil
+	case "nvidia1":
+		return binding.DeviceNode{Type: "c", Major: 195, Minor: 1, FileMode: 0o666}, nil
+	case "nvidiactl":
+		return binding.DeviceNode{Type: "c", Major: 195, Minor: 255, FileMode: 0o666}, nil
+	case "nvidia-uvm":
+		return binding.DeviceNode{Type: "c", Major: 510, Minor: 0, FileMode: 0o666}, nil
+	}
+	return binding.DeviceNode{}, os.ErrNotExist
+}
+
+func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
+	t.Helper()
+	store, err := checkpoint.Open(filepath.Join(dir, "state", "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := binding.New(binding.Config{
+		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
+		Devices: func() ([]gpu.Device, error) {
+			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
+		},
+		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(b, filepath.Join(dir, "nri.sock"), logr.Discard()), b
+}
+
+func pod(t *testing.T, uid string, cs ...api.ContainerAssignment) *nriapi.PodSandbox {
+	p := &nriapi.PodSandbox{Id: "sandbox-" + uid, Uid: uid, Name: "pod-" + uid, Namespace: "team", Annotations: map[string]string{}}
+	if len(cs) > 0 {
+		s, err := api.EncodeAssignment(&api.PodAssignment{Version: 1, Node: "node-1", Containers: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations[api.AnnotationAssignment] = s
+	}
+	return p
+}
+
+func ctr(p *nriapi.PodSandbox, id, name string, env ...string) *nriapi.Container {
+	return &nriapi.Container{Id: id, PodSandboxId: p.Id, Name: name, Env: env, State: nriapi.ContainerState_CONTAINER_RUNNING,
+		Linux: &nriapi.LinuxContainer{CgroupsPath: "kubepods-pod" + p.Uid + ".slice:cri-containerd:" + id}}
+}
+
+func waitConnected(t *testing.T, p *Plugin) {
+	t.Helper()
+	select {
+	case <-p.connected:
+	case <-time.After(20 * time.Second):
+		t.Fatal("plugin did not synchronise with the runtime")
+	}
+}
+
+func TestPluginOverNRISocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	rt := startRuntime(t, dir, nil, nil)
+	p, b := newPlugin(t, dir)
+	var connMu sync.Mutex
+	var conn net.Conn
+	p.dial = func(path string) (net.Conn, error) {
+		c, err := net.Dial("unix", path)
+		connMu.Lock()
+		conn = c
+		connMu.Unlock()
+		return c, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	waitConnected(t, p)
+
+	gpuPod := pod(t, "u1", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 8192, Cores: 40}}})
+	adj, err := rt.create(t, gpuPod, ctr(gpuPod, "c1", "train", deviceplugin.EnvRequested+"=1", "NVIDIA_VISIBLE_DEVICES=all"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devs []string
+	for _, d := range adj.GetLinux().GetDevices() {
+		devs = append(devs, d.Path)
+	}
+	if got := strings.Join(devs, ","); got != "/dev/nvidia1,/dev/nvidiactl,/dev/nvidia-uvm" {
+		t.Errorf("devices %s", got)
+	}
+	var env []string
+	for _, e := range adj.GetEnv() {
+		env = append(env, e.Key+"="+e.Value)
+	}
+	if got := strings.Join(env, ","); got != "NVIDIA_VISIBLE_DEVICES=GPU-1" {
+		t.Errorf("env %s", got)
+	}
+	mounts := adj.GetMounts()
+	if len(mounts) != 1 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") {
+		t.Fatalf("mounts %+v", mounts)
+	}
+	data, err := os.ReadFile(filepath.Join(mounts[0].Source, api.LimitsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := api.DecodeLimits(data)
+	if err != nil || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 8192, Cores: 40}) || l.Cgroup != "/kubepods.slice/kubepods-podu1.slice/cri-containerd-c1.scope" {
+		t.Fatalf("limits %+v %v", l, err)
+	}
+
+	// A container without GPUs passes untouched.
+	plain := pod(t, "u2")
+	adj, err = rt.create(t, plain, ctr(plain, "c2", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(adj.GetLinux().GetDevices()) != 0 || len(adj.GetEnv()) != 0 || len(adj.GetMounts()) != 0 {
+		t.Errorf("plain container adjusted: %+v", adj)
+	}
+
+	// A container that asked for GPUs but has no assignment is refused, with the reason.
+	var refused []string
+	p.OnRefused = func(ns, pod, c, reason string) { refused = append(refused, ns+"/"+pod+"/"+c) }
+	_, err = rt.create(t, plain, ctr(plain, "c3", "sneaky", deviceplugin.EnvRequested+"=1"))
+	if err == nil || !strings.Contains(err.Error(), "no tessera.dev/gpu-assignment annotation") {
+		t.Fatalf("unassigned GPU container: %v", err)
+	}
+	if len(refused) != 1 || refused[0] != "team/pod-u2/sneaky" {
+		t.Errorf("refusals %v", refused)
+	}
+
+	// Runtime restart: the plugin reconnects and reconciles. c1 still runs; c9 was
+	// bound before and is gone now.
+	_, _ = b.Bind(binding.Request{PodUID: "u9", Namespace: "team", Pod: "old", Container: "train", ContainerID: "c9",
+		PodAnnotations: gpuPod.Annotations, CgroupsPath: "/kubepods/podu9/c9"})
+	// The runtime dies: its end of the connection goes away with it.
+	rt.r.Stop()
+	connMu.Lock()
+	conn.Close()
+	connMu.Unlock()
+	rt2 := startRuntime(t, dir, []*nriapi.PodSandbox{gpuPod}, []*nriapi.Container{ctr(gpuPod, "c1", "train")})
+	waitConnected(t, p)
+	recs := b.Records()
+	if len(recs) != 1 || recs[0].ContainerID != "c1" {
+		t.Fatalf("records after runtime restart: %+v", recs)
+	}
+
+	// Removal forgets the container and its limits.
+	b2 := rt2.r.BlockPluginSync()
+	err = rt2.r.RemoveContainer(ctx, &adaptation.RemoveContainerRequest{Pod: gpuPod, Container: ctr(gpuPod, "c1", "train")})
+	b2.Unblock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Records()) != 0 {
+		t.Errorf("records after removal: %+v", b.Records())
+	}
+	if _, err := os.Stat(mounts[0].Source); !os.IsNotExist(err) {
+		t.Error("limits dir left after removal")
+	}
+	cancel()
+	rt2.r.Stop()
+	<-done
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
