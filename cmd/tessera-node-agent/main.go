@@ -29,6 +29,7 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	agent.ApplySimulateDefaults(fs, &cfg)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
 		return 2

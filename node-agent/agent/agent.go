@@ -8,12 +8,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -22,11 +28,16 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
+	"github.com/tessera-dev/tessera/node-agent/metrics"
+	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
 	"github.com/tessera-dev/tessera/node-agent/simsource"
+	"github.com/tessera-dev/tessera/node-agent/watchdog"
 )
 
 // Config is everything the agent is started with.
@@ -45,6 +56,23 @@ type Config struct {
 	DevicePlugin         bool
 	DevicePluginDir      string
 	DevicePluginReplicas int
+
+	NRI         bool
+	NRISocket   string
+	StateDir    string
+	LimitsRoot  string
+	HookLibrary string
+	DevDir      string
+	ContextMiB  int64
+
+	Watchdog             bool
+	WatchdogInterval     time.Duration
+	WatchdogGrace        time.Duration
+	WatchdogAction       string
+	WatchdogToleranceMiB int64
+	ProcRoot             string
+
+	MetricsAddr string
 }
 
 // Validate checks the configuration and names the flag at fault.
@@ -63,6 +91,26 @@ func (c *Config) Validate() error {
 	}
 	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {
 		return fmt.Errorf("--device-plugin-replicas %d out of range 1..1024", c.DevicePluginReplicas)
+	}
+	if (c.NRI || c.Watchdog) && c.StateDir == "" {
+		return errors.New("--state-dir is required with --nri or --watchdog")
+	}
+	if c.NRI && !filepath.IsAbs(c.LimitsRoot) {
+		return fmt.Errorf("--limits-root %q must be an absolute path", c.LimitsRoot)
+	}
+	if c.HookLibrary != "" && !filepath.IsAbs(c.HookLibrary) {
+		return fmt.Errorf("--hook-library %q must be an absolute path", c.HookLibrary)
+	}
+	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
+		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
+	}
+	if c.Watchdog {
+		if _, err := watchdog.ParseAction(c.WatchdogAction); err != nil {
+			return fmt.Errorf("--watchdog-action: %w", err)
+		}
+		if c.WatchdogInterval < 100*time.Millisecond || c.WatchdogGrace < 0 || c.WatchdogToleranceMiB < 0 {
+			return errors.New("--watchdog-interval must be at least 100ms, --watchdog-grace and --watchdog-tolerance-mib not negative")
+		}
 	}
 	return nil
 }
@@ -97,26 +145,36 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // Agent is a running node agent.
 type Agent struct {
-	cfg       Config
-	log       logr.Logger
-	client    kubernetes.Interface
-	source    gpu.Source
-	recorder  record.EventRecorder
-	cancel    context.CancelFunc
+	cfg      Config
+	log      logr.Logger
+	client   kubernetes.Interface
+	source   gpu.Source
+	recorder record.EventRecorder
+	cancel   context.CancelFunc
+
 	Publisher *inventory.Publisher
 	Plugin    *deviceplugin.Plugin
+	Binder    *binding.Binder
+	NRI       *nriplugin.Plugin
+	Watchdog  *watchdog.Watchdog
+	Metrics   *metrics.Metrics
 }
 
-// New builds an agent from its parts; Run starts it.
-func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.Source) (*Agent, error) {
+// New builds an agent from its parts; Run starts it. A nil recorder sends events to
+// the API server.
+func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.Source, recorder record.EventRecorder) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, client: client, source: source}
+	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder}
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
 	}
+	a.Metrics = metrics.New(func() (time.Duration, bool) {
+		_, at := a.Publisher.Last()
+		return time.Since(at), !at.IsZero()
+	})
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
@@ -128,8 +186,94 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		}
 		a.Plugin = p
 	}
+	var store *checkpoint.Store
+	if cfg.NRI || cfg.Watchdog {
+		var err error
+		store, err = checkpoint.Open(filepath.Join(cfg.StateDir, "checkpoint.json"))
+		if errors.Is(err, checkpoint.ErrCorrupt) {
+			// Not fatal: the NRI synchronisation rebuilds every running container's
+			// record from its pod's assignment.
+			log.Error(err, "checkpoint discarded; records will be rebuilt from the runtime")
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.NRI {
+		b, err := binding.New(binding.Config{
+			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
+			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
+			DevDir: cfg.DevDir, ContextMiB: cfg.ContextMiB, PodRequestsGPU: a.podRequestsGPU(names),
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Binder = b
+		a.NRI = nriplugin.New(b, cfg.NRISocket, log.WithName("nri"))
+		a.NRI.OnRefused = func(ns, pod, c, reason string) {
+			a.Metrics.ContainersRefused.Inc()
+			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)
+		}
+	}
+	if cfg.Watchdog {
+		action, _ := watchdog.ParseAction(cfg.WatchdogAction)
+		w, err := watchdog.New(watchdog.Config{
+			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
+			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
+			Log: log.WithName("watchdog"),
+			Event: func(r checkpoint.Record, reason, msg string) {
+				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.Watchdog = w
+	}
 	a.Publisher.OnPublish = a.onPublish
 	return a, nil
+}
+
+// podRequestsGPU asks the API server whether a container's spec requests GPUs. It is
+// consulted only for containers outside any assignment, and only by pod UID, so it
+// cannot confuse two pods.
+func (a *Agent) podRequestsGPU(names api.ResourceNames) func(uid, container string) (bool, bool) {
+	return func(uid, container string) (bool, bool) {
+		// The NRI request carries namespace and name too, but the binder passes only
+		// the UID; list the node's pods once and match by UID.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pods, err := a.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + a.cfg.NodeName})
+		if err != nil {
+			if !apierrors.IsForbidden(err) {
+				a.log.Error(err, "listing the node's pods to check a container's GPU request")
+			}
+			return false, false
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if string(p.UID) != uid {
+				continue
+			}
+			for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+				for j := range cs {
+					if cs[j].Name == container {
+						one := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{cs[j]}}}
+						return api.HasGPURequest(one, names), true
+					}
+				}
+			}
+			return false, true
+		}
+		return false, false
+	}
+}
+
+func (a *Agent) podEvent(namespace, pod, uid, reason, msg string) {
+	if a.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(uid)}
+	a.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
 }
 
 // onPublish fans a freshly published inventory out to the subsystems that follow it.
@@ -137,29 +281,23 @@ func (a *Agent) onPublish(inv *api.NodeInventory) {
 	if a.Plugin != nil {
 		a.Plugin.Update(inv)
 	}
+	a.Metrics.SetInventory(inv)
 }
 
 // Run runs every enabled subsystem until ctx is done.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, a.cancel = context.WithCancel(ctx)
 	defer a.cancel()
-	bc := record.NewBroadcaster(record.WithContext(ctx))
-	bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
-	defer bc.Shutdown()
-	a.recorder = bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "tessera-node-agent", Host: a.cfg.NodeName})
+	if a.recorder == nil {
+		bc := record.NewBroadcaster(record.WithContext(ctx))
+		bc.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+		defer bc.Shutdown()
+		a.recorder = bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "tessera-node-agent", Host: a.cfg.NodeName})
+	}
 	a.Publisher.Recorder = a.recorder
 
-	go func() {
-		err := a.source.WatchHealth(ctx, func(e gpu.HealthEvent) {
-			a.log.Info("GPU health changed", "uuid", e.UUID, "healthy", e.Healthy, "reason", e.Reason)
-			a.Publisher.Trigger()
-		})
-		if err != nil {
-			a.log.Error(err, "GPU health events stopped; health is read on each refresh only")
-		}
-	}()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 8)
 	start := func(name string, f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -169,9 +307,40 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	start("health", func(ctx context.Context) error {
+		err := a.source.WatchHealth(ctx, func(e gpu.HealthEvent) {
+			a.log.Info("GPU health changed", "uuid", e.UUID, "healthy", e.Healthy, "reason", e.Reason)
+			a.Publisher.Trigger()
+		})
+		if err != nil {
+			a.log.Error(err, "GPU health events stopped; health is read on each refresh only")
+		}
+		return nil
+	})
 	start("inventory", func(ctx context.Context) error { a.Publisher.Run(ctx); return nil })
 	if a.Plugin != nil {
 		start("device plugin", a.Plugin.Run)
+	}
+	if a.NRI != nil {
+		start("NRI", a.NRI.Run)
+	}
+	if a.Watchdog != nil {
+		start("watchdog", a.Watchdog.Run)
+	}
+	if a.cfg.MetricsAddr != "" {
+		l, err := net.Listen("tcp", a.cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		srv := &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		start("metrics", func(ctx context.Context) error {
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		a.log.Info("serving metrics", "addr", l.Addr().String())
 	}
 	// A subsystem that fails for good stops the agent, so that its pod restarts and the
 	// failure is visible, rather than running half-working.

@@ -10,19 +10,62 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
+	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 )
 
 // BindFlags registers the agent's flags on fs, with their defaults.
 func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
-	fs.StringVar(&c.Simulate, "simulate", "", "read the GPUs from this simulated topology file instead of NVML")
+	fs.StringVar(&c.Simulate, "simulate", "", "read the GPUs from this simulated topology file instead of NVML; "+
+		"turns --device-plugin, --nri, --watchdog and --metrics-addr off unless they are given")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 30*time.Second, "re-confirm the inventory annotation at least this often")
 	fs.DurationVar(&c.Poll, "poll", 5*time.Second, "read the GPUs this often to detect changes")
 	fs.StringVar(&c.ResourceDomain, "resource-domain", api.DefaultDomain, "domain of the GPU resource names (<domain>/gpu, <domain>/gpu-memory, ...)")
+
 	fs.BoolVar(&c.DevicePlugin, "device-plugin", true, "register the GPU resource with kubelet as a device plugin")
 	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "kubelet's device-plugin directory (holds kubelet.sock)")
 	fs.IntVar(&c.DevicePluginReplicas, "device-plugin-replicas", 32, "containers that may share one GPU, as kubelet counts <domain>/gpu")
+
+	fs.BoolVar(&c.NRI, "nri", true, "bind GPU containers at creation through the runtime's NRI socket")
+	fs.StringVar(&c.NRISocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/tessera", "directory for the checkpoint of bound containers and the preload file")
+	fs.StringVar(&c.LimitsRoot, "limits-root", api.DefaultHostLimitsRoot, "host directory holding one limits directory per bound container")
+	fs.StringVar(&c.HookLibrary, "hook-library", "", "host path of the CUDA hook library to preload in GPU containers (empty: no hook)")
+	fs.StringVar(&c.DevDir, "dev-dir", "/dev", "where the host's NVIDIA device nodes are visible to the agent")
+	fs.Int64Var(&c.ContextMiB, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context against a container's memory limit")
+
+	fs.BoolVar(&c.Watchdog, "watchdog", true, "watch NVML's per-process usage and act on containers above their memory limit")
+	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", 5*time.Second, "how often the watchdog samples usage")
+	fs.DurationVar(&c.WatchdogGrace, "watchdog-grace", 30*time.Second, "how long a container may stay above its limit before the action")
+	fs.StringVar(&c.WatchdogAction, "watchdog-action", "event", "what to do about a container above its limit: event (pod event and metric) or kill (also end its processes on that GPU)")
+	fs.Int64Var(&c.WatchdogToleranceMiB, "watchdog-tolerance-mib", 64, "MiB above the limit tolerated before a container counts as over")
+	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
+
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint (empty: none)")
+}
+
+// ApplySimulateDefaults turns off, for a simulated node, the subsystems that need a
+// real node (kubelet, a runtime, GPU processes, a free port per agent) unless the
+// flag was given explicitly.
+func ApplySimulateDefaults(fs *flag.FlagSet, c *Config) {
+	if c.Simulate == "" {
+		return
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["device-plugin"] {
+		c.DevicePlugin = false
+	}
+	if !set["nri"] {
+		c.NRI = false
+	}
+	if !set["watchdog"] {
+		c.Watchdog = false
+	}
+	if !set["metrics-addr"] {
+		c.MetricsAddr = ""
+	}
 }
 
 // Main opens the GPU source and the API client and runs the agent until ctx is done.
@@ -36,10 +79,11 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	a, err := New(cfg, log, client, src)
+	a, err := New(cfg, log, client, src, nil)
 	if err != nil {
 		return err
 	}
-	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate)
+	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
+		"nri", cfg.NRI, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr)
 	return a.Run(ctx)
 }

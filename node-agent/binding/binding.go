@@ -175,14 +175,16 @@ func (b *Binder) requested(r *Request) bool {
 // Bind decides for one container being created. It returns nil edits and no error for
 // a container that is not Tessera's, a RefusedError for one that must not start.
 func (b *Binder) Bind(r Request) (*Edits, error) {
-	requested := b.requested(&r)
+	// Asked lazily: the pod-spec lookup may be an API call, needed only when the
+	// container is not in an assignment.
+	requested := func() bool { return b.requested(&r) }
 	who := fmt.Sprintf("container %q of pod %s/%s", r.Container, r.Namespace, r.Pod)
 	refuse := func(format string, args ...any) (*Edits, error) {
 		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
 	}
 	raw, has := r.PodAnnotations[api.AnnotationAssignment]
 	if !has {
-		if requested {
+		if requested() {
 			return refuse("it asks for %s but the pod has no %s annotation, so no GPU share was reserved for it; "+
 				"set the pod's spec.schedulerName to Tessera's scheduler. It is not started without limits", b.cfg.Names.GPU, api.AnnotationAssignment)
 		}
@@ -190,14 +192,14 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	}
 	a, err := api.DecodeAssignment(raw)
 	if err != nil {
-		if requested {
+		if requested() {
 			return refuse("the pod's %s annotation is invalid: %v", api.AnnotationAssignment, err)
 		}
 		return nil, nil
 	}
 	ca := a.Container(r.Container)
 	if ca == nil {
-		if requested {
+		if requested() {
 			return refuse("it asks for %s but the pod's GPU assignment has no entry for it", b.cfg.Names.GPU)
 		}
 		return nil, nil

@@ -40,7 +40,9 @@ func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*n
 		_, err := cb(ctx, p, c)
 		return err
 	}
-	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) { return nil, nil }
+	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	}
 	r, err := adaptation.New("containerd", "v2.2.0", sync, update,
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
 		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"context"
+	"flag"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+func sample(name string) string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(f), "..", "..", "config", "simulated", name)
+}
+
+func parse(t *testing.T, args ...string) Config {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var c Config
+	BindFlags(fs, &c)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	ApplySimulateDefaults(fs, &c)
+	return c
+}
+
+// The local cluster starts simulated agents with only these three flags; they must
+// publish the inventory with nothing else on the machine.
+func TestSimulatedAgentPublishes(t *testing.T) {
+	c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused", "--poll", "100ms", "--heartbeat", "1s")
+	if c.DevicePlugin || c.NRI || c.Watchdog || c.MetricsAddr != "" {
+		t.Fatalf("simulate defaults not applied: %+v", c)
+	}
+	src, err := OpenSource(&c, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0"}})
+	a, err := New(c, logr.Discard(), client, src, record.NewFakeRecorder(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.Run(ctx) }()
+	var first time.Time
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := client.CoreV1().Nodes().Get(ctx, "sim-0", metav1.GetOptions{})
+		if v, ok := n.Annotations[api.AnnotationInventory]; ok {
+			inv, err := api.DecodeInventory(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(inv.GPUs) != 8 || n.Labels[api.LabelCount] != "8" || n.Labels[api.LabelModel] != "NVIDIA-H100-80GB-HBM3" {
+				t.Fatalf("published %d GPUs, labels %v", len(inv.GPUs), n.Labels)
+			}
+			if first.IsZero() {
+				first = inv.UpdatedAt
+			} else if inv.UpdatedAt.After(first) {
+				break // the heartbeat moved UpdatedAt on
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no inventory heartbeat")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := parse(t, "--node-name", "n")
+	if err := good.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	if !good.DevicePlugin || !good.NRI || !good.Watchdog || good.MetricsAddr == "" {
+		t.Errorf("real-node defaults: %+v", good)
+	}
+	// Explicit flags win over the simulate defaults.
+	c := parse(t, "--simulate", "x", "--node-name", "n", "--device-plugin=true")
+	if !c.DevicePlugin || c.NRI {
+		t.Errorf("explicit flag lost: %+v", c)
+	}
+	for args, want := range map[string]string{
+		"--node-name=":                    "--node-name is required",
+		"--heartbeat=10ms":                "--heartbeat",
+		"--poll=1h":                       "--poll",
+		"--resource-domain=kubernetes.io": "reserved domain",
+		"--device-plugin-replicas=0":      "--device-plugin-replicas",
+		"--watchdog-action=nuke":          "--watchdog-action",
+		"--hook-library=relative.so":      "--hook-library",
+		"--limits-root=relative":          "--limits-root",
+		"--context-mib=-1":                "--context-mib",
+		"--watchdog-interval=1ms":         "--watchdog-interval",
+	} {
+		c := parse(t, append([]string{"--node-name", "n"}, strings.Fields(args)...)...)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", args, err, want)
+		}
+	}
+}
+
+func TestLogger(t *testing.T) {
+	for _, f := range []string{"json", "console"} {
+		if _, flush, err := NewLogger(f, 1); err != nil {
+			t.Errorf("%s: %v", f, err)
+		} else {
+			flush()
+		}
+	}
+	if _, _, err := NewLogger("xml", 0); err == nil {
+		t.Error("xml accepted")
+	}
+}
