@@ -1,0 +1,493 @@
+/*
+ * A fake libcuda.so.1 for testing the hook on machines without a GPU. It implements
+ * the driver functions the hook and its tests call, with simulated devices:
+ *
+ *   - FAKE_CUDA_DEVICES devices (default 4), each with FAKE_CUDA_MEM_MIB of memory
+ *     (default 81920) and UUID GPU-fa4e0000-0000-0000-0000-00000000000<n+1>, PCI bus
+ *     id 0000:0<n+1>:00.0;
+ *   - memory is bookkeeping only (pointers are never dereferenced), tracked per
+ *     device with the peak held, so tests can check what really got allocated;
+ *   - a kernel "runs" for gridDimX microseconds (a graph for as many microseconds as
+ *     its exec handle's value) on a simulated GPU that executes launches in order, so
+ *     cuCtxSynchronize waits until the simulated queue is empty; the CPU can run ahead
+ *     of the GPU as with a real driver.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../test/fake_stats.h"
+#include "tessera_cuda.h"
+
+#define MAXDEV 8
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+
+static int ndev = 4;
+static uint64_t mem_bytes = 81920ULL << 20;
+static int initialized;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t used[MAXDEV], peak[MAXDEV];
+static __thread int current = -1; /* device of the current context */
+static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
+
+/* Simulated GPU: one in-order queue per process. */
+static int64_t busy_until_ns;
+static uint64_t busy_ns, syncs, bad_syncs, launches;
+static _Atomic int capturing;
+
+struct alloc {
+	uint64_t key;
+	uint64_t size;
+	int dev;
+	int live;
+};
+static struct alloc *allocs;
+static size_t nallocs, cap_allocs;
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+__attribute__((constructor)) static void setup(void)
+{
+	const char *s = getenv("FAKE_CUDA_DEVICES");
+	if (s)
+		ndev = atoi(s) > 0 && atoi(s) <= MAXDEV ? atoi(s) : ndev;
+	if ((s = getenv("FAKE_CUDA_MEM_MIB")))
+		mem_bytes = strtoull(s, NULL, 10) << 20;
+}
+
+/* ---- bookkeeping -------------------------------------------------------------- */
+
+static CUresult take(int dev, uint64_t size, uint64_t *key)
+{
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&mu);
+	if (size == 0 || used[dev] + size > mem_bytes) {
+		pthread_mutex_unlock(&mu);
+		return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (nallocs == cap_allocs) {
+		cap_allocs = cap_allocs ? cap_allocs * 2 : 1024;
+		allocs = realloc(allocs, cap_allocs * sizeof(*allocs));
+	}
+	*key = atomic_fetch_add(&next_addr, (size + 0xfffff) & ~0xfffffULL);
+	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1};
+	used[dev] += size;
+	if (used[dev] > peak[dev])
+		peak[dev] = used[dev];
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+static CUresult give(uint64_t key)
+{
+	pthread_mutex_lock(&mu);
+	for (size_t i = nallocs; i-- > 0;) {
+		if (allocs[i].live && allocs[i].key == key) {
+			allocs[i].live = 0;
+			used[allocs[i].dev] -= allocs[i].size;
+			allocs[i] = allocs[--nallocs];
+			pthread_mutex_unlock(&mu);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static uint64_t size_of(uint64_t key)
+{
+	uint64_t s = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].live && allocs[i].key == key)
+			s = allocs[i].size;
+	pthread_mutex_unlock(&mu);
+	return s;
+}
+
+void fake_cuda_stats(struct fake_cuda_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXDEV; i++) {
+		out->used[i] = used[i];
+		out->peak[i] = peak[i];
+	}
+	out->busy_ns = busy_ns;
+	out->syncs = syncs;
+	out->bad_syncs = bad_syncs;
+	out->launches = launches;
+	pthread_mutex_unlock(&mu);
+}
+
+/* ---- init and devices ---------------------------------------------------------- */
+
+CUresult cuInit(unsigned int flags)
+{
+	(void)flags;
+	initialized = 1;
+	return CUDA_SUCCESS;
+}
+
+#define NEED_INIT()                                   \
+	do {                                          \
+		if (!initialized)                     \
+			return CUDA_ERROR_NOT_INITIALIZED; \
+	} while (0)
+
+CUresult cuDeviceGetCount(int *count)
+{
+	NEED_INIT();
+	*count = ndev;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *d, int ordinal)
+{
+	NEED_INIT();
+	if (ordinal < 0 || ordinal >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = ordinal;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	memset(u, 0, sizeof(*u));
+	u->bytes[0] = (char)0xfa;
+	u->bytes[1] = 0x4e;
+	u->bytes[15] = (char)(d + 1);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
+{
+	unsigned dom, b, dev, fn;
+	NEED_INIT();
+	if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn) != 4 || b < 1 || (int)b > ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = (int)b - 1;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = mem_bytes;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*c = (CUcontext)(uintptr_t)(0x1000 + d);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d)
+{
+	(void)p;
+	(void)flags;
+	CUresult rc = cuDevicePrimaryCtxRetain(c, d);
+	if (rc == CUDA_SUCCESS)
+		current = d;
+	return rc;
+}
+
+CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
+{
+	return cuCtxCreate_v4(c, NULL, flags, d);
+}
+
+CUresult cuCtxSetCurrent(CUcontext c)
+{
+	current = c == NULL ? -1 : (int)((uintptr_t)c - 0x1000);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *d)
+{
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*d = current;
+	return CUDA_SUCCESS;
+}
+
+/* ---- memory ----------------------------------------------------------------------- */
+
+CUresult cuMemGetInfo_v2(size_t *freeb, size_t *total)
+{
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&mu);
+	*freeb = mem_bytes - used[current];
+	*total = mem_bytes;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; return take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+	(void)pool;
+	(void)s;
+	return take(current, n, (uint64_t *)p);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+	return cuMemAllocFromPoolAsync(p, n, pool, s);
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return give(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return give(p); }
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem)
+{
+	(void)elem;
+	*pitch = (w + 255) & ~(size_t)255;
+	return take(current, *pitch * h, (uint64_t *)p);
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags)
+{
+	(void)flags;
+	if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return take(prop->location.id, size, (uint64_t *)h);
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
+
+/* Arrays take their elements rounded up to 64 KiB plus 64 KiB, more than the hook's
+ * estimate, as tiled layouts do on a real GPU. */
+static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch)
+{
+	uint64_t e = (f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_SIGNED_INT32 || f == CU_AD_FORMAT_UNSIGNED_INT32) ? 4
+		     : (f == CU_AD_FORMAT_HALF || f == CU_AD_FORMAT_SIGNED_INT16 || f == CU_AD_FORMAT_UNSIGNED_INT16) ? 2
+														       : 1;
+	uint64_t b = (uint64_t)w * (h ? h : 1) * (d ? d : 1) * e * ch;
+	return ((b + 65535) & ~65535ULL) + 65536; /* and a header the estimate cannot know */
+}
+
+CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	return take(current, array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels), (uint64_t *)a);
+}
+CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	return take(current, array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), (uint64_t *)a);
+}
+CUresult cuArrayDestroy(CUarray a) { return give((uint64_t)(uintptr_t)a); }
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+	uint64_t b = array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
+	return take(current, levels > 1 ? b + b / 2 : b, (uint64_t *)a);
+}
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return give((uint64_t)(uintptr_t)a); }
+CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUarray a, CUdevice d)
+{
+	(void)d;
+	memset(r, 0, sizeof(*r));
+	r->size = size_of((uint64_t)(uintptr_t)a);
+	r->alignment = 65536;
+	return r->size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r, CUmipmappedArray a, CUdevice d)
+{
+	return cuArrayGetMemoryRequirements(r, (CUarray)a, d);
+}
+
+/* ---- the simulated GPU ------------------------------------------------------------- */
+
+static CUresult run(uint64_t us)
+{
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (atomic_load(&capturing))
+		return CUDA_SUCCESS; /* recorded into the graph, not run */
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	/* A real driver blocks a launch when its queue is full; model a queue that holds
+	 * 50 ms of work. */
+	while (busy_until_ns > now + 50000000LL) {
+		int64_t wait = busy_until_ns - 50000000LL;
+		pthread_mutex_unlock(&mu);
+		struct timespec ts = {.tv_sec = wait / 1000000000LL, .tv_nsec = wait % 1000000000LL};
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		pthread_mutex_lock(&mu);
+		now = now_ns();
+	}
+	int64_t start = busy_until_ns > now ? busy_until_ns : now;
+	busy_until_ns = start + (int64_t)us * 1000;
+	busy_ns += us * 1000;
+	launches++;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			unsigned shm, CUstream s, void **p, void **e)
+{
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)p, (void)e;
+	return run(gx);
+}
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			     unsigned bz, unsigned shm, CUstream s, void **p, void **e)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shm, s, p, e);
+}
+CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e)
+{
+	(void)f, (void)p, (void)e;
+	return run(c->gridDimX);
+}
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return cuLaunchKernelEx(c, f, p, e); }
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				   unsigned bz, unsigned shm, CUstream s, void **p)
+{
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)p;
+	return run(gx);
+}
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+					unsigned bz, unsigned shm, CUstream s, void **p)
+{
+	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, p);
+}
+CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
+{
+	(void)s;
+	return run((uint64_t)(uintptr_t)g);
+}
+CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
+
+CUresult cuCtxSynchronize(void)
+{
+	pthread_mutex_lock(&mu);
+	syncs++;
+	if (atomic_load(&capturing)) {
+		bad_syncs++;
+		pthread_mutex_unlock(&mu);
+		return (CUresult)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
+	int64_t until = busy_until_ns;
+	pthread_mutex_unlock(&mu);
+	int64_t now = now_ns();
+	if (until > now) {
+		struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
+{
+	(void)s, (void)m;
+	atomic_store(&capturing, 1);
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { return cuStreamBeginCapture_v2(s, m); }
+CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
+{
+	(void)s;
+	*g = (CUgraph)(uintptr_t)1;
+	atomic_store(&capturing, 0);
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) { return cuStreamEndCapture(s, g); }
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+	(void)s;
+	*st = atomic_load(&capturing) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+	return CUDA_SUCCESS;
+}
+
+/* ---- cuGetProcAddress ---------------------------------------------------------------- */
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+			     CUdriverProcAddressQueryResult *status);
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st);
+
+/* Like the real driver: base name in, the function of the right ABI version (or _ptsz
+ * flavour) out, from its own table rather than a symbol lookup. */
+static const struct {
+	const char *base;
+	void *abi, *ptsz;
+} procs[] = {
+	{"cuInit", (void *)cuInit, NULL},
+	{"cuGetProcAddress", (void *)cuGetProcAddress_v2, NULL},
+	{"cuDeviceGetCount", (void *)cuDeviceGetCount, NULL},
+	{"cuDeviceGet", (void *)cuDeviceGet, NULL},
+	{"cuDeviceGetUuid", (void *)cuDeviceGetUuid_v2, NULL},
+	{"cuDeviceGetByPCIBusId", (void *)cuDeviceGetByPCIBusId, NULL},
+	{"cuDeviceTotalMem", (void *)cuDeviceTotalMem_v2, NULL},
+	{"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, NULL},
+	{"cuCtxCreate", (void *)cuCtxCreate_v4, NULL},
+	{"cuCtxSetCurrent", (void *)cuCtxSetCurrent, NULL},
+	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
+	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
+	{"cuMemGetInfo", (void *)cuMemGetInfo_v2, NULL},
+	{"cuMemAlloc", (void *)cuMemAlloc_v2, NULL},
+	{"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, NULL},
+	{"cuMemAllocManaged", (void *)cuMemAllocManaged, NULL},
+	{"cuMemFree", (void *)cuMemFree_v2, NULL},
+	{"cuMemAllocAsync", (void *)cuMemAllocAsync, (void *)cuMemAllocAsync_ptsz},
+	{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync_ptsz},
+	{"cuMemFreeAsync", (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz},
+	{"cuMemCreate", (void *)cuMemCreate, NULL},
+	{"cuMemRelease", (void *)cuMemRelease, NULL},
+	{"cuArrayCreate", (void *)cuArrayCreate_v2, NULL},
+	{"cuArray3DCreate", (void *)cuArray3DCreate_v2, NULL},
+	{"cuArrayDestroy", (void *)cuArrayDestroy, NULL},
+	{"cuMipmappedArrayCreate", (void *)cuMipmappedArrayCreate, NULL},
+	{"cuMipmappedArrayDestroy", (void *)cuMipmappedArrayDestroy, NULL},
+	{"cuLaunchKernel", (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
+	{"cuLaunchKernelEx", (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz},
+	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz},
+	{"cuGraphLaunch", (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz},
+	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz},
+	{"cuStreamEndCapture", (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz},
+	{"cuStreamIsCapturing", (void *)cuStreamIsCapturing, NULL},
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+			     CUdriverProcAddressQueryResult *status)
+{
+	(void)version;
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		if (strcmp(procs[i].base, symbol) != 0)
+			continue;
+		*pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && procs[i].ptsz ? procs[i].ptsz : procs[i].abi;
+		if (status)
+			*status = CU_GET_PROC_ADDRESS_SUCCESS;
+		return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	}
+	*pfn = NULL;
+	if (status)
+		*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+	return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}

@@ -1,0 +1,611 @@
+/*
+ * Set-up, symbol resolution and device virtualization.
+ *
+ * The hook is loaded into every process of a Tessera container (the node agent
+ * preloads it). It exports the driver and NVML functions listed in symbols.def under
+ * their own names, answers dlsym() and cuGetProcAddress() for those names with its
+ * hooks, and calls the real functions through a table filled from libcuda.so.1.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+struct tessera_state tessera = {
+	.dev_mu = PTHREAD_MUTEX_INITIALIZER,
+	.nvml_mu = PTHREAD_MUTEX_INITIALIZER,
+};
+
+/* ---- logging ---------------------------------------------------------------- */
+
+static int log_level = TESSERA_LOG_WARN;
+
+void tessera_log(int level, const char *fmt, ...)
+{
+	static const char *names[] = {"error", "warn", "info", "debug"};
+	char msg[1024];
+	va_list ap;
+	if (level > log_level)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	/* One write per message so that lines from several threads do not interleave. */
+	char line[1200];
+	int n = snprintf(line, sizeof(line), "tessera-cuda-hook: level=%s pid=%d %s\n", names[level], (int)getpid(), msg);
+	if (n > 0) {
+		ssize_t w = write(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		(void)w;
+	}
+}
+
+int64_t tessera_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- the symbol table ------------------------------------------------------- */
+
+enum lib { LIB_CUDA, LIB_NVML };
+
+struct symbol {
+	const char *name;
+	void *hook;   /* NULL: used by the hook, not hooked */
+	size_t real;  /* offset of the real pointer in struct tessera_real */
+	enum lib lib;
+};
+
+static const struct symbol symbols[] = {
+#define TESSERA_CU_HOOK(name, proto, params) {#name, (void *)name, offsetof(struct tessera_real, name), LIB_CUDA},
+#define TESSERA_CU_LEGACY(name, params) {#name, (void *)name, offsetof(struct tessera_real, name), LIB_CUDA},
+#define TESSERA_CU_REAL(name, params) {#name, NULL, offsetof(struct tessera_real, name), LIB_CUDA},
+#define TESSERA_NVML_HOOK(name, params) {#name, (void *)name, offsetof(struct tessera_real, name), LIB_NVML},
+#define TESSERA_NVML_LEGACY(name, params) {#name, (void *)name, offsetof(struct tessera_real, name), LIB_NVML},
+#define TESSERA_NVML_REAL(name, params) {#name, NULL, offsetof(struct tessera_real, name), LIB_NVML},
+#include "symbols.def"
+};
+#define NSYMBOLS (sizeof(symbols) / sizeof(symbols[0]))
+
+static void **real_slot(const struct symbol *s)
+{
+	return (void **)((char *)&tessera.real + s->real);
+}
+
+/*
+ * dlsym is called very early: the sanitizer runtimes resolve their interceptors with
+ * dlsym(RTLD_NEXT, ...) before their own set-up, so this path must not be
+ * instrumented, must not allocate and must not need the hook's state.
+ */
+#define EARLY __attribute__((no_sanitize_address))
+
+EARLY static int same_name(const char *a, const char *b)
+{
+	while (*a && *a == *b)
+		a++, b++;
+	return *a == *b;
+}
+
+EARLY static const struct symbol *hook_by_name(const char *name)
+{
+	for (size_t i = 0; i < NSYMBOLS; i++)
+		if (symbols[i].hook != NULL && same_name(symbols[i].name, name))
+			return &symbols[i];
+	return NULL;
+}
+
+/* ---- the real dlsym ---------------------------------------------------------- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_fn;
+static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
+
+EARLY static void find_real_dlsym(void)
+{
+	/* dlvsym is not interposed, so it reaches libc's dlsym whatever its version. */
+	static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]) && real_dlsym_fn == NULL; i++)
+		real_dlsym_fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+}
+
+EARLY static void *real_dlsym(void *handle, const char *name)
+{
+	pthread_once(&dlsym_once, find_real_dlsym);
+	return real_dlsym_fn ? real_dlsym_fn(handle, name) : NULL;
+}
+
+/*
+ * RTLD_NEXT means "after the caller", and the caller of libc's dlsym is now the hook.
+ * A caller loaded before the hook (the program, or a sanitizer runtime preloaded
+ * first) gets libc's answer relative to the hook, which differs only by the objects
+ * between the two, in practice none. A caller loaded after the hook (an interposer
+ * wrapping a function it also defines) must not be handed its own definition back,
+ * so for it the objects after it are searched one by one.
+ */
+EARLY static void *dlsym_next(const void *caller, const char *name)
+{
+	Dl_info info;
+	struct link_map *lm = NULL, *self = NULL, *l;
+	if (dladdr1(caller, &info, (void **)&lm, RTLD_DL_LINKMAP) == 0 || lm == NULL ||
+	    dladdr1((void *)dlsym_next, &info, (void **)&self, RTLD_DL_LINKMAP) == 0 || self == NULL)
+		return real_dlsym(RTLD_NEXT, name);
+	for (l = self->l_next; l != NULL && l != lm; l = l->l_next)
+		;
+	if (l == NULL)
+		return real_dlsym(RTLD_NEXT, name); /* the caller comes before the hook */
+	for (l = lm->l_next; l != NULL; l = l->l_next) {
+		void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+		if (h == NULL)
+			continue;
+		void *p = real_dlsym(h, name);
+		dlclose(h);
+		struct link_map *owner = NULL;
+		if (p != NULL && dladdr1(p, &info, (void **)&owner, RTLD_DL_LINKMAP) != 0 && owner == l)
+			return p;
+	}
+	return NULL;
+}
+
+TESSERA_EXPORT EARLY void *dlsym(void *handle, const char *name)
+{
+	void *p = handle == RTLD_NEXT ? dlsym_next(__builtin_return_address(0), name) : real_dlsym(handle, name);
+	/* A program or runtime that looks up a hooked function in the driver (the CUDA
+	 * runtime does dlopen("libcuda.so.1") then dlsym) gets the hook. */
+	if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v' && name[2] == 'm'))) {
+		const struct symbol *s = hook_by_name(name);
+		if (s != NULL)
+			return s->hook;
+	}
+	return p;
+}
+
+/* ---- where the limits come from --------------------------------------------- */
+
+/*
+ * Standalone use (no node agent) is allowed only where the administrator's config
+ * file, owned by root and writable by no one else, says "allow-env-limits yes". Inside
+ * a Kubernetes container the read-only limits mount is always there and always wins,
+ * so a tenant who writes such a file in its own filesystem changes nothing.
+ */
+static int env_limits_allowed(char *why, size_t len)
+{
+	struct stat st;
+	int fd = open(TESSERA_CONFIG_PATH, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		snprintf(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
+		return 0;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != (uid_t)TESSERA_CONFIG_OWNER ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+		snprintf(why, len, "%s is not a regular file owned by uid %d and writable only by it", TESSERA_CONFIG_PATH,
+			 TESSERA_CONFIG_OWNER);
+		close(fd);
+		return 0;
+	}
+	char buf[4096];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0) {
+		snprintf(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
+		return 0;
+	}
+	buf[n] = '\0';
+	int allowed = 0;
+	for (char *line = strtok(buf, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+		if (line[0] == '#')
+			continue;
+		if (strcmp(line, "allow-env-limits yes") == 0)
+			allowed = 1;
+		else if (strcmp(line, "allow-env-limits no") == 0)
+			allowed = 0;
+	}
+	if (!allowed)
+		snprintf(why, len, "%s does not say \"allow-env-limits yes\"", TESSERA_CONFIG_PATH);
+	return allowed;
+}
+
+static int load_limits(char *why, size_t len)
+{
+	char err[400];
+	if (access(TESSERA_LIMITS_PATH, F_OK) == 0 || errno != ENOENT) {
+		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0) {
+			snprintf(why, len, "%s", err);
+			return -1;
+		}
+		return 0;
+	}
+	char policy[300];
+	if (!env_limits_allowed(policy, sizeof(policy))) {
+		snprintf(why, len, "no limits file at %s, and standalone use is not enabled (%s)", TESSERA_LIMITS_PATH,
+			 policy);
+		return -1;
+	}
+	const char *path = getenv("TESSERA_LIMITS_FILE");
+	if (path == NULL || path[0] == '\0') {
+		snprintf(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
+		return -1;
+	}
+	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0) {
+		snprintf(why, len, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- set-up ----------------------------------------------------------------- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+	/* A child starts with no CUDA state of its own: the parent's allocations, context
+	 * charges and accounting slot are the parent's. */
+	for (int i = 0; i < TESSERA_MAX_GPUS; i++)
+		atomic_store(&tessera.ctx_charged[i], 0);
+	atomic_store(&tessera.captures, 0);
+	pthread_mutex_init(&tessera.dev_mu, NULL);
+	pthread_mutex_init(&tessera.nvml_mu, NULL);
+	tessera_region_after_fork();
+	tessera_memory_after_fork();
+	tessera_pacing_after_fork();
+}
+
+static void process_exit(void)
+{
+	if (tessera.region != NULL)
+		tessera_region_forget_process(tessera.region);
+}
+
+static void init(void)
+{
+	const char *lv = getenv("TESSERA_HOOK_LOG"); /* verbosity only; it changes no limit */
+	if (lv != NULL)
+		log_level = strcmp(lv, "debug") == 0 ? TESSERA_LOG_DEBUG : strcmp(lv, "info") == 0 ? TESSERA_LOG_INFO : log_level;
+
+	if (load_limits(tessera.why, sizeof(tessera.why)) < 0) {
+		tessera.status = CUDA_ERROR_NOT_PERMITTED;
+		tessera_log(TESSERA_LOG_ERROR, "refusing CUDA: %s", tessera.why);
+		return;
+	}
+	tessera.libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (tessera.libcuda == NULL) {
+		snprintf(tessera.why, sizeof(tessera.why), "cannot load libcuda.so.1: %s", dlerror());
+		tessera.status = CUDA_ERROR_NOT_INITIALIZED;
+		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
+		return;
+	}
+	for (size_t i = 0; i < NSYMBOLS; i++)
+		if (symbols[i].lib == LIB_CUDA)
+			*real_slot(&symbols[i]) = real_dlsym(tessera.libcuda, symbols[i].name);
+	if (REAL(cuGetProcAddress_v2) == NULL && REAL(cuGetProcAddress) == NULL) {
+		snprintf(tessera.why, sizeof(tessera.why), "libcuda.so.1 has no cuGetProcAddress; the driver is too old");
+		tessera.status = CUDA_ERROR_NOT_SUPPORTED;
+		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
+		return;
+	}
+	char err[300];
+	if (tessera_region_open(tessera.limits.cgroup, tessera.limits.ngpus, &tessera.region, err, sizeof(err)) < 0) {
+		snprintf(tessera.why, sizeof(tessera.why), "%s", err);
+		tessera.status = CUDA_ERROR_OPERATING_SYSTEM;
+		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
+		return;
+	}
+	for (int i = 0; i < TESSERA_MAX_GPUS; i++)
+		tessera.real_dev[i] = -1;
+	tessera_pacing_setup();
+	pthread_atfork(NULL, NULL, fork_child);
+	atexit(process_exit);
+	tessera.status = CUDA_SUCCESS;
+	tessera_log(TESSERA_LOG_INFO, "limits loaded cgroup=%s gpus=%d context-mib=%llu", tessera.limits.cgroup,
+		    tessera.limits.ngpus, (unsigned long long)tessera.limits.context_mib);
+}
+
+CUresult tessera_init(void)
+{
+	pthread_once(&init_once, init);
+	return tessera.status;
+}
+
+uint64_t tessera_limit_bytes(int gpu)
+{
+	return tessera.limits.gpus[gpu].memory_mib * MIB;
+}
+
+/* ---- devices ---------------------------------------------------------------- */
+
+void tessera_format_uuid(const CUuuid *u, char *out, size_t len)
+{
+	const unsigned char *b = (const unsigned char *)u->bytes;
+	snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+		 b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* UUIDs compare without their "GPU-"/"MIG-" prefix and without regard to case, since
+ * CUDA reports a MIG instance's UUID as bytes and NVML as text. */
+int tessera_same_uuid(const char *a, const char *b)
+{
+	if (strncasecmp(a, "GPU-", 4) == 0 || strncasecmp(a, "MIG-", 4) == 0)
+		a += 4;
+	if (strncasecmp(b, "GPU-", 4) == 0 || strncasecmp(b, "MIG-", 4) == 0)
+		b += 4;
+	return strcasecmp(a, b) == 0;
+}
+
+CUresult tessera_devices(void)
+{
+	if (atomic_load_explicit(&tessera.dev_ready, memory_order_acquire))
+		return CUDA_SUCCESS;
+	if (REAL(cuDeviceGetCount) == NULL || REAL(cuDeviceGet) == NULL || REAL(cuDeviceGetUuid_v2) == NULL)
+		return CUDA_ERROR_NOT_FOUND;
+	pthread_mutex_lock(&tessera.dev_mu);
+	CUresult rc = CUDA_SUCCESS;
+	if (!atomic_load(&tessera.dev_ready)) {
+		int n = 0;
+		rc = REAL(cuDeviceGetCount)(&n);
+		for (int i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+			CUdevice d;
+			CUuuid u;
+			char s[64];
+			if ((rc = REAL(cuDeviceGet)(&d, i)) != CUDA_SUCCESS || (rc = REAL(cuDeviceGetUuid_v2)(&u, d)) != CUDA_SUCCESS)
+				break;
+			tessera_format_uuid(&u, s, sizeof(s));
+			for (int g = 0; g < tessera.limits.ngpus; g++)
+				if (tessera.real_dev[g] < 0 && tessera_same_uuid(s, tessera.limits.gpus[g].uuid))
+					tessera.real_dev[g] = d;
+		}
+		if (rc == CUDA_SUCCESS) {
+			tessera.nvis = 0;
+			for (int g = 0; g < tessera.limits.ngpus; g++) {
+				if (tessera.real_dev[g] >= 0)
+					tessera.vis[tessera.nvis++] = g;
+				else
+					tessera_log(TESSERA_LOG_WARN, "assigned GPU %s is not visible to the driver",
+						    tessera.limits.gpus[g].uuid);
+			}
+			if (tessera.nvis == 0)
+				tessera_log(TESSERA_LOG_ERROR, "none of the container's %d GPUs is visible to the driver",
+					    tessera.limits.ngpus);
+			atomic_store_explicit(&tessera.dev_ready, 1, memory_order_release);
+		}
+	}
+	pthread_mutex_unlock(&tessera.dev_mu);
+	return rc;
+}
+
+int tessera_gpu_of_device(CUdevice dev)
+{
+	for (int i = 0; i < tessera.nvis; i++)
+		if (tessera.real_dev[tessera.vis[i]] == dev)
+			return tessera.vis[i];
+	return -1;
+}
+
+CUresult tessera_current_gpu(int *gpu)
+{
+	CUdevice dev;
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	HOOK_REAL(cuCtxGetDevice);
+	if ((rc = REAL(cuCtxGetDevice)(&dev)) != CUDA_SUCCESS)
+		return rc;
+	*gpu = tessera_gpu_of_device(dev);
+	return *gpu < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
+
+CUresult cuInit(unsigned int flags)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuInit);
+	CUresult rc = REAL(cuInit)(flags);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = tessera_devices()) != CUDA_SUCCESS)
+		return rc;
+	return tessera.nvis == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count)
+{
+	HOOK_ENTER();
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (count == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = tessera.nvis;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	HOOK_ENTER();
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ordinal < 0 || ordinal >= tessera.nvis)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*device = tessera.real_dev[tessera.vis[ordinal]];
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDeviceGetByPCIBusId);
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	CUdevice d;
+	if ((rc = REAL(cuDeviceGetByPCIBusId)(&d, pciBusId)) != CUDA_SUCCESS)
+		return rc;
+	if (tessera_gpu_of_device(d) < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*dev = d;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDeviceTotalMem_v2);
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	int g = tessera_gpu_of_device(dev);
+	if (g < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	size_t total;
+	if ((rc = REAL(cuDeviceTotalMem_v2)(&total, dev)) != CUDA_SUCCESS)
+		return rc;
+	*bytes = total < tessera_limit_bytes(g) ? total : (size_t)tessera_limit_bytes(g);
+	return CUDA_SUCCESS;
+}
+
+/* ---- contexts: the context charge ------------------------------------------- */
+
+/*
+ * A context takes device memory (about half a GiB on an H200) that no allocation call
+ * reports, so each process is charged limits.context_mib on a GPU the first time it
+ * creates a context there, and the charge lasts as long as the process.
+ */
+CUresult tessera_charge_context(int gpu)
+{
+	int expected = 0;
+	if (!atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 1))
+		return CUDA_SUCCESS;
+	CUresult rc = tessera_region_reserve(tessera.region, gpu, tessera.limits.context_mib * MIB, tessera_limit_bytes(gpu));
+	if (rc != CUDA_SUCCESS) {
+		atomic_store(&tessera.ctx_charged[gpu], 0);
+		tessera_log(TESSERA_LOG_WARN, "no room for a %llu MiB context on GPU %s within its %llu MiB limit",
+			    (unsigned long long)tessera.limits.context_mib, tessera.limits.gpus[gpu].uuid,
+			    (unsigned long long)tessera.limits.gpus[gpu].memory_mib);
+	}
+	return rc;
+}
+
+void tessera_uncharge_context(int gpu)
+{
+	int expected = 1;
+	if (atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 0))
+		tessera_region_release(tessera.region, gpu, tessera.limits.context_mib * MIB);
+}
+
+static CUresult context_admit(CUdevice dev, int *gpu, int *charged)
+{
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*gpu = tessera_gpu_of_device(dev);
+	if (*gpu < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*charged = !atomic_load(&tessera.ctx_charged[*gpu]);
+	return tessera_charge_context(*gpu);
+}
+
+#define CONTEXT_HOOK(name, dev, call)                                  \
+	HOOK_ENTER();                                                  \
+	HOOK_REAL(name);                                               \
+	int gpu, charged;                                              \
+	CUresult rc = context_admit(dev, &gpu, &charged);              \
+	if (rc != CUDA_SUCCESS)                                        \
+		return rc;                                             \
+	rc = call;                                                     \
+	if (rc != CUDA_SUCCESS && charged)                             \
+		tessera_uncharge_context(gpu);                         \
+	return rc
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CONTEXT_HOOK(cuDevicePrimaryCtxRetain, dev, REAL(cuDevicePrimaryCtxRetain)(pctx, dev));
+}
+
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+	CONTEXT_HOOK(cuCtxCreate_v4, dev, REAL(cuCtxCreate_v4)(pctx, params, flags, dev));
+}
+
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
+{
+	CONTEXT_HOOK(cuCtxCreate_v3, dev, REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev));
+}
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	CONTEXT_HOOK(cuCtxCreate_v2, dev, REAL(cuCtxCreate_v2)(pctx, flags, dev));
+}
+
+/* ---- cuGetProcAddress ------------------------------------------------------- */
+
+/*
+ * Ask the driver, then swap in the hook when the driver's answer is one of the
+ * functions we hook. Matching on the returned address, not the name, picks the right
+ * hook whichever ABI version and stream flavour (_ptsz) the driver chose for the
+ * caller's cudaVersion and flags; the GPU suite checks that the driver's answers are
+ * the exported functions.
+ */
+static void swap_in_hook(void **pfn)
+{
+	if (pfn == NULL || *pfn == NULL)
+		return;
+	for (size_t i = 0; i < NSYMBOLS; i++)
+		if (symbols[i].hook != NULL && symbols[i].lib == LIB_CUDA && *real_slot(&symbols[i]) == *pfn) {
+			*pfn = symbols[i].hook;
+			return;
+		}
+}
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+			     CUdriverProcAddressQueryResult *symbolStatus)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuGetProcAddress_v2);
+	CUresult rc = REAL(cuGetProcAddress_v2)(symbol, pfn, cudaVersion, flags, symbolStatus);
+	if (rc == CUDA_SUCCESS)
+		swap_in_hook(pfn);
+	return rc;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuGetProcAddress);
+	CUresult rc = REAL(cuGetProcAddress)(symbol, pfn, cudaVersion, flags);
+	if (rc == CUDA_SUCCESS)
+		swap_in_hook(pfn);
+	return rc;
+}
+
+/* ---- NVML symbol resolution ------------------------------------------------- */
+
+nvmlReturn_t tessera_nvml_init(void)
+{
+	/* Caller holds nvml_mu. */
+	if (tessera.libnvml != NULL)
+		return NVML_SUCCESS;
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		tessera_log(TESSERA_LOG_ERROR, "cannot load libnvidia-ml.so.1: %s", dlerror());
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	}
+	for (size_t i = 0; i < NSYMBOLS; i++)
+		if (symbols[i].lib == LIB_NVML)
+			*real_slot(&symbols[i]) = real_dlsym(h, symbols[i].name);
+	tessera.libnvml = h;
+	return NVML_SUCCESS;
+}

@@ -1,0 +1,470 @@
+/*
+ * Device-memory accounting: every allocation path of symbols.def reserves its size in
+ * the container's region before the driver allocates, and the matching free releases
+ * it. A map from pointer or handle to size remembers what each free gives back.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "hook.h"
+
+enum kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
+
+struct entry {
+	uint64_t key;
+	uint64_t bytes;
+	int16_t gpu;
+	uint8_t kind; /* 0: empty; 0xff: deleted */
+};
+
+#define DELETED 0xff
+
+static pthread_mutex_t map_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct entry *map;
+static size_t map_cap, map_used; /* used counts deleted slots too */
+
+static size_t hash(uint64_t key, enum kind k)
+{
+	uint64_t h = (key ^ ((uint64_t)k << 56)) * 0x9e3779b97f4a7c15ULL;
+	return (size_t)(h >> 17);
+}
+
+static int map_grow(void)
+{
+	size_t cap = map_cap ? map_cap * 2 : 1024;
+	struct entry *m = calloc(cap, sizeof(*m));
+	if (m == NULL)
+		return -1;
+	for (size_t i = 0; i < map_cap; i++) {
+		struct entry *e = &map[i];
+		if (e->kind == 0 || e->kind == DELETED)
+			continue;
+		size_t j = hash(e->key, e->kind) & (cap - 1);
+		while (m[j].kind != 0)
+			j = (j + 1) & (cap - 1);
+		m[j] = *e;
+	}
+	free(map);
+	map = m;
+	map_cap = cap;
+	size_t live = 0;
+	for (size_t i = 0; i < cap; i++)
+		live += m[i].kind != 0;
+	map_used = live;
+	return 0;
+}
+
+static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes)
+{
+	pthread_mutex_lock(&map_mu);
+	if ((map_used + 1) * 10 > map_cap * 7 && map_grow() < 0) {
+		pthread_mutex_unlock(&map_mu);
+		return -1;
+	}
+	size_t j = hash(key, k) & (map_cap - 1);
+	while (map[j].kind != 0 && map[j].kind != DELETED)
+		j = (j + 1) & (map_cap - 1);
+	if (map[j].kind == 0)
+		map_used++;
+	map[j] = (struct entry){.key = key, .bytes = bytes, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
+	pthread_mutex_unlock(&map_mu);
+	return 0;
+}
+
+/* Removes and returns the entry for key; 0 if unknown (allocated before the hook, or
+ * by another process image). */
+static int map_take(uint64_t key, enum kind k, struct entry *out)
+{
+	int found = 0;
+	pthread_mutex_lock(&map_mu);
+	if (map_cap > 0) {
+		size_t j = hash(key, k) & (map_cap - 1);
+		for (size_t n = 0; n < map_cap && map[j].kind != 0; n++, j = (j + 1) & (map_cap - 1)) {
+			if (map[j].kind == k && map[j].key == key) {
+				*out = map[j];
+				map[j].kind = DELETED;
+				found = 1;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&map_mu);
+	return found;
+}
+
+void tessera_memory_after_fork(void)
+{
+	/* The parent's allocations are not the child's to free. */
+	pthread_mutex_init(&map_mu, NULL);
+	free(map);
+	map = NULL;
+	map_cap = map_used = 0;
+}
+
+/* Reserves bytes on the current context's GPU. */
+static CUresult reserve_current(uint64_t bytes, int *gpu)
+{
+	CUresult rc = tessera_current_gpu(gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = tessera_region_reserve(tessera.region, *gpu, bytes, tessera_limit_bytes(*gpu));
+	if (rc != CUDA_SUCCESS)
+		tessera_log(TESSERA_LOG_INFO, "allocation of %llu bytes refused: GPU %s would exceed its %llu MiB limit",
+			    (unsigned long long)bytes, tessera.limits.gpus[*gpu].uuid,
+			    (unsigned long long)tessera.limits.gpus[*gpu].memory_mib);
+	return rc;
+}
+
+static void unreserve(int gpu, uint64_t bytes)
+{
+	tessera_region_release(tessera.region, gpu, bytes);
+}
+
+/* Records a successful allocation; if the map cannot grow, undo it rather than lose
+ * track of it. */
+static CUresult remember(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t))
+{
+	if (map_put(key, k, gpu, bytes) == 0)
+		return CUDA_SUCCESS;
+	undo(key);
+	unreserve(gpu, bytes);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult free_ptr(uint64_t p) { return REAL(cuMemFree_v2)((CUdeviceptr)p); }
+static CUresult release_handle(uint64_t h) { return REAL(cuMemRelease)((CUmemGenericAllocationHandle)h); }
+static CUresult destroy_array(uint64_t a) { return REAL(cuArrayDestroy)((CUarray)(uintptr_t)a); }
+static CUresult destroy_mipmap(uint64_t a) { return REAL(cuMipmappedArrayDestroy)((CUmipmappedArray)(uintptr_t)a); }
+
+/* The common shape of a counted allocation: reserve, allocate, remember. */
+#define COUNTED_ALLOC(name, bytes, key_expr, kind, undo, call)                 \
+	HOOK_ENTER();                                                          \
+	HOOK_REAL(name);                                                       \
+	int gpu;                                                               \
+	uint64_t want_ = (bytes);                                              \
+	CUresult rc = reserve_current(want_, &gpu);                            \
+	if (rc != CUDA_SUCCESS)                                                \
+		return rc;                                                     \
+	rc = call;                                                             \
+	if (rc != CUDA_SUCCESS) {                                              \
+		unreserve(gpu, want_);                                         \
+		return rc;                                                     \
+	}                                                                      \
+	return remember((uint64_t)(key_expr), kind, gpu, want_, undo)
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	COUNTED_ALLOC(cuMemAlloc_v2, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAlloc_v2)(dptr, bytesize));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	/* Managed memory can live on the GPU in full, so it counts in full. */
+	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAllocManaged)(dptr, bytesize, flags));
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	COUNTED_ALLOC(cuMemAllocAsync, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAllocAsync)(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	COUNTED_ALLOC(cuMemAllocAsync_ptsz, bytesize, *dptr, K_PTR, free_ptr,
+		      REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	COUNTED_ALLOC(cuMemAllocFromPoolAsync, bytesize, *dptr, K_PTR, free_ptr,
+		      REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	COUNTED_ALLOC(cuMemAllocFromPoolAsync_ptsz, bytesize, *dptr, K_PTR, free_ptr,
+		      REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream));
+}
+
+/* The pitch the driver will choose is not known before the call: reserve with the
+ * widest alignment it uses, then settle on the real size. */
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+			    unsigned int ElementSizeBytes)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemAllocPitch_v2);
+	int gpu;
+	uint64_t est = (((uint64_t)WidthInBytes + 511) & ~511ULL) * Height;
+	CUresult rc = reserve_current(est, &gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+	if (rc != CUDA_SUCCESS) {
+		unreserve(gpu, est);
+		return rc;
+	}
+	uint64_t real = (uint64_t)*pPitch * Height;
+	if (real > est) {
+		rc = tessera_region_reserve(tessera.region, gpu, real - est, tessera_limit_bytes(gpu));
+		if (rc != CUDA_SUCCESS) {
+			REAL(cuMemFree_v2)(*dptr);
+			unreserve(gpu, est);
+			return rc;
+		}
+	} else if (real < est) {
+		unreserve(gpu, est - real);
+	}
+	return remember(*dptr, K_PTR, gpu, real, free_ptr);
+}
+
+static CUresult free_counted(CUdeviceptr dptr, CUresult (*call)(CUdeviceptr, CUstream), CUstream s, int async)
+{
+	struct entry e;
+	int known = map_take(dptr, K_PTR, &e);
+	CUresult rc = async ? call(dptr, s) : REAL(cuMemFree_v2)(dptr);
+	if (!known)
+		return rc;
+	if (rc == CUDA_SUCCESS)
+		unreserve(e.gpu, e.bytes);
+	else
+		map_put(e.key, K_PTR, e.gpu, e.bytes);
+	return rc;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemFree_v2);
+	return free_counted(dptr, NULL, NULL, 0);
+}
+
+/* Stream-ordered frees release the count at once: the memory goes back to the pool,
+ * where the same container's next allocation reuses it. */
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemFreeAsync);
+	return free_counted(dptr, REAL(cuMemFreeAsync), hStream, 1);
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemFreeAsync_ptsz);
+	return free_counted(dptr, REAL(cuMemFreeAsync_ptsz), hStream, 1);
+}
+
+/* Virtual memory management: the physical allocation is what takes memory. */
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemCreate);
+	if (prop == NULL || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return REAL(cuMemCreate)(handle, size, prop, flags); /* host memory: not ours to count */
+	CUresult rc = tessera_devices();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	int gpu = tessera_gpu_of_device(prop->location.id);
+	if (gpu < 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if ((rc = tessera_region_reserve(tessera.region, gpu, size, tessera_limit_bytes(gpu))) != CUDA_SUCCESS)
+		return rc;
+	if ((rc = REAL(cuMemCreate)(handle, size, prop, flags)) != CUDA_SUCCESS) {
+		unreserve(gpu, size);
+		return rc;
+	}
+	return remember(*handle, K_HANDLE, gpu, size, release_handle);
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemRelease);
+	struct entry e;
+	int known = map_take(handle, K_HANDLE, &e);
+	CUresult rc = REAL(cuMemRelease)(handle);
+	if (known) {
+		if (rc == CUDA_SUCCESS)
+			unreserve(e.gpu, e.bytes);
+		else
+			map_put(e.key, K_HANDLE, e.gpu, e.bytes);
+	}
+	return rc;
+}
+
+/* ---- arrays ----------------------------------------------------------------- */
+
+static uint64_t format_bytes(CUarray_format f)
+{
+	switch (f) {
+	case CU_AD_FORMAT_UNSIGNED_INT8:
+	case CU_AD_FORMAT_SIGNED_INT8:
+		return 1;
+	case CU_AD_FORMAT_UNSIGNED_INT16:
+	case CU_AD_FORMAT_SIGNED_INT16:
+	case CU_AD_FORMAT_HALF:
+		return 2;
+	default:
+		return 4; /* FLOAT, INT32; the driver's own figure replaces this below */
+	}
+}
+
+static uint64_t array_estimate(size_t w, size_t h, size_t d, CUarray_format f, unsigned int ch)
+{
+	return (uint64_t)w * (h ? h : 1) * (d ? d : 1) * format_bytes(f) * (ch ? ch : 1);
+}
+
+/* After creation, the driver says how much the array really takes (padding, tiling);
+ * settle the reservation on that. Returns non-zero if the extra does not fit. */
+static CUresult settle(int gpu, uint64_t *reserved, uint64_t real)
+{
+	if (real > *reserved) {
+		CUresult rc = tessera_region_reserve(tessera.region, gpu, real - *reserved, tessera_limit_bytes(gpu));
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	} else if (real < *reserved) {
+		unreserve(gpu, *reserved - real);
+	}
+	*reserved = real;
+	return CUDA_SUCCESS;
+}
+
+static CUresult array_created(CUarray a, int gpu, uint64_t est)
+{
+	CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+	if (REAL(cuArrayGetMemoryRequirements) != NULL &&
+	    REAL(cuArrayGetMemoryRequirements)(&req, a, tessera.real_dev[gpu]) == CUDA_SUCCESS &&
+	    settle(gpu, &est, req.size) != CUDA_SUCCESS) {
+		REAL(cuArrayDestroy)(a);
+		unreserve(gpu, est);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return remember((uint64_t)(uintptr_t)a, K_ARRAY, gpu, est, destroy_array);
+}
+
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuArrayCreate_v2);
+	HOOK_REAL(cuArrayDestroy);
+	if (d == NULL)
+		return REAL(cuArrayCreate_v2)(pHandle, d);
+	int gpu;
+	uint64_t est = array_estimate(d->Width, d->Height, 1, d->Format, d->NumChannels);
+	CUresult rc = reserve_current(est, &gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = REAL(cuArrayCreate_v2)(pHandle, d)) != CUDA_SUCCESS) {
+		unreserve(gpu, est);
+		return rc;
+	}
+	return array_created(*pHandle, gpu, est);
+}
+
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuArray3DCreate_v2);
+	HOOK_REAL(cuArrayDestroy);
+	if (d == NULL)
+		return REAL(cuArray3DCreate_v2)(pHandle, d);
+	int gpu;
+	uint64_t est = array_estimate(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
+	CUresult rc = reserve_current(est, &gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = REAL(cuArray3DCreate_v2)(pHandle, d)) != CUDA_SUCCESS) {
+		unreserve(gpu, est);
+		return rc;
+	}
+	return array_created(*pHandle, gpu, est);
+}
+
+CUresult cuArrayDestroy(CUarray hArray)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuArrayDestroy);
+	struct entry e;
+	int known = map_take((uint64_t)(uintptr_t)hArray, K_ARRAY, &e);
+	CUresult rc = REAL(cuArrayDestroy)(hArray);
+	if (known) {
+		if (rc == CUDA_SUCCESS)
+			unreserve(e.gpu, e.bytes);
+		else
+			map_put(e.key, K_ARRAY, e.gpu, e.bytes);
+	}
+	return rc;
+}
+
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMipmappedArrayCreate);
+	HOOK_REAL(cuMipmappedArrayDestroy);
+	if (d == NULL)
+		return REAL(cuMipmappedArrayCreate)(pHandle, d, levels);
+	int gpu;
+	/* All levels together take less than twice the first (a geometric series). */
+	uint64_t base = array_estimate(d->Width, d->Height, d->Depth, d->Format, d->NumChannels);
+	uint64_t est = levels > 1 ? 2 * base : base;
+	CUresult rc = reserve_current(est, &gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = REAL(cuMipmappedArrayCreate)(pHandle, d, levels)) != CUDA_SUCCESS) {
+		unreserve(gpu, est);
+		return rc;
+	}
+	CUDA_ARRAY_MEMORY_REQUIREMENTS req;
+	if (REAL(cuMipmappedArrayGetMemoryRequirements) != NULL &&
+	    REAL(cuMipmappedArrayGetMemoryRequirements)(&req, *pHandle, tessera.real_dev[gpu]) == CUDA_SUCCESS &&
+	    settle(gpu, &est, req.size) != CUDA_SUCCESS) {
+		REAL(cuMipmappedArrayDestroy)(*pHandle);
+		unreserve(gpu, est);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return remember((uint64_t)(uintptr_t)*pHandle, K_MIPMAP, gpu, est, destroy_mipmap);
+}
+
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMipmappedArrayDestroy);
+	struct entry e;
+	int known = map_take((uint64_t)(uintptr_t)h, K_MIPMAP, &e);
+	CUresult rc = REAL(cuMipmappedArrayDestroy)(h);
+	if (known) {
+		if (rc == CUDA_SUCCESS)
+			unreserve(e.gpu, e.bytes);
+		else
+			map_put(e.key, K_MIPMAP, e.gpu, e.bytes);
+	}
+	return rc;
+}
+
+/* ---- the memory the container sees ------------------------------------------ */
+
+CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemGetInfo_v2);
+	size_t rf, rt;
+	CUresult rc = REAL(cuMemGetInfo_v2)(&rf, &rt);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	int gpu;
+	if ((rc = tessera_current_gpu(&gpu)) != CUDA_SUCCESS)
+		return rc;
+	uint64_t limit = tessera_limit_bytes(gpu);
+	uint64_t total = rt < limit ? rt : limit;
+	uint64_t used = tessera_region_used(tessera.region, gpu);
+	uint64_t fr = used < total ? total - used : 0;
+	if (fr > rf)
+		fr = rf; /* other tenants may have taken what the limit would allow */
+	if (freeb != NULL)
+		*freeb = (size_t)fr;
+	if (totalb != NULL)
+		*totalb = (size_t)total;
+	return CUDA_SUCCESS;
+}

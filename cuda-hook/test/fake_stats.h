@@ -1,0 +1,19 @@
+/* What the fake driver lets a test see about itself (fake/fake_cuda.c). */
+#ifndef TESSERA_FAKE_STATS_H
+#define TESSERA_FAKE_STATS_H
+
+#include <stdint.h>
+
+struct fake_cuda_stats {
+	uint64_t used[8];      /* device memory held, per device, by this process */
+	uint64_t peak[8];      /* the most ever held at once */
+	uint64_t busy_ns;      /* simulated kernel time executed so far */
+	uint64_t syncs;        /* cuCtxSynchronize calls */
+	uint64_t bad_syncs;    /* cuCtxSynchronize calls made during a stream capture */
+	uint64_t launches;     /* launches executed (not captured) */
+};
+
+/* Exported by the fake libcuda.so.1 under this name; not a driver function. */
+typedef void (*fake_cuda_stats_fn)(struct fake_cuda_stats *out);
+
+#endif

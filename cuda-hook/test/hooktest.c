@@ -1,0 +1,665 @@
+/*
+ * Test program for the hook against the fake driver. test/run.sh writes the limits
+ * and starts it with the hook preloaded; each scenario checks what it expects and
+ * exits non-zero with a message when something is off.
+ *
+ *   hooktest alloc <path> <chunk-mib> <limit-mib> <context-mib>
+ *   hooktest meminfo <limit-mib> <context-mib>
+ *   hooktest devices
+ *   hooktest procaddr
+ *   hooktest try <mib> ok|oom
+ *   hooktest hold <mib> <ready-file>
+ *   hooktest fork <limit-mib> <context-mib>
+ *   hooktest threads <n> <limit-mib>
+ *   hooktest refused <cuda-error>
+ *   hooktest total-is <mib>
+ *   hooktest pace <path> <cores> <seconds>
+ *   hooktest capture
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_stats.h"
+#include "tessera_cuda.h"
+
+/* The driver and NVML functions this program calls by name (linked against the fake
+ * libcuda.so.1 and libnvidia-ml.so.1; with the hook preloaded, the hooked ones resolve
+ * to the hook). */
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGetCount(int *);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDeviceGetUuid_v2(CUuuid *, CUdevice);
+CUresult cuDeviceGetByPCIBusId(CUdevice *, const char *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned int);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+			void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   CUstream, void **);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *, nvmlDevice_t *);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t, char *, unsigned int);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t *);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t, nvmlMemory_v2_t *);
+
+#define MIB (1024ULL * 1024ULL)
+
+static const char *scenario = "?";
+
+#define CHECK(cond, ...)                                                         \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			fprintf(stderr, "FAIL %s (%s:%d): ", scenario, __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                            \
+			fprintf(stderr, "\n");                                   \
+			exit(1);                                                 \
+		}                                                                \
+	} while (0)
+#define OK(call) CHECK((call) == CUDA_SUCCESS, "%s failed", #call)
+
+static void *libcuda(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CHECK(h != NULL, "libcuda.so.1 is not loaded");
+	return h;
+}
+
+static struct fake_cuda_stats stats(void)
+{
+	struct fake_cuda_stats s;
+	fake_cuda_stats_fn f = (fake_cuda_stats_fn)dlsym(libcuda(), "fake_cuda_stats");
+	CHECK(f != NULL, "fake_cuda_stats not found: not running against the fake driver?");
+	f(&s);
+	return s;
+}
+
+/* cuInit, then a context on the container's device 0; returns the driver's device. */
+static CUdevice setup(void)
+{
+	CUdevice d;
+	CUcontext c;
+	OK(cuInit(0));
+	OK(cuDeviceGet(&d, 0));
+	OK(cuDevicePrimaryCtxRetain(&c, d));
+	OK(cuCtxSetCurrent(c));
+	return d;
+}
+
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
+
+/* What runtimes do: dlopen the driver, dlsym cuGetProcAddress, ask it for the rest. */
+static void *procaddr(const char *name, cuuint64_t flags)
+{
+	gpa_fn gpa = (gpa_fn)dlsym(libcuda(), "cuGetProcAddress_v2");
+	void *p = NULL;
+	CHECK(gpa != NULL, "no cuGetProcAddress_v2");
+	CHECK(gpa(name, &p, 13000, flags, NULL) == CUDA_SUCCESS && p != NULL, "cuGetProcAddress_v2(%s) failed", name);
+	return p;
+}
+
+/* ---- alloc: every allocation path stops at the limit --------------------------- */
+
+struct path {
+	const char *name;
+	CUresult (*alloc)(uint64_t bytes, uint64_t *key);
+	CUresult (*release)(uint64_t key);
+};
+
+static CUresult (*p_alloc)(CUdeviceptr *, size_t);
+static CUresult (*p_free)(CUdeviceptr);
+static CUresult (*p_async)(CUdeviceptr *, size_t, CUstream);
+static CUresult (*p_free_async)(CUdeviceptr, CUstream);
+
+static CUresult a_direct(uint64_t n, uint64_t *k) { return cuMemAlloc_v2((CUdeviceptr *)k, n); }
+static CUresult f_direct(uint64_t k) { return cuMemFree_v2(k); }
+static CUresult a_ptr(uint64_t n, uint64_t *k) { return p_alloc((CUdeviceptr *)k, n); }
+static CUresult f_ptr(uint64_t k) { return p_free(k); }
+static CUresult a_pitch(uint64_t n, uint64_t *k)
+{
+	size_t pitch;
+	return cuMemAllocPitch_v2((CUdeviceptr *)k, &pitch, 1000, n / 1000, 4);
+}
+static CUresult a_managed(uint64_t n, uint64_t *k) { return cuMemAllocManaged((CUdeviceptr *)k, n, 1); }
+static CUresult a_async(uint64_t n, uint64_t *k) { return cuMemAllocAsync((CUdeviceptr *)k, n, NULL); }
+static CUresult f_async(uint64_t k) { return cuMemFreeAsync(k, NULL); }
+static CUresult a_async_p(uint64_t n, uint64_t *k) { return p_async((CUdeviceptr *)k, n, NULL); }
+static CUresult f_async_p(uint64_t k) { return p_free_async(k, NULL); }
+static CUresult a_pool(uint64_t n, uint64_t *k) { return cuMemAllocFromPoolAsync((CUdeviceptr *)k, n, NULL, NULL); }
+static CUresult a_vmm(uint64_t n, uint64_t *k)
+{
+	CUmemAllocationProp prop;
+	CUdevice d;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	OK(cuDeviceGet(&d, 0));
+	prop.location.id = d;
+	return cuMemCreate((CUmemGenericAllocationHandle *)k, n, &prop, 0);
+}
+static CUresult f_vmm(uint64_t k) { return cuMemRelease(k); }
+static CUresult a_array(uint64_t n, uint64_t *k)
+{
+	CUDA_ARRAY_DESCRIPTOR d = {.Width = n / 4 / 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+	return cuArrayCreate_v2((CUarray *)k, &d);
+}
+static CUresult a_array3d(uint64_t n, uint64_t *k)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {
+		.Width = n / 4096, .Height = 256, .Depth = 4, .Format = CU_AD_FORMAT_HALF, .NumChannels = 2};
+	return cuArray3DCreate_v2((CUarray *)k, &d);
+}
+static CUresult f_array(uint64_t k) { return cuArrayDestroy((CUarray)(uintptr_t)k); }
+static CUresult a_mipmap(uint64_t n, uint64_t *k)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = n / 1024, .Height = 1024, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+	return cuMipmappedArrayCreate((CUmipmappedArray *)k, &d, 4);
+}
+static CUresult f_mipmap(uint64_t k) { return cuMipmappedArrayDestroy((CUmipmappedArray)(uintptr_t)k); }
+
+static const struct path paths[] = {
+	{"direct", a_direct, f_direct},     {"dlsym", a_ptr, f_ptr},           {"procaddr", a_ptr, f_ptr},
+	{"procaddr-v1", a_ptr, f_ptr},      {"pitch", a_pitch, f_direct},      {"managed", a_managed, f_direct},
+	{"async", a_async, f_async},        {"async-ptsz", a_async_p, f_async_p}, {"pool", a_pool, f_async},
+	{"vmm", a_vmm, f_vmm},              {"array", a_array, f_array},       {"array3d", a_array3d, f_array},
+	{"mipmap", a_mipmap, f_mipmap},
+};
+
+static void resolve(const char *path)
+{
+	if (strcmp(path, "dlsym") == 0) {
+		p_alloc = (CUresult(*)(CUdeviceptr *, size_t))dlsym(libcuda(), "cuMemAlloc_v2");
+		p_free = (CUresult(*)(CUdeviceptr))dlsym(libcuda(), "cuMemFree_v2");
+	} else if (strcmp(path, "procaddr") == 0) {
+		p_alloc = (CUresult(*)(CUdeviceptr *, size_t))procaddr("cuMemAlloc", 0);
+		p_free = (CUresult(*)(CUdeviceptr))procaddr("cuMemFree", 0);
+	} else if (strcmp(path, "procaddr-v1") == 0) {
+		gpa1_fn gpa = (gpa1_fn)dlsym(libcuda(), "cuGetProcAddress");
+		CHECK(gpa != NULL, "no cuGetProcAddress");
+		OK(gpa("cuMemAlloc", (void **)&p_alloc, 12000, 0));
+		OK(gpa("cuMemFree", (void **)&p_free, 12000, 0));
+	} else if (strcmp(path, "async-ptsz") == 0) {
+		p_async = (CUresult(*)(CUdeviceptr *, size_t, CUstream))procaddr(
+			"cuMemAllocAsync", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+		p_free_async = (CUresult(*)(CUdeviceptr, CUstream))procaddr("cuMemFreeAsync",
+									    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+	}
+}
+
+static int alloc_main(int argc, char **argv)
+{
+	CHECK(argc == 6, "usage: alloc <path> <chunk-mib> <limit-mib> <context-mib>");
+	const struct path *p = NULL;
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+		if (strcmp(paths[i].name, argv[2]) == 0)
+			p = &paths[i];
+	CHECK(p != NULL, "unknown path %s", argv[2]);
+	uint64_t chunk = strtoull(argv[3], NULL, 10) * MIB, limit = strtoull(argv[4], NULL, 10) * MIB;
+	uint64_t ctx = strtoull(argv[5], NULL, 10) * MIB;
+	CUdevice d = setup();
+	resolve(p->name);
+	uint64_t keys[4096];
+	int n = 0;
+	CUresult rc;
+	while ((rc = p->alloc(chunk, &keys[n])) == CUDA_SUCCESS)
+		CHECK(++n < 4096, "no limit reached after %d allocations", n);
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "allocation %d ended with %d, want CUDA_ERROR_OUT_OF_MEMORY", n, rc);
+	struct fake_cuda_stats s = stats();
+	uint64_t held = s.used[d];
+	/* Within the limit (less the context charge), and within one chunk (plus the
+	 * padding the fake adds to arrays) of it. */
+	CHECK(held + ctx <= limit, "holds %llu MiB + %llu MiB context, limit %llu MiB", (unsigned long long)(held / MIB),
+	      (unsigned long long)(ctx / MIB), (unsigned long long)(limit / MIB));
+	CHECK(held + ctx + chunk + chunk / 2 + (1ULL << 17) > limit, "stopped at %llu MiB, more than a chunk below %llu MiB",
+	      (unsigned long long)(held / MIB), (unsigned long long)(limit / MIB));
+	CHECK(s.peak[d] + ctx <= limit, "peak %llu MiB over the limit", (unsigned long long)(s.peak[d] / MIB));
+	size_t fr, tot;
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	CHECK(tot == limit, "cuMemGetInfo total %zu, want %llu", tot, (unsigned long long)limit);
+	CHECK(fr == limit - ctx - held, "cuMemGetInfo free %zu, want %llu", fr, (unsigned long long)(limit - ctx - held));
+	for (int i = 0; i < n; i++)
+		OK(p->release(keys[i]));
+	s = stats();
+	CHECK(s.used[d] == 0, "%llu bytes still held after freeing all", (unsigned long long)s.used[d]);
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	CHECK(fr == limit - ctx, "after freeing all, free is %zu, want %llu", fr, (unsigned long long)(limit - ctx));
+	/* And the whole allowance can be had again. */
+	int m = 0;
+	while (p->alloc(chunk, &keys[m]) == CUDA_SUCCESS)
+		m++;
+	CHECK(m == n, "second round got %d allocations, first %d", m, n);
+	printf("ok alloc %s: %d x %s MiB, held %llu MiB of %llu\n", p->name, n, argv[3], (unsigned long long)(held / MIB),
+	       (unsigned long long)(limit / MIB));
+	return 0;
+}
+
+/* ---- meminfo: CUDA and NVML report the limit ----------------------------------- */
+
+static int meminfo_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: meminfo <limit-mib> <context-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB, ctx = strtoull(argv[3], NULL, 10) * MIB;
+	CUdevice d = setup();
+	size_t fr, tot, dt;
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	CHECK(tot == limit && fr == limit - ctx, "cuMemGetInfo %zu/%zu, want %llu/%llu", fr, tot,
+	      (unsigned long long)(limit - ctx), (unsigned long long)limit);
+	OK(cuDeviceTotalMem_v2(&dt, d));
+	CHECK(dt == limit, "cuDeviceTotalMem %zu, want %llu", dt, (unsigned long long)limit);
+	CUdeviceptr p;
+	OK(cuMemAlloc_v2(&p, 100 * MIB));
+	CHECK(nvmlInit_v2() == NVML_SUCCESS, "nvmlInit_v2");
+	nvmlDevice_t h;
+	nvmlMemory_t m;
+	nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
+	CHECK(nvmlDeviceGetHandleByIndex_v2(0, &h) == NVML_SUCCESS, "nvml handle 0");
+	CHECK(nvmlDeviceGetMemoryInfo(h, &m) == NVML_SUCCESS, "nvmlDeviceGetMemoryInfo");
+	CHECK(m.total == limit && m.used == ctx + 100 * MIB && m.free == limit - ctx - 100 * MIB,
+	      "NVML memory %llu/%llu/%llu", m.total, m.used, m.free);
+	CHECK(nvmlDeviceGetMemoryInfo_v2(h, &m2) == NVML_SUCCESS, "nvmlDeviceGetMemoryInfo_v2");
+	CHECK(m2.total == limit && m2.used == ctx + 100 * MIB, "NVML v2 memory %llu/%llu", m2.total, m2.used);
+	/* Through dlsym, as NVML bindings (pynvml, go-nvml) resolve it. */
+	void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	nvmlReturn_t (*getmem)(nvmlDevice_t, nvmlMemory_t *) =
+		(nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t *))dlsym(nv, "nvmlDeviceGetMemoryInfo");
+	CHECK(getmem != NULL && getmem(h, &m) == NVML_SUCCESS && m.total == limit, "NVML through dlsym: total %llu",
+	      m.total);
+	printf("ok meminfo\n");
+	return 0;
+}
+
+/* ---- devices: only the container's, in its order -------------------------------- */
+
+static void uuid_of(CUdevice d, char *out)
+{
+	CUuuid u;
+	OK(cuDeviceGetUuid_v2(&u, d));
+	sprintf(out, "%02x", (unsigned char)u.bytes[15]);
+}
+
+static int devices_main(void)
+{
+	/* run.sh assigns fake GPUs ...03 then ...01: the driver's devices 2 and 0. */
+	int n;
+	CUdevice d;
+	char u[8];
+	OK(cuInit(0));
+	OK(cuDeviceGetCount(&n));
+	CHECK(n == 2, "cuDeviceGetCount %d, want 2", n);
+	OK(cuDeviceGet(&d, 0));
+	uuid_of(d, u);
+	CHECK(strcmp(u, "03") == 0, "device 0 is ...%s, want ...03", u);
+	OK(cuDeviceGet(&d, 1));
+	uuid_of(d, u);
+	CHECK(strcmp(u, "01") == 0, "device 1 is ...%s, want ...01", u);
+	CHECK(cuDeviceGet(&d, 2) == CUDA_ERROR_INVALID_DEVICE, "device 2 exists");
+	CHECK(cuDeviceGetByPCIBusId(&d, "0000:02:00.0") == CUDA_ERROR_INVALID_DEVICE, "found an unassigned GPU by PCI id");
+	OK(cuDeviceGetByPCIBusId(&d, "0000:03:00.0"));
+	CHECK(d == 2, "PCI 03 is device %d", d);
+	CUcontext c;
+	CHECK(cuDevicePrimaryCtxRetain(&c, 1) == CUDA_ERROR_INVALID_DEVICE, "made a context on an unassigned GPU");
+	unsigned int nn;
+	nvmlDevice_t h;
+	char s[96];
+	CHECK(nvmlInit_v2() == NVML_SUCCESS, "nvmlInit_v2");
+	CHECK(nvmlDeviceGetCount_v2(&nn) == NVML_SUCCESS && nn == 2, "NVML count %u, want 2", nn);
+	CHECK(nvmlDeviceGetHandleByIndex_v2(0, &h) == NVML_SUCCESS, "NVML handle 0");
+	nvmlDeviceGetUUID(h, s, sizeof(s));
+	CHECK(strcmp(s, "GPU-fa4e0000-0000-0000-0000-000000000003") == 0, "NVML device 0 is %s", s);
+	CHECK(nvmlDeviceGetHandleByIndex_v2(1, &h) == NVML_SUCCESS, "NVML handle 1");
+	nvmlDeviceGetUUID(h, s, sizeof(s));
+	CHECK(strcmp(s, "GPU-fa4e0000-0000-0000-0000-000000000001") == 0, "NVML device 1 is %s", s);
+	CHECK(nvmlDeviceGetHandleByIndex_v2(2, &h) != NVML_SUCCESS, "NVML device 2 exists");
+	CHECK(nvmlDeviceGetHandleByUUID("GPU-fa4e0000-0000-0000-0000-000000000002", &h) == NVML_ERROR_NOT_FOUND,
+	      "NVML found an unassigned GPU by UUID");
+	CHECK(nvmlDeviceGetHandleByPciBusId_v2("0000:01:00.0", &h) == NVML_SUCCESS, "NVML did not find PCI 01");
+	printf("ok devices\n");
+	return 0;
+}
+
+/* ---- procaddr: every resolution path gives the hook ----------------------------- */
+
+/* The driver's own definition, bypassing the hook's dlsym: libc's dlsym, called
+ * directly. */
+static void *driver_sym(const char *name)
+{
+	static void *(*libc_dlsym)(void *, const char *);
+	if (libc_dlsym == NULL) {
+		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+		CHECK(libc != NULL, "libc.so.6 not loaded");
+		libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
+		if (libc_dlsym == NULL)
+			libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+		CHECK(libc_dlsym != NULL, "libc's dlsym not found");
+	}
+	return libc_dlsym(libcuda(), name);
+}
+
+static int procaddr_main(void)
+{
+	static const char *const hooked[][2] = {
+		{"cuInit", "cuInit"},
+		{"cuDeviceGet", "cuDeviceGet"},
+		{"cuDeviceGetCount", "cuDeviceGetCount"},
+		{"cuDeviceTotalMem", "cuDeviceTotalMem_v2"},
+		{"cuMemGetInfo", "cuMemGetInfo_v2"},
+		{"cuMemAlloc", "cuMemAlloc_v2"},
+		{"cuMemFree", "cuMemFree_v2"},
+		{"cuMemAllocPitch", "cuMemAllocPitch_v2"},
+		{"cuMemAllocManaged", "cuMemAllocManaged"},
+		{"cuMemCreate", "cuMemCreate"},
+		{"cuArrayCreate", "cuArrayCreate_v2"},
+		{"cuLaunchKernel", "cuLaunchKernel"},
+		{"cuLaunchKernelEx", "cuLaunchKernelEx"},
+		{"cuGraphLaunch", "cuGraphLaunch"},
+		{"cuGetProcAddress", "cuGetProcAddress_v2"},
+		{"cuCtxCreate", "cuCtxCreate_v4"},
+	};
+	static const char *const ptsz[][2] = {
+		{"cuLaunchKernel", "cuLaunchKernel_ptsz"},
+		{"cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"},
+		{"cuGraphLaunch", "cuGraphLaunch_ptsz"},
+		{"cuMemAllocAsync", "cuMemAllocAsync_ptsz"},
+		{"cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz"},
+	};
+	OK(cuInit(0));
+	for (size_t i = 0; i < sizeof(hooked) / sizeof(hooked[0]); i++) {
+		void *hook = dlsym(RTLD_DEFAULT, hooked[i][1]); /* the preloaded hook comes first */
+		void *real = driver_sym(hooked[i][1]);
+		CHECK(hook != NULL && hook != real, "%s: the hook does not export it", hooked[i][1]);
+		CHECK(procaddr(hooked[i][0], 0) == hook, "cuGetProcAddress(%s) is not the hook", hooked[i][0]);
+		CHECK(dlsym(libcuda(), hooked[i][1]) == hook, "dlsym(libcuda, %s) is not the hook", hooked[i][1]);
+	}
+	for (size_t i = 0; i < sizeof(ptsz) / sizeof(ptsz[0]); i++)
+		CHECK(procaddr(ptsz[i][0], CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) == dlsym(RTLD_DEFAULT, ptsz[i][1]),
+		      "cuGetProcAddress(%s, per-thread stream) is not the hook's %s", ptsz[i][0], ptsz[i][1]);
+	/* Functions the hook does not touch come straight from the driver. */
+	void *real = driver_sym("cuCtxSetCurrent");
+	CHECK(real != NULL && procaddr("cuCtxSetCurrent", 0) == real, "cuCtxSetCurrent did not pass through");
+	CHECK(dlsym(libcuda(), "cuCtxSetCurrent") == real, "dlsym(cuCtxSetCurrent) did not pass through");
+	/* RTLD_NEXT from this program finds the next definition after it: the hook's. */
+	CHECK(dlsym(RTLD_NEXT, "cuMemAlloc_v2") == dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"), "RTLD_NEXT lookup");
+	CHECK(dlsym(RTLD_NEXT, "strlen") != NULL, "RTLD_NEXT lookup of a libc function");
+	CHECK(dlsym(libcuda(), "cuNoSuchFunction") == NULL, "found a function that does not exist");
+	printf("ok procaddr\n");
+	return 0;
+}
+
+/* ---- processes ----------------------------------------------------------------- */
+
+static int try_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: try <mib> ok|oom");
+	setup();
+	CUdeviceptr p;
+	CUresult rc = cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10) * MIB);
+	CUresult want = strcmp(argv[3], "ok") == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	CHECK(rc == want, "allocating %s MiB gave %d, want %d", argv[2], rc, want);
+	printf("ok try %s %s\n", argv[2], argv[3]);
+	return 0;
+}
+
+static int hold_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: hold <mib> <ready-file>");
+	setup();
+	CUdeviceptr p;
+	OK(cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 10) * MIB));
+	FILE *f = fopen(argv[3], "w");
+	CHECK(f != NULL, "cannot write %s", argv[3]);
+	fclose(f);
+	for (;;)
+		pause();
+}
+
+static int fork_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: fork <limit-mib> <context-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB, ctx = strtoull(argv[3], NULL, 10) * MIB;
+	setup();
+	CUdeviceptr a, b;
+	uint64_t half = (limit - 2 * ctx) / 2;
+	OK(cuMemAlloc_v2(&a, half));
+	pid_t pid = fork();
+	if (pid == 0) {
+		scenario = "fork (child)";
+		setup(); /* a child makes its own context, charged to it */
+		OK(cuMemAlloc_v2(&b, half - MIB));
+		CHECK(cuMemAlloc_v2(&b, 2 * MIB) == CUDA_ERROR_OUT_OF_MEMORY, "the child went past the shared limit");
+		exit(0);
+	}
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+	/* The child's usage left with it, and the parent's is intact. */
+	OK(cuMemAlloc_v2(&b, half));
+	CHECK(cuMemAlloc_v2(&b, ctx + MIB) == CUDA_ERROR_OUT_OF_MEMORY, "the parent went past the limit");
+	OK(cuMemFree_v2(a));
+	printf("ok fork\n");
+	return 0;
+}
+
+/* ---- threads: no race past the limit -------------------------------------------- */
+
+static uint64_t thread_limit;
+static CUcontext thread_ctx;
+
+static void *churn(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	CUdeviceptr held[32] = {0};
+	OK(cuCtxSetCurrent(thread_ctx));
+	for (int i = 0; i < 3000; i++) {
+		int k = rand_r(&seed) % 32;
+		if (held[k]) {
+			OK(cuMemFree_v2(held[k]));
+			held[k] = 0;
+		} else {
+			CUresult rc = cuMemAlloc_v2(&held[k], (1 + rand_r(&seed) % 64) * MIB);
+			CHECK(rc == CUDA_SUCCESS || rc == CUDA_ERROR_OUT_OF_MEMORY, "alloc gave %d", rc);
+			if (rc != CUDA_SUCCESS)
+				held[k] = 0;
+		}
+	}
+	for (int k = 0; k < 32; k++)
+		if (held[k])
+			OK(cuMemFree_v2(held[k]));
+	return NULL;
+}
+
+static int threads_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: threads <n> <limit-mib>");
+	int n = atoi(argv[2]);
+	thread_limit = strtoull(argv[3], NULL, 10) * MIB;
+	CUdevice d = setup();
+	OK(cuDevicePrimaryCtxRetain(&thread_ctx, d));
+	pthread_t t[64];
+	for (int i = 0; i < n && i < 64; i++)
+		pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i + 1));
+	for (int i = 0; i < n && i < 64; i++)
+		pthread_join(t[i], NULL);
+	struct fake_cuda_stats s = stats();
+	CHECK(s.peak[d] <= thread_limit, "peak %llu MiB over the %llu MiB limit", (unsigned long long)(s.peak[d] / MIB),
+	      (unsigned long long)(thread_limit / MIB));
+	CHECK(s.peak[d] > thread_limit / 2, "peak %llu MiB: the test never came near the limit",
+	      (unsigned long long)(s.peak[d] / MIB));
+	CHECK(s.used[d] == 0, "%llu bytes leaked", (unsigned long long)s.used[d]);
+	size_t fr, tot;
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	printf("ok threads: peak %llu MiB of %llu\n", (unsigned long long)(s.peak[d] / MIB),
+	       (unsigned long long)(thread_limit / MIB));
+	return 0;
+}
+
+/* ---- fail closed ---------------------------------------------------------------- */
+
+static int refused_main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: refused <cuda-error>");
+	CUresult want = (CUresult)atoi(argv[2]);
+	CUdeviceptr p;
+	CHECK(cuInit(0) == want, "cuInit did not fail with %d", want);
+	CHECK(cuMemAlloc_v2(&p, MIB) == want, "cuMemAlloc did not fail with %d", want);
+	void *pfn = NULL;
+	gpa_fn gpa = (gpa_fn)dlsym(libcuda(), "cuGetProcAddress_v2");
+	CHECK(gpa != NULL && gpa("cuMemAlloc", &pfn, 13000, 0, NULL) == want, "cuGetProcAddress did not fail");
+	CHECK(nvmlInit_v2() == NVML_ERROR_NO_PERMISSION, "nvmlInit_v2 was not refused");
+	printf("ok refused\n");
+	return 0;
+}
+
+static int total_is_main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: total-is <mib>");
+	setup();
+	size_t fr, tot;
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	CHECK(tot == strtoull(argv[2], NULL, 10) * MIB, "total %zu MiB, want %s", tot / (size_t)MIB, argv[2]);
+	printf("ok total-is %s\n", argv[2]);
+	return 0;
+}
+
+/* ---- pacing ----------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Launches 200 us kernels back to back through one path for the given time and
+ * returns the share of wall time the simulated GPU was busy. */
+static double run_launches(const char *path, double seconds)
+{
+	CUresult (*k_ptsz)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+			   void **, void **) = NULL;
+	if (strcmp(path, "kernel-ptsz") == 0)
+		k_ptsz = (CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				      CUstream, void **, void **))procaddr("cuLaunchKernel",
+									   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+	CUlaunchConfig cfg = {.gridDimX = 200, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
+	uint64_t busy0 = stats().busy_ns;
+	double t0 = now_s();
+	while (now_s() - t0 < seconds) {
+		CUresult rc;
+		if (strcmp(path, "kernel") == 0)
+			rc = cuLaunchKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (k_ptsz != NULL)
+			rc = k_ptsz(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (strcmp(path, "ex") == 0)
+			rc = cuLaunchKernelEx(&cfg, NULL, NULL, NULL);
+		else if (strcmp(path, "coop") == 0)
+			rc = cuLaunchCooperativeKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL);
+		else if (strcmp(path, "graph") == 0)
+			rc = cuGraphLaunch((CUgraphExec)(uintptr_t)200, NULL);
+		else
+			CHECK(0, "unknown launch path %s", path);
+		CHECK(rc == CUDA_SUCCESS, "launch gave %d", rc);
+	}
+	OK(cuCtxSynchronize());
+	double wall = now_s() - t0;
+	return (double)(stats().busy_ns - busy0) / 1e9 / wall * 100.0;
+}
+
+static int pace_main(int argc, char **argv)
+{
+	CHECK(argc == 5, "usage: pace <path> <cores> <seconds>");
+	int cores = atoi(argv[3]);
+	setup();
+	double share = run_launches(argv[2], atof(argv[4]));
+	printf("pace %s: cores %d, share %.1f%%\n", argv[2], cores, share);
+	if (cores == 0 || cores == 100)
+		CHECK(share > 90, "unpaced share %.1f%%", share);
+	else
+		/* Loose on purpose: CI machines are slow and shared; the GPU suite measures. */
+		CHECK(fabs(share - cores) <= 8, "share %.1f%%, want %d%% +- 8", share, cores);
+	return 0;
+}
+
+static int capture_main(void)
+{
+	setup();
+	double t0 = now_s();
+	OK(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	for (int i = 0; i < 20000; i++)
+		OK(cuLaunchKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	CUgraph g;
+	OK(cuStreamEndCapture(NULL, &g));
+	double captured = now_s() - t0;
+	struct fake_cuda_stats s = stats();
+	CHECK(s.bad_syncs == 0, "the hook synchronized %llu times during a capture", (unsigned long long)s.bad_syncs);
+	CHECK(captured < 0.5, "capturing 20000 launches took %.2f s: paced as if they ran", captured);
+	/* After the capture, launches are paced again. */
+	double share = run_launches("kernel", 0.5);
+	CHECK(share < 50, "share %.1f%% after the capture, want about 30%%", share);
+	printf("ok capture (%.3f s, then share %.1f%%)\n", captured, share);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: hooktest <scenario> ...\n");
+		return 2;
+	}
+	scenario = argv[1];
+	if (strcmp(scenario, "alloc") == 0)
+		return alloc_main(argc, argv);
+	if (strcmp(scenario, "meminfo") == 0)
+		return meminfo_main(argc, argv);
+	if (strcmp(scenario, "devices") == 0)
+		return devices_main();
+	if (strcmp(scenario, "procaddr") == 0)
+		return procaddr_main();
+	if (strcmp(scenario, "try") == 0)
+		return try_main(argc, argv);
+	if (strcmp(scenario, "hold") == 0)
+		return hold_main(argc, argv);
+	if (strcmp(scenario, "fork") == 0)
+		return fork_main(argc, argv);
+	if (strcmp(scenario, "threads") == 0)
+		return threads_main(argc, argv);
+	if (strcmp(scenario, "refused") == 0)
+		return refused_main(argc, argv);
+	if (strcmp(scenario, "total-is") == 0)
+		return total_is_main(argc, argv);
+	if (strcmp(scenario, "pace") == 0)
+		return pace_main(argc, argv);
+	if (strcmp(scenario, "capture") == 0)
+		return capture_main();
+	fprintf(stderr, "unknown scenario %s\n", scenario);
+	return 2;
+}

@@ -1,0 +1,127 @@
+#!/bin/sh
+# Runs the fake-driver suite against one build variant of the hook (plain, asan,
+# ubsan). The variant's hook reads its limits, config and shared memory under
+# <build>/root instead of /run/tessera, /etc/tessera and /dev/shm.
+set -eu
+variant=$1
+B=$(cd "$2" && pwd)
+ROOT=$B/root
+T=$B/hooktest
+PRELOAD=$B/libtessera-cuda.so
+if [ "$variant" = asan ]; then
+	# The sanitizer runtime must come before everything else that is preloaded.
+	PRELOAD="$(${CC:-gcc} -print-file-name=libasan.so) $PRELOAD"
+	# LeakSanitizer needs ptrace, which some CI sandboxes deny; ASan itself still runs.
+	export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+fi
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LD_LIBRARY_PATH=$B/fake
+unset TESSERA_LIMITS_FILE || true
+
+U1=GPU-fa4e0000-0000-0000-0000-000000000001
+U3=GPU-fa4e0000-0000-0000-0000-000000000003
+pass=0
+
+reset() {
+	rm -rf "$ROOT"
+	mkdir -p "$ROOT/run/tessera" "$ROOT/etc" "$ROOT/shm"
+}
+# limits <context-mib> <gpu line>...
+limits() {
+	ctx=$1
+	shift
+	{
+		echo "# written by test/run.sh"
+		echo "version 1"
+		echo "cgroup /tessera-test/$variant"
+		echo "context-mib $ctx"
+		for g in "$@"; do echo "gpu $g"; done
+	} >"$ROOT/run/tessera/limits"
+}
+config() {
+	printf '%s\n' "$1" >"$ROOT/etc/cuda-hook.conf"
+	chmod 644 "$ROOT/etc/cuda-hook.conf"
+}
+t() {
+	LD_PRELOAD="$PRELOAD" "$T" "$@"
+	pass=$((pass + 1))
+}
+
+echo "== $variant: every allocation path stops at the limit"
+reset
+limits 64 "$U1 1024 0 0"
+for p in direct dlsym procaddr procaddr-v1 pitch managed async async-ptsz pool vmm array array3d mipmap; do
+	t alloc $p 64 1024 64
+done
+
+echo "== $variant: memory info, devices, symbol resolution"
+t meminfo 1024 64
+reset
+limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
+t devices
+t procaddr
+
+echo "== $variant: two processes share one limit; a killed one's usage is reclaimed"
+reset
+limits 32 "$U1 1024 0 0"
+LD_PRELOAD="$PRELOAD" "$T" hold 600 "$ROOT/ready" &
+holder=$!
+i=0
+while [ ! -e "$ROOT/ready" ]; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || { echo "FAIL holder never got ready"; kill $holder; exit 1; }
+	sleep 0.05
+done
+t try 600 oom
+t try 300 ok
+kill -9 $holder
+wait $holder 2>/dev/null || true
+t try 900 ok
+
+echo "== $variant: fork"
+t fork 1024 32
+
+echo "== $variant: threads and processes racing for one limit"
+reset
+limits 0 "$U1 1024 0 0"
+t threads 16 1024
+LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 &
+a=$!
+LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 &
+b=$!
+wait $a
+wait $b
+pass=$((pass + 2))
+
+echo "== $variant: missing, malformed or unauthorized limits fail closed"
+reset
+t refused 800 2>/dev/null
+echo "version 2" >"$ROOT/run/tessera/limits"
+t refused 800 2>/dev/null
+reset
+printf 'version 1\ncgroup /standalone\ncontext-mib 0\ngpu %s 2048 0 0\n' $U1 >"$ROOT/alt.limits"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null   # no config: env is ignored
+config "allow-env-limits yes"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 2048               # standalone use
+t refused 800 2>/dev/null                                           # enabled but nothing given
+chmod 664 "$ROOT/etc/cuda-hook.conf"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null   # config writable by others
+config "allow-env-limits no"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null
+config "allow-env-limits yes"
+limits 0 "$U1 1024 0 0"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 1024               # the container's file wins
+
+echo "== $variant: compute pacing"
+reset
+limits 0 "$U1 81920 30 0"
+for p in kernel kernel-ptsz ex coop graph; do
+	t pace $p 30 0.6
+done
+t capture
+limits 0 "$U1 81920 60 20"
+t pace kernel 60 0.6
+limits 0 "$U1 81920 0 0"
+t pace kernel 0 0.3
+
+echo "== $variant: $pass checks passed"
