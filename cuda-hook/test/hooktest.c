@@ -604,8 +604,11 @@ static int pace_main(int argc, char **argv)
 	if (cores == 0 || cores == 100)
 		CHECK(share > 90, "unpaced share %.1f%%", share);
 	else
-		/* Loose on purpose: CI machines are slow and shared; the GPU suite measures. */
-		CHECK(fabs(share - cores) <= 8, "share %.1f%%, want %d%% +- 8", share, cores);
+		/* The cap must hold however busy the machine is; how close pacing comes to it
+		 * is measured on a GPU (make bench-gpu), since on a shared CI machine a
+		 * descheduled launch thread idles the simulated GPU. */
+		CHECK(share <= cores + 8 && share >= cores * 0.5, "share %.1f%%, want at most %d%% + 8 and at least half",
+		      share, cores);
 	return 0;
 }
 
