@@ -23,7 +23,9 @@ func run(args []string) int {
 	var cfg agent.Config
 	var logFormat string
 	var verbosity int
+	var printInventory bool
 	agent.BindFlags(fs, &cfg)
+	fs.BoolVar(&printInventory, "print-inventory", false, "print the GPU inventory the agent would publish, as JSON, and exit (needs no API server)")
 	fs.StringVar(&logFormat, "log-format", "json", "log format: json or console")
 	fs.IntVar(&verbosity, "v", 0, "log verbosity (0: info)")
 	if err := fs.Parse(args); err != nil {
@@ -40,6 +42,13 @@ func run(args []string) int {
 		return 2
 	}
 	defer flush()
+	if printInventory {
+		if err := agent.PrintInventory(os.Stdout, &cfg, log); err != nil {
+			log.Error(err, "reading the GPU inventory")
+			return 1
+		}
+		return 0
+	}
 	if err := cfg.Validate(); err != nil {
 		log.Error(err, "invalid configuration")
 		return 2

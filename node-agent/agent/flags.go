@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/inventory"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 )
 
@@ -86,4 +89,24 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
 		"nri", cfg.NRI, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr)
 	return a.Run(ctx)
+}
+
+// PrintInventory writes the inventory the agent would publish, and the labels, as JSON.
+func PrintInventory(w io.Writer, cfg *Config, log logr.Logger) error {
+	src, err := OpenSource(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	inv, err := src.Inventory()
+	if err != nil {
+		return err
+	}
+	inv.UpdatedAt = time.Now().UTC().Truncate(time.Second)
+	if err := inv.Validate(); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{"inventory": inv, "labels": inventory.Labels(inv)})
 }

@@ -142,9 +142,7 @@ func (s *Source) describe(i int, d nvml.Device) (devInfo, error) {
 	if idx, ret := d.GetIndex(); ret == nvml.SUCCESS {
 		g.Index = idx
 	}
-	if a, ret := d.GetAttributes(); ret == nvml.SUCCESS {
-		g.SMCount = int(a.MultiprocessorCount)
-	}
+	g.SMCount = smCount(d)
 	if numa, ret := d.GetNumaNodeId(); ret == nvml.SUCCESS && numa >= 0 {
 		g.NUMANode = numa
 	}
@@ -202,6 +200,40 @@ func (s *Source) migInstances(d nvml.Device) (*api.MIG, error) {
 		mig.Instances = append(mig.Instances, inst)
 	}
 	return mig, nil
+}
+
+// smCount reads the SM count. NVML's attributes carry it only for MIG devices; for a
+// whole GPU it is derived from the CUDA core count and the cores per SM of its compute
+// capability. 0 (unknown) when neither works.
+func smCount(d nvml.Device) int {
+	if a, ret := d.GetAttributes(); ret == nvml.SUCCESS && a.MultiprocessorCount > 0 {
+		return int(a.MultiprocessorCount)
+	}
+	cores, ret := d.GetNumGpuCores()
+	if ret != nvml.SUCCESS || cores <= 0 {
+		return 0
+	}
+	major, minor, ret := d.GetCudaComputeCapability()
+	if ret != nvml.SUCCESS {
+		return 0
+	}
+	per := coresPerSM(major, minor)
+	if per == 0 || cores%per != 0 {
+		return 0
+	}
+	return cores / per
+}
+
+// coresPerSM is the number of FP32 cores per SM by compute capability (CUDA
+// programming guide, "Arithmetic Instructions"); 0 when unknown.
+func coresPerSM(major, minor int) int {
+	switch {
+	case major == 7, major == 8 && minor == 0:
+		return 64
+	case major == 8, major == 9, major >= 10:
+		return 128
+	}
+	return 0
 }
 
 // migProfile takes the profile from the MIG device name ("NVIDIA H100 80GB HBM3 MIG

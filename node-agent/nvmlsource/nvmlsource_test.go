@@ -40,9 +40,12 @@ func h100(t *testing.T) (*server.Server, []*server.Device) {
 	for i, d := range devs {
 		i, d := i, d
 		d.GetNumaNodeIdFunc = func() (int, nvml.Return) { return i / 4, nvml.SUCCESS }
+		// As on real drivers, attributes exist only for MIG devices; the SM count
+		// comes from the core count and compute capability 9.0.
 		d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
-			return nvml.DeviceAttributes{MultiprocessorCount: 132}, nvml.SUCCESS
+			return nvml.DeviceAttributes{}, nvml.ERROR_NOT_SUPPORTED
 		}
+		d.GetNumGpuCoresFunc = func() (int, nvml.Return) { return 16896, nvml.SUCCESS }
 		var peers []int
 		for p := i / 4 * 4; p < i/4*4+4; p++ {
 			if p != i {
