@@ -1,0 +1,115 @@
+/*
+ * B5 on a real GPU: allocate 64 MiB at a time through one allocation path until the
+ * hook refuses, then report how much the process got, how much the driver says was
+ * taken (its own cuMemGetInfo, reached around the hook), and what cuMemGetInfo shows
+ * through the hook. Built against the real cuda.h; run under the hook.
+ *
+ *   b5_paths <path> <limit-mib>     path: alloc pitch managed async pool vmm array array3d mipmap
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB (1024ULL * 1024ULL)
+#define CK(x)                                                                    \
+	do {                                                                     \
+		CUresult r_ = (x);                                               \
+		if (r_ != CUDA_SUCCESS) {                                        \
+			fprintf(stderr, "%s failed: %d\n", #x, r_);              \
+			exit(1);                                                 \
+		}                                                                \
+	} while (0)
+
+/* The driver's own cuMemGetInfo, past the hook: libc's dlsym on libcuda. */
+static CUresult driver_meminfo(size_t *f, size_t *t)
+{
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	void *(*ds)(void *, const char *) = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
+	if (ds == NULL)
+		ds = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+	CUresult (*fn)(size_t *, size_t *) =
+		(CUresult(*)(size_t *, size_t *))ds(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), "cuMemGetInfo_v2");
+	return fn(f, t);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: b5_paths <path> <limit-mib>\n");
+		return 2;
+	}
+	const char *path = argv[1];
+	unsigned long long limit = strtoull(argv[2], NULL, 10);
+	CUdevice dev;
+	CUcontext ctx;
+	CUmemoryPool pool;
+	CK(cuInit(0));
+	CK(cuDeviceGet(&dev, 0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
+	CK(cuDeviceGetDefaultMemPool(&pool, dev));
+	size_t f0, t0, f1, t1, hf, ht;
+	CK(driver_meminfo(&f0, &t0));
+	size_t chunk = 64 * MIB;
+	int n = 0;
+	CUresult rc;
+	for (;;) {
+		if (strcmp(path, "alloc") == 0) {
+			CUdeviceptr p;
+			rc = cuMemAlloc(&p, chunk);
+		} else if (strcmp(path, "pitch") == 0) {
+			CUdeviceptr p;
+			size_t pitch;
+			rc = cuMemAllocPitch(&p, &pitch, 8192, chunk / 8192, 16);
+		} else if (strcmp(path, "managed") == 0) {
+			CUdeviceptr p;
+			rc = cuMemAllocManaged(&p, chunk, CU_MEM_ATTACH_GLOBAL);
+			if (rc == CUDA_SUCCESS)
+				rc = cuMemsetD8(p, 1, chunk); /* make it resident on the GPU */
+		} else if (strcmp(path, "async") == 0) {
+			CUdeviceptr p;
+			rc = cuMemAllocAsync(&p, chunk, NULL);
+		} else if (strcmp(path, "pool") == 0) {
+			CUdeviceptr p;
+			rc = cuMemAllocFromPoolAsync(&p, chunk, pool, NULL);
+		} else if (strcmp(path, "vmm") == 0) {
+			CUmemAllocationProp prop;
+			CUmemGenericAllocationHandle h;
+			memset(&prop, 0, sizeof(prop));
+			prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+			prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+			prop.location.id = dev;
+			rc = cuMemCreate(&h, chunk, &prop, 0);
+		} else if (strcmp(path, "array") == 0) {
+			CUDA_ARRAY_DESCRIPTOR d = {.Width = 4096, .Height = 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+			CUarray a;
+			rc = cuArrayCreate(&a, &d);
+		} else if (strcmp(path, "array3d") == 0) {
+			CUDA_ARRAY3D_DESCRIPTOR d = {
+				.Width = 1024, .Height = 1024, .Depth = 16, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+			CUarray a;
+			rc = cuArray3DCreate(&a, &d);
+		} else if (strcmp(path, "mipmap") == 0) {
+			CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 4096, .Height = 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+			CUmipmappedArray a;
+			rc = cuMipmappedArrayCreate(&a, &d, 4);
+		} else {
+			fprintf(stderr, "unknown path %s\n", path);
+			return 2;
+		}
+		if (rc != CUDA_SUCCESS)
+			break;
+		if (++n > 100000)
+			break;
+	}
+	CK(cuCtxSynchronize());
+	CK(driver_meminfo(&f1, &t1));
+	CK(cuMemGetInfo(&hf, &ht));
+	unsigned long long taken = (unsigned long long)((f0 - f1) / MIB);
+	printf("path=%s limit_mib=%llu allocations=%d result=%d driver_taken_mib=%llu hook_total_mib=%llu hook_free_mib=%llu\n",
+	       path, limit, n, (int)rc, taken, (unsigned long long)(ht / MIB), (unsigned long long)(hf / MIB));
+	return rc == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
+}

@@ -1,0 +1,36 @@
+# Shared by run-tests.sh and run-bench.sh: builds the GPU programs and sets up
+# standalone use of the hook (the administrator's config allowing TESSERA_LIMITS_FILE,
+# which needs root).
+set -u
+B=$(cd "$1" && pwd)
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+G=$B/gpu
+mkdir -p "$G"
+RES=${OUT:-$G}
+HOOK=$B/libtessera-cuda.so
+CUDA_INC=$(dirname "$(command -v nvcc)")/../include
+if [ ! -e "$CUDA_INC/cuda.h" ]; then CUDA_INC=$(dirname "$(find / -name cuda.h -path '*include*' -not -path '/proc/*' 2>/dev/null | head -1)"); fi
+LIBCUDA_DIR=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')")
+UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
+CTX=576
+
+if [ "$(id -u)" != 0 ]; then echo "the GPU suite sets up /etc/tessera and needs root"; exit 1; fi
+mkdir -p /etc/tessera
+printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
+chmod 644 /etc/tessera/cuda-hook.conf
+
+# limits <file> <memory-mib> <cores> <phase> [cgroup]
+limits() {
+	printf 'version 1\ncgroup %s\ncontext-mib %s\ngpu %s %s %s %s\n' "${5:-/gpu-test/$(basename "$1")}" $CTX "$UUID" "$2" "$3" "$4" >"$1"
+}
+# hooked <limits-file> <command...>
+hooked() {
+	f=$1
+	shift
+	TESSERA_LIMITS_FILE=$f LD_PRELOAD=$HOOK "$@"
+}
+
+build_gpu_programs() {
+	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/b5_paths.c" -o "$G/b5_paths" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -ldl || return 1
+	nvcc -O2 -arch=sm_90 "$HERE/gpu/pace.cu" -o "$G/pace" || return 1
+}

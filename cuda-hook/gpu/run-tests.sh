@@ -1,0 +1,84 @@
+#!/bin/bash
+# The real-GPU suite (make test-gpu): declarations against the real headers, symbol
+# resolution through the real driver, every allocation path, PyTorch and CuPy under a
+# 4 GiB limit, two processes under one limit, and compute shares. Needs root, the
+# driver, nvcc, PyTorch and CuPy. Results go to $OUT (or build/gpu)/test-gpu.txt.
+. "$(dirname "$0")/common.sh" "$1"
+LOG=$RES/test-gpu.txt
+: >"$LOG"
+fails=0
+say() { echo "$*" | tee -a "$LOG"; }
+check() { # check <name> <command...>
+	name=$1
+	shift
+	if out=$("$@" 2>&1); then say "ok   $name: $(echo "$out" | tail -1)"; else say "FAIL $name: $(echo "$out" | tail -3)"; fails=$((fails + 1)); fi
+}
+build_gpu_programs || { say "FAIL building GPU programs"; exit 1; }
+
+# 1. Every declaration of include/tessera_cuda.h against cuda.h and nvml.h.
+gcc -I"$HERE/include" -I"$HERE/src" "$HERE/gpu/layout.c" -o "$G/layout_ours" &&
+	gcc -DREAL_HEADERS -I"$CUDA_INC" -I"$HERE/src" "$HERE/gpu/layout.c" -o "$G/layout_real" 2>"$G/layout_real.err"
+if [ -x "$G/layout_real" ] && diff <("$G/layout_ours") <("$G/layout_real") >"$G/layout.diff"; then
+	say "ok   declarations: $("$G/layout_ours" | wc -l) layouts and constants, every prototype of symbols.def match cuda.h/nvml.h"
+else
+	say "FAIL declarations: $(head -5 "$G/layout_real.err" "$G/layout.diff" 2>/dev/null)"
+	fails=$((fails + 1))
+fi
+
+# 2. Symbol resolution and memory view through the real driver.
+gcc -O2 -I"$HERE/include" -I"$HERE/test" "$HERE/test/hooktest.c" -o "$G/hooktest" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -l:libnvidia-ml.so.1 -ldl -lpthread -lm
+limits "$G/l4g" 4096 0 0
+check "cuGetProcAddress/dlsym return the hooks" hooked "$G/l4g" "$G/hooktest" procaddr
+check "cuMemGetInfo/cuDeviceTotalMem/NVML report the limit" hooked "$G/l4g" "$G/hooktest" meminfo 4096 $CTX
+
+# 3. Every allocation path stops at the limit (driver API).
+for p in alloc pitch managed async pool vmm array array3d mipmap; do
+	check "B5 path $p" hooked "$G/l4g" "$G/b5_paths" $p 4096
+done
+
+# 4. PyTorch's allocators and CuPy's managed memory.
+check "torch caching allocator" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
+check "torch cudaMallocAsync" env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync TESSERA_LIMITS_FILE="$G/l4g" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
+check "torch expandable segments (VMM)" env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True TESSERA_LIMITS_FILE="$G/l4g" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
+check "cupy managed memory" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" managed 4096 $CTX
+
+# 5. Two processes, one limit.
+limits "$G/shared" 4096 0 0 /gpu-test/shared
+rm -f "$G/ready"
+# Started directly (not through a shell function) so that $! is the process itself.
+TESSERA_LIMITS_FILE="$G/shared" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" hold 1536 "$G/ready" >/dev/null 2>&1 &
+holder=$!
+for _ in $(seq 600); do [ -e "$G/ready" ] && break; sleep 0.1; done
+check "second process refused past the shared limit" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 1536 oom
+check "second process within the shared limit" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 1024 ok
+kill -9 $holder
+wait $holder 2>/dev/null
+check "killed process's usage reclaimed" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 3072 ok
+
+# 6. Compute shares: one tenant at 25% and 50%, two at 30/70 (ratios to an unhooked run).
+rate() { awk -F'rate=' '/rate=/{print $2}'; }
+base=$("$G/pace" rate kernel 4 | rate)
+say "info unhooked rate: $base kernels/s"
+share_ok() { # share_ok <name> <rate> <target>
+	s=$(awk -v r="$2" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')
+	if awk -v s="$s" -v t="$3" 'BEGIN{exit !(s >= t-5 && s <= t+5)}'; then say "ok   $1: share $s% (target $3%)"; else
+		say "FAIL $1: share $s% (target $3% +- 5)"
+		fails=$((fails + 1))
+	fi
+}
+for c in 25 50; do
+	limits "$G/c$c" 130000 $c 0
+	share_ok "one tenant at $c%" "$(hooked "$G/c$c" "$G/pace" rate kernel 4 | rate)" $c
+done
+limits "$G/a30" 130000 30 0 /gpu-test/a
+limits "$G/b70" 130000 70 30 /gpu-test/b
+hooked "$G/a30" "$G/pace" rate kernel 6 >"$G/a30.out" &
+a=$!
+hooked "$G/b70" "$G/pace" rate kernel 6 >"$G/b70.out" &
+b=$!
+wait $a $b
+share_ok "tenant A of 30/70" "$(rate <"$G/a30.out")" 30
+share_ok "tenant B of 30/70" "$(rate <"$G/b70.out")" 70
+
+say "test-gpu: $fails failed"
+[ $fails -eq 0 ]
