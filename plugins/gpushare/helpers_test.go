@@ -3,7 +3,6 @@ package gpushare
 import (
 	"fmt"
 	"testing"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -11,58 +10,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 const (
-	h100Mem = 81559
-	t4Mem   = 15360
+	h100Mem = fixtures.H100MiB
+	t4Mem   = fixtures.T4MiB
 )
 
-// nvlinkInventory is a node of n GPUs of one model in NVLink islands of size
-// islandSize (full NVLink mesh inside an island, one NUMA node per island, PCIe
-// cross-socket between islands).
 func nvlinkInventory(node string, n, islandSize int, model string, mem int64) *api.NodeInventory {
-	inv := &api.NodeInventory{Version: api.InventoryVersion, UpdatedAt: time.Now()}
-	for i := 0; i < n; i++ {
-		g := api.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", node, i), Model: model, MemoryMiB: mem, SMCount: 132,
-			NUMANode: i / islandSize, Healthy: true, PCIBusID: fmt.Sprintf("0000:%02x:00.0", 0x18+i)}
-		for j := 0; j < n; j++ {
-			if j == i {
-				continue
-			}
-			l := api.Link{Peer: j, PCIe: api.PCIeCrossSocket}
-			if i/islandSize == j/islandSize {
-				l.NVLinks, l.PCIe = 18, api.PCIeNUMA
-			}
-			g.Links = append(g.Links, l)
-		}
-		inv.GPUs = append(inv.GPUs, g)
-	}
-	return inv
+	return fixtures.NVLinkNode(node, n, islandSize, model, mem)
 }
 
-// pcieInventory is a node of n GPUs without NVLink: pairs (0,1), (2,3), … share a PCIe
-// switch; the first half is on NUMA node 0, the second on NUMA node 1.
 func pcieInventory(node string, n int, model string, mem int64) *api.NodeInventory {
-	inv := &api.NodeInventory{Version: api.InventoryVersion, UpdatedAt: time.Now()}
-	for i := 0; i < n; i++ {
-		g := api.GPU{Index: i, UUID: fmt.Sprintf("GPU-%s-%d", node, i), Model: model, MemoryMiB: mem, NUMANode: i * 2 / n, Healthy: true}
-		for j := 0; j < n; j++ {
-			if j == i {
-				continue
-			}
-			l := api.Link{Peer: j, PCIe: api.PCIeCrossSocket}
-			switch {
-			case i/2 == j/2:
-				l.PCIe = api.PCIeSingle
-			case i*2/n == j*2/n:
-				l.PCIe = api.PCIeNUMA
-			}
-			g.Links = append(g.Links, l)
-		}
-		inv.GPUs = append(inv.GPUs, g)
-	}
-	return inv
+	return fixtures.PCIeNode(node, n, model, mem)
 }
 
 func makeNode(t testing.TB, name string, inv *api.NodeInventory) *v1.Node {

@@ -1,0 +1,124 @@
+# Tessera: GPU sharing for Kubernetes. `make help` lists the targets.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+K8S_VERSION := 1.37.2
+BIN         := $(CURDIR)/bin
+GO          ?= go
+# go-nvml's bundled header marks many calls deprecated; the warnings are noise here.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
+               -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
+               -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+
+# Packages whose tests need nothing but Go (and cgo): everything except the suites
+# that start an API server or a whole local cluster.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+##@ Build
+
+.PHONY: build
+build: scheduler agent hook ## Build the scheduler, the node agent and the CUDA hook
+
+.PHONY: scheduler
+scheduler: ## Build bin/tessera-scheduler (kube-scheduler + Tessera plugins)
+	$(GO) build -ldflags "$(K8S_LDFLAGS)" -o $(BIN)/tessera-scheduler ./cmd/tessera-scheduler
+
+.PHONY: agent
+agent: ## Build bin/tessera-node-agent
+	$(GO) build -o $(BIN)/tessera-node-agent ./cmd/tessera-node-agent
+
+.PHONY: hook
+hook: ## Build the CUDA hook library (cuda-hook/build/)
+	$(MAKE) -C cuda-hook all
+
+# Control-plane binaries built from Go modules (nothing is downloaded from release pages).
+$(BIN)/etcd: go.mod
+	$(GO) build -o $@ go.etcd.io/etcd/server/v3
+
+$(BIN)/kube-apiserver: go.mod
+	$(GO) build -ldflags "$(K8S_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(BIN)/kwok: go.mod
+	$(GO) build -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+.PHONY: control-plane
+control-plane: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kwok ## Build etcd, kube-apiserver and kwok for the local cluster
+
+##@ Run
+
+.PHONY: run
+run: ## Start a local cluster with simulated GPU nodes, schedule a sample workload, print the allocation
+	@hack/local-up.sh $(RUN_FLAGS)
+
+.PHONY: stop
+stop: ## Stop the local cluster started by make run
+	@hack/local-down.sh
+
+.PHONY: kubectl-tessera
+kubectl-tessera: ## Build bin/kubectl-tessera (kubectl tessera allocation|wait|apply)
+	$(GO) build -o $(BIN)/kubectl-tessera ./cmd/kubectl-tessera
+
+##@ Test
+
+.PHONY: test
+test: test-unit test-hook test-integration test-e2e ## Run every test that needs no GPU (what CI runs)
+
+.PHONY: test-unit
+test-unit: ## Unit tests of all Go packages
+	$(GO) test -count=1 -timeout 15m $(UNIT_PKGS)
+
+.PHONY: test-hook
+test-hook: ## CUDA hook tests against the fake driver, plain and under ASan/UBSan
+	$(MAKE) -C cuda-hook test
+
+.PHONY: test-integration
+test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-apiserver and etcd
+	PATH=$(BIN):$$PATH $(GO) test -count=1 -timeout 30m ./test/integration/...
+
+.PHONY: test-e2e
+test-e2e: ## The whole stack: control plane, scheduler, node agents, kwok
+	@if [ -d test/e2e ]; then $(MAKE) build control-plane && PATH=$(BIN):$$PATH $(GO) test -count=1 -timeout 30m ./test/e2e/...; \
+	else echo "test/e2e: no end-to-end suite yet"; fi
+
+.PHONY: test-gpu
+test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)
+	$(MAKE) -C cuda-hook test-gpu
+	$(GO) test -count=1 -tags gpu ./node-agent/...
+
+.PHONY: fuzz
+fuzz: ## Fuzz the wire-contract decoders for 30 s each
+	for f in FuzzDecodeInventory FuzzDecodeAssignment FuzzParsePodRequest; do \
+		$(GO) test ./api -run XXX -fuzz "^$$f$$" -fuzztime 30s || exit 1; done
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: ## Scheduler benchmarks (Filter+Score per node)
+	$(GO) test -run XXX -bench . -benchmem -benchtime 2s ./plugins/...
+
+.PHONY: bench-gpu
+bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)
+	$(MAKE) -C cuda-hook bench-gpu
+
+##@ Verify
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	hack/verify-gofmt.sh
+
+.PHONY: verify
+verify: lint ## lint, plus module and Kubernetes-pin checks
+	hack/verify-k8s-version.sh $(K8S_VERSION)
+	$(GO) mod verify
+
+.PHONY: clean
+clean: ## Remove build outputs
+	rm -rf $(BIN)
+	$(MAKE) -C cuda-hook clean

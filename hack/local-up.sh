@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Starts a local Tessera cluster with simulated GPU nodes and schedules a sample
+# workload: etcd and kube-apiserver built from Go modules, the Tessera scheduler with the
+# binpack and spread profiles, kwok for node heartbeats and pod lifecycle, and one
+# simulated node agent per node. Needs no Docker, no GPU and no existing cluster.
+#
+# Usage: hack/local-up.sh [--detach] [--no-workload] [--no-build]
+#   --detach       return once the table is printed, leaving the cluster running
+#                  (stop it with hack/local-down.sh); default: stay in the foreground
+#                  until Ctrl-C, which stops everything
+#   --no-workload  start the cluster and nodes only
+#   --no-build     use the binaries already in bin/
+# Environment:
+#   RUN_DIR              state, logs and kubeconfig (default: .run in the repository)
+#   NODES_FILE           node list (default: config/local/nodes.txt)
+#   WORKLOAD_FILE        sample workload (default: config/local/workload.yaml)
+#   INVENTORY_STALENESS  the scheduler's inventoryStaleness (default 5m)
+#   AGENT_HEARTBEAT      the agents' --heartbeat (default 10s)
+#   TESSERA_OWNER_PID    stop the cluster when this process exits (used by the e2e suite)
+set -euo pipefail
+
+source "$(dirname "${BASH_SOURCE[0]}")/lib/local-cluster.sh"
+
+DETACH=false
+WORKLOAD=true
+BUILD=true
+for arg in "$@"; do
+  case $arg in
+  --detach) DETACH=true ;;
+  --no-workload) WORKLOAD=false ;;
+  --no-build) BUILD=false ;;
+  -h | --help)
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *) tessera::die "unknown argument $arg (see --help)" ;;
+  esac
+done
+NODES_FILE=${NODES_FILE:-$TESSERA_ROOT/config/local/nodes.txt}
+WORKLOAD_FILE=${WORKLOAD_FILE:-$TESSERA_ROOT/config/local/workload.yaml}
+INVENTORY_STALENESS=${INVENTORY_STALENESS:-5m}
+AGENT_HEARTBEAT=${AGENT_HEARTBEAT:-10s}
+KT=$BIN_DIR/kubectl-tessera
+
+for f in "$RUN_DIR"/pids/*.pid; do
+  [[ -e $f ]] || continue
+  if tessera::running "$(basename "$f" .pid)"; then
+    tessera::die "a local cluster is already running from $RUN_DIR; stop it first with: make stop"
+  fi
+done
+
+# A run starts from an empty state directory: no etcd data, logs or pids of an earlier
+# cluster can leak into this one.
+case $RUN_DIR in
+"" | / | "$HOME" | "$TESSERA_ROOT") tessera::die "refusing to use RUN_DIR=$RUN_DIR" ;;
+esac
+rm -rf "$RUN_DIR"
+mkdir -p "$RUN_DIR/pids" "$RUN_DIR/logs"
+
+# Anything that fails on the way up, and Ctrl-C at any time, stops what was started.
+UP=false
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [[ $UP != true || $rc -ne 0 ]]; then
+    echo
+    tessera::log "stopping the local cluster"
+    tessera::stop_all
+    tessera::log "stopped; logs are in $RUN_DIR/logs"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+tessera::log "Tessera local cluster in $RUN_DIR"
+
+if [[ $BUILD == true ]]; then
+  # One target at a time, so that the slow first builds show which step they are in.
+  tessera::log "building (the first build compiles kube-apiserver and the scheduler from source: a few minutes)"
+  for target in bin/tessera-scheduler:scheduler bin/tessera-node-agent:agent bin/kubectl-tessera:kubectl-tessera \
+    bin/etcd:"$BIN_DIR/etcd" bin/kube-apiserver:"$BIN_DIR/kube-apiserver" bin/kwok:"$BIN_DIR/kwok"; do
+    tessera::step "  built ${target%%:*}" make -s -C "$TESSERA_ROOT" --no-print-directory "${target#*:}"
+  done
+fi
+for b in etcd kube-apiserver kwok tessera-scheduler tessera-node-agent kubectl-tessera; do
+  [[ -x $BIN_DIR/$b ]] || tessera::die "$BIN_DIR/$b is missing: run make run (or make build control-plane kubectl-tessera)"
+done
+
+ETCD_PORT=$(tessera::free_port)
+ETCD_PEER_PORT=$(tessera::free_port)
+APISERVER_PORT=$(tessera::free_port)
+SCHEDULER_PORT=$(tessera::free_port)
+KWOK_PORT=$(tessera::free_port)
+tessera::save_env
+
+if [[ -n ${TESSERA_OWNER_PID:-} ]]; then
+  # Stops this cluster when its owner (a test process) goes away, even if the owner
+  # is killed before it can clean up.
+  tessera::spawn reaper bash -c 'while kill -0 "$0" 2>/dev/null; do sleep 1; done
+    rm -f "$1/pids/reaper.pid"; RUN_DIR="$1" exec "$2"' "$TESSERA_OWNER_PID" "$RUN_DIR" "$TESSERA_ROOT/hack/local-down.sh"
+fi
+
+tessera::step "etcd ready on 127.0.0.1:$ETCD_PORT" tessera::start_etcd
+tessera::step "kube-apiserver ready on https://127.0.0.1:$APISERVER_PORT" tessera::start_apiserver
+tessera::step "tessera-scheduler ready (profiles tessera-binpack, tessera-spread; inventoryStaleness $INVENTORY_STALENESS)" tessera::start_scheduler
+tessera::step "kwok ready (node heartbeats and pod lifecycle)" tessera::start_kwok
+
+NODES=$(tessera::nodes | awk '{print $1}' | paste -sd, -)
+[[ -n $NODES ]] || tessera::die "$NODES_FILE lists no nodes"
+create_nodes() { tessera::node_objects | "$KT" apply --kubeconfig "$RUN_DIR/kubeconfig" -f - >"$RUN_DIR/logs/apply-nodes.log"; }
+tessera::step "created $(tessera::nodes | wc -l) nodes from ${NODES_FILE#"$TESSERA_ROOT"/}" create_nodes
+
+start_agents() {
+  local name topo
+  while read -r name topo _; do
+    tessera::start_agent "$name" "$topo" || return 1
+  done < <(tessera::nodes)
+}
+wait_nodes() { "$KT" wait --kubeconfig "$RUN_DIR/kubeconfig" --nodes "$NODES" --timeout 60s >"$RUN_DIR/logs/wait-nodes.log"; }
+tessera::step "started $(tessera::nodes | wc -l) simulated node agents" start_agents
+tessera::step "nodes Ready with their GPU inventories published" wait_nodes
+
+if [[ $WORKLOAD == true ]]; then
+  apply_workload() { "$KT" apply --kubeconfig "$RUN_DIR/kubeconfig" -f "$WORKLOAD_FILE" >"$RUN_DIR/logs/apply-workload.log"; }
+  wait_pods() { "$KT" wait --kubeconfig "$RUN_DIR/kubeconfig" --timeout 60s >"$RUN_DIR/logs/wait-pods.log"; }
+  tessera::step "applied the sample workload (${WORKLOAD_FILE#"$TESSERA_ROOT"/}: $(grep -c '^kind: Pod' "$WORKLOAD_FILE") pods)" apply_workload
+  tessera::step "every GPU pod placed or refused by the scheduler" wait_pods
+  echo
+  "$KT" allocation --kubeconfig "$RUN_DIR/kubeconfig" --stale-after "$INVENTORY_STALENESS"
+fi
+
+UP=true
+echo
+tessera::log "local cluster is up"
+cat <<EOF
+
+  export KUBECONFIG=$RUN_DIR/kubeconfig
+  PATH=$BIN_DIR:\$PATH kubectl tessera allocation     # or: $KT allocation
+  logs: $RUN_DIR/logs/
+
+EOF
+if [[ $DETACH == true ]]; then
+  echo "Stop it with: make stop"
+  exit 0
+fi
+echo "Press Ctrl-C to stop the cluster (or run make stop in another terminal)."
+trap 'UP=false; exit 0' INT TERM
+while tessera::running kube-apiserver; do
+  sleep 1
+done
+tessera::log "kube-apiserver has stopped (make stop?); stopping the rest"
+UP=false
+exit 0

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Fails when any Go file is not gofmt-formatted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bad=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$bad" ]; then
+  echo "gofmt needed on:" >&2
+  echo "$bad" >&2
+  exit 1
+fi
