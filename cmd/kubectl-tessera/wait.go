@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+type waitOptions struct {
+	nodes   string
+	timeout time.Duration
+}
+
+func (o *waitOptions) bind(fs *flag.FlagSet) {
+	fs.StringVar(&o.nodes, "nodes", "", "comma-separated nodes that must be Ready with a GPU inventory published")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
+}
+
+// runWait polls until every named node is Ready with a valid inventory and every GPU
+// pod is settled: bound with an assignment, or refused by its scheduler (PodScheduled
+// False). It prints what it still waits for whenever that changes.
+func runWait(ctx context.Context, c *clients, o *waitOptions, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	want := splitNames(o.nodes)
+	last := ""
+	for {
+		nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		var pods *v1.PodList
+		if err == nil {
+			pods, err = c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		}
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		} else {
+			msg = unsettled(nodes.Items, pods.Items, want, c.names)
+			if msg == "" {
+				return nil
+			}
+		}
+		if msg != last {
+			fmt.Fprintf(out, "waiting: %s\n", msg)
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gave up after %s waiting for %s", o.timeout, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// unsettled describes what is not yet settled; "" when everything is.
+func unsettled(nodes []v1.Node, pods []v1.Pod, want map[string]bool, names api.ResourceNames) string {
+	var notReady, noInv []string
+	seen := map[string]bool{}
+	for i := range nodes {
+		n := &nodes[i]
+		if !want[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		if !nodeReady(n) {
+			notReady = append(notReady, n.Name)
+		}
+		if raw, ok := n.Annotations[api.AnnotationInventory]; !ok {
+			noInv = append(noInv, n.Name)
+		} else if _, err := api.DecodeInventory(raw); err != nil {
+			noInv = append(noInv, n.Name)
+		}
+	}
+	var missing []string
+	for n := range want {
+		if !seen[n] {
+			missing = append(missing, n)
+		}
+	}
+	var unplaced []string
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed || !api.HasGPURequest(p, names) {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			if _, ok := p.Annotations[api.AnnotationAssignment]; !ok {
+				unplaced = append(unplaced, podName(p))
+			}
+			continue
+		}
+		refused := false
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse {
+				refused = true
+			}
+		}
+		if !refused {
+			unplaced = append(unplaced, podName(p))
+		}
+	}
+	var parts []string
+	add := func(what string, xs []string) {
+		if len(xs) > 0 {
+			sort.Strings(xs)
+			parts = append(parts, fmt.Sprintf("%s (%d): %s", what, len(xs), abbreviate(xs, 5)))
+		}
+	}
+	add("nodes that do not exist", missing)
+	add("nodes not Ready", notReady)
+	add("nodes without a GPU inventory", noInv)
+	add("GPU pods not yet placed or refused", unplaced)
+	return strings.Join(parts, "; ")
+}
