@@ -82,9 +82,9 @@ test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-a
 	PATH=$(BIN):$$PATH $(GO) test -count=1 -timeout 30m ./test/integration/...
 
 .PHONY: test-e2e
-test-e2e: ## The whole stack: control plane, scheduler, node agents, kwok
-	@if [ -d test/e2e ]; then $(MAKE) build control-plane && PATH=$(BIN):$$PATH $(GO) test -count=1 -timeout 30m ./test/e2e/...; \
-	else echo "test/e2e: no end-to-end suite yet"; fi
+test-e2e: ## The whole stack: control plane, scheduler, node agents and kwok, started by hack/local-up.sh
+	$(MAKE) --no-print-directory scheduler agent kubectl-tessera control-plane
+	$(GO) test -count=1 -timeout 20m ./test/e2e/...
 
 .PHONY: test-gpu
 test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)

@@ -5,6 +5,8 @@
 # simulated node agent per node. Needs no Docker, no GPU and no existing cluster.
 #
 # Usage: hack/local-up.sh [--detach] [--no-workload] [--no-build]
+#        hack/local-up.sh --start COMPONENT   start one stopped component of the running
+#                       cluster again: scheduler, kwok or agent-NODE (see local-down.sh)
 #   --detach       return once the table is printed, leaving the cluster running
 #                  (stop it with hack/local-down.sh); default: stay in the foreground
 #                  until Ctrl-C, which stops everything
@@ -24,11 +26,19 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/local-cluster.sh"
 DETACH=false
 WORKLOAD=true
 BUILD=true
-for arg in "$@"; do
+START=""
+while (($# > 0)); do
+  arg=$1
+  shift
   case $arg in
   --detach) DETACH=true ;;
   --no-workload) WORKLOAD=false ;;
   --no-build) BUILD=false ;;
+  --start)
+    START=${1:-}
+    [[ -n $START ]] || tessera::die "--start needs a component name"
+    shift
+    ;;
   -h | --help)
     sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
     exit 0
@@ -36,11 +46,24 @@ for arg in "$@"; do
   *) tessera::die "unknown argument $arg (see --help)" ;;
   esac
 done
-NODES_FILE=${NODES_FILE:-$TESSERA_ROOT/config/local/nodes.txt}
-WORKLOAD_FILE=${WORKLOAD_FILE:-$TESSERA_ROOT/config/local/workload.yaml}
-INVENTORY_STALENESS=${INVENTORY_STALENESS:-5m}
-AGENT_HEARTBEAT=${AGENT_HEARTBEAT:-10s}
 KT=$BIN_DIR/kubectl-tessera
+
+if [[ -n $START ]]; then
+  # Restarting one component (after hack/local-down.sh NAME) reuses the cluster's ports
+  # and settings.
+  tessera::load_env
+  case $START in
+  scheduler) tessera::step "tessera-scheduler ready" tessera::start_scheduler ;;
+  kwok) tessera::step "kwok ready" tessera::start_kwok ;;
+  agent-*)
+    topo=$(tessera::topology_of "${START#agent-}")
+    [[ -n $topo ]] || tessera::die "node ${START#agent-} is not in $NODES_FILE"
+    tessera::step "node agent of ${START#agent-} started" tessera::start_agent "${START#agent-}" "$topo"
+    ;;
+  *) tessera::die "cannot start $START alone: use scheduler, kwok or agent-NODE" ;;
+  esac
+  exit 0
+fi
 
 for f in "$RUN_DIR"/pids/*.pid; do
   [[ -e $f ]] || continue

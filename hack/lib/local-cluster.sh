@@ -11,6 +11,10 @@
 TESSERA_ROOT=${TESSERA_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 BIN_DIR=${BIN_DIR:-$TESSERA_ROOT/bin}
 RUN_DIR=${RUN_DIR:-$TESSERA_ROOT/.run}
+NODES_FILE=${NODES_FILE:-$TESSERA_ROOT/config/local/nodes.txt}
+WORKLOAD_FILE=${WORKLOAD_FILE:-$TESSERA_ROOT/config/local/workload.yaml}
+INVENTORY_STALENESS=${INVENTORY_STALENESS:-5m}
+AGENT_HEARTBEAT=${AGENT_HEARTBEAT:-10s}
 
 # The clock every progress line is measured from.
 TESSERA_T0=${TESSERA_T0:-$(date +%s%N)}
@@ -95,11 +99,22 @@ tessera::pid() {
   cat "$RUN_DIR/pids/$1.pid" 2>/dev/null
 }
 
+# tessera::alive PID reports whether a process is alive. An exited process that its
+# parent has not reaped yet (a zombie) counts as gone: components outlive the script
+# that started them, and whoever inherits them may reap them late.
+tessera::alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
 # tessera::running NAME reports whether component NAME's recorded process is alive.
 tessera::running() {
   local pid
   pid=$(tessera::pid "$1") || return 1
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+  [[ -n $pid ]] && tessera::alive "$pid"
 }
 
 # tessera::spawn NAME command...: starts a component in its own session (so that a
@@ -125,7 +140,7 @@ tessera::stop() {
   [[ -n $pid ]] || return 0
   kill -TERM "$pid" 2>/dev/null || return 0
   for i in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    tessera::alive "$pid" || return 0
     sleep 0.1
   done
   echo "$name (pid $pid) did not stop on SIGTERM within 10s; killing it" >&2
@@ -135,14 +150,17 @@ tessera::stop() {
 # tessera::stop_all stops every recorded component: the clients first, the API server
 # and etcd last, so that nothing logs errors about a vanished API server on the way down.
 tessera::stop_all() {
-  local f name
+  local f name jobs=()
   [[ -d $RUN_DIR/pids ]] || return 0
   for f in "$RUN_DIR"/pids/agent-*.pid "$RUN_DIR"/pids/reaper.pid; do
     [[ -e $f ]] || continue
     name=$(basename "$f" .pid)
     tessera::stop "$name" &
+    jobs+=($!)
   done
-  wait
+  # Wait for these stops only: a bare wait would also wait for the components this
+  # shell started, which are still running.
+  ((${#jobs[@]} == 0)) || wait "${jobs[@]}"
   for name in kwok scheduler kube-apiserver etcd; do
     tessera::stop "$name"
   done
@@ -151,16 +169,11 @@ tessera::stop_all() {
 # tessera::save_env writes the ports and paths of this cluster to $RUN_DIR/env, which
 # later calls (restarting one component, the e2e suite) source.
 tessera::save_env() {
-  cat >"$RUN_DIR/env" <<EOF
-ETCD_PORT=$ETCD_PORT
-ETCD_PEER_PORT=$ETCD_PEER_PORT
-APISERVER_PORT=$APISERVER_PORT
-SCHEDULER_PORT=$SCHEDULER_PORT
-KWOK_PORT=$KWOK_PORT
-KUBECONFIG_PATH=$RUN_DIR/kubeconfig
-INVENTORY_STALENESS=$INVENTORY_STALENESS
-AGENT_HEARTBEAT=$AGENT_HEARTBEAT
-EOF
+  local v
+  : >"$RUN_DIR/env"
+  for v in ETCD_PORT ETCD_PEER_PORT APISERVER_PORT SCHEDULER_PORT KWOK_PORT INVENTORY_STALENESS AGENT_HEARTBEAT NODES_FILE; do
+    printf '%s=%q\n' "$v" "${!v}" >>"$RUN_DIR/env"
+  done
 }
 
 tessera::load_env() {
@@ -275,7 +288,10 @@ tessera::start_scheduler() {
     --bind-address 127.0.0.1 \
     --secure-port "$SCHEDULER_PORT" \
     --authentication-kubeconfig "$RUN_DIR/kubeconfig" \
-    --authorization-kubeconfig "$RUN_DIR/kubeconfig" || return 1
+    --authorization-kubeconfig "$RUN_DIR/kubeconfig" \
+    --authentication-skip-lookup || return 1
+  # --authentication-skip-lookup: this API server has no client CA, so it never writes
+  # the extension-apiserver-authentication ConfigMap the scheduler would look up.
   WAIT_PID=scheduler tessera::wait_until 60 "tessera-scheduler" curl -sfk "https://127.0.0.1:$SCHEDULER_PORT/healthz"
 }
 
