@@ -406,7 +406,7 @@ func (v *view) render(w io.Writer) {
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GPU\tMEMORY GRANTED (MiB)\t\tCORES\tPODS")
+		fmt.Fprintln(tw, "  GPU\tMEMORY MiB\tMEMORY GRANTED\tCORES GRANTED\tPODS")
 		for _, u := range nv.units {
 			gpus++
 			memTotal += u.memoryMiB
