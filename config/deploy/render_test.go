@@ -1,0 +1,186 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func chartDir(t *testing.T) string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate the test source")
+	}
+	return filepath.Join(filepath.Dir(file), "tessera")
+}
+
+func kinds(ms []Manifest) map[string]int {
+	k := map[string]int{}
+	for _, m := range ms {
+		k[m.Kind]++
+	}
+	return k
+}
+
+func find(t *testing.T, ms []Manifest, kind, name string) map[string]any {
+	t.Helper()
+	for _, m := range ms {
+		if m.Kind == kind && m.Name == name {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(m.YAML), &obj); err != nil {
+				t.Fatalf("%s %s: %v", kind, name, err)
+			}
+			return obj
+		}
+	}
+	t.Fatalf("no %s %s rendered", kind, name)
+	return nil
+}
+
+func TestRenderDefaults(t *testing.T) {
+	ms, err := Render(Options{ChartDir: chartDir(t), NamespaceObject: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{
+		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 2, "ClusterRoleBinding": 4,
+		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
+		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+	}
+	got := kinds(ms)
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%d %s objects, want %d", got[k], k, n)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected %s objects", k)
+		}
+	}
+	if ms[0].Kind != "Namespace" {
+		t.Errorf("first object is a %s; the namespace must come first", ms[0].Kind)
+	}
+	// Every object parses, and namespaced ones are in the release namespace.
+	for _, m := range ms {
+		var obj struct {
+			Metadata struct{ Namespace string } `json:"metadata"`
+		}
+		if err := yaml.UnmarshalStrict([]byte(m.YAML), &map[string]any{}); err != nil {
+			t.Errorf("%s %s: %v", m.Kind, m.Name, err)
+		}
+		_ = yaml.Unmarshal([]byte(m.YAML), &obj)
+		if ns := obj.Metadata.Namespace; ns != "" && ns != DefaultNamespace && !(m.Kind == "RoleBinding" && ns == "kube-system") {
+			t.Errorf("%s %s in namespace %q", m.Kind, m.Name, ns)
+		}
+	}
+	cm := find(t, ms, "ConfigMap", "tessera-scheduler")
+	cfg := cm["data"].(map[string]any)["scheduler-config.yaml"].(string)
+	for _, s := range []string{"schedulerName: tessera-binpack", "schedulerName: tessera-spread", "resourceNamespace: tessera-system",
+		`ignoredResourceGroups: ["tessera.dev"]`, "nodePolicy: Spread", "devicePolicy: Binpack"} {
+		if !strings.Contains(cfg, s) {
+			t.Errorf("scheduler config lacks %q:\n%s", s, cfg)
+		}
+	}
+}
+
+func TestRenderNonDefault(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(`
+resourceNames: {gpu: nvidia.com/gpu, gpuMemory: nvidia.com/gpumem, gpuMemoryPercent: nvidia.com/gpumem-percentage, gpuCores: nvidia.com/gpucores}
+scheduler:
+  replicas: 2
+  profiles:
+    - {schedulerName: gpu-pack, nodePolicy: Binpack, devicePolicy: Spread, args: {topologyWeight: 5}}
+agent:
+  hostPaths: {hookDir: /opt/tessera/hook, nriSocket: /run/containerd/nri/nri.sock}
+  hook: {install: false}
+  watchdog: {action: kill}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", ValueFiles: []string{values},
+		Set: []string{"agent.metrics.serviceMonitor.enabled=true"}, APIVersions: []string{"monitoring.coreos.com/v1"}, KubeVersion: "1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(ms)["ServiceMonitor"]; got != 1 {
+		t.Errorf("%d ServiceMonitors, want the agent's only", got)
+	}
+	cm := find(t, ms, "ConfigMap", "gpu-scheduler")
+	cfg := cm["data"].(map[string]any)["scheduler-config.yaml"].(string)
+	for _, s := range []string{"schedulerName: gpu-pack", `ignoredResourceGroups: ["nvidia.com"]`, "gpuMemory: nvidia.com/gpumem", "topologyWeight: 5", "devicePolicy: Spread"} {
+		if !strings.Contains(cfg, s) {
+			t.Errorf("scheduler config lacks %q:\n%s", s, cfg)
+		}
+	}
+	if strings.Contains(cfg, "tessera-spread") {
+		t.Error("the default spread profile survived a profile list that replaced it")
+	}
+	ds := find(t, ms, "DaemonSet", "gpu-node-agent")
+	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	if _, ok := spec["initContainers"]; ok {
+		t.Error("hook.install=false still installs the hook")
+	}
+	args := spec["containers"].([]any)[0].(map[string]any)["args"].([]any)
+	joined := ""
+	for _, a := range args {
+		joined += a.(string) + " "
+	}
+	for _, s := range []string{"--resource-domain=nvidia.com", "--hook-library=/opt/tessera/hook/libtessera-cuda.so",
+		"--nri-socket=/run/containerd/nri/nri.sock", "--watchdog-action=kill"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("agent args lack %s: %s", s, joined)
+		}
+	}
+	dep := find(t, ms, "Deployment", "gpu-scheduler")
+	if _, ok := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["affinity"]; !ok {
+		t.Error("two scheduler replicas without anti-affinity")
+	}
+}
+
+// TestRenderRejects checks that bad values fail with a message naming the problem,
+// at render time rather than in the cluster.
+func TestRenderRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  []string
+		kube string
+		want string
+	}{
+		{"unknown policy", []string{"scheduler.profiles[0].nodePolicy=Pack"}, "", "nodePolicy"},
+		{"service monitor without its CRD", []string{"scheduler.metrics.serviceMonitor.enabled=true"}, "", "monitoring.coreos.com/v1"},
+		{"resource names of two domains", []string{"resourceNames.gpu=a.io/gpu,resourceNames.gpuMemory=b.io/mem,resourceNames.gpuMemoryPercent=a.io/p,resourceNames.gpuCores=a.io/c"}, "", "one domain"},
+		{"incomplete resource names", []string{"resourceNames.gpu=a.io/gpu"}, "", "resourceNames.gpuMemory"},
+		{"device plugin name mismatch", []string{"resourceNames.gpu=a.io/gpus,resourceNames.gpuMemory=a.io/mem,resourceNames.gpuMemoryPercent=a.io/p,resourceNames.gpuCores=a.io/c"}, "", "a.io/gpu"},
+		{"relative host path", []string{"agent.hostPaths.limitsRoot=run/tessera"}, "", "limitsRoot"},
+		{"watchdog action", []string{"agent.watchdog.action=stop"}, "", "action"},
+		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Render(Options{ChartDir: chartDir(t), Set: tc.set, KubeVersion: tc.kube})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlainManifestsUpToDate keeps config/deploy/manifests what the chart renders.
+func TestPlainManifestsUpToDate(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(chartDir(t)), "manifests", "tessera.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := Render(Options{ChartDir: chartDir(t), NamespaceObject: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(raw), string(Join(ms))) {
+		t.Error("config/deploy/manifests/tessera.yaml is out of date with the chart: run make manifests")
+	}
+}

@@ -1,0 +1,98 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "tessera.name" -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tessera.scheduler.name" -}}
+{{- printf "%s-scheduler" (include "tessera.name" .) -}}
+{{- end -}}
+
+{{- define "tessera.agent.name" -}}
+{{- printf "%s-node-agent" (include "tessera.name" .) -}}
+{{- end -}}
+
+{{- define "tessera.scheduler.serviceAccount" -}}
+{{- default (include "tessera.scheduler.name" .) .Values.scheduler.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "tessera.agent.serviceAccount" -}}
+{{- default (include "tessera.agent.name" .) .Values.agent.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "tessera.labels" -}}
+app.kubernetes.io/part-of: tessera
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "tessera.scheduler.selectorLabels" -}}
+app.kubernetes.io/name: tessera-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tessera.agent.selectorLabels" -}}
+app.kubernetes.io/name: tessera-node-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tessera.scheduler.labels" -}}
+{{ include "tessera.labels" . }}
+{{ include "tessera.scheduler.selectorLabels" . }}
+app.kubernetes.io/component: scheduler
+{{- end -}}
+
+{{- define "tessera.agent.labels" -}}
+{{ include "tessera.labels" . }}
+{{ include "tessera.agent.selectorLabels" . }}
+app.kubernetes.io/component: node-agent
+{{- end -}}
+
+{{/* tessera.image: registry/repository:tag or @digest. Argument: (dict "root" $ "image" .Values.x.image) */}}
+{{- define "tessera.image" -}}
+{{- $root := .root -}}
+{{- $ref := printf "%s/%s" $root.Values.image.registry .image.repository | trimPrefix "/" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $ref .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (.image.tag | default $root.Values.image.tag | default $root.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+tessera.resourceNames: the four resource names as a YAML map, from resourceNames when
+set (all four, one domain) or from resourceDomain.
+*/}}
+{{- define "tessera.resourceNames" -}}
+{{- $n := .Values.resourceNames | default dict -}}
+{{- if $n -}}
+{{- $domain := "" -}}
+{{- range $k := list "gpu" "gpuMemory" "gpuMemoryPercent" "gpuCores" -}}
+{{- $v := get $n $k -}}
+{{- if not $v -}}{{- fail (printf "resourceNames.%s must be set when resourceNames is set" $k) -}}{{- end -}}
+{{- if not (contains "/" $v) -}}{{- fail (printf "resourceNames.%s %q has no domain" $k $v) -}}{{- end -}}
+{{- $d := first (splitList "/" $v) -}}
+{{- if and $domain (ne $d $domain) -}}{{- fail (printf "resourceNames must share one domain: %q and %q" $domain $d) -}}{{- end -}}
+{{- $domain = $d -}}
+{{- end -}}
+gpu: {{ $n.gpu }}
+gpuMemory: {{ $n.gpuMemory }}
+gpuMemoryPercent: {{ $n.gpuMemoryPercent }}
+gpuCores: {{ $n.gpuCores }}
+{{- else -}}
+gpu: {{ .Values.resourceDomain }}/gpu
+gpuMemory: {{ .Values.resourceDomain }}/gpu-memory
+gpuMemoryPercent: {{ .Values.resourceDomain }}/gpu-memory-percent
+gpuCores: {{ .Values.resourceDomain }}/gpu-cores
+{{- end -}}
+{{- end -}}
+
+{{/* tessera.resourceGroup: the domain of the resource names. */}}
+{{- define "tessera.resourceGroup" -}}
+{{- $names := include "tessera.resourceNames" . | fromYaml -}}
+{{- first (splitList "/" $names.gpu) -}}
+{{- end -}}
