@@ -22,6 +22,10 @@ type podInfo struct {
 	uuidExclude  []string
 	topology     api.Topology
 	devicePolicy Policy
+	// cpuMilli and memBytes are the pod's host requests (for the Fragmentation policy).
+	cpuMilli, memBytes int64
+	// fragShapes is the expected workload when a policy of the pod is Fragmentation.
+	fragShapes []fragShape
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).
@@ -186,7 +190,8 @@ func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants
 }
 
 // deviceScore is how well placing c on device i serves the GPU-level policy, in
-// [0,1], higher is better.
+// [0,1], higher is better. Fragmentation scores like Binpack here: it only differs for
+// one-GPU containers, which pickByFragmentation places.
 func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol Policy, w *weights) float64 {
 	d := &m.devices[i]
 	u := &used[i]
@@ -242,14 +247,10 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 		return nil, explain(m, used, p, c, w)
 	}
 	if c.GPUs == 1 {
-		best, bestScore := -1, 0.0
-		for _, i := range cand {
-			s := deviceScore(m, used, c, i, p.devicePolicy, w)
-			if best < 0 || s > bestScore {
-				best, bestScore = i, s
-			}
+		if p.devicePolicy == Fragmentation && len(p.fragShapes) > 0 {
+			return []int{pickByFragmentation(m, used, p, c, w, cand)}, nil
 		}
-		return []int{best}, nil
+		return []int{pickBest(m, used, c, w, cand, p.devicePolicy)}, nil
 	}
 	return pickSet(m, used, p, c, w, cand)
 }

@@ -25,6 +25,9 @@ const (
 	Binpack Policy = "Binpack"
 	// Spread places on the least-used node (or GPU), minimising contention.
 	Spread Policy = "Spread"
+	// Fragmentation places where the pod makes the least GPU capacity unusable for the
+	// recent mix of GPU pods (fragmentation gradient descent; see fragmentation.go).
+	Fragmentation Policy = "Fragmentation"
 )
 
 // ParsePolicy accepts a policy name in any letter case.
@@ -34,16 +37,22 @@ func ParsePolicy(s string) (Policy, error) {
 		return Binpack, nil
 	case strings.EqualFold(s, string(Spread)):
 		return Spread, nil
+	case strings.EqualFold(s, string(Fragmentation)):
+		return Fragmentation, nil
 	}
-	return "", fmt.Errorf("%q is not a policy; use Binpack or Spread", s)
+	return "", fmt.Errorf("%q is not a policy; use Binpack, Spread or Fragmentation", s)
 }
 
 // Args configures the plugin; it is the pluginConfig args of a scheduler profile.
 type Args struct {
-	// NodePolicy chooses between nodes: Binpack (default) or Spread.
+	// NodePolicy chooses between nodes: Binpack (default), Spread or Fragmentation.
 	NodePolicy Policy `json:"nodePolicy,omitempty"`
-	// DevicePolicy chooses GPUs on the chosen node: Binpack (default) or Spread.
+	// DevicePolicy chooses GPUs on the chosen node: Binpack (default), Spread or
+	// Fragmentation.
 	DevicePolicy Policy `json:"devicePolicy,omitempty"`
+	// FragmentationWindow is how many recent GPU pods make up the workload the
+	// Fragmentation policy keeps room for (default 2000).
+	FragmentationWindow int `json:"fragmentationWindow,omitempty"`
 	// AllowPodPolicyOverride lets a pod pick its GPU-level policy with the
 	// tessera.dev/gpu-policy annotation (default true).
 	AllowPodPolicyOverride *bool `json:"allowPodPolicyOverride,omitempty"`
@@ -120,6 +129,9 @@ func (a *Args) SetDefaults(d Defaults) {
 	if a.MaxTenantsPerGPU == 0 {
 		a.MaxTenantsPerGPU = defaultMaxTenants
 	}
+	if a.FragmentationWindow == 0 {
+		a.FragmentationWindow = defaultFragmentationWindow
+	}
 	if a.ResourceNames == nil {
 		domain := a.ResourceDomain
 		if domain == "" {
@@ -140,8 +152,8 @@ func (a *Args) Validate() error {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if f.v != Binpack && f.v != Spread {
-			return fmt.Errorf("%s.%s: %q is not a policy; use Binpack or Spread", p, f.field, f.v)
+		if f.v != Binpack && f.v != Spread && f.v != Fragmentation {
+			return fmt.Errorf("%s.%s: %q is not a policy; use Binpack, Spread or Fragmentation", p, f.field, f.v)
 		}
 	}
 	for _, f := range []struct {
@@ -157,6 +169,9 @@ func (a *Args) Validate() error {
 	}
 	if a.MaxTenantsPerGPU < 1 || a.MaxTenantsPerGPU > 1000 {
 		return fmt.Errorf("%s.maxTenantsPerGPU: %d is out of range 1..1000", p, a.MaxTenantsPerGPU)
+	}
+	if a.FragmentationWindow < 1 || a.FragmentationWindow > 100000 {
+		return fmt.Errorf("%s.fragmentationWindow: %d is out of range 1..100000", p, a.FragmentationWindow)
 	}
 	if a.ResourceNames != nil && a.ResourceDomain != "" && a.ResourceNames.GPU != api.ResourceNamesForDomain(a.ResourceDomain).GPU {
 		return fmt.Errorf("%s.resourceDomain: set either resourceDomain or resourceNames, not both", p)

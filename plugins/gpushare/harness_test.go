@@ -2,6 +2,7 @@ package gpushare
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -107,7 +108,8 @@ func (e *env) cycle(pod *v1.Pod) *cycleResult {
 	if st := e.pl.PreScore(ctx, r.state, pod, e.infos); !st.IsSuccess() {
 		e.t.Fatalf("PreScore: %v", st)
 	}
-	var bestScore int64 = -1
+	// Raw scores (before NormalizeScore) may be negative.
+	var bestScore int64 = math.MinInt64
 	for _, ni := range e.infos {
 		name := ni.Node().Name
 		if !r.filter[name].IsSuccess() {

@@ -37,6 +37,8 @@ type Plugin struct {
 	cache     *Cache
 	synced    func() bool
 	now       func() time.Time
+	// workload is the recent mix of GPU pods, for the Fragmentation policy.
+	workload *workloadModel
 }
 
 var (
@@ -86,6 +88,7 @@ func newPlugin(args *Args, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
 		cache:     c,
 		synced:    synced,
 		now:       time.Now,
+		workload:  newWorkloadModel(args.FragmentationWindow),
 	}
 }
 
@@ -184,6 +187,9 @@ func (pl *Plugin) hintPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any)
 		return fwk.Queue, fmt.Errorf("unexpected object %T in pod delete event", oldObj)
 	}
 	if _, has := deleted.Annotations[api.AnnotationAssignment]; has && deleted.Spec.NodeName != "" {
+		// The cache's own informer handler may run after the scheduler's; release the
+		// grants now so that the retry this hint triggers sees the freed capacity.
+		pl.cache.OnPodDelete(deleted.UID)
 		logger.V(5).Info("A pod holding GPUs was deleted", "pod", klog.KObj(pod), "deleted", klog.KObj(deleted))
 		return fwk.Queue, nil
 	}
@@ -203,6 +209,7 @@ func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	if old, ok := oldObj.(*v1.Node); ok && old != nil && old.Annotations[api.AnnotationInventory] == raw {
 		return fwk.QueueSkip, nil
 	}
+	pl.cache.SetInventory(n.Name, raw)
 	logger.V(5).Info("A node's GPU inventory appeared or changed", "pod", klog.KObj(pod), "node", klog.KObj(n))
 	return fwk.Queue, nil
 }
@@ -248,6 +255,11 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	if !pl.synced() {
 		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache has not synced with the API server yet"))
+	}
+	if pl.args.NodePolicy == Fragmentation || info.devicePolicy == Fragmentation {
+		info.cpuMilli, info.memBytes = podHostRequests(pod)
+		pl.workload.observe(pod.UID, shapeOf(info))
+		info.fragShapes = pl.workload.snapshot()
 	}
 	cs.Write(stateKey, &cycleState{info: info, results: map[string]*allocation{}})
 	return nil, nil

@@ -38,6 +38,8 @@ func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []
 //	         pods do not break up the islands whole-GPU pods will need.
 //
 //	score = 100 × Σ weight·term / Σ weight
+//
+// The Fragmentation node policy scores differently: see fragmentationScore.
 func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
@@ -59,6 +61,9 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		if a, fail = allocate(v.model, v.used, s.info, &pl.w); fail != nil {
 			return 0, nil
 		}
+	}
+	if pl.args.NodePolicy == Fragmentation {
+		return pl.fragmentationScore(s, a, nodeInfo), nil
 	}
 	return pl.scoreAllocation(a), nil
 }
@@ -114,5 +119,11 @@ func clampScore(s int64) int64 {
 	return s
 }
 
-// ScoreExtensions returns nil: scores are already in the framework's range.
-func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+// ScoreExtensions returns nil for Binpack and Spread, whose scores are already in the
+// framework's range; Fragmentation scores are raw and normalised per cycle.
+func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions {
+	if pl.args.NodePolicy == Fragmentation {
+		return pl
+	}
+	return nil
+}

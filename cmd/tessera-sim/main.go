@@ -1,0 +1,178 @@
+// Command tessera-sim replays a cluster trace through the Tessera scheduler's real
+// plugin code and reports placement quality (BRIEF §5 B1). It follows the protocol of
+// the FGD paper (USENIX ATC'23) on the Alibaba GPU trace: for each seed the pod list
+// is shuffled and inflated with pods drawn with replacement until the GPU demand
+// reaches 130% of the cluster's GPU capacity; pods are scheduled one at a time through
+// a kube-scheduler framework built from a Tessera scheduler profile (PreFilter, Filter,
+// Score, Reserve of the production plugins); failures are dropped and nothing leaves.
+//
+// Output (in -out): curves.csv (A(x) and U(x) per run for x = 0..130), runs.csv (one
+// row per policy and seed), summary.csv and summary.md (U(100) mean ± sd, fragmentation
+// ratio at 50/80/90/100% arrived load per policy), and alloc.svg (allocated GPU
+// capacity against arrived load for every policy).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	var (
+		nodesPath  = flag.String("nodes", "../shared/data/alibaba-gpu-v2023/openb_node_list_gpu_node.csv", "node list (openb format: sn,cpu_milli,memory_mib,gpu,model)")
+		podsPath   = flag.String("pods", "../shared/data/alibaba-gpu-v2023/openb_pod_list_default.csv", "pod list (openb format: name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...)")
+		configPath = flag.String("config", "config/scheduler/tessera-scheduler.yaml", "KubeSchedulerConfiguration with the Tessera profiles")
+		policyList = flag.String("policies", "bestfit,binpack,fragmentation", "comma-separated policies: "+policyNames())
+		seedList   = flag.String("seeds", "42-51", "seeds: a list (42,43) or a range (42-51)")
+		inflation  = flag.Float64("inflation", 1.3, "GPU demand of the workload as a multiple of cluster GPU capacity")
+		outDir     = flag.String("out", "_output/b1", "directory for the result files")
+		jobs       = flag.Int("jobs", runtime.GOMAXPROCS(0), "runs (policy × seed) executed at once")
+		maxPods    = flag.Int("max-pods", 0, "stop each run after this many pods (0: the whole workload); for quick checks")
+	)
+	klog.InitFlags(nil)
+	flag.Parse()
+	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods); err != nil {
+		fmt.Fprintln(os.Stderr, "tessera-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func policyNames() string {
+	var n []string
+	for _, p := range policies {
+		n = append(n, p.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func parseSeeds(s string) ([]int64, error) {
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		lo, err1 := strconv.ParseInt(a, 10, 64)
+		hi, err2 := strconv.ParseInt(b, 10, 64)
+		if err1 != nil || err2 != nil || hi < lo {
+			return nil, fmt.Errorf("bad seed range %q", s)
+		}
+		var out []int64
+		for x := lo; x <= hi; x++ {
+			out = append(out, x)
+		}
+		return out, nil
+	}
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		x, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("bad seed %q", f)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int) error {
+	seeds, err := parseSeeds(seedList)
+	if err != nil {
+		return err
+	}
+	var pols []*policy
+	for _, name := range strings.Split(policyList, ",") {
+		p, err := findPolicy(strings.TrimSpace(name))
+		if err != nil {
+			return fmt.Errorf("%w; known: %s", err, policyNames())
+		}
+		pols = append(pols, p)
+	}
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	tn, err := readNodes(nodesPath)
+	if err != nil {
+		return err
+	}
+	tp, err := readPods(podsPath)
+	if err != nil {
+		return err
+	}
+	cl := &cluster{gpus: map[string]int{}, pods: tp, shapes: workloadShapes(tp)}
+	for i := range tn {
+		n, err := nodeObject(&tn[i])
+		if err != nil {
+			return err
+		}
+		cl.nodes = append(cl.nodes, n)
+		cl.gpus[n.Name] = tn[i].gpus
+		cl.totalGPU += int64(tn[i].gpus) * 1000
+	}
+	if cl.totalGPU == 0 {
+		return fmt.Errorf("%s: the cluster has no GPUs", nodesPath)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s); policies: %s; seeds: %s; inflation %.2f\n",
+		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), policyList, seedList, inflation)
+
+	type job struct {
+		pol  *policy
+		seed int64
+	}
+	var work []job
+	for _, p := range pols {
+		for _, s := range seeds {
+			work = append(work, job{p, s})
+		}
+	}
+	results := make([]*runResult, len(work))
+	errs := make([]error, len(work))
+	if jobs < 1 {
+		jobs = 1
+	}
+	// Runs go side by side; each runs its Filter on one goroutine so that the cores
+	// are not oversubscribed.
+	parallelism := 1
+	if jobs == 1 {
+		parallelism = runtime.GOMAXPROCS(0)
+	}
+	sem := make(chan struct{}, jobs)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	for i, w := range work {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			start := time.Now()
+			r, err := replayOnce(ctx, cl, w.pol, cfg, w.seed, inflation, parallelism, maxPods)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s seed %d: %w", w.pol.name, w.seed, err)
+				return
+			}
+			r.wallSeconds = time.Since(start).Seconds()
+			results[i] = r
+			u := curve(r.points, cl.totalGPU, 130)
+			mu.Lock()
+			fmt.Printf("%-14s seed %d: U(100) = %5.2f%%  scheduled %d/%d  %.0fs\n", w.pol.name, w.seed, 100-u[100], r.scheduled, r.podsTotal, r.wallSeconds)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return writeReport(outDir, cl, pols, results)
+}

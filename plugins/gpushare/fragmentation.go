@@ -1,0 +1,352 @@
+package gpushare
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// The Fragmentation policy places a pod where it makes the least GPU capacity unusable
+// for the pods that are likely to come next: fragmentation gradient descent (Weng et
+// al., "Beware of Fragmentation", USENIX ATC'23), measured on Tessera's GPU model
+// (memory and cores per GPU, model selection, CPU and host memory of the node).
+//
+// The fragmentation of a node for one pod shape is the free GPU capacity that shape
+// cannot use: all of it when the shape does not fit the node at all (too few GPUs with
+// room, too little CPU or host memory), otherwise the free capacity of the GPUs it does
+// not fit on. The node's fragmentation is the mean over the expected workload, and a
+// placement is scored by how much it increases that (less is better).
+//
+// The expected workload is learned: the shapes of the last fragmentationWindow GPU pods
+// this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
+// the policy follows the cluster's mix as it changes.
+
+// maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
+// a node grows with it, and the long tail of rare shapes hardly moves the mean.
+const maxFragShapes = 32
+
+// defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
+const defaultFragmentationWindow = 2000
+
+// fragShape is one kind of pod of the expected workload.
+type fragShape struct {
+	// c is the pod's most demanding GPU container (what decides where it fits).
+	c            api.ContainerRequest
+	modelInclude []string
+	modelExclude []string
+	cpuMilli     int64
+	memBytes     int64
+	weight       float64
+	key          string
+}
+
+// eligible reports whether device d passes the shape's model selection.
+func (s *fragShape) eligible(d *device) bool {
+	p := podInfo{modelInclude: s.modelInclude, modelExclude: s.modelExclude}
+	return p.eligible(d)
+}
+
+// shapeOf is the fragmentation shape of a parsed pod.
+func shapeOf(info *podInfo) fragShape {
+	c := info.req.Containers[info.order[0]]
+	c.Name, c.Init = "", false
+	s := fragShape{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude,
+		cpuMilli: info.cpuMilli, memBytes: info.memBytes}
+	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
+	cpu := (s.cpuMilli + 50) / 100 * 100
+	mem := (s.memBytes + 128<<20) >> 28 << 28
+	s.key = fmt.Sprintf("%d/%d/%d/%d|%s|%s|%d|%d", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
+		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","), cpu, mem)
+	return s
+}
+
+// workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
+type workloadModel struct {
+	mu     sync.Mutex
+	window int
+	ring   []ringEntry
+	next   int
+	byUID  map[types.UID]bool
+	counts map[string]*shapeCount
+	shapes []fragShape // cached result of snapshot; rebuilt when dirty
+	dirty  bool
+}
+
+type ringEntry struct {
+	uid types.UID
+	key string
+}
+
+type shapeCount struct {
+	shape fragShape
+	n     int
+}
+
+func newWorkloadModel(window int) *workloadModel {
+	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}}
+}
+
+// observe records a pod's shape once (a retried pod is not counted again while it is
+// in the window).
+func (w *workloadModel) observe(uid types.UID, s fragShape) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byUID[uid] {
+		return
+	}
+	if len(w.ring) < w.window {
+		w.ring = append(w.ring, ringEntry{})
+	} else {
+		old := w.ring[w.next]
+		delete(w.byUID, old.uid)
+		if c := w.counts[old.key]; c != nil {
+			if c.n--; c.n == 0 {
+				delete(w.counts, old.key)
+			}
+		}
+	}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.key}
+	w.next = (w.next + 1) % w.window
+	w.byUID[uid] = true
+	if c := w.counts[s.key]; c != nil {
+		c.n++
+	} else {
+		w.counts[s.key] = &shapeCount{shape: s, n: 1}
+	}
+	w.dirty = true
+}
+
+// snapshot returns the most frequent shapes with weights summing to 1. The slice is
+// never modified afterwards, so cycles may keep it.
+func (w *workloadModel) snapshot() []fragShape {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.dirty {
+		return w.shapes
+	}
+	all := make([]*shapeCount, 0, len(w.counts))
+	for _, c := range w.counts {
+		all = append(all, c)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].n != all[j].n {
+			return all[i].n > all[j].n
+		}
+		return all[i].shape.key < all[j].shape.key
+	})
+	if len(all) > maxFragShapes {
+		all = all[:maxFragShapes]
+	}
+	total := 0
+	for _, c := range all {
+		total += c.n
+	}
+	out := make([]fragShape, len(all))
+	for i, c := range all {
+		out[i] = c.shape
+		out[i].weight = float64(c.n) / float64(total)
+	}
+	w.shapes, w.dirty = out, false
+	return out
+}
+
+// podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
+// NodeResourcesFit counts it.
+func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
+	r := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return r.Cpu().MilliValue(), r.Memory().Value()
+}
+
+// fragStats is a node's fragmentation for every shape, kept in parts so that the
+// effect of changing one device can be computed without rescanning the node.
+type fragStats struct {
+	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
+	total float64
+	fits  []int     // per shape, devices it fits on
+	small []float64 // per shape, free share of the devices it does not fit on
+	mask  []uint64  // per shape, bit i set when it fits device i (devices < 64)
+}
+
+// deviceFree is the free share of device i under used, by the plugin's weights.
+func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
+	d := &m.devices[i]
+	if !d.healthy {
+		return 0
+	}
+	u := &used[i]
+	util := (w.memory*float64(u.memMiB)/float64(d.memoryMiB) + w.cores*float64(u.cores)/100) / (w.memory + w.cores)
+	return math.Max(0, 1-util)
+}
+
+func shapeFits(m *nodeModel, used []usage, s *fragShape, i int, w *weights) bool {
+	d := &m.devices[i]
+	return d.healthy && s.eligible(d) && fits(m, used, &s.c, i, w.maxTenants)
+}
+
+func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *fragStats {
+	n := len(m.devices)
+	st := &fragStats{free: make([]float64, n), fits: make([]int, len(shapes)), small: make([]float64, len(shapes)), mask: make([]uint64, len(shapes))}
+	for i := 0; i < n; i++ {
+		st.free[i] = deviceFree(m, used, i, w)
+		st.total += st.free[i]
+	}
+	for k := range shapes {
+		s := &shapes[k]
+		for i := 0; i < n; i++ {
+			if shapeFits(m, used, s, i, w) {
+				st.fits[k]++
+				if i < 64 {
+					st.mask[k] |= 1 << uint(i)
+				}
+			} else {
+				st.small[k] += st.free[i]
+			}
+		}
+	}
+	return st
+}
+
+// value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
+// the node's free CPU and host memory (nil: all do).
+func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
+	var f float64
+	for k := range shapes {
+		if (hostFits != nil && !hostFits[k]) || st.fits[k] < shapes[k].c.GPUs {
+			f += shapes[k].weight * st.total
+		} else {
+			f += shapes[k].weight * st.small[k]
+		}
+	}
+	return f
+}
+
+// pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
+// adds the least fragmentation; ties go to the fullest device (Binpack).
+func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) int {
+	if len(m.devices) > 64 {
+		return pickBest(m, used, c, w, cand, Binpack)
+	}
+	st := newFragStats(m, used, p.fragShapes, w)
+	before := st.value(p.fragShapes, nil)
+	best, bestDelta, bestPack := -1, 0.0, 0.0
+	for _, i := range cand {
+		u := used[i]
+		used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+		used[i].cores += c.Cores
+		used[i].tenants++
+		fi := deviceFree(m, used, i, w)
+		total := st.total - st.free[i] + fi
+		var after float64
+		for k := range p.fragShapes {
+			s := &p.fragShapes[k]
+			fitsBefore := st.mask[k]&(1<<uint(i)) != 0
+			fitsAfter := shapeFits(m, used, s, i, w)
+			nfits, small := st.fits[k], st.small[k]
+			if fitsBefore {
+				nfits--
+			} else {
+				small -= st.free[i]
+			}
+			if fitsAfter {
+				nfits++
+			} else {
+				small += fi
+			}
+			if nfits < s.c.GPUs {
+				after += s.weight * total
+			} else {
+				after += s.weight * small
+			}
+		}
+		used[i] = u
+		delta := after - before
+		pack := deviceScore(m, used, c, i, Binpack, w)
+		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
+			best, bestDelta, bestPack = i, delta, pack
+		}
+	}
+	return best
+}
+
+// pickBest is the plain per-device choice of pickDevices for policy pol.
+func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, cand []int, pol Policy) int {
+	best, bestScore := -1, 0.0
+	for _, i := range cand {
+		s := deviceScore(m, used, c, i, pol, w)
+		if best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// fragScale turns a fragmentation change in GPUs into the raw score's integer units
+// (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
+const fragScale = 1000
+
+// fragmentationScore is the raw node score of allocation a under the Fragmentation
+// node policy: minus the increase of the node's fragmentation (GPUs × fragScale), with
+// GPU locality counted for multi-GPU pods. NormalizeScore maps it to the framework's
+// range over the nodes of the cycle.
+func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeInfo) int64 {
+	w := &pl.w
+	m := a.model
+	shapes := s.info.fragShapes
+	before := make([]usage, len(a.used))
+	copy(before, a.used)
+	for _, p := range a.placements {
+		for k, i := range p.devices {
+			before[i].memMiB -= p.memMiB[k]
+			before[i].cores -= p.cores
+			before[i].tenants--
+		}
+	}
+	cpuFree, memFree := hostFree(ni)
+	hostBefore := make([]bool, len(shapes))
+	hostAfter := make([]bool, len(shapes))
+	for k := range shapes {
+		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
+	}
+	delta := newFragStats(m, a.used, shapes, w).value(shapes, hostAfter) - newFragStats(m, before, shapes, w).value(shapes, hostBefore)
+	raw := w.policy * -delta
+	if a.multiGPU {
+		raw += w.topology * (a.topology - 1)
+	}
+	return int64(math.Round(raw * fragScale))
+}
+
+func hostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
+	a, r := ni.GetAllocatable(), ni.GetRequested()
+	return a.GetMilliCPU() - r.GetMilliCPU(), a.GetMemory() - r.GetMemory()
+}
+
+// NormalizeScore maps the raw Fragmentation scores of a cycle onto the framework's
+// range: the best node gets MaxNodeScore, the worst MinNodeScore.
+func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if len(scores) == 0 {
+		return nil
+	}
+	lo, hi := scores[0].Score, scores[0].Score
+	for _, s := range scores[1:] {
+		lo, hi = min(lo, s.Score), max(hi, s.Score)
+	}
+	for i := range scores {
+		if hi == lo {
+			scores[i].Score = fwk.MaxNodeScore
+			continue
+		}
+		scores[i].Score = fwk.MinNodeScore + (scores[i].Score-lo)*(fwk.MaxNodeScore-fwk.MinNodeScore)/(hi-lo)
+	}
+	return nil
+}

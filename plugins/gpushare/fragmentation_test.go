@@ -1,0 +1,176 @@
+package gpushare
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+func fragArgs() *Args { return &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation} }
+
+// teach runs PreFilter for n pods of one shape so that the plugin learns the workload.
+func teach(t *testing.T, e *env, n int, c ctr) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		p := makePod(fmt.Sprintf("seen-%s-%d", c.pct+c.gpu, i), nil, c)
+		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+	}
+}
+
+func assignedIndexes(t *testing.T, raw string) []int {
+	t.Helper()
+	a, err := api.DecodeAssignment(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, d := range a.Containers[0].Devices {
+		out = append(out, d.Index)
+	}
+	return out
+}
+
+// The GPU chosen for a fraction keeps room for the shapes that come most often:
+//
+//	GPU  used  free   a 20% pod there leaves  usable by the 50% pods?
+//	0    50%   0.5    0.3                     no: 0.3 of a GPU becomes fragment
+//	1    30%   0.7    0.5                     yes
+//	2,3   0%   1.0    0.8                     yes
+//
+// Fragmentation takes GPU 1 (no new fragment; the fuller of the tied GPUs), Binpack
+// takes GPU 0 (the fullest that fits).
+func TestFragmentationDevicePlacement(t *testing.T) {
+	for _, tc := range []struct {
+		args *Args
+		want int
+	}{
+		{fragArgs(), 1},
+		{&Args{NodePolicy: Fragmentation, DevicePolicy: Binpack}, 0},
+	} {
+		t.Run(string(tc.args.DevicePolicy), func(t *testing.T) {
+			node := makeNode(t, "t4", pcieInventory("t4", 4, "NVIDIA T4", t4Mem))
+			e := newEnv(t, tc.args, []*v1.Node{node},
+				bindPod(t, makePod("half", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}), "t4", oneGrant("t4", t4Mem/2, 50, 0)),
+				bindPod(t, makePod("third", nil, ctr{name: "c", gpu: "1", pct: "30", cores: "30"}), "t4", oneGrant("t4", t4Mem*30/100, 30, 1)))
+			teach(t, e, 50, ctr{name: "c", gpu: "1", pct: "50", cores: "50"})
+			_, raw := e.schedule(makePod("small", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"}))
+			if got := assignedIndexes(t, raw); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("placed on GPU %v, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// Node choice: the workload is whole GPUs. A half-used GPU on node "holey" is already
+// a fragment; putting the 50% pod there removes it (−0.5 GPU), while the empty node
+// would gain one (+0.5 GPU).
+func TestFragmentationNodeScoring(t *testing.T) {
+	holey := makeNode(t, "holey", pcieInventory("holey", 2, "NVIDIA T4", t4Mem))
+	empty := makeNode(t, "empty", pcieInventory("empty", 2, "NVIDIA T4", t4Mem))
+	e := newEnv(t, fragArgs(), []*v1.Node{holey, empty},
+		bindPod(t, makePod("half", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}), "holey", oneGrant("holey", t4Mem/2, 50, 0)))
+	teach(t, e, 20, ctr{name: "c", gpu: "1", cores: "100"})
+	r := e.cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}))
+	if r.scores["holey"] <= r.scores["empty"] {
+		t.Fatalf("raw scores %v: the node whose fragment the pod fills must win", r.scores)
+	}
+	// Raw scores are minus the fragmentation increase in 1/1000 GPU: the learned
+	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21).
+	wantHoley := int64(math.Round(fragScale * 0.5 * 20 / 21))
+	if r.scores["holey"] != wantHoley {
+		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
+	}
+	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
+	if st := e.pl.NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != 0 {
+		t.Errorf("normalised %v, %v", list, st)
+	}
+	if e.pl.ScoreExtensions() == nil {
+		t.Error("Fragmentation needs NormalizeScore")
+	}
+	if b := newEnv(t, nil, []*v1.Node{holey}); b.pl.ScoreExtensions() != nil {
+		t.Error("Binpack scores must stay unnormalised")
+	}
+}
+
+// Multi-GPU pods still get NVLinked GPUs, and the fragmentation score does not break
+// the topology preference.
+func TestFragmentationMultiGPU(t *testing.T) {
+	nv := makeNode(t, "nv", nvlinkInventory("nv", 8, 4, "NVIDIA H100", h100Mem))
+	e := newEnv(t, fragArgs(), []*v1.Node{nv},
+		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "1"}), "nv", oneGrant("nv", h100Mem, 100, 0)))
+	teach(t, e, 10, ctr{name: "c", gpu: "1", pct: "50", cores: "50"})
+	_, raw := e.schedule(makePod("pair", nil, ctr{name: "c", gpu: "2", cores: "100"}))
+	got := assignedIndexes(t, raw)
+	if len(got) != 2 || got[0]/4 != got[1]/4 {
+		t.Errorf("2-GPU pod got GPUs %v, want two of one NVLink island", got)
+	}
+	_, raw = e.schedule(makePod("quad", nil, ctr{name: "c", gpu: "4", cores: "100"}))
+	got = assignedIndexes(t, raw)
+	if len(got) != 4 || got[0]/4 != got[3]/4 {
+		t.Errorf("4-GPU pod got GPUs %v, want a whole island", got)
+	}
+}
+
+func TestWorkloadModelWindow(t *testing.T) {
+	w := newWorkloadModel(3)
+	s := func(pct int) fragShape {
+		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, order: []int{0}}
+		return shapeOf(info)
+	}
+	w.observe("a", s(10))
+	w.observe("a", s(10)) // a retry is not counted twice
+	w.observe("b", s(20))
+	w.observe("c", s(20))
+	got := w.snapshot()
+	if len(got) != 2 || got[0].c.MemoryPercent != 20 || math.Abs(got[0].weight-2.0/3) > 1e-9 {
+		t.Fatalf("snapshot %+v", got)
+	}
+	w.observe("d", s(30)) // evicts "a"
+	got = w.snapshot()
+	total := 0.0
+	for _, x := range got {
+		total += x.weight
+		if x.c.MemoryPercent == 10 {
+			t.Errorf("evicted shape still present: %+v", got)
+		}
+	}
+	if math.Abs(total-1) > 1e-9 || len(got) != 2 {
+		t.Errorf("weights %v", got)
+	}
+	w.observe("a", s(10)) // "a" left the window, so it counts again
+	if len(w.snapshot()) != 3 {
+		t.Errorf("re-observed pod not counted: %+v", w.snapshot())
+	}
+	many := newWorkloadModel(1000)
+	for i := 0; i < 100; i++ {
+		many.observe(types.UID(fmt.Sprint(i)), s(i%99+1))
+	}
+	if n := len(many.snapshot()); n != maxFragShapes {
+		t.Errorf("%d shapes kept, want %d", n, maxFragShapes)
+	}
+}
+
+func TestFragmentationArgs(t *testing.T) {
+	a, err := DecodeArgs(fragArgs(), Defaults{})
+	if err != nil || a.FragmentationWindow != defaultFragmentationWindow {
+		t.Fatalf("%+v %v", a, err)
+	}
+	if p, err := ParsePolicy("fragmentation"); err != nil || p != Fragmentation {
+		t.Errorf("ParsePolicy: %v %v", p, err)
+	}
+	bad := fragArgs()
+	bad.FragmentationWindow = -1
+	if _, err := DecodeArgs(bad, Defaults{}); err == nil {
+		t.Error("negative window accepted")
+	}
+}
