@@ -84,7 +84,7 @@ test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-a
 .PHONY: test-e2e
 test-e2e: ## The whole stack: control plane, scheduler, node agents and kwok, started by hack/local-up.sh
 	$(MAKE) --no-print-directory scheduler agent kubectl-tessera control-plane
-	$(GO) test -count=1 -timeout 20m ./test/e2e/...
+	BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 20m ./test/e2e/...
 
 .PHONY: test-gpu
 test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)

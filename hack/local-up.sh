@@ -14,6 +14,7 @@
 #   --no-build     use the binaries already in bin/
 # Environment:
 #   RUN_DIR              state, logs and kubeconfig (default: .run in the repository)
+#   BIN_DIR              the binaries (default: bin in the repository)
 #   NODES_FILE           node list (default: config/local/nodes.txt)
 #   WORKLOAD_FILE        sample workload (default: config/local/workload.yaml)
 #   INVENTORY_STALENESS  the scheduler's inventoryStaleness (default 5m)
@@ -103,7 +104,7 @@ if [[ $BUILD == true ]]; then
   tessera::log "building (the first build compiles kube-apiserver and the scheduler from source: a few minutes)"
   for target in bin/tessera-scheduler:scheduler bin/tessera-node-agent:agent bin/kubectl-tessera:kubectl-tessera \
     bin/etcd:"$BIN_DIR/etcd" bin/kube-apiserver:"$BIN_DIR/kube-apiserver" bin/kwok:"$BIN_DIR/kwok"; do
-    tessera::step "  built ${target%%:*}" make -s -C "$TESSERA_ROOT" --no-print-directory "${target#*:}"
+    tessera::step "  built ${target%%:*}" make -s -C "$TESSERA_ROOT" --no-print-directory BIN="$BIN_DIR" "${target#*:}"
   done
 fi
 for b in etcd kube-apiserver kwok tessera-scheduler tessera-node-agent kubectl-tessera; do

@@ -37,8 +37,8 @@ tessera::die() {
   exit 1
 }
 
-# tessera::step "what" command...: runs the command, prints how long it took; on
-# failure prints the command's log tail if one was named in STEP_LOG.
+# tessera::step "what" command...: runs the command and prints how long it took; a
+# failure ends the script (whose EXIT trap stops what was started).
 tessera::step() {
   local what=$1
   shift

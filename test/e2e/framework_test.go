@@ -4,7 +4,8 @@
 // asserts only what the API shows: where pods are bound, their assignment annotations,
 // and the scheduler's reasons for the pods it refuses.
 //
-// Run with `make test-e2e`, which builds the binaries first.
+// Run with `make test-e2e`, which builds the binaries first. The binaries are taken from
+// $BIN_DIR, or bin/ of the repository.
 package e2e
 
 import (
@@ -149,7 +150,11 @@ func (c *cluster) startComponent(name string) {
 // kubectlTessera runs bin/kubectl-tessera against this cluster.
 func (c *cluster) kubectlTessera(args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command(filepath.Join(c.root, "bin", "kubectl-tessera"), append(args, "--kubeconfig", c.kubeconfig)...)
+	bin := os.Getenv("BIN_DIR")
+	if bin == "" {
+		bin = filepath.Join(c.root, "bin")
+	}
+	cmd := exec.Command(filepath.Join(bin, "kubectl-tessera"), append(args, "--kubeconfig", c.kubeconfig)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
