@@ -168,8 +168,9 @@ if [[ $DETACH == true ]]; then
   echo "Stop it with: make stop"
   exit 0
 fi
-echo "Press Ctrl-C to stop the cluster (or run make stop in another terminal)."
+# From here an interrupt is the expected way to stop: it ends the script successfully.
 trap 'UP=false; exit 0' INT TERM
+echo "Press Ctrl-C to stop the cluster (or run make stop in another terminal)."
 while tessera::running kube-apiserver; do
   sleep 1
 done

@@ -21,21 +21,36 @@ type waitOptions struct {
 }
 
 func (o *waitOptions) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.nodes, "nodes", "", "comma-separated nodes that must be Ready with a GPU inventory published")
+	fs.StringVar(&o.nodes, "nodes", "", "comma-separated nodes that must be Ready with a GPU inventory published (default: none; the API server and GPU pods are always waited for)")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
 }
 
-// runWait polls until every named node is Ready with a valid inventory and every GPU
-// pod is settled: bound with an assignment, or refused by its scheduler (PodScheduled
-// False). It prints what it still waits for whenever that changes.
+// runWait polls until the API server is ready, every named node is Ready with a valid
+// inventory and every GPU pod is settled: bound with an assignment, or refused by its
+// scheduler (PodScheduled False). It prints what it still waits for whenever that
+// changes.
 func runWait(ctx context.Context, c *clients, o *waitOptions, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	want := splitNames(o.nodes)
 	last := ""
+	ready := false
 	for {
-		nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		var err error
+		if !ready {
+			// /readyz, not just a successful list: the API server serves lists before
+			// its start-up hooks (bootstrap RBAC, system namespaces) have finished.
+			_, err = c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			if err != nil {
+				err = fmt.Errorf("API server not ready: %w", err)
+			}
+			ready = err == nil
+		}
+		var nodes *v1.NodeList
 		var pods *v1.PodList
+		if err == nil {
+			nodes, err = c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		}
 		if err == nil {
 			pods, err = c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 		}

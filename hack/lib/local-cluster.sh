@@ -50,9 +50,13 @@ tessera::step() {
   tessera::log "$what ($(tessera::elapsed "$t0")s)"
 }
 
-# tessera::port_free reports whether nothing listens on 127.0.0.1:$1.
+# tessera::port_open reports whether something listens on 127.0.0.1:$1.
+tessera::port_open() {
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 tessera::port_free() {
-  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  ! tessera::port_open "$1"
 }
 
 # tessera::free_port prints a port on 127.0.0.1 that nothing listens on and that no
@@ -93,6 +97,16 @@ tessera::wait_until() {
     sleep 0.2
   done
 }
+
+# tessera::http_ok PORT PATH: a plain-HTTP GET of PATH on 127.0.0.1:PORT answers 200.
+# Bash's /dev/tcp keeps curl off the list of things a clean machine must have.
+tessera::http_ok() (
+  local status
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$2" >&3
+  read -r -t 5 _ status _ <&3 || return 1
+  [[ $status == 200 ]]
+)
 
 # tessera::pid NAME prints the recorded PID of component NAME.
 tessera::pid() {
@@ -197,7 +211,7 @@ tessera::start_etcd() {
     --unsafe-no-fsync \
     --quota-backend-bytes 4294967296 \
     --log-level warn || return 1
-  WAIT_PID=etcd tessera::wait_until 30 "etcd" curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+  WAIT_PID=etcd tessera::wait_until 30 "etcd" tessera::http_ok "$ETCD_PORT" /health
 }
 
 # --- kube-apiserver -----------------------------------------------------------------
@@ -260,7 +274,7 @@ tessera::start_apiserver() {
     --enable-priority-and-fairness=false \
     --profiling=false || return 1
   WAIT_PID=kube-apiserver tessera::wait_until 90 "kube-apiserver" \
-    curl -sfk -H "Authorization: Bearer $(cat "$RUN_DIR/pki/token")" "https://127.0.0.1:$APISERVER_PORT/readyz"
+    "$BIN_DIR/kubectl-tessera" wait --kubeconfig "$RUN_DIR/kubeconfig" --timeout 5s
 }
 
 # --- scheduler ----------------------------------------------------------------------
@@ -292,7 +306,9 @@ tessera::start_scheduler() {
     --authentication-skip-lookup || return 1
   # --authentication-skip-lookup: this API server has no client CA, so it never writes
   # the extension-apiserver-authentication ConfigMap the scheduler would look up.
-  WAIT_PID=scheduler tessera::wait_until 60 "tessera-scheduler" curl -sfk "https://127.0.0.1:$SCHEDULER_PORT/healthz"
+  # Its health endpoint is HTTPS only; the scheduler opens the port once its informers
+  # and profiles are set up, which is what the next steps need.
+  WAIT_PID=scheduler tessera::wait_until 60 "tessera-scheduler" tessera::port_open "$SCHEDULER_PORT"
 }
 
 # --- kwok -----------------------------------------------------------------------------
@@ -310,7 +326,7 @@ tessera::start_kwok() {
     --node-port "$KWOK_PORT" \
     --server-address "127.0.0.1:$KWOK_PORT" \
     --cidr 10.0.0.0/16 || return 1
-  WAIT_PID=kwok tessera::wait_until 30 "kwok" curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
+  WAIT_PID=kwok tessera::wait_until 30 "kwok" tessera::http_ok "$KWOK_PORT" /healthz
 }
 
 # --- nodes and agents ---------------------------------------------------------------

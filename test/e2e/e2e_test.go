@@ -1,8 +1,13 @@
 package e2e
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,4 +362,52 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// TestInterruptStopsEverything runs hack/local-up.sh in the foreground, as make run
+// does, and sends the interrupt a terminal's Ctrl-C sends to its whole process group:
+// the script stops every process it started and exits.
+func TestInterruptStopsEverything(t *testing.T) {
+	c, args := newCluster(t, clusterOptions{nodes: []node{{"gpu-a", t4Node}}})
+	cmd := exec.Command(filepath.Join(c.root, "hack", "local-up.sh"), append(args, "--no-workload")...)
+	cmd.Env = c.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	up := false
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "Press Ctrl-C") {
+			up = true
+			break
+		}
+	}
+	if !up {
+		_ = cmd.Wait()
+		t.Fatalf("hack/local-up.sh ended before the cluster was up:\n%s", out.String())
+	}
+	pids := c.pids()
+	for _, want := range []string{"etcd", "kube-apiserver", "scheduler", "kwok", "agent-gpu-a"} {
+		if pids[want] == 0 || !alive(pids[want]) {
+			t.Fatalf("%s is not running before the interrupt (pids %v)", want, pids)
+		}
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("hack/local-up.sh exited with %v after the interrupt", err)
+	}
+	t.Logf("hack/local-up.sh:\n%s", out.String())
+	c.checkStopped(pids)
 }

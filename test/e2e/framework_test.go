@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,10 +75,21 @@ type cluster struct {
 // ends. The script's TESSERA_OWNER_PID watch stops it too if the test binary dies.
 func startCluster(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
+	c, args := newCluster(t, o)
+	out := c.script("local-up.sh", append(args, "--detach")...)
+	t.Logf("cluster up:\n%s", out)
+	c.connect()
+	return c
+}
+
+// newCluster prepares the environment and arguments of hack/local-up.sh for o, and
+// registers the cluster's stop; it starts nothing.
+func newCluster(t *testing.T, o clusterOptions) (*cluster, []string) {
+	t.Helper()
 	root := repoRoot(t)
 	base := t.TempDir()
 	c := &cluster{t: t, ctx: context.Background(), root: root, runDir: filepath.Join(base, "run")}
-	args := []string{"--detach", "--no-build"}
+	args := []string{"--no-build"}
 	env := append(os.Environ(), "RUN_DIR="+c.runDir, fmt.Sprintf("TESSERA_OWNER_PID=%d", os.Getpid()))
 	if o.nodes != nil {
 		var b strings.Builder
@@ -100,17 +112,19 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 		env = append(env, "AGENT_HEARTBEAT="+o.heartbeat)
 	}
 	c.env = env
-	t.Cleanup(c.stop)
-	out := c.script("local-up.sh", args...)
-	t.Logf("cluster up:\n%s", out)
 	c.kubeconfig = filepath.Join(c.runDir, "kubeconfig")
+	t.Cleanup(c.stop)
+	return c, args
+}
+
+func (c *cluster) connect() {
+	c.t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	c.client = kubernetes.NewForConfigOrDie(cfg)
-	return c
 }
 
 // script runs a script of hack/ against this cluster and fails the test if it fails.
@@ -132,11 +146,53 @@ func (c *cluster) stop() {
 			c.t.Logf("last lines of %s.log:\n%s", l, tail(string(b), 40))
 		}
 	}
+	pids := c.pids()
 	cmd := exec.Command(filepath.Join(c.root, "hack", "local-down.sh"))
 	cmd.Env = c.env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		c.t.Errorf("hack/local-down.sh: %v\n%s", err, out)
 	}
+	c.checkStopped(pids)
+}
+
+// pids reads the processes the scripts recorded for this cluster.
+func (c *cluster) pids() map[string]int {
+	out := map[string]int{}
+	files, _ := filepath.Glob(filepath.Join(c.runDir, "pids", "*.pid"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			out[strings.TrimSuffix(filepath.Base(f), ".pid")] = pid
+		}
+	}
+	return out
+}
+
+// checkStopped fails the test for every process of pids that is still running.
+func (c *cluster) checkStopped(pids map[string]int) {
+	c.t.Helper()
+	for name, pid := range pids {
+		if alive(pid) {
+			c.t.Errorf("%s (pid %d) is still running after the cluster was stopped", name, pid)
+		}
+	}
+}
+
+// alive reports whether pid runs; an exited process not yet reaped by whoever
+// inherited it does not count.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
 }
 
 // stopComponent and startComponent stop and restart one process of the cluster
