@@ -1,0 +1,609 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	clientset "k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/capabilities"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/config/deploy"
+	"github.com/tessera-dev/tessera/node-agent/inventory"
+	"github.com/tessera-dev/tessera/test/fixtures"
+)
+
+// The chart tests render config/deploy/tessera with the Helm library and send it to the
+// real API server: every object through server-side apply in dry-run mode (schema,
+// defaulting, validation and admission, nothing stored), then for real, to run the
+// Tessera scheduler and the node agent's API calls under the chart's own service
+// accounts.
+
+// chartRelease is the release name the tests install under.
+const chartRelease = "tessera"
+
+// applier sends objects to the API server with server-side apply.
+type applier struct {
+	t      *testing.T
+	ctx    context.Context
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+func (c *cluster) applier() *applier {
+	rc := c.restConfig()
+	dc, err := discovery.NewDiscoveryClientForConfig(rc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &applier{t: c.t, ctx: c.ctx, dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+// restConfig is the administrator's client configuration of this cluster.
+func (c *cluster) restConfig() *restclient.Config {
+	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return rc
+}
+
+// apply applies one YAML object; dryRun asks the server to do everything but store it.
+// Unknown or duplicate fields are errors (fieldValidation=Strict).
+func (a *applier) apply(doc string, dryRun bool) error {
+	obj := &unstructured.Unstructured{}
+	if err := yaml.UnmarshalStrict([]byte(doc), &obj.Object); err != nil {
+		return fmt.Errorf("parsing: %w", err)
+	}
+	gvk := obj.GroupVersionKind()
+	mapping, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		a.mapper.Reset() // a CRD created since the last discovery
+		mapping, err = a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return err
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(mapping.Resource)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = a.dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+	}
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	opts := metav1.PatchOptions{FieldManager: "tessera-chart-test", Force: new(bool), FieldValidation: metav1.FieldValidationStrict}
+	*opts.Force = true
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err = ri.Patch(a.ctx, obj.GetName(), types.ApplyPatchType, data, opts)
+	return err
+}
+
+// applyAll applies manifests in order, failing the test on the first error.
+func (a *applier) applyAll(ms []deploy.Manifest, dryRun bool) {
+	a.t.Helper()
+	for _, m := range ms {
+		if err := a.apply(m.YAML, dryRun); err != nil {
+			a.t.Fatalf("applying %s %s (from %s, dry run %v): %v", m.Kind, m.Name, m.Source, dryRun, err)
+		}
+	}
+}
+
+func (c *cluster) renderChart(o deploy.Options) []deploy.Manifest {
+	c.t.Helper()
+	o.ChartDir = deploy.ChartDir(repoRoot(c.t))
+	if o.Release == "" {
+		o.Release = chartRelease
+	}
+	if o.KubeVersion == "" {
+		o.KubeVersion = "1.37.2"
+	}
+	ms, err := deploy.Render(o)
+	if err != nil {
+		c.t.Fatalf("rendering the chart: %v", err)
+	}
+	return ms
+}
+
+// withT is the cluster as seen from a subtest: helpers fail the subtest, not its parent.
+func (c *cluster) withT(t *testing.T) *cluster {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
+// allowPrivileged lets the API server accept privileged containers, as real clusters
+// do (kube-apiserver --allow-privileged=true, kubeadm's default); the test server
+// leaves them off. The setting is process-wide and only ever widened here.
+func allowPrivileged() {
+	capabilities.ResetForTest()
+	capabilities.Initialize(capabilities.Capabilities{AllowPrivileged: true})
+}
+
+func (c *cluster) createNamespace(name string) {
+	_, err := c.client.CoreV1().Namespaces().Create(c.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatalf("creating namespace %s: %v", name, err)
+	}
+}
+
+// TestChartDryRun applies the chart, rendered for the default values and for a
+// non-default set, to the API server with server-side dry-run.
+func TestChartDryRun(t *testing.T) {
+	parent := startCluster(t)
+	allowPrivileged()
+	a := parent.applier()
+
+	t.Run("defaults", func(t *testing.T) {
+		c := parent.withT(t)
+		c.createNamespace("tessera-system")
+		ms := c.renderChart(deploy.Options{Namespace: "tessera-system"})
+		a.applyAll(ms, true)
+		// Dry run stored nothing.
+		if _, err := c.client.AppsV1().DaemonSets("tessera-system").Get(c.ctx, "tessera-node-agent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("dry run stored the DaemonSet (err %v)", err)
+		}
+	})
+
+	t.Run("plain manifests", func(t *testing.T) {
+		a := *a
+		a.t = t
+		// The file users apply without Helm, namespace included; the namespace must be
+		// created for real first, as kubectl apply -f would do in order.
+		raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "deploy", "manifests", "tessera.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := strings.Split(string(raw), "\n---\n")
+		n := 0
+		for _, d := range docs {
+			if !strings.Contains(d, "kind:") {
+				continue
+			}
+			n++
+			if strings.Contains(d, "\nkind: Namespace\n") {
+				continue // created by the "defaults" subtest
+			}
+			if err := a.apply(d, true); err != nil {
+				t.Errorf("%v in:\n%s", err, d)
+			}
+		}
+		if n < 15 {
+			t.Errorf("only %d objects in the plain manifests", n)
+		}
+	})
+
+	t.Run("non-default", func(t *testing.T) {
+		c := parent.withT(t)
+		a := *a
+		a.t = t
+		c.createNamespace("gpu-platform")
+		values := filepath.Join(t.TempDir(), "values.yaml")
+		chartWriteFile(t, values, `
+resourceNames: {gpu: nvidia.com/gpu, gpuMemory: nvidia.com/gpumem, gpuMemoryPercent: nvidia.com/gpumem-percentage, gpuCores: nvidia.com/gpucores}
+image: {registry: registry.example.com/gpu, pullPolicy: Always}
+imagePullSecrets: [{name: regcred}]
+commonLabels: {team: platform}
+scheduler:
+  replicas: 3
+  image: {digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+  leaderElection: {leaseName: gpu-sched, leaseDuration: 30s}
+  profiles:
+    - {schedulerName: gpu-pack, nodePolicy: Binpack, devicePolicy: Binpack, args: {maxTenantsPerGPU: 4}}
+    - {schedulerName: gpu-pack-nodes-spread-gpus, nodePolicy: Binpack, devicePolicy: Spread}
+    - {schedulerName: gpu-spread, nodePolicy: Spread, devicePolicy: Spread, args: {topologyWeight: 5}}
+  defaultNodePolicy: Spread
+  logFormat: json
+  extraArgs: [--kube-api-qps=200]
+  priorityClassName: system-cluster-critical
+  metrics: {serviceMonitor: {enabled: true, labels: {release: prometheus}}}
+agent:
+  nodeSelector: {nvidia.com/gpu.present: "true"}
+  tolerations: []
+  runtimeClassName: nvidia
+  hostPaths: {nriSocket: /run/containerd/nri/nri.sock, hookDir: /opt/tessera/lib, limitsRoot: /run/gpu-limits, stateDir: /var/lib/gpu-agent}
+  watchdog: {action: kill, grace: 10s}
+  extraEnv: [{name: LD_LIBRARY_PATH, value: /run/nvidia/driver/usr/lib64}]
+  extraVolumes: [{name: driver, hostPath: {path: /run/nvidia/driver}}]
+  extraVolumeMounts: [{name: driver, mountPath: /run/nvidia/driver, readOnly: true}]
+  metrics: {port: 9500, serviceMonitor: {enabled: true}}
+`)
+		ms := c.renderChart(deploy.Options{Release: "gpu", Namespace: "gpu-platform", ValueFiles: []string{values},
+			Set: []string{"agent.devicePlugin.replicas=16"}, APIVersions: []string{"monitoring.coreos.com/v1"}})
+		// The test API server serves no CRDs, so ServiceMonitors are checked against
+		// the Services they must scrape instead of being applied.
+		var rest, monitors []deploy.Manifest
+		for _, m := range ms {
+			if m.Kind == "ServiceMonitor" {
+				monitors = append(monitors, m)
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		if len(monitors) != 2 {
+			t.Errorf("%d ServiceMonitors rendered, want 2", len(monitors))
+		}
+		checkServiceMonitors(t, monitors, rest)
+		a.applyAll(rest, true)
+	})
+}
+
+// checkServiceMonitors checks that each ServiceMonitor selects exactly one of the
+// chart's Services, in its namespace, and scrapes a port that Service names.
+func checkServiceMonitors(t *testing.T, monitors, others []deploy.Manifest) {
+	t.Helper()
+	var services []v1.Service
+	for _, m := range others {
+		if m.Kind == "Service" {
+			var s v1.Service
+			if err := yaml.UnmarshalStrict([]byte(m.YAML), &s); err != nil {
+				t.Fatal(err)
+			}
+			services = append(services, s)
+		}
+	}
+	for _, m := range monitors {
+		var sm struct {
+			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     struct {
+				Selector          metav1.LabelSelector `json:"selector"`
+				NamespaceSelector struct {
+					MatchNames []string `json:"matchNames"`
+				} `json:"namespaceSelector"`
+				Endpoints []struct {
+					Port string `json:"port"`
+				} `json:"endpoints"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(m.YAML), &sm); err != nil {
+			t.Fatal(err)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
+		if err != nil {
+			t.Fatalf("ServiceMonitor %s: %v", sm.Metadata.Name, err)
+		}
+		var matched []v1.Service
+		for _, s := range services {
+			if sel.Matches(labels.Set(s.Labels)) && len(sm.Spec.NamespaceSelector.MatchNames) == 1 && sm.Spec.NamespaceSelector.MatchNames[0] == s.Namespace {
+				matched = append(matched, s)
+			}
+		}
+		if len(matched) != 1 {
+			t.Errorf("ServiceMonitor %s selects %d Services, want 1", sm.Metadata.Name, len(matched))
+			continue
+		}
+		for _, ep := range sm.Spec.Endpoints {
+			found := false
+			for _, p := range matched[0].Spec.Ports {
+				found = found || p.Name == ep.Port
+			}
+			if !found {
+				t.Errorf("ServiceMonitor %s scrapes port %q, which Service %s does not name", sm.Metadata.Name, ep.Port, matched[0].Name)
+			}
+		}
+	}
+}
+
+// TestChartRBAC installs the chart's service accounts and RBAC, then runs the Tessera
+// scheduler with the chart's own configuration under its service account's token
+// (leader election included) and schedules a GPU pod end to end; and checks the node
+// agent's API calls under its service account: its own Node yes, any other no.
+func TestChartRBAC(t *testing.T) {
+	parent := startCluster(t)
+	a := parent.applier()
+	ns := parent.ns
+	c := parent
+	ms := c.renderChart(deploy.Options{Namespace: ns})
+	var schedulerConfig string
+	var install []deploy.Manifest
+	for _, m := range ms {
+		switch m.Kind {
+		case "Deployment", "DaemonSet":
+			// No controllers run here; the tests below play the pods' part.
+			continue
+		case "ConfigMap":
+			var cm v1.ConfigMap
+			if err := yaml.Unmarshal([]byte(m.YAML), &cm); err != nil {
+				t.Fatal(err)
+			}
+			schedulerConfig = cm.Data["scheduler-config.yaml"]
+		}
+		install = append(install, m)
+	}
+	a.applyAll(install, false)
+
+	t.Run("scheduler", func(t *testing.T) {
+		c := parent.withT(t)
+		kubeconfig := c.serviceAccountKubeconfig(ns, "tessera-scheduler", nil)
+		sa := c.clientFor(kubeconfig)
+
+		// Delegated authentication and authorization of the scheduler's HTTPS port.
+		if _, err := sa.CoreV1().ConfigMaps("kube-system").Get(c.ctx, "extension-apiserver-authentication", metav1.GetOptions{}); err != nil {
+			t.Errorf("reading the authentication ConfigMap: %v", err)
+		}
+		if _, err := sa.AuthenticationV1().TokenReviews().Create(c.ctx, &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "x"}}, metav1.CreateOptions{}); err != nil {
+			t.Errorf("creating a TokenReview: %v", err)
+		}
+		if _, err := sa.AuthorizationV1().SubjectAccessReviews().Create(c.ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "someone", NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}, metav1.CreateOptions{}); err != nil {
+			t.Errorf("creating a SubjectAccessReview: %v", err)
+		}
+		// Least privilege: what the scheduler must not do.
+		for _, chk := range []authorizationv1.ResourceAttributes{
+			{Verb: "update", Resource: "pods"},
+			{Verb: "patch", Resource: "nodes"},
+			{Verb: "get", Resource: "secrets", Namespace: ns},
+			{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "some-other-lease"},
+		} {
+			if c.allowed(sa, chk) {
+				t.Errorf("the scheduler's service account may %s %s %s/%s", chk.Verb, chk.Resource, chk.Namespace, chk.Name)
+			}
+		}
+
+		c.createNode("gpu-0", fixtures.NVLinkNode("gpu-0", 8, 4, "NVIDIA H100 80GB HBM3", fixtures.H100MiB))
+		stop := c.startChartScheduler(schedulerConfig, kubeconfig)
+		defer stop()
+		c.createPod(newPod(ns, "fraction", "tessera-binpack", nil, gpuLimits{name: "c", gpu: "1", mem: "20000", cores: "30"}))
+		p := c.waitBound("fraction", 60*time.Second)
+		d := assignment(t, p).Containers[0].Devices[0]
+		if d.MemoryMiB != 20000 || d.Cores != 30 {
+			t.Errorf("granted %+v, want 20000 MiB and 30%% cores", d)
+		}
+		lease, err := c.client.CoordinationV1().Leases(ns).Get(c.ctx, "tessera-scheduler", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the scheduler's lease: %v", err)
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			t.Errorf("lease %s has no holder", lease.Name)
+		}
+		c.createPod(newPod(ns, "spread", "tessera-spread", nil, gpuLimits{name: "c", gpu: "2", pct: "50"}))
+		if a := assignment(t, c.waitBound("spread", 60*time.Second)); len(a.Containers[0].Devices) != 2 {
+			t.Errorf("spread pod granted %d GPUs, want 2", len(a.Containers[0].Devices))
+		}
+
+		// Without the chart's pod-patch role, kube-scheduler's own role is not enough:
+		// PreBind cannot write the assignment and the pod is not bound.
+		if err := c.client.RbacV1().ClusterRoleBindings().Delete(c.ctx, "tessera-scheduler", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		chartWaitFor(t, c.ctx, "the pod-patch permission to be revoked", func() bool {
+			return !c.allowed(sa, authorizationv1.ResourceAttributes{Verb: "patch", Resource: "pods", Namespace: ns})
+		})
+		c.createPod(newPod(ns, "no-patch", "tessera-binpack", nil, gpuLimits{name: "c", gpu: "1", mem: "1000"}))
+		chartWaitFor(t, c.ctx, "the scheduler to report the forbidden patch", func() bool {
+			p, err := c.client.CoreV1().Pods(ns).Get(c.ctx, "no-patch", metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			if p.Spec.NodeName != "" {
+				t.Fatalf("pod bound without the permission to write its assignment")
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == v1.PodScheduled && cond.Status == v1.ConditionFalse && strings.Contains(cond.Message, "forbidden") {
+					return true
+				}
+			}
+			return false
+		})
+	})
+
+	t.Run("node agent", func(t *testing.T) {
+		c := parent.withT(t)
+		c.createNode("agent-a", nil)
+		c.createNode("agent-b", nil)
+		// The agent's pod on agent-a: its token is bound to it and so names agent-a.
+		pod := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "tessera-node-agent-a", Namespace: ns},
+			Spec: v1.PodSpec{NodeName: "agent-a", ServiceAccountName: "tessera-node-agent",
+				Containers: []v1.Container{{Name: "agent", Image: "registry.k8s.io/pause:3.10"}}},
+		}
+		pod = c.createPod(pod)
+		agent := c.clientFor(c.serviceAccountKubeconfig(ns, "tessera-node-agent", pod))
+		unbound := c.clientFor(c.serviceAccountKubeconfig(ns, "tessera-node-agent", nil))
+
+		inv := fixtures.PCIeNode("agent-a", 2, "Tesla T4", fixtures.T4MiB)
+		value, err := api.EncodeInventory(inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Exactly the patch the agent's inventory publisher sends.
+		publish, err := inventory.Patch(value, inventory.Labels(inv))
+		if err != nil {
+			t.Fatal(err)
+		}
+		patchNode := func(cs clientset.Interface, node string, patch []byte) error {
+			_, err := cs.CoreV1().Nodes().Patch(c.ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "tessera-node-agent"})
+			return err
+		}
+		// The admission policy is enforced once the API server has loaded it.
+		chartWaitFor(t, c.ctx, "the node restriction policy to be enforced", func() bool {
+			return apierrors.IsForbidden(patchNode(agent, "agent-b", publish)) || apierrors.IsInvalid(patchNode(agent, "agent-b", publish))
+		})
+		if err := patchNode(agent, "agent-a", publish); err != nil {
+			t.Fatalf("the agent cannot publish to its own node: %v", err)
+		}
+		n, err := c.client.CoreV1().Nodes().Get(c.ctx, "agent-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory]); err != nil || n.Labels[api.LabelCount] != "2" {
+			t.Errorf("inventory not published: %v, labels %v", err, n.Labels)
+		}
+		for _, tc := range []struct {
+			name   string
+			cs     clientset.Interface
+			node   string
+			patch  string
+			reason string
+		}{
+			{"another node", agent, "agent-b", string(publish), "may not change node agent-b"},
+			{"a token not bound to its pod", unbound, "agent-a", string(publish), "token bound to its pod"},
+			{"a label outside tessera.dev", agent, "agent-a", `{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`, "only tessera.dev/ labels"},
+			{"removing a label", agent, "agent-a", `{"metadata":{"labels":{"kubernetes.io/hostname":null}}}`, "only tessera.dev/ labels"},
+			{"an annotation outside tessera.dev", agent, "agent-a", `{"metadata":{"annotations":{"example.com/x":"y"}}}`, "only tessera.dev/ annotations"},
+			{"the node's spec", agent, "agent-a", `{"spec":{"unschedulable":true}}`, "spec"},
+		} {
+			err := patchNode(tc.cs, tc.node, []byte(tc.patch))
+			if err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("%s: error %v, want a denial mentioning %q", tc.name, err, tc.reason)
+			}
+		}
+		// Its other calls: the node's pods, events.
+		if _, err := agent.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=agent-a"}); err != nil {
+			t.Errorf("listing the node's pods: %v", err)
+		}
+		ev := &v1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "tessera-", Namespace: ns}, InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name},
+			Reason: "GPUContainerRefused", Message: "test", Type: v1.EventTypeWarning, Source: v1.EventSource{Component: "tessera-node-agent", Host: "agent-a"}}
+		if _, err := agent.CoreV1().Events(ns).Create(c.ctx, ev, metav1.CreateOptions{}); err != nil {
+			t.Errorf("recording an event: %v", err)
+		}
+		for _, chk := range []authorizationv1.ResourceAttributes{
+			{Verb: "get", Resource: "secrets", Namespace: ns},
+			{Verb: "patch", Resource: "pods", Namespace: ns},
+			{Verb: "delete", Resource: "nodes"},
+			{Verb: "patch", Resource: "nodes", Subresource: "status"},
+		} {
+			if c.allowed(agent, chk) {
+				t.Errorf("the agent's service account may %s %s/%s", chk.Verb, chk.Resource, chk.Subresource)
+			}
+		}
+		vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-node-agent-own-node", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+			t.Errorf("the node restriction policy does not type-check: %+v", tc.ExpressionWarnings)
+		}
+	})
+}
+
+// serviceAccountKubeconfig mints a token for a service account (bound to pod when
+// given, as the kubelet's projected tokens are) and writes a kubeconfig that uses
+// only that token.
+func (c *cluster) serviceAccountKubeconfig(ns, name string, pod *v1.Pod) string {
+	c.t.Helper()
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64)}}
+	*tr.Spec.ExpirationSeconds = 3600
+	if pod != nil {
+		tr.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
+	tok, err := c.client.CoreV1().ServiceAccounts(ns).CreateToken(c.ctx, name, tr, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatalf("minting a token for %s/%s: %v", ns, name, err)
+	}
+	rc := restclient.AnonymousClientConfig(c.restConfig())
+	rc.BearerToken = tok.Status.Token
+	return writeKubeconfig(c.t, rc)
+}
+
+func (c *cluster) clientFor(kubeconfig string) clientset.Interface {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cs, err := clientset.NewForConfig(rc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cs
+}
+
+// allowed asks the API server whether the client's own identity may do something.
+func (c *cluster) allowed(cs clientset.Interface, ra authorizationv1.ResourceAttributes) bool {
+	c.t.Helper()
+	r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(c.ctx, &authorizationv1.SelfSubjectAccessReview{
+		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &ra}}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r.Status.Allowed
+}
+
+// startChartScheduler runs the Tessera scheduler with the chart's configuration,
+// pointed at kubeconfig, with leader election as the chart configures it.
+func (c *cluster) startChartScheduler(config, kubeconfig string) (stop func()) {
+	c.t.Helper()
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
+		c.t.Fatalf("the chart's scheduler configuration: %v", err)
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	path := filepath.Join(c.t.TempDir(), "scheduler-config.yaml")
+	chartWriteFile(c.t, path, string(out))
+
+	ctx, cancel := context.WithCancel(c.ctx)
+	ctx = klog.NewContext(ctx, klog.Background())
+	cc, sched := setupScheduler(c.t, ctx, path)
+	if cc.LeaderElection == nil {
+		c.t.Fatal("the chart's configuration does not enable leader election")
+	}
+	le := *cc.LeaderElection
+	le.Callbacks = leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(ctx context.Context) { runScheduler(ctx, cc, sched) },
+		OnStoppedLeading: func() {},
+	}
+	elector, err := leaderelection.NewLeaderElector(le)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		elector.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	c.t.Cleanup(stop)
+	return stop
+}
+
+func chartWaitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func chartWriteFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
