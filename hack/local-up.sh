@@ -122,7 +122,7 @@ if [[ -n ${TESSERA_OWNER_PID:-} ]]; then
   # Stops this cluster when its owner (a test process) goes away, even if the owner
   # is killed before it can clean up.
   tessera::spawn reaper bash -c 'while kill -0 "$0" 2>/dev/null; do sleep 1; done
-    rm -f "$1/pids/reaper.pid"; RUN_DIR="$1" exec "$2"' "$TESSERA_OWNER_PID" "$RUN_DIR" "$TESSERA_ROOT/hack/local-down.sh"
+    rm -f "$1/pids/reaper.pid" "$1/pids/reaper.start"; RUN_DIR="$1" exec "$2"' "$TESSERA_OWNER_PID" "$RUN_DIR" "$TESSERA_ROOT/hack/local-down.sh"
 fi
 
 tessera::step "etcd ready on 127.0.0.1:$ETCD_PORT" tessera::start_etcd

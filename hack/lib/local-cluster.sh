@@ -124,11 +124,24 @@ tessera::alive() {
   [[ ${stat%% *} != Z ]]
 }
 
-# tessera::running NAME reports whether component NAME's recorded process is alive.
+# tessera::starttime PID prints the process's start time (clock ticks since boot),
+# which together with the PID identifies it even after the PID is reused.
+tessera::starttime() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  # shellcheck disable=SC2086
+  set -- ${stat##*) }
+  echo "${20}"
+}
+
+# tessera::running NAME reports whether component NAME's recorded process is alive. A
+# PID file left from before a reboot may name an unrelated process by now; the recorded
+# start time tells them apart, so nothing else is ever signalled.
 tessera::running() {
   local pid
   pid=$(tessera::pid "$1") || return 1
-  [[ -n $pid ]] && tessera::alive "$pid"
+  [[ -n $pid ]] && tessera::alive "$pid" || return 1
+  [[ ! -f $RUN_DIR/pids/$1.start ]] || [[ $(tessera::starttime "$pid") == $(cat "$RUN_DIR/pids/$1.start") ]]
 }
 
 # tessera::spawn NAME command...: starts a component in its own session (so that a
@@ -144,14 +157,18 @@ tessera::spawn() {
   fi
   setsid "$@" >>"$RUN_DIR/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$RUN_DIR/pids/$name.pid"
+  tessera::starttime $! >"$RUN_DIR/pids/$name.start" || rm -f "$RUN_DIR/pids/$name.start"
 }
 
 # tessera::stop NAME: SIGTERM, then SIGKILL after 10 s, by recorded PID only.
 tessera::stop() {
   local name=$1 pid i
   pid=$(tessera::pid "$name") || return 0
-  rm -f "$RUN_DIR/pids/$name.pid"
-  [[ -n $pid ]] || return 0
+  if ! tessera::running "$name"; then
+    rm -f "$RUN_DIR/pids/$name.pid" "$RUN_DIR/pids/$name.start"
+    return 0
+  fi
+  rm -f "$RUN_DIR/pids/$name.pid" "$RUN_DIR/pids/$name.start"
   kill -TERM "$pid" 2>/dev/null || return 0
   for i in $(seq 1 100); do
     tessera::alive "$pid" || return 0
