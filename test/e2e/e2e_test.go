@@ -34,6 +34,10 @@ func TestSampleWorkload(t *testing.T) {
 		if inv := c.inventory(running[n].Spec.NodeName); !strings.Contains(inv.GPUs[0].Model, "T4") {
 			t.Errorf("%s asked for a T4 and is on %s (%s)", n, running[n].Spec.NodeName, inv.GPUs[0].Model)
 		}
+		// 30% of a T4's 15360 MiB.
+		if d := assignment(t, running[n]).Containers[0].Devices[0]; d.MemoryMiB != 4608 || d.Cores != 30 {
+			t.Errorf("%s asked for 30%% memory and 30%% cores of a T4 and was granted %d MiB, %d%%", n, d.MemoryMiB, d.Cores)
+		}
 	}
 	// Spread gives every notebook a GPU of its own.
 	assertDistinctGPUs(t, running, names("notebook", 4))
@@ -97,6 +101,35 @@ func TestBinpackAndSpreadSideBySide(t *testing.T) {
 		}
 	}
 	c.checkNoOvercommit()
+}
+
+// TestPodPolicyOverride checks the per-pod GPU policy annotation against each
+// profile's own policy on one node: a spread-profile pod that asks for binpack joins a
+// used GPU, a binpack-profile pod that asks for spread takes an unused one.
+func TestPodPolicyOverride(t *testing.T) {
+	c := startCluster(t, clusterOptions{nodes: []node{{"gpu-a", t4Node}}})
+	frac := gpuPod{gpus: 1, memMiB: 2048, cores: 10}
+	c.create(with(frac, "spread-0", "tessera-spread", nil))
+	c.waitRunning("spread-0")
+	c.create(with(frac, "spread-1", "tessera-spread", nil))
+	used := c.waitRunning("spread-0", "spread-1")
+	assertDistinctGPUs(t, used, []string{"spread-0", "spread-1"})
+	inUse := map[string]bool{uuids(t, used["spread-0"])[0]: true, uuids(t, used["spread-1"])[0]: true}
+
+	c.create(with(frac, "spread-asks-binpack", "tessera-spread", map[string]string{api.AnnotationDevicePolicy: "Binpack"}))
+	if g := uuids(t, c.waitRunning("spread-asks-binpack")["spread-asks-binpack"])[0]; !inUse[g] {
+		t.Errorf("spread-asks-binpack took the unused GPU %s; binpack must join a used one %v", g, inUse)
+	}
+	c.create(with(frac, "binpack-asks-spread", "tessera-binpack", map[string]string{api.AnnotationDevicePolicy: "Spread"}))
+	if g := uuids(t, c.waitRunning("binpack-asks-spread")["binpack-asks-spread"])[0]; inUse[g] {
+		t.Errorf("binpack-asks-spread joined the used GPU %s; spread must take an unused one", g)
+	}
+	c.checkNoOvercommit()
+}
+
+func with(p gpuPod, name, scheduler string, ann map[string]string) gpuPod {
+	p.name, p.scheduler, p.ann = name, scheduler, ann
+	return p
 }
 
 // TestMultiGPUNVLinkLocal places multi-GPU pods that require NVLink on an 8-GPU node
