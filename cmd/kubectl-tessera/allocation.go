@@ -98,7 +98,8 @@ type nodeView struct {
 
 // unitView is one schedulable unit: a whole GPU, or one MIG instance.
 type unitView struct {
-	label     string // "0", or "0/1g.10gb" for a MIG instance
+	label     string // "0", or "0/1g.10gb#0" for the first 1g.10gb instance of GPU 0
+	mig       bool
 	uuid      string
 	model     string
 	memoryMiB int64
@@ -115,7 +116,7 @@ type grantView struct {
 	memMiB      int64
 	cores       int
 	gpus        int    // how many GPUs the container holds in all
-	siblings    string // the indexes of those GPUs, e.g. "0,1,2,3"
+	siblings    string // the labels of those GPUs, e.g. "0,1,2,3"
 	terminating bool
 }
 
@@ -204,7 +205,13 @@ func buildView(st *state, names api.ResourceNames, now time.Time, staleAfter tim
 		for _, ca := range a.Containers {
 			idx := make([]string, len(ca.Devices))
 			for k, d := range ca.Devices {
-				idx[k] = strconv.Itoa(d.Index)
+				// The label names MIG instances too ("0/1g.10gb#2"), where the index
+				// would only name their GPU.
+				if u := units[nv.name][d.UUID]; u != nil {
+					idx[k] = u.label
+				} else {
+					idx[k] = strconv.Itoa(d.Index)
+				}
 			}
 			for _, d := range ca.Devices {
 				g := grantView{pod: podName(p), container: ca.Name, memMiB: d.MemoryMiB, cores: d.Cores,
@@ -260,7 +267,7 @@ func unitsOf(inv *api.NodeInventory) []unitView {
 		health := g.HealthReason
 		if g.MIG != nil {
 			for k, m := range g.MIG.Instances {
-				us = append(us, unitView{label: fmt.Sprintf("%d/%s#%d", g.Index, m.Profile, k), uuid: m.UUID, model: g.Model,
+				us = append(us, unitView{label: fmt.Sprintf("%d/%s#%d", g.Index, m.Profile, k), mig: true, uuid: m.UUID, model: g.Model,
 					memoryMiB: m.MemoryMiB, healthy: g.Healthy, health: health})
 			}
 			continue
@@ -396,6 +403,7 @@ func (v *view) render(w io.Writer) {
 	var gpus, used int
 	var memTotal, memUsed int64
 	var coresUsed int
+	var mig bool
 	for i := range v.nodes {
 		nv := &v.nodes[i]
 		if i > 0 {
@@ -415,6 +423,7 @@ func (v *view) render(w io.Writer) {
 			if len(u.grants) > 0 {
 				used++
 			}
+			mig = mig || u.mig
 			pods := "-"
 			if len(u.grants) > 0 {
 				ps := make([]string, len(u.grants))
@@ -442,8 +451,12 @@ func (v *view) render(w io.Writer) {
 	}
 	if gpus > 0 {
 		pct := memUsed * 100 / max(memTotal, 1)
-		fmt.Fprintf(w, "\nGPUs holding pods: %d of %d; memory granted: %d of %d MiB (%d%%); cores granted: %d%% of %d%%\n",
-			used, gpus, memUsed, memTotal, pct, coresUsed, 100*gpus)
+		what := "GPUs"
+		if mig {
+			what = "GPUs and MIG instances"
+		}
+		fmt.Fprintf(w, "\n%s holding pods: %d of %d; memory granted: %d of %d MiB (%d%%); cores granted: %d%% of %d%%\n",
+			what, used, gpus, memUsed, memTotal, pct, coresUsed, 100*gpus)
 	}
 	if len(v.problems) > 0 {
 		fmt.Fprintf(w, "\nProblems:\n")

@@ -241,3 +241,44 @@ metadata: {name: p}
 		t.Errorf("a document without kind: err = %v", err)
 	}
 }
+
+func TestMIGUnits(t *testing.T) {
+	inv := fixtures.NVLinkNode("a100", 2, 2, "NVIDIA A100-SXM4-80GB", fixtures.A100MiB)
+	inv.GPUs[0].MIG = &api.MIG{Instances: []api.MIGInstance{
+		{UUID: "MIG-a", Profile: "1g.10gb", MemoryMiB: 9728},
+		{UUID: "MIG-b", Profile: "1g.10gb", MemoryMiB: 9728},
+	}}
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: "a100", Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{
+		{UUID: "MIG-b", Index: 0, MemoryMiB: 9728}, {UUID: fixtures.UUID("a100", 1), Index: 1, MemoryMiB: 9728},
+	}}}}
+	raw, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := gpuRequest("two", 2, 9728, 0)
+	p.Spec.NodeName, p.Status.Phase = "a100", v1.PodRunning
+	p.Annotations = map[string]string{api.AnnotationAssignment: raw}
+	v := buildView(&state{nodes: []v1.Node{gpuNode(t, "a100", inv, true)}, pods: []v1.Pod{p}}, api.DefaultResourceNames(), now, time.Minute, nil)
+	var out bytes.Buffer
+	v.render(&out)
+	for _, want := range []string{
+		"0/1g.10gb#0  0/9728",
+		"0/1g.10gb#1  9728/9728",
+		"two (9728 MiB, GPUs 0/1g.10gb#1,1)",
+		"GPUs and MIG instances holding pods: 2 of 3",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestCommonFlagsBeforeCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
+	code := run(t.Context(), []string{"--kubeconfig", missing, "allocation"}, &stdout, &stderr)
+	// The flag reached the command: it fails on that file, not on an unknown command.
+	if code != 1 || !strings.Contains(stderr.String(), "no-such-kubeconfig") {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+}

@@ -50,7 +50,21 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	// The common flags may come before the command too (kubectl tessera --context x
+	// allocation), as they do for kubectl itself.
+	conn := connFlags{domain: api.DefaultDomain}
+	top := flag.NewFlagSet("kubectl tessera", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	top.Usage = func() { fmt.Fprint(stderr, usage) }
+	conn.bind(top)
+	if err := top.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	args = top.Args()
+	if len(args) == 0 || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {
 			return 2
@@ -60,7 +74,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("kubectl tessera "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var conn connFlags
 	conn.bind(fs)
 	var err error
 	switch cmd {
@@ -107,10 +120,12 @@ type connFlags struct {
 	domain     string
 }
 
+// bind registers the flags with the current values as defaults, so that a value given
+// before the command survives the command's own flag set.
 func (c *connFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&c.context, "context", "", "kubeconfig context")
-	fs.StringVar(&c.domain, "resource-domain", api.DefaultDomain, "domain of the GPU resource names the scheduler is configured with")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", c.kubeconfig, "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&c.context, "context", c.context, "kubeconfig context")
+	fs.StringVar(&c.domain, "resource-domain", c.domain, "domain of the GPU resource names the scheduler is configured with")
 }
 
 type clients struct {
