@@ -51,8 +51,9 @@ type cluster struct {
 
 // startCluster starts kube-apiserver and etcd in-process.
 func startCluster(t *testing.T) *cluster {
+	// InitTestAPIServer registers its own cleanup, which deletes the test's objects
+	// and then stops the API server.
 	tc := testutils.InitTestAPIServer(t, "tessera", nil)
-	t.Cleanup(tc.CloseFn)
 	c := &cluster{t: t, ctx: tc.Ctx, client: tc.ClientSet, ns: tc.NS.Name}
 	c.kubeconfig = writeKubeconfig(t, tc.KubeConfig)
 	return c
