@@ -30,7 +30,14 @@ type podInfo struct {
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
+//
+// MIG instances are used only by pods that ask for them, by a model include naming
+// "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
+// get a slice of one.
 func (p *podInfo) eligible(d *device) bool {
+	if d.mig && !p.wantsMIG() {
+		return false
+	}
 	if len(p.modelInclude) > 0 {
 		m := strings.ToLower(d.model)
 		ok := false
@@ -59,6 +66,19 @@ func (p *podInfo) eligible(d *device) bool {
 		return false
 	}
 	return true
+}
+
+// wantsMIG reports whether the pod selects MIG instances explicitly.
+func (p *podInfo) wantsMIG() bool {
+	if len(p.uuidInclude) > 0 {
+		return true
+	}
+	for _, s := range p.modelInclude {
+		if strings.Contains(s, "mig") {
+			return true
+		}
+	}
+	return false
 }
 
 func containsString(list []string, s string) bool {
@@ -239,6 +259,11 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 	var cand []int
 	for i := range m.devices {
 		d := &m.devices[i]
+		// A CUDA process sees at most one MIG device, so MIG instances only serve
+		// single-GPU containers.
+		if d.mig && c.GPUs > 1 {
+			continue
+		}
 		if d.healthy && p.eligible(d) && fits(m, used, c, i, w.maxTenants) {
 			cand = append(cand, i)
 		}
@@ -404,24 +429,32 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	case matching == 0:
 		return unresolvable("node has no schedulable GPUs")
 	case healthy < n && matching >= n:
-		return unresolvable("container %q asks %d GPUs; only %d of the node's %d matching GPUs are healthy", c.Name, n, healthy, matching)
+		return unresolvable("container %q asks %s; only %d of the node's %d matching GPUs are healthy", c.Name, gpus(n), healthy, matching)
 	case healthy < n:
-		return unresolvable("container %q asks %d GPUs; the node has %d that match", c.Name, n, healthy)
+		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), healthy)
 	case bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(largest), largest)
 	case roomMem < n && n == 1:
 		return unschedulable("largest free GPU memory on node is %d MiB, container %q asks %d MiB", maxFreeMem, c.Name, c.MemoryOn(largest))
 	case roomMem < n:
-		return unschedulable("only %d GPUs on node have %d MiB free, container %q asks %d GPUs", roomMem, c.MemoryOn(largest), c.Name, n)
+		return unschedulable("only %s on node have %d MiB free, container %q asks %d", gpus(roomMem), c.MemoryOn(largest), c.Name, n)
 	case roomCores < n && c.Cores > 0:
-		return unschedulable("most free GPU cores on node is %d%%, container %q asks %d%% on %d GPUs", maxFreeCores, c.Name, c.Cores, n)
+		return unschedulable("most free GPU cores on node is %d%%, container %q asks %d%% on %s", maxFreeCores, c.Name, c.Cores, gpus(n))
 	case roomCores < n:
-		return unschedulable("container %q reserves no GPU cores, and only %d GPUs on node have unreserved compute (it asks %d)", c.Name, roomCores, n)
+		return unschedulable("container %q reserves no GPU cores, and only %s on node have unreserved compute (it asks %d)", c.Name, gpus(roomCores), n)
 	case roomTenants < n:
-		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %d GPUs", w.maxTenants, c.Name, n)
+		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %s", w.maxTenants, c.Name, gpus(n))
 	default:
-		return unschedulable("only %d GPUs on node have room for container %q (%s) at once, it asks %d", countFits(m, used, p, c, w), c.Name, c.String(), n)
+		return unschedulable("only %s on node have room for container %q (%s) at once, it asks %d", gpus(countFits(m, used, p, c, w)), c.Name, c.String(), n)
 	}
+}
+
+// gpus is "1 GPU" or "n GPUs".
+func gpus(n int) string {
+	if n == 1 {
+		return "1 GPU"
+	}
+	return fmt.Sprintf("%d GPUs", n)
 }
 
 func countFits(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) int {

@@ -115,7 +115,7 @@ func TestFilterReasons(t *testing.T) {
 			want: `largest free GPU memory on node is 3072 MiB, container "train" asks 4096 MiB`},
 		{name: "multi-GPU memory miss", node: h100(t, "n"), pods: full("n", 78487, 0, 0, 1, 2, 3, 4, 5),
 			pod: makePod("p", nil, ctr{name: "train", gpu: "4", mem: "4096"}), code: fwk.Unschedulable,
-			want: `only 2 GPUs on node have 4096 MiB free, container "train" asks 4 GPUs`},
+			want: `only 2 GPUs on node have 4096 MiB free, container "train" asks 4`},
 		{name: "larger than any GPU", node: t4(t, "n"), pod: makePod("p", nil, ctr{name: "big", gpu: "1", mem: "40000"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `container "big" asks 40000 MiB per GPU; the largest GPU on the node has 15360 MiB`},
 		{name: "more GPUs than the node has", node: t4(t, "n"), pod: makePod("p", nil, ctr{name: "c", gpu: "8"}),
@@ -255,6 +255,46 @@ func TestDevicePlacement(t *testing.T) {
 			got := placed(t, raw)
 			if !tc.check(got) {
 				t.Errorf("placement %v, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func migNode(t *testing.T) *v1.Node {
+	inv := pcieInventory("mig", 2, "NVIDIA A100-SXM4-80GB", 81920)
+	inv.GPUs[0].MIG = &api.MIG{Instances: []api.MIGInstance{
+		{UUID: "MIG-a", Profile: "1g.10gb", MemoryMiB: 9728}, {UUID: "MIG-b", Profile: "3g.40gb", MemoryMiB: 40192}}}
+	return makeNode(t, "mig", inv)
+}
+
+func TestMIGInstancesOnlyWhenAsked(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want string // UUID granted, or "" when unschedulable
+	}{
+		{"a whole GPU is not a MIG slice", makePod("p", nil, ctr{name: "c", gpu: "1", cores: "100"}), "GPU-mig-1"},
+		{"a fraction stays off MIG too", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2000"}), "GPU-mig-1"},
+		{"a MIG profile by model", makePod("p", map[string]string{api.AnnotationModelInclude: "MIG 1g.10gb"}, ctr{name: "c", gpu: "1"}), "MIG-a"},
+		{"a MIG instance by UUID", makePod("p", map[string]string{api.AnnotationUUIDInclude: "MIG-b"}, ctr{name: "c", gpu: "1", mem: "1000"}), "MIG-b"},
+		{"multi-GPU never mixes in MIG", makePod("p", map[string]string{api.AnnotationModelInclude: "A100"}, ctr{name: "c", gpu: "2"}), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, []*v1.Node{migNode(t)})
+			r, raw := e.schedule(tc.pod)
+			if tc.want == "" {
+				if raw != "" {
+					t.Fatalf("scheduled: %s", raw)
+				}
+				return
+			}
+			if raw == "" {
+				t.Fatalf("not scheduled: %v", r.filter)
+			}
+			a, _ := api.DecodeAssignment(raw)
+			if got := a.Containers[0].Devices[0].UUID; got != tc.want {
+				t.Errorf("granted %s, want %s", got, tc.want)
 			}
 		})
 	}
