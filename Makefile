@@ -122,3 +122,24 @@ verify: lint ## lint, plus module and Kubernetes-pin checks
 clean: ## Remove build outputs
 	rm -rf $(BIN)
 	$(MAKE) -C cuda-hook clean
+
+##@ Deploy
+
+# Images are tagged with the chart's appVersion unless IMAGE_TAG says otherwise, so the
+# chart's default image references match what make images builds.
+REGISTRY       ?= ghcr.io/tessera-dev
+IMAGE_TAG      ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' config/deploy/tessera/Chart.yaml)
+CONTAINER_TOOL ?= docker
+
+.PHONY: images
+images: ## Build the scheduler and node-agent images (REGISTRY, IMAGE_TAG, CONTAINER_TOOL)
+	$(CONTAINER_TOOL) build -f build/scheduler.Dockerfile -t $(REGISTRY)/tessera-scheduler:$(IMAGE_TAG) .
+	$(CONTAINER_TOOL) build -f build/node-agent.Dockerfile -t $(REGISTRY)/tessera-node-agent:$(IMAGE_TAG) .
+
+.PHONY: manifests
+manifests: ## Render the Helm chart to the plain manifests in config/deploy/manifests
+	hack/render-manifests.sh
+
+.PHONY: verify-manifests
+verify-manifests: ## Check that config/deploy/manifests is what the chart renders
+	hack/verify-manifests.sh
