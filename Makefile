@@ -98,9 +98,22 @@ fuzz: ## Fuzz the wire-contract decoders for 30 s each
 
 ##@ Benchmarks
 
+# B1 at reduced size replays seed 42 with the validating baseline (BestFit) and the
+# production profiles; FULL=1 replays seeds 42-51 with every policy (about an hour on
+# two cores).
+B1_SEEDS    = $(if $(FULL),42-51,42)
+B1_POLICIES = $(if $(FULL),random$(comma)bestfit$(comma)binpack$(comma)spread$(comma)fragmentation$(comma)fragmentation-gpuscore,bestfit$(comma)binpack$(comma)fragmentation-gpuscore)
+comma := ,
+
 .PHONY: bench
-bench: ## Scheduler benchmarks (Filter+Score per node)
+bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 (FULL=1 for full size)
 	$(GO) test -run XXX -bench . -benchmem -benchtime 2s ./plugins/...
+	$(MAKE) --no-print-directory bench-b1
+
+.PHONY: bench-b1
+bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy); results in _output/b1
+	$(GO) build -o $(BIN)/tessera-sim ./cmd/tessera-sim
+	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -out _output/b1
 
 .PHONY: bench-gpu
 bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)

@@ -164,7 +164,7 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 			results[i] = r
 			u := curve(r.points, cl.totalGPU, 130)
 			mu.Lock()
-			fmt.Printf("%-14s seed %d: U(100) = %5.2f%%  scheduled %d/%d  %.0fs\n", w.pol.name, w.seed, 100-u[100], r.scheduled, r.podsTotal, r.wallSeconds)
+			fmt.Printf("%-14s seed %d: U(100) = %5.2f%%  scheduled %d/%d  %.0fs  failed up to 100%%: %v\n", w.pol.name, w.seed, 100-u[100], r.scheduled, r.podsTotal, r.wallSeconds, r.failedKinds)
 			mu.Unlock()
 		}()
 	}

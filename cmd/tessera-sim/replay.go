@@ -45,6 +45,8 @@ var policies = []policy{
 	{name: "spread", profile: "tessera-spread", doc: "the tessera-spread profile as configured"},
 	{name: "fragmentation", profile: "tessera-binpack", doc: "the tessera-binpack profile with nodePolicy and devicePolicy Fragmentation",
 		args: func(a *gpushare.Args) { a.NodePolicy, a.DevicePolicy = gpushare.Fragmentation, gpushare.Fragmentation }},
+	{name: "fragmentation-gpuscore", profile: "tessera-binpack", score: gpushare.Name, doc: "as fragmentation, with TesseraGPUShare the only Score plugin",
+		args: func(a *gpushare.Args) { a.NodePolicy, a.DevicePolicy = gpushare.Fragmentation, gpushare.Fragmentation }},
 	{name: "bestfit", profile: "tessera-binpack", score: bestFitName, doc: "comparison: the FGD paper's BestFit node score; GPUs chosen best-fit",
 		args: func(a *gpushare.Args) { a.DevicePolicy = gpushare.Binpack }},
 	{name: "random", profile: "tessera-binpack", score: randomName, doc: "comparison: a uniformly random feasible node"},
@@ -81,6 +83,7 @@ type runResult struct {
 	scheduled   int
 	failed      int
 	fragAt      map[int]float64 // arrived % -> fragmentation ratio (% of free GPU capacity)
+	failedKinds map[string]int  // pod kind -> pods that did not fit, up to 100% arrived load
 	podsTotal   int
 	checkMilli  int64 // GPU milli the plugin's cache holds at the end (must equal alloc)
 	wallSeconds float64
@@ -141,7 +144,7 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 		return nil, err
 	}
 
-	res := &runResult{policy: pol.name, seed: seed, podsTotal: len(order), fragAt: map[int]float64{}}
+	res := &runResult{policy: pol.name, seed: seed, podsTotal: len(order), fragAt: map[int]float64{}, failedKinds: map[string]int{}}
 	checkpoints := []int{50, 80, 90, 100}
 	var arrived, alloc int64
 	feasible := make([]fwk.NodeInfo, 0, len(infos))
@@ -155,6 +158,9 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 		}
 		if node == "" {
 			res.failed++
+			if arrived <= cl.totalGPU {
+				res.failedKinds[tp.kind()]++
+			}
 		} else {
 			res.scheduled++
 			alloc += tp.demandMilli()

@@ -38,6 +38,18 @@ type tracePod struct {
 	gpuSpec   []string
 }
 
+// kind is the pod's class in the paper's breakdown of failures.
+func (p *tracePod) kind() string {
+	switch {
+	case p.numGPU == 0:
+		return "cpu"
+	case p.gpuMilli < 1000:
+		return "fraction"
+	default:
+		return fmt.Sprintf("%dgpu", p.numGPU)
+	}
+}
+
 // demandMilli is the pod's GPU demand in milli-GPUs (num_gpu × gpu_milli).
 func (p *tracePod) demandMilli() int64 { return int64(p.numGPU) * p.gpuMilli }
 

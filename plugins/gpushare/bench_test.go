@@ -3,6 +3,7 @@ package gpushare
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,45 +12,97 @@ import (
 
 // BenchmarkFilterScore measures the per-node cost of Filter followed by Score for a
 // fractional pod on an 8-GPU node (two NVLink islands) that is half full, the shape
-// BRIEF §5 B2 asks for. Report: ns/op and allocs/op per node.
+// BRIEF §5 B2 asks for, under each node/GPU policy. Fragmentation is measured with a
+// learned workload of 24 distinct shapes (the openb trace has ~25 GPU shapes). Report:
+// ns/op and allocs/op per node.
 func BenchmarkFilterScore(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		pod  *v1.Pod
-	}{
-		{"fraction", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})},
-		{"whole-2gpu", makePod("p", nil, ctr{name: "c", gpu: "2"})},
-	} {
-		b.Run(bc.name, func(b *testing.B) {
-			const nodes = 64
-			var ns []*v1.Node
-			var pods []*v1.Pod
-			for n := 0; n < nodes; n++ {
-				name := fmt.Sprintf("n%d", n)
-				ns = append(ns, h100(b, name))
-				// Half full: GPUs 0-3 carry fractions, GPU 4 a whole-GPU pod.
-				for i := 0; i < 4; i++ {
-					pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, 40000, 50, i)))
+	for _, pol := range []Policy{Binpack, Fragmentation} {
+		for _, bc := range []struct {
+			name string
+			pod  *v1.Pod
+		}{
+			{"fraction", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})},
+			{"whole-2gpu", makePod("p", nil, ctr{name: "c", gpu: "2"})},
+		} {
+			b.Run(string(pol)+"/"+bc.name, func(b *testing.B) {
+				const nodes = 64
+				var ns []*v1.Node
+				var pods []*v1.Pod
+				for n := 0; n < nodes; n++ {
+					name := fmt.Sprintf("n%d", n)
+					ns = append(ns, h100(b, name))
+					// Half full: GPUs 0-3 carry fractions, GPU 4 a whole-GPU pod.
+					for i := 0; i < 4; i++ {
+						pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, 40000, 50, i)))
+					}
+					pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
 				}
-				pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
-			}
-			e := newEnv(b, nil, ns, pods...)
-			ctx := context.Background()
-			cs := framework.NewCycleState()
-			if _, st := e.pl.PreFilter(ctx, cs, bc.pod, e.infos); !st.IsSuccess() {
-				b.Fatal(st)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				ni := e.infos[i%nodes]
-				if st := e.pl.Filter(ctx, cs, bc.pod, ni); !st.IsSuccess() {
+				e := newEnv(b, &Args{NodePolicy: pol, DevicePolicy: pol}, ns, pods...)
+				if pol == Fragmentation {
+					for k := 0; k < 24; k++ {
+						pct := fmt.Sprint(5 + 4*k)
+						teach(b, e, 1+k%5, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+					}
+					teach(b, e, 3, ctr{name: "c", gpu: "8", cores: "100"})
+				}
+				ctx := context.Background()
+				cs := framework.NewCycleState()
+				if _, st := e.pl.PreFilter(ctx, cs, bc.pod, e.infos); !st.IsSuccess() {
 					b.Fatal(st)
 				}
-				if _, st := e.pl.Score(ctx, cs, bc.pod, ni); !st.IsSuccess() {
-					b.Fatal(st)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					ni := e.infos[i%nodes]
+					if st := e.pl.Filter(ctx, cs, bc.pod, ni); !st.IsSuccess() {
+						b.Fatal(st)
+					}
+					if _, st := e.pl.Score(ctx, cs, bc.pod, ni); !st.IsSuccess() {
+						b.Fatal(st)
+					}
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkCacheMemory reports the heap the plugin's cache holds for 5,000 nodes of 8
+// NVLinked GPUs, each GPU shared by two fractional pods (BRIEF §5 B2): bytes/node and
+// MiB in all.
+func BenchmarkCacheMemory(b *testing.B) {
+	const nodes = 5000
+	raw := make([]string, nodes)
+	for n := range raw {
+		raw[n] = makeNode(b, fmt.Sprintf("node-%d", n), nvlinkInventory(fmt.Sprintf("node-%d", n), 8, 4, "NVIDIA H100 80GB HBM3", h100Mem)).Annotations["tessera.dev/gpu-inventory"]
+	}
+	var pods []*v1.Pod
+	for n := 0; n < nodes; n++ {
+		name := fmt.Sprintf("node-%d", n)
+		for g := 0; g < 8; g++ {
+			for k := 0; k < 2; k++ {
+				pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-%d-%d", name, g, k), nil, ctr{name: "c", gpu: "1", mem: "20000", cores: "25"}), name, oneGrant(name, 20000, 25, g)))
 			}
-		})
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := NewCache()
+		for n := 0; n < nodes; n++ {
+			c.SetInventory(fmt.Sprintf("node-%d", n), raw[n])
+		}
+		for _, p := range pods {
+			if err := c.OnPod(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		used := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		b.ReportMetric(used/nodes, "B/node")
+		b.ReportMetric(used/(1<<20), "MiB")
+		runtime.KeepAlive(c)
 	}
 }

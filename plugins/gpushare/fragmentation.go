@@ -32,7 +32,8 @@ import (
 // the policy follows the cluster's mix as it changes.
 
 // maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
-// a node grows with it, and the long tail of rare shapes hardly moves the mean.
+// a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
+// as many again are added so that every GPU request size is represented).
 const maxFragShapes = 32
 
 // defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
@@ -68,6 +69,12 @@ func shapeOf(info *podInfo) fragShape {
 	s.key = fmt.Sprintf("%d/%d/%d/%d|%s|%s|%d|%d", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
 		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","), cpu, mem)
 	return s
+}
+
+// gpuKey identifies the shape's GPU request, whatever its CPU and memory.
+func (s *fragShape) gpuKey() string {
+	k, _, _ := strings.Cut(s.key, "|")
+	return k + "|" + strings.Join(s.modelInclude, ",") + "|" + strings.Join(s.modelExclude, ",")
 }
 
 // workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
@@ -144,8 +151,19 @@ func (w *workloadModel) snapshot() []fragShape {
 		}
 		return all[i].shape.key < all[j].shape.key
 	})
+	// The most frequent shapes, plus the most frequent of every GPU request the top
+	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
 	if len(all) > maxFragShapes {
-		all = all[:maxFragShapes]
+		seen := map[string]bool{}
+		kept := all[:0:0]
+		for i, c := range all {
+			g := c.shape.gpuKey()
+			if i < maxFragShapes || (!seen[g] && len(kept) < 2*maxFragShapes) {
+				kept = append(kept, c)
+				seen[g] = true
+			}
+		}
+		all = kept
 	}
 	total := 0
 	for _, c := range all {
@@ -290,6 +308,11 @@ func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, c
 	return best
 }
 
+// fragPackPerGPU is how much each free GPU left on the node weighs against
+// fragmentation, in GPUs: one step of the normalised score per free GPU, so that it
+// only decides between placements whose fragmentation is within a few hundredths.
+const fragPackPerGPU = 0.01
+
 // fragScale turns a fragmentation change in GPUs into the raw score's integer units
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
 const fragScale = 1000
@@ -318,12 +341,43 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
 		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
 	}
-	delta := newFragStats(m, a.used, shapes, w).value(shapes, hostAfter) - newFragStats(m, before, shapes, w).value(shapes, hostBefore)
-	raw := w.policy * -delta
+	after := newFragStats(m, a.used, shapes, w)
+	delta := after.value(shapes, hostAfter) - newFragStats(m, before, shapes, w).value(shapes, hostBefore)
+	// Among placements that fragment alike, the fuller node wins (best fit): spreading
+	// ties at random would use up the empty nodes that the largest pods need.
+	raw := w.policy * -(delta + fragPackPerGPU*after.total)
 	if a.multiGPU {
 		raw += w.topology * (a.topology - 1)
 	}
 	return int64(math.Round(raw * fragScale))
+}
+
+// hostOnlyScore is the raw Fragmentation score of a pod without GPUs: its CPU and
+// memory can leave a node's free GPUs without the host capacity GPU pods need, which
+// is as much fragmentation as a badly placed fraction. Nodes without GPUs score 0 (no
+// change), so such pods prefer them.
+func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo) int64 {
+	if info == nil {
+		return 0
+	}
+	var buf [16]usage
+	v := pl.cache.view(ni.Node(), buf[:0])
+	if v.model == nil || len(v.model.devices) == 0 {
+		return 0
+	}
+	shapes := info.fragShapes
+	cpuFree, memFree := hostFree(ni)
+	st := newFragStats(v.model, v.used, shapes, &pl.w)
+	var delta float64
+	for k := range shapes {
+		s := &shapes[k]
+		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
+		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
+		if before && !after && st.fits[k] >= s.c.GPUs {
+			delta += s.weight * (st.total - st.small[k])
+		}
+	}
+	return int64(math.Round(-pl.w.policy * delta * fragScale))
 }
 
 func hostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
@@ -331,22 +385,26 @@ func hostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
 	return a.GetMilliCPU() - r.GetMilliCPU(), a.GetMemory() - r.GetMemory()
 }
 
+// fragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
+// of the framework's score stands for after NormalizeScore: 0.01 GPU.
+const fragStep = 10
+
 // NormalizeScore maps the raw Fragmentation scores of a cycle onto the framework's
-// range: the best node gets MaxNodeScore, the worst MinNodeScore.
+// range by their distance from the best node: the best gets MaxNodeScore and every
+// 0.01 GPU of extra fragmentation costs one point, down to MinNodeScore. A min-max
+// scale would let the worst node of the cycle (often one whose CPU a pod would use
+// up, stranding all its GPUs) set the resolution, and erase the differences of a few
+// hundredths of a GPU that decide between the good nodes.
 func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if len(scores) == 0 {
 		return nil
 	}
-	lo, hi := scores[0].Score, scores[0].Score
+	hi := scores[0].Score
 	for _, s := range scores[1:] {
-		lo, hi = min(lo, s.Score), max(hi, s.Score)
+		hi = max(hi, s.Score)
 	}
 	for i := range scores {
-		if hi == lo {
-			scores[i].Score = fwk.MaxNodeScore
-			continue
-		}
-		scores[i].Score = fwk.MinNodeScore + (scores[i].Score-lo)*(fwk.MaxNodeScore-fwk.MinNodeScore)/(hi-lo)
+		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/fragStep)
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 func fragArgs() *Args { return &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation} }
 
 // teach runs PreFilter for n pods of one shape so that the plugin learns the workload.
-func teach(t *testing.T, e *env, n int, c ctr) {
+func teach(t testing.TB, e *env, n int, c ctr) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		p := makePod(fmt.Sprintf("seen-%s-%d", c.pct+c.gpu, i), nil, c)
@@ -85,13 +85,14 @@ func TestFragmentationNodeScoring(t *testing.T) {
 		t.Fatalf("raw scores %v: the node whose fragment the pod fills must win", r.scores)
 	}
 	// Raw scores are minus the fragmentation increase in 1/1000 GPU: the learned
-	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21).
-	wantHoley := int64(math.Round(fragScale * 0.5 * 20 / 21))
+	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
+	// the pack term charges the one GPU left free.
+	wantHoley := int64(math.Round(fragScale * (0.5*20/21 - fragPackPerGPU*1)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != 0 {
+	if st := e.pl.NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -151,12 +152,23 @@ func TestWorkloadModelWindow(t *testing.T) {
 	if len(w.snapshot()) != 3 {
 		t.Errorf("re-observed pod not counted: %+v", w.snapshot())
 	}
+	// 100 shapes that differ only in CPU: the top ones are kept.
 	many := newWorkloadModel(1000)
 	for i := 0; i < 100; i++ {
-		many.observe(types.UID(fmt.Sprint(i)), s(i%99+1))
+		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, order: []int{0}, cpuMilli: int64(1000 * (i + 1))}
+		many.observe(types.UID(fmt.Sprint(i)), shapeOf(info))
 	}
 	if n := len(many.snapshot()); n != maxFragShapes {
 		t.Errorf("%d shapes kept, want %d", n, maxFragShapes)
+	}
+	// A rare GPU request beyond the top shapes is still represented.
+	many.observe("big", shapeOf(&podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, order: []int{0}}))
+	found := false
+	for _, x := range many.snapshot() {
+		found = found || x.c.GPUs == 8
+	}
+	if !found {
+		t.Error("the 8-GPU shape was dropped")
 	}
 }
 

@@ -246,7 +246,12 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 // PreFilter parses and validates the pod's GPU request. Pods without one are skipped.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !api.HasGPURequest(pod, pl.names) {
-		cs.Write(stateKey, &cycleState{skip: true})
+		s := &cycleState{skip: true}
+		if pl.args.NodePolicy == Fragmentation {
+			s.hostOnly = &podInfo{fragShapes: pl.workload.snapshot()}
+			s.hostOnly.cpuMilli, s.hostOnly.memBytes = podHostRequests(pod)
+		}
+		cs.Write(stateKey, s)
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	info, err := pl.parsePod(pod)

@@ -14,13 +14,14 @@ var nodePolicies = map[Policy]func(util float64) float64{
 	Spread:  func(util float64) float64 { return 1 - util },
 }
 
-// PreScore skips scoring for pods without GPU requests.
+// PreScore skips scoring for pods without GPU requests, except under the
+// Fragmentation node policy (see hostOnlyScore).
 func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.skip {
+	if s.skip && (s.hostOnly == nil || len(s.hostOnly.fragShapes) == 0) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -48,6 +49,9 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	node := nodeInfo.Node()
 	if node == nil {
 		return 0, nil
+	}
+	if s.skip {
+		return pl.hostOnlyScore(s.hostOnly, nodeInfo), nil
 	}
 	a := s.result(node.Name)
 	if a == nil {

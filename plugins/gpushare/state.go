@@ -17,6 +17,9 @@ type cycleState struct {
 	// skip is set for pods that ask for no GPU: every extension point returns at once.
 	skip bool
 	info *podInfo
+	// hostOnly is set, with skip, for a pod without GPUs under the Fragmentation node
+	// policy: it is still scored by the GPU capacity its CPU and memory would strand.
+	hostOnly *podInfo
 
 	// mu guards results, which the parallel Filter writes and Score reads.
 	mu      sync.Mutex
@@ -39,7 +42,7 @@ type nodeDelta struct {
 // Clone copies what a what-if evaluation may change. Filter results are not carried
 // over: a clone recomputes them against its own overlay.
 func (s *cycleState) Clone() fwk.StateData {
-	c := &cycleState{skip: s.skip, info: s.info, results: map[string]*allocation{}, assignment: s.assignment}
+	c := &cycleState{skip: s.skip, info: s.info, hostOnly: s.hostOnly, results: map[string]*allocation{}, assignment: s.assignment}
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {
