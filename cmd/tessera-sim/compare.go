@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 )
@@ -97,5 +96,3 @@ func (randomScore) Score(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo)
 	return 0, nil
 }
 func (randomScore) ScoreExtensions() fwk.ScoreExtensions { return nil }
-
-var _ = framework.NewCycleState

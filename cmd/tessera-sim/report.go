@@ -193,11 +193,10 @@ func plotSVG(pols []*policySummary) string {
 	panel(530, 30, 300, 320, 75, 130, 70, 100, "zoom: 75–130%")
 	for i, p := range pols {
 		m, sd := meanSD(p.u100)
-		y := 40 + 18*i
+		y := 40 + 30*i
 		fmt.Fprintf(&b, `<line x1="845" y1="%d" x2="865" y2="%d" stroke="%s" stroke-width="3"/>`, y, y, colors[i%len(colors)])
 		fmt.Fprintf(&b, `<text x="870" y="%d">%s</text>`+"\n", y+4, p.name)
 		fmt.Fprintf(&b, `<text x="870" y="%d" font-size="10" fill="#555">U(100) %.2f±%.2f</text>`+"\n", y+4+9, m, sd)
-		_ = y
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
