@@ -7,11 +7,14 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// nodePolicies maps a node-level policy to its term in [0,1] given the node's
-// utilisation after placement (weighted GPU memory and cores, 0 empty .. 1 full).
-var nodePolicies = map[Policy]func(util float64) float64{
-	Binpack: func(util float64) float64 { return util },
-	Spread:  func(util float64) float64 { return 1 - util },
+// nodePolicies maps a node-level policy to its term in [0,1] given the node's state
+// after placement: util is the weighted GPU memory and cores granted (0 empty .. 1
+// full), occupied the share of its GPUs that have at least one tenant.
+var nodePolicies = map[Policy]func(util, occupied float64) float64{
+	Binpack: func(util, _ float64) float64 { return util },
+	// Spread also counts occupied GPUs: a small fraction moves util by less than one
+	// score point on a large node, but always occupies a GPU, so nodes stay apart.
+	Spread: func(util, occupied float64) float64 { return 1 - (util+occupied)/2 },
 }
 
 // PreScore skips scoring for pods without GPU requests, except under the
@@ -74,8 +77,8 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 
 func (pl *Plugin) scoreAllocation(a *allocation) int64 {
 	w := &pl.w
-	util := nodeUtilisation(a.model, a.used, w)
-	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](util), w.policy
+	util, occupied := nodeUtilisation(a.model, a.used, w)
+	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](util, occupied), w.policy
 	if a.multiGPU {
 		sum += w.topology * a.topology
 		total += w.topology
@@ -93,10 +96,10 @@ func (pl *Plugin) scoreAllocation(a *allocation) int64 {
 	return clampScore(int64(sum/total*float64(fwk.MaxNodeScore) + 0.5))
 }
 
-// nodeUtilisation is the weighted GPU memory and cores share granted on the node's
-// healthy devices.
-func nodeUtilisation(m *nodeModel, used []usage, w *weights) float64 {
-	var mem, memTotal, cores, n float64
+// nodeUtilisation returns the weighted GPU memory and cores share granted on the
+// node's healthy devices, and the share of them that have a tenant.
+func nodeUtilisation(m *nodeModel, used []usage, w *weights) (util, occupied float64) {
+	var mem, memTotal, cores, n, busy float64
 	for i := range m.devices {
 		d := &m.devices[i]
 		if !d.healthy {
@@ -106,11 +109,14 @@ func nodeUtilisation(m *nodeModel, used []usage, w *weights) float64 {
 		memTotal += float64(d.memoryMiB)
 		cores += float64(used[i].cores)
 		n++
+		if used[i].tenants > 0 {
+			busy++
+		}
 	}
 	if n == 0 || memTotal == 0 {
-		return 0
+		return 0, 0
 	}
-	return (w.memory*mem/memTotal + w.cores*cores/(100*n)) / (w.memory + w.cores)
+	return (w.memory*mem/memTotal + w.cores*cores/(100*n)) / (w.memory + w.cores), busy / n
 }
 
 func clampScore(s int64) int64 {
