@@ -29,9 +29,9 @@ func (f policyFlag) Set(s string) error {
 // AddFlags registers the policy flags on fs; they fill d.
 func AddFlags(fs *pflag.FlagSet, d *gpushare.Defaults) {
 	fs.Var(policyFlag{&d.NodePolicy}, "gpu-node-policy",
-		fmt.Sprintf("Node-level GPU placement policy (%s or %s) for profiles whose %s args do not set nodePolicy.", gpushare.Binpack, gpushare.Spread, gpushare.Name))
+		fmt.Sprintf("Node-level GPU placement policy (%s, %s or %s) for profiles whose %s args do not set nodePolicy.", gpushare.Binpack, gpushare.Spread, gpushare.Fragmentation, gpushare.Name))
 	fs.Var(policyFlag{&d.DevicePolicy}, "gpu-device-policy",
-		fmt.Sprintf("GPU-level placement policy (%s or %s) for profiles whose %s args do not set devicePolicy.", gpushare.Binpack, gpushare.Spread, gpushare.Name))
+		fmt.Sprintf("GPU-level placement policy (%s, %s or %s) for profiles whose %s args do not set devicePolicy.", gpushare.Binpack, gpushare.Spread, gpushare.Fragmentation, gpushare.Name))
 }
 
 // NewCommand returns the tessera-scheduler command.
