@@ -105,15 +105,29 @@ B1_SEEDS    = $(if $(FULL),42-51,42)
 B1_POLICIES = $(if $(FULL),random$(comma)bestfit$(comma)binpack$(comma)spread$(comma)fragmentation$(comma)fragmentation-gpuscore,bestfit$(comma)binpack$(comma)fragmentation-gpuscore)
 comma := ,
 
+# B2 at reduced size schedules 2,000 pods per phase on 500 nodes x 8 GPUs (a few
+# minutes on two cores); FULL=1 is the brief's size, 10,000 pods on 5,000 nodes.
+B2_NODES = $(if $(FULL),5000,500)
+B2_PODS  = $(if $(FULL),10000,2000)
+
 .PHONY: bench
-bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 (FULL=1 for full size)
+bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size)
 	$(GO) test -run XXX -bench . -benchmem -benchtime 2s ./plugins/...
 	$(MAKE) --no-print-directory bench-b1
+	$(MAKE) --no-print-directory bench-b2
 
 .PHONY: bench-b1
 bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy); results in _output/b1
 	$(GO) build -o $(BIN)/tessera-sim ./cmd/tessera-sim
 	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -out _output/b1
+
+.PHONY: bench-b2
+bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profile against a real API server; results in _output/b2
+	mkdir -p _output/b2
+	TESSERA_B2=1 TESSERA_B2_NODES=$(B2_NODES) TESSERA_B2_PODS=$(B2_PODS) PATH=$(BIN):$$PATH \
+		$(GO) test -count=1 -timeout 60m -run '^TestB2SchedulingThroughput$$' -v ./test/integration \
+		> _output/b2/last-run.log 2>&1 || { tail -50 _output/b2/last-run.log; exit 1; }
+	cat _output/b2/b2-$(B2_NODES)n-$(B2_PODS)p.md
 
 .PHONY: bench-gpu
 bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)

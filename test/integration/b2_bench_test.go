@@ -1,0 +1,603 @@
+package integration
+
+// B2: scheduling throughput through the real kube-scheduler against a real API server.
+//
+// One API server, two phases in the same process:
+//  1. baseline: plain CPU pods for a scheduler whose only profile is default-scheduler;
+//  2. Tessera: GPU pods drawn from the Alibaba openb trace's mix (fractions, whole
+//     GPUs, multi-GPU pods) for the tessera-binpack profile of the sample config.
+//
+// In each phase every pod exists before the scheduler starts, so pod creation is not
+// what is measured: the clock starts when the scheduler's informers have synced and
+// sched.Run begins, and stops at the last successful binding. Both schedulers use the
+// same client QPS. The test reports; it asserts nothing about time.
+//
+// Gated by TESSERA_B2=1 so that the ordinary integration run skips it. Sizes:
+// TESSERA_B2_NODES (default 500, 8 GPUs each), TESSERA_B2_PODS (default 2000);
+// TESSERA_B2_TRACE overrides the pod list. Results go to _output/b2/.
+
+import (
+	"context"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/test/fixtures"
+)
+
+// b2QPS is the scheduler's client QPS and burst in both phases. The sample config's
+// 500 would cap Tessera (bind plus the assignment patch: two writes per pod) at half
+// the default profile's rate and measure the client limiter, not the scheduler;
+// kube-scheduler's own scheduler_perf uses 5000.
+const b2QPS = 5000
+
+type b2TracePod struct {
+	cpuMilli, memMiB, numGPU, gpuMilli int64
+}
+
+func b2Env(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// b2ReadTrace reads the GPU pods (num_gpu > 0) of an openb pod list.
+func b2ReadTrace(t *testing.T, path string) []b2TracePod {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("pod list: %v", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	head, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, c := range []string{"cpu_milli", "memory_mib", "num_gpu", "gpu_milli"} {
+		if _, ok := col[c]; !ok {
+			t.Fatalf("%s: no column %s", path, c)
+		}
+	}
+	var out []b2TracePod
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		num := func(c string) int64 {
+			n, err := strconv.ParseInt(strings.TrimSpace(rec[col[c]]), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", path, c, err)
+			}
+			return n
+		}
+		p := b2TracePod{cpuMilli: num("cpu_milli"), memMiB: num("memory_mib"), numGPU: num("num_gpu"), gpuMilli: num("gpu_milli")}
+		if p.numGPU > 0 {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: no GPU pods", path)
+	}
+	return out
+}
+
+// b2Requests scales the trace's CPU and memory so that the GPUs, not CPU or host
+// memory, bound each node (nodes have 256 CPUs and 2 TiB): at most 16 CPUs and
+// 64 GiB per pod. The baseline pods get the same requests, without GPUs.
+func b2Requests(p b2TracePod) v1.ResourceList {
+	cpu, mem := min(p.cpuMilli, 16000), min(p.memMiB, 64<<10)
+	return v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(max(cpu, 100), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(max(mem, 128)<<20, resource.BinarySI),
+	}
+}
+
+// b2Pod is the pod a user would submit for a trace pod; with gpu false it is the
+// baseline's plain CPU pod. The GPU mapping is tessera-sim's: a share s of one GPU
+// asks gpu-memory-percent = gpu-cores = 100·s; a whole GPU asks 100% cores
+// (exclusive); num_gpu > 1 asks that many whole GPUs. gpu_spec is dropped: every
+// node here has the same model.
+func b2Pod(ns, name, sched string, p b2TracePod, gpu bool) *v1.Pod {
+	req := b2Requests(p)
+	lim := v1.ResourceList{}
+	for k, v := range req {
+		lim[k] = v
+	}
+	if gpu {
+		names := api.DefaultResourceNames()
+		lim[names.GPU] = *resource.NewQuantity(p.numGPU, resource.DecimalSI)
+		if p.gpuMilli < 1000 {
+			pct := max((p.gpuMilli+5)/10, 1)
+			lim[names.GPUMemoryPercent] = *resource.NewQuantity(pct, resource.DecimalSI)
+			lim[names.GPUCores] = *resource.NewQuantity(pct, resource.DecimalSI)
+		} else {
+			lim[names.GPUCores] = *resource.NewQuantity(100, resource.DecimalSI)
+		}
+	}
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1.PodSpec{SchedulerName: sched, TerminationGracePeriodSeconds: new(int64),
+			Containers: []v1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+				Resources: v1.ResourceRequirements{Requests: req, Limits: lim}}}},
+	}
+}
+
+// b2Parallel runs fn(0..n-1) on a few goroutines and fails on the first error.
+func b2Parallel(t *testing.T, n int, fn func(i int) error) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	var once sync.Once
+	var first error
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		t.Fatal(first)
+	}
+}
+
+// b2Config writes a scheduler config for this cluster with the benchmark's QPS:
+// either the sample config (file != "") or one whose only profile is the default one.
+func b2Config(t *testing.T, c *cluster, file string) string {
+	cfg := map[string]any{
+		"apiVersion": "kubescheduler.config.k8s.io/v1",
+		"kind":       "KubeSchedulerConfiguration",
+		"profiles":   []any{map[string]any{"schedulerName": v1.DefaultSchedulerName}},
+	}
+	if file != "" {
+		raw, err := os.ReadFile(sampleConfig(t, file, c.kubeconfig))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = nil
+		if err := yaml.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": c.kubeconfig, "qps": b2QPS, "burst": b2QPS}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "b2-"+strings.TrimSuffix(filepath.Base(file), ".yaml")+"-scheduler.yaml")
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// --- metrics from the scheduler's legacy registry ---
+
+type b2Hist struct {
+	bounds []float64 // upper bounds, +Inf last
+	counts []float64 // cumulative
+	sum    float64
+	count  float64
+}
+
+func (h *b2Hist) add(m *dto.Histogram) {
+	if h.bounds == nil {
+		for _, b := range m.GetBucket() {
+			h.bounds = append(h.bounds, b.GetUpperBound())
+		}
+		h.bounds = append(h.bounds, math.Inf(1))
+		h.counts = make([]float64, len(h.bounds))
+	}
+	for i, b := range m.GetBucket() {
+		h.counts[i] += float64(b.GetCumulativeCount())
+	}
+	h.counts[len(h.counts)-1] += float64(m.GetSampleCount())
+	h.sum += m.GetSampleSum()
+	h.count += float64(m.GetSampleCount())
+}
+
+func (h b2Hist) minus(o b2Hist) b2Hist {
+	d := b2Hist{bounds: h.bounds, sum: h.sum - o.sum, count: h.count - o.count}
+	d.counts = append([]float64(nil), h.counts...)
+	for i := range o.counts {
+		if i < len(d.counts) {
+			d.counts[i] -= o.counts[i]
+		}
+	}
+	return d
+}
+
+// quantile interpolates linearly inside the bucket, as Prometheus' histogram_quantile does.
+func (h b2Hist) quantile(q float64) float64 {
+	if h.count == 0 {
+		return math.NaN()
+	}
+	rank := q * h.count
+	prevB, prevC := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			if math.IsInf(h.bounds[i], 1) {
+				return prevB
+			}
+			if c == prevC {
+				return h.bounds[i]
+			}
+			return prevB + (h.bounds[i]-prevB)*(rank-prevC)/(c-prevC)
+		}
+		prevB, prevC = h.bounds[i], c
+	}
+	return prevB
+}
+
+type b2Snapshot []*dto.MetricFamily
+
+func b2Gather(t *testing.T) b2Snapshot {
+	fams, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+func b2Match(m *dto.Metric, labels map[string]string) bool {
+	for k, want := range labels {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k {
+				found = l.GetValue() == want
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func (s b2Snapshot) hist(name string, labels map[string]string) b2Hist {
+	var h b2Hist
+	for _, f := range s {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if b2Match(m, labels) && m.GetHistogram() != nil {
+				h.add(m.GetHistogram())
+			}
+		}
+	}
+	return h
+}
+
+func (s b2Snapshot) counter(name string, labels map[string]string) float64 {
+	var v float64
+	for _, f := range s {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if b2Match(m, labels) {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+// labelValues lists the values a label takes in a metric family.
+func (s b2Snapshot) labelValues(name, label string) []string {
+	seen := map[string]bool{}
+	for _, f := range s {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label {
+					seen[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for v := range seen {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// --- the phases ---
+
+type b2Result struct {
+	name          string
+	pods, bound   int
+	elapsed       time.Duration
+	attempts      b2Hist // scheduling_attempt_duration_seconds, result=scheduled
+	algorithm     b2Hist // scheduling_algorithm_duration_seconds
+	unschedulable float64
+	pluginSum     map[string]float64 // sampled plugin time by plugin
+	pluginByPoint map[string]float64 // sampled TesseraGPUShare time by extension point
+	extPoint      map[string]float64 // framework_extension_point_duration_seconds sums
+}
+
+func (r b2Result) podsPerSec() float64 { return float64(r.bound) / r.elapsed.Seconds() }
+
+// b2Run starts the scheduler from config with every pod already created, waits until
+// all pods of profile are bound (or binding has stopped for a while), stops it and
+// returns the measurements. Progress is read from the scheduler's own counters, which
+// costs the API server nothing.
+func b2Run(t *testing.T, c *cluster, name, config, profile string, pods int) b2Result {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	ctx = klog.NewContext(ctx, klog.Background())
+	cc, sched := setupScheduler(t, ctx, config)
+
+	// runScheduler's steps, with the clock started once the caches hold every node
+	// and pod, right before the scheduling loop.
+	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
+	defer cc.EventBroadcaster.Shutdown()
+	cc.InformerFactory.Start(ctx.Done())
+	if cc.DynInformerFactory != nil {
+		cc.DynInformerFactory.Start(ctx.Done())
+	}
+	cc.InformerFactory.WaitForCacheSync(ctx.Done())
+	if cc.DynInformerFactory != nil {
+		cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
+	}
+	if err := sched.WaitForHandlersSync(ctx); err != nil {
+		t.Fatalf("handlers sync: %v", err)
+	}
+
+	scheduled := map[string]string{"result": "scheduled", "profile": profile}
+	before := b2Gather(t)
+	base := before.counter("scheduler_schedule_attempts_total", scheduled)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	start := time.Now()
+	go func() { defer wg.Done(); sched.Run(ctx) }()
+
+	last, lastAt := 0, start
+	for {
+		time.Sleep(100 * time.Millisecond)
+		n := int(b2Gather(t).counter("scheduler_schedule_attempts_total", scheduled) - base)
+		if n != last {
+			last, lastAt = n, time.Now()
+		}
+		if n >= pods || time.Since(lastAt) > 30*time.Second {
+			break
+		}
+	}
+	// Plugin execution times reach the registry through a recorder that flushes about
+	// once a second; wait for it so that this phase's samples land in this phase.
+	time.Sleep(2 * time.Second)
+	after := b2Gather(t)
+	cancel()
+	wg.Wait()
+
+	r := b2Result{name: name, pods: pods, bound: last, elapsed: lastAt.Sub(start),
+		pluginSum: map[string]float64{}, pluginByPoint: map[string]float64{}, extPoint: map[string]float64{}}
+	r.attempts = after.hist("scheduler_scheduling_attempt_duration_seconds", scheduled).minus(before.hist("scheduler_scheduling_attempt_duration_seconds", scheduled))
+	r.algorithm = after.hist("scheduler_scheduling_algorithm_duration_seconds", nil).minus(before.hist("scheduler_scheduling_algorithm_duration_seconds", nil))
+	r.unschedulable = after.counter("scheduler_schedule_attempts_total", map[string]string{"result": "unschedulable", "profile": profile}) -
+		before.counter("scheduler_schedule_attempts_total", map[string]string{"result": "unschedulable", "profile": profile})
+	const pe = "scheduler_plugin_execution_duration_seconds"
+	for _, p := range after.labelValues(pe, "plugin") {
+		l := map[string]string{"plugin": p}
+		r.pluginSum[p] = after.hist(pe, l).sum - before.hist(pe, l).sum
+	}
+	for _, ep := range after.labelValues(pe, "extension_point") {
+		l := map[string]string{"plugin": gpushare.Name, "extension_point": ep}
+		if d := after.hist(pe, l).sum - before.hist(pe, l).sum; d > 0 {
+			r.pluginByPoint[ep] = d
+		}
+	}
+	const fe = "scheduler_framework_extension_point_duration_seconds"
+	for _, ep := range after.labelValues(fe, "extension_point") {
+		l := map[string]string{"profile": profile, "extension_point": ep}
+		if d := after.hist(fe, l).sum - before.hist(fe, l).sum; d > 0 {
+			r.extPoint[ep] = d
+		}
+	}
+	return r
+}
+
+func b2Ms(s float64) string { return fmt.Sprintf("%.2f ms", s*1000) }
+
+func TestB2SchedulingThroughput(t *testing.T) {
+	if os.Getenv("TESSERA_B2") == "" {
+		t.Skip("B2 throughput benchmark: set TESSERA_B2=1 (make bench-b2)")
+	}
+	nodes, pods := b2Env("TESSERA_B2_NODES", 500), b2Env("TESSERA_B2_PODS", 2000)
+	trace := os.Getenv("TESSERA_B2_TRACE")
+	if trace == "" {
+		trace = filepath.Join(repoRoot(t), "..", "shared", "data", "alibaba-gpu-v2023", "openb_pod_list_default.csv")
+	}
+	mix := b2ReadTrace(t, trace)
+	rng := rand.New(rand.NewSource(42))
+	drawn := make([]b2TracePod, pods)
+	var frac, whole, multi int
+	for i := range drawn {
+		drawn[i] = mix[rng.Intn(len(mix))]
+		switch p := drawn[i]; {
+		case p.numGPU > 1:
+			multi++
+		case p.gpuMilli < 1000:
+			frac++
+		default:
+			whole++
+		}
+	}
+
+	c := startCluster(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = b2QPS, b2QPS
+	client := clientset.NewForConfigOrDie(rc)
+
+	t0 := time.Now()
+	b2Parallel(t, nodes, func(i int) error {
+		name := fmt.Sprintf("b2-node-%05d", i)
+		inv, err := api.EncodeInventory(fixtures.NVLinkNode(name, 8, 4, "NVIDIA H100 80GB HBM3", fixtures.H100MiB))
+		if err != nil {
+			return err
+		}
+		alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("256"), v1.ResourceMemory: resource.MustParse("2Ti"), v1.ResourcePods: resource.MustParse("500")}
+		n := &v1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name},
+				Annotations: map[string]string{api.AnnotationInventory: inv}},
+			Status: v1.NodeStatus{Capacity: alloc, Allocatable: alloc,
+				Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}},
+		}
+		_, err = client.CoreV1().Nodes().Create(c.ctx, n, metav1.CreateOptions{})
+		return err
+	})
+	t.Logf("created %d nodes in %s", nodes, time.Since(t0).Round(time.Millisecond))
+
+	create := func(sched string, gpu bool) {
+		t0 := time.Now()
+		b2Parallel(t, pods, func(i int) error {
+			_, err := client.CoreV1().Pods(c.ns).Create(c.ctx, b2Pod(c.ns, fmt.Sprintf("b2-%s-%05d", sched, i), sched, drawn[i], gpu), metav1.CreateOptions{})
+			return err
+		})
+		t.Logf("created %d pods for %s in %s (scheduler not running)", pods, sched, time.Since(t0).Round(time.Millisecond))
+	}
+
+	// Phase 1: the default profile on plain CPU pods.
+	create(v1.DefaultSchedulerName, false)
+	base := b2Run(t, c, "default profile, CPU pods", b2Config(t, c, ""), v1.DefaultSchedulerName, pods)
+	t.Logf("baseline: %d/%d bound in %s", base.bound, pods, base.elapsed.Round(time.Millisecond))
+
+	// The baseline's pods leave, so that both phases see the same empty nodes.
+	if err := client.CoreV1().Pods(c.ns).DeleteCollection(c.ctx, *metav1.NewDeleteOptions(0), metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(c.ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil && len(l.Items) == 0, nil
+	}); err != nil {
+		t.Fatalf("baseline pods not deleted: %v", err)
+	}
+
+	// Phase 2: Tessera (tessera-binpack of the sample config) on the trace's GPU mix.
+	create(binpack, true)
+	tes := b2Run(t, c, "tessera-binpack, GPU pods", b2Config(t, c, "tessera-scheduler.yaml"), binpack, pods)
+	t.Logf("tessera: %d/%d bound in %s", tes.bound, pods, tes.elapsed.Round(time.Millisecond))
+
+	// The API server agrees with the counters, and no GPU is over-granted.
+	got := c.checkGrants(10)
+	if got != tes.bound {
+		t.Errorf("API server has %d bound GPU pods, scheduler counted %d", got, tes.bound)
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# B2 scheduling throughput\n\n")
+	fmt.Fprintf(&b, "%s; %d nodes x 8 GPUs (H100 80GB, NVLink islands of 4), %d pods per phase; GOMAXPROCS=%d; scheduler client QPS %d\n", time.Now().UTC().Format("2006-01-02"), nodes, pods, runtime.GOMAXPROCS(0), b2QPS)
+	fmt.Fprintf(&b, "GPU mix drawn from %s (seed 42): %d fractions, %d whole GPUs, %d multi-GPU\n\n", filepath.Base(trace), frac, whole, multi)
+	fmt.Fprintf(&b, "| phase | bound | time | pods/s | attempt p50 | attempt p99 | algorithm p50 | algorithm p99 | unschedulable attempts |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range []b2Result{base, tes} {
+		fmt.Fprintf(&b, "| %s | %d/%d | %.2f s | %.1f | %s | %s | %s | %s | %.0f |\n", r.name, r.bound, r.pods, r.elapsed.Seconds(), r.podsPerSec(),
+			b2Ms(r.attempts.quantile(0.5)), b2Ms(r.attempts.quantile(0.99)), b2Ms(r.algorithm.quantile(0.5)), b2Ms(r.algorithm.quantile(0.99)), r.unschedulable)
+	}
+	fmt.Fprintf(&b, "\nratio Tessera / default = %.2f (target >= 0.8)\n\n", tes.podsPerSec()/base.podsPerSec())
+
+	var all float64
+	for _, v := range tes.pluginSum {
+		all += v
+	}
+	fmt.Fprintf(&b, "Plugin time in the Tessera phase (plugin_execution_duration_seconds: the scheduler samples 10%% of cycles, so the shares are what to read):\n\n| plugin | sampled time | share of all plugins |\n| --- | --- | --- |\n")
+	var names []string
+	for p := range tes.pluginSum {
+		names = append(names, p)
+	}
+	sort.Slice(names, func(i, j int) bool { return tes.pluginSum[names[i]] > tes.pluginSum[names[j]] })
+	for _, p := range names {
+		if tes.pluginSum[p] > 0 {
+			fmt.Fprintf(&b, "| %s | %s | %.1f%% |\n", p, b2Ms(tes.pluginSum[p]), 100*tes.pluginSum[p]/all)
+		}
+	}
+	fmt.Fprintf(&b, "\n%s by extension point (sampled): ", gpushare.Name)
+	var eps []string
+	for ep := range tes.pluginByPoint {
+		eps = append(eps, ep)
+	}
+	sort.Strings(eps)
+	for _, ep := range eps {
+		fmt.Fprintf(&b, "%s %s; ", ep, b2Ms(tes.pluginByPoint[ep]))
+	}
+	for _, r := range []b2Result{base, tes} {
+		// Every cycle records these (no sampling), so the per-pod means compare the
+		// phases directly; Filter and Score are the serial scheduling cycle's, PreBind and
+		// Bind run in binding goroutines and wait on API server writes.
+		fmt.Fprintf(&b, "\nextension points, %s (framework_extension_point_duration_seconds, mean per bound pod): ", r.name)
+		var eps []string
+		for ep := range r.extPoint {
+			eps = append(eps, ep)
+		}
+		sort.Strings(eps)
+		for _, ep := range eps {
+			fmt.Fprintf(&b, "%s %s; ", ep, b2Ms(r.extPoint[ep]/float64(max(r.bound, 1))))
+		}
+		fmt.Fprintln(&b)
+	}
+	t.Log("\n" + b.String())
+
+	dir := filepath.Join(repoRoot(t), "_output", "b2")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, fmt.Sprintf("b2-%dn-%dp.md", nodes, pods))
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", out)
+}
