@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 // Topologies shipped in config/simulated.
@@ -404,50 +405,12 @@ func (c *cluster) checkNoOvercommit() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	capacity := map[string]int64{}
-	for _, n := range nodes.Items {
-		inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
-		if err != nil {
-			continue
-		}
-		for _, g := range inv.GPUs {
-			capacity[g.UUID] = g.MemoryMiB
-		}
-	}
 	pods, err := c.client.CoreV1().Pods("").List(c.ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	mem := map[string]int64{}
-	cores := map[string]int{}
-	holders := map[string][]string{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName == "" || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
-			continue
-		}
-		if _, ok := p.Annotations[api.AnnotationAssignment]; !ok {
-			continue
-		}
-		for _, ca := range assignment(c.t, p).Containers {
-			for _, d := range ca.Devices {
-				mem[d.UUID] += d.MemoryMiB
-				cores[d.UUID] += d.Cores
-				holders[d.UUID] = append(holders[d.UUID], p.Name)
-			}
-		}
-	}
-	for u, m := range mem {
-		cp, ok := capacity[u]
-		switch {
-		case !ok:
-			c.t.Errorf("GPU %s is granted to %v but no node's inventory lists it", u, holders[u])
-		case m > cp:
-			c.t.Errorf("GPU %s: %d MiB granted of %d, to %v", u, m, cp, holders[u])
-		}
-		if cores[u] > 100 {
-			c.t.Errorf("GPU %s: %d%% cores granted, to %v", u, cores[u], holders[u])
-		}
+	for _, p := range fixtures.CheckGrants(nodes.Items, pods.Items, 10).Problems {
+		c.t.Error(p)
 	}
 }
 

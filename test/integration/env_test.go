@@ -30,6 +30,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 // repoRoot is the repository root, found from this file's location.
@@ -277,68 +278,23 @@ func assignment(t *testing.T, p *v1.Pod) *api.PodAssignment {
 	return a
 }
 
-// checkGrants sums every bound pod's grants per GPU and fails if any GPU is granted
-// more memory, more cores or more tenants than it has. It returns the number of
-// bound GPU pods.
+// checkGrants fails the test if any GPU is granted more memory, cores or tenants
+// than it has (fixtures.CheckGrants); it returns the number of pods holding GPUs.
 func (c *cluster) checkGrants(maxTenants int) int {
 	c.t.Helper()
 	nodes, err := c.client.CoreV1().Nodes().List(c.ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	capMem := map[string]int64{}
-	for _, n := range nodes.Items {
-		inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
-		if err != nil {
-			continue
-		}
-		for _, g := range inv.GPUs {
-			capMem[g.UUID] = g.MemoryMiB
-		}
-	}
 	pods, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(c.ctx, metav1.ListOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	type sum struct {
-		mem            int64
-		cores, tenants int
+	r := fixtures.CheckGrants(nodes.Items, pods.Items, maxTenants)
+	for _, p := range r.Problems {
+		c.t.Error(p)
 	}
-	sums := map[string]*sum{}
-	bound := 0
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		if !api.HasGPURequest(p, api.DefaultResourceNames()) {
-			continue
-		}
-		bound++
-		a := assignment(c.t, p)
-		for _, ca := range a.Containers {
-			for _, d := range ca.Devices {
-				s := sums[d.UUID]
-				if s == nil {
-					s = &sum{}
-					sums[d.UUID] = s
-				}
-				s.mem += d.MemoryMiB
-				s.cores += d.Cores
-				s.tenants++
-			}
-		}
-	}
-	for uuid, s := range sums {
-		if capMem[uuid] == 0 {
-			c.t.Errorf("grants on unknown GPU %s", uuid)
-			continue
-		}
-		if s.mem > capMem[uuid] || s.cores > 100 || s.tenants > maxTenants {
-			c.t.Errorf("GPU %s over-granted: %d/%d MiB, %d%% cores, %d tenants", uuid, s.mem, capMem[uuid], s.cores, s.tenants)
-		}
-	}
-	return bound
+	return r.Holders
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

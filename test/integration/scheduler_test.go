@@ -41,6 +41,9 @@ func TestSampleConfigsLoad(t *testing.T) {
 		name := filepath.Base(path)
 		t.Run(name, func(t *testing.T) {
 			cc, sched := setupScheduler(t, klog.NewContext(c.ctx, klog.Background()), sampleConfig(t, name, c.kubeconfig))
+			// The scheduler is built but never run: stop its event broadcaster, or its
+			// goroutines outlive the test.
+			t.Cleanup(cc.EventBroadcaster.Shutdown)
 			if len(sched.Profiles) == 0 {
 				t.Fatal("no profiles")
 			}
