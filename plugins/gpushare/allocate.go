@@ -437,16 +437,24 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	case roomMem < n && n == 1:
 		return unschedulable("largest free GPU memory on node is %d MiB, container %q asks %d MiB", maxFreeMem, c.Name, c.MemoryOn(largest))
 	case roomMem < n:
-		return unschedulable("only %s on node have %d MiB free, container %q asks %d", gpus(roomMem), c.MemoryOn(largest), c.Name, n)
+		return unschedulable("only %s %d MiB free, container %q asks %d", gpusOnNodeHave(roomMem), c.MemoryOn(largest), c.Name, n)
 	case roomCores < n && c.Cores > 0:
 		return unschedulable("most free GPU cores on node is %d%%, container %q asks %d%% on %s", maxFreeCores, c.Name, c.Cores, gpus(n))
 	case roomCores < n:
-		return unschedulable("container %q reserves no GPU cores, and only %s on node have unreserved compute (it asks %d)", c.Name, gpus(roomCores), n)
+		return unschedulable("container %q reserves no GPU cores, and only %s unreserved compute (it asks %d)", c.Name, gpusOnNodeHave(roomCores), n)
 	case roomTenants < n:
 		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %s", w.maxTenants, c.Name, gpus(n))
 	default:
-		return unschedulable("only %s on node have room for container %q (%s) at once, it asks %d", gpus(countFits(m, used, p, c, w)), c.Name, c.String(), n)
+		return unschedulable("only %s room for container %q (%s) at once, it asks %d", gpusOnNodeHave(countFits(m, used, p, c, w)), c.Name, c.String(), n)
 	}
+}
+
+// gpusOnNodeHave is "1 GPU on node has" or "n GPUs on node have".
+func gpusOnNodeHave(n int) string {
+	if n == 1 {
+		return "1 GPU on node has"
+	}
+	return fmt.Sprintf("%d GPUs on node have", n)
 }
 
 // gpus is "1 GPU" or "n GPUs".
