@@ -141,9 +141,10 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module and Kubernetes-pin checks
+verify: lint ## lint, plus module, Kubernetes-pin and rendered-manifest checks
 	hack/verify-k8s-version.sh $(K8S_VERSION)
 	$(GO) mod verify
+	hack/verify-manifests.sh
 
 .PHONY: clean
 clean: ## Remove build outputs
