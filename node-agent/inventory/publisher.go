@@ -89,9 +89,20 @@ func (p *Publisher) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(poll)
 	defer t.Stop()
+	// A failure that repeats every poll (say, the Node object does not exist yet) is
+	// logged as an error once, then at V(1) until it changes or clears.
+	lastErr := ""
 	for {
 		if err := p.Refresh(ctx); err != nil {
-			p.Log.Error(err, "GPU inventory not published; the node's inventory will go stale")
+			if msg := err.Error(); msg != lastErr {
+				p.Log.Error(err, "GPU inventory not published; the node's inventory will go stale")
+				lastErr = msg
+			} else {
+				p.Log.V(1).Info("GPU inventory still not published", "err", msg)
+			}
+		} else if lastErr != "" {
+			p.Log.Info("GPU inventory published again after failures")
+			lastErr = ""
 		}
 		select {
 		case <-ctx.Done():
