@@ -256,7 +256,10 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 
 // pickDevices chooses c.GPUs distinct devices for container c, or explains why none fit.
 func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) ([]int, *allocFailure) {
-	var cand []int
+	// Candidates live on the stack for nodes of up to 16 devices: Filter runs this for
+	// every node of every GPU pod.
+	var candBuf [16]int
+	cand := candBuf[:0]
 	for i := range m.devices {
 		d := &m.devices[i]
 		// A CUDA process sees at most one MIG device, so MIG instances only serve
