@@ -394,17 +394,8 @@ func b2Run(t *testing.T, c *cluster, name, config, profile string, pods int, cpu
 
 	// runScheduler's steps, with the clock started once the caches hold every node
 	// and pod, right before the scheduling loop.
-	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
 	defer cc.EventBroadcaster.Shutdown()
-	cc.InformerFactory.Start(ctx.Done())
-	if cc.DynInformerFactory != nil {
-		cc.DynInformerFactory.Start(ctx.Done())
-	}
-	cc.InformerFactory.WaitForCacheSync(ctx.Done())
-	if cc.DynInformerFactory != nil {
-		cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
-	}
-	if err := sched.WaitForHandlersSync(ctx); err != nil {
+	if err := syncScheduler(ctx, cc, sched); err != nil {
 		t.Fatalf("handlers sync: %v", err)
 	}
 

@@ -112,12 +112,13 @@ func setupScheduler(t *testing.T, ctx context.Context, configPath string) (*sche
 	return cc, sched
 }
 
-// runScheduler does what kube-scheduler's app.Run does without leader election and
-// serving, minus the process-global configz registration that would make a second
-// scheduler in one test process fail.
-func runScheduler(ctx context.Context, cc *schedconfig.CompletedConfig, sched *scheduler.Scheduler) {
+// syncScheduler does what kube-scheduler's app.Run does before scheduling, without
+// leader election and serving, and minus the process-global configz registration that
+// would make a second scheduler in one test process fail: it starts event recording
+// and the informers and waits until the caches and handlers hold every object. The
+// caller shuts cc.EventBroadcaster down.
+func syncScheduler(ctx context.Context, cc *schedconfig.CompletedConfig, sched *scheduler.Scheduler) error {
 	cc.EventBroadcaster.StartRecordingToSink(ctx.Done())
-	defer cc.EventBroadcaster.Shutdown()
 	cc.InformerFactory.Start(ctx.Done())
 	if cc.DynInformerFactory != nil {
 		cc.DynInformerFactory.Start(ctx.Done())
@@ -126,7 +127,13 @@ func runScheduler(ctx context.Context, cc *schedconfig.CompletedConfig, sched *s
 	if cc.DynInformerFactory != nil {
 		cc.DynInformerFactory.WaitForCacheSync(ctx.Done())
 	}
-	if err := sched.WaitForHandlersSync(ctx); err != nil {
+	return sched.WaitForHandlersSync(ctx)
+}
+
+// runScheduler syncs the scheduler and runs it until ctx is done.
+func runScheduler(ctx context.Context, cc *schedconfig.CompletedConfig, sched *scheduler.Scheduler) {
+	defer cc.EventBroadcaster.Shutdown()
+	if err := syncScheduler(ctx, cc, sched); err != nil {
 		klog.FromContext(ctx).Error(err, "Handlers are not fully synchronized")
 	}
 	sched.Run(ctx)
