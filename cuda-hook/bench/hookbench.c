@@ -1,0 +1,184 @@
+/*
+ * B3 CPU microbenchmark: what one launch and one alloc/free pair cost the calling
+ * thread, through whatever libcuda.so.1 the program is linked against (the fake driver
+ * in CI, the real one on a GPU machine) and whatever is preloaded (the hook, or
+ * nothing). bench/run.sh runs it with and without the hook and reports the difference;
+ * this program only measures.
+ *
+ *   hookbench <launch|launch-ex|graph|alloc> <calls> <batch>
+ *
+ * Calls are timed in batches of <batch> with the TSC-backed CLOCK_MONOTONIC. It prints
+ *   op=<op> calls=<n> mean_ns=<total/n> median_ns=<median batch/batch> min_ns=<..>
+ * The median batch is the fast path: a batch in which pacing closed a window (a drain
+ * and a sleep until the next one) is an outlier there, while the mean includes it.
+ *
+ * Launches run an empty kernel: on the real driver one built from the PTX below (no
+ * nvcc needed), on the fake a zero-length one. The graph is one such kernel captured
+ * into a graph.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tessera_cuda.h"
+
+CUresult cuInit(unsigned int);
+CUresult cuDeviceGet(CUdevice *, int);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+			void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+CUresult cuStreamEndCapture(CUstream, CUgraph *);
+
+static const char ptx[] = ".version 7.0\n"
+			  ".target sm_80\n"
+			  ".address_size 64\n"
+			  ".visible .entry tessera_empty()\n"
+			  "{\n"
+			  "\tret;\n"
+			  "}\n";
+
+#define CK(call)                                                                       \
+	do {                                                                           \
+		CUresult rc_ = (call);                                                 \
+		if (rc_ != CUDA_SUCCESS) {                                             \
+			fprintf(stderr, "hookbench: %s failed: %d\n", #call, (int)rc_); \
+			exit(1);                                                       \
+		}                                                                      \
+	} while (0)
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Functions the fake driver does not have; absent means "fake": use a NULL kernel. */
+static void *driver(const char *name)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	return h ? dlsym(h, name) : NULL;
+}
+
+static CUfunction kernel;
+static CUgraphExec graph;
+static CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
+static unsigned grid = 1;
+
+static void setup(const char *op)
+{
+	CUdevice d;
+	CUcontext c;
+	CK(cuInit(0));
+	CK(cuDeviceGet(&d, 0));
+	CK(cuDevicePrimaryCtxRetain(&c, d));
+	CK(cuCtxSetCurrent(c));
+	CUresult (*load)(void **, const void *) = (CUresult(*)(void **, const void *))driver("cuModuleLoadData");
+	CUresult (*getfn)(CUfunction *, void *, const char *) =
+		(CUresult(*)(CUfunction *, void *, const char *))driver("cuModuleGetFunction");
+	CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long) =
+		(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))driver("cuGraphInstantiateWithFlags");
+	if (load == NULL || getfn == NULL) {
+		/* The fake: a kernel "runs" for gridDimX microseconds, a graph for its handle's
+		 * value; zero is an empty kernel. */
+		grid = 0;
+		cfg.gridDimX = 0;
+		graph = NULL;
+		return;
+	}
+	void *mod;
+	CK(load(&mod, ptx));
+	CK(getfn(&kernel, mod, "tessera_empty"));
+	if (strcmp(op, "graph") == 0) {
+		CUgraph g;
+		CUresult (*create)(CUstream *, unsigned) = (CUresult(*)(CUstream *, unsigned))driver("cuStreamCreate");
+		CUstream s;
+		if (create == NULL || inst == NULL) {
+			fprintf(stderr, "hookbench: the driver lacks cuStreamCreate or cuGraphInstantiateWithFlags\n");
+			exit(1);
+		}
+		CK(create(&s, 1 /* CU_STREAM_NON_BLOCKING */));
+		CK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+		CK(cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+		CK(cuStreamEndCapture(s, &g));
+		CK(inst(&graph, g, 0));
+	}
+}
+
+static inline CUresult one(int op)
+{
+	CUdeviceptr p;
+	CUresult rc;
+	switch (op) {
+	case 0:
+		return cuLaunchKernel(kernel, grid, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+	case 1:
+		return cuLaunchKernelEx(&cfg, kernel, NULL, NULL);
+	case 2:
+		return cuGraphLaunch(graph, NULL);
+	default:
+		if ((rc = cuMemAlloc_v2(&p, 1 << 20)) != CUDA_SUCCESS)
+			return rc;
+		return cuMemFree_v2(p);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc"};
+	if (argc != 4) {
+		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc> <calls> <batch>\n");
+		return 2;
+	}
+	int op = -1;
+	for (int i = 0; i < 4; i++)
+		if (strcmp(argv[1], ops[i]) == 0)
+			op = i;
+	long n = atol(argv[2]), batch = atol(argv[3]);
+	if (op < 0 || n <= 0 || batch <= 0 || n % batch != 0) {
+		fprintf(stderr, "hookbench: bad arguments (calls must be a multiple of batch)\n");
+		return 2;
+	}
+	setup(argv[1]);
+	/* Warm up: first calls set up the hook, load the module, fill caches. */
+	for (long i = 0; i < batch; i++)
+		CK(one(op));
+	CK(cuCtxSynchronize());
+	long nb = n / batch;
+	int64_t *t = malloc(sizeof(*t) * (size_t)nb);
+	if (t == NULL)
+		return 1;
+	int64_t start = now_ns();
+	for (long b = 0; b < nb; b++) {
+		int64_t t0 = now_ns();
+		for (long i = 0; i < batch; i++)
+			if (one(op) != CUDA_SUCCESS) {
+				fprintf(stderr, "hookbench: %s failed at call %ld\n", argv[1], b * batch + i);
+				return 1;
+			}
+		t[b] = now_ns() - t0;
+	}
+	int64_t total = now_ns() - start;
+	CK(cuCtxSynchronize());
+	qsort(t, (size_t)nb, sizeof(*t), cmp);
+	printf("op=%s calls=%ld mean_ns=%.1f median_ns=%.1f min_ns=%.1f\n", argv[1], n, (double)total / (double)n,
+	       (double)t[nb / 2] / (double)batch, (double)t[0] / (double)batch);
+	free(t);
+	return 0;
+}
