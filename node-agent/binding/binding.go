@@ -57,6 +57,9 @@ type Edits struct {
 	Devices []DeviceNode
 	Env     [][2]string // ordered key/value pairs
 	Mounts  []Mount
+	// Limits is the content of the limits file written for the container (the
+	// fallback binding hands it to the hook over the agent's socket).
+	Limits []byte
 }
 
 // Request is what the runtime tells about a container being created.
@@ -266,7 +269,7 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
 	}
 
-	e := &Edits{Devices: nodes}
+	e := &Edits{Devices: nodes, Limits: data}
 	uuids := make([]string, len(ca.Devices))
 	for i, d := range ca.Devices {
 		uuids[i] = d.UUID
