@@ -100,6 +100,9 @@ type Config struct {
 	PreloadFile string
 	// DevDir is where the NVIDIA device nodes live on the host ("/dev").
 	DevDir string
+	// ProcRoot is the host's /proc ("/proc"): MIG capability minors are read from
+	// driver/nvidia/capabilities there, the nvidia-caps major from devices.
+	ProcRoot string
 	// StatDevice reads a device node; unix.Stat when nil.
 	StatDevice func(path string) (DeviceNode, error)
 	// PodRequestsGPU, when set, says from the pod spec whether the named container of
@@ -125,6 +128,9 @@ func New(cfg Config) (*Binder, error) {
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = "/dev"
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
 	}
 	if cfg.StatDevice == nil {
 		cfg.StatDevice = statDevice
@@ -316,21 +322,26 @@ func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) 
 	for _, d := range devs {
 		byUUID[d.UUID] = d
 	}
-	var out []DeviceNode
+	var out, capNodes []DeviceNode
 	seen := map[int]bool{}
 	for _, g := range ca.Devices {
 		d, ok := byUUID[g.UUID]
 		if !ok {
 			return nil, fmt.Errorf("assigned GPU %s is not on this node", g.UUID)
 		}
-		if d.ParentUUID != "" {
-			// A MIG instance also needs its capability device nodes, which this agent
-			// does not resolve yet; starting it with the whole parent GPU instead would
-			// break isolation.
-			return nil, fmt.Errorf("assigned MIG instance %s cannot be bound yet (MIG capability devices are not supported)", g.UUID)
-		}
 		if d.Minor < 0 {
 			return nil, fmt.Errorf("GPU %s has no known device minor number", g.UUID)
+		}
+		if d.ParentUUID != "" {
+			// A MIG instance is reached through its parent's node, but the driver lets
+			// a process use it only with the capability nodes of its GPU and compute
+			// instance. Without them it would have to be given the whole parent GPU,
+			// which is never done.
+			caps, err := b.migCapNodes(d)
+			if err != nil {
+				return nil, fmt.Errorf("assigned MIG instance %s: %w", g.UUID, err)
+			}
+			capNodes = append(capNodes, caps...)
 		}
 		if seen[d.Minor] {
 			continue
@@ -356,7 +367,7 @@ func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) 
 		n.Path = "/dev/" + c.name
 		out = append(out, n)
 	}
-	return out, nil
+	return append(out, capNodes...), nil
 }
 
 // Unbind forgets a container that is gone and removes its limits directory.

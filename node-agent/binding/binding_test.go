@@ -159,7 +159,7 @@ func TestUntouchedAndRefused(t *testing.T) {
 		"requested, not in assignment": {req("f", "sidecar", good, marker), "has no entry for it"},
 		"assignment for another node":  {req("g", "main", assignment(t, "node-2", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1}}})), `is for node "node-2"`},
 		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 1}}})), "GPU-9 is not on this node"},
-		"MIG not supported yet":        {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 1}}})), "MIG"},
+		"MIG instance without IDs":     {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 1}}})), "MIG instance MIG-1: its GPU and compute instance IDs could not be read"},
 		"bad cgroups path":             {Request{PodAnnotations: good, Container: "main", ContainerID: "j", CgroupsPath: "nonsense"}, "cgroups path"},
 		"no cgroups path":              {Request{PodAnnotations: good, Container: "main", ContainerID: "k"}, "no cgroups path"},
 	} {

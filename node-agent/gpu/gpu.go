@@ -39,6 +39,15 @@ type Device struct {
 	Minor int
 	// ParentUUID is set for a MIG instance.
 	ParentUUID string
+	// MIG holds a MIG instance's GPU and compute instance IDs, which name its
+	// capability device nodes; nil for a whole GPU, and for a MIG instance whose IDs
+	// could not be read (such an instance cannot be bound).
+	MIG *MIGIDs
+}
+
+// MIGIDs identify a MIG instance on its parent GPU.
+type MIGIDs struct {
+	GPUInstance, ComputeInstance int
 }
 
 // Usage is a sample of what is running on the GPUs.

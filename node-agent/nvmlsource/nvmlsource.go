@@ -414,7 +414,13 @@ func (s *Source) Devices() ([]gpu.Device, error) {
 					continue
 				}
 				if mu, ret := m.GetUUID(); ret == nvml.SUCCESS {
-					out = append(out, gpu.Device{UUID: mu, Index: i, Minor: minor, ParentUUID: uuid})
+					md := gpu.Device{UUID: mu, Index: i, Minor: minor, ParentUUID: uuid}
+					gi, ret1 := m.GetGpuInstanceId()
+					ci, ret2 := m.GetComputeInstanceId()
+					if ret1 == nvml.SUCCESS && ret2 == nvml.SUCCESS {
+						md.MIG = &gpu.MIGIDs{GPUInstance: gi, ComputeInstance: ci}
+					}
+					out = append(out, md)
 				}
 			}
 		}

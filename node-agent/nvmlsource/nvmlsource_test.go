@@ -200,6 +200,12 @@ func TestMIGInstances(t *testing.T) {
 			},
 			GetMemoryInfoFunc:    func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 20096 << 20}, nvml.SUCCESS },
 			GetGpuInstanceIdFunc: func() (int, nvml.Return) { return 10 + j, nvml.SUCCESS },
+			GetComputeInstanceIdFunc: func() (int, nvml.Return) {
+				if j == 2 {
+					return 0, nvml.ERROR_NOT_SUPPORTED
+				}
+				return 0, nvml.SUCCESS
+			},
 		})
 	}
 	parent.GetMigDeviceHandleByIndexFunc = func(j int) (nvml.Device, nvml.Return) {
@@ -229,6 +235,14 @@ func TestMIGInstances(t *testing.T) {
 	}
 	if len(devices) != 11 || devices[3].ParentUUID != parent.UUID || devices[3].UUID != "MIG-0" {
 		t.Errorf("devices: %+v", devices)
+	}
+	// The instance IDs name the capability device nodes; unreadable IDs leave MIG nil
+	// (the binding refuses such an instance).
+	if m := devices[4].MIG; m == nil || *m != (gpu.MIGIDs{GPUInstance: 11, ComputeInstance: 0}) {
+		t.Errorf("MIG-1 ids: %+v", m)
+	}
+	if devices[5].MIG != nil || devices[2].MIG != nil {
+		t.Errorf("MIG ids where none can be read: %+v %+v", devices[5].MIG, devices[2].MIG)
 	}
 	// Processes on a MIG GPU are attributed to their instance.
 	setIdleUsage(devs)
