@@ -32,6 +32,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
+	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	"github.com/tessera-dev/tessera/node-agent/metrics"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
@@ -73,6 +74,13 @@ type Config struct {
 	ProcRoot             string
 
 	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
+	// all three. Empty: no health endpoints.
+	HealthAddr string
+	// StallTimeout is how long a loop (inventory poll, watchdog) may go without a
+	// completed pass, and NRI without a connection to the runtime, before /healthz
+	// fails and the kubelet restarts the agent.
+	StallTimeout time.Duration
 }
 
 // Validate checks the configuration and names the flag at fault.
@@ -100,6 +108,11 @@ func (c *Config) Validate() error {
 	}
 	if c.HookLibrary != "" && !filepath.IsAbs(c.HookLibrary) {
 		return fmt.Errorf("--hook-library %q must be an absolute path", c.HookLibrary)
+	}
+	if c.HealthAddr != "" {
+		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
+			return fmt.Errorf("--stall-timeout %s must be at least twice --poll and --watchdog-interval", c.StallTimeout)
+		}
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
@@ -158,6 +171,7 @@ type Agent struct {
 	NRI       *nriplugin.Plugin
 	Watchdog  *watchdog.Watchdog
 	Metrics   *metrics.Metrics
+	Health    *health.Checker
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -202,7 +216,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		b, err := binding.New(binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
-			DevDir: cfg.DevDir, ContextMiB: cfg.ContextMiB, PodRequestsGPU: a.podRequestsGPU(names),
+			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, PodRequestsGPU: a.podRequestsGPU(names),
 		})
 		if err != nil {
 			return nil, err
@@ -230,7 +244,80 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Watchdog = w
 	}
 	a.Publisher.OnPublish = a.onPublish
+	a.Health = a.healthChecks()
 	return a, nil
+}
+
+// healthChecks builds the probes from the subsystems that are on. Liveness fails only
+// for a loop that stopped making progress (or NRI that stayed disconnected), which a
+// restart can cure; readiness also fails while the node's inventory is not fresh, the
+// runtime is not connected or kubelet has not registered the device plugin.
+func (a *Agent) healthChecks() *health.Checker {
+	c := &health.Checker{}
+	stall := a.cfg.StallTimeout
+	// The published inventory must be younger than two heartbeats and a poll: the
+	// scheduler's staleness limit is well above that.
+	fresh := 2*a.cfg.Heartbeat + a.cfg.Poll
+	c.Add(health.Check{
+		Name: "inventory",
+		Live: func(now time.Time) error { return a.Publisher.Progress().Stalled(now, stall, "inventory poll loop") },
+		Ready: func(now time.Time) error {
+			_, at := a.Publisher.Last()
+			_, lastErr := a.Publisher.Progress().Last()
+			why := ""
+			if lastErr != nil {
+				why = ": " + lastErr.Error()
+			}
+			if at.IsZero() {
+				return fmt.Errorf("GPU inventory not published yet%s", why)
+			}
+			if age := now.Sub(at); age > fresh {
+				return fmt.Errorf("GPU inventory last published %s ago (limit %s)%s", age.Round(time.Second), fresh, why)
+			}
+			return nil
+		},
+	})
+	if a.NRI != nil {
+		state := func(now time.Time, bound time.Duration) error {
+			up, since, err := a.NRI.Connected()
+			if up {
+				return nil
+			}
+			if since.IsZero() {
+				return errors.New("NRI plugin not started")
+			}
+			if age := now.Sub(since); age > bound {
+				why := ""
+				if err != nil {
+					why = ": " + err.Error()
+				}
+				return fmt.Errorf("not connected to the runtime's NRI socket %s for %s%s", a.cfg.NRISocket, age.Round(time.Second), why)
+			}
+			return nil
+		}
+		c.Add(health.Check{
+			Name:  "nri",
+			Live:  func(now time.Time) error { return state(now, stall) },
+			Ready: func(now time.Time) error { return state(now, 0) },
+		})
+	}
+	if a.Plugin != nil {
+		c.Add(health.Check{Name: "device-plugin", Ready: func(time.Time) error {
+			if ok, _, err := a.Plugin.Registered(); !ok {
+				if err != nil {
+					return fmt.Errorf("not registered with kubelet: %v", err)
+				}
+				return errors.New("not registered with kubelet yet")
+			}
+			return nil
+		}})
+	}
+	if a.Watchdog != nil {
+		c.Add(health.Check{Name: "watchdog", Live: func(now time.Time) error {
+			return a.Watchdog.Progress().Stalled(now, stall, "watchdog loop")
+		}})
+	}
+	return c
 }
 
 // podRequestsGPU asks the API server whether a container's spec requests GPUs. It is
@@ -327,20 +414,36 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)
 	}
-	if a.cfg.MetricsAddr != "" {
-		l, err := net.Listen("tcp", a.cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
+	// One server per address: metrics and health share one when the flags are equal.
+	muxes := map[string]*http.ServeMux{}
+	mux := func(addr string) *http.ServeMux {
+		if muxes[addr] == nil {
+			muxes[addr] = http.NewServeMux()
 		}
-		srv := &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		start("metrics", func(ctx context.Context) error {
+		return muxes[addr]
+	}
+	if a.cfg.MetricsAddr != "" {
+		mux(a.cfg.MetricsAddr).Handle("/metrics", a.Metrics.Handler())
+	}
+	if a.cfg.HealthAddr != "" {
+		a.Health.Register(mux(a.cfg.HealthAddr))
+	}
+	for addr, m := range muxes {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			a.cancel()
+			wg.Wait()
+			return fmt.Errorf("listening on %s (--metrics-addr, --health-addr): %w", addr, err)
+		}
+		srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+		start("http "+addr, func(ctx context.Context) error {
 			go func() { <-ctx.Done(); _ = srv.Close() }()
 			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil
 		})
-		a.log.Info("serving metrics", "addr", l.Addr().String())
+		a.log.Info("serving", "addr", l.Addr().String(), "metrics", addr == a.cfg.MetricsAddr, "health", addr == a.cfg.HealthAddr)
 	}
 	// A subsystem that fails for good stops the agent, so that its pod restarts and the
 	// failure is visible, rather than running half-working.

@@ -39,7 +39,7 @@ func parse(t *testing.T, args ...string) Config {
 // publish the inventory with nothing else on the machine.
 func TestSimulatedAgentPublishes(t *testing.T) {
 	c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused", "--poll", "100ms", "--heartbeat", "1s")
-	if c.DevicePlugin || c.NRI || c.Watchdog || c.MetricsAddr != "" {
+	if c.DevicePlugin || c.NRI || c.Watchdog || c.MetricsAddr != "" || c.HealthAddr != "" {
 		t.Fatalf("simulate defaults not applied: %+v", c)
 	}
 	src, err := OpenSource(&c, logr.Discard())
@@ -107,6 +107,7 @@ func TestValidate(t *testing.T) {
 		"--limits-root=relative":          "--limits-root",
 		"--context-mib=-1":                "--context-mib",
 		"--watchdog-interval=1ms":         "--watchdog-interval",
+		"--stall-timeout=5s":              "--stall-timeout",
 	} {
 		c := parse(t, append([]string{"--node-name", "n"}, strings.Fields(args)...)...)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {

@@ -21,7 +21,7 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&c.Simulate, "simulate", "", "read the GPUs from this simulated topology file instead of NVML; "+
-		"turns --device-plugin, --nri, --watchdog and --metrics-addr off unless they are given")
+		"turns --device-plugin, --nri, --watchdog, --metrics-addr and --health-addr off unless they are given")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 30*time.Second, "re-confirm the inventory annotation at least this often")
 	fs.DurationVar(&c.Poll, "poll", 5*time.Second, "read the GPUs this often to detect changes")
 	fs.StringVar(&c.ResourceDomain, "resource-domain", api.DefaultDomain, "domain of the GPU resource names (<domain>/gpu, <domain>/gpu-memory, ...)")
@@ -46,6 +46,9 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint (empty: none)")
+	fs.StringVar(&c.HealthAddr, "health-addr", ":9465", "address of the /healthz and /readyz endpoints (may equal --metrics-addr; empty: none)")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", 3*time.Minute, "/healthz fails when the inventory poll or watchdog loop completes no pass, "+
+		"or NRI stays disconnected, for this long")
 }
 
 // ApplySimulateDefaults turns off, for a simulated node, the subsystems that need a
@@ -68,6 +71,9 @@ func ApplySimulateDefaults(fs *flag.FlagSet, c *Config) {
 	}
 	if !set["metrics-addr"] {
 		c.MetricsAddr = ""
+	}
+	if !set["health-addr"] {
+		c.HealthAddr = ""
 	}
 }
 

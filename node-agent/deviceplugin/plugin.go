@@ -66,6 +66,29 @@ type Plugin struct {
 	changed chan struct{} // closed and replaced when devices change
 
 	registered chan struct{} // signalled after each successful registration, for tests
+
+	// regMu guards the registration state the readiness probe reads.
+	regMu     sync.Mutex
+	regOK     bool
+	regErr    error
+	regChange time.Time
+}
+
+func (p *Plugin) setRegistered(ok bool, err error) {
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	if ok != p.regOK || p.regChange.IsZero() {
+		p.regChange = time.Now()
+	}
+	p.regOK, p.regErr = ok, err
+}
+
+// Registered says whether the plugin is registered with the current kubelet, since
+// when that state holds, and the last registration error.
+func (p *Plugin) Registered() (bool, time.Time, error) {
+	p.regMu.Lock()
+	defer p.regMu.Unlock()
+	return p.regOK, p.regChange, p.regErr
 }
 
 // New checks cfg and returns a plugin with no devices until Update is called.
@@ -217,6 +240,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		kubelet := filepath.Join(p.cfg.Dir, filepath.Base(pluginapi.KubeletSocket))
 		kubeletID, _ := fileID(kubelet)
 		if err := p.register(ctx, kubelet); err != nil {
+			p.setRegistered(false, err)
 			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", backoff.String())
 			srv.Stop()
 			select {
@@ -229,12 +253,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 			continue
 		}
 		backoff = time.Second
+		p.setRegistered(true, nil)
 		log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "socket", p.socketPath())
 		select {
 		case p.registered <- struct{}{}:
 		default:
 		}
 		p.waitForKubeletRestart(ctx, kubelet, kubeletID)
+		p.setRegistered(false, errors.New("kubelet restarted"))
 		srv.Stop()
 		if ctx.Err() == nil {
 			log.Info("kubelet restarted; registering again")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
+	"github.com/tessera-dev/tessera/node-agent/health"
 )
 
 // Publisher keeps the Node's inventory annotation current.
@@ -46,6 +47,8 @@ type Publisher struct {
 
 	trigger chan struct{}
 	once    sync.Once
+	// progress records every completed poll, published or not, for the liveness probe.
+	progress health.Progress
 
 	mu          sync.Mutex
 	published   *api.NodeInventory // last published, UpdatedAt included
@@ -80,6 +83,10 @@ func (p *Publisher) Last() (*api.NodeInventory, time.Time) {
 	return p.published, p.publishedAt
 }
 
+// Progress reports the poll loop's passes: a pass that read the source and, when due,
+// published counts with a nil error; one that failed counts with its error.
+func (p *Publisher) Progress() *health.Progress { return &p.progress }
+
 // Run refreshes on every poll tick and trigger until ctx is done.
 func (p *Publisher) Run(ctx context.Context) {
 	p.init()
@@ -92,8 +99,11 @@ func (p *Publisher) Run(ctx context.Context) {
 	// A failure that repeats every poll (say, the Node object does not exist yet) is
 	// logged as an error once, then at V(1) until it changes or clears.
 	lastErr := ""
+	p.progress.Start(p.now())
 	for {
-		if err := p.Refresh(ctx); err != nil {
+		err := p.Refresh(ctx)
+		p.progress.Pass(p.now(), err)
+		if err != nil {
 			if msg := err.Error(); msg != lastErr {
 				p.Log.Error(err, "GPU inventory not published; the node's inventory will go stale")
 				lastErr = msg

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	nriapi "github.com/containerd/nri/pkg/api"
@@ -36,6 +37,33 @@ type Plugin struct {
 	dial func(string) (net.Conn, error)
 	// connected is signalled after each synchronisation with the runtime, for tests.
 	connected chan struct{}
+
+	// stateMu guards the connection state the health probes read.
+	stateMu  sync.Mutex
+	isUp     bool
+	upChange time.Time // when isUp last changed (or Run started)
+	lastErr  error
+}
+
+func (p *Plugin) setConnected(up bool, err error) {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	if up != p.isUp || p.upChange.IsZero() {
+		p.upChange = time.Now()
+	}
+	p.isUp = up
+	if err != nil || up {
+		p.lastErr = err
+	}
+}
+
+// Connected says whether the plugin is connected to the runtime (synchronised), since
+// when that state holds (the start of Run before the first connection), and the last
+// connection error. A zero time means Run has not started.
+func (p *Plugin) Connected() (bool, time.Time, error) {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	return p.isUp, p.upChange, p.lastErr
 }
 
 // New returns a plugin that will connect to socket.
@@ -50,9 +78,13 @@ func New(b *binding.Binder, socket string, log logr.Logger) *Plugin {
 // runtime restarts (the connection drops).
 func (p *Plugin) Run(ctx context.Context) error {
 	backoff := time.Second
+	p.setConnected(false, nil)
 	for ctx.Err() == nil {
 		opts := []stub.Option{stub.WithPluginName(p.Name), stub.WithPluginIdx(p.Index), stub.WithSocketPath(p.socket),
-			stub.WithOnClose(func() { p.log.Info("NRI connection closed") }), stub.WithLogger(nriLogger{p.log.WithName("nri-lib")})}
+			stub.WithOnClose(func() {
+				p.setConnected(false, errors.New("connection closed by the runtime"))
+				p.log.Info("NRI connection closed")
+			}), stub.WithLogger(nriLogger{p.log.WithName("nri-lib")})}
 		if p.dial != nil {
 			opts = append(opts, stub.WithDialer(p.dial))
 		}
@@ -65,6 +97,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err == nil {
+			err = errors.New("connection closed")
+		}
+		p.setConnected(false, err)
 		if time.Since(start) > time.Minute {
 			backoff = time.Second
 		}
@@ -110,6 +146,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
 	}
+	p.setConnected(true, nil)
 	p.log.Info("synchronised with the runtime", "pods", len(pods), "containers", len(ctrs), "bound", len(p.binder.Records()))
 	select {
 	case p.connected <- struct{}{}:

@@ -149,6 +149,9 @@ func TestPluginOverNRISocket(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	waitConnected(t, p)
+	if up, since, _ := p.Connected(); !up || since.IsZero() {
+		t.Errorf("Connected() after synchronisation: %v %v", up, since)
+	}
 
 	gpuPod := pod(t, "u1", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 8192, Cores: 40}}})
 	adj, err := rt.create(t, gpuPod, ctr(gpuPod, "c1", "train", deviceplugin.EnvRequested+"=1", "NVIDIA_VISIBLE_DEVICES=all"))
@@ -212,8 +215,21 @@ func TestPluginOverNRISocket(t *testing.T) {
 	connMu.Lock()
 	conn.Close()
 	connMu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		up, _, err := p.Connected()
+		if !up && err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still connected after the runtime died: %v %v", up, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	rt2 := startRuntime(t, dir, []*nriapi.PodSandbox{gpuPod}, []*nriapi.Container{ctr(gpuPod, "c1", "train")})
 	waitConnected(t, p)
+	if up, _, _ := p.Connected(); !up {
+		t.Error("not connected after the runtime came back")
+	}
 	recs := b.Records()
 	if len(recs) != 1 || recs[0].ContainerID != "c1" {
 		t.Fatalf("records after runtime restart: %+v", recs)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
+	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/metrics"
 )
 
@@ -96,7 +97,13 @@ type Watchdog struct {
 	// action (and one event) until usage drops below the limit again.
 	overSince map[string]time.Time
 	acted     map[string]bool
+
+	// progress records every completed pass, for the liveness probe.
+	progress health.Progress
 }
+
+// Progress reports the watchdog loop's passes.
+func (w *Watchdog) Progress() *health.Progress { return &w.progress }
 
 // New checks cfg.
 func New(cfg Config) (*Watchdog, error) {
@@ -125,8 +132,11 @@ func New(cfg Config) (*Watchdog, error) {
 func (w *Watchdog) Run(ctx context.Context) error {
 	t := time.NewTicker(w.cfg.Interval)
 	defer t.Stop()
+	w.progress.Start(time.Now())
 	for {
-		if _, err := w.Check(); err != nil {
+		_, err := w.Check()
+		w.progress.Pass(time.Now(), err)
+		if err != nil {
 			w.cfg.Log.Error(err, "watchdog pass failed")
 		}
 		select {
