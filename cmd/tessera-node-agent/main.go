@@ -12,6 +12,13 @@ import (
 	"syscall"
 
 	"github.com/tessera-dev/tessera/node-agent/agent"
+	"github.com/tessera-dev/tessera/node-agent/hookinstall"
+)
+
+// version and revision are set at link time (make agent, make images).
+var (
+	version  = "dev"
+	revision = "unknown"
 )
 
 func main() {
@@ -19,17 +26,27 @@ func main() {
 }
 
 func run(args []string) int {
+	// The DaemonSet's init container copies the CUDA hook to the host with this: the
+	// image has no shell.
+	if len(args) > 0 && args[0] == "install-hook" {
+		return hookinstall.Main(args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
 	var cfg agent.Config
 	var logFormat string
 	var verbosity int
-	var printInventory bool
+	var printInventory, printVersion bool
 	agent.BindFlags(fs, &cfg)
 	fs.BoolVar(&printInventory, "print-inventory", false, "print the GPU inventory the agent would publish, as JSON, and exit (needs no API server)")
+	fs.BoolVar(&printVersion, "version", false, "print the version and exit")
 	fs.StringVar(&logFormat, "log-format", "json", "log format: json or console")
 	fs.IntVar(&verbosity, "v", 0, "log verbosity (0: info)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if printVersion {
+		fmt.Printf("tessera-node-agent %s (revision %s)\n", version, revision)
+		return 0
 	}
 	agent.ApplySimulateDefaults(fs, &cfg)
 	if fs.NArg() > 0 {
