@@ -11,6 +11,8 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
                -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
                -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+GIT_REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+AGENT_LDFLAGS  = -X main.version=$(IMAGE_TAG) -X main.revision=$(GIT_REVISION)
 
 # Packages whose tests need nothing but Go (and cgo): everything except the suites
 # that start an API server or a whole local cluster.
@@ -31,7 +33,7 @@ scheduler: ## Build bin/tessera-scheduler (kube-scheduler + Tessera plugins)
 
 .PHONY: agent
 agent: ## Build bin/tessera-node-agent
-	$(GO) build -o $(BIN)/tessera-node-agent ./cmd/tessera-node-agent
+	$(GO) build -ldflags "$(AGENT_LDFLAGS)" -o $(BIN)/tessera-node-agent ./cmd/tessera-node-agent
 
 .PHONY: hook
 hook: ## Build the CUDA hook library (cuda-hook/build/)
@@ -157,12 +159,49 @@ clean: ## Remove build outputs
 # chart's default image references match what make images builds.
 REGISTRY       ?= ghcr.io/tessera-dev
 IMAGE_TAG      ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' config/deploy/tessera/Chart.yaml)
-CONTAINER_TOOL ?= docker
+# build/imagebuilder assembles the images defined by build/<image>.yaml from what the
+# targets above build; no container engine is involved (docs/install.md).
+IMAGES         := tessera-scheduler tessera-node-agent
+IMAGES_DIR     := _output/images
+IMAGE_BUILDER  := $(BIN)/imagebuilder
+# Every timestamp in the images is the last commit's time: rebuilding a commit gives the
+# same image digests.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# The images' binaries carry no build-machine paths; the scheduler is static (no cgo)
+# for its empty base. IMAGE_DEBS: a directory of .debs fetched before (offline build).
+IMAGE_GOFLAGS  := -trimpath -buildvcs=false
+IMAGE_DEBS     ?=
+
+define build-images
+	for i in $(IMAGES); do \
+		$(IMAGE_BUILDER) build -spec build/$$i.yaml -out $(1) -registry $(REGISTRY) -tag $(IMAGE_TAG) \
+			-revision $(GIT_REVISION) -source-date-epoch $(SOURCE_DATE_EPOCH) $(if $(IMAGE_DEBS),-debs $(IMAGE_DEBS)) || exit 1; \
+	done
+endef
 
 .PHONY: images
-images: ## Build the scheduler and node-agent images (REGISTRY, IMAGE_TAG, CONTAINER_TOOL)
-	$(CONTAINER_TOOL) build -f build/scheduler.Dockerfile -t $(REGISTRY)/tessera-scheduler:$(IMAGE_TAG) .
-	$(CONTAINER_TOOL) build -f build/node-agent.Dockerfile -t $(REGISTRY)/tessera-node-agent:$(IMAGE_TAG) .
+images: ## Build the scheduler and node-agent images into _output/images/*.tar (REGISTRY, IMAGE_TAG); no container engine needed
+	CGO_ENABLED=0 GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory scheduler BIN=$(CURDIR)/$(IMAGES_DIR)/bin
+	CGO_ENABLED=1 GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory agent BIN=$(CURDIR)/$(IMAGES_DIR)/bin
+	$(MAKE) --no-print-directory hook
+	$(GO) build -o $(IMAGE_BUILDER) ./build/imagebuilder
+	$(call build-images,$(IMAGES_DIR))
+
+.PHONY: push-images
+push-images: images ## Push the images to REGISTRY as IMAGE_TAG, with docker login's credentials (INSECURE=1: plain HTTP)
+	for i in $(IMAGES); do \
+		$(IMAGE_BUILDER) push -image $(IMAGES_DIR)/$$i.tar -to $(REGISTRY)/$$i:$(IMAGE_TAG) $(if $(INSECURE),-insecure) || exit 1; \
+	done
+
+.PHONY: test-images
+test-images: images ## Run the images' binaries from their own root filesystems (chroot), and rebuild to check the digests
+	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-scheduler.tar -- /usr/local/bin/tessera-scheduler --version
+	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-node-agent.tar -- /usr/local/bin/tessera-node-agent --version
+	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-node-agent.tar -- /usr/local/bin/tessera-node-agent install-hook --to /tmp
+	rm -rf $(IMAGES_DIR)/rebuild
+	$(call build-images,$(IMAGES_DIR)/rebuild)
+	for i in $(IMAGES); do cmp $(IMAGES_DIR)/$$i.tar $(IMAGES_DIR)/rebuild/$$i.tar || exit 1; done
+	@echo "images reproducible: $$(cat $(IMAGES_DIR)/*.digest | tr '\n' ' ')"
 
 .PHONY: manifests
 manifests: ## Render the Helm chart to the plain manifests in config/deploy/manifests
