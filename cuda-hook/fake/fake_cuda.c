@@ -10,7 +10,11 @@
  *   - a kernel "runs" for gridDimX microseconds (a graph for as many microseconds as
  *     its exec handle's value) on a simulated GPU that executes launches in order, so
  *     cuCtxSynchronize waits until the simulated queue is empty; the CPU can run ahead
- *     of the GPU as with a real driver.
+ *     of the GPU as with a real driver;
+ *   - each device has a default stream-ordered pool, and cuMemAllocAsync and
+ *     cuMemAllocFromPoolAsync draw from it: memory freed into it stays reserved (and
+ *     counted in used) until cuMemPoolTrimTo or a synchronize trims it, as a real
+ *     pool with release threshold 0 does.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -44,7 +48,12 @@ struct alloc {
 	uint64_t size;
 	int dev;
 	int live;
+	int pooled; /* from the device's pool: freeing it keeps it reserved there */
 };
+
+/* Default pools: memory reserved and not allocated, per device. */
+static uint64_t pool_cached[MAXDEV];
+#define POOL_HANDLE(d) ((CUmemoryPool)(uintptr_t)(0x3000 + (d)))
 static struct alloc *allocs;
 static size_t nallocs, cap_allocs;
 
@@ -88,13 +97,43 @@ static CUresult take(int dev, uint64_t size, uint64_t *key)
 	return CUDA_SUCCESS;
 }
 
+/* An allocation from the device's pool: from its cache when that holds enough. */
+static CUresult pool_take(int dev, uint64_t size, uint64_t *key)
+{
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&mu);
+	if (size == 0 || pool_cached[dev] < size) {
+		pthread_mutex_unlock(&mu);
+		CUresult rc = take(dev, size, key);
+		if (rc == CUDA_SUCCESS) {
+			pthread_mutex_lock(&mu);
+			allocs[nallocs - 1].pooled = 1;
+			pthread_mutex_unlock(&mu);
+		}
+		return rc;
+	}
+	pool_cached[dev] -= size;
+	if (nallocs == cap_allocs) {
+		cap_allocs = cap_allocs ? cap_allocs * 2 : 1024;
+		allocs = realloc(allocs, cap_allocs * sizeof(*allocs));
+	}
+	*key = atomic_fetch_add(&next_addr, (size + 0xfffff) & ~0xfffffULL);
+	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1, .pooled = 1};
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
 static CUresult give(uint64_t key)
 {
 	pthread_mutex_lock(&mu);
 	for (size_t i = nallocs; i-- > 0;) {
 		if (allocs[i].live && allocs[i].key == key) {
 			allocs[i].live = 0;
-			used[allocs[i].dev] -= allocs[i].size;
+			if (allocs[i].pooled)
+				pool_cached[allocs[i].dev] += allocs[i].size; /* back to the pool */
+			else
+				used[allocs[i].dev] -= allocs[i].size;
 			allocs[i] = allocs[--nallocs];
 			pthread_mutex_unlock(&mu);
 			return CUDA_SUCCESS;
@@ -245,13 +284,74 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *total)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return take(current, n, (uint64_t *)p); }
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; return take(current, n, (uint64_t *)p); }
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return take(current, n, (uint64_t *)p); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return pool_take(current, n, (uint64_t *)p); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return pool_take(current, n, (uint64_t *)p); }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
-	(void)pool;
 	(void)s;
-	return take(current, n, (uint64_t *)p);
+	uintptr_t h = (uintptr_t)pool;
+	if (h < 0x3000 || h >= 0x3000 + (uintptr_t)ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	return pool_take((int)(h - 0x3000), n, (uint64_t *)p);
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*pool = POOL_HANDLE(d);
+	return CUDA_SUCCESS;
+}
+
+static int pool_dev(CUmemoryPool pool)
+{
+	uintptr_t h = (uintptr_t)pool;
+	return h >= 0x3000 && h < 0x3000 + (uintptr_t)ndev ? (int)(h - 0x3000) : -1;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+	int d = pool_dev(pool);
+	if (d < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	if (pool_cached[d] > keep) {
+		used[d] -= pool_cached[d] - keep;
+		pool_cached[d] = keep;
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	int d = pool_dev(pool);
+	if (d < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t live = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].live && allocs[i].pooled && allocs[i].dev == d)
+			live += allocs[i].size;
+	uint64_t reserved = live + pool_cached[d];
+	pthread_mutex_unlock(&mu);
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+		*(uint64_t *)value = reserved;
+		return CUDA_SUCCESS;
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		*(uint64_t *)value = live;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+/* Default pools cannot be destroyed. */
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	return pool_dev(pool) < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_PERMITTED;
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
@@ -390,6 +490,11 @@ CUresult cuCtxSynchronize(void)
 		return (CUresult)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
 	int64_t until = busy_until_ns;
+	/* Pools with release threshold 0 give their cache back at a synchronize. */
+	for (int d = 0; d < MAXDEV; d++) {
+		used[d] -= pool_cached[d];
+		pool_cached[d] = 0;
+	}
 	pthread_mutex_unlock(&mu);
 	int64_t now = now_ns();
 	if (until > now) {
@@ -454,6 +559,10 @@ static const struct {
 	{"cuMemAllocFromPoolAsync", (void *)cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync_ptsz},
 	{"cuMemFreeAsync", (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz},
 	{"cuMemCreate", (void *)cuMemCreate, NULL},
+	{"cuDeviceGetMemPool", (void *)cuDeviceGetMemPool, NULL},
+	{"cuMemPoolTrimTo", (void *)cuMemPoolTrimTo, NULL},
+	{"cuMemPoolGetAttribute", (void *)cuMemPoolGetAttribute, NULL},
+	{"cuMemPoolDestroy", (void *)cuMemPoolDestroy, NULL},
 	{"cuMemRelease", (void *)cuMemRelease, NULL},
 	{"cuArrayCreate", (void *)cuArrayCreate_v2, NULL},
 	{"cuArray3DCreate", (void *)cuArray3DCreate_v2, NULL},

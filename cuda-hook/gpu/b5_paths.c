@@ -5,6 +5,8 @@
  * through the hook. Built against the real cuda.h; run under the hook.
  *
  *   b5_paths <path> <limit-mib>     path: alloc pitch managed async pool vmm array array3d mipmap
+ *   b5_paths poolcache <limit-mib>  memory cached in a stream-ordered pool stays counted
+ *                                   until the pool trims
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -35,6 +37,36 @@ static CUresult driver_meminfo(size_t *f, size_t *t)
 	return fn(f, t);
 }
 
+/* 60% of the allowance is allocated from the default pool and freed: with a release
+ * threshold that keeps it (as PyTorch's cudaMallocAsync backend sets), the pool still
+ * holds it after a synchronize, so it must stay counted and an ordinary allocation of
+ * the same size be refused, until the pool is trimmed. */
+static int poolcache(CUmemoryPool pool)
+{
+	size_t hf0, hf1, hf2, ht;
+	cuuint64_t keep = ~0ULL, reserved;
+	CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+	CK(cuMemGetInfo(&hf0, &ht));
+	size_t big = (hf0 / 10 * 6) & ~(MIB - 1);
+	CUdeviceptr p, q;
+	CK(cuMemAllocAsync(&p, big, NULL));
+	CK(cuMemFreeAsync(p, NULL));
+	CK(cuCtxSynchronize());
+	CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+	CK(cuMemGetInfo(&hf1, &ht));
+	CUresult cached_size = cuMemAlloc(&q, big);
+	CK(cuMemPoolTrimTo(pool, 0));
+	CK(cuMemGetInfo(&hf2, &ht));
+	CUresult after_trim = cuMemAlloc(&q, big);
+	printf("path=poolcache chunk_mib=%llu pool_reserved_mib=%llu hook_free_mib before=%llu cached=%llu trimmed=%llu "
+	       "alloc_while_cached=%d alloc_after_trim=%d\n",
+	       (unsigned long long)(big / MIB), (unsigned long long)(reserved / MIB), (unsigned long long)(hf0 / MIB),
+	       (unsigned long long)(hf1 / MIB), (unsigned long long)(hf2 / MIB), (int)cached_size, (int)after_trim);
+	int ok = reserved >= big && hf1 + big <= hf0 && cached_size == CUDA_ERROR_OUT_OF_MEMORY && hf2 == hf0 &&
+		 after_trim == CUDA_SUCCESS;
+	return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -51,6 +83,8 @@ int main(int argc, char **argv)
 	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CK(cuCtxSetCurrent(ctx));
 	CK(cuDeviceGetDefaultMemPool(&pool, dev));
+	if (strcmp(path, "poolcache") == 0)
+		return poolcache(pool);
 	size_t f0, t0, f1, t1, hf, ht;
 	CK(driver_meminfo(&f0, &t0));
 	size_t chunk = 64 * MIB;

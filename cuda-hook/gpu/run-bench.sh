@@ -16,6 +16,12 @@ limits "$G/c99" 130000 99 0
 for i in 1 2; do
 	say "B3 overhead run $i: none $("$G/pace" overhead) | hook,cores=0 $(hooked "$G/c0" "$G/pace" overhead) | hook,cores=99 $(hooked "$G/c99" "$G/pace" overhead)"
 done
+# CPU microbenchmark of the launch fast path and alloc/free (bench/hookbench.c): an
+# empty kernel through cuLaunchKernel, cuLaunchKernelEx and cuGraphLaunch, and 1 MiB
+# cuMemAlloc+cuMemFree, without the hook, with it at cores 100 and at cores 99.
+gcc -O2 -I"$HERE/include" "$HERE/bench/hookbench.c" -o "$G/hookbench" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -ldl &&
+	TESSERA_LIMITS_FILE=$G/hookbench.limits "$HERE/bench/run.sh" "$G/hookbench" "$HOOK" "$G/hookbench.limits" "$UUID" \
+		100000 20000 3 2>&1 | tee -a "$LOG"
 # End to end: PyTorch bf16 matmuls with limits set but not binding.
 for i in 1 2; do
 	n=$(python3 "$HERE/gpu/torch_mem.py" matmul 4 | field rate)
@@ -46,6 +52,16 @@ for i in 1; do
 	rb=$(field rate <"$G/b.out")
 	say "B4 two tenants run $i: A(30%) share=$(awk -v r="$ra" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') B(70%) share=$(awk -v r="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')"
 done
+# Two processes of one container at 50%: they share one window and one budget.
+limits "$G/s50" 130000 50 0 /bench/s50
+hooked "$G/s50" "$G/pace" rate kernel 6 >"$G/a.out" &
+a=$!
+hooked "$G/s50" "$G/pace" rate kernel 6 >"$G/b.out" &
+b=$!
+wait $a $b
+ra=$(field rate <"$G/a.out")
+rb=$(field rate <"$G/b.out")
+say "B4 two processes of one 50% container: shares $(awk -v r="$ra" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') + $(awk -v r="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') = $(awk -v r="$ra" -v s="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*(r+s)/b}')"
 # Without phases (both windows at 0), for comparison.
 limits "$G/b70" 130000 70 0 /bench/b
 hooked "$G/a30" "$G/pace" rate kernel 6 >"$G/a.out" &
@@ -57,6 +73,6 @@ say "B4 two tenants, same phase: A(30%) share=$(awk -v r="$(field rate <"$G/a.ou
 
 # B5: every path against a 4 GiB limit (driver_taken_mib excludes the context).
 limits "$G/l4g" 4096 0 0
-for p in alloc pitch managed async pool vmm array array3d mipmap; do
+for p in alloc pitch managed async pool vmm array array3d mipmap poolcache; do
 	say "B5 $(hooked "$G/l4g" "$G/b5_paths" $p 4096)"
 done

@@ -36,6 +36,8 @@ for p in alloc pitch managed async pool vmm array array3d mipmap; do
 	check "B5 path $p" hooked "$G/l4g" "$G/b5_paths" $p 4096
 done
 
+check "B5 memory cached in a stream-ordered pool stays counted until trimmed" hooked "$G/l4g" "$G/b5_paths" poolcache 4096
+
 # 4. PyTorch's allocators and CuPy's managed memory.
 check "torch caching allocator" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
 check "torch cudaMallocAsync" env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync TESSERA_LIMITS_FILE="$G/l4g" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
@@ -79,6 +81,15 @@ b=$!
 wait $a $b
 share_ok "tenant A of 30/70" "$(rate <"$G/a30.out")" 30
 share_ok "tenant B of 30/70" "$(rate <"$G/b70.out")" 70
+# Two processes of one container share its 50%: together, not each.
+limits "$G/s50" 130000 50 0 /gpu-test/s50
+hooked "$G/s50" "$G/pace" rate kernel 4 >"$G/s50a.out" &
+a=$!
+hooked "$G/s50" "$G/pace" rate kernel 4 >"$G/s50b.out" &
+b=$!
+wait $a $b
+say "info two processes at 50%: rates $(rate <"$G/s50a.out") + $(rate <"$G/s50b.out")"
+share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" 50
 
 say "test-gpu: $fails failed"
 [ $fails -eq 0 ]

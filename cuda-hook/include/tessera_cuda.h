@@ -138,6 +138,12 @@ typedef struct CUmemAllocationProp_st {
 	} allocFlags;
 } CUmemAllocationProp;
 
+typedef enum CUmemPool_attribute_enum {
+	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
+} CUmemPool_attribute;
+
 typedef struct CUlaunchConfig_st {
 	unsigned int gridDimX;
 	unsigned int gridDimY;

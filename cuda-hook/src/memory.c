@@ -2,6 +2,12 @@
  * Device-memory accounting: every allocation path of symbols.def reserves its size in
  * the container's region before the driver allocates, and the matching free releases
  * it. A map from pointer or handle to size remembers what each free gives back.
+ *
+ * Stream-ordered pools are the exception: memory freed into a pool stays reserved by
+ * it, on the GPU, until the pool trims. So a pool is counted as a whole, at the larger
+ * of what is allocated from it and what it reserved when last looked at; a free only
+ * lowers the first. What the pool really reserves is looked at when the program asks
+ * for memory info, trims the pool, or would otherwise be refused an allocation.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -14,6 +20,8 @@ enum kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
 struct entry {
 	uint64_t key;
 	uint64_t bytes;
+	uint64_t pool; /* the stream-ordered pool it came from (K_PTR), 0 if none */
+	int16_t pool_slot; /* its index in pools */
 	int16_t gpu;
 	uint8_t kind; /* 0: empty; 0xff: deleted */
 };
@@ -55,7 +63,7 @@ static int map_grow(void)
 	return 0;
 }
 
-static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes)
+static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t pool, int slot)
 {
 	pthread_mutex_lock(&map_mu);
 	if ((map_used + 1) * 10 > map_cap * 7 && map_grow() < 0) {
@@ -67,9 +75,15 @@ static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes)
 		j = (j + 1) & (map_cap - 1);
 	if (map[j].kind == 0)
 		map_used++;
-	map[j] = (struct entry){.key = key, .bytes = bytes, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
+	map[j] = (struct entry){
+		.key = key, .bytes = bytes, .pool = pool, .pool_slot = (int16_t)slot, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
 	pthread_mutex_unlock(&map_mu);
 	return 0;
+}
+
+static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes)
+{
+	return map_put_pool(key, k, gpu, bytes, 0, -1);
 }
 
 /* Removes and returns the entry for key; 0 if unknown (allocated before the hook, or
@@ -93,6 +107,74 @@ static int map_take(uint64_t key, enum kind k, struct entry *out)
 	return found;
 }
 
+/* ---- stream-ordered pools ---------------------------------------------------- */
+
+#define MAX_POOLS 64
+
+struct pool {
+	uint64_t handle; /* 0: free entry */
+	int gpu;
+	int destroyed;    /* destroyed with allocations outstanding: no more caching */
+	uint64_t live;    /* allocated from it and not freed */
+	uint64_t counted; /* counted in the region for it; never below live */
+};
+
+static struct pool pools[MAX_POOLS]; /* guarded by map_mu */
+
+static struct pool *pool_find(uint64_t handle, int gpu, int create)
+{
+	struct pool *empty = NULL;
+	for (int i = 0; i < MAX_POOLS; i++) {
+		if (pools[i].handle == handle && !pools[i].destroyed)
+			return &pools[i];
+		if (pools[i].handle == 0 && empty == NULL)
+			empty = &pools[i];
+	}
+	if (!create || empty == NULL)
+		return NULL;
+	*empty = (struct pool){.handle = handle, .gpu = gpu};
+	return empty;
+}
+
+static void pool_forget_if_idle(struct pool *p)
+{
+	if (p->live == 0 && p->counted == 0 && p->destroyed)
+		memset(p, 0, sizeof(*p));
+}
+
+/* Lowers the count of each pool on gpu (every GPU if gpu < 0) to what the pool still
+ * reserves; returns the bytes released. */
+static uint64_t pools_settle(int gpu)
+{
+	uint64_t freed = 0;
+	if (REAL(cuMemPoolGetAttribute) == NULL)
+		return 0;
+	for (int i = 0; i < MAX_POOLS; i++) {
+		pthread_mutex_lock(&map_mu);
+		uint64_t h = pools[i].handle;
+		int skip = h == 0 || pools[i].destroyed || (gpu >= 0 && pools[i].gpu != gpu);
+		pthread_mutex_unlock(&map_mu);
+		if (skip)
+			continue;
+		cuuint64_t reserved;
+		if (REAL(cuMemPoolGetAttribute)((CUmemoryPool)(uintptr_t)h, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) !=
+		    CUDA_SUCCESS)
+			continue;
+		pthread_mutex_lock(&map_mu);
+		struct pool *p = &pools[i];
+		if (p->handle == h && !p->destroyed) {
+			uint64_t target = p->live > reserved ? p->live : reserved;
+			if (target < p->counted) {
+				tessera_region_release(tessera.region, p->gpu, p->counted - target);
+				freed += p->counted - target;
+				p->counted = target;
+			}
+		}
+		pthread_mutex_unlock(&map_mu);
+	}
+	return freed;
+}
+
 void tessera_memory_after_fork(void)
 {
 	/* The parent's allocations are not the child's to free. */
@@ -100,6 +182,16 @@ void tessera_memory_after_fork(void)
 	free(map);
 	map = NULL;
 	map_cap = map_used = 0;
+	memset(pools, 0, sizeof(pools));
+}
+
+/* Reserves bytes on gpu; before refusing, gives back what pools have trimmed. */
+static CUresult reserve(int gpu, uint64_t bytes)
+{
+	CUresult rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY && pools_settle(gpu) > 0)
+		rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
+	return rc;
 }
 
 /* Reserves bytes on the current context's GPU. */
@@ -108,7 +200,7 @@ static CUresult reserve_current(uint64_t bytes, int *gpu)
 	CUresult rc = tessera_current_gpu(gpu);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = tessera_region_reserve(tessera.region, *gpu, bytes, tessera_limit_bytes(*gpu));
+	rc = reserve(*gpu, bytes);
 	if (rc != CUDA_SUCCESS)
 		tessera_log(TESSERA_LOG_INFO, "allocation of %llu bytes refused: GPU %s would exceed its %llu MiB limit",
 			    (unsigned long long)bytes, tessera.limits.gpus[*gpu].uuid,
@@ -164,27 +256,172 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flag
 	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAllocManaged)(dptr, bytesize, flags));
 }
 
+/*
+ * Stream-ordered allocations. Only what the pool's count does not already cover is
+ * reserved: memory freed into the pool is still counted, and the next allocation from
+ * the pool reuses it. A pool the hook cannot tell (no cuDeviceGetMemPool, or more
+ * pools than it tracks) is counted per allocation, like cuMemAlloc.
+ */
+struct pool_ticket {
+	int gpu;
+	int slot; /* index in pools, -1: counted per allocation */
+	uint64_t pool, bytes, need;
+};
+
+static CUresult pool_admit(int gpu, uint64_t pool, uint64_t bytes, struct pool_ticket *t)
+{
+	*t = (struct pool_ticket){.gpu = gpu, .slot = -1, .pool = pool, .bytes = bytes, .need = bytes};
+	for (int attempt = 0;; attempt++) {
+		CUresult rc;
+		pthread_mutex_lock(&map_mu);
+		struct pool *p = pool ? pool_find(pool, gpu, 1) : NULL;
+		if (p == NULL) {
+			pthread_mutex_unlock(&map_mu);
+			if (pool)
+				tessera_log(TESSERA_LOG_WARN, "more than %d memory pools: pool %#llx counted per allocation",
+					    MAX_POOLS, (unsigned long long)pool);
+			t->pool = 0;
+			return reserve(gpu, bytes);
+		}
+		/* Reserved under map_mu, so that two threads cannot both count on the same
+		 * cached bytes. */
+		t->need = p->live + bytes > p->counted ? p->live + bytes - p->counted : 0;
+		rc = t->need ? tessera_region_reserve(tessera.region, gpu, t->need, tessera_limit_bytes(gpu)) : CUDA_SUCCESS;
+		if (rc == CUDA_SUCCESS) {
+			p->live += bytes;
+			p->counted += t->need;
+			t->slot = (int)(p - pools);
+		}
+		pthread_mutex_unlock(&map_mu);
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt > 0 || pools_settle(gpu) == 0) {
+			if (rc != CUDA_SUCCESS)
+				tessera_log(TESSERA_LOG_INFO, "allocation of %llu bytes refused: GPU %s would exceed its %llu MiB limit",
+					    (unsigned long long)bytes, tessera.limits.gpus[gpu].uuid,
+					    (unsigned long long)tessera.limits.gpus[gpu].memory_mib);
+			return rc;
+		}
+	}
+}
+
+static void pool_undo(const struct pool_ticket *t)
+{
+	if (t->slot < 0) {
+		unreserve(t->gpu, t->need);
+		return;
+	}
+	pthread_mutex_lock(&map_mu);
+	struct pool *p = &pools[t->slot];
+	if (p->handle == t->pool) {
+		p->live -= t->bytes;
+		p->counted -= t->need;
+	}
+	tessera_region_release(tessera.region, t->gpu, t->need);
+	pthread_mutex_unlock(&map_mu);
+}
+
+static CUresult pool_done(const struct pool_ticket *t, CUresult rc, CUdeviceptr ptr)
+{
+	if (rc != CUDA_SUCCESS) {
+		pool_undo(t);
+		return rc;
+	}
+	if (map_put_pool(ptr, K_PTR, t->gpu, t->bytes, t->slot < 0 ? 0 : t->pool, t->slot) == 0)
+		return CUDA_SUCCESS;
+	free_ptr(ptr);
+	pool_undo(t);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* A free of a pool allocation: the memory stays in the pool, and counted, unless the
+ * pool was destroyed. */
+static void pool_freed(const struct entry *e)
+{
+	pthread_mutex_lock(&map_mu);
+	struct pool *p = e->pool_slot >= 0 ? &pools[e->pool_slot] : NULL;
+	if (p != NULL && p->handle == e->pool) {
+		p->live -= e->bytes;
+		if (p->destroyed) {
+			p->counted -= e->bytes;
+			tessera_region_release(tessera.region, e->gpu, e->bytes);
+			pool_forget_if_idle(p);
+		}
+	} else {
+		tessera_region_release(tessera.region, e->gpu, e->bytes);
+	}
+	pthread_mutex_unlock(&map_mu);
+}
+
+static uint64_t current_pool(int gpu)
+{
+	CUmemoryPool pool;
+	if (REAL(cuDeviceGetMemPool) == NULL || REAL(cuDeviceGetMemPool)(&pool, tessera.real_dev[gpu]) != CUDA_SUCCESS)
+		return 0;
+	return (uint64_t)(uintptr_t)pool;
+}
+
+#define POOL_ALLOC(name, pool_expr, call)                                      \
+	HOOK_ENTER();                                                          \
+	HOOK_REAL(name);                                                       \
+	int gpu;                                                               \
+	struct pool_ticket t_;                                                 \
+	CUresult rc = tessera_current_gpu(&gpu);                               \
+	if (rc != CUDA_SUCCESS)                                                \
+		return rc;                                                     \
+	if ((rc = pool_admit(gpu, (pool_expr), bytesize, &t_)) != CUDA_SUCCESS) \
+		return rc;                                                     \
+	rc = call;                                                             \
+	return pool_done(&t_, rc, rc == CUDA_SUCCESS ? *dptr : 0)
+
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	COUNTED_ALLOC(cuMemAllocAsync, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAllocAsync)(dptr, bytesize, hStream));
+	POOL_ALLOC(cuMemAllocAsync, current_pool(gpu), REAL(cuMemAllocAsync)(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-	COUNTED_ALLOC(cuMemAllocAsync_ptsz, bytesize, *dptr, K_PTR, free_ptr,
-		      REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream));
+	POOL_ALLOC(cuMemAllocAsync_ptsz, current_pool(gpu), REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	COUNTED_ALLOC(cuMemAllocFromPoolAsync, bytesize, *dptr, K_PTR, free_ptr,
-		      REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream));
+	POOL_ALLOC(cuMemAllocFromPoolAsync, (uint64_t)(uintptr_t)pool,
+		   REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream));
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-	COUNTED_ALLOC(cuMemAllocFromPoolAsync_ptsz, bytesize, *dptr, K_PTR, free_ptr,
-		      REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream));
+	POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz, (uint64_t)(uintptr_t)pool,
+		   REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream));
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemPoolTrimTo);
+	CUresult rc = REAL(cuMemPoolTrimTo)(pool, minBytesToKeep);
+	if (rc == CUDA_SUCCESS)
+		pools_settle(-1);
+	return rc;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemPoolDestroy);
+	CUresult rc = REAL(cuMemPoolDestroy)(pool);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	/* Its cache is gone; allocations still outstanding are released at their free. */
+	pthread_mutex_lock(&map_mu);
+	struct pool *p = pool_find((uint64_t)(uintptr_t)pool, 0, 0);
+	if (p != NULL) {
+		tessera_region_release(tessera.region, p->gpu, p->counted - p->live);
+		p->counted = p->live;
+		p->destroyed = 1;
+		pool_forget_if_idle(p);
+	}
+	pthread_mutex_unlock(&map_mu);
+	return rc;
 }
 
 /* The pitch the driver will choose is not known before the call: reserve with the
@@ -206,7 +443,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
 	}
 	uint64_t real = (uint64_t)*pPitch * Height;
 	if (real > est) {
-		rc = tessera_region_reserve(tessera.region, gpu, real - est, tessera_limit_bytes(gpu));
+		rc = reserve(gpu, real - est);
 		if (rc != CUDA_SUCCESS) {
 			REAL(cuMemFree_v2)(*dptr);
 			unreserve(gpu, est);
@@ -225,10 +462,12 @@ static CUresult free_counted(CUdeviceptr dptr, CUresult (*call)(CUdeviceptr, CUs
 	CUresult rc = async ? call(dptr, s) : REAL(cuMemFree_v2)(dptr);
 	if (!known)
 		return rc;
-	if (rc == CUDA_SUCCESS)
-		unreserve(e.gpu, e.bytes);
+	if (rc != CUDA_SUCCESS)
+		map_put_pool(e.key, K_PTR, e.gpu, e.bytes, e.pool, e.pool_slot);
+	else if (e.pool != 0)
+		pool_freed(&e);
 	else
-		map_put(e.key, K_PTR, e.gpu, e.bytes);
+		unreserve(e.gpu, e.bytes);
 	return rc;
 }
 
@@ -239,8 +478,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 	return free_counted(dptr, NULL, NULL, 0);
 }
 
-/* Stream-ordered frees release the count at once: the memory goes back to the pool,
- * where the same container's next allocation reuses it. */
+/* Stream-ordered frees: the memory goes back to its pool, and stays counted there. */
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
 	HOOK_ENTER();
@@ -269,7 +507,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 	int gpu = tessera_gpu_of_device(prop->location.id);
 	if (gpu < 0)
 		return CUDA_ERROR_INVALID_DEVICE;
-	if ((rc = tessera_region_reserve(tessera.region, gpu, size, tessera_limit_bytes(gpu))) != CUDA_SUCCESS)
+	if ((rc = reserve(gpu, size)) != CUDA_SUCCESS)
 		return rc;
 	if ((rc = REAL(cuMemCreate)(handle, size, prop, flags)) != CUDA_SUCCESS) {
 		unreserve(gpu, size);
@@ -321,7 +559,7 @@ static uint64_t array_estimate(size_t w, size_t h, size_t d, CUarray_format f, u
 static CUresult settle(int gpu, uint64_t *reserved, uint64_t real)
 {
 	if (real > *reserved) {
-		CUresult rc = tessera_region_reserve(tessera.region, gpu, real - *reserved, tessera_limit_bytes(gpu));
+		CUresult rc = reserve(gpu, real - *reserved);
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	} else if (real < *reserved) {
@@ -458,6 +696,7 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
 		return rc;
 	uint64_t limit = tessera_limit_bytes(gpu);
 	uint64_t total = rt < limit ? rt : limit;
+	pools_settle(gpu);
 	uint64_t used = tessera_region_used(tessera.region, gpu);
 	uint64_t fr = used < total ? total - used : 0;
 	if (fr > rf)

@@ -4,11 +4,14 @@
  * the node agent places so that the windows of the containers on one GPU do not
  * overlap. docs/cuda-hook.md gives the reasoning and the measurements.
  *
- * While a window is open, a launch costs a clock read and one atomic decrement: the
- * window closes when its time is up or when the launches issued would, at the
- * estimated GPU time per launch, fill it. Closing drains the GPU (cuCtxSynchronize),
- * which tells how long the work really took; time past the window's end is owed and
- * taken off the next windows. Then the launching thread sleeps until its next window.
+ * The window and its launch budget belong to the container, not to a process: they
+ * live in the container's accounting region (region.c), so two processes at 50% share
+ * one 50% window. While a window is open, a launch costs a clock read and one atomic
+ * decrement of the shared budget: the window closes when its time is up or when the
+ * launches issued would, at the estimated GPU time per launch, fill it. Closing drains
+ * the closing process's work (cuCtxSynchronize), which tells how long the work really
+ * took; time past the window's end is owed and taken off the next windows. Then the
+ * launching threads of the container sleep until its next window.
  * Counting launches as well as time keeps a program that queues far ahead of the GPU
  * from running past its window by the length of its queue.
  */
@@ -18,17 +21,20 @@
 
 #include "hook.h"
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-/* The TSC, scaled at set-up: clock_gettime costs about 40 ns in some VMs, which alone
- * would be most of the per-launch budget. */
+/* The launch clock. All processes of a container read the same clock with the same
+ * scale (the region keeps it), since they compare against one shared window end. */
 static double ticks_per_ns = 1.0;
 static int use_tsc;
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+/* The TSC: clock_gettime costs about 40 ns in some VMs, which alone would be most of
+ * the per-launch budget. */
 static inline uint64_t ticks(void)
 {
 	return use_tsc ? __rdtsc() : (uint64_t)tessera_now_ns();
 }
-static void calibrate(void)
+static void calibrate(double *tpn, int *tsc)
 {
 	int64_t t0 = tessera_now_ns();
 	uint64_t c0 = __rdtsc();
@@ -36,18 +42,26 @@ static void calibrate(void)
 		;
 	int64_t t1 = tessera_now_ns();
 	uint64_t c1 = __rdtsc();
+	*tpn = 1.0;
+	*tsc = 0;
 	if (c1 > c0 && t1 > t0) {
-		ticks_per_ns = (double)(c1 - c0) / (double)(t1 - t0);
-		use_tsc = 1;
+		*tpn = (double)(c1 - c0) / (double)(t1 - t0);
+		*tsc = 1;
 	}
 }
 #else
-static const double ticks_per_ns = 1.0;
 static inline uint64_t ticks(void) { return (uint64_t)tessera_now_ns(); }
-static void calibrate(void) {}
+static void calibrate(double *tpn, int *tsc)
+{
+	*tpn = 1.0;
+	*tsc = 0;
+}
 #endif
 
 #define MAX_WINDOW_LAUNCHES 65536
+/* A drain that took longer than this means the GPU was still busy with the window's
+ * work when it closed. */
+#define DRAIN_WAITED_NS 20000
 
 void tessera_pacing_setup(void)
 {
@@ -55,7 +69,7 @@ void tessera_pacing_setup(void)
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
-		pthread_mutex_init(&p->mu, NULL);
+		p->s = tessera_region_pacer(tessera.region, g);
 		p->enabled = l->cores > 0 && l->cores < 100;
 		p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
 		p->slot_len_ns = TESSERA_PACING_PERIOD_NS * l->cores / 100;
@@ -67,20 +81,19 @@ void tessera_pacing_setup(void)
 	tessera.pacing_any = paced > 0;
 	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
 	if (paced > 0)
-		calibrate();
+		tessera_region_clock(tessera.region, calibrate, &ticks_per_ns, &use_tsc);
 }
 
-void tessera_pacing_after_fork(void)
+static int pacer_lock(struct tessera_shared_pacer *s)
 {
-	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
-		pthread_mutex_init(&p->mu, NULL);
-		p->open = 0;
-		p->debt_ns = 0;
-		p->allow_start_ns = p->allow_end_ns = 0;
-		atomic_store(&p->budget, 0);
-		atomic_store(&p->window_end, 0);
+	int rc = pthread_mutex_lock(&s->mu);
+	if (rc == EOWNERDEAD) {
+		/* A process died holding it, most likely in a drain: the state is whole, and
+		 * a window it was closing is opened by the next launch. */
+		pthread_mutex_consistent(&s->mu);
+		return 0;
 	}
+	return rc;
 }
 
 static void sleep_until(int64_t t)
@@ -90,43 +103,44 @@ static void sleep_until(int64_t t)
 		;
 }
 
-/* Opens a window at now (caller holds p->mu) in the slot that contains now, or sleeps
- * until a slot with allowance left. Debt is paid by the slots that pass: a slot the
- * program leaves unused pays its whole length, a slot it uses pays from its start. */
-static void open_window(struct tessera_pacer *p, int64_t now)
+/* Opens a window at now (caller holds s->mu) in the slot that contains now and returns
+ * 1, or returns 0 with *wake set to the start of the next slot when this one has no
+ * allowance left. Debt is paid by the slots that pass: a slot the container leaves
+ * unused pays its whole length, a slot it uses pays from its start. */
+static int open_window(struct tessera_pacer *p, int64_t now, int64_t *wake)
 {
+	struct tessera_shared_pacer *s = p->s;
 	const int64_t P = TESSERA_PACING_PERIOD_NS, len = p->slot_len_ns;
-	for (;;) {
-		int64_t k = (now - p->slot_off_ns) / P;
-		if (now < p->slot_off_ns + k * P)
-			k--;
-		int64_t start = k * P + p->slot_off_ns;
-		if (p->allow_start_ns != start) {
-			if (p->allow_start_ns != 0 && start > p->allow_start_ns) {
-				int64_t skipped = (start - p->allow_start_ns) / P - 1;
-				p->debt_ns = skipped * len >= p->debt_ns ? 0 : p->debt_ns - skipped * len;
-			}
-			int64_t pay = p->debt_ns < len ? p->debt_ns : len;
-			p->debt_ns -= pay;
-			p->allow_start_ns = start;
-			p->allow_end_ns = start + len - pay;
+	int64_t k = (now - p->slot_off_ns) / P;
+	if (now < p->slot_off_ns + k * P)
+		k--;
+	int64_t start = k * P + p->slot_off_ns;
+	if (s->allow_start_ns != start) {
+		if (s->allow_start_ns != 0 && start > s->allow_start_ns) {
+			int64_t skipped = (start - s->allow_start_ns) / P - 1;
+			s->debt_ns = skipped * len >= s->debt_ns ? 0 : s->debt_ns - skipped * len;
 		}
-		if (now < p->allow_end_ns)
-			break;
-		sleep_until(start + P);
-		now = tessera_now_ns();
+		int64_t pay = s->debt_ns < len ? s->debt_ns : len;
+		s->debt_ns -= pay;
+		s->allow_start_ns = start;
+		s->allow_end_ns = start + len - pay;
 	}
-	int64_t left = p->allow_end_ns - now;
-	int64_t n = p->ns_per_launch > 0 ? (int64_t)((double)left / p->ns_per_launch) : 1;
+	if (now >= s->allow_end_ns) {
+		*wake = start + P;
+		return 0;
+	}
+	int64_t left = s->allow_end_ns - now;
+	int64_t n = s->ns_per_launch > 0 ? (int64_t)((double)left / s->ns_per_launch) : 1;
 	if (n < 1)
 		n = 1;
 	if (n > MAX_WINDOW_LAUNCHES)
 		n = MAX_WINDOW_LAUNCHES;
-	p->open = 1;
-	p->win_open_ns = now;
-	p->win_budget = n;
-	atomic_store(&p->budget, n);
-	atomic_store_explicit(&p->window_end, ticks() + (uint64_t)((double)left * ticks_per_ns), memory_order_release);
+	s->open = 1;
+	s->win_open_ns = now;
+	s->win_budget = n;
+	atomic_store(&s->budget, n);
+	atomic_store_explicit(&s->window_end, ticks() + (uint64_t)((double)left * ticks_per_ns), memory_order_release);
+	return 1;
 }
 
 static int capturing(CUstream stream)
@@ -138,47 +152,73 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* Closes the open window (caller holds s->mu): drains this process's work, which tells
+ * how long the window's work really took, and counts what ran past the allowance. */
+static int64_t close_window(struct tessera_shared_pacer *s)
+{
+	int64_t launched = s->win_budget - atomic_load(&s->budget);
+	atomic_store(&s->budget, 0);
+	atomic_store(&s->window_end, 0);
+	s->open = 0;
+	int64_t t0 = tessera_now_ns();
+	if (REAL(cuCtxSynchronize) != NULL)
+		REAL(cuCtxSynchronize)();
+	int64_t now = tessera_now_ns();
+	if (now - t0 > DRAIN_WAITED_NS) {
+		/* The GPU was busy until now: what ran past the allowance is owed, counted once
+		 * however many drains reach past it. */
+		int64_t from = s->allow_end_ns > s->drained_ns ? s->allow_end_ns : s->drained_ns;
+		if (now > from)
+			s->debt_ns += now - from;
+		if (launched > 0) {
+			double sample = (double)(now - s->win_open_ns) / (double)launched;
+			s->ns_per_launch = s->ns_per_launch > 0 ? 0.7 * s->ns_per_launch + 0.3 * sample : sample;
+		}
+	} else if (launched > 0) {
+		/* The GPU went idle at some unknown earlier time: no debt, and the window's wall
+		 * time per launch is only an upper bound of the GPU time per launch. It still
+		 * bounds the estimate, so that a program of short kernels gets windows of many
+		 * launches rather than a drain on every launch. */
+		double bound = (double)(now - s->win_open_ns) / (double)launched;
+		if (s->ns_per_launch <= 0 || bound < s->ns_per_launch)
+			s->ns_per_launch = bound;
+	}
+	if (now > s->drained_ns)
+		s->drained_ns = now;
+	return now;
+}
+
+/* Waits (asleep, without the lock, so that every launching thread of the container
+ * gets its turn when the window opens) until a window is open, and takes a launch. */
 static void slow_path(struct tessera_pacer *p, CUstream stream)
 {
+	struct tessera_shared_pacer *s = p->s;
 	/* Give back the launch the fast path took: budget counts issued launches exactly. */
-	atomic_fetch_add(&p->budget, 1);
-	pthread_mutex_lock(&p->mu);
-	if (atomic_load(&p->budget) > 0 && ticks() < atomic_load(&p->window_end)) {
-		/* Another thread opened a new window while this one waited. */
-		atomic_fetch_sub(&p->budget, 1);
-		pthread_mutex_unlock(&p->mu);
-		return;
-	}
-	/* Work captured into a graph does not run now (its graph launch is paced), and a
-	 * synchronize would break the capture. */
-	if (capturing(stream)) {
-		pthread_mutex_unlock(&p->mu);
-		return;
-	}
-	int64_t now = tessera_now_ns();
-	if (p->open) {
-		int64_t launched = p->win_budget - atomic_load(&p->budget);
-		atomic_store(&p->budget, 0);
-		atomic_store(&p->window_end, 0);
-		int64_t t0 = tessera_now_ns();
-		if (REAL(cuCtxSynchronize) != NULL)
-			REAL(cuCtxSynchronize)();
-		now = tessera_now_ns();
-		/* If the drain did not wait, the GPU went idle at some unknown earlier time: the
-		 * program was not keeping it busy, so there is neither debt nor a sample. */
-		if (now - t0 > 20000) {
-			if (now > p->allow_end_ns)
-				p->debt_ns += now - p->allow_end_ns;
-			if (launched > 0) {
-				double sample = (double)(now - p->win_open_ns) / (double)launched;
-				p->ns_per_launch = p->ns_per_launch > 0 ? 0.7 * p->ns_per_launch + 0.3 * sample : sample;
-			}
+	atomic_fetch_add(&s->budget, 1);
+	for (;;) {
+		if (pacer_lock(s) != 0)
+			return; /* cannot happen with a robust mutex made consistent; do not block */
+		if (atomic_load(&s->budget) > 0 && ticks() < atomic_load(&s->window_end)) {
+			/* Another thread or process opened a new window. */
+			atomic_fetch_sub(&s->budget, 1);
+			pthread_mutex_unlock(&s->mu);
+			return;
 		}
-		p->open = 0;
+		/* Work captured into a graph does not run now (its graph launch is paced), and a
+		 * synchronize would break the capture. */
+		if (capturing(stream)) {
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
+		int64_t now = s->open ? close_window(s) : tessera_now_ns(), wake;
+		if (open_window(p, now, &wake)) {
+			atomic_fetch_sub(&s->budget, 1);
+			pthread_mutex_unlock(&s->mu);
+			return;
+		}
+		pthread_mutex_unlock(&s->mu);
+		sleep_until(wake);
 	}
-	open_window(p, now);
-	atomic_fetch_sub(&p->budget, 1);
-	pthread_mutex_unlock(&p->mu);
 }
 
 void tessera_pace(CUstream stream)
@@ -191,8 +231,9 @@ void tessera_pace(CUstream stream)
 	struct tessera_pacer *p = &tessera.pacers[g];
 	if (!p->enabled)
 		return;
-	if (atomic_fetch_sub_explicit(&p->budget, 1, memory_order_relaxed) > 0 &&
-	    ticks() < atomic_load_explicit(&p->window_end, memory_order_acquire))
+	struct tessera_shared_pacer *s = p->s;
+	if (atomic_fetch_sub_explicit(&s->budget, 1, memory_order_relaxed) > 0 &&
+	    ticks() < atomic_load_explicit(&s->window_end, memory_order_acquire))
 		return;
 	slow_path(p, stream);
 }

@@ -8,6 +8,9 @@
  * process-shared mutex: a process killed while holding it leaves the next locker
  * EOWNERDEAD, and since every update is a single store the region is still consistent.
  * Slots of processes that died are reclaimed before a reservation is refused.
+ *
+ * The region also holds each GPU's compute pacer (pacing.c), so that the container's
+ * processes share one window and one launch budget.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,7 +27,7 @@
 #include "hook.h"
 
 #define REGION_MAGIC 0x3141534553534554ULL /* "TESSERA1", little-endian */
-#define REGION_VERSION 1
+#define REGION_VERSION 2
 #define REGION_SLOTS 256
 
 struct slot {
@@ -39,10 +42,17 @@ struct tessera_region {
 	uint32_t version;
 	uint32_t size;
 	pthread_mutex_t lock;
+	int32_t slots_hw; /* slots at or past this index have never been used */
+	int32_t clock_ready;
+	int32_t use_tsc;
+	int32_t pad;
+	double ticks_per_ns;
+	struct tessera_shared_pacer pacers[TESSERA_MAX_GPUS];
 	struct slot slots[REGION_SLOTS];
 };
 
 static int my_slot = -1;
+static pid_t my_pid; /* getpid() is a system call; set when the slot is taken */
 
 static uint64_t fnv1a(const char *s)
 {
@@ -125,6 +135,8 @@ int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **o
 		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
 		pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
 		pthread_mutex_init(&r->lock, &a);
+		for (int g = 0; g < TESSERA_MAX_GPUS; g++)
+			pthread_mutex_init(&r->pacers[g].mu, &a);
 		pthread_mutexattr_destroy(&a);
 		r->version = REGION_VERSION;
 		r->size = sizeof(*r);
@@ -166,7 +178,7 @@ static int alive(const struct slot *s)
 static int reclaim(struct tessera_region *r)
 {
 	int n = 0;
-	for (int i = 0; i < REGION_SLOTS; i++) {
+	for (int i = 0; i < r->slots_hw; i++) {
 		struct slot *s = &r->slots[i];
 		if (s->pid != 0 && i != my_slot && !alive(s)) {
 			tessera_log(TESSERA_LOG_INFO, "reclaiming the usage of exited process %d", s->pid);
@@ -180,13 +192,14 @@ static int reclaim(struct tessera_region *r)
 /* Finds or takes this process's slot. Caller holds the lock. */
 static int own_slot(struct tessera_region *r)
 {
-	pid_t me = getpid();
-	if (my_slot >= 0 && r->slots[my_slot].pid == me)
+	if (my_slot >= 0 && r->slots[my_slot].pid == my_pid)
 		return my_slot;
+	pid_t me = getpid();
 	uint64_t st = start_time_of(me);
 	int free_slot = -1;
 	for (int pass = 0; pass < 2 && free_slot < 0; pass++) {
-		for (int i = 0; i < REGION_SLOTS; i++) {
+		int end = r->slots_hw < REGION_SLOTS ? r->slots_hw + 1 : REGION_SLOTS;
+		for (int i = 0; i < end; i++) {
 			struct slot *s = &r->slots[i];
 			if (s->pid == me) {
 				/* Left by this pid before an exec: that image's memory is gone. */
@@ -204,6 +217,9 @@ static int own_slot(struct tessera_region *r)
 	memset(&r->slots[free_slot], 0, sizeof(struct slot));
 	r->slots[free_slot].pid = me;
 	r->slots[free_slot].start_time = st;
+	if (free_slot >= r->slots_hw)
+		r->slots_hw = free_slot + 1;
+	my_pid = me;
 	my_slot = free_slot;
 	return my_slot;
 }
@@ -211,7 +227,7 @@ static int own_slot(struct tessera_region *r)
 static uint64_t total(struct tessera_region *r, int gpu)
 {
 	uint64_t t = 0;
-	for (int i = 0; i < REGION_SLOTS; i++)
+	for (int i = 0; i < r->slots_hw; i++)
 		if (r->slots[i].pid != 0)
 			t += r->slots[i].used[gpu];
 	return t;
@@ -243,7 +259,7 @@ void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes)
 {
 	if (lock(r) != 0)
 		return;
-	if (my_slot >= 0 && r->slots[my_slot].pid == getpid()) {
+	if (my_slot >= 0 && r->slots[my_slot].pid == my_pid) {
 		uint64_t *u = &r->slots[my_slot].used[gpu];
 		*u = *u > bytes ? *u - bytes : 0;
 	}
@@ -272,4 +288,30 @@ void tessera_region_forget_process(struct tessera_region *r)
 void tessera_region_after_fork(void)
 {
 	my_slot = -1;
+	my_pid = 0;
+}
+
+struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu)
+{
+	return &r->pacers[gpu];
+}
+
+void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
+			  int *use_tsc)
+{
+	if (lock(r) != 0) {
+		calibrate(ticks_per_ns, use_tsc); /* still paced, on this process's own clock */
+		return;
+	}
+	if (!r->clock_ready) {
+		double t;
+		int u;
+		calibrate(&t, &u);
+		r->ticks_per_ns = t;
+		r->use_tsc = u;
+		r->clock_ready = 1;
+	}
+	*ticks_per_ns = r->ticks_per_ns;
+	*use_tsc = r->use_tsc;
+	pthread_mutex_unlock(&r->lock);
 }

@@ -1,10 +1,10 @@
 #!/bin/sh
-# The hook must export exactly its hooks (symbols.def) and dlsym: anything else would
+# The hook must export exactly its hooks (symbols.def) and dlsym/dlvsym: anything else would
 # interpose on the program or the libraries it loads.
 set -eu
 lib=$1
 dir=$(dirname "$0")/..
-want=$( (sed -n 's/^TESSERA_\(CU\|NVML\)_\(HOOK\|LEGACY\)(\([A-Za-z0-9_]*\),.*/\3/p' "$dir/src/symbols.def"; echo dlsym) | sort)
+want=$( (sed -n 's/^TESSERA_\(CU\|NVML\)_\(HOOK\|LEGACY\)(\([A-Za-z0-9_]*\),.*/\3/p' "$dir/src/symbols.def"; echo dlsym; echo dlvsym) | sort)
 got=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" || $2 == "D" || $2 == "B" {print $3}' | sort)
 if [ "$want" != "$got" ]; then
 	echo "FAIL exports of $lib differ from symbols.def:"

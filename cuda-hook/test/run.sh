@@ -54,8 +54,9 @@ for p in direct dlsym procaddr procaddr-v1 pitch managed async async-ptsz pool v
 	t alloc $p 64 1024 64
 done
 
-echo "== $variant: memory info, devices, symbol resolution"
+echo "== $variant: memory info, pool caches, devices, symbol resolution"
 t meminfo 1024 64
+t poolcache 1024 64
 reset
 limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
@@ -121,6 +122,8 @@ done
 t capture
 limits 0 "$U1 81920 60 20"
 t pace kernel 60 0.6
+limits 0 "$U1 81920 50 0"
+t pace-procs 2 50 0.8                  # two processes of one container share its 50%
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 
