@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -125,6 +126,26 @@ agent:
 	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	if _, ok := spec["initContainers"]; ok {
 		t.Error("hook.install=false still installs the hook")
+	}
+	ms, err = Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", ValueFiles: []string{values},
+		Set: []string{"agent.hook.install=true"}, KubeVersion: "1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds = find(t, ms, "DaemonSet", "gpu-node-agent")
+	spec = ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	inits, _ := spec["initContainers"].([]any)
+	if len(inits) != 1 {
+		t.Fatalf("hook.install=true: %d init containers, want install-hook", len(inits))
+	}
+	// The image has no shell: the agent binary installs the hook, into the host path
+	// mounted at the same path.
+	ic := inits[0].(map[string]any)
+	if got := fmt.Sprint(ic["command"]); got != "[/usr/local/bin/tessera-node-agent install-hook --to=/opt/tessera/hook]" {
+		t.Errorf("install-hook command %s", got)
+	}
+	if got := fmt.Sprint(ic["volumeMounts"]); !strings.Contains(got, "mountPath:/opt/tessera/hook") {
+		t.Errorf("install-hook mounts %s, want the hook directory at its host path", got)
 	}
 	args := spec["containers"].([]any)[0].(map[string]any)["args"].([]any)
 	joined := ""
