@@ -93,6 +93,11 @@ test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)
 	$(MAKE) -C cuda-hook test-gpu
 	$(GO) test -count=1 -tags gpu ./node-agent/...
 
+.PHONY: test-gpu-2
+test-gpu-2: ## Node agent on two real GPUs: NVML inventory and links, containers run with runc through the real NRI plugin
+	node-agent/gpu/run-two-gpu.sh build $(BIN)/gpu2
+	node-agent/gpu/run-two-gpu.sh run $(BIN)/gpu2
+
 .PHONY: fuzz
 fuzz: ## Fuzz the wire-contract decoders for 30 s each
 	for f in FuzzDecodeInventory FuzzDecodeAssignment FuzzParsePodRequest; do \
@@ -113,10 +118,15 @@ B2_NODES = $(if $(FULL),5000,500)
 B2_PODS  = $(if $(FULL),10000,2000)
 
 .PHONY: bench
-bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size)
+bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size); the hook's B3 CPU microbenchmark
 	$(GO) test -run XXX -bench . -benchmem -benchtime 2s ./plugins/...
 	$(MAKE) --no-print-directory bench-b1
 	$(MAKE) --no-print-directory bench-b2
+	$(MAKE) --no-print-directory bench-hook
+
+.PHONY: bench-hook
+bench-hook: ## B3 CPU microbenchmark: ns per launch and per alloc/free with and without the CUDA hook, fake driver; results in cuda-hook/build/bench
+	$(MAKE) -C cuda-hook bench
 
 .PHONY: bench-b1
 bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy); results in _output/b1
