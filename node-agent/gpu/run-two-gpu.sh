@@ -52,7 +52,8 @@ run() {
 	for f in "$DIR"/*.xz; do [ -e "$f" ] && xz -dc "$f" >"$W/$(basename "$f" .xz)"; done
 	cp "$DIR/libtessera-cuda.so" "$W/"
 	chmod +x "$W"/*.test "$W/tessera-node-agent" "$W/runc"
-	S=$W/summary.txt
+	S=$RES/summary.txt
+	: >"$S"
 	say() { echo "$*" | tee -a "$S"; }
 	say "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	say "kernel: $(uname -r), cgroup fs: $(stat -fc %T /sys/fs/cgroup), go: $(command -v go || echo none)"
@@ -82,7 +83,6 @@ run() {
 		sed -n '/^== output/,$p' "$f" | head -80 | tee -a "$S"
 	done
 	say "two-gpu: $fails failed"
-	cp "$S" "$RES/summary.txt"
 	tar -C "$W" -czf "$RES/results.tar.gz" --exclude='*.test' --exclude=runc --exclude=tessera-node-agent --exclude='*.so' .
 	rm -rf "$W"
 	[ $fails -eq 0 ]
