@@ -58,13 +58,17 @@ type Config struct {
 	DevicePluginDir      string
 	DevicePluginReplicas int
 
-	NRI         bool
-	NRISocket   string
-	StateDir    string
-	LimitsRoot  string
-	HookLibrary string
-	DevDir      string
-	ContextMiB  int64
+	NRI       bool
+	NRISocket string
+	// BindFallback binds containers at their first CUDA call through BindSocket
+	// instead of at creation through NRI (nodes whose runtime has no NRI).
+	BindFallback bool
+	BindSocket   string
+	StateDir     string
+	LimitsRoot   string
+	HookLibrary  string
+	DevDir       string
+	ContextMiB   int64
 
 	Watchdog             bool
 	WatchdogInterval     time.Duration
@@ -100,10 +104,13 @@ func (c *Config) Validate() error {
 	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {
 		return fmt.Errorf("--device-plugin-replicas %d out of range 1..1024", c.DevicePluginReplicas)
 	}
-	if (c.NRI || c.Watchdog) && c.StateDir == "" {
+	if err := c.validateFallback(); err != nil {
+		return err
+	}
+	if (c.NRI || c.Watchdog || c.BindFallback) && c.StateDir == "" {
 		return errors.New("--state-dir is required with --nri or --watchdog")
 	}
-	if c.NRI && !filepath.IsAbs(c.LimitsRoot) {
+	if (c.NRI || c.BindFallback) && !filepath.IsAbs(c.LimitsRoot) {
 		return fmt.Errorf("--limits-root %q must be an absolute path", c.LimitsRoot)
 	}
 	if c.HookLibrary != "" && !filepath.IsAbs(c.HookLibrary) {
@@ -170,8 +177,10 @@ type Agent struct {
 	Binder    *binding.Binder
 	NRI       *nriplugin.Plugin
 	Watchdog  *watchdog.Watchdog
-	Metrics   *metrics.Metrics
-	Health    *health.Checker
+	// Fallback is the binding at the first CUDA call (--bind-fallback).
+	Fallback *fallback
+	Metrics  *metrics.Metrics
+	Health   *health.Checker
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -193,7 +202,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
 			ResourceName: string(names.GPU), Dir: cfg.DevicePluginDir, Replicas: cfg.DevicePluginReplicas,
-			Log: log.WithName("deviceplugin"),
+			Log: log.WithName("deviceplugin"), Allocate: a.fallbackAllocate,
 		})
 		if err != nil {
 			return nil, err
@@ -201,7 +210,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Plugin = p
 	}
 	var store *checkpoint.Store
-	if cfg.NRI || cfg.Watchdog {
+	if cfg.NRI || cfg.Watchdog || cfg.BindFallback {
 		var err error
 		store, err = checkpoint.Open(filepath.Join(cfg.StateDir, "checkpoint.json"))
 		if errors.Is(err, checkpoint.ErrCorrupt) {
@@ -212,7 +221,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			return nil, err
 		}
 	}
-	if cfg.NRI {
+	if cfg.NRI || cfg.BindFallback {
 		b, err := binding.New(binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
@@ -222,11 +231,20 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			return nil, err
 		}
 		a.Binder = b
-		a.NRI = nriplugin.New(b, cfg.NRISocket, log.WithName("nri"))
+	}
+	if cfg.NRI {
+		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
 			a.Metrics.ContainersRefused.Inc()
 			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)
 		}
+	}
+	if cfg.BindFallback {
+		f, err := a.newFallback()
+		if err != nil {
+			return nil, err
+		}
+		a.Fallback = f
 	}
 	if cfg.Watchdog {
 		action, _ := watchdog.ParseAction(cfg.WatchdogAction)
@@ -410,6 +428,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.NRI != nil {
 		start("NRI", a.NRI.Run)
+	}
+	if a.Fallback != nil {
+		start("fallback binding", a.Fallback.run)
 	}
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)

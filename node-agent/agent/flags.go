@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/bindserver"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 )
@@ -32,6 +33,10 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 
 	fs.BoolVar(&c.NRI, "nri", true, "bind GPU containers at creation through the runtime's NRI socket")
 	fs.StringVar(&c.NRISocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket")
+	fs.BoolVar(&c.BindFallback, "bind-fallback", false, "without NRI: bind GPU containers at their first CUDA call through --bind-socket, "+
+		"which the device plugin mounts into them with the hook (needs --nri=false, --device-plugin, --hook-library)")
+	fs.StringVar(&c.BindSocket, "bind-socket", bindserver.DefaultSocket, "host path of the fallback binding's socket; its directory holds nothing else "+
+		"and is mounted read-only at "+api.ContainerLimitsDir+" in GPU containers")
 	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/tessera", "directory for the checkpoint of bound containers and the preload file")
 	fs.StringVar(&c.LimitsRoot, "limits-root", api.DefaultHostLimitsRoot, "host directory holding one limits directory per bound container")
 	fs.StringVar(&c.HookLibrary, "hook-library", "", "host path of the CUDA hook library to preload in GPU containers (empty: no hook)")
@@ -93,7 +98,7 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 		return err
 	}
 	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
-		"nri", cfg.NRI, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr)
+		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr)
 	return a.Run(ctx)
 }
 

@@ -49,8 +49,8 @@ type Config struct {
 	Replicas int
 	// Allocate, when set, adds to each container's response (the fallback binding
 	// mounts the hook and the agent socket there). It must not depend on which device
-	// ids kubelet picked.
-	Allocate func(*pluginapi.ContainerAllocateResponse)
+	// ids kubelet picked. An error fails the allocation (kubelet retries the pod).
+	Allocate func(*pluginapi.ContainerAllocateResponse) error
 	// CheckInterval is how often kubelet's restart is checked for.
 	CheckInterval time.Duration
 	Log           logr.Logger
@@ -214,7 +214,9 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvRequested: fmt.Sprint(len(c.DevicesIds))}}
 		if p.cfg.Allocate != nil {
-			p.cfg.Allocate(r)
+			if err := p.cfg.Allocate(r); err != nil {
+				return nil, fmt.Errorf("allocate: %w", err)
+			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}

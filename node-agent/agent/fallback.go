@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/bindserver"
+)
+
+// fallbackReconcile is how often records of containers that are gone are forgotten
+// (NRI tells the agent of removals; without it the pod cache does).
+const fallbackReconcile = 30 * time.Second
+
+func (c *Config) validateFallback() error {
+	if !c.BindFallback {
+		return nil
+	}
+	switch {
+	case c.NRI:
+		return errors.New("--bind-fallback replaces the NRI binding: set --nri=false with it")
+	case !c.DevicePlugin:
+		return errors.New("--bind-fallback needs --device-plugin: its Allocate mounts the socket and the hook into GPU containers")
+	case c.HookLibrary == "":
+		return errors.New("--bind-fallback needs --hook-library: the hook is what asks for the limits")
+	case !filepath.IsAbs(c.BindSocket):
+		return fmt.Errorf("--bind-socket %q must be an absolute path", c.BindSocket)
+	}
+	return nil
+}
+
+// fallback is the binding at the first CUDA call: the socket server and the cache of
+// this node's pods it identifies callers' pods in.
+type fallback struct {
+	a       *Agent
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	server  *bindserver.Server
+}
+
+const byUID = "uid"
+
+func (a *Agent) newFallback() (*fallback, error) {
+	f := &fallback{a: a}
+	f.factory = informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
+	}))
+	f.pods = f.factory.Core().V1().Pods().Informer()
+	if err := f.pods.AddIndexers(cache.Indexers{byUID: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			return []string{string(p.UID)}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	s, err := bindserver.New(bindserver.Config{
+		Socket: a.cfg.BindSocket, ProcRoot: a.cfg.ProcRoot, Pods: f, Binder: a.Binder, Log: a.log.WithName("fallback"),
+		OnRefused: func(pod *corev1.Pod, _ string, reason string) {
+			a.Metrics.ContainersRefused.Inc()
+			if pod != nil {
+				a.podEvent(pod.Namespace, pod.Name, string(pod.UID), "GPUContainerRefused", reason)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.server = s
+	return f, nil
+}
+
+// PodByUID implements bindserver.Pods from the informer's cache.
+func (f *fallback) PodByUID(uid string) *corev1.Pod {
+	objs, err := f.pods.GetIndexer().ByIndex(byUID, uid)
+	if err != nil || len(objs) == 0 {
+		return nil
+	}
+	p, _ := objs[0].(*corev1.Pod)
+	return p
+}
+
+// run serves the socket once the pod cache is synchronised (a caller before that
+// would be refused as a pod not on this node), and forgets containers that are gone.
+func (f *fallback) run(ctx context.Context) error {
+	f.factory.Start(ctx.Done())
+	defer f.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), f.pods.HasSynced) {
+		return nil
+	}
+	if err := f.server.Listen(); err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(fallbackReconcile)
+		defer t.Stop()
+		for {
+			for _, err := range f.server.Reconcile() {
+				f.a.log.Error(err, "forgetting a container that is gone")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return f.server.Run(ctx)
+}
+
+// fallbackAllocate adds to every GPU container's allocation what the binding at the
+// first CUDA call needs. It is the same for every container: Allocate does not know
+// the pod, and does not guess it. Without NRI nothing narrows the device cgroup per
+// container, so every GPU's device node is given; the hook shows the container only
+// its assigned GPUs, and the watchdog catches a process that goes around the hook.
+func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
+	if !a.cfg.BindFallback {
+		return nil
+	}
+	devs, err := a.source.Devices()
+	if err != nil {
+		return fmt.Errorf("listing the node's GPUs: %w", err)
+	}
+	seen := map[int]bool{}
+	add := func(name string, required bool) error {
+		if _, err := os.Stat(filepath.Join(a.cfg.DevDir, name)); err != nil {
+			if required {
+				return fmt.Errorf("device node /dev/%s: %w", name, err)
+			}
+			return nil
+		}
+		r.Devices = append(r.Devices, &pluginapi.DeviceSpec{ContainerPath: "/dev/" + name, HostPath: "/dev/" + name, Permissions: "rw"})
+		return nil
+	}
+	for _, d := range devs {
+		if d.ParentUUID != "" || d.Minor < 0 || seen[d.Minor] {
+			continue
+		}
+		seen[d.Minor] = true
+		if err := add(fmt.Sprintf("nvidia%d", d.Minor), true); err != nil {
+			return err
+		}
+	}
+	for _, c := range []struct {
+		name     string
+		required bool
+	}{{"nvidiactl", true}, {"nvidia-uvm", true}, {"nvidia-uvm-tools", false}} {
+		if err := add(c.name, c.required); err != nil {
+			return err
+		}
+	}
+	r.Mounts = append(r.Mounts,
+		// The socket's directory, read-only where the limits file would otherwise be:
+		// the hook finds the socket there and the tenant can add nothing beside it.
+		&pluginapi.Mount{ContainerPath: api.ContainerLimitsDir, HostPath: filepath.Dir(a.cfg.BindSocket), ReadOnly: true},
+		&pluginapi.Mount{ContainerPath: a.cfg.HookLibrary, HostPath: a.cfg.HookLibrary, ReadOnly: true},
+		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
+	)
+	if r.Envs == nil {
+		r.Envs = map[string]string{}
+	}
+	// Under the NVIDIA container runtime this brings the driver's libraries; the
+	// devices it adds are the ones given above anyway.
+	r.Envs[binding.EnvVisibleDevices] = "all"
+	return nil
+}
