@@ -5,12 +5,17 @@
  * nothing). bench/run.sh runs it with and without the hook and reports the difference;
  * this program only measures.
  *
- *   hookbench <launch|launch-ex|graph|alloc> <calls> <batch>
+ *   hookbench <launch|launch-ex|graph|alloc> <calls> <batch> [paired]
  *
  * Calls are timed in batches of <batch> with the TSC-backed CLOCK_MONOTONIC. It prints
  *   op=<op> calls=<n> mean_ns=<total/n> median_ns=<median batch/batch> min_ns=<..>
  * The median batch is the fast path: a batch in which pacing closed a window (a drain
  * and a sleep until the next one) is an outlier there, while the mean includes it.
+ *
+ * paired (run with the hook preloaded): batches alternate between the hooked function
+ * and the driver's own, found past the hook with libc's dlsym, in one process; it
+ * prints both medians. Separate processes differ by more than the hook costs on a
+ * real driver (launch queue, clocks), so this is the figure that resolves it.
  *
  * Launches run an empty kernel: on the real driver one built from the PTX below (no
  * nvcc needed), on the fake a zero-length one. The graph is one such kernel captured
@@ -76,6 +81,26 @@ static void *driver(const char *name)
 	return h ? dlsym(h, name) : NULL;
 }
 
+/* The driver's own definition of name, past the hook's dlsym: libc's, called directly. */
+static void *driver_own(const char *name)
+{
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	void *(*ds)(void *, const char *) = NULL;
+	if (libc != NULL)
+		ds = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
+	if (libc != NULL && ds == NULL)
+		ds = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	return ds != NULL && h != NULL ? ds(h, name) : NULL;
+}
+
+static CUresult (*d_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+			    void **, void **);
+static CUresult (*d_launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+static CUresult (*d_graph)(CUgraphExec, CUstream);
+static CUresult (*d_alloc)(CUdeviceptr *, size_t);
+static CUresult (*d_free)(CUdeviceptr);
+
 static CUfunction kernel;
 static CUgraphExec graph;
 static CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
@@ -139,11 +164,71 @@ static inline CUresult one(int op)
 	}
 }
 
+static inline CUresult one_direct(int op)
+{
+	CUdeviceptr p;
+	CUresult rc;
+	switch (op) {
+	case 0:
+		return d_launch(kernel, grid, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+	case 1:
+		return d_launch_ex(&cfg, kernel, NULL, NULL);
+	case 2:
+		return d_graph(graph, NULL);
+	default:
+		if ((rc = d_alloc(&p, 1 << 20)) != CUDA_SUCCESS)
+			return rc;
+		return d_free(p);
+	}
+}
+
+static int paired(int op, const char *name, long n, long batch)
+{
+	d_launch = (CUresult(*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+				void **, void **))driver_own("cuLaunchKernel");
+	d_launch_ex = (CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **))driver_own("cuLaunchKernelEx");
+	d_graph = (CUresult(*)(CUgraphExec, CUstream))driver_own("cuGraphLaunch");
+	d_alloc = (CUresult(*)(CUdeviceptr *, size_t))driver_own("cuMemAlloc_v2");
+	d_free = (CUresult(*)(CUdeviceptr))driver_own("cuMemFree_v2");
+	if (!d_launch || !d_launch_ex || !d_graph || !d_alloc || !d_free) {
+		fprintf(stderr, "hookbench: the driver's own functions not found\n");
+		return 1;
+	}
+	if ((void *)d_launch == (void *)cuLaunchKernel) {
+		fprintf(stderr, "hookbench: paired needs the hook preloaded\n");
+		return 1;
+	}
+	long nb = n / batch;
+	int64_t *th = malloc(sizeof(int64_t) * (size_t)nb), *td = malloc(sizeof(int64_t) * (size_t)nb);
+	if (th == NULL || td == NULL)
+		return 1;
+	for (long b = 0; b < nb; b++) {
+		for (int which = 0; which < 2; which++) {
+			int hooked = (b + which) % 2 == 0; /* alternate which goes first */
+			int64_t t0 = now_ns();
+			for (long i = 0; i < batch; i++)
+				if ((hooked ? one(op) : one_direct(op)) != CUDA_SUCCESS) {
+					fprintf(stderr, "hookbench: %s failed\n", name);
+					return 1;
+				}
+			(hooked ? th : td)[b] = now_ns() - t0;
+		}
+	}
+	CK(cuCtxSynchronize());
+	qsort(th, (size_t)nb, sizeof(*th), cmp);
+	qsort(td, (size_t)nb, sizeof(*td), cmp);
+	double h = (double)th[nb / 2] / (double)batch, d = (double)td[nb / 2] / (double)batch;
+	printf("op=%s calls=%ld paired hook_ns=%.1f direct_ns=%.1f diff_ns=%.1f\n", name, 2 * n, h, d, h - d);
+	free(th);
+	free(td);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc"};
-	if (argc != 4) {
-		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc> <calls> <batch>\n");
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "paired") == 0)) {
+		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc> <calls> <batch> [paired]\n");
 		return 2;
 	}
 	int op = -1;
@@ -160,6 +245,8 @@ int main(int argc, char **argv)
 	for (long i = 0; i < batch; i++)
 		CK(one(op));
 	CK(cuCtxSynchronize());
+	if (argc == 5)
+		return paired(op, argv[1], n, batch);
 	long nb = n / batch;
 	int64_t *t = malloc(sizeof(*t) * (size_t)nb);
 	if (t == NULL)

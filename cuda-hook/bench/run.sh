@@ -44,3 +44,22 @@ for op in launch launch-ex graph alloc; do
 			op, n, r, a, b, b-a, b/a, c, c-a, c/a, m, all_a, all_b, all_c }'
 	rm -f /tmp/hookbench.$$.*
 done
+
+# The same calls in one process, batches alternating between the hook and the
+# driver's own function: what the hook adds, free of the differences between runs.
+for op in launch launch-ex graph alloc; do
+	n=$NL batch=1000
+	if [ $op = alloc ]; then n=$NA batch=100; fi
+	for cores in 100 99; do
+		limits $cores
+		: >/tmp/hookbench.$$.diff
+		line=
+		for r in $(seq "$ROUNDS"); do
+			out=$(LD_PRELOAD=$HOOK "$BENCH" $op $n $batch paired)
+			echo "$out" | field diff_ns >>/tmp/hookbench.$$.diff
+			line="$line| $(echo "$out" | sed 's/.*paired //') "
+		done
+		echo "B3 paired op=$op cores=$cores: hook minus driver, median of rounds $(median </tmp/hookbench.$$.diff) ns/call [rounds: $line]"
+		rm -f /tmp/hookbench.$$.diff
+	done
+done
