@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "bind.h"
 
 struct tessera_state tessera = {
 	.dev_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -334,10 +335,20 @@ static int load_limits(char *why, size_t len)
 		}
 		return 0;
 	}
+	/* No limits file: on a node without NRI the agent's socket is mounted in the same
+	 * read-only directory, and the agent answers with this container's limits. Its
+	 * refusal, or no answer, refuses CUDA: never unlimited. */
+	if (access(TESSERA_BIND_SOCKET, F_OK) == 0 || errno != ENOENT) {
+		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0) {
+			snprintf(why, len, "%s", err);
+			return -1;
+		}
+		return 0;
+	}
 	char policy[300];
 	if (!env_limits_allowed(policy, sizeof(policy))) {
-		snprintf(why, len, "no limits file at %s, and standalone use is not enabled (%s)", TESSERA_LIMITS_PATH,
-			 policy);
+		snprintf(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
+			 TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
 		return -1;
 	}
 	const char *path = getenv("TESSERA_LIMITS_FILE");

@@ -113,6 +113,59 @@ config "allow-env-limits yes"
 limits 0 "$U1 1024 0 0"
 TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 1024               # the container's file wins
 
+echo "== $variant: limits from the node agent's socket (no NRI); every failure fails closed"
+SOCK=$ROOT/run/tessera/bind.sock
+# agent <mode> [arg]: a stand-in for the agent's socket, answering every caller alike.
+agent() {
+	rm -f "$SOCK.ready"
+	"$B/fake_agent" "$SOCK" "$@" &
+	agent_pid=$!
+	i=0
+	while [ ! -e "$SOCK.ready" ]; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || { echo "FAIL fake agent never listened"; exit 1; }
+		sleep 0.05
+	done
+}
+stop_agent() {
+	kill $agent_pid
+	wait $agent_pid 2>/dev/null || true
+	rm -f "$SOCK.ready"
+}
+# refused_with <text>: CUDA is refused and the hook says why.
+refused_with() {
+	LD_PRELOAD="$PRELOAD" "$T" refused 800 2>"$ROOT/refused.err" || { cat "$ROOT/refused.err"; exit 1; }
+	grep -q "$1" "$ROOT/refused.err" || { echo "FAIL hook's reason lacks \"$1\":"; cat "$ROOT/refused.err"; exit 1; }
+	pass=$((pass + 1))
+}
+reset
+printf 'version 1\ncgroup /tessera-test/%s-agent\ncontext-mib 64\ngpu %s 1024 0 0\n' "$variant" $U1 >"$ROOT/agent.limits"
+agent ok "$ROOT/agent.limits"
+t alloc direct 64 1024 64
+t meminfo 1024 64
+t fork 1024 64
+config "allow-env-limits yes"
+TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 1024               # the agent wins over env limits
+stop_agent
+agent error "container \"main\" of pod team/train: it asks for tessera.dev/gpu but the pod has no assignment"
+refused_with "the node agent refused: container \"main\" of pod team/train: it asks for"
+stop_agent
+agent silent
+refused_with "closed the connection without an answer"
+stop_agent
+agent nofd
+refused_with "came with 0 descriptors"
+stop_agent
+agent unsealed "$ROOT/agent.limits"
+refused_with "did not come sealed"
+stop_agent
+printf 'version 1\ncgroup relative\ncontext-mib 0\ngpu %s 1024 0 0\n' $U1 >"$ROOT/bad.limits"
+agent ok "$ROOT/bad.limits"
+refused_with "the node agent's limits: "
+stop_agent
+refused_with "cannot reach the node agent"                           # socket left, agent gone
+rm -f "$SOCK"
+
 echo "== $variant: compute pacing"
 reset
 limits 0 "$U1 81920 30 0"
