@@ -122,8 +122,10 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		}
 	}
 
-	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	// Docker's schema 2 media types: what a docker save tarball records, so the image
+	// read back from the tarball (docker load, push) has the digest built here.
+	img := mutate.MediaType(empty.Image, types.DockerManifestSchema2)
+	img = mutate.ConfigMediaType(img, types.DockerConfigJSON)
 	for _, l := range []struct {
 		t  *tree
 		by string
@@ -134,7 +136,7 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		}
 		img, err = mutate.Append(img, mutate.Addendum{
 			Layer:     layer,
-			MediaType: types.OCILayer,
+			MediaType: types.DockerLayer,
 			History:   v1.History{Created: v1.Time{Time: created}, CreatedBy: l.by},
 		})
 		if err != nil {
@@ -183,7 +185,7 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 	return &Result{Ref: ref, Digest: digest, Path: out, Packages: pkgs}, nil
 }
 
-// layer writes the tree to memory and makes a gzip-compressed OCI layer of it.
+// layer writes the tree to memory and makes a gzip-compressed layer of it.
 func (t *tree) layer(mtime time.Time) (v1.Layer, error) {
 	var buf bytes.Buffer
 	if err := t.writeTar(&buf, mtime); err != nil {
@@ -192,7 +194,7 @@ func (t *tree) layer(mtime time.Time) (v1.Layer, error) {
 	data := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.DockerLayer))
 }
 
 // baseFiles are in every image: root and the nonroot user (65532, as in the distroless

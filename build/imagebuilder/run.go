@@ -39,14 +39,19 @@ func loadImage(file string) (v1.Image, *v1.ConfigFile, error) {
 // which must exist. Nothing in the image can write outside dir: paths are resolved
 // inside it, symbolic links included.
 func unpack(img v1.Image, dir string) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	return unpackTar(rc, dir)
+}
+
+// unpackTar writes a flattened root filesystem tar into dir.
+func unpackTar(r io.Reader, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tr := tar.NewReader(rc)
+	tr := tar.NewReader(r)
 	type dirMode struct {
 		name string
 		mode fs.FileMode
