@@ -81,7 +81,23 @@ type Args struct {
 	// InventoryStaleness is how old a node's inventory heartbeat may be before the node
 	// takes no new GPU pods (default 5m; 0s disables the check).
 	InventoryStaleness *metav1.Duration `json:"inventoryStaleness,omitempty"`
+
+	// AssignmentWrite is how the assignment annotation reaches the pod: Binding
+	// (default) carries it in the pod's binding, one atomic write, and needs the plugin
+	// first in the profile's bind list; PreBind merge-patches the pod before another
+	// Bind plugin binds it (two writes).
+	AssignmentWrite AssignmentWrite `json:"assignmentWrite,omitempty"`
 }
+
+// AssignmentWrite names how the plugin writes the assignment annotation.
+type AssignmentWrite string
+
+const (
+	// WriteBinding sends the annotation in the binding that sets the pod's node.
+	WriteBinding AssignmentWrite = "Binding"
+	// WritePreBind patches the annotation onto the pod in PreBind.
+	WritePreBind AssignmentWrite = "PreBind"
+)
 
 // Defaults are process-wide defaults for fields a profile leaves empty; the scheduler
 // binary sets them from its --gpu-node-policy and --gpu-device-policy flags.
@@ -143,6 +159,9 @@ func (a *Args) SetDefaults(d Defaults) {
 	if a.InventoryStaleness == nil {
 		a.InventoryStaleness = &metav1.Duration{Duration: defaultStaleness}
 	}
+	if a.AssignmentWrite == "" {
+		a.AssignmentWrite = WriteBinding
+	}
 }
 
 // Validate returns the first invalid field, named by its path in the profile.
@@ -180,6 +199,9 @@ func (a *Args) Validate() error {
 		if err := a.ResourceNames.Validate(p + ".resourceNames"); err != nil {
 			return err
 		}
+	}
+	if a.AssignmentWrite != WriteBinding && a.AssignmentWrite != WritePreBind {
+		return fmt.Errorf("%s.assignmentWrite: %q is not a write mode; use Binding or PreBind", p, a.AssignmentWrite)
 	}
 	if a.InventoryStaleness != nil && a.InventoryStaleness.Duration < 0 {
 		return fmt.Errorf("%s.inventoryStaleness: %s is negative", p, a.InventoryStaleness.Duration)

@@ -18,7 +18,8 @@ func TestDecodeArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if args.NodePolicy != Binpack || args.DevicePolicy != Binpack || args.MaxTenantsPerGPU != 10 || *args.ResourceNames != api.DefaultResourceNames() ||
-		args.InventoryStaleness.Duration.String() != "5m0s" || !*args.AllowPodPolicyOverride || args.TopologyWeight != 2 {
+		args.InventoryStaleness.Duration.String() != "5m0s" || !*args.AllowPodPolicyOverride || args.TopologyWeight != 2 ||
+		args.AssignmentWrite != WriteBinding {
 		t.Errorf("defaults: %+v", args)
 	}
 	// Flag defaults fill what a profile leaves empty, and only that.
@@ -29,6 +30,9 @@ func TestDecodeArgs(t *testing.T) {
 	args, err = DecodeArgs(raw(`{"resourceDomain":"nvidia.com"}`), Defaults{})
 	if err != nil || args.ResourceNames.GPUMemory != "nvidia.com/gpu-memory" {
 		t.Errorf("resourceDomain: %+v %v", args.ResourceNames, err)
+	}
+	if args, err = DecodeArgs(raw(`{"assignmentWrite":"PreBind"}`), Defaults{}); err != nil || args.AssignmentWrite != WritePreBind {
+		t.Errorf("assignmentWrite: %+v %v", args, err)
 	}
 	args, err = DecodeArgs(&runtime.Unknown{Raw: []byte("devicePolicy: Spread\nmaxTenantsPerGPU: 4\n"), ContentType: runtime.ContentTypeYAML}, Defaults{})
 	if err != nil || args.DevicePolicy != Spread || args.MaxTenantsPerGPU != 4 {
@@ -46,6 +50,7 @@ func TestDecodeArgs(t *testing.T) {
 		{`{"resourceDomain":"a.io","resourceNames":{"gpu":"b.io/gpu","gpuMemory":"b.io/m","gpuMemoryPercent":"b.io/p","gpuCores":"b.io/c"}}`, `set either resourceDomain or resourceNames`},
 		{`{"nodePolicy":"Binpack","bogus":1}`, `unknown field "bogus"`},
 		{`{"maxTenantsPerGPU":"ten"}`, `cannot unmarshal`},
+		{`{"assignmentWrite":"Patch"}`, `assignmentWrite: "Patch" is not a write mode`},
 	} {
 		if _, err := DecodeArgs(raw(tc.in), Defaults{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("DecodeArgs(%s) = %v, want %q", tc.in, err, tc.want)

@@ -2,21 +2,27 @@ package gpushare
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
-// fakeHandle gives the plugin the two things it uses from the framework: the
-// snapshot (Reserve reads the node) and the client (PreBind writes the pod).
+// fakeHandle gives the plugin the things it uses from the framework: the snapshot
+// (Reserve reads the node), the client (Bind or PreBind writes the pod) and, when
+// binders is set, the profile's Bind plugins.
 type fakeHandle struct {
 	fwk.Handle
 	lister fwk.SharedLister
@@ -26,6 +32,54 @@ type fakeHandle struct {
 func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { return h.lister }
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return nil }
+func (h *fakeHandle) APICacher() fwk.APICacher                               { return nil }
+
+// listingHandle is a fakeHandle that also lists the profile's plugins, as the
+// framework does.
+type listingHandle struct {
+	*fakeHandle
+	binders []string
+}
+
+func (h *listingHandle) ListPlugins() *config.Plugins {
+	ps := &config.Plugins{}
+	for _, b := range h.binders {
+		ps.Bind.Enabled = append(ps.Bind.Enabled, config.Plugin{Name: b})
+	}
+	return ps
+}
+
+// bindLikeAPIServer makes the fake clientset handle pods/binding as the API server
+// does: the binding's UID must match, the pod must be unbound, and the binding's
+// annotations are merged onto the pod in the same update that sets its node.
+func bindLikeAPIServer(client *fake.Clientset) {
+	gvr := v1.SchemeGroupVersion.WithResource("pods")
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := action.(k8stesting.CreateAction).GetObject().(*v1.Binding)
+		obj, err := client.Tracker().Get(gvr, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*v1.Pod).DeepCopy()
+		if b.UID != "" && b.UID != pod.UID {
+			return true, nil, apierrors.NewConflict(v1.Resource("pods/binding"), b.Name, fmt.Errorf("precondition failed: UID in precondition: %s, UID in object meta: %s", b.UID, pod.UID))
+		}
+		if pod.Spec.NodeName != "" {
+			return true, nil, apierrors.NewConflict(v1.Resource("pods/binding"), b.Name, fmt.Errorf("pod %v is already assigned to node %q", pod.Name, pod.Spec.NodeName))
+		}
+		pod.Spec.NodeName = b.Target.Name
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		for k, v := range b.Annotations {
+			pod.Annotations[k] = v
+		}
+		return true, b, client.Tracker().Update(gvr, pod, b.Namespace)
+	})
+}
 
 type env struct {
 	t      testing.TB
@@ -43,6 +97,7 @@ func newEnv(t testing.TB, args *Args, nodes []*v1.Node, pods ...*v1.Pod) *env {
 		args = &Args{}
 	}
 	client := fake.NewClientset()
+	bindLikeAPIServer(client)
 	for _, p := range pods {
 		if _, err := client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1CreateOpts); err != nil {
 			t.Fatal(err)
@@ -127,8 +182,8 @@ func (e *env) cycle(pod *v1.Pod) *cycleResult {
 	return r
 }
 
-// schedule runs a whole cycle plus Reserve and PreBind on the best node and returns
-// the assignment written to the API.
+// schedule runs a whole cycle plus Reserve, PreBind and Bind on the best node, as the
+// framework does, and returns the assignment written to the API.
 func (e *env) schedule(pod *v1.Pod) (*cycleResult, string) {
 	e.t.Helper()
 	e.addPendingPod(pod)
@@ -142,6 +197,9 @@ func (e *env) schedule(pod *v1.Pod) (*cycleResult, string) {
 	}
 	if st := e.pl.PreBind(ctx, r.state, pod, r.best); !st.IsSuccess() {
 		e.t.Fatalf("PreBind(%s): %v", r.best, st)
+	}
+	if st := e.pl.Bind(ctx, r.state, pod, r.best); !st.IsSuccess() && !st.IsSkip() {
+		e.t.Fatalf("Bind(%s): %v", r.best, st)
 	}
 	got, err := e.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1GetOpts)
 	if err != nil {
@@ -158,4 +216,6 @@ func (e *env) schedule(pod *v1.Pod) (*cycleResult, string) {
 var (
 	metav1CreateOpts = metav1.CreateOptions{}
 	metav1GetOpts    = metav1.GetOptions{}
+	metav1UpdateOpts = metav1.UpdateOptions{}
+	metav1DeleteOpts = metav1.DeleteOptions{}
 )

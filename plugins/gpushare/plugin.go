@@ -2,7 +2,8 @@
 // GPUs of specific nodes. PreFilter parses a pod's request, Filter finds GPUs for every
 // container on a node, Score applies the node-level policy and topology, Reserve picks
 // the exact GPUs by the GPU-level policy and assumes them in the plugin's cache, and
-// PreBind writes the assignment annotation that the node agent enforces.
+// Bind binds the pod with the assignment annotation that the node agent enforces
+// (or, with assignmentWrite: PreBind, PreBind patches it on before another binder).
 package gpushare
 
 import (
@@ -39,6 +40,8 @@ type Plugin struct {
 	now       func() time.Time
 	// workload is the recent mix of GPU pods, for the Fragmentation policy.
 	workload *workloadModel
+	// bind records whether this profile binds GPU pods itself (see bindsPods).
+	bind bindMode
 }
 
 var (
@@ -49,6 +52,7 @@ var (
 	_ fwk.ScorePlugin         = &Plugin{}
 	_ fwk.ReservePlugin       = &Plugin{}
 	_ fwk.PreBindPlugin       = &Plugin{}
+	_ fwk.BindPlugin          = &Plugin{}
 	_ fwk.EnqueueExtensions   = &Plugin{}
 	_ fwk.SignPlugin          = &Plugin{}
 )

@@ -408,7 +408,7 @@ func TestReserveUnreserve(t *testing.T) {
 }
 
 func TestPreBindWritesAnnotation(t *testing.T) {
-	e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
+	e := newEnv(t, &Args{AssignmentWrite: WritePreBind}, []*v1.Node{t4(t, "n")})
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048", cores: "25"})
 	_, raw := e.schedule(pod)
 	got := placed(t, raw)

@@ -17,26 +17,29 @@ import (
 )
 
 // PreBindPreFlight skips pods without GPU requests, so that they bind without waiting
-// on this plugin.
-func (pl *Plugin) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+// on this plugin, and every pod when the assignment travels in the binding (Bind): the
+// scheduler then has no PreBind work to announce and writes no nominatedNodeName.
+func (pl *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	if s.skip {
+	if s.skip || pl.bindsPods(ctx) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
-// PreBind writes the assignment annotation: the plugin's only API write. A failure
-// makes the framework call Unreserve.
+// PreBind merge-patches the assignment annotation onto the pod when the profile writes
+// it in PreBind (assignmentWrite: PreBind, or the plugin is not the first binder);
+// otherwise Bind carries it and PreBind has nothing to do. A failure makes the
+// framework call Unreserve.
 func (pl *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.skip {
+	if s.skip || pl.bindsPods(ctx) {
 		return nil
 	}
 	if s.assignment == nil || s.assignment.Node != nodeName {
