@@ -164,6 +164,35 @@ agent:
 	}
 }
 
+// TestRenderBindFallback: the agent without NRI gets the fallback flags, its socket
+// directory at its host path, and may watch pods.
+func TestRenderBindFallback(t *testing.T) {
+	ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system",
+		Set: []string{"agent.nri.enabled=false", "agent.bindFallback.enabled=true", "agent.hostPaths.bindSocket=/run/tessera-bind/agent.sock"}, KubeVersion: "1.37.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := find(t, ms, "DaemonSet", "gpu-node-agent")
+	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	c := spec["containers"].([]any)[0].(map[string]any)
+	joined := fmt.Sprint(c["args"])
+	for _, s := range []string{"--nri=false", "--bind-fallback=true", "--bind-socket=/run/tessera-bind/agent.sock"} {
+		if !strings.Contains(joined, s) {
+			t.Errorf("agent args lack %s: %s", s, joined)
+		}
+	}
+	if got := fmt.Sprint(c["volumeMounts"]); !strings.Contains(got, "mountPath:/run/tessera-bind name:bind") {
+		t.Errorf("mounts %s", got)
+	}
+	if got := fmt.Sprint(spec["volumes"]); !strings.Contains(got, "path:/run/tessera-bind") {
+		t.Errorf("volumes %s", got)
+	}
+	role := find(t, ms, "ClusterRole", "gpu-node-agent")
+	if got := fmt.Sprint(role["rules"]); !strings.Contains(got, "verbs:[list watch]") {
+		t.Errorf("rules %s", got)
+	}
+}
+
 // TestRenderRejects checks that bad values fail with a message naming the problem,
 // at render time rather than in the cluster.
 func TestRenderRejects(t *testing.T) {
@@ -180,6 +209,8 @@ func TestRenderRejects(t *testing.T) {
 		{"device plugin name mismatch", []string{"resourceNames.gpu=a.io/gpus,resourceNames.gpuMemory=a.io/mem,resourceNames.gpuMemoryPercent=a.io/p,resourceNames.gpuCores=a.io/c"}, "", "a.io/gpu"},
 		{"relative host path", []string{"agent.hostPaths.limitsRoot=run/tessera"}, "", "limitsRoot"},
 		{"watchdog action", []string{"agent.watchdog.action=stop"}, "", "action"},
+		{"fallback binding with NRI", []string{"agent.bindFallback.enabled=true"}, "", "agent.nri.enabled=false"},
+		{"fallback binding without the hook", []string{"agent.bindFallback.enabled=true", "agent.nri.enabled=false", "agent.hook.enabled=false"}, "", "agent.hook.enabled"},
 		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
