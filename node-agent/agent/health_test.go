@@ -134,7 +134,7 @@ func TestHealthInventory(t *testing.T) {
 
 	// A wedged loop: seen from a clock 5s ahead, the last pass is older than the 1s
 	// stall limit.
-	a.Health.Now = func() time.Time { return time.Now().Add(5 * time.Second) }
+	a.Health.SetClock(func() time.Time { return time.Now().Add(5 * time.Second) })
 	waitProbe(t, base+"/healthz", 503, "[-]inventory failed: inventory poll loop: last pass")
 }
 
@@ -162,7 +162,7 @@ func TestHealthNRIAndDevicePlugin(t *testing.T) {
 		}
 	}
 	waitProbe(t, base+"/healthz?verbose", 200, "[+]watchdog ok")
-	a.Health.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	a.Health.SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
 	body = waitProbe(t, base+"/healthz", 503, "[-]nri failed: not connected to the runtime's NRI socket")
 	if !strings.Contains(body, "for 2m") {
 		t.Errorf("healthz does not say for how long: %q", body)

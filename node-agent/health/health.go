@@ -27,11 +27,16 @@ type Check struct {
 
 // Checker holds the checks. It is safe for concurrent use.
 type Checker struct {
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
-
 	mu     sync.Mutex
+	now    func() time.Time // the clock; time.Now when nil
 	checks []Check
+}
+
+// SetClock replaces the clock the checks are given (tests move it forward).
+func (c *Checker) SetClock(now func() time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
 }
 
 // Add registers a check.
@@ -39,13 +44,6 @@ func (c *Checker) Add(ch Check) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.checks = append(c.checks, ch)
-}
-
-func (c *Checker) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
 }
 
 // Result is the outcome of one probe.
@@ -57,8 +55,12 @@ type Result struct {
 func (c *Checker) run(ready bool) Result {
 	c.mu.Lock()
 	checks := append([]Check(nil), c.checks...)
+	clock := c.now
 	c.mu.Unlock()
-	now := c.now()
+	if clock == nil {
+		clock = time.Now
+	}
+	now := clock()
 	r := Result{OK: true}
 	for _, ch := range checks {
 		f := ch.Live

@@ -51,7 +51,8 @@ func get(t *testing.T, h http.Handler, path string) (int, string) {
 
 func TestEndpoints(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := &Checker{Now: func() time.Time { return now }}
+	c := &Checker{}
+	c.SetClock(func() time.Time { return now })
 	var liveErr, readyErr error
 	c.Add(Check{Name: "loop",
 		Live:  func(at time.Time) error { return liveErr },
