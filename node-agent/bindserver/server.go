@@ -77,6 +77,9 @@ type Config struct {
 	// MaxConcurrent bounds the callers served at once; others wait for a slot.
 	// Default 64.
 	MaxConcurrent int
+	// RequestTimeout bounds the wait for a caller's request, so that connections
+	// that say nothing cannot hold the slots. Default 2s.
+	RequestTimeout time.Duration
 	// OnRefused is told of every refusal with the reason the hook prints; pod is nil
 	// when no pod is known (the event then has nowhere to go).
 	OnRefused func(pod *corev1.Pod, container, reason string)
@@ -117,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 2 * time.Second
 	}
 	return &Server{cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), peer: peerCredentials}, nil
 }
@@ -218,13 +224,18 @@ func (r *refusal) Error() string { return r.reason }
 
 func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(s.cfg.StatusWait + 10*time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	buf := make([]byte, 64)
 	n, err := c.Read(buf)
 	if err != nil || string(buf[:n]) != Request {
+		if err != nil {
+			s.cfg.Log.V(1).Info("a caller sent no request", "error", err.Error())
+			return
+		}
 		s.reply(c, nil, &refusal{reason: fmt.Sprintf("the agent expected %q", strings.TrimSpace(Request))})
 		return
 	}
+	_ = c.SetDeadline(time.Now().Add(s.cfg.StatusWait + 10*time.Second))
 	limits, err := s.bind(ctx, c)
 	s.reply(c, limits, err)
 }

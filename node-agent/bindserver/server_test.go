@@ -70,7 +70,7 @@ type env struct {
 	refused []string
 }
 
-func newEnv(t *testing.T, wait time.Duration) *env {
+func newEnv(t *testing.T, wait time.Duration, opts ...func(*Config)) *env {
 	t.Helper()
 	// Unix socket paths are short (108 bytes): keep the directory short too.
 	dir, err := os.MkdirTemp("", "tb")
@@ -94,7 +94,7 @@ func newEnv(t *testing.T, wait time.Duration) *env {
 	}
 	e := &env{t: t, dir: dir, socket: filepath.Join(dir, "bind", "bind.sock"), proc: filepath.Join(dir, "proc"),
 		pods: &fakePods{pods: map[string]*corev1.Pod{}}, binder: b}
-	e.srv, err = New(Config{
+	cfg := Config{
 		Socket: e.socket, ProcRoot: e.proc, Pods: e.pods, Binder: b, StatusWait: wait, StatusPoll: 20 * time.Millisecond,
 		OnRefused: func(pod *corev1.Pod, c, reason string) {
 			e.mu.Lock()
@@ -106,7 +106,11 @@ func newEnv(t *testing.T, wait time.Duration) *env {
 			e.refused = append(e.refused, who+": "+reason)
 		},
 		Log: logr.Discard(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.srv, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +283,34 @@ func TestRefusals(t *testing.T) {
 	n, _ := c.Read(buf)
 	if !strings.HasPrefix(string(buf[:n]), "error the agent expected") {
 		t.Errorf("reply %q", buf[:n])
+	}
+}
+
+// Connections that never send a request are dropped after RequestTimeout, so they
+// cannot keep other callers waiting for long.
+func TestSilentCallersDoNotBlock(t *testing.T) {
+	e := newEnv(t, time.Second, func(c *Config) { c.RequestTimeout = 200 * time.Millisecond })
+	e.caller("0::" + cg + "\n")
+	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
+	var idle []net.Conn
+	for i := 0; i < 80; i++ { // more than MaxConcurrent (64)
+		c, err := net.Dial("unixpacket", e.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	if _, err := Fetch(e.socket, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a caller waited %s behind silent connections", d)
 	}
 }
 
