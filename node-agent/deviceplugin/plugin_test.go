@@ -184,9 +184,20 @@ func TestRegisterWhenKubeletAppearsLater(t *testing.T) {
 	defer cancel()
 	go func() { _ = p.Run(ctx) }()
 	time.Sleep(200 * time.Millisecond)
+	if ok, _, _ := p.Registered(); ok {
+		t.Error("registered before kubelet is up")
+	}
 	k := startKubelet(t, dir)
 	defer k.srv.Stop()
 	k.await(t)
+	select {
+	case <-p.registered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no registration")
+	}
+	if ok, since, err := p.Registered(); !ok || since.IsZero() || err != nil {
+		t.Errorf("Registered() after registration: %v %v %v", ok, since, err)
+	}
 }
 
 func TestDevicesMIGAndConfig(t *testing.T) {
