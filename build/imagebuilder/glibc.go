@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -104,4 +105,19 @@ func compareVersion(a, b []int) int {
 		}
 	}
 	return 0
+}
+
+// checkStatic fails unless file is an ELF executable without a program interpreter.
+func checkStatic(file string) error {
+	f, err := elf.Open(file)
+	if err != nil {
+		return fmt.Errorf("%s: want a static ELF executable: %w", file, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked, and the image has no C library to run it (build it with CGO_ENABLED=0)", file)
+		}
+	}
+	return nil
 }

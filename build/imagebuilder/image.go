@@ -105,6 +105,11 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		if err := app.file(f.Dst, src, mode); err != nil {
 			return nil, fmt.Errorf("file %s (for %s): %w", f.Src, f.Dst, err)
 		}
+		if f.Static {
+			if err := checkStatic(src); err != nil {
+				return nil, err
+			}
+		}
 		if f.MaxGLIBC != "" {
 			if err := checkGLIBC(ctx, src, f.MaxGLIBC); err != nil {
 				return nil, err

@@ -296,8 +296,8 @@ func TestRepositorySpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.User != "65532:65532" || s.Debian != nil {
-		t.Errorf("scheduler: user %q, debian %v: want nonroot on an empty base", s.User, s.Debian)
+	if s.User != "65532:65532" || s.Debian != nil || !s.Files[0].Static {
+		t.Errorf("scheduler: user %q, debian %v, static %v: want a static binary, nonroot on an empty base", s.User, s.Debian, s.Files[0].Static)
 	}
 	a, err := LoadSpec("../tessera-node-agent.yaml")
 	if err != nil {
@@ -510,6 +510,28 @@ int main(int argc, char **argv) {
 		t.Skipf("cannot link a static program here (%v): %s", err, o)
 	}
 	return out
+}
+
+func TestStatic(t *testing.T) {
+	root := testRoot(t)
+	s := testSpec()
+	s.Files[0].Static = true
+	if _, err := Build(context.Background(), s, opts(root, t.TempDir())); err == nil || !strings.Contains(err.Error(), "want a static ELF") {
+		t.Errorf("a script as a static binary: %v", err)
+	}
+	tool := staticProgram(t)
+	if err := checkStatic(tool); err != nil {
+		t.Errorf("static program: %v", err)
+	}
+	dyn := filepath.Join(t.TempDir(), "dyn")
+	c := exec.Command("gcc", "-O2", "-o", dyn, "-x", "c", "-")
+	c.Stdin = strings.NewReader("int main(void) { return 0; }\n")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	if err := checkStatic(dyn); err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0") {
+		t.Errorf("dynamic program: %v", err)
+	}
 }
 
 func TestRunInChroot(t *testing.T) {

@@ -50,6 +50,9 @@ type File struct {
 	// MaxGLIBC, e.g. "2.28", fails the build if objdump -T shows the file needing a
 	// newer glibc symbol version.
 	MaxGLIBC string `json:"maxGLIBC,omitempty"`
+	// Static fails the build unless the file is a statically linked ELF executable
+	// (no program interpreter): what an image without a C library needs.
+	Static bool `json:"static,omitempty"`
 }
 
 var (
