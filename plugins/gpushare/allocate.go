@@ -118,6 +118,40 @@ type allocation struct {
 	used []usage
 	// model is the node the allocation was made on.
 	model *nodeModel
+
+	// Backing storage for the slices above on nodes of up to inlineDevices devices and
+	// pods of one GPU container: Filter allocates one allocation per node, nothing more.
+	placeBuf [1]placement
+	devBuf   [inlineDevices]int
+	memBuf   [inlineDevices]int64
+	usedBuf  [inlineDevices]usage
+}
+
+// inlineDevices is how many devices an allocation holds without further allocation.
+const inlineDevices = 8
+
+// newAllocation returns an allocation holding a copy of used.
+func newAllocation(used []usage) *allocation {
+	a := &allocation{topology: 1}
+	a.placements = a.placeBuf[:0]
+	if len(used) <= inlineDevices {
+		a.used = a.usedBuf[:len(used)]
+		copy(a.used, used)
+	} else {
+		a.used = append([]usage(nil), used...)
+	}
+	return a
+}
+
+// take returns n ints and n int64s from the allocation's inline storage, or new
+// slices once it is used up.
+func (a *allocation) take(n int, dev *int) ([]int, []int64) {
+	if *dev+n <= inlineDevices {
+		d, m := a.devBuf[*dev:*dev+n:*dev+n], a.memBuf[*dev:*dev+n:*dev+n]
+		*dev += n
+		return d, m
+	}
+	return make([]int, n), make([]int64, n)
 }
 
 // allocFailure explains why a pod does not fit a node.
@@ -129,19 +163,22 @@ type allocFailure struct {
 func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg) }
 
 // allocate places every GPU container of p on the node described by m, starting from
-// used (which it modifies). It is a pure function of its inputs: Filter, Reserve and
-// preemption's AddPod all use it, so they always agree.
+// used. It is a pure function of its inputs (used is copied, not modified): Filter,
+// Reserve and preemption's AddPod all use it, so they always agree.
 func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
-	a := &allocation{topology: 1}
-	freeBefore := freeIslandMask(m, used)
-	multi, topoSum := 0, 0.0
+	a := newAllocation(used)
+	used = a.used
+	freeBefore := freeIslands(m, used)
+	multi, topoSum, taken := 0, 0.0, 0
 	for _, ci := range p.order {
 		c := &p.req.Containers[ci]
-		devs, fail := pickDevices(m, used, p, c, w)
+		devs, mem := a.take(c.GPUs, &taken)
+		picked, fail := pickDevices(m, used, p, c, w, devs)
 		if fail != nil {
 			return nil, fail
 		}
-		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: make([]int64, len(devs))}
+		copy(devs, picked)
+		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: mem}
 		for k, i := range devs {
 			need := c.MemoryOn(m.devices[i].memoryMiB)
 			pl.memMiB[k] = need
@@ -159,25 +196,39 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 		a.topology = topoSum / float64(multi)
 		a.multiGPU = true
 	}
-	freeAfter := freeIslandMask(m, used)
-	for k := range freeBefore {
-		if freeBefore[k] {
+	freeAfter := freeIslands(m, used)
+	for k := range m.islands {
+		if freeBefore.has(k) {
 			a.freeIslands++
-			if !freeAfter[k] {
+			if !freeAfter.has(k) {
 				a.brokenIslands++
 			}
 		}
 	}
-	a.used, a.model = used, m
+	a.model = m
 	return a, nil
 }
 
-// freeIslandMask reports for every NVLink island whether all its devices are unused.
-func freeIslandMask(m *nodeModel, used []usage) []bool {
-	if len(m.islands) == 0 {
-		return nil
+// islandSet is a set of NVLink islands by position in nodeModel.islands: a bit mask
+// for the first 64, a slice beyond.
+type islandSet struct {
+	mask uint64
+	more []bool
+}
+
+func (s *islandSet) has(k int) bool {
+	if k < 64 {
+		return s.mask&(1<<uint(k)) != 0
 	}
-	out := make([]bool, len(m.islands))
+	return s.more[k-64]
+}
+
+// freeIslands reports the NVLink islands whose devices are all unused.
+func freeIslands(m *nodeModel, used []usage) islandSet {
+	var s islandSet
+	if len(m.islands) > 64 {
+		s.more = make([]bool, len(m.islands)-64)
+	}
 	for k, isl := range m.islands {
 		free := true
 		for _, i := range isl {
@@ -186,9 +237,15 @@ func freeIslandMask(m *nodeModel, used []usage) []bool {
 				break
 			}
 		}
-		out[k] = free
+		switch {
+		case !free:
+		case k < 64:
+			s.mask |= 1 << uint(k)
+		default:
+			s.more[k-64] = true
+		}
 	}
-	return out
+	return s
 }
 
 // fits reports whether container c fits device i given used.
@@ -254,8 +311,9 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 	return sum / float64(n)
 }
 
-// pickDevices chooses c.GPUs distinct devices for container c, or explains why none fit.
-func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) ([]int, *allocFailure) {
+// pickDevices chooses c.GPUs distinct devices for container c, or explains why none
+// fit. A single device is returned in dst's storage.
+func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int) ([]int, *allocFailure) {
 	// Candidates live on the stack for nodes of up to 16 devices: Filter runs this for
 	// every node of every GPU pod.
 	var candBuf [16]int
@@ -276,9 +334,9 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 	}
 	if c.GPUs == 1 {
 		if p.devicePolicy == Fragmentation && len(p.fragShapes) > 0 {
-			return []int{pickByFragmentation(m, used, p, c, w, cand)}, nil
+			return append(dst[:0], pickByFragmentation(m, used, p, c, w, cand)), nil
 		}
-		return []int{pickBest(m, used, c, w, cand, p.devicePolicy)}, nil
+		return append(dst[:0], pickBest(m, used, c, w, cand, p.devicePolicy)), nil
 	}
 	return pickSet(m, used, p, c, w, cand)
 }
