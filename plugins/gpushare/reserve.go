@@ -12,7 +12,7 @@ import (
 )
 
 // Reserve chooses the exact GPUs on the chosen node against the cache's current
-// state and assumes them. It touches memory only; PreBind does the API write.
+// state and assumes them. It touches memory only; Bind (or PreBind) does the API write.
 func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {

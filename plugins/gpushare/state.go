@@ -29,7 +29,7 @@ type cycleState struct {
 	// only ever changed on a cloned state, one node at a time, so it needs no lock.
 	overlay map[string]*nodeDelta
 
-	// assignment is what Reserve chose; PreBind writes it.
+	// assignment is what Reserve chose; Bind (or PreBind) writes it.
 	assignment *api.PodAssignment
 }
 
