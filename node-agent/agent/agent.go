@@ -330,6 +330,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			return nil
 		}})
 	}
+	if a.Fallback != nil {
+		c.Add(health.Check{Name: "fallback-binding", Ready: func(time.Time) error {
+			if !a.Fallback.server.Serving() {
+				return fmt.Errorf("not serving %s yet (waiting for the pod cache)", a.cfg.BindSocket)
+			}
+			return nil
+		}})
+	}
 	if a.Watchdog != nil {
 		c.Add(health.Check{Name: "watchdog", Live: func(now time.Time) error {
 			return a.Watchdog.Progress().Stalled(now, stall, "watchdog loop")

@@ -132,9 +132,12 @@ func TestFallbackAgent(t *testing.T) {
 			t.Error(err)
 		}
 	}()
+	if a.Fallback.server.Serving() {
+		t.Error("serving before Run")
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(socket); err == nil {
+		if _, err := os.Stat(socket); err == nil && a.Fallback.server.Serving() {
 			break
 		}
 		if time.Now().After(deadline) {

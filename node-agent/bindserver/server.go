@@ -94,8 +94,9 @@ type Server struct {
 	// lacks what it needs.
 	peer func(*net.UnixConn) (pid int, pidfd int, err error)
 
-	mu sync.Mutex
-	l  *net.UnixListener
+	mu     sync.Mutex
+	l      *net.UnixListener
+	closed bool
 }
 
 // New checks cfg.
@@ -162,6 +163,13 @@ func (s *Server) Listen() error {
 	return nil
 }
 
+// Serving reports whether the socket is listening.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.l != nil && !s.closed
+}
+
 // Run serves until ctx is done, calling Listen first if it was not called.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
@@ -175,6 +183,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	go func() {
 		<-ctx.Done()
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		l.Close()
 	}()
 	s.cfg.Log.Info("serving the fallback binding", "socket", s.cfg.Socket)
