@@ -65,8 +65,9 @@ type Args struct {
 	PolicyWeight int64 `json:"policyWeight,omitempty"`
 	// TopologyWeight is the weight of GPU locality for multi-GPU containers (default 2).
 	TopologyWeight int64 `json:"topologyWeight,omitempty"`
-	// IslandWeight is the weight of keeping free NVLink islands whole for pods that
-	// will need them (default 1).
+	// IslandWeight is how many score points (of 100) Binpack takes off a placement
+	// for every fully free NVLink island it breaks up, keeping islands whole for the
+	// pods that will need them (default 1: a tie breaker next to best fit).
 	IslandWeight int64 `json:"islandWeight,omitempty"`
 
 	// MaxTenantsPerGPU bounds how many containers may share one GPU (default 10).

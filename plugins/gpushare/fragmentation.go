@@ -308,10 +308,12 @@ func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, c
 	return best
 }
 
-// fragPackPerGPU is how much each free GPU left on the node weighs against
-// fragmentation, in GPUs: one step of the normalised score per free GPU, so that it
-// only decides between placements whose fragmentation is within a few hundredths.
-const fragPackPerGPU = 0.01
+// fragFitWeight is how much best fit (nodeState.left, 0..1: free GPU and CPU against
+// the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
+// of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
+// decides between placements that fragment alike, and it keeps CPU-heavy pods off
+// nodes whose GPUs are still free.
+const fragFitWeight = 0.16
 
 // fragScale turns a fragmentation change in GPUs into the raw score's integer units
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
@@ -321,7 +323,7 @@ const fragScale = 1000
 // node policy: minus the increase of the node's fragmentation (GPUs × fragScale), with
 // GPU locality counted for multi-GPU pods. NormalizeScore maps it to the framework's
 // range over the nodes of the cycle.
-func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeInfo) int64 {
+func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale) int64 {
 	w := &pl.w
 	m := a.model
 	shapes := s.info.fragShapes
@@ -343,9 +345,10 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 	}
 	after := newFragStats(m, a.used, shapes, w)
 	delta := after.value(shapes, hostAfter) - newFragStats(m, before, shapes, w).value(shapes, hostBefore)
-	// Among placements that fragment alike, the fuller node wins (best fit): spreading
-	// ties at random would use up the empty nodes that the largest pods need.
-	raw := w.policy * -(delta + fragPackPerGPU*after.total)
+	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
+	// and CPU): spreading ties at random would use up the empty nodes that the largest
+	// pods need.
+	raw := w.policy * -(delta + fragFitWeight*leftover(m, a.used, ni, f, w))
 	if a.multiGPU {
 		raw += w.topology * (a.topology - 1)
 	}
@@ -354,9 +357,10 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 
 // hostOnlyScore is the raw Fragmentation score of a pod without GPUs: its CPU and
 // memory can leave a node's free GPUs without the host capacity GPU pods need, which
-// is as much fragmentation as a badly placed fraction. Nodes without GPUs score 0 (no
-// change), so such pods prefer them.
-func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo) int64 {
+// is as much fragmentation as a badly placed fraction; best fit then prefers the node
+// with the least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so
+// such pods prefer them.
+func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo, f *fitScale) int64 {
 	if info == nil {
 		return 0
 	}
@@ -377,6 +381,7 @@ func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo) int64 {
 			delta += s.weight * (st.total - st.small[k])
 		}
 	}
+	delta += fragFitWeight * leftover(v.model, v.used, ni, f, &pl.w)
 	return int64(math.Round(-pl.w.policy * delta * fragScale))
 }
 

@@ -86,8 +86,9 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	}
 	// Raw scores are minus the fragmentation increase in 1/1000 GPU: the learned
 	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
-	// the pack term charges the one GPU left free.
-	wantHoley := int64(math.Round(fragScale * (0.5*20/21 - fragPackPerGPU*1)))
+	// the best-fit term charges what is left: one GPU of the largest node's two,
+	// weighted ½ (the test nodes publish no CPU).
+	wantHoley := int64(math.Round(fragScale * (0.5*20/21 - fragFitWeight*0.5*1/2)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}

@@ -69,8 +69,15 @@ func TestPodWithoutGPUIsSkippedEverywhere(t *testing.T) {
 	if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSkip() {
 		t.Fatalf("PreFilter = %v, want Skip", st)
 	}
-	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSkip() {
-		t.Errorf("PreScore = %v, want Skip", st)
+	// Binpack (the default) still scores it, by best fit (TestBestFit); Spread skips.
+	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
+		t.Errorf("Binpack PreScore = %v, want Success", st)
+	}
+	sp := newEnv(t, &Args{NodePolicy: Spread}, []*v1.Node{h100(t, "n1")})
+	scs := framework.NewCycleState()
+	sp.pl.PreFilter(ctx, scs, pod, sp.infos)
+	if st := sp.pl.PreScore(ctx, scs, pod, sp.infos); !st.IsSkip() {
+		t.Errorf("Spread PreScore = %v, want Skip", st)
 	}
 	if _, st := e.pl.PreBindPreFlight(ctx, cs, pod, "n1"); !st.IsSkip() {
 		t.Errorf("PreBindPreFlight = %v, want Skip", st)

@@ -2,30 +2,143 @@ package gpushare
 
 import (
 	"context"
+	"math"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// nodePolicies maps a node-level policy to its term in [0,1] given the node's state
-// after placement: util is the weighted GPU memory and cores granted (0 empty .. 1
-// full), occupied the share of its GPUs that have at least one tenant.
-var nodePolicies = map[Policy]func(util, occupied float64) float64{
-	Binpack: func(util, _ float64) float64 { return util },
-	// Spread also counts occupied GPUs: a small fraction moves util by less than one
-	// score point on a large node, but always occupies a GPU, so nodes stay apart.
-	Spread: func(util, occupied float64) float64 { return 1 - (util+occupied)/2 },
+// nodeState is what a node-level policy sees of a node after placement.
+type nodeState struct {
+	// util is the weighted GPU memory and cores granted (0 empty .. 1 full), occupied
+	// the share of the node's GPUs that have at least one tenant.
+	util, occupied float64
+	// left is the node's free GPU and CPU capacity, each measured against the largest
+	// node of the cycle and weighted ½ (0 nothing left .. 1 an empty largest node).
+	left float64
 }
 
-// PreScore skips scoring for pods without GPU requests, except under the
-// Fragmentation node policy (see hostOnlyScore).
-func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// nodePolicies maps a node-level policy to its term in [0,1].
+var nodePolicies = map[Policy]func(n *nodeState) float64{
+	// Binpack is best fit: the node with the least GPU and CPU capacity left after
+	// placement. Absolute leftovers (not utilisation) fill small nodes before large
+	// ones, keeping large nodes whole for the pods only they can take; counting CPU
+	// keeps CPU-heavy pods from stranding the GPUs of a node with CPU to spare.
+	Binpack: func(n *nodeState) float64 { return 1 - n.left },
+	// Spread also counts occupied GPUs: a small fraction moves util by less than one
+	// score point on a large node, but always occupies a GPU, so nodes stay apart.
+	Spread: func(n *nodeState) float64 { return 1 - (n.util+n.occupied)/2 },
+}
+
+// fitStateKey holds the cycle's largest node (fitScale), written by PreScore.
+const fitStateKey fwk.StateKey = Name + "/fit"
+
+// fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
+// healthy GPUs, the yardsticks of nodeState.left) and the pod's CPU request.
+type fitScale struct {
+	cpuMilli, gpus float64
+	podCPUMilli    int64
+}
+
+// Clone implements fwk.StateData; a fitScale is never changed after PreScore.
+func (f *fitScale) Clone() fwk.StateData { return f }
+
+// largestNode measures the feasible nodes for the best-fit term.
+func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fitScale {
+	f := &fitScale{}
+	f.podCPUMilli, _ = podHostRequests(pod)
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		f.cpuMilli = max(f.cpuMilli, float64(ni.GetAllocatable().GetMilliCPU()))
+		var m *nodeModel
+		if a := s.result(node.Name); a != nil {
+			m = a.model
+		} else {
+			var buf [16]usage
+			m = pl.cache.view(node, buf[:0]).model
+		}
+		if m == nil {
+			continue
+		}
+		n := 0
+		for i := range m.devices {
+			if m.devices[i].healthy {
+				n++
+			}
+		}
+		f.gpus = max(f.gpus, float64(n))
+	}
+	return f
+}
+
+// leftover is nodeState.left for allocation a on node ni. Without a scale (PreScore
+// did not run) the node is its own yardstick and the pod's CPU is not counted.
+func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
+	var gpuFree, gpus float64
+	for i := range m.devices {
+		if m.devices[i].healthy {
+			gpuFree += deviceFree(m, used, i, w)
+			gpus++
+		}
+	}
+	alloc := ni.GetAllocatable().GetMilliCPU()
+	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
+	cpuMax, gpuMax := float64(alloc), gpus
+	if f != nil {
+		cpuFree -= float64(f.podCPUMilli)
+		cpuMax, gpuMax = f.cpuMilli, f.gpus
+	}
+	var left float64
+	if cpuMax > 0 {
+		left += 0.5 * math.Max(0, cpuFree) / cpuMax
+	}
+	if gpuMax > 0 {
+		left += 0.5 * gpuFree / gpuMax
+	}
+	return math.Min(1, left)
+}
+
+// hostFitScore is the Binpack score of a pod without GPUs: best fit over the node's
+// free GPUs (unchanged by the pod) and its CPU after placement. A node without GPUs
+// has none to strand and scores by CPU alone.
+func (pl *Plugin) hostFitScore(ni fwk.NodeInfo, f *fitScale) int64 {
+	var buf [16]usage
+	v := pl.cache.view(ni.Node(), buf[:0])
+	m := v.model
+	if m == nil {
+		m = &nodeModel{}
+	}
+	return clampScore(int64((1-leftover(m, v.used, ni, f, &pl.w))*float64(fwk.MaxNodeScore) + 0.5))
+}
+
+func readFitScale(cs fwk.CycleState) *fitScale {
+	d, err := cs.Read(fitStateKey)
+	if err != nil {
+		return nil
+	}
+	f, _ := d.(*fitScale)
+	return f
+}
+
+// PreScore skips scoring for pods without GPU requests under Spread. Binpack scores
+// them by best fit too (see hostFitScore): a CPU-only pod belongs on a node whose
+// GPUs are taken, not on one whose free GPUs its CPU request would strand.
+// Fragmentation scores them by the capacity they strand (see hostOnlyScore).
+//
+// Binpack and Fragmentation measure the cycle's feasible nodes for best fit.
+func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.skip && (s.hostOnly == nil || len(s.hostOnly.fragShapes) == 0) {
+	if s.skip && pl.args.NodePolicy != Binpack && (s.hostOnly == nil || len(s.hostOnly.fragShapes) == 0) {
 		return fwk.NewStatus(fwk.Skip)
+	}
+	if pl.args.NodePolicy != Spread {
+		cs.Write(fitStateKey, pl.largestNode(s, pod, nodes))
 	}
 	return nil
 }
@@ -33,15 +146,18 @@ func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ []
 // Score rates a node that passed Filter as a weighted mean, in the framework's range,
 // of the terms that apply to the pod:
 //
-//	policy   always: the node-level policy over the node's GPU utilisation after
-//	         placement (Binpack: util, Spread: 1-util).
+//	policy   always: the node-level policy over the node's state after placement
+//	         (Binpack: best fit over free GPU and CPU; Spread: 1-util).
 //	topology pods with a multi-GPU container: the mean pair affinity of its GPUs
 //	         (1 all NVLink, 0.8 one PCIe switch, … 0.2 across sockets).
-//	island   Binpack, pods without a multi-GPU container: the share of the node's
-//	         fully free NVLink islands the placement leaves whole, so that small
-//	         pods do not break up the islands whole-GPU pods will need.
 //
-//	score = 100 × Σ weight·term / Σ weight
+//	score = 100 × Σ weight·term / Σ weight − island
+//
+// island (Binpack, pods without a multi-GPU container) is islandWeight points for
+// every fully free NVLink island the placement breaks up: a tie breaker that keeps
+// islands whole for the pods that need them. As a weighted term
+// it fought best fit (fractions went to nodes whose islands were already broken,
+// whatever they left free).
 //
 // The Fragmentation node policy scores differently: see fragmentationScore.
 func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
@@ -54,7 +170,10 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		return 0, nil
 	}
 	if s.skip {
-		return pl.hostOnlyScore(s.hostOnly, nodeInfo), nil
+		if pl.args.NodePolicy == Binpack {
+			return pl.hostFitScore(nodeInfo, readFitScale(cs)), nil
+		}
+		return pl.hostOnlyScore(s.hostOnly, nodeInfo, readFitScale(cs)), nil
 	}
 	a := s.result(node.Name)
 	if a == nil {
@@ -70,30 +189,32 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		}
 	}
 	if pl.args.NodePolicy == Fragmentation {
-		return pl.fragmentationScore(s, a, nodeInfo), nil
+		return pl.fragmentationScore(s, a, nodeInfo, readFitScale(cs)), nil
 	}
-	return pl.scoreAllocation(a), nil
+	return pl.scoreAllocation(a, nodeInfo, readFitScale(cs)), nil
 }
 
-func (pl *Plugin) scoreAllocation(a *allocation) int64 {
+func (pl *Plugin) scoreAllocation(a *allocation, ni fwk.NodeInfo, f *fitScale) int64 {
 	w := &pl.w
-	util, occupied := nodeUtilisation(a.model, a.used, w)
-	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](util, occupied), w.policy
+	var n nodeState
+	if pl.args.NodePolicy == Binpack {
+		n.left = leftover(a.model, a.used, ni, f, w)
+	} else {
+		n.util, n.occupied = nodeUtilisation(a.model, a.used, w)
+	}
+	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](&n), w.policy
 	if a.multiGPU {
 		sum += w.topology * a.topology
 		total += w.topology
-	} else if pl.args.NodePolicy == Binpack {
-		island := 1.0
-		if a.freeIslands > 0 {
-			island = 1 - float64(a.brokenIslands)/float64(a.freeIslands)
-		}
-		sum += w.island * island
-		total += w.island
 	}
 	if total == 0 {
 		return 0
 	}
-	return clampScore(int64(sum/total*float64(fwk.MaxNodeScore) + 0.5))
+	score := sum / total * float64(fwk.MaxNodeScore)
+	if !a.multiGPU && pl.args.NodePolicy == Binpack {
+		score -= w.island * float64(a.brokenIslands)
+	}
+	return clampScore(int64(score + 0.5))
 }
 
 // nodeUtilisation returns the weighted GPU memory and cores share granted on the

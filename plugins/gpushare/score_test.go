@@ -1,0 +1,66 @@
+package gpushare
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// withCPU gives a test node allocatable CPU (millicores).
+func withCPU(n *v1.Node, milli int64) *v1.Node {
+	n.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: *resource.NewMilliQuantity(milli, resource.DecimalSI)}
+	return n
+}
+
+// Binpack is best fit over free GPUs and CPU, measured against the largest feasible
+// node: score = 100 × (1 − ½·cpuLeft/cpuMax − ½·gpuLeft/gpuMax).
+func TestBestFit(t *testing.T) {
+	// A fraction on an empty 4-GPU node leaves 3.9 GPUs; on an empty 8-GPU node 7.9.
+	// Both have 64 cores: 100 × (1 − ½ − ½·3.9/8) = 25.6 → 26; 100 × (1 − ½ − ½·7.9/8) = 0.6 → 1.
+	small := withCPU(makeNode(t, "small", pcieInventory("small", 4, "Tesla T4", t4Mem)), 64000)
+	big := withCPU(makeNode(t, "big", pcieInventory("big", 8, "Tesla T4", t4Mem)), 64000)
+	r := newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{small, big}).
+		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
+	if r.scores["small"] != 26 || r.scores["big"] != 1 || r.best != "small" {
+		t.Errorf("scores %v, want small 26, big 1", r.scores)
+	}
+
+	// CPU counts as much as GPUs: with equal GPUs the node with less CPU left wins.
+	lean := withCPU(makeNode(t, "lean", pcieInventory("lean", 4, "Tesla T4", t4Mem)), 16000)
+	fat := withCPU(makeNode(t, "fat", pcieInventory("fat", 4, "Tesla T4", t4Mem)), 128000)
+	r = newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{lean, fat}).
+		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
+	if r.best != "lean" {
+		t.Errorf("scores %v, want lean first", r.scores)
+	}
+
+	// A pod without GPUs goes where the GPUs are taken: there it strands none.
+	full := withCPU(makeNode(t, "full", pcieInventory("full", 2, "Tesla T4", t4Mem)), 64000)
+	free := withCPU(makeNode(t, "free", pcieInventory("free", 2, "Tesla T4", t4Mem)), 64000)
+	e := newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{full, free},
+		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "2"}), "full", oneGrant("full", t4Mem, 100, 0, 1)))
+	cpu := makePod("cpu", nil)
+	cpu.Spec.Containers = []v1.Container{{Name: "c", Image: "x"}}
+	// PreFilter skips the pod (nothing to filter), so the cycle is run by hand.
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(ctx, cs, cpu, e.infos)
+	if st := e.pl.PreScore(ctx, cs, cpu, e.infos); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	scores := map[string]int64{}
+	for _, ni := range e.infos {
+		s, st := e.pl.Score(ctx, cs, cpu, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score: %v", st)
+		}
+		scores[ni.Node().Name] = s
+	}
+	// full: 100 × (1 − ½·1 − 0) = 50; free: 100 × (1 − ½ − ½·2/2) = 0.
+	if scores["full"] != 50 || scores["free"] != 0 {
+		t.Errorf("CPU-only pod scores %v, want full 50, free 0", scores)
+	}
+}
