@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -43,10 +44,8 @@ type policy struct {
 var policies = []policy{
 	{name: "binpack", profile: "tessera-binpack", doc: "the tessera-binpack profile as configured"},
 	{name: "spread", profile: "tessera-spread", doc: "the tessera-spread profile as configured"},
-	{name: "fragmentation", profile: "tessera-binpack", doc: "the tessera-binpack profile with nodePolicy and devicePolicy Fragmentation",
-		args: func(a *gpushare.Args) { a.NodePolicy, a.DevicePolicy = gpushare.Fragmentation, gpushare.Fragmentation }},
-	{name: "fragmentation-gpuscore", profile: "tessera-binpack", score: gpushare.Name, doc: "as fragmentation, with TesseraGPUShare the only Score plugin",
-		args: func(a *gpushare.Args) { a.NodePolicy, a.DevicePolicy = gpushare.Fragmentation, gpushare.Fragmentation }},
+	{name: "fragmentation", profile: "tessera-fragmentation", doc: "the tessera-fragmentation profile as configured"},
+	{name: "fragmentation-gpuscore", profile: "tessera-fragmentation", score: gpushare.Name, doc: "as fragmentation, with TesseraGPUShare the only Score plugin"},
 	{name: "bestfit", profile: "tessera-binpack", score: bestFitName, doc: "comparison: the FGD paper's BestFit node score; GPUs chosen best-fit",
 		args: func(a *gpushare.Args) { a.DevicePolicy = gpushare.Binpack }},
 	{name: "random", profile: "tessera-binpack", score: randomName, doc: "comparison: a uniformly random feasible node"},
@@ -329,19 +328,22 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 	}
 	// Fill GPU nodes as the FGD protocol does: every node is evaluated for every pod.
 	prof.PercentageOfNodesToScore = ptrInt32(100)
-	if pol.args != nil {
-		for i := range prof.PluginConfig {
-			pc := &prof.PluginConfig[i]
-			if pc.Name != gpushare.Name {
-				continue
-			}
-			a, err := gpushare.DecodeArgs(pc.Args, gpushare.Defaults{})
-			if err != nil {
-				return nil, nil, err
-			}
-			pol.args(a)
-			pc.Args = a
+	for i := range prof.PluginConfig {
+		pc := &prof.PluginConfig[i]
+		if pc.Name != gpushare.Name {
+			continue
 		}
+		a, err := gpushare.DecodeArgs(pc.Args, gpushare.Defaults{})
+		if err != nil {
+			return nil, nil, err
+		}
+		if pol.args != nil {
+			pol.args(a)
+		}
+		// The trace's nodes publish their inventory once and never heartbeat: a run
+		// longer than the staleness limit would find every node stale.
+		a.InventoryStaleness = &metav1.Duration{}
+		pc.Args = a
 	}
 	// The replay has no DRA objects (and so no DRA manager); a trace pod never claims
 	// a device through DRA.
