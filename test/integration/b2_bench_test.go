@@ -6,8 +6,8 @@ package integration
 //  1. baseline: plain CPU pods for a scheduler whose only profile is default-scheduler;
 //  2. Tessera: GPU pods drawn from the Alibaba openb trace's mix (fractions, whole
 //     GPUs, multi-GPU pods) for the tessera-binpack profile of the sample config;
-//  3. the same with the scheduler's NominatedNodeNameForExpectation gate off
-//     (TESSERA_B2_PHASE3=0 skips it).
+//  3. the same with the assignment written in PreBind (assignmentWrite: PreBind), the
+//     write path before the plugin bound pods itself (TESSERA_B2_PHASE3=0 skips it).
 //
 // In each phase every pod exists before the scheduler starts, so pod creation is not
 // what is measured: the clock starts when the scheduler's informers have synced and
@@ -44,13 +44,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/features"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
@@ -198,6 +195,12 @@ func b2Parallel(t *testing.T, n int, fn func(i int) error) {
 // b2Config writes a scheduler config for this cluster with the benchmark's QPS:
 // either the sample config (file != "") or one whose only profile is the default one.
 func b2Config(t *testing.T, c *cluster, file string) string {
+	return b2ConfigWrite(t, c, file, "")
+}
+
+// b2ConfigWrite is b2Config with every TesseraGPUShare profile's assignmentWrite set
+// to write (empty: as the sample says).
+func b2ConfigWrite(t *testing.T, c *cluster, file, write string) string {
 	cfg := map[string]any{
 		"apiVersion": "kubescheduler.config.k8s.io/v1",
 		"kind":       "KubeSchedulerConfiguration",
@@ -211,6 +214,20 @@ func b2Config(t *testing.T, c *cluster, file string) string {
 		cfg = nil
 		if err := yaml.Unmarshal(raw, &cfg); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if write != "" {
+		profiles, _ := cfg["profiles"].([]any)
+		for _, p := range profiles {
+			pm, _ := p.(map[string]any)
+			pcs, _ := pm["pluginConfig"].([]any)
+			for _, pc := range pcs {
+				if m, _ := pc.(map[string]any); m["name"] == gpushare.Name {
+					if args, ok := m["args"].(map[string]any); ok {
+						args["assignmentWrite"] = write
+					}
+				}
+			}
 		}
 	}
 	cfg["clientConnection"] = map[string]any{"kubeconfig": c.kubeconfig, "qps": b2QPS, "burst": b2QPS}
@@ -594,24 +611,22 @@ func TestB2SchedulingThroughput(t *testing.T) {
 		t.Errorf("API server has %d bound GPU pods, scheduler counted %d", got, tes.bound)
 	}
 
-	// Phase 3: the same, with the scheduler's NominatedNodeNameForExpectation (beta, on
-	// by default) off. With it on, every pod whose PreBind has work (Tessera's
-	// assignment patch) first gets a status patch setting nominatedNodeName: three API
-	// writes per pod against the default profile's one. Off, the writes are two. This
-	// phase measures what a deployment gains by turning the gate off; the ratio above
-	// is the default configuration's.
+	// Phase 3: the same with the assignment written as before the Bind extension
+	// point (assignmentWrite: PreBind): three API writes per pod (the scheduler's
+	// nominatedNodeName status patch, which kube-scheduler sends for every pod whose
+	// PreBind has work, the annotation patch and the binding) against phase 2's one
+	// binding. Before and after in one run, on the same load.
 	results := []b2Result{base, tes}
 	if os.Getenv("TESSERA_B2_PHASE3") != "0" {
 		clear()
-		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.NominatedNodeNameForExpectation, false)
 		refresh()
 		create(binpack, true)
-		nnn := b2Run(t, c, "tessera-binpack, GPU pods, NominatedNodeNameForExpectation=false", b2Config(t, c, "tessera-scheduler.yaml"), binpack, pods, profile("tessera-nonnn"))
-		t.Logf("tessera without nominatedNodeName: %d/%d bound in %s", nnn.bound, pods, nnn.elapsed.Round(time.Millisecond))
-		if got := c.checkGrants(10); got != nnn.bound {
-			t.Errorf("API server has %d bound GPU pods, scheduler counted %d", got, nnn.bound)
+		pre := b2Run(t, c, "tessera-binpack, GPU pods, assignmentWrite=PreBind", b2ConfigWrite(t, c, "tessera-scheduler.yaml", string(gpushare.WritePreBind)), binpack, pods, profile("tessera-prebind"))
+		t.Logf("tessera with the assignment in PreBind: %d/%d bound in %s", pre.bound, pods, pre.elapsed.Round(time.Millisecond))
+		if got := c.checkGrants(10); got != pre.bound {
+			t.Errorf("API server has %d bound GPU pods, scheduler counted %d", got, pre.bound)
 		}
-		results = append(results, nnn)
+		results = append(results, pre)
 	}
 
 	// A phase that did not bind every pod measured something else (a capacity or
@@ -633,7 +648,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "\nratio Tessera / default = %.2f (target >= 0.8)\n", tes.podsPerSec()/base.podsPerSec())
 	if len(results) > 2 {
-		fmt.Fprintf(&b, "ratio with NominatedNodeNameForExpectation=false = %.2f\n", results[2].podsPerSec()/base.podsPerSec())
+		fmt.Fprintf(&b, "ratio with assignmentWrite=PreBind = %.2f\n", results[2].podsPerSec()/base.podsPerSec())
 	}
 	fmt.Fprintln(&b)
 

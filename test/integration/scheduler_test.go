@@ -58,6 +58,10 @@ func TestSampleConfigsLoad(t *testing.T) {
 				if !found {
 					t.Errorf("profile %s does not enable %s", p.SchedulerName, gpushare.Name)
 				}
+				// The plugin binds GPU pods with their assignment: it must bind first.
+				if b := sched.Profiles[p.SchedulerName].ListPlugins().Bind.Enabled; len(b) != 2 || b[0].Name != gpushare.Name || b[1].Name != "DefaultBinder" {
+					t.Errorf("profile %s binds with %v, want %s then DefaultBinder", p.SchedulerName, b, gpushare.Name)
+				}
 				var gpuArgs *gpushare.Args
 				for _, pc := range p.PluginConfig {
 					switch pc.Name {
