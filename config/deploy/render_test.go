@@ -48,7 +48,7 @@ func TestRenderDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int{
-		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 2, "ClusterRoleBinding": 4,
+		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
 		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
 	}
@@ -82,9 +82,20 @@ func TestRenderDefaults(t *testing.T) {
 	cm := find(t, ms, "ConfigMap", "tessera-scheduler")
 	cfg := cm["data"].(map[string]any)["scheduler-config.yaml"].(string)
 	for _, s := range []string{"schedulerName: tessera-binpack", "schedulerName: tessera-spread", "resourceNamespace: tessera-system",
+		"schedulerName: tessera-fragmentation", "nodePolicy: Fragmentation", "fragmentationWindow: 2000",
 		`ignoredResourceGroups: ["tessera.dev"]`, "nodePolicy: Spread", "devicePolicy: Binpack"} {
 		if !strings.Contains(cfg, s) {
 			t.Errorf("scheduler config lacks %q:\n%s", s, cfg)
+		}
+	}
+	// Binpack and Fragmentation score alone; Spread keeps kube-scheduler's scores.
+	if n := strings.Count(cfg, "- name: NodeResourcesBalancedAllocation"); n != 2 {
+		t.Errorf("%d profiles disable BalancedAllocation scoring, want binpack's and fragmentation's:\n%s", n, cfg)
+	}
+	// The assignment travels in the binding: no role lets the scheduler patch pods.
+	for _, m := range ms {
+		if m.Kind == "ClusterRole" && strings.Contains(m.YAML, "patch") && strings.Contains(m.Name, "scheduler") {
+			t.Errorf("ClusterRole %s lets the scheduler patch pods; the default assignmentWrite (Binding) needs no such right", m.Name)
 		}
 	}
 }
@@ -97,6 +108,7 @@ scheduler:
   replicas: 2
   profiles:
     - {schedulerName: gpu-pack, nodePolicy: Binpack, devicePolicy: Spread, args: {topologyWeight: 5}}
+    - {schedulerName: gpu-prebind, nodePolicy: Spread, args: {assignmentWrite: PreBind}}
 agent:
   hostPaths: {hookDir: /opt/tessera/hook, nriSocket: /run/containerd/nri/nri.sock}
   hook: {install: false}
@@ -122,6 +134,12 @@ agent:
 	if strings.Contains(cfg, "tessera-spread") {
 		t.Error("the default spread profile survived a profile list that replaced it")
 	}
+	// A PreBind profile patches the pod's annotation: the role that allows it is there.
+	role := find(t, ms, "ClusterRole", "gpu-scheduler")
+	if got := fmt.Sprint(role["rules"]); !strings.Contains(got, "patch") || !strings.Contains(got, "pods") {
+		t.Errorf("assignmentWrite: PreBind without patch on pods: %s", got)
+	}
+	find(t, ms, "ClusterRoleBinding", "gpu-scheduler")
 	ds := find(t, ms, "DaemonSet", "gpu-node-agent")
 	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	if _, ok := spec["initContainers"]; ok {
