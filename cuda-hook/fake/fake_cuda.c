@@ -4,7 +4,9 @@
  *
  *   - FAKE_CUDA_DEVICES devices (default 4), each with FAKE_CUDA_MEM_MIB of memory
  *     (default 81920) and UUID GPU-fa4e0000-0000-0000-0000-00000000000<n+1>, PCI bus
- *     id 0000:0<n+1>:00.0;
+ *     id 0000:0<n+1>:00.0; cuInit applies CUDA_VISIBLE_DEVICES (indexes or UUIDs) as
+ *     the driver does, renumbering the devices, unless FAKE_CUDA_IGNORE_VISIBLE is set
+ *     (a driver that ignores it, to test the hook's own filtering);
  *   - memory is bookkeeping only (pointers are never dereferenced), tracked per
  *     device with the peak held, so tests can check what really got allocated;
  *   - a kernel "runs" for gridDimX microseconds (a graph for as many microseconds as
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "../test/fake_stats.h"
@@ -171,11 +174,61 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 
 /* ---- init and devices ---------------------------------------------------------- */
 
+/* Physical device (UUID ...<n+1>, PCI bus n+1) behind each device handle; the handles
+ * are 0..ndev-1 after CUDA_VISIBLE_DEVICES, as with the real driver. */
+static int phys[MAXDEV] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+/* The physical device that one CUDA_VISIBLE_DEVICES entry names: an index or a UUID
+ * (prefix) of the fake devices; -1 if none. */
+static int visible_entry(const char *t, int nphys)
+{
+	char *end;
+	long i = strtol(t, &end, 10);
+	if (*t != '\0' && *end == '\0')
+		return i >= 0 && i < nphys ? (int)i : -1;
+	if (strncasecmp(t, "GPU-", 4) == 0)
+		t += 4;
+	int found = -1;
+	for (int d = 0; d < nphys && *t != '\0'; d++) {
+		char u[48];
+		snprintf(u, sizeof(u), "fa4e0000-0000-0000-0000-%012x", d + 1);
+		if (strncasecmp(u, t, strlen(t)) == 0) {
+			if (found >= 0)
+				return -1;
+			found = d;
+		}
+	}
+	return found;
+}
+
 CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
-	initialized = 1;
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&mu);
+	if (!initialized) {
+		/* Like the driver: CUDA_VISIBLE_DEVICES, read once at initialisation, lists the
+		 * devices the process sees, in its order, up to the first entry that names no
+		 * device or one already listed. */
+		const char *v = getenv("CUDA_VISIBLE_DEVICES");
+		if (v != NULL && getenv("FAKE_CUDA_IGNORE_VISIBLE") == NULL) {
+			int nphys = ndev, n = 0;
+			char buf[1024];
+			snprintf(buf, sizeof(buf), "%s", v);
+			for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL && n < MAXDEV;
+			     t = strtok_r(NULL, ",", &save)) {
+				int d = visible_entry(t, nphys), seen = 0;
+				for (int i = 0; i < n; i++)
+					seen |= phys[i] == d;
+				if (d < 0 || seen)
+					break;
+				phys[n++] = d;
+			}
+			ndev = n;
+		}
+		initialized = 1;
+	}
+	pthread_mutex_unlock(&mu);
+	return ndev > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
 #define NEED_INIT()                                   \
@@ -208,7 +261,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid *u, CUdevice d)
 	memset(u, 0, sizeof(*u));
 	u->bytes[0] = (char)0xfa;
 	u->bytes[1] = 0x4e;
-	u->bytes[15] = (char)(d + 1);
+	u->bytes[15] = (char)(phys[d] + 1);
 	return CUDA_SUCCESS;
 }
 
@@ -216,10 +269,14 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *d, const char *bus)
 {
 	unsigned dom, b, dev, fn;
 	NEED_INIT();
-	if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn) != 4 || b < 1 || (int)b > ndev)
+	if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dev, &fn) != 4 || b < 1 || b > MAXDEV)
 		return CUDA_ERROR_INVALID_VALUE;
-	*d = (int)b - 1;
-	return CUDA_SUCCESS;
+	for (int h = 0; h < ndev; h++)
+		if (phys[h] == (int)b - 1) {
+			*d = h;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)

@@ -7,6 +7,7 @@
  *   hooktest meminfo <limit-mib> <context-mib>
  *   hooktest poolcache <limit-mib> <context-mib>
  *   hooktest devices
+ *   hooktest visible <uuid-suffixes|none>
  *   hooktest procaddr
  *   hooktest try <mib> ok|oom
  *   hooktest hold <mib> <ready-file>
@@ -385,11 +386,21 @@ static int devices_main(void)
 	uuid_of(d, u);
 	CHECK(strcmp(u, "01") == 0, "device 1 is ...%s, want ...01", u);
 	CHECK(cuDeviceGet(&d, 2) == CUDA_ERROR_INVALID_DEVICE, "device 2 exists");
-	CHECK(cuDeviceGetByPCIBusId(&d, "0000:02:00.0") == CUDA_ERROR_INVALID_DEVICE, "found an unassigned GPU by PCI id");
-	OK(cuDeviceGetByPCIBusId(&d, "0000:03:00.0"));
-	CHECK(d == 2, "PCI 03 is device %d", d);
+	CHECK(cuDeviceGetByPCIBusId(&d, "0000:02:00.0") != CUDA_SUCCESS, "found an unassigned GPU by PCI id");
 	CUcontext c;
-	CHECK(cuDevicePrimaryCtxRetain(&c, 1) == CUDA_ERROR_INVALID_DEVICE, "made a context on an unassigned GPU");
+	const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+	CHECK(vis != NULL && strcmp(vis, "GPU-fa4e0000-0000-0000-0000-000000000003,GPU-fa4e0000-0000-0000-0000-000000000001") == 0,
+	      "CUDA_VISIBLE_DEVICES=%s, want the container's UUIDs in its order", vis ? vis : "(unset)");
+	OK(cuDeviceGetByPCIBusId(&d, "0000:03:00.0"));
+	if (getenv("FAKE_CUDA_IGNORE_VISIBLE") != NULL) {
+		/* A driver that shows every GPU: the hook alone hides the others. */
+		CHECK(d == 2, "PCI 03 is device %d, want the driver's 2", d);
+		CHECK(cuDevicePrimaryCtxRetain(&c, 1) == CUDA_ERROR_INVALID_DEVICE, "made a context on an unassigned GPU");
+	} else {
+		/* The driver shows only the container's GPUs, renumbered in its order. */
+		CHECK(d == 0, "PCI 03 is device %d, want 0", d);
+		CHECK(cuDevicePrimaryCtxRetain(&c, 2) != CUDA_SUCCESS, "made a context on a third GPU");
+	}
 	unsigned int nn;
 	nvmlDevice_t h;
 	char s[96];
@@ -406,6 +417,36 @@ static int devices_main(void)
 	      "NVML found an unassigned GPU by UUID");
 	CHECK(nvmlDeviceGetHandleByPciBusId_v2("0000:01:00.0", &h) == NVML_SUCCESS, "NVML did not find PCI 01");
 	printf("ok devices\n");
+	return 0;
+}
+
+/* ---- visible: the tenant's CUDA_VISIBLE_DEVICES narrows the container's view ---- */
+
+/* want: the UUID suffixes (last byte, hex) the process must see, in order, comma
+ * separated; "none" when it must see no GPU. */
+static int visible_main(const char *want)
+{
+	if (strcmp(want, "none") == 0) {
+		CUresult rc = cuInit(0);
+		CHECK(rc == CUDA_ERROR_NO_DEVICE, "cuInit = %d, want CUDA_ERROR_NO_DEVICE", rc);
+		printf("ok visible none\n");
+		return 0;
+	}
+	int n, i = 0;
+	OK(cuInit(0));
+	OK(cuDeviceGetCount(&n));
+	char buf[64];
+	snprintf(buf, sizeof(buf), "%s", want);
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save), i++) {
+		CUdevice d;
+		char u[8];
+		CHECK(i < n, "%d devices, want %s", n, want);
+		OK(cuDeviceGet(&d, i));
+		uuid_of(d, u);
+		CHECK(strcmp(u, t) == 0, "device %d is ...%s, want ...%s", i, u, t);
+	}
+	CHECK(i == n, "%d devices, want %s", n, want);
+	printf("ok visible %s\n", want);
 	return 0;
 }
 
@@ -724,8 +765,11 @@ static int pace_procs_main(int argc, char **argv)
 	}
 	printf("pace-procs: %d processes, cores %d, shares %s = %.1f%%\n", n, cores, each, total);
 	/* Wider than pace's bound: two launching processes on a 2-core CI machine are
-	 * descheduled more, and a window one closes late the other has already used. */
-	CHECK(total <= cores + 12 && total > 0, "together %.1f%%, want at most %d%% + 12 and some", total, cores);
+	 * descheduled more, a window one closes late the other has already used, and each
+	 * process of the fake driver has a simulated GPU of its own, so one's drain does
+	 * not see the other's queue (measured 46-69% here). Windows of their own would give
+	 * each its 50%, about 100% together: the bound still tells the two apart. */
+	CHECK(total <= cores + 25 && total > 0, "together %.1f%%, want at most %d%% + 25 and some", total, cores);
 	return 0;
 }
 
@@ -764,6 +808,8 @@ int main(int argc, char **argv)
 		return poolcache_main(argc, argv);
 	if (strcmp(scenario, "devices") == 0)
 		return devices_main();
+	if (strcmp(scenario, "visible") == 0 && argc == 3)
+		return visible_main(argv[2]);
 	if (strcmp(scenario, "procaddr") == 0)
 		return procaddr_main();
 	if (strcmp(scenario, "try") == 0)

@@ -46,6 +46,13 @@ t() {
 	LD_PRELOAD="$PRELOAD" "$T" "$@"
 	pass=$((pass + 1))
 }
+# tenv <NAME=value> <scenario...>: t with one more variable in the environment.
+tenv() {
+	v=$1
+	shift
+	env "$v" LD_PRELOAD="$PRELOAD" "$T" "$@"
+	pass=$((pass + 1))
+}
 
 echo "== $variant: every allocation path stops at the limit"
 reset
@@ -60,7 +67,15 @@ t poolcache 1024 64
 reset
 limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
+tenv FAKE_CUDA_IGNORE_VISIBLE=1 devices
 t procaddr
+echo "== $variant: the tenant's CUDA_VISIBLE_DEVICES narrows the container's GPUs"
+tenv CUDA_VISIBLE_DEVICES=1 visible 01
+tenv CUDA_VISIBLE_DEVICES=$U1,$U3 visible 01,03
+tenv CUDA_VISIBLE_DEVICES=GPU-fa4e0000-0000-0000-0000-000000000003 visible 03
+tenv CUDA_VISIBLE_DEVICES=0,7,1 visible 03
+tenv CUDA_VISIBLE_DEVICES=GPU-fa4e0000-0000-0000-0000-000000000002 visible none
+tenv CUDA_VISIBLE_DEVICES= visible none
 
 echo "== $variant: two processes share one limit; a killed one's usage is reclaimed"
 reset
