@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -147,7 +148,8 @@ func (w *Watchdog) Run(ctx context.Context) error {
 	}
 }
 
-// CgroupOf returns the cgroup of a process in the host hierarchy: the unified (v2)
+// CgroupOf returns the cgroup of a process as the agent's cgroup namespace shows it
+// (the host hierarchy, or paths relative to the agent's own cgroup: see holds): the unified (v2)
 // entry when the process has one below the root, otherwise the v1 memory controller's.
 func CgroupOf(procRoot string, pid int) (string, error) {
 	f, err := os.Open(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
@@ -193,15 +195,43 @@ func containsController(list, c string) bool {
 	return false
 }
 
-// owner finds the record whose cgroup holds cg (the container's own cgroup or one
-// below it, as some runtimes nest the processes).
+// holds reports whether the container cgroup rec (a host path, as bound) holds a
+// process whose cgroup reads cg: rec itself or a cgroup below it, as some runtimes
+// nest the processes. When the agent runs in a cgroup namespace of its own (the
+// default for containers on cgroup v2), /proc/<pid>/cgroup gives other containers'
+// cgroups relative to the agent's, "/../../kubepods-burstable.slice/…": the part after
+// the ".." steps is then a path below some ancestor of the agent's cgroup, and it
+// must begin with a tail of rec that includes rec's last component (the container's
+// own cgroup, whose name holds the container id).
+func holds(rec, cg string) bool {
+	if cg == rec || strings.HasPrefix(cg, rec+"/") {
+		return true
+	}
+	if !strings.HasPrefix(cg, "/../") {
+		return false
+	}
+	rest := strings.Split(strings.Trim(cg, "/"), "/")
+	for len(rest) > 0 && rest[0] == ".." {
+		rest = rest[1:]
+	}
+	recs := strings.Split(strings.Trim(rec, "/"), "/")
+	for j := range recs {
+		tail := recs[j:]
+		if len(rest) >= len(tail) && slices.Equal(rest[:len(tail)], tail) {
+			return true
+		}
+	}
+	return false
+}
+
+// owner finds the record whose cgroup holds cg, the deepest when several do.
 func owner(recs []checkpoint.Record, cg string) (checkpoint.Record, bool) {
 	best := -1
 	for i, r := range recs {
 		if r.Cgroup == "" {
 			continue
 		}
-		if cg == r.Cgroup || strings.HasPrefix(cg, r.Cgroup+"/") {
+		if holds(r.Cgroup, cg) {
 			if best < 0 || len(r.Cgroup) > len(recs[best].Cgroup) {
 				best = i
 			}
@@ -323,7 +353,7 @@ func (w *Watchdog) act(cu *Usage, over time.Duration) {
 			// Check the cgroup again right before the kill: the PID may have been
 			// reused by another process since the sample.
 			cg, err := CgroupOf(w.cfg.ProcRoot, pid)
-			if err != nil || (cg != r.Cgroup && !strings.HasPrefix(cg, r.Cgroup+"/")) {
+			if err != nil || !holds(r.Cgroup, cg) {
 				continue
 			}
 			if err := w.cfg.Kill(pid); err != nil {

@@ -217,3 +217,29 @@ func TestCgroupOfSelf(t *testing.T) {
 		t.Error("bad action accepted")
 	}
 }
+
+func TestHoldsAcrossCgroupNamespaces(t *testing.T) {
+	const rec = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice/cri-containerd-2fdf.scope"
+	for _, tc := range []struct {
+		cg   string
+		want bool
+	}{
+		{rec, true},
+		{rec + "/nested", true},
+		{rec + "x", false},
+		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice", false},
+		// The agent in its own cgroup namespace, in another pod of the node.
+		{"/../../../kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice/cri-containerd-2fdf.scope", true},
+		{"/../../kubepods-burstable-podb48e2dad_ddaf.slice/cri-containerd-2fdf.scope/sub", true},
+		{"/../../../../kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice/cri-containerd-2fdf.scope", true},
+		{"/../../../kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice/cri-containerd-9999.scope", false},
+		{"/../../../kubepods-burstable.slice/kubepods-burstable-podb48e2dad_ddaf.slice", false},
+		{"/../..", false},
+		// Inside the agent's own cgroup: never a tenant container.
+		{"/cri-containerd-2fdf.scope", false},
+	} {
+		if got := holds(rec, tc.cg); got != tc.want {
+			t.Errorf("holds(%q) = %v, want %v", tc.cg, got, tc.want)
+		}
+	}
+}
