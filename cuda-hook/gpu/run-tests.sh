@@ -91,5 +91,22 @@ wait $a $b
 say "info two processes at 50%: rates $(rate <"$G/s50a.out") + $(rate <"$G/s50b.out")"
 share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" 50
 
+# 7. On a machine with more GPUs than the container was given, the CUDA runtime must
+# see only the container's, in its order (the hook sets CUDA_VISIBLE_DEVICES; without
+# it the runtime fails with "integrity checks failed").
+mapfile -t uuids < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+if [ ${#uuids[@]} -ge 2 ]; then
+	last=$((${#uuids[@]} - 1))
+	for i in 0 $last; do
+		printf 'version 1\ncgroup /gpu-test/only%s\ncontext-mib %s\ngpu %s 8192 0 0\n' $i $CTX "${uuids[$i]}" >"$G/only$i"
+		check "PyTorch given GPU $i of ${#uuids[@]} sees that one only" hooked "$G/only$i" python3 "$HERE/gpu/torch_mem.py" devices "${uuids[$i]}"
+	done
+	printf 'version 1\ncgroup /gpu-test/rev\ncontext-mib %s\ngpu %s 8192 0 0\ngpu %s 8192 0 0\n' $CTX "${uuids[$last]}" "${uuids[0]}" >"$G/rev"
+	check "PyTorch given GPUs $last and 0 sees them in that order" hooked "$G/rev" python3 "$HERE/gpu/torch_mem.py" devices "${uuids[$last]}" "${uuids[0]}"
+	check "the tenant's CUDA_VISIBLE_DEVICES=1 picks the container's second GPU" env CUDA_VISIBLE_DEVICES=1 TESSERA_LIMITS_FILE="$G/rev" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" devices "${uuids[0]}"
+else
+	say "info one GPU: the multi-GPU visibility checks need two"
+fi
+
 say "test-gpu: $fails failed"
 [ $fails -eq 0 ]

@@ -83,6 +83,18 @@ def main():
         print(f"try {sys.argv[2]} MiB: {got}")
         if got != want:
             fail(f"want {want}")
+    elif mode == "devices":
+        # devices <uuid>...: PyTorch sees exactly these GPUs, in this order, and can
+        # allocate on each.
+        import torch
+        want = [u.lower().removeprefix("gpu-") for u in sys.argv[2:]]
+        n = torch.cuda.device_count()
+        got = [str(torch.cuda.get_device_properties(i).uuid).lower().removeprefix("gpu-") for i in range(n)]
+        if got != want:
+            fail(f"devices {got}, want {want}")
+        for i in range(n):
+            torch.ones(1 << 20, device=f"cuda:{i}").sum().item()
+        print(f"devices {n}: {' '.join(got)}")
     elif mode == "matmul":
         import torch
         a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
