@@ -25,6 +25,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 )
 
 // policy is one placement strategy the replay compares. Production policies are a
@@ -314,8 +315,9 @@ func cacheMilli(pl *gpushare.Plugin, nodes []*v1.Node) int64 {
 }
 
 // buildFramework builds a scheduler framework exactly as kube-scheduler does for the
-// policy's profile: the in-tree registry plus TesseraGPUShare (and, for comparison
-// policies, the tool's own Score plugin), over the replay's snapshot.
+// policy's profile: the in-tree registry plus TesseraGPUShare and
+// TesseraNodeResourcesFit (and, for comparison policies, the tool's own Score
+// plugin), over the replay's snapshot.
 func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfiguration, pol *policy, snapshot *backendcache.Snapshot, led *ledger, rng *rand.Rand, parallelism int) (framework.Framework, *gpushare.Plugin, error) {
 	var prof *schedconfig.KubeSchedulerProfile
 	for i := range cfg.Profiles {
@@ -365,6 +367,7 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 			}
 			return p, err
 		},
+		noderesourcesfit.Name: noderesourcesfit.New,
 		bestFitName: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 			return &bestFit{handle: h, ledger: led}, nil
 		},

@@ -35,6 +35,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/config/deploy"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
+	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
@@ -552,6 +553,16 @@ func (c *cluster) startChartScheduler(config, kubeconfig string) (stop func()) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	ctx = klog.NewContext(ctx, klog.Background())
 	cc, sched := setupScheduler(c.t, ctx, path)
+	// Every profile filters with TesseraNodeResourcesFit in place of NodeResourcesFit.
+	for name, prof := range sched.Profiles {
+		var filters []string
+		for _, pl := range prof.ListPlugins().Filter.Enabled {
+			filters = append(filters, pl.Name)
+		}
+		if contains(filters, "NodeResourcesFit") || !contains(filters, noderesourcesfit.Name) {
+			c.t.Errorf("chart profile %s filters with %v, want %s and not NodeResourcesFit", name, filters, noderesourcesfit.Name)
+		}
+	}
 	if cc.LeaderElection == nil {
 		c.t.Fatal("the chart's configuration does not enable leader election")
 	}

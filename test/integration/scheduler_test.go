@@ -20,6 +20,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
@@ -30,7 +31,8 @@ const (
 
 // TestSampleConfigsLoad loads every sample in config/scheduler through kube-scheduler's
 // real option handling and Setup, and checks that each profile runs the plugin and
-// that NodeResourcesFit ignores the plugin's resource group.
+// TesseraNodeResourcesFit (not NodeResourcesFit), which ignores the plugin's resource
+// group.
 func TestSampleConfigsLoad(t *testing.T) {
 	c := startCluster(t)
 	samples, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "scheduler", "*.yaml"))
@@ -62,13 +64,24 @@ func TestSampleConfigsLoad(t *testing.T) {
 				if b := sched.Profiles[p.SchedulerName].ListPlugins().Bind.Enabled; len(b) != 2 || b[0].Name != gpushare.Name || b[1].Name != "DefaultBinder" {
 					t.Errorf("profile %s binds with %v, want %s then DefaultBinder", p.SchedulerName, b, gpushare.Name)
 				}
+				// TesseraNodeResourcesFit filters in place of NodeResourcesFit.
+				plugins := sched.Profiles[p.SchedulerName].ListPlugins()
+				for ep, set := range map[string][]config.Plugin{"PreFilter": plugins.PreFilter.Enabled, "Filter": plugins.Filter.Enabled} {
+					var names []string
+					for _, pl := range set {
+						names = append(names, pl.Name)
+					}
+					if contains(names, "NodeResourcesFit") || !contains(names, noderesourcesfit.Name) {
+						t.Errorf("profile %s: %s runs %v, want %s and not NodeResourcesFit", p.SchedulerName, ep, names, noderesourcesfit.Name)
+					}
+				}
 				var gpuArgs *gpushare.Args
+				var fit *config.NodeResourcesFitArgs
 				for _, pc := range p.PluginConfig {
 					switch pc.Name {
-					case "NodeResourcesFit":
-						fit, ok := pc.Args.(*config.NodeResourcesFitArgs)
-						if !ok || len(fit.IgnoredResourceGroups) == 0 {
-							t.Errorf("profile %s: NodeResourcesFit does not ignore any resource group", p.SchedulerName)
+					case noderesourcesfit.Name:
+						if fit, err = noderesourcesfit.DecodeArgs(pc.Args); err != nil {
+							t.Errorf("profile %s: %v", p.SchedulerName, err)
 						}
 					case gpushare.Name:
 						if gpuArgs, err = gpushare.DecodeArgs(pc.Args, gpushare.Defaults{}); err != nil {
@@ -76,15 +89,12 @@ func TestSampleConfigsLoad(t *testing.T) {
 						}
 					}
 				}
-				if gpuArgs == nil {
+				if fit == nil || gpuArgs == nil {
+					t.Errorf("profile %s: no args for %s or %s", p.SchedulerName, noderesourcesfit.Name, gpushare.Name)
 					continue
 				}
-				for _, pc := range p.PluginConfig {
-					if fit, ok := pc.Args.(*config.NodeResourcesFitArgs); ok {
-						if !contains(fit.IgnoredResourceGroups, gpuArgs.ResourceNames.Group()) {
-							t.Errorf("profile %s: NodeResourcesFit ignores %v, not the plugin's group %q", p.SchedulerName, fit.IgnoredResourceGroups, gpuArgs.ResourceNames.Group())
-						}
-					}
+				if !contains(fit.IgnoredResourceGroups, gpuArgs.ResourceNames.Group()) {
+					t.Errorf("profile %s: %s ignores %v, not the plugin's group %q", p.SchedulerName, noderesourcesfit.Name, fit.IgnoredResourceGroups, gpuArgs.ResourceNames.Group())
 				}
 			}
 		})

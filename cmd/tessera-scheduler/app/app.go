@@ -1,5 +1,6 @@
 // Package app builds the Tessera scheduler command: kube-scheduler's command with the
-// GPU-sharing plugin registered and policy flags for users who do not write configs.
+// GPU-sharing plugin and TesseraNodeResourcesFit registered, and policy flags for users
+// who do not write configs.
 package app
 
 import (
@@ -10,6 +11,7 @@ import (
 	schedapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 )
 
 // policyFlag is a pflag.Value for a gpushare.Policy.
@@ -37,7 +39,10 @@ func AddFlags(fs *pflag.FlagSet, d *gpushare.Defaults) {
 // NewCommand returns the tessera-scheduler command.
 func NewCommand(opts ...schedapp.Option) *cobra.Command {
 	defaults := &gpushare.Defaults{}
-	opts = append([]schedapp.Option{schedapp.WithPlugin(gpushare.Name, gpushare.NewWithDefaults(defaults))}, opts...)
+	opts = append([]schedapp.Option{
+		schedapp.WithPlugin(gpushare.Name, gpushare.NewWithDefaults(defaults)),
+		schedapp.WithPlugin(noderesourcesfit.Name, noderesourcesfit.New),
+	}, opts...)
 	cmd := schedapp.NewSchedulerCommand(opts...)
 	cmd.Use = "tessera-scheduler"
 	cmd.Short = "kube-scheduler with Tessera's GPU-sharing plugin"
