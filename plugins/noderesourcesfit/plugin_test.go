@@ -424,3 +424,37 @@ func TestDecodeArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueingHintsAreUpstreams pins down that the queueing hints are NodeResourcesFit's,
+// pod unstripped: its node hint checks the pod against the new node without the ignore
+// lists, so a new node that does not advertise tessera.dev resources does not requeue a
+// GPU pod this plugin rejected (other plugins' hints, or the periodic flush of
+// unschedulable pods, requeue it).
+func TestQueueingHintsAreUpstreams(t *testing.T) {
+	up, w := newPair(t, testArgs()["group, MostAllocated"], feature.Features{})
+	node := st.MakeNode().Name("new").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj()
+	for _, pod := range []*v1.Pod{fraction("gpu").Obj(), testPods()["CPU pod"]} {
+		var hints []fwk.QueueingHint
+		for _, pl := range []fwk.EnqueueExtensions{up, w} {
+			events, err := pl.EventsToRegister(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range events {
+				if e.Event.Resource == fwk.Node {
+					h, err := e.QueueingHintFn(klog.Background(), pod, nil, node)
+					if err != nil {
+						t.Fatal(err)
+					}
+					hints = append(hints, h)
+				}
+			}
+		}
+		if len(hints) != 2 || hints[0] != hints[1] {
+			t.Errorf("%s: node-add hints %v, want NodeResourcesFit's then the same", pod.Name, hints)
+		}
+		if want := map[bool]fwk.QueueingHint{true: fwk.QueueSkip, false: fwk.Queue}[pod.Name == "gpu"]; len(hints) > 0 && hints[0] != want {
+			t.Errorf("%s: node-add hint %v, want %v", pod.Name, hints[0], want)
+		}
+	}
+}
