@@ -13,8 +13,8 @@
 package noderesourcesfit
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -85,14 +85,16 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 
 // DecodeArgs turns a profile's args into NodeResourcesFitArgs the way the scheduler's
 // config loader does for NodeResourcesFit: strictly, through the scheduler's config
-// scheme, with its defaults. NodeResourcesFit validates them.
+// scheme, with its defaults. Internal args are taken as they are, as the framework hands
+// them to in-tree plugins. NodeResourcesFit validates them.
 func DecodeArgs(obj runtime.Object) (*config.NodeResourcesFitArgs, error) {
-	var raw []byte
+	raw := []byte("{}")
 	switch o := obj.(type) {
 	case nil:
 	case *config.NodeResourcesFitArgs:
 		return o, nil
 	case *configv1.NodeResourcesFitArgs:
+		o = o.DeepCopy()
 		scheme.Scheme.Default(o)
 		args := &config.NodeResourcesFitArgs{}
 		if err := scheme.Scheme.Convert(o, args, nil); err != nil {
@@ -100,7 +102,9 @@ func DecodeArgs(obj runtime.Object) (*config.NodeResourcesFitArgs, error) {
 		}
 		return args, nil
 	case *runtime.Unknown:
-		raw = o.Raw
+		if len(bytes.TrimSpace(o.Raw)) > 0 {
+			raw = o.Raw
+		}
 		if o.ContentType == runtime.ContentTypeYAML {
 			var err error
 			if raw, err = yaml.YAMLToJSON(raw); err != nil {
@@ -110,20 +114,11 @@ func DecodeArgs(obj runtime.Object) (*config.NodeResourcesFitArgs, error) {
 	default:
 		return nil, fmt.Errorf("pluginConfig[%s].args: want NodeResourcesFitArgs, got %T", Name, obj)
 	}
-	fields := map[string]any{}
-	if len(raw) > 0 && string(raw) != "null" {
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			return nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
-		}
-	}
-	fields["apiVersion"] = configv1.SchemeGroupVersion.String()
-	fields["kind"] = "NodeResourcesFitArgs"
-	data, err := json.Marshal(fields)
-	if err != nil {
-		return nil, err
-	}
+	// The args carry no apiVersion and kind: the loader infers them from the plugin's
+	// name, this decoder from gvk.
+	gvk := configv1.SchemeGroupVersion.WithKind("NodeResourcesFitArgs")
 	args := &config.NodeResourcesFitArgs{}
-	if _, _, err := scheme.Codecs.UniversalDecoder().Decode(data, nil, args); err != nil {
+	if _, _, err := scheme.Codecs.UniversalDecoder().Decode(raw, &gvk, args); err != nil {
 		return nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
 	}
 	return args, nil

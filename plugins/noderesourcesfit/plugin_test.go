@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -394,6 +395,16 @@ func TestDecodeArgs(t *testing.T) {
 		obj:  &runtime.Unknown{Raw: []byte(`{"ignoredResources":["example.com/foo"],"scoringStrategy":{"type":"MostAllocated","resources":[{"name":"cpu","weight":3}]}}`)},
 		want: &config.NodeResourcesFitArgs{IgnoredResources: []string{"example.com/foo"},
 			ScoringStrategy: &config.ScoringStrategy{Type: config.MostAllocated, Resources: []config.ResourceSpec{{Name: "cpu", Weight: 3}}}},
+	}, {
+		name: "typed v1 args, defaulted",
+		obj:  &configv1.NodeResourcesFitArgs{IgnoredResourceGroups: []string{"tessera.dev"}},
+		want: &config.NodeResourcesFitArgs{IgnoredResourceGroups: []string{"tessera.dev"},
+			ScoringStrategy: &config.ScoringStrategy{Type: config.LeastAllocated,
+				Resources: []config.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}},
+	}, {
+		name:    "duplicate field",
+		obj:     &runtime.Unknown{Raw: []byte(`{"ignoredResources":["a.io/b"],"ignoredResources":["c.io/d"]}`)},
+		wantErr: `duplicate field "ignoredResources"`,
 	}, {
 		name:    "unknown field",
 		obj:     &runtime.Unknown{Raw: []byte(`{"ignoredResourceGroup":["tessera.dev"]}`)},
