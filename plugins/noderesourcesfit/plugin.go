@@ -8,8 +8,9 @@
 // against. This plugin removes the ignored resources once per scheduling cycle, in
 // PreFilter, and hands the copy to NodeResourcesFit's PreFilter, Filter, PreScore and
 // Score. Filter results, their reasons and scores are those of NodeResourcesFit with
-// the same args; everything else (queueing hints, SignPod, placement scoring) is
-// NodeResourcesFit's own, promoted from the embedded plugin.
+// the same args; the queueing hints are NodeResourcesFit's, given the stripped pod too;
+// everything else (SignPod, placement scoring) is NodeResourcesFit's own, promoted from
+// the embedded plugin.
 package noderesourcesfit
 
 import (
@@ -20,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -130,6 +132,26 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	stripped := pl.ignore.strip(pod)
 	cs.Write(stateKey, &state{pod: stripped})
 	return pl.Fit.PreFilter(ctx, cs, stripped, nodes)
+}
+
+// EventsToRegister is NodeResourcesFit's events, each queueing hint given the stripped
+// pod. NodeResourcesFit's own node hint checks the pod against the new or changed node
+// without its ignore lists, so a node that does not advertise the ignored resources
+// (tessera.dev/*, which no node does) would never requeue a pod it rejected for CPU or
+// memory; stripped, the hint asks what its Filter asks.
+func (pl *Plugin) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	events, err := pl.Fit.EventsToRegister(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range events {
+		if hint := events[i].QueueingHintFn; hint != nil {
+			events[i].QueueingHintFn = func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+				return hint(logger, pl.ignore.strip(pod), oldObj, newObj)
+			}
+		}
+	}
+	return events, nil
 }
 
 // PreFilterExtensions hands NodeResourcesFit's extensions, if it has any, the stripped

@@ -436,36 +436,51 @@ func TestDecodeArgs(t *testing.T) {
 	}
 }
 
-// TestQueueingHintsAreUpstreams pins down that the queueing hints are NodeResourcesFit's,
-// pod unstripped: its node hint checks the pod against the new node without the ignore
-// lists, so a new node that does not advertise tessera.dev resources does not requeue a
-// GPU pod this plugin rejected (other plugins' hints, or the periodic flush of
-// unschedulable pods, requeue it).
-func TestQueueingHintsAreUpstreams(t *testing.T) {
+// TestQueueingHintsSeeTheStrippedPod: NodeResourcesFit's node hint checks the pod
+// against the new node without its ignore lists, so a new node with room for a GPU pod's
+// CPU and memory (and, as every node, no tessera.dev resources) would not requeue it.
+// The wrapper's hint sees the stripped pod and requeues it; for other pods, and for
+// nodes too small, it answers as NodeResourcesFit does.
+func TestQueueingHintsSeeTheStrippedPod(t *testing.T) {
 	up, w := newPair(t, testArgs()["group, MostAllocated"], feature.Features{})
-	node := st.MakeNode().Name("new").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj()
-	for _, pod := range []*v1.Pod{fraction("gpu").Obj(), testPods()["CPU pod"]} {
-		var hints []fwk.QueueingHint
-		for _, pl := range []fwk.EnqueueExtensions{up, w} {
-			events, err := pl.EventsToRegister(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range events {
-				if e.Event.Resource == fwk.Node {
-					h, err := e.QueueingHintFn(klog.Background(), pod, nil, node)
-					if err != nil {
-						t.Fatal(err)
-					}
-					hints = append(hints, h)
+	big := st.MakeNode().Name("big").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "64", v1.ResourceMemory: "256Gi"}).Obj()
+	small := st.MakeNode().Name("small").Capacity(map[v1.ResourceName]string{v1.ResourceCPU: "1m", v1.ResourceMemory: "1Ki"}).Obj()
+	nodeHint := func(pl fwk.EnqueueExtensions, pod *v1.Pod, node *v1.Node) fwk.QueueingHint {
+		events, err := pl.EventsToRegister(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events {
+			if e.Event.Resource == fwk.Node {
+				h, err := e.QueueingHintFn(klog.Background(), pod, nil, node)
+				if err != nil {
+					t.Fatal(err)
 				}
+				return h
 			}
 		}
-		if len(hints) != 2 || hints[0] != hints[1] {
-			t.Errorf("%s: node-add hints %v, want NodeResourcesFit's then the same", pod.Name, hints)
+		t.Fatal("no node event")
+		return fwk.Queue
+	}
+	gpuPod := fraction("gpu").Obj()
+	if h := nodeHint(up, gpuPod, big); h != fwk.QueueSkip {
+		t.Errorf("NodeResourcesFit's node hint for a GPU pod: %v; this test assumes its upstream behaviour, QueueSkip", h)
+	}
+	for _, tc := range []struct {
+		pod  *v1.Pod
+		node *v1.Node
+		want fwk.QueueingHint
+	}{
+		{gpuPod, big, fwk.Queue},
+		{gpuPod, small, fwk.QueueSkip},
+		{testPods()["CPU pod"], big, nodeHint(up, testPods()["CPU pod"], big)},
+		{testPods()["CPU pod"], small, nodeHint(up, testPods()["CPU pod"], small)},
+	} {
+		if h := nodeHint(w, tc.pod, tc.node); h != tc.want {
+			t.Errorf("%s on node %s: hint %v, want %v", tc.pod.Name, tc.node.Name, h, tc.want)
 		}
-		if want := map[bool]fwk.QueueingHint{true: fwk.QueueSkip, false: fwk.Queue}[pod.Name == "gpu"]; len(hints) > 0 && hints[0] != want {
-			t.Errorf("%s: node-add hint %v, want %v", pod.Name, hints[0], want)
-		}
+	}
+	if _, ok := gpuPod.Spec.Containers[0].Resources.Limits[gpu]; !ok {
+		t.Error("the hint changed the pod")
 	}
 }
