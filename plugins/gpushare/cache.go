@@ -171,18 +171,20 @@ func (c *Cache) RemoveNode(nodeName string) {
 	e.mu.Unlock()
 }
 
-// nodeView is a consistent copy of what Filter needs from one node.
+// nodeView is a consistent copy of what Filter needs from one node; view returns the
+// node's usage beside it.
 type nodeView struct {
 	model  *nodeModel
 	inv    *api.NodeInventory
 	invErr error
-	used   []usage
 }
 
-// view returns the node's model and a copy of its usage, refreshing the inventory
-// first when the node object carries a different annotation than the cache saw (the
-// scheduler's snapshot may be ahead of this cache's informer handler).
-func (c *Cache) view(node *v1.Node, into []usage) nodeView {
+// view returns the node's model and a copy of its usage (in into's storage when it
+// has room, nil without a model), refreshing the inventory first when the node object
+// carries a different annotation than the cache saw (the scheduler's snapshot may be
+// ahead of this cache's informer handler). The usage is a separate result so that a
+// caller's stack buffer stays on the stack when the view's error escapes.
+func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
 	raw := node.Annotations[api.AnnotationInventory]
 	e := c.node(node.Name)
 	e.mu.RLock()
@@ -196,11 +198,12 @@ func (c *Cache) view(node *v1.Node, into []usage) nodeView {
 		e.mu.RLock()
 	}
 	v := nodeView{model: e.model, inv: e.inv, invErr: e.invErr}
+	var used []usage
 	if e.model != nil {
-		v.used = append(into[:0], e.used...)
+		used = append(into[:0], e.used...)
 	}
 	e.mu.RUnlock()
-	return v
+	return v, used
 }
 
 // podGrants returns the grants of a recorded pod on node, or nil.

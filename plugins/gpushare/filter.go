@@ -23,14 +23,14 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
 	var buf [16]usage
-	v := pl.cache.view(node, buf[:0])
+	v, used := pl.cache.view(node, buf[:0])
 	if st := pl.usable(&v); st != nil {
 		return st
 	}
 	if d := s.overlay[node.Name]; d != nil {
-		applyDelta(v.model, v.used, d, pl.cache, node.Name)
+		applyDelta(v.model, used, d, pl.cache, node.Name)
 	}
-	a, fail := allocate(v.model, v.used, s.info, &pl.w)
+	a, fail := allocate(v.model, used, s.info, &pl.w)
 	if fail != nil {
 		return fail.status()
 	}

@@ -365,13 +365,13 @@ func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo, f *fitScale) int
 		return 0
 	}
 	var buf [16]usage
-	v := pl.cache.view(ni.Node(), buf[:0])
+	v, used := pl.cache.view(ni.Node(), buf[:0])
 	if v.model == nil || len(v.model.devices) == 0 {
 		return 0
 	}
 	shapes := info.fragShapes
 	cpuFree, memFree := hostFree(ni)
-	st := newFragStats(v.model, v.used, shapes, &pl.w)
+	st := newFragStats(v.model, used, shapes, &pl.w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
@@ -381,7 +381,7 @@ func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo, f *fitScale) int
 			delta += s.weight * (st.total - st.small[k])
 		}
 	}
-	delta += fragFitWeight * leftover(v.model, v.used, ni, f, &pl.w)
+	delta += fragFitWeight * leftover(v.model, used, ni, f, &pl.w)
 	return int64(math.Round(-pl.w.policy * delta * fragScale))
 }
 

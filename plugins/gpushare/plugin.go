@@ -367,12 +367,12 @@ func (pl *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToA
 	if err != nil {
 		return nil
 	}
-	v := pl.cache.view(node, nil)
+	v, used := pl.cache.view(node, nil)
 	if v.model == nil {
 		return nil
 	}
-	applyDelta(v.model, v.used, d, pl.cache, node.Name)
-	a, fail := allocate(v.model, v.used, info, &pl.w)
+	applyDelta(v.model, used, d, pl.cache, node.Name)
+	a, fail := allocate(v.model, used, info, &pl.w)
 	if fail != nil {
 		return nil
 	}

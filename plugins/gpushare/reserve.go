@@ -29,11 +29,11 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
 	}
-	v := pl.cache.view(node, nil)
+	v, used := pl.cache.view(node, nil)
 	if st := pl.usable(&v); st != nil {
 		return st
 	}
-	a, fail := allocate(v.model, v.used, s.info, &pl.w)
+	a, fail := allocate(v.model, used, s.info, &pl.w)
 	if fail != nil {
 		return fail.status()
 	}

@@ -18,16 +18,17 @@ type nodeState struct {
 	left float64
 }
 
-// nodePolicies maps a node-level policy to its term in [0,1].
-var nodePolicies = map[Policy]func(n *nodeState) float64{
+// nodePolicies maps a node-level policy to its term in [0,1]. The state is passed by
+// value: a pointer passed through a function value escapes, one allocation per Score.
+var nodePolicies = map[Policy]func(n nodeState) float64{
 	// Binpack is best fit: the node with the least GPU and CPU capacity left after
 	// placement. Absolute leftovers (not utilisation) fill small nodes before large
 	// ones, keeping large nodes whole for the pods only they can take; counting CPU
 	// keeps CPU-heavy pods from stranding the GPUs of a node with CPU to spare.
-	Binpack: func(n *nodeState) float64 { return 1 - n.left },
+	Binpack: func(n nodeState) float64 { return 1 - n.left },
 	// Spread also counts occupied GPUs: a small fraction moves util by less than one
 	// score point on a large node, but always occupies a GPU, so nodes stay apart.
-	Spread: func(n *nodeState) float64 { return 1 - (n.util+n.occupied)/2 },
+	Spread: func(n nodeState) float64 { return 1 - (n.util+n.occupied)/2 },
 }
 
 // fitStateKey holds the cycle's largest node (fitScale), written by PreScore.
@@ -58,7 +59,8 @@ func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) 
 			m = a.model
 		} else {
 			var buf [16]usage
-			m = pl.cache.view(node, buf[:0]).model
+			v, _ := pl.cache.view(node, buf[:0])
+			m = v.model
 		}
 		if m == nil {
 			continue
@@ -106,12 +108,12 @@ func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weigh
 // has none to strand and scores by CPU alone.
 func (pl *Plugin) hostFitScore(ni fwk.NodeInfo, f *fitScale) int64 {
 	var buf [16]usage
-	v := pl.cache.view(ni.Node(), buf[:0])
+	v, used := pl.cache.view(ni.Node(), buf[:0])
 	m := v.model
 	if m == nil {
 		m = &nodeModel{}
 	}
-	return clampScore(int64((1-leftover(m, v.used, ni, f, &pl.w))*float64(fwk.MaxNodeScore) + 0.5))
+	return clampScore(int64((1-leftover(m, used, ni, f, &pl.w))*float64(fwk.MaxNodeScore) + 0.5))
 }
 
 func readFitScale(cs fwk.CycleState) *fitScale {
@@ -179,12 +181,12 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	if a == nil {
 		// Filter did not run for this node in this cycle (batching): compute now.
 		var buf [16]usage
-		v := pl.cache.view(node, buf[:0])
+		v, used := pl.cache.view(node, buf[:0])
 		if v.model == nil {
 			return 0, nil
 		}
 		var fail *allocFailure
-		if a, fail = allocate(v.model, v.used, s.info, &pl.w); fail != nil {
+		if a, fail = allocate(v.model, used, s.info, &pl.w); fail != nil {
 			return 0, nil
 		}
 	}
@@ -202,7 +204,7 @@ func (pl *Plugin) scoreAllocation(a *allocation, ni fwk.NodeInfo, f *fitScale) i
 	} else {
 		n.util, n.occupied = nodeUtilisation(a.model, a.used, w)
 	}
-	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](&n), w.policy
+	sum, total := w.policy*nodePolicies[pl.args.NodePolicy](n), w.policy
 	if a.multiGPU {
 		sum += w.topology * a.topology
 		total += w.topology
