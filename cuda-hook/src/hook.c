@@ -365,6 +365,13 @@ static int load_limits(char *why, size_t len)
 
 /* ---- the driver's view: CUDA_VISIBLE_DEVICES --------------------------------- */
 
+/* A UUID without its GPU-/MIG- prefix: CUDA gives MIG instances' as bytes, NVML as text. */
+static const char *uuid_body(const char *u)
+{
+	return strncasecmp(u, "GPU-", 4) == 0 || strncasecmp(u, "MIG-", 4) == 0 ? u + 4 : u;
+}
+
+
 /* The index of the container GPU that the tenant's CUDA_VISIBLE_DEVICES entry tok
  * (len bytes) names, or -1: an ordinal of the container's view (the limits' order) or
  * a UUID, or a unique prefix of one, with or without its GPU-/MIG- prefix. */
@@ -379,15 +386,11 @@ static int visible_entry(const char *tok, size_t len)
 	long i = strtol(t, &end, 10);
 	if (*end == '\0')
 		return i >= 0 && i < tessera.limits.ngpus ? (int)i : -1;
-	const char *p = t;
-	if (strncasecmp(p, "GPU-", 4) == 0 || strncasecmp(p, "MIG-", 4) == 0)
-		p += 4;
+	const char *p = uuid_body(t);
 	size_t plen = strlen(p);
 	int found = -1;
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		const char *u = tessera.limits.gpus[g].uuid;
-		if (strncasecmp(u, "GPU-", 4) == 0 || strncasecmp(u, "MIG-", 4) == 0)
-			u += 4;
+		const char *u = uuid_body(tessera.limits.gpus[g].uuid);
 		if (plen > 0 && strncasecmp(u, p, plen) == 0) {
 			if (found >= 0)
 				return -1; /* ambiguous prefix */
@@ -543,11 +546,7 @@ void tessera_format_uuid(const CUuuid *u, char *out, size_t len)
  * CUDA reports a MIG instance's UUID as bytes and NVML as text. */
 int tessera_same_uuid(const char *a, const char *b)
 {
-	if (strncasecmp(a, "GPU-", 4) == 0 || strncasecmp(a, "MIG-", 4) == 0)
-		a += 4;
-	if (strncasecmp(b, "GPU-", 4) == 0 || strncasecmp(b, "MIG-", 4) == 0)
-		b += 4;
-	return strcasecmp(a, b) == 0;
+	return strcasecmp(uuid_body(a), uuid_body(b)) == 0;
 }
 
 CUresult tessera_devices(void)
