@@ -16,7 +16,15 @@
  *   - each device has a default stream-ordered pool, and cuMemAllocAsync and
  *     cuMemAllocFromPoolAsync draw from it: memory freed into it stays reserved (and
  *     counted in used) until cuMemPoolTrimTo or a synchronize trims it, as a real
- *     pool with release threshold 0 does.
+ *     pool with release threshold 0 does;
+ *   - graphs are real objects when built with cuGraphCreate or stream capture: memory
+ *     nodes (cuGraphAddMemAllocNode, cuMemAllocAsync on a capturing stream) take
+ *     nothing until the executable graph is uploaded or launched, which maps what it
+ *     allocates from a per-device graph pool that grows as needed and shrinks only at
+ *     cuDeviceGraphMemTrim, as the driver's does (measured on an H200). Memory mapped
+ *     to one executable graph is not lent to another here (the driver may); an exec
+ *     handle below 0x100000 is not an object but a graph that runs that many
+ *     microseconds.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -341,8 +349,14 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *total)
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return take(current, n, (uint64_t *)p); }
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; return take(current, n, (uint64_t *)p); }
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return pool_take(current, n, (uint64_t *)p); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { (void)s; return pool_take(current, n, (uint64_t *)p); }
+static CUresult capture_alloc(int dev, size_t n, CUdeviceptr *p);
+static int capturing_now(void);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
+{
+	(void)s;
+	return capturing_now() ? capture_alloc(current, n, p) : pool_take(current, n, (uint64_t *)p);
+}
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s) { return cuMemAllocAsync(p, n, s); }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
 {
 	(void)s;
@@ -415,8 +429,16 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool poo
 	return cuMemAllocFromPoolAsync(p, n, pool, s);
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
-CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return give(p); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return give(p); }
+/* A graph allocation freed outside the graph: its memory stays in the graph pool. */
+static int graph_ptr(CUdeviceptr p);
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+	(void)s;
+	if (capturing_now() || graph_ptr(p))
+		return CUDA_SUCCESS; /* a free node, or memory that stays in the graph pool */
+	return give(p);
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return cuMemFreeAsync(p, s); }
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int elem)
 {
@@ -476,12 +498,15 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r
 
 /* ---- the simulated GPU ------------------------------------------------------------- */
 
+static void capture_us(uint64_t us);
 static CUresult run(uint64_t us)
 {
 	if (current < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (atomic_load(&capturing))
+	if (atomic_load(&capturing)) {
+		capture_us(us);
 		return CUDA_SUCCESS; /* recorded into the graph, not run */
+	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
 	/* A real driver blocks a launch when its queue is full; model a queue that holds
@@ -530,10 +555,350 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
 {
 	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, p);
 }
+/* ---- graphs ------------------------------------------------------------------- */
+
+#define GRAPH_MAGIC 0x47524150u
+#define EXEC_MAGIC 0x45584543u
+#define EXEC_OBJECT(e) ((uintptr_t)(e) >= 0x100000)
+
+struct fnode {
+	CUgraphNodeType type;
+	uint64_t bytes;
+	int dev;
+	CUdeviceptr ptr;
+	struct fgraph *child;
+};
+struct fgraph {
+	uint32_t magic;
+	int n, cap;
+	struct fnode **nodes;
+	uint64_t us; /* kernel time captured into it */
+};
+struct fexec {
+	uint32_t magic;
+	int mapped;
+	uint64_t need[MAXDEV];
+	uint64_t us;
+	struct fexec *next;
+};
+/* Guarded by mu. */
+static uint64_t graph_reserved[MAXDEV], graph_mapped[MAXDEV];
+static struct fexec *execs;
+static struct fgraph *capture_graph;
+
+static struct fgraph *graph_of(CUgraph g)
+{
+	struct fgraph *f = (struct fgraph *)g;
+	return f != NULL && EXEC_OBJECT(f) && f->magic == GRAPH_MAGIC ? f : NULL;
+}
+
+CUresult cuGraphCreate(CUgraph *g, unsigned int flags)
+{
+	(void)flags;
+	struct fgraph *f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	f->magic = GRAPH_MAGIC;
+	*g = (CUgraph)f;
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_node(struct fgraph *f, struct fnode n, CUgraphNode *out)
+{
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fnode *nn = malloc(sizeof(*nn));
+	if (nn == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*nn = n;
+	pthread_mutex_lock(&mu);
+	if (f->n == f->cap) {
+		f->cap = f->cap ? 2 * f->cap : 8;
+		f->nodes = realloc(f->nodes, (size_t)f->cap * sizeof(*f->nodes));
+	}
+	f->nodes[f->n++] = nn;
+	pthread_mutex_unlock(&mu);
+	if (out)
+		*out = (CUgraphNode)nn;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+				CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	(void)deps, (void)ndeps;
+	if (p == NULL || p->bytesize == 0 || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (p->poolProps.location.id < 0 || p->poolProps.location.id >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	p->dptr = atomic_fetch_add(&next_addr, (p->bytesize + 0xfffff) & ~0xfffffULL);
+	struct fnode n = {.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .bytes = p->bytesize, .dev = p->poolProps.location.id,
+			  .ptr = p->dptr};
+	return add_node(graph_of(g), n, node);
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUdeviceptr p)
+{
+	(void)deps, (void)ndeps;
+	return add_node(graph_of(g), (struct fnode){.type = CU_GRAPH_NODE_TYPE_MEM_FREE, .ptr = p}, node);
+}
+
+CUresult cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUgraph child)
+{
+	(void)deps, (void)ndeps;
+	if (graph_of(child) == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return add_node(graph_of(g), (struct fnode){.type = CU_GRAPH_NODE_TYPE_GRAPH, .child = graph_of(child)}, node);
+}
+
+CUresult cuGraphGetNodes(CUgraph g, CUgraphNode *nodes, size_t *n)
+{
+	struct fgraph *f = graph_of(g);
+	if (f == NULL || n == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	if (nodes != NULL) {
+		size_t k = *n < (size_t)f->n ? *n : (size_t)f->n;
+		for (size_t i = 0; i < k; i++)
+			nodes[i] = (CUgraphNode)f->nodes[i];
+		*n = k;
+	} else {
+		*n = (size_t)f->n;
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType *t)
+{
+	if (node == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*t = ((struct fnode *)node)->type;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	struct fnode *n = (struct fnode *)node;
+	if (n == NULL || n->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(p, 0, sizeof(*p));
+	p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p->poolProps.location.id = n->dev;
+	p->bytesize = n->bytes;
+	p->dptr = n->ptr;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode node, CUgraph *g)
+{
+	struct fnode *n = (struct fnode *)node;
+	if (n == NULL || n->type != CU_GRAPH_NODE_TYPE_GRAPH)
+		return CUDA_ERROR_INVALID_VALUE;
+	*g = (CUgraph)n->child;
+	return CUDA_SUCCESS;
+}
+
+static void graph_sum(const struct fgraph *f, uint64_t *need, uint64_t *us, int depth)
+{
+	*us += f->us;
+	for (int i = 0; i < f->n && depth < 8; i++) {
+		if (f->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+			need[f->nodes[i]->dev] += f->nodes[i]->bytes;
+		else if (f->nodes[i]->type == CU_GRAPH_NODE_TYPE_GRAPH)
+			graph_sum(f->nodes[i]->child, need, us, depth + 1);
+	}
+}
+
+/* Maps what e allocates from the graph pools (caller holds mu). */
+static CUresult map_exec(struct fexec *e)
+{
+	if (e->mapped)
+		return CUDA_SUCCESS;
+	uint64_t grow[MAXDEV] = {0};
+	for (int d = 0; d < ndev; d++) {
+		uint64_t spare = graph_reserved[d] - graph_mapped[d];
+		grow[d] = e->need[d] > spare ? e->need[d] - spare : 0;
+		if (used[d] + grow[d] > mem_bytes)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (int d = 0; d < ndev; d++) {
+		graph_reserved[d] += grow[d];
+		graph_mapped[d] += e->need[d];
+		used[d] += grow[d];
+		if (used[d] > peak[d])
+			peak[d] = used[d];
+	}
+	e->mapped = 1;
+	return CUDA_SUCCESS;
+}
+
+static void unmap_exec(struct fexec *e)
+{
+	if (!e->mapped)
+		return;
+	for (int d = 0; d < ndev; d++)
+		graph_mapped[d] -= e->need[d];
+	e->mapped = 0;
+}
+
+static CUresult instantiate(CUgraphExec *out, CUgraph g, int upload)
+{
+	struct fgraph *f = graph_of(g);
+	if (f == NULL || out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct fexec *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->magic = EXEC_MAGIC;
+	pthread_mutex_lock(&mu);
+	graph_sum(f, e->need, &e->us, 0);
+	CUresult rc = upload ? map_exec(e) : CUDA_SUCCESS;
+	if (rc == CUDA_SUCCESS) {
+		e->next = execs;
+		execs = e;
+	}
+	pthread_mutex_unlock(&mu);
+	if (rc != CUDA_SUCCESS) {
+		free(e);
+		return rc;
+	}
+	*out = (CUgraphExec)e;
+	return CUDA_SUCCESS;
+}
+
+static struct fexec *exec_of(CUgraphExec x)
+{
+	struct fexec *e = (struct fexec *)x;
+	return e != NULL && EXEC_OBJECT(e) && e->magic == EXEC_MAGIC ? e : NULL;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags)
+{
+	(void)flags;
+	return instantiate(e, g, 0);
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+	return instantiate(e, g, p != NULL && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
+}
+CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t len)
+{
+	(void)err, (void)log, (void)len;
+	return instantiate(e, g, 0);
+}
+
+CUresult cuGraphUpload(CUgraphExec x, CUstream s)
+{
+	(void)s;
+	struct fexec *e = exec_of(x);
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	CUresult rc = map_exec(e);
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec x)
+{
+	struct fexec *e = exec_of(x);
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	unmap_exec(e); /* its memory stays in the pool until a trim */
+	for (struct fexec **pp = &execs; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			break;
+		}
+	e->magic = 0;
+	pthread_mutex_unlock(&mu);
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+/* Every executable graph is idle here (the simulated GPU does not track which graph
+ * runs), so a trim takes all their memory back, as the driver does for idle graphs. */
+CUresult cuDeviceGraphMemTrim(CUdevice d)
+{
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	for (struct fexec *e = execs; e; e = e->next)
+		if (e->mapped && e->need[d]) {
+			for (int k = 0; k < ndev; k++)
+				graph_mapped[k] -= e->need[k];
+			e->mapped = 0;
+		}
+	uint64_t spare = graph_reserved[d] - graph_mapped[d];
+	graph_reserved[d] -= spare;
+	used[d] -= spare;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, void *value)
+{
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	uint64_t r = graph_reserved[d], m = graph_mapped[d];
+	pthread_mutex_unlock(&mu);
+	switch (attr) {
+	case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+		*(cuuint64_t *)value = r;
+		return CUDA_SUCCESS;
+	case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+		*(cuuint64_t *)value = m;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+static int graph_ptr(CUdeviceptr p)
+{
+	/* Graph allocations are not in the allocation list. */
+	return p != 0 && size_of(p) == 0;
+}
+
+static int capturing_now(void) { return atomic_load(&capturing); }
+
+static CUresult capture_alloc(int dev, size_t n, CUdeviceptr *p)
+{
+	if (dev < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUDA_MEM_ALLOC_NODE_PARAMS a = {.bytesize = n};
+	a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	a.poolProps.location.id = dev;
+	CUresult rc = cuGraphAddMemAllocNode(NULL, (CUgraph)capture_graph, NULL, 0, &a);
+	if (rc == CUDA_SUCCESS)
+		*p = a.dptr;
+	return rc;
+}
+
+static void capture_us(uint64_t us)
+{
+	pthread_mutex_lock(&mu);
+	if (capture_graph)
+		capture_graph->us += us;
+	pthread_mutex_unlock(&mu);
+}
+
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {
 	(void)s;
-	return run((uint64_t)(uintptr_t)g);
+	if (!EXEC_OBJECT(g))
+		return run((uint64_t)(uintptr_t)g);
+	struct fexec *e = exec_of(g);
+	if (e == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	CUresult rc = map_exec(e);
+	pthread_mutex_unlock(&mu);
+	return rc == CUDA_SUCCESS ? run(e->us) : rc;
 }
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
 
@@ -564,6 +929,12 @@ CUresult cuCtxSynchronize(void)
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m)
 {
 	(void)s, (void)m;
+	CUgraph g;
+	if (cuGraphCreate(&g, 0) != CUDA_SUCCESS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	capture_graph = (struct fgraph *)g;
+	pthread_mutex_unlock(&mu);
 	atomic_store(&capturing, 1);
 	return CUDA_SUCCESS;
 }
@@ -571,7 +942,10 @@ CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) { retur
 CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
 {
 	(void)s;
-	*g = (CUgraph)(uintptr_t)1;
+	pthread_mutex_lock(&mu);
+	*g = (CUgraph)capture_graph;
+	capture_graph = NULL;
+	pthread_mutex_unlock(&mu);
 	atomic_store(&capturing, 0);
 	return CUDA_SUCCESS;
 }
@@ -633,6 +1007,21 @@ static const struct {
 	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz},
 	{"cuStreamEndCapture", (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz},
 	{"cuStreamIsCapturing", (void *)cuStreamIsCapturing, NULL},
+	{"cuGraphCreate", (void *)cuGraphCreate, NULL},
+	{"cuGraphAddMemAllocNode", (void *)cuGraphAddMemAllocNode, NULL},
+	{"cuGraphAddMemFreeNode", (void *)cuGraphAddMemFreeNode, NULL},
+	{"cuGraphAddChildGraphNode", (void *)cuGraphAddChildGraphNode, NULL},
+	{"cuGraphGetNodes", (void *)cuGraphGetNodes, NULL},
+	{"cuGraphNodeGetType", (void *)cuGraphNodeGetType, NULL},
+	{"cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams, NULL},
+	{"cuGraphChildGraphNodeGetGraph", (void *)cuGraphChildGraphNodeGetGraph, NULL},
+	{"cuGraphInstantiate", (void *)cuGraphInstantiateWithFlags, NULL},
+	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, NULL},
+	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, NULL},
+	{"cuGraphUpload", (void *)cuGraphUpload, NULL},
+	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy, NULL},
+	{"cuDeviceGraphMemTrim", (void *)cuDeviceGraphMemTrim, NULL},
+	{"cuDeviceGetGraphMemAttribute", (void *)cuDeviceGetGraphMemAttribute, NULL},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

@@ -5,6 +5,8 @@
  * through the hook. Built against the real cuda.h; run under the hook.
  *
  *   b5_paths <path> <limit-mib>     path: alloc pitch managed async pool vmm array array3d mipmap
+ *                                   graph (a memory node per graph) graphcapture
+ *                                   (cuMemAllocAsync captured into a graph)
  *   b5_paths poolcache <limit-mib>  memory cached in a stream-ordered pool stays counted
  *                                   until the pool trims
  */
@@ -65,6 +67,38 @@ static int poolcache(CUmemoryPool pool)
 	int ok = reserved >= big && hf1 + big <= hf0 && cached_size == CUDA_ERROR_OUT_OF_MEMORY && hf2 == hf0 &&
 		 after_trim == CUDA_SUCCESS;
 	return ok ? 0 : 1;
+}
+
+/* One graph that allocates chunk on dev and keeps it (no free node), instantiated and
+ * launched: each takes new memory from the graph pool. */
+static CUresult graph_alloc(CUdevice dev, size_t chunk, CUstream s, int capture)
+{
+	CUgraph g;
+	CUgraphExec e;
+	CUresult rc;
+	if (capture) {
+		CUdeviceptr p;
+		CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+		rc = cuMemAllocAsync(&p, chunk, s);
+		CK(cuStreamEndCapture(s, &g));
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	} else {
+		CUDA_MEM_ALLOC_NODE_PARAMS p;
+		CUgraphNode n;
+		memset(&p, 0, sizeof(p));
+		p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		p.poolProps.location.id = dev;
+		p.bytesize = chunk;
+		CK(cuGraphCreate(&g, 0));
+		CK(cuGraphAddMemAllocNode(&n, g, NULL, 0, &p));
+	}
+	CK(cuGraphInstantiate(&e, g, 0));
+	rc = cuGraphLaunch(e, s);
+	if (rc == CUDA_SUCCESS)
+		rc = cuStreamSynchronize(s);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -130,6 +164,11 @@ int main(int argc, char **argv)
 			CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 4096, .Height = 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
 			CUmipmappedArray a;
 			rc = cuMipmappedArrayCreate(&a, &d, 4);
+		} else if (strcmp(path, "graph") == 0 || strcmp(path, "graphcapture") == 0) {
+			static CUstream s;
+			if (s == NULL)
+				CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+			rc = graph_alloc(dev, chunk, s, strcmp(path, "graphcapture") == 0);
 		} else {
 			fprintf(stderr, "unknown path %s\n", path);
 			return 2;

@@ -62,6 +62,16 @@ wait $a $b
 ra=$(field rate <"$G/a.out")
 rb=$(field rate <"$G/b.out")
 say "B4 two processes of one 50% container: shares $(awk -v r="$ra" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') + $(awk -v r="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') = $(awk -v r="$ra" -v s="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*(r+s)/b}')"
+# The same two processes without the hook: what two CUDA processes lose to the GPU's
+# time-slicing between contexts, against which the line above is read.
+"$G/pace" rate kernel 6 >"$G/a.out" &
+a=$!
+"$G/pace" rate kernel 6 >"$G/b.out" &
+b=$!
+wait $a $b
+ra=$(field rate <"$G/a.out")
+rb=$(field rate <"$G/b.out")
+say "B4 two unhooked processes together: shares $(awk -v r="$ra" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') + $(awk -v r="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') = $(awk -v r="$ra" -v s="$rb" -v b="$base" 'BEGIN{printf "%.1f", 100*(r+s)/b}')"
 # Without phases (both windows at 0), for comparison.
 limits "$G/b70" 130000 70 0 /bench/b
 hooked "$G/a30" "$G/pace" rate kernel 6 >"$G/a.out" &
@@ -71,8 +81,12 @@ b=$!
 wait $a $b
 say "B4 two tenants, same phase: A(30%) share=$(awk -v r="$(field rate <"$G/a.out")" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') B(70%) share=$(awk -v r="$(field rate <"$G/b.out")" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')"
 
+# The driver's graph memory pool, step by step, without the hook (gpu/graph_pool.c).
+gcc -O2 -I"$CUDA_INC" "$HERE/gpu/graph_pool.c" -o "$G/graph_pool" -L"$LIBCUDA_DIR" -l:libcuda.so.1 &&
+	"$G/graph_pool" | sed 's/^/graph pool: /' | tee -a "$LOG"
+
 # B5: every path against a 4 GiB limit (driver_taken_mib excludes the context).
 limits "$G/l4g" 4096 0 0
-for p in alloc pitch managed async pool vmm array array3d mipmap poolcache; do
+for p in alloc pitch managed async pool vmm array array3d mipmap graph graphcapture poolcache; do
 	say "B5 $(hooked "$G/l4g" "$G/b5_paths" $p 4096)"
 done

@@ -32,7 +32,7 @@ check "cuGetProcAddress/dlsym return the hooks" hooked "$G/l4g" "$G/hooktest" pr
 check "cuMemGetInfo/cuDeviceTotalMem/NVML report the limit" hooked "$G/l4g" "$G/hooktest" meminfo 4096 $CTX
 
 # 3. Every allocation path stops at the limit (driver API).
-for p in alloc pitch managed async pool vmm array array3d mipmap; do
+for p in alloc pitch managed async pool vmm array array3d mipmap graph graphcapture; do
 	check "B5 path $p" hooked "$G/l4g" "$G/b5_paths" $p 4096
 done
 

@@ -144,6 +144,44 @@ typedef enum CUmemPool_attribute_enum {
 	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
 } CUmemPool_attribute;
 
+/* Graph memory nodes: what a graph allocates, read before it is instantiated. */
+typedef enum CUgraphNodeType_enum {
+	CU_GRAPH_NODE_TYPE_GRAPH = 4,
+	CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+	CU_GRAPH_NODE_TYPE_MEM_FREE = 11
+} CUgraphNodeType;
+typedef enum CUgraphMem_attribute_enum {
+	CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT = 0,
+	CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT = 2
+} CUgraphMem_attribute;
+typedef enum CUgraphInstantiate_flags_enum {
+	CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+	CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2
+} CUgraphInstantiate_flags;
+typedef struct CUmemAccessDesc_st CUmemAccessDesc;
+typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
+typedef struct CUmemPoolProps_st {
+	CUmemAllocationType allocType;
+	CUmemAllocationHandleType handleTypes;
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_st {
+	CUmemPoolProps poolProps;
+	const CUmemAccessDesc *accessDescs;
+	size_t accessDescCount;
+	size_t bytesize;
+	CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+	cuuint64_t flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	int result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
 typedef struct CUlaunchConfig_st {
 	unsigned int gridDimX;
 	unsigned int gridDimY;

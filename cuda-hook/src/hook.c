@@ -469,6 +469,7 @@ static void fork_child(void)
 	pthread_mutex_init(&tessera.nvml_mu, NULL);
 	tessera_region_after_fork();
 	tessera_memory_after_fork();
+	tessera_graph_after_fork();
 }
 
 static void process_exit(void)

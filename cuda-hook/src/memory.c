@@ -8,6 +8,7 @@
  * of what is allocated from it and what it reserved when last looked at; a free only
  * lowers the first. What the pool really reserves is looked at when the program asks
  * for memory info, trims the pool, or would otherwise be refused an allocation.
+ * CUDA-graph memory nodes have a pool of their own: graph.c.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -185,11 +186,16 @@ void tessera_memory_after_fork(void)
 	memset(pools, 0, sizeof(pools));
 }
 
+uint64_t tessera_memory_settle(int gpu)
+{
+	return pools_settle(gpu) + tessera_graph_settle(gpu);
+}
+
 /* Reserves bytes on gpu; before refusing, gives back what pools have trimmed. */
 static CUresult reserve(int gpu, uint64_t bytes)
 {
 	CUresult rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
-	if (rc == CUDA_ERROR_OUT_OF_MEMORY && pools_settle(gpu) > 0)
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY && tessera_memory_settle(gpu) > 0)
 		rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
 	return rc;
 }
@@ -293,7 +299,7 @@ static CUresult pool_admit(int gpu, uint64_t pool, uint64_t bytes, struct pool_t
 			t->slot = (int)(p - pools);
 		}
 		pthread_mutex_unlock(&map_mu);
-		if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt > 0 || pools_settle(gpu) == 0) {
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY || attempt > 0 || tessera_memory_settle(gpu) == 0) {
 			if (rc != CUDA_SUCCESS)
 				tessera_log(TESSERA_LOG_INFO, "allocation of %llu bytes refused: GPU %s would exceed its %llu MiB limit",
 					    (unsigned long long)bytes, tessera.limits.gpus[gpu].uuid,
@@ -359,11 +365,22 @@ static uint64_t current_pool(int gpu)
 	return (uint64_t)(uintptr_t)pool;
 }
 
+/* A stream-ordered allocation on a stream being captured is not made: it becomes a
+ * memory node of the graph, counted when the graph is launched (graph.c). */
+static int capturing(CUstream s)
+{
+	CUstreamCaptureStatus st;
+	return atomic_load(&tessera.captures) > 0 && REAL(cuStreamIsCapturing) != NULL &&
+	       REAL(cuStreamIsCapturing)(s, &st) == CUDA_SUCCESS && st == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+}
+
 #define POOL_ALLOC(name, pool_expr, call)                                      \
 	HOOK_ENTER();                                                          \
 	HOOK_REAL(name);                                                       \
 	int gpu;                                                               \
 	struct pool_ticket t_;                                                 \
+	if (capturing(hStream))                                                \
+		return call;                                                   \
 	CUresult rc = tessera_current_gpu(&gpu);                               \
 	if (rc != CUDA_SUCCESS)                                                \
 		return rc;                                                     \
@@ -696,7 +713,7 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
 		return rc;
 	uint64_t limit = tessera_limit_bytes(gpu);
 	uint64_t total = rt < limit ? rt : limit;
-	pools_settle(gpu);
+	tessera_memory_settle(gpu);
 	uint64_t used = tessera_region_used(tessera.region, gpu);
 	uint64_t fr = used < total ? total - used : 0;
 	if (fr > rf)

@@ -6,6 +6,7 @@
  *   hooktest alloc <path> <chunk-mib> <limit-mib> <context-mib>
  *   hooktest meminfo <limit-mib> <context-mib>
  *   hooktest poolcache <limit-mib> <context-mib>
+ *   hooktest graphmem <limit-mib> <context-mib>
  *   hooktest devices
  *   hooktest visible <uuid-suffixes|none>
  *   hooktest procaddr
@@ -361,6 +362,119 @@ static int poolcache_main(int argc, char **argv)
 	return 0;
 }
 
+/* ---- graphmem: CUDA-graph memory nodes count when the graph is launched ----------- */
+
+CUresult cuGraphCreate(CUgraph *, unsigned int);
+CUresult cuGraphAddMemAllocNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+CUresult cuGraphAddMemFreeNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+CUresult cuGraphAddChildGraphNode(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUgraph);
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *, CUgraph, unsigned long long);
+CUresult cuGraphInstantiateWithParams(CUgraphExec *, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS *);
+CUresult cuGraphUpload(CUgraphExec, CUstream);
+CUresult cuGraphExecDestroy(CUgraphExec);
+CUresult cuDeviceGraphMemTrim(CUdevice);
+
+/* A graph that allocates bytes on d and frees them again; nested inside a child graph
+ * when child is set. */
+static CUgraph alloc_graph(CUdevice d, uint64_t bytes, int child)
+{
+	CUgraph g;
+	CUgraphNode a, f;
+	CUDA_MEM_ALLOC_NODE_PARAMS p;
+	memset(&p, 0, sizeof(p));
+	p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.poolProps.location.id = d;
+	p.bytesize = bytes;
+	OK(cuGraphCreate(&g, 0));
+	OK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &p));
+	OK(cuGraphAddMemFreeNode(&f, g, &a, 1, p.dptr));
+	if (!child)
+		return g;
+	CUgraph outer;
+	OK(cuGraphCreate(&outer, 0));
+	OK(cuGraphAddChildGraphNode(&a, outer, NULL, 0, g));
+	return outer;
+}
+
+static uint64_t free_now(void)
+{
+	size_t fr, tot;
+	OK(cuMemGetInfo_v2(&fr, &tot));
+	return fr;
+}
+
+static int graphmem_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: graphmem <limit-mib> <context-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB, ctx = strtoull(argv[3], NULL, 10) * MIB;
+	uint64_t room = limit - ctx, chunk = 256 * MIB;
+	CUdevice d = setup();
+	CUgraphExec a, b, c;
+	CUdeviceptr p;
+	/* Instantiating maps nothing; the launch does, and it counts. */
+	OK(cuGraphInstantiateWithFlags(&a, alloc_graph(d, chunk, 0), 0));
+	CHECK(stats().used[d] == 0 && free_now() == room, "instantiation took memory");
+	OK(cuGraphLaunch(a, NULL));
+	CHECK(stats().used[d] == chunk, "the fake did not map the graph's memory");
+	CHECK(free_now() == room - chunk, "free %llu MiB after the launch, want %llu",
+	      (unsigned long long)(free_now() / MIB), (unsigned long long)((room - chunk) / MIB));
+	/* Fill the container up to half a chunk below its limit. */
+	OK(cuMemAlloc_v2(&p, room - chunk - chunk / 2));
+	/* Relaunching the graph takes nothing new and is not refused. */
+	OK(cuGraphLaunch(a, NULL));
+	OK(cuGraphLaunch(a, NULL));
+	/* A second graph's chunk does not fit: refused before the driver maps it. */
+	OK(cuGraphInstantiateWithFlags(&b, alloc_graph(d, chunk, 1), 0));
+	CHECK(cuGraphLaunch(b, NULL) == CUDA_ERROR_OUT_OF_MEMORY, "a graph launched past the limit");
+	CHECK(cuGraphUpload(b, NULL) == CUDA_ERROR_OUT_OF_MEMORY, "a graph uploaded past the limit");
+	CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+	memset(&ip, 0, sizeof(ip));
+	ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+	CHECK(cuGraphInstantiateWithParams(&c, alloc_graph(d, chunk, 0), &ip) == CUDA_ERROR_OUT_OF_MEMORY,
+	      "a graph instantiated with upload past the limit");
+	CHECK(stats().peak[d] <= room, "the driver held %llu MiB, limit %llu",
+	      (unsigned long long)(stats().peak[d] / MIB), (unsigned long long)(room / MIB));
+	/* A trim gives the idle graph's memory back; then the second graph fits, and the
+	 * first no longer does. */
+	OK(cuDeviceGraphMemTrim(d));
+	CHECK(free_now() == chunk / 2 + chunk, "free %llu MiB after the trim, want %llu",
+	      (unsigned long long)(free_now() / MIB), (unsigned long long)((chunk / 2 + chunk) / MIB));
+	OK(cuGraphLaunch(b, NULL));
+	CHECK(cuGraphLaunch(a, NULL) == CUDA_ERROR_OUT_OF_MEMORY, "the first graph launched again past the limit");
+	OK(cuGraphLaunch(b, NULL));
+	/* Captured stream-ordered allocations are graph memory too: nothing counts at
+	 * capture, the launch does. */
+	OK(cuMemFree_v2(p));
+	OK(cuGraphExecDestroy(a));
+	OK(cuGraphExecDestroy(b));
+	OK(cuDeviceGraphMemTrim(d));
+	CHECK(free_now() == room && stats().used[d] == 0, "memory left after destroying the graphs and a trim");
+	CUgraph g;
+	CUdeviceptr q;
+	OK(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	OK(cuMemAllocAsync(&q, chunk, NULL));
+	OK(cuMemFreeAsync(q, NULL));
+	OK(cuStreamEndCapture(NULL, &g));
+	CHECK(free_now() == room, "a captured allocation counted at capture");
+	OK(cuGraphInstantiateWithFlags(&c, g, 0));
+	OK(cuMemAlloc_v2(&p, room - chunk / 2));
+	CHECK(cuGraphLaunch(c, NULL) == CUDA_ERROR_OUT_OF_MEMORY, "a captured graph launched past the limit");
+	OK(cuMemFree_v2(p));
+	OK(cuGraphLaunch(c, NULL));
+	CHECK(free_now() == room - chunk, "free %llu MiB after the captured graph ran, want %llu",
+	      (unsigned long long)(free_now() / MIB), (unsigned long long)((room - chunk) / MIB));
+	CHECK(cuMemAlloc_v2(&p, room - chunk / 2) == CUDA_ERROR_OUT_OF_MEMORY, "allocated past graph memory");
+	/* Uploading at instantiation maps and counts too. */
+	OK(cuGraphInstantiateWithParams(&a, alloc_graph(d, chunk, 0), &ip));
+	CHECK(free_now() == room - 2 * chunk, "free %llu MiB after an instantiate-with-upload, want %llu",
+	      (unsigned long long)(free_now() / MIB), (unsigned long long)((room - 2 * chunk) / MIB));
+	CHECK(stats().peak[d] <= room, "the driver held %llu MiB, limit %llu",
+	      (unsigned long long)(stats().peak[d] / MIB), (unsigned long long)(room / MIB));
+	printf("ok graphmem: graph memory counted at launch and upload, refused past the limit, given back at a trim\n");
+	return 0;
+}
+
 /* ---- devices: only the container's, in its order -------------------------------- */
 
 static void uuid_of(CUdevice d, char *out)
@@ -485,6 +599,11 @@ static int procaddr_main(void)
 		{"cuLaunchKernel", "cuLaunchKernel"},
 		{"cuLaunchKernelEx", "cuLaunchKernelEx"},
 		{"cuGraphLaunch", "cuGraphLaunch"},
+		{"cuGraphInstantiate", "cuGraphInstantiateWithFlags"},
+		{"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams"},
+		{"cuGraphUpload", "cuGraphUpload"},
+		{"cuGraphExecDestroy", "cuGraphExecDestroy"},
+		{"cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim"},
 		{"cuGetProcAddress", "cuGetProcAddress_v2"},
 		{"cuCtxCreate", "cuCtxCreate_v4"},
 	};
@@ -828,6 +947,8 @@ int main(int argc, char **argv)
 		return pace_main(argc, argv);
 	if (strcmp(scenario, "pace-procs") == 0)
 		return pace_procs_main(argc, argv);
+	if (strcmp(scenario, "graphmem") == 0)
+		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)
 		return capture_main();
 	fprintf(stderr, "unknown scenario %s\n", scenario);

@@ -64,6 +64,7 @@ done
 echo "== $variant: memory info, pool caches, devices, symbol resolution"
 t meminfo 1024 64
 t poolcache 1024 64
+t graphmem 1024 64
 reset
 limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
