@@ -2,6 +2,7 @@ package gpushare
 
 import (
 	"fmt"
+	"math/bits"
 	"sort"
 	"strings"
 
@@ -168,7 +169,10 @@ func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
 	a := newAllocation(used)
 	used = a.used
-	freeBefore := freeIslands(m, used)
+	free := freeIslands(m, used)
+	// An island free before placement is broken by it exactly when one of its devices
+	// is placed on (placing adds a tenant), so one pass over the islands is enough.
+	var touched islandSet
 	multi, topoSum, taken := 0, 0.0, 0
 	for _, ci := range p.order {
 		c := &p.req.Containers[ci]
@@ -185,6 +189,9 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 			used[i].memMiB += need
 			used[i].cores += c.Cores
 			used[i].tenants++
+			if isl := m.devices[i].island; isl >= 0 {
+				touched.add(isl, len(m.islands))
+			}
 		}
 		if len(devs) > 1 {
 			multi++
@@ -196,15 +203,8 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 		a.topology = topoSum / float64(multi)
 		a.multiGPU = true
 	}
-	freeAfter := freeIslands(m, used)
-	for k := range m.islands {
-		if freeBefore.has(k) {
-			a.freeIslands++
-			if !freeAfter.has(k) {
-				a.brokenIslands++
-			}
-		}
-	}
+	a.freeIslands = free.count()
+	a.brokenIslands = free.countBoth(&touched)
 	a.model = m
 	return a, nil
 }
@@ -216,11 +216,38 @@ type islandSet struct {
 	more []bool
 }
 
-func (s *islandSet) has(k int) bool {
+// add puts island k of n into the set.
+func (s *islandSet) add(k, n int) {
 	if k < 64 {
-		return s.mask&(1<<uint(k)) != 0
+		s.mask |= 1 << uint(k)
+		return
 	}
-	return s.more[k-64]
+	if s.more == nil {
+		s.more = make([]bool, n-64)
+	}
+	s.more[k-64] = true
+}
+
+// count is the number of islands in the set.
+func (s *islandSet) count() int {
+	n := bits.OnesCount64(s.mask)
+	for _, in := range s.more {
+		if in {
+			n++
+		}
+	}
+	return n
+}
+
+// countBoth is the number of islands in both s and t.
+func (s *islandSet) countBoth(t *islandSet) int {
+	n := bits.OnesCount64(s.mask & t.mask)
+	for k, in := range s.more {
+		if in && k < len(t.more) && t.more[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // freeIslands reports the NVLink islands whose devices are all unused.
