@@ -121,7 +121,7 @@ type allocation struct {
 	model *nodeModel
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
-	// pods of one GPU container: Filter allocates one allocation per node, nothing more.
+	// pods of one GPU container: Filter allocates nothing on such nodes.
 	placeBuf [1]placement
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
@@ -131,17 +131,18 @@ type allocation struct {
 // inlineDevices is how many devices an allocation holds without further allocation.
 const inlineDevices = 8
 
-// newAllocation returns an allocation holding a copy of used.
-func newAllocation(used []usage) *allocation {
-	a := &allocation{topology: 1}
+// reset makes a an empty allocation holding a copy of used, reusing its storage.
+func (a *allocation) reset(used []usage) {
 	a.placements = a.placeBuf[:0]
+	a.topology, a.multiGPU = 1, false
+	a.brokenIslands, a.freeIslands = 0, 0
+	a.model = nil
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
 	} else {
-		a.used = append([]usage(nil), used...)
+		a.used = append(a.used[:0:0], used...)
 	}
-	return a
 }
 
 // take returns n ints and n int64s from the allocation's inline storage, or new
@@ -167,7 +168,17 @@ func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 // used. It is a pure function of its inputs (used is copied, not modified): Filter,
 // Reserve and preemption's AddPod all use it, so they always agree.
 func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
-	a := newAllocation(used)
+	a := &allocation{}
+	if fail := allocateInto(a, m, used, p, w); fail != nil {
+		return nil, fail
+	}
+	return a, nil
+}
+
+// allocateInto is allocate writing into a, whose previous contents it replaces; on
+// failure a holds no allocation.
+func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) *allocFailure {
+	a.reset(used)
 	used = a.used
 	free := freeIslands(m, used)
 	// An island free before placement is broken by it exactly when one of its devices
@@ -179,7 +190,7 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 		devs, mem := a.take(c.GPUs, &taken)
 		picked, fail := pickDevices(m, used, p, c, w, devs)
 		if fail != nil {
-			return nil, fail
+			return fail
 		}
 		copy(devs, picked)
 		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: mem}
@@ -206,7 +217,7 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 	a.freeIslands = free.count()
 	a.brokenIslands = free.countBoth(&touched)
 	a.model = m
-	return a, nil
+	return nil
 }
 
 // islandSet is a set of NVLink islands by position in nodeModel.islands: a bit mask

@@ -55,6 +55,14 @@ type nodeEntry struct {
 	used      []usage // per device of model
 	pods      map[types.UID]*podRecord
 	unmatched int // grants naming a UUID the inventory does not have
+
+	// kept is the allocation Filter made on this node in the scheduling cycle
+	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
+	// cycle, so that Filter allocates nothing per node and keeps its result without
+	// a lock shared by all nodes. keptMu, not mu, guards both.
+	keptMu    sync.Mutex
+	keptCycle uint64
+	kept      allocation
 }
 
 // Cache is the GPU state shared by every profile of one scheduler: node inventories
@@ -63,7 +71,7 @@ type nodeEntry struct {
 //
 // Locking: mu guards the maps and is taken before any nodeEntry.mu. Pod changes hold
 // mu for their whole update so that a pod's grants move atomically between nodes.
-// Filter takes only mu.RLock briefly and the node's read lock.
+// Filter takes only mu.RLock briefly and the node's read lock, then the node's keptMu.
 type Cache struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
@@ -192,6 +200,12 @@ type nodeView struct {
 // ahead of this cache's informer handler). The usage is a separate result so that a
 // caller's stack buffer stays on the stack when the view's error escapes.
 func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
+	_, v, used := c.entryView(node, into)
+	return v, used
+}
+
+// entryView is view that also returns the node's entry.
+func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []usage) {
 	e := c.node(node.Name)
 	e.mu.RLock()
 	if e.seen.Load() != node {
@@ -216,7 +230,43 @@ func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
 		used = append(into[:0], e.used...)
 	}
 	e.mu.RUnlock()
-	return v, used
+	return e, v, used
+}
+
+// existing returns the entry for name, or nil.
+func (c *Cache) existing(name string) *nodeEntry {
+	c.mu.RLock()
+	e := c.nodes[name]
+	c.mu.RUnlock()
+	return e
+}
+
+// keep runs allocateInto on the node's kept allocation and, when it succeeds,
+// marks the allocation as the one of cycle.
+func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights) *allocFailure {
+	e.keptMu.Lock()
+	defer e.keptMu.Unlock()
+	e.keptCycle = 0
+	fail := allocateInto(&e.kept, m, used, p, w)
+	if fail == nil {
+		e.keptCycle = cycle
+	}
+	return fail
+}
+
+// withKept calls f with the allocation Filter kept on the node in cycle and returns
+// true, or returns false when there is none. The allocation is valid only during f.
+func (e *nodeEntry) withKept(cycle uint64, f func(a *allocation)) bool {
+	if e == nil || cycle == 0 {
+		return false
+	}
+	e.keptMu.Lock()
+	defer e.keptMu.Unlock()
+	if e.keptCycle != cycle {
+		return false
+	}
+	f(&e.kept)
+	return true
 }
 
 // podGrants returns the grants of a recorded pod on node, or nil.

@@ -23,18 +23,16 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
 	var buf [16]usage
-	v, used := pl.cache.view(node, buf[:0])
+	e, v, used := pl.cache.entryView(node, buf[:0])
 	if st := pl.usable(&v); st != nil {
 		return st
 	}
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.model, used, d, pl.cache, node.Name)
 	}
-	a, fail := allocate(v.model, used, s.info, &pl.w)
-	if fail != nil {
+	if fail := e.keep(s.id, v.model, used, s.info, &pl.w); fail != nil {
 		return fail.status()
 	}
-	s.store(node.Name, a)
 	return nil
 }
 

@@ -424,7 +424,7 @@ func TestPreBindWritesAnnotation(t *testing.T) {
 	}
 	// PreBind without a reservation is an error, never a silent success.
 	cs := framework.NewCycleState()
-	cs.Write(stateKey, &cycleState{info: &podInfo{}, results: map[string]*allocation{}})
+	cs.Write(stateKey, &cycleState{info: &podInfo{}})
 	if st := e.pl.PreBind(context.Background(), cs, pod, "n"); st.IsSuccess() {
 		t.Error("PreBind without Reserve succeeded")
 	}

@@ -55,9 +55,7 @@ func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) 
 		}
 		f.cpuMilli = max(f.cpuMilli, float64(ni.GetAllocatable().GetMilliCPU()))
 		var m *nodeModel
-		if a := s.result(node.Name); a != nil {
-			m = a.model
-		} else {
+		if !pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { m = a.model }) {
 			var buf [16]usage
 			v, _ := pl.cache.view(node, buf[:0])
 			m = v.model
@@ -177,23 +175,30 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		}
 		return pl.hostOnlyScore(s.hostOnly, nodeInfo, readFitScale(cs)), nil
 	}
-	a := s.result(node.Name)
-	if a == nil {
-		// Filter did not run for this node in this cycle (batching): compute now.
-		var buf [16]usage
-		v, used := pl.cache.view(node, buf[:0])
-		if v.model == nil {
-			return 0, nil
-		}
-		var fail *allocFailure
-		if a, fail = allocate(v.model, used, s.info, &pl.w); fail != nil {
-			return 0, nil
-		}
+	f := readFitScale(cs)
+	var score int64
+	if pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { score = pl.scoreOf(s, a, nodeInfo, f) }) {
+		return score, nil
 	}
+	// Filter did not run for this node in this cycle (batching): compute now.
+	var buf [16]usage
+	v, used := pl.cache.view(node, buf[:0])
+	if v.model == nil {
+		return 0, nil
+	}
+	a, fail := allocate(v.model, used, s.info, &pl.w)
+	if fail != nil {
+		return 0, nil
+	}
+	return pl.scoreOf(s, a, nodeInfo, f), nil
+}
+
+// scoreOf is Score for allocation a.
+func (pl *Plugin) scoreOf(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale) int64 {
 	if pl.args.NodePolicy == Fragmentation {
-		return pl.fragmentationScore(s, a, nodeInfo, readFitScale(cs)), nil
+		return pl.fragmentationScore(s, a, ni, f)
 	}
-	return pl.scoreAllocation(a, nodeInfo, readFitScale(cs)), nil
+	return pl.scoreAllocation(a, ni, f)
 }
 
 func (pl *Plugin) scoreAllocation(a *allocation, ni fwk.NodeInfo, f *fitScale) int64 {

@@ -2,7 +2,7 @@ package gpushare
 
 import (
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -21,9 +21,10 @@ type cycleState struct {
 	// policy: it is still scored by the GPU capacity its CPU and memory would strand.
 	hostOnly *podInfo
 
-	// mu guards results, which the parallel Filter writes and Score reads.
-	mu      sync.Mutex
-	results map[string]*allocation
+	// id numbers this cycle (a clone gets its own): Filter keeps its allocation on
+	// a node in the node's cache entry under this number, and Score uses it only when
+	// the numbers match. 0 keeps nothing.
+	id uint64
 
 	// overlay holds preemption's what-if changes per node (AddPod/RemovePod). It is
 	// only ever changed on a cloned state, one node at a time, so it needs no lock.
@@ -40,9 +41,9 @@ type nodeDelta struct {
 }
 
 // Clone copies what a what-if evaluation may change. Filter results are not carried
-// over: a clone recomputes them against its own overlay.
+// over: a clone has its own number and recomputes them against its own overlay.
 func (s *cycleState) Clone() fwk.StateData {
-	c := &cycleState{skip: s.skip, info: s.info, hostOnly: s.hostOnly, results: map[string]*allocation{}, assignment: s.assignment}
+	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, assignment: s.assignment}
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {
@@ -56,17 +57,11 @@ func (s *cycleState) Clone() fwk.StateData {
 	return c
 }
 
-func (s *cycleState) store(node string, a *allocation) {
-	s.mu.Lock()
-	s.results[node] = a
-	s.mu.Unlock()
-}
+// cycleIDs numbers cycle states. Numbers are never reused, so an allocation kept by
+// an earlier cycle can never pass for a later one's.
+var cycleIDs atomic.Uint64
 
-func (s *cycleState) result(node string) *allocation {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.results[node]
-}
+func nextCycleID() uint64 { return cycleIDs.Add(1) }
 
 func (s *cycleState) delta(node string) *nodeDelta {
 	if s.overlay == nil {
