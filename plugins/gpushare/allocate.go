@@ -261,26 +261,28 @@ func (s *islandSet) countBoth(t *islandSet) int {
 	return n
 }
 
-// freeIslands reports the NVLink islands whose devices are all unused.
+// freeIslands reports the NVLink islands whose devices are all unused. It reads the
+// devices' island numbers rather than m.islands: Filter reads the devices anyway, and
+// on a busy scheduler each further line of a node's model is a cache miss.
 func freeIslands(m *nodeModel, used []usage) islandSet {
 	var s islandSet
-	if len(m.islands) > 64 {
-		s.more = make([]bool, len(m.islands)-64)
-	}
-	for k, isl := range m.islands {
-		free := true
-		for _, i := range isl {
-			if used[i].tenants > 0 {
-				free = false
-				break
-			}
-		}
-		switch {
-		case !free:
-		case k < 64:
-			s.mask |= 1 << uint(k)
-		default:
+	n := len(m.islands)
+	if n > 64 {
+		s.more = make([]bool, n-64)
+		for k := 64; k < n; k++ {
 			s.more[k-64] = true
+		}
+	}
+	// 1<<64 is 0 for a uint64, so 64 islands give all 64 bits.
+	s.mask = uint64(1)<<uint(min(n, 64)) - 1
+	for i := range m.devices {
+		k := m.devices[i].island
+		switch {
+		case k < 0 || used[i].tenants == 0:
+		case k < 64:
+			s.mask &^= 1 << uint(k)
+		default:
+			s.more[k-64] = false
 		}
 	}
 	return s
@@ -325,9 +327,11 @@ func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol
 	return s
 }
 
+// islandFree reports whether no device of NVLink island k is used (by the devices'
+// island numbers, as freeIslands).
 func islandFree(m *nodeModel, used []usage, k int) bool {
-	for _, i := range m.islands[k] {
-		if used[i].tenants > 0 {
+	for i := range m.devices {
+		if m.devices[i].island == k && used[i].tenants > 0 {
 			return false
 		}
 	}
@@ -350,7 +354,7 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 }
 
 // pickDevices chooses c.GPUs distinct devices for container c, or explains why none
-// fit. A single device is returned in dst's storage.
+// fit. The devices are returned in dst's storage when it has room.
 func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int) ([]int, *allocFailure) {
 	// Candidates live on the stack for nodes of up to 16 devices: Filter runs this for
 	// every node of every GPU pod.
@@ -376,17 +380,22 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 		}
 		return append(dst[:0], pickBest(m, used, c, w, cand, p.devicePolicy)), nil
 	}
-	return pickSet(m, used, p, c, w, cand)
+	return pickSet(m, used, p, c, w, cand, dst)
 }
 
 // pickSet chooses a multi-GPU set: every candidate seeds a greedy set that grows by
 // the candidate with the best link to the set (then the best policy score); the best
 // complete set wins. Required locality restricts which candidates may join.
-func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) ([]int, *allocFailure) {
+func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, dst []int) ([]int, *allocFailure) {
 	n := c.GPUs
-	var best []int
+	var setBuf [16]int
+	set := setBuf[:0]
+	if n > len(setBuf) {
+		set = make([]int, 0, n)
+	}
+	best := dst[:0]
+	found := false
 	bestScore := -1.0
-	set := make([]int, 0, n)
 	for _, seed := range cand {
 		if p.topology == api.TopologyNUMARequired && m.devices[seed].numa < 0 {
 			continue
@@ -431,9 +440,10 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		if score > bestScore {
 			bestScore = score
 			best = append(best[:0], set...)
+			found = true
 		}
 	}
-	if best == nil {
+	if !found {
 		return nil, &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(
 			"container %q asks %d GPUs with %s: %d GPUs have room but no %d of them are %s",
 			c.Name, n, p.topology, len(cand), n, localityWords(p.topology))}
