@@ -63,13 +63,7 @@ func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) 
 		if m == nil {
 			continue
 		}
-		n := 0
-		for i := range m.devices {
-			if m.devices[i].healthy {
-				n++
-			}
-		}
-		f.gpus = max(f.gpus, float64(n))
+		f.gpus = max(f.gpus, float64(m.healthy))
 	}
 	return f
 }

@@ -30,6 +30,8 @@ type nodeModel struct {
 	islands [][]int
 	// nvlinked[i][j] reports an NVLink between the physical GPUs of i and j.
 	nvlinked [][]bool
+	// healthy counts the healthy devices (PreScore reads it for every feasible node).
+	healthy int
 }
 
 // Pair affinities, from the strongest connection to the weakest. NVLink beats any PCIe
@@ -127,6 +129,9 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 	}
 	for i := range m.devices {
 		m.byUUID[m.devices[i].uuid] = i
+		if m.devices[i].healthy {
+			m.healthy++
+		}
 	}
 
 	// Link table between physical GPUs.
