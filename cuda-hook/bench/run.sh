@@ -15,7 +15,7 @@ BENCH=$1 HOOK=$2 LIMITS=$3 UUID=$4 NL=$5 NA=$6 ROUNDS=${7:-3}
 limits() { # limits <cores>
 	printf 'version 1\ncgroup /tessera-bench/hookbench\ncontext-mib 0\ngpu %s 65536 %s 0\n' "$UUID" "$1" >"$LIMITS"
 }
-field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+field() { sed -n "s/.*$1=\(-\{0,1\}[0-9.]*\).*/\1/p"; }
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
 for op in launch launch-ex graph alloc; do

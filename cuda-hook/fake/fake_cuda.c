@@ -783,6 +783,10 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INST
 {
 	return instantiate(e, g, p != NULL && (p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD));
 }
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+	return cuGraphInstantiateWithParams(e, g, p);
+}
 CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t len)
 {
 	(void)err, (void)log, (void)len;
@@ -800,6 +804,8 @@ CUresult cuGraphUpload(CUgraphExec x, CUstream s)
 	pthread_mutex_unlock(&mu);
 	return rc;
 }
+
+CUresult cuGraphUpload_ptsz(CUgraphExec x, CUstream s) { return cuGraphUpload(x, s); }
 
 CUresult cuGraphExecDestroy(CUgraphExec x)
 {
@@ -1015,10 +1021,12 @@ static const struct {
 	{"cuGraphNodeGetType", (void *)cuGraphNodeGetType, NULL},
 	{"cuGraphMemAllocNodeGetParams", (void *)cuGraphMemAllocNodeGetParams, NULL},
 	{"cuGraphChildGraphNodeGetGraph", (void *)cuGraphChildGraphNodeGetGraph, NULL},
-	{"cuGraphInstantiate", (void *)cuGraphInstantiateWithFlags, NULL},
+	/* The CUDA 13 driver answers "cuGraphInstantiate" with its CUDA 11 ABI whatever the
+	 * version asked for (measured); runtimes call cuGraphInstantiateWithFlags. */
+	{"cuGraphInstantiate", (void *)cuGraphInstantiate_v2, NULL},
 	{"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, NULL},
-	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, NULL},
-	{"cuGraphUpload", (void *)cuGraphUpload, NULL},
+	{"cuGraphInstantiateWithParams", (void *)cuGraphInstantiateWithParams, (void *)cuGraphInstantiateWithParams_ptsz},
+	{"cuGraphUpload", (void *)cuGraphUpload, (void *)cuGraphUpload_ptsz},
 	{"cuGraphExecDestroy", (void *)cuGraphExecDestroy, NULL},
 	{"cuDeviceGraphMemTrim", (void *)cuDeviceGraphMemTrim, NULL},
 	{"cuDeviceGetGraphMemAttribute", (void *)cuDeviceGetGraphMemAttribute, NULL},

@@ -16,18 +16,24 @@ limits "$G/c99" 130000 99 0
 for i in 1 2; do
 	say "B3 overhead run $i: none $("$G/pace" overhead) | hook,cores=0 $(hooked "$G/c0" "$G/pace" overhead) | hook,cores=99 $(hooked "$G/c99" "$G/pace" overhead)"
 done
+# What the fast path's parts cost on this machine (TSC read, vDSO clock, an atomic on a
+# shared line, pthread_once's done check).
+gcc -O2 "$HERE/bench/clockcost.c" -o "$G/clockcost" -pthread && say "$("$G/clockcost")"
 # CPU microbenchmark of the launch fast path and alloc/free (bench/hookbench.c): an
 # empty kernel through cuLaunchKernel, cuLaunchKernelEx and cuGraphLaunch, and 1 MiB
 # cuMemAlloc+cuMemFree, without the hook, with it at cores 100 and at cores 99.
 gcc -O2 -I"$HERE/include" "$HERE/bench/hookbench.c" -o "$G/hookbench" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -ldl &&
 	TESSERA_LIMITS_FILE=$G/hookbench.limits "$HERE/bench/run.sh" "$G/hookbench" "$HOOK" "$G/hookbench.limits" "$UUID" \
-		100000 20000 3 2>&1 | tee -a "$LOG"
+		100000 20000 "${B3_ROUNDS:-3}" 2>&1 | tee -a "$LOG"
 # End to end: PyTorch bf16 matmuls with limits set but not binding.
 for i in 1 2; do
 	n=$(python3 "$HERE/gpu/torch_mem.py" matmul 4 | field rate)
 	h=$(hooked "$G/c0" python3 "$HERE/gpu/torch_mem.py" matmul 4 | field rate)
 	say "B3 e2e run $i: matmul/s none $n hook $h ratio $(awk -v a="$h" -v b="$n" 'BEGIN{printf "%.4f", a/b}')"
 done
+
+# BENCH_ONLY=b3 stops here (the launch-path figures alone, for a change to the fast path).
+[ "${BENCH_ONLY:-}" = b3 ] && exit 0
 
 # B4: achieved share = kernel rate under the hook / unhooked rate, per launch path.
 for p in kernel ex coop graph; do

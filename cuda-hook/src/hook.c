@@ -523,9 +523,12 @@ static void init(void)
 		    tessera.limits.ngpus, (unsigned long long)tessera.limits.context_mib);
 }
 
-CUresult tessera_init(void)
+_Atomic int tessera_ready;
+
+CUresult tessera_init_slow(void)
 {
 	pthread_once(&init_once, init);
+	atomic_store_explicit(&tessera_ready, 1, memory_order_release);
 	return tessera.status;
 }
 

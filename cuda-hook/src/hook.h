@@ -159,8 +159,16 @@ struct tessera_state {
 
 extern struct tessera_state tessera;
 
-/* Sets up the state once; returns tessera.status. */
-CUresult tessera_init(void);
+/* Sets up the state once; returns tessera.status. After the first call, one acquire
+ * load (no call into libc) on every hook. */
+extern _Atomic int tessera_ready;
+CUresult tessera_init_slow(void);
+static inline CUresult tessera_init(void)
+{
+	if (__builtin_expect(atomic_load_explicit(&tessera_ready, memory_order_acquire), 1))
+		return tessera.status;
+	return tessera_init_slow();
+}
 /* Resolves the container's devices; needs cuInit to have succeeded. */
 CUresult tessera_devices(void);
 /* The limits index of a driver CUdevice, or -1 if it is not the container's. */

@@ -599,7 +599,8 @@ static int procaddr_main(void)
 		{"cuLaunchKernel", "cuLaunchKernel"},
 		{"cuLaunchKernelEx", "cuLaunchKernelEx"},
 		{"cuGraphLaunch", "cuGraphLaunch"},
-		{"cuGraphInstantiate", "cuGraphInstantiateWithFlags"},
+		{"cuGraphInstantiate", "cuGraphInstantiate_v2"}, /* what the CUDA 13 driver answers */
+		{"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags"},
 		{"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams"},
 		{"cuGraphUpload", "cuGraphUpload"},
 		{"cuGraphExecDestroy", "cuGraphExecDestroy"},
@@ -612,6 +613,8 @@ static int procaddr_main(void)
 		{"cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"},
 		{"cuGraphLaunch", "cuGraphLaunch_ptsz"},
 		{"cuMemAllocAsync", "cuMemAllocAsync_ptsz"},
+		{"cuGraphUpload", "cuGraphUpload_ptsz"},
+		{"cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz"},
 		{"cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz"},
 	};
 	OK(cuInit(0));
