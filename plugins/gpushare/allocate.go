@@ -70,6 +70,15 @@ func (p *podInfo) eligible(d *device) bool {
 	return true
 }
 
+// eligibleAt is eligible for device i of m. A pod without selection reads only the
+// device's MIG flag, from m.hot.
+func (p *podInfo) eligibleAt(m *nodeModel, i int) bool {
+	if !p.hasSelection() {
+		return !m.hot[i].mig
+	}
+	return p.eligible(&m.devices[i])
+}
+
 // wantsMIG reports whether the pod selects MIG instances explicitly.
 func (p *podInfo) wantsMIG() bool {
 	if len(p.uuidInclude) > 0 {
@@ -196,12 +205,12 @@ func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weig
 		copy(devs, picked)
 		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: mem}
 		for k, i := range devs {
-			need := c.MemoryOn(m.devices[i].memoryMiB)
+			need := c.MemoryOn(m.hot[i].memoryMiB)
 			pl.memMiB[k] = need
 			used[i].memMiB += need
 			used[i].cores += c.Cores
 			used[i].tenants++
-			if isl := m.devices[i].island; isl >= 0 {
+			if isl := int(m.hot[i].island); isl >= 0 {
 				touched.add(isl, len(m.islands))
 			}
 		}
@@ -276,8 +285,8 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 	}
 	// 1<<64 is 0 for a uint64, so 64 islands give all 64 bits.
 	s.mask = uint64(1)<<uint(min(n, 64)) - 1
-	for i := range m.devices {
-		k := m.devices[i].island
+	for i := range m.hot {
+		k := int(m.hot[i].island)
 		switch {
 		case k < 0 || used[i].tenants == 0:
 		case k < 64:
@@ -291,7 +300,7 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 
 // fits reports whether container c fits device i given used.
 func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
-	d := &m.devices[i]
+	d := &m.hot[i]
 	u := &used[i]
 	if u.tenants >= maxTenants {
 		return false
@@ -311,7 +320,7 @@ func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants
 // [0,1], higher is better. Fragmentation scores like Binpack here: it only differs for
 // one-GPU containers, which pickByFragmentation places.
 func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol Policy, w *weights) float64 {
-	d := &m.devices[i]
+	d := &m.hot[i]
 	u := &used[i]
 	memFrac := float64(u.memMiB+c.MemoryOn(d.memoryMiB)) / float64(d.memoryMiB)
 	coreFrac := float64(u.cores+c.Cores) / 100
@@ -330,9 +339,9 @@ func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol
 
 // islandFree reports whether no device of NVLink island k is used (by the devices'
 // island numbers, as freeIslands).
-func islandFree(m *nodeModel, used []usage, k int) bool {
-	for i := range m.devices {
-		if m.devices[i].island == k && used[i].tenants > 0 {
+func islandFree(m *nodeModel, used []usage, k int32) bool {
+	for i := range m.hot {
+		if m.hot[i].island == k && used[i].tenants > 0 {
 			return false
 		}
 	}
@@ -361,14 +370,14 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 	// every node of every GPU pod.
 	var candBuf [16]int
 	cand := candBuf[:0]
-	for i := range m.devices {
-		d := &m.devices[i]
+	for i := range m.hot {
+		d := &m.hot[i]
 		// A CUDA process sees at most one MIG device, so MIG instances only serve
 		// single-GPU containers.
 		if d.mig && c.GPUs > 1 {
 			continue
 		}
-		if d.healthy && p.eligible(d) && fits(m, used, c, i, w.maxTenants) {
+		if d.healthy && p.eligibleAt(m, i) && fits(m, used, c, i, w.maxTenants) {
 			cand = append(cand, i)
 		}
 	}
@@ -498,9 +507,9 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	var largest int64
 	var maxFreeMem int64 = -1
 	maxFreeCores, roomMem, roomCores, roomTenants := -1, 0, 0, 0
-	for i := range m.devices {
-		d := &m.devices[i]
-		if !p.eligible(d) {
+	for i := range m.hot {
+		d := &m.hot[i]
+		if !p.eligibleAt(m, i) {
 			continue
 		}
 		matching++
@@ -617,7 +626,7 @@ func gpus(n int) string {
 func countFits(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) int {
 	k := 0
 	for i := range m.devices {
-		if m.devices[i].healthy && p.eligible(&m.devices[i]) && fits(m, used, c, i, w.maxTenants) {
+		if m.hot[i].healthy && p.eligibleAt(m, i) && fits(m, used, c, i, w.maxTenants) {
 			k++
 		}
 	}

@@ -197,7 +197,7 @@ type fragStats struct {
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
 func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
-	d := &m.devices[i]
+	d := &m.hot[i]
 	if !d.healthy {
 		return 0
 	}

@@ -72,8 +72,8 @@ func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) 
 // did not run) the node is its own yardstick and the pod's CPU is not counted.
 func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
 	var gpuFree, gpus float64
-	for i := range m.devices {
-		if m.devices[i].healthy {
+	for i := range m.hot {
+		if m.hot[i].healthy {
 			gpuFree += deviceFree(m, used, i, w)
 			gpus++
 		}
