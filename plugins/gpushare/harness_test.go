@@ -18,6 +18,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/parallelize"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 )
 
 // fakeHandle gives the plugin the things it uses from the framework: the snapshot
@@ -33,6 +35,12 @@ func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { r
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return nil }
 func (h *fakeHandle) APICacher() fwk.APICacher                               { return nil }
+
+// Parallelizer is the framework's; its goroutine gauge needs the scheduler's metrics.
+func (h *fakeHandle) Parallelizer() fwk.Parallelizer {
+	metrics.Register()
+	return parallelize.NewParallelizer(4)
+}
 
 // listingHandle is a fakeHandle that also lists the profile's plugins, as the
 // framework does.

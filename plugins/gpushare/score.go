@@ -44,16 +44,41 @@ type fitScale struct {
 // Clone implements fwk.StateData; a fitScale is never changed after PreScore.
 func (f *fitScale) Clone() fwk.StateData { return f }
 
-// largestNode measures the feasible nodes for the best-fit term.
-func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fitScale {
+// largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
+// two chunks the nodes are measured in the calling goroutine.
+const largestNodeChunk = 128
+
+// largestNode measures the feasible nodes for the best-fit term. PreScore runs once per
+// pod between the parallel Filter and Score, so its time adds straight to the cycle:
+// with 500 feasible nodes (5,000 nodes at the default percentage to score) the serial
+// scan of every node's cache entry took 0.15 ms of a 1.3 ms cycle. The maximum does
+// not depend on the order, so chunks of nodes are measured in parallel.
+func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fitScale {
 	f := &fitScale{}
 	f.podCPUMilli, _ = podHostRequests(pod)
+	chunks := (len(nodes) + largestNodeChunk - 1) / largestNodeChunk
+	if chunks < 2 || pl.handle == nil || pl.handle.Parallelizer() == nil {
+		f.cpuMilli, f.gpus = pl.largestOf(s, nodes)
+		return f
+	}
+	cpu, gpus := make([]float64, chunks), make([]float64, chunks)
+	pl.handle.Parallelizer().Until(ctx, chunks, func(i int) {
+		cpu[i], gpus[i] = pl.largestOf(s, nodes[i*largestNodeChunk:min(len(nodes), (i+1)*largestNodeChunk)])
+	}, Name)
+	for i := range cpu {
+		f.cpuMilli, f.gpus = max(f.cpuMilli, cpu[i]), max(f.gpus, gpus[i])
+	}
+	return f
+}
+
+// largestOf is the largest allocatable CPU and healthy GPU count among nodes.
+func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo) (cpuMilli, gpus float64) {
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
 			continue
 		}
-		f.cpuMilli = max(f.cpuMilli, float64(ni.GetAllocatable().GetMilliCPU()))
+		cpuMilli = max(cpuMilli, float64(ni.GetAllocatable().GetMilliCPU()))
 		var m *nodeModel
 		if !pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { m = a.model }) {
 			var buf [16]usage
@@ -63,9 +88,9 @@ func (pl *Plugin) largestNode(s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) 
 		if m == nil {
 			continue
 		}
-		f.gpus = max(f.gpus, float64(m.healthy))
+		gpus = max(gpus, float64(m.healthy))
 	}
-	return f
+	return cpuMilli, gpus
 }
 
 // leftover is nodeState.left for allocation a on node ni. Without a scale (PreScore
@@ -123,7 +148,7 @@ func readFitScale(cs fwk.CycleState) *fitScale {
 // Fragmentation scores them by the capacity they strand (see hostOnlyScore).
 //
 // Binpack and Fragmentation measure the cycle's feasible nodes for best fit.
-func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
@@ -132,7 +157,7 @@ func (pl *Plugin) PreScore(_ context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return fwk.NewStatus(fwk.Skip)
 	}
 	if pl.args.NodePolicy != Spread {
-		cs.Write(fitStateKey, pl.largestNode(s, pod, nodes))
+		cs.Write(fitStateKey, pl.largestNode(ctx, s, pod, nodes))
 	}
 	return nil
 }

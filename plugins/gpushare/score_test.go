@@ -2,6 +2,7 @@ package gpushare
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -62,5 +63,46 @@ func TestBestFit(t *testing.T) {
 	// full: 100 × (1 − ½·1 − 0) = 50; free: 100 × (1 − ½ − ½·2/2) = 0.
 	if scores["full"] != 50 || scores["free"] != 0 {
 		t.Errorf("CPU-only pod scores %v, want full 50, free 0", scores)
+	}
+}
+
+// PreScore measures the largest feasible node in parallel chunks when there are many;
+// the result must be the maximum over all of them, wherever it lies.
+func TestLargestNodeOverManyNodes(t *testing.T) {
+	const n = 3*largestNodeChunk + 7
+	for _, big := range []int{0, largestNodeChunk - 1, largestNodeChunk, n - 1} {
+		nodes := make([]*v1.Node, n)
+		for i := range nodes {
+			gpus, cpu := 2, "64"
+			if i == big {
+				gpus = 8
+			}
+			if i == (big+largestNodeChunk+1)%n {
+				cpu = "256"
+			}
+			name := fmt.Sprintf("n%03d", i)
+			nodes[i] = makeNode(t, name, nvlinkInventory(name, gpus, 2, "NVIDIA H100 80GB HBM3", 81559))
+			nodes[i].Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		e := newEnv(t, nil, nodes)
+		pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
+		ctx := context.Background()
+		cs := framework.NewCycleState()
+		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
+			t.Fatalf("PreFilter: %v", st)
+		}
+		if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
+			t.Fatalf("PreScore: %v", st)
+		}
+		f := readFitScale(cs)
+		if f == nil || f.gpus != 8 || f.cpuMilli != 256000 || f.podCPUMilli != 2000 {
+			t.Errorf("largest node with the 8-GPU node at %d: %+v, want 8 GPUs, 256000 mCPU, pod 2000 mCPU", big, f)
+		}
+		s, _ := getState(cs)
+		cpu, gpus := e.pl.largestOf(s, e.infos)
+		if cpu != f.cpuMilli || gpus != f.gpus {
+			t.Errorf("parallel %v/%v, serial %v/%v", f.cpuMilli, f.gpus, cpu, gpus)
+		}
 	}
 }
