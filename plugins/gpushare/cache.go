@@ -71,11 +71,17 @@ type nodeEntry struct {
 //
 // Locking: mu guards the maps and is taken before any nodeEntry.mu. Pod changes hold
 // mu for their whole update so that a pod's grants move atomically between nodes.
-// Filter takes only mu.RLock briefly and the node's read lock, then the node's keptMu.
+// Filter, Score and PreScore find a node's entry in index without mu, then take the
+// node's read lock and its keptMu.
 type Cache struct {
 	mu    sync.RWMutex
 	nodes map[string]*nodeEntry
 	pods  map[types.UID]*podRecord
+	// index holds the entries of nodes, written only under mu with it, for the
+	// lookups of Filter, Score and PreScore: they run on every core at once, one
+	// lookup per node, and a read lock shared by all of them made every lookup
+	// write the same cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores).
+	index sync.Map
 }
 
 // NewCache returns an empty cache.
@@ -85,11 +91,8 @@ func NewCache() *Cache {
 
 // node returns the entry for name, creating it.
 func (c *Cache) node(name string) *nodeEntry {
-	c.mu.RLock()
-	e := c.nodes[name]
-	c.mu.RUnlock()
-	if e != nil {
-		return e
+	if e, ok := c.index.Load(name); ok {
+		return e.(*nodeEntry)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,6 +104,7 @@ func (c *Cache) nodeLocked(name string) *nodeEntry {
 	if e == nil {
 		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
 		c.nodes[name] = e
+		c.index.Store(name, e)
 	}
 	return e
 }
@@ -179,6 +183,7 @@ func (c *Cache) RemoveNode(nodeName string) {
 	}
 	if len(e.pods) == 0 {
 		delete(c.nodes, nodeName)
+		c.index.Delete(nodeName)
 		return
 	}
 	e.mu.Lock()
@@ -235,10 +240,10 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 
 // existing returns the entry for name, or nil.
 func (c *Cache) existing(name string) *nodeEntry {
-	c.mu.RLock()
-	e := c.nodes[name]
-	c.mu.RUnlock()
-	return e
+	if e, ok := c.index.Load(name); ok {
+		return e.(*nodeEntry)
+	}
+	return nil
 }
 
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
