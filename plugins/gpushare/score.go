@@ -71,14 +71,21 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 	return f
 }
 
-// largestOf is the largest allocatable CPU and healthy GPU count among nodes.
+// largestOf is the largest allocatable CPU and healthy GPU count among nodes. Once a
+// node has as many healthy GPUs as any node has had, no other can have more, and the
+// rest are not looked up in the cache (each lookup is a memory miss or two): in a
+// cluster of one node size, only the first is.
 func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo) (cpuMilli, gpus float64) {
+	bound := float64(pl.cache.mostHealthy.Load())
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
 			continue
 		}
 		cpuMilli = max(cpuMilli, float64(ni.GetAllocatable().GetMilliCPU()))
+		if bound > 0 && gpus >= bound {
+			continue
+		}
 		var m *nodeModel
 		if !pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { m = a.model }) {
 			var buf [16]usage

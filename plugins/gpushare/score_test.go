@@ -8,6 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // withCPU gives a test node allocatable CPU (millicores).
@@ -104,5 +106,39 @@ func TestLargestNodeOverManyNodes(t *testing.T) {
 		if cpu != f.cpuMilli || gpus != f.gpus {
 			t.Errorf("parallel %v/%v, serial %v/%v", f.cpuMilli, f.gpus, cpu, gpus)
 		}
+	}
+}
+
+// The largest node is found where it is even when a larger one has left: the bound
+// PreScore stops at only ever grows, so it then looks at every node.
+func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
+	var nodes []*v1.Node
+	for i := 0; i < 2*largestNodeChunk+3; i++ {
+		name := fmt.Sprintf("n%03d", i)
+		gpus := 2
+		if i == 5 {
+			gpus = 8
+		}
+		if i == 2*largestNodeChunk+1 {
+			gpus = 4
+		}
+		nodes = append(nodes, makeNode(t, name, nvlinkInventory(name, gpus, 2, "NVIDIA H100 80GB HBM3", 81559)))
+	}
+	e := newEnv(t, nil, nodes)
+	// n005 loses six GPUs: the largest is now n257's four.
+	shrunk := makeNode(t, "n005", nvlinkInventory("n005", 2, 2, "NVIDIA H100 80GB HBM3", 81559))
+	e.pl.cache.SetInventory("n005", shrunk.Annotations[api.AnnotationInventory])
+	e.infos[5].SetNode(shrunk)
+	pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	if f := readFitScale(cs); f == nil || f.gpus != 4 {
+		t.Errorf("largest node %+v, want 4 GPUs", f)
 	}
 }
