@@ -89,8 +89,9 @@ func TestRenderDefaults(t *testing.T) {
 		}
 	}
 	// Binpack and Fragmentation score alone; Spread keeps kube-scheduler's scores.
-	if n := strings.Count(cfg, "- name: NodeResourcesBalancedAllocation"); n != 2 {
-		t.Errorf("%d profiles disable BalancedAllocation scoring, want binpack's and fragmentation's:\n%s", n, cfg)
+	// Score and PreScore, in each of the two.
+	if n := strings.Count(cfg, "- name: NodeResourcesBalancedAllocation"); n != 4 {
+		t.Errorf("BalancedAllocation disabled %d times, want at Score and PreScore in binpack and fragmentation:\n%s", n, cfg)
 	}
 	// The assignment travels in the binding: no role lets the scheduler patch pods.
 	for _, m := range ms {
