@@ -102,7 +102,7 @@ func TestLargestNodeOverManyNodes(t *testing.T) {
 			t.Errorf("largest node with the 8-GPU node at %d: %+v, want 8 GPUs, 256000 mCPU, pod 2000 mCPU", big, f)
 		}
 		s, _ := getState(cs)
-		cpu, gpus := e.pl.largestOf(s, e.infos)
+		cpu, gpus := e.pl.largestOf(s, e.infos, 0)
 		if cpu != f.cpuMilli || gpus != f.gpus {
 			t.Errorf("parallel %v/%v, serial %v/%v", f.cpuMilli, f.gpus, cpu, gpus)
 		}
