@@ -47,7 +47,7 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 	}
 	// Recomputing from the records gives the same figures: the incremental
 	// accounting never drifted.
-	e := c.nodes["n"]
+	e := c.existing("n")
 	before := append([]usage(nil), e.used...)
 	e.mu.Lock()
 	e.recomputeLocked()
