@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
@@ -89,15 +90,7 @@ func TestLargestNodeOverManyNodes(t *testing.T) {
 		e := newEnv(t, nil, nodes)
 		pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
 		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
-		ctx := context.Background()
-		cs := framework.NewCycleState()
-		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
-			t.Fatalf("PreFilter: %v", st)
-		}
-		if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
-			t.Fatalf("PreScore: %v", st)
-		}
-		f := readFitScale(cs)
+		f, cs := preScored(t, e, pod)
 		if f == nil || f.gpus != 8 || f.cpuMilli != 256000 || f.podCPUMilli != 2000 {
 			t.Errorf("largest node with the 8-GPU node at %d: %+v, want 8 GPUs, 256000 mCPU, pod 2000 mCPU", big, f)
 		}
@@ -130,6 +123,15 @@ func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
 	e.pl.cache.SetInventory("n005", shrunk.Annotations[api.AnnotationInventory])
 	e.infos[5].SetNode(shrunk)
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	if f, _ := preScored(t, e, pod); f == nil || f.gpus != 4 {
+		t.Errorf("largest node %+v, want 4 GPUs", f)
+	}
+}
+
+// preScored runs PreFilter and PreScore for pod over every node of e and returns the
+// largest-node measure PreScore wrote, with the cycle state.
+func preScored(t *testing.T, e *env, pod *v1.Pod) (*fitScale, fwk.CycleState) {
+	t.Helper()
 	ctx := context.Background()
 	cs := framework.NewCycleState()
 	if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
@@ -138,7 +140,5 @@ func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
 	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
 		t.Fatalf("PreScore: %v", st)
 	}
-	if f := readFitScale(cs); f == nil || f.gpus != 4 {
-		t.Errorf("largest node %+v, want 4 GPUs", f)
-	}
+	return readFitScale(cs), cs
 }
