@@ -124,12 +124,30 @@ static struct gexec *find(uint64_t exec)
 	return NULL;
 }
 
+/* Forgets exec (caller holds gmu): its entry, and its claim to be the graph launched
+ * last, which a new graph given the same handle must not inherit. */
+static void forget_locked(uint64_t exec)
+{
+	struct gexec *e = find(exec);
+	if (e != NULL)
+		*e = gexecs[--ngexecs];
+	for (int g = 0; g < tessera.limits.ngpus; g++)
+		if (last_exec[g] == exec)
+			last_exec[g] = 0;
+	atomic_store(&tessera_graph_execs, ngexecs);
+}
+
 /* Remembers (or forgets, when it allocates nothing) what exec allocates. */
 static CUresult remember_exec(uint64_t exec, const uint64_t *need, int any)
 {
 	pthread_mutex_lock(&gmu);
+	if (!any) {
+		forget_locked(exec);
+		pthread_mutex_unlock(&gmu);
+		return CUDA_SUCCESS;
+	}
 	struct gexec *e = find(exec);
-	if (e == NULL && any) {
+	if (e == NULL) {
 		if (ngexecs == capgexecs) {
 			size_t cap = capgexecs ? 2 * capgexecs : 16;
 			struct gexec *m = realloc(gexecs, cap * sizeof(*m));
@@ -143,25 +161,11 @@ static CUresult remember_exec(uint64_t exec, const uint64_t *need, int any)
 		e = &gexecs[ngexecs++];
 		e->exec = exec;
 	}
-	if (e != NULL && any) {
-		memcpy(e->need, need, sizeof(e->need));
-		memset(e->gen, 0xff, sizeof(e->gen)); /* never launched */
-	} else if (e != NULL) {
-		*e = gexecs[--ngexecs];
-	}
+	memcpy(e->need, need, sizeof(e->need));
+	memset(e->gen, 0xff, sizeof(e->gen)); /* never launched */
 	atomic_store(&tessera_graph_execs, ngexecs);
 	pthread_mutex_unlock(&gmu);
 	return CUDA_SUCCESS;
-}
-
-static void forget_exec(uint64_t exec)
-{
-	pthread_mutex_lock(&gmu);
-	struct gexec *e = find(exec);
-	if (e != NULL)
-		*e = gexecs[--ngexecs];
-	atomic_store(&tessera_graph_execs, ngexecs);
-	pthread_mutex_unlock(&gmu);
 }
 
 /* Brings this process's count for the graph pool of gpu to what the pool reserves
@@ -346,11 +350,8 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 	HOOK_REAL(cuGraphExecDestroy);
 	CUresult rc = REAL(cuGraphExecDestroy)(hGraphExec);
 	if (rc == CUDA_SUCCESS && atomic_load(&tessera_graph_execs) > 0) {
-		forget_exec((uint64_t)(uintptr_t)hGraphExec);
 		pthread_mutex_lock(&gmu);
-		for (int g = 0; g < tessera.limits.ngpus; g++)
-			if (last_exec[g] == (uint64_t)(uintptr_t)hGraphExec)
-				last_exec[g] = 0;
+		forget_locked((uint64_t)(uintptr_t)hGraphExec);
 		pthread_mutex_unlock(&gmu);
 		tessera_graph_settle(-1);
 	}
