@@ -585,6 +585,10 @@ struct fexec {
 static uint64_t graph_reserved[MAXDEV], graph_mapped[MAXDEV];
 static struct fexec *execs;
 static struct fgraph *capture_graph;
+/* Addresses graph memory nodes handed out: freeing one outside its graph leaves the
+ * memory in the graph pool; freeing an address that is nobody's is an error. */
+static CUdeviceptr *graph_ptrs;
+static size_t ngraph_ptrs, capgraph_ptrs;
 
 static struct fgraph *graph_of(CUgraph g)
 {
@@ -632,6 +636,13 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode 
 	if (p->poolProps.location.id < 0 || p->poolProps.location.id >= ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	p->dptr = atomic_fetch_add(&next_addr, (p->bytesize + 0xfffff) & ~0xfffffULL);
+	pthread_mutex_lock(&mu);
+	if (ngraph_ptrs == capgraph_ptrs) {
+		capgraph_ptrs = capgraph_ptrs ? 2 * capgraph_ptrs : 64;
+		graph_ptrs = realloc(graph_ptrs, capgraph_ptrs * sizeof(*graph_ptrs));
+	}
+	graph_ptrs[ngraph_ptrs++] = p->dptr;
+	pthread_mutex_unlock(&mu);
 	struct fnode n = {.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC, .bytes = p->bytesize, .dev = p->poolProps.location.id,
 			  .ptr = p->dptr};
 	return add_node(graph_of(g), n, node);
@@ -866,8 +877,12 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice d, CUgraphMem_attribute attr, voi
 
 static int graph_ptr(CUdeviceptr p)
 {
-	/* Graph allocations are not in the allocation list. */
-	return p != 0 && size_of(p) == 0;
+	int found = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < ngraph_ptrs && !found; i++)
+		found = graph_ptrs[i] == p;
+	pthread_mutex_unlock(&mu);
+	return found;
 }
 
 static int capturing_now(void) { return atomic_load(&capturing); }
