@@ -24,16 +24,22 @@
  *     cuDeviceGraphMemTrim, as the driver's does (measured on an H200). Memory mapped
  *     to one executable graph is not lent to another here (the driver may); an exec
  *     handle below 0x100000 is not an object but a graph that runs that many
- *     microseconds.
+ *     microseconds;
+ *   - with FAKE_CUDA_TALLY=<file>, every process using the fake driver also adds what
+ *     it holds per device to a tally kept in that file (used and peak, all processes
+ *     together), so a test can check what several processes held at once.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../test/fake_stats.h"
 #include "tessera_cuda.h"
@@ -46,6 +52,24 @@ static uint64_t mem_bytes = 81920ULL << 20;
 static int initialized;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used[MAXDEV], peak[MAXDEV];
+
+/* Machine-wide tally across processes (FAKE_CUDA_TALLY); NULL when not asked for. */
+struct tally {
+	_Atomic uint64_t used[MAXDEV];
+	_Atomic uint64_t peak[MAXDEV];
+};
+static struct tally *tally;
+
+/* Records that this process now holds delta more (or less) on dev. */
+static void tally_add(int dev, int64_t delta)
+{
+	if (tally == NULL || delta == 0)
+		return;
+	uint64_t now = atomic_fetch_add(&tally->used[dev], (uint64_t)delta) + (uint64_t)delta;
+	uint64_t p = atomic_load(&tally->peak[dev]);
+	while (now > p && !atomic_compare_exchange_weak(&tally->peak[dev], &p, now))
+		;
+}
 static __thread int current = -1; /* device of the current context */
 static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
 
@@ -82,6 +106,19 @@ __attribute__((constructor)) static void setup(void)
 		ndev = atoi(s) > 0 && atoi(s) <= MAXDEV ? atoi(s) : ndev;
 	if ((s = getenv("FAKE_CUDA_MEM_MIB")))
 		mem_bytes = strtoull(s, NULL, 10) << 20;
+	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
+		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
+			fprintf(stderr, "fake libcuda: cannot open the tally %s\n", s);
+			abort();
+		}
+		tally = mmap(NULL, sizeof(struct tally), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (tally == MAP_FAILED) {
+			fprintf(stderr, "fake libcuda: cannot map the tally %s\n", s);
+			abort();
+		}
+	}
 }
 
 /* ---- bookkeeping -------------------------------------------------------------- */
@@ -104,6 +141,7 @@ static CUresult take(int dev, uint64_t size, uint64_t *key)
 	used[dev] += size;
 	if (used[dev] > peak[dev])
 		peak[dev] = used[dev];
+	tally_add(dev, (int64_t)size);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -143,8 +181,10 @@ static CUresult give(uint64_t key)
 			allocs[i].live = 0;
 			if (allocs[i].pooled)
 				pool_cached[allocs[i].dev] += allocs[i].size; /* back to the pool */
-			else
+			else {
 				used[allocs[i].dev] -= allocs[i].size;
+				tally_add(allocs[i].dev, -(int64_t)allocs[i].size);
+			}
 			allocs[i] = allocs[--nallocs];
 			pthread_mutex_unlock(&mu);
 			return CUDA_SUCCESS;
@@ -172,6 +212,8 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 	for (int i = 0; i < MAXDEV; i++) {
 		out->used[i] = used[i];
 		out->peak[i] = peak[i];
+		out->all_used[i] = tally ? atomic_load(&tally->used[i]) : used[i];
+		out->all_peak[i] = tally ? atomic_load(&tally->peak[i]) : peak[i];
 	}
 	out->busy_ns = busy_ns;
 	out->syncs = syncs;
@@ -389,6 +431,7 @@ CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 	pthread_mutex_lock(&mu);
 	if (pool_cached[d] > keep) {
 		used[d] -= pool_cached[d] - keep;
+		tally_add(d, -(int64_t)(pool_cached[d] - keep));
 		pool_cached[d] = keep;
 	}
 	pthread_mutex_unlock(&mu);
@@ -740,6 +783,7 @@ static CUresult map_exec(struct fexec *e)
 		used[d] += grow[d];
 		if (used[d] > peak[d])
 			peak[d] = used[d];
+		tally_add(d, (int64_t)grow[d]);
 	}
 	e->mapped = 1;
 	return CUDA_SUCCESS;
@@ -852,6 +896,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice d)
 	uint64_t spare = graph_reserved[d] - graph_mapped[d];
 	graph_reserved[d] -= spare;
 	used[d] -= spare;
+	tally_add(d, -(int64_t)spare);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -936,6 +981,7 @@ CUresult cuCtxSynchronize(void)
 	/* Pools with release threshold 0 give their cache back at a synchronize. */
 	for (int d = 0; d < MAXDEV; d++) {
 		used[d] -= pool_cached[d];
+		tally_add(d, -(int64_t)pool_cached[d]);
 		pool_cached[d] = 0;
 	}
 	pthread_mutex_unlock(&mu);

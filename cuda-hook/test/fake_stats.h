@@ -7,6 +7,8 @@
 struct fake_cuda_stats {
 	uint64_t used[8];      /* device memory held, per device, by this process */
 	uint64_t peak[8];      /* the most ever held at once */
+	uint64_t all_used[8];  /* held by every process of the FAKE_CUDA_TALLY file (else this one) */
+	uint64_t all_peak[8];  /* the most they ever held at once */
 	uint64_t busy_ns;      /* simulated kernel time executed so far */
 	uint64_t syncs;        /* cuCtxSynchronize calls */
 	uint64_t bad_syncs;    /* cuCtxSynchronize calls made during a stream capture */

@@ -733,9 +733,12 @@ static void *churn(void *arg)
 	return NULL;
 }
 
+/* threads <n> <limit-mib> [together]: n threads churn under the limit. Alone, the
+ * process must come near the limit; "together" (several processes sharing it, one of
+ * which may hold most of it throughout) leaves that to the tally scenario. */
 static int threads_main(int argc, char **argv)
 {
-	CHECK(argc == 4, "usage: threads <n> <limit-mib>");
+	CHECK(argc == 4 || (argc == 5 && strcmp(argv[4], "together") == 0), "usage: threads <n> <limit-mib> [together]");
 	int n = atoi(argv[2]);
 	thread_limit = strtoull(argv[3], NULL, 10) * MIB;
 	CUdevice d = setup();
@@ -748,13 +751,31 @@ static int threads_main(int argc, char **argv)
 	struct fake_cuda_stats s = stats();
 	CHECK(s.peak[d] <= thread_limit, "peak %llu MiB over the %llu MiB limit", (unsigned long long)(s.peak[d] / MIB),
 	      (unsigned long long)(thread_limit / MIB));
-	CHECK(s.peak[d] > thread_limit / 2, "peak %llu MiB: the test never came near the limit",
+	CHECK(argc == 5 || s.peak[d] > thread_limit / 2, "peak %llu MiB: the test never came near the limit",
 	      (unsigned long long)(s.peak[d] / MIB));
 	CHECK(s.used[d] == 0, "%llu bytes leaked", (unsigned long long)s.used[d]);
 	size_t fr, tot;
 	OK(cuMemGetInfo_v2(&fr, &tot));
 	printf("ok threads: peak %llu MiB of %llu\n", (unsigned long long)(s.peak[d] / MIB),
 	       (unsigned long long)(thread_limit / MIB));
+	return 0;
+}
+
+/* tally <limit-mib>: what all processes of the FAKE_CUDA_TALLY file held at once on
+ * the container's first GPU stayed within the limit, came near it, and was given back. */
+static int tally_main(int argc, char **argv)
+{
+	CHECK(argc == 3 && getenv("FAKE_CUDA_TALLY") != NULL, "usage: FAKE_CUDA_TALLY=<file> tally <limit-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB;
+	CUdevice d = setup();
+	struct fake_cuda_stats s = stats();
+	CHECK(s.all_peak[d] <= limit, "the processes held %llu MiB at once, over the %llu MiB limit",
+	      (unsigned long long)(s.all_peak[d] / MIB), (unsigned long long)(limit / MIB));
+	CHECK(s.all_peak[d] > limit / 2, "the processes held at most %llu MiB at once: they never came near the limit",
+	      (unsigned long long)(s.all_peak[d] / MIB));
+	CHECK(s.all_used[d] == 0, "%llu bytes still held", (unsigned long long)s.all_used[d]);
+	printf("ok tally: the processes held at most %llu MiB of %llu at once\n", (unsigned long long)(s.all_peak[d] / MIB),
+	       (unsigned long long)(limit / MIB));
 	return 0;
 }
 
@@ -942,6 +963,8 @@ int main(int argc, char **argv)
 		return fork_main(argc, argv);
 	if (strcmp(scenario, "threads") == 0)
 		return threads_main(argc, argv);
+	if (strcmp(scenario, "tally") == 0)
+		return tally_main(argc, argv);
 	if (strcmp(scenario, "refused") == 0)
 		return refused_main(argc, argv);
 	if (strcmp(scenario, "total-is") == 0)

@@ -102,13 +102,15 @@ echo "== $variant: threads and processes racing for one limit"
 reset
 limits 0 "$U1 1024 0 0"
 t threads 16 1024
-LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 &
+rm -f "$ROOT/tally"
+FAKE_CUDA_TALLY=$ROOT/tally LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 together &
 a=$!
-LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 &
+FAKE_CUDA_TALLY=$ROOT/tally LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 together &
 b=$!
 wait $a
 wait $b
 pass=$((pass + 2))
+FAKE_CUDA_TALLY=$ROOT/tally t tally 1024
 
 echo "== $variant: missing, malformed or unauthorized limits fail closed"
 reset
