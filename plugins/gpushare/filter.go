@@ -3,6 +3,7 @@ package gpushare
 import (
 	"context"
 	"fmt"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -24,7 +25,7 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	}
 	var buf [16]usage
 	e, v, used := pl.cache.entryView(node, buf[:0])
-	if st := pl.usable(&v); st != nil {
+	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
 	if d := s.overlay[node.Name]; d != nil {
@@ -36,12 +37,12 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	return nil
 }
 
-// usable rejects nodes whose inventory is missing, malformed or stale.
-func (pl *Plugin) usable(v *nodeView) *fwk.Status {
+// usable rejects nodes whose inventory is missing, malformed or stale at now.
+func (pl *Plugin) usable(v *nodeView, now time.Time) *fwk.Status {
 	if v.model == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
 	}
-	if age, old := stale(v.inv, pl.staleness, pl.now()); old {
+	if age, old := stale(v.inv, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"node's GPU inventory is stale: last heartbeat %s ago, limit %s; check the Tessera node agent on this node",
 			age.Round(1e9), pl.staleness))

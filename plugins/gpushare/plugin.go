@@ -270,7 +270,7 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		pl.workload.observe(pod.UID, shapeOf(info))
 		info.fragShapes = pl.workload.snapshot()
 	}
-	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info})
+	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info, now: pl.now()})
 	return nil, nil
 }
 

@@ -30,7 +30,7 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
 	}
 	v, used := pl.cache.view(node, nil)
-	if st := pl.usable(&v); st != nil {
+	if st := pl.usable(&v, pl.now()); st != nil {
 		return st
 	}
 	a, fail := allocate(v.model, used, s.info, &pl.w)

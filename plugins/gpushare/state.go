@@ -3,6 +3,7 @@ package gpushare
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -26,6 +27,11 @@ type cycleState struct {
 	// the numbers match. 0 keeps nothing.
 	id uint64
 
+	// now is when PreFilter ran: Filter judges every node's heartbeat against it, one
+	// clock reading per cycle instead of one per node (a cycle lasts milliseconds,
+	// heartbeat limits tens of seconds).
+	now time.Time
+
 	// overlay holds preemption's what-if changes per node (AddPod/RemovePod). It is
 	// only ever changed on a cloned state, one node at a time, so it needs no lock.
 	overlay map[string]*nodeDelta
@@ -43,7 +49,7 @@ type nodeDelta struct {
 // Clone copies what a what-if evaluation may change. Filter results are not carried
 // over: a clone has its own number and recomputes them against its own overlay.
 func (s *cycleState) Clone() fwk.StateData {
-	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, assignment: s.assignment}
+	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, now: s.now, assignment: s.assignment}
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {
