@@ -31,18 +31,12 @@ var nodePolicies = map[Policy]func(n nodeState) float64{
 	Spread: func(n nodeState) float64 { return 1 - (n.util+n.occupied)/2 },
 }
 
-// fitStateKey holds the cycle's largest node (fitScale), written by PreScore.
-const fitStateKey fwk.StateKey = Name + "/fit"
-
 // fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
 // healthy GPUs, the yardsticks of nodeState.left) and the pod's CPU request.
 type fitScale struct {
 	cpuMilli, gpus float64
 	podCPUMilli    int64
 }
-
-// Clone implements fwk.StateData; a fitScale is never changed after PreScore.
-func (f *fitScale) Clone() fwk.StateData { return f }
 
 // largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
 // two chunks the nodes are measured in the calling goroutine.
@@ -150,15 +144,6 @@ func (pl *Plugin) hostFitScore(ni fwk.NodeInfo, f *fitScale) int64 {
 	return clampScore(int64((1-leftover(m, used, ni, f, &pl.w))*float64(fwk.MaxNodeScore) + 0.5))
 }
 
-func readFitScale(cs fwk.CycleState) *fitScale {
-	d, err := cs.Read(fitStateKey)
-	if err != nil {
-		return nil
-	}
-	f, _ := d.(*fitScale)
-	return f
-}
-
 // PreScore skips scoring for pods without GPU requests under Spread. Binpack scores
 // them by best fit too (see hostFitScore): a CPU-only pod belongs on a node whose
 // GPUs are taken, not on one whose free GPUs its CPU request would strand.
@@ -174,7 +159,7 @@ func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		return fwk.NewStatus(fwk.Skip)
 	}
 	if pl.args.NodePolicy != Spread {
-		cs.Write(fitStateKey, pl.largestNode(ctx, s, pod, nodes))
+		s.fit = pl.largestNode(ctx, s, pod, nodes)
 	}
 	return nil
 }
@@ -207,11 +192,11 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	}
 	if s.skip {
 		if pl.args.NodePolicy == Binpack {
-			return pl.hostFitScore(nodeInfo, readFitScale(cs)), nil
+			return pl.hostFitScore(nodeInfo, s.fit), nil
 		}
-		return pl.hostOnlyScore(s.hostOnly, nodeInfo, readFitScale(cs)), nil
+		return pl.hostOnlyScore(s.hostOnly, nodeInfo, s.fit), nil
 	}
-	f := readFitScale(cs)
+	f := s.fit
 	var score int64
 	if pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { score = pl.scoreOf(s, a, nodeInfo, f) }) {
 		return score, nil

@@ -140,5 +140,9 @@ func preScored(t *testing.T, e *env, pod *v1.Pod) (*fitScale, fwk.CycleState) {
 	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
 		t.Fatalf("PreScore: %v", st)
 	}
-	return readFitScale(cs), cs
+	s, err := getState(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.fit, cs
 }

@@ -32,6 +32,10 @@ type cycleState struct {
 	// heartbeat limits tens of seconds).
 	now time.Time
 
+	// fit is the cycle's largest feasible node, measured by PreScore for the best-fit
+	// term; Score only reads it (nil: not measured, e.g. under Spread).
+	fit *fitScale
+
 	// overlay holds preemption's what-if changes per node (AddPod/RemovePod). It is
 	// only ever changed on a cloned state, one node at a time, so it needs no lock.
 	overlay map[string]*nodeDelta
@@ -49,7 +53,7 @@ type nodeDelta struct {
 // Clone copies what a what-if evaluation may change. Filter results are not carried
 // over: a clone has its own number and recomputes them against its own overlay.
 func (s *cycleState) Clone() fwk.StateData {
-	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, now: s.now, assignment: s.assignment}
+	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, now: s.now, fit: s.fit, assignment: s.assignment}
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {
