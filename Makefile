@@ -116,6 +116,7 @@ comma := ,
 # minutes on two cores); FULL=1 is the brief's size, 10,000 pods on 5,000 nodes.
 B2_NODES = $(if $(FULL),5000,500)
 B2_PODS  = $(if $(FULL),10000,2000)
+B2_ROUNDS ?= 3
 
 .PHONY: bench
 bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size); the hook's B3 CPU microbenchmark
@@ -136,7 +137,7 @@ bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, eve
 .PHONY: bench-b2
 bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profile against a real API server; results in _output/b2
 	mkdir -p _output/b2
-	TESSERA_B2=1 TESSERA_B2_NODES=$(B2_NODES) TESSERA_B2_PODS=$(B2_PODS) PATH=$(BIN):$$PATH \
+	TESSERA_B2=1 TESSERA_B2_NODES=$(B2_NODES) TESSERA_B2_PODS=$(B2_PODS) TESSERA_B2_ROUNDS=$(B2_ROUNDS) PATH=$(BIN):$$PATH \
 		$(GO) test -count=1 -timeout 60m -run '^TestB2SchedulingThroughput$$' -v ./test/integration \
 		> _output/b2/last-run.log 2>&1 || { tail -50 _output/b2/last-run.log; exit 1; }
 	cat _output/b2/b2-$(B2_NODES)n-$(B2_PODS)p.md
