@@ -48,8 +48,11 @@ type nodeEntry struct {
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
-	seen      atomic.Pointer[v1.Node]
-	inv       *api.NodeInventory
+	seen atomic.Pointer[v1.Node]
+	// heartbeat is the inventory's updatedAt (zero without one), kept here rather
+	// than read from the decoded inventory: Filter checks it on every node, and the
+	// inventory object is one more cache miss per node.
+	heartbeat time.Time
 	model     *nodeModel
 	invErr    error
 	used      []usage // per device of model
@@ -148,13 +151,13 @@ func (c *Cache) SetInventory(nodeName, raw string) {
 func (e *nodeEntry) setInventoryLocked(raw string) {
 	e.raw = raw
 	e.seen.Store(nil)
-	e.inv, e.model, e.invErr = nil, nil, nil
+	e.heartbeat, e.model, e.invErr = time.Time{}, nil, nil
 	if raw == "" {
 		e.invErr = errNoInventory
 	} else if inv, err := api.DecodeInventory(raw); err != nil {
 		e.invErr = fmt.Errorf("node's %s annotation is invalid: %w", api.AnnotationInventory, err)
 	} else {
-		e.inv, e.model = inv, buildNodeModel(inv)
+		e.heartbeat, e.model = inv.UpdatedAt, buildNodeModel(inv)
 	}
 	e.recomputeLocked()
 }
@@ -210,9 +213,9 @@ func (c *Cache) RemoveNode(nodeName string) {
 // nodeView is a consistent copy of what Filter needs from one node; view returns the
 // node's usage beside it.
 type nodeView struct {
-	model  *nodeModel
-	inv    *api.NodeInventory
-	invErr error
+	model     *nodeModel
+	heartbeat time.Time
+	invErr    error
 }
 
 // view returns the node's model and a copy of its usage (in into's storage when it
@@ -246,7 +249,7 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 			e.seen.Store(node)
 		}
 	}
-	v := nodeView{model: e.model, inv: e.inv, invErr: e.invErr}
+	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr}
 	var used []usage
 	if e.model != nil {
 		used = append(into[:0], e.used...)
@@ -495,11 +498,12 @@ func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
 	return out, nil
 }
 
-// stale reports whether an inventory heartbeat is older than limit (0 disables).
-func stale(inv *api.NodeInventory, limit time.Duration, now time.Time) (time.Duration, bool) {
-	if limit <= 0 || inv == nil {
+// stale reports whether an inventory heartbeat is older than limit (0 disables). An
+// inventory without one (zero) is as old as can be.
+func stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Duration, bool) {
+	if limit <= 0 {
 		return 0, false
 	}
-	age := inv.Age(now)
+	age := now.Sub(heartbeat)
 	return age, age > limit
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestConcurrentAssumeNeverOverGrants races many Assume, Forget and informer updates
@@ -55,6 +56,27 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 	for i := range before {
 		if before[i] != e.used[i] {
 			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.used[i])
+		}
+	}
+}
+
+// An inventory's heartbeat is judged from the copy in the cache entry: one without a
+// heartbeat is as old as can be, and a limit of 0 turns the check off.
+func TestStaleHeartbeat(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		heartbeat time.Time
+		limit     time.Duration
+		old       bool
+	}{
+		{now.Add(-time.Minute), 5 * time.Minute, false},
+		{now.Add(-6 * time.Minute), 5 * time.Minute, true},
+		{time.Time{}, 5 * time.Minute, true},
+		{time.Time{}, 0, false},
+		{now.Add(time.Minute), 5 * time.Minute, false}, // the agent's clock ahead of ours
+	} {
+		if _, old := stale(c.heartbeat, c.limit, now); old != c.old {
+			t.Errorf("stale(%v, %v) = %v, want %v", c.heartbeat, c.limit, old, c.old)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func (pl *Plugin) usable(v *nodeView, now time.Time) *fwk.Status {
 	if v.model == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
 	}
-	if age, old := stale(v.inv, pl.staleness, now); old {
+	if age, old := stale(v.heartbeat, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"node's GPU inventory is stale: last heartbeat %s ago, limit %s; check the Tessera node agent on this node",
 			age.Round(1e9), pl.staleness))
