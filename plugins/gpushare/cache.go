@@ -309,15 +309,33 @@ func (c *Cache) podGrants(uid types.UID, node string) []grant {
 	return nil
 }
 
-// putLocked replaces the record of r.uid (if any) with r.
+// putLocked replaces the record of r.uid (if any) with r. Filter and Reserve read a
+// node's usage under its lock alone, so a replacement on the same node (the informer
+// confirming what Reserve assumed) happens in one critical section: released and
+// retaken in between, it showed the pod's GPUs free for a moment, and a pod placed on
+// them in that moment failed Reserve. A record moving between nodes is added to the
+// new node before it leaves the old one: counted twice for a moment, never missing.
 func (c *Cache) putLocked(r *podRecord) {
-	c.deleteLocked(r.uid)
+	old := c.pods[r.uid]
 	c.pods[r.uid] = r
 	e := c.nodeLocked(r.node)
 	e.mu.Lock()
+	if old != nil && old.node == r.node && e.pods[r.uid] == old {
+		e.applyLocked(old, -1)
+	}
 	e.pods[r.uid] = r
 	e.applyLocked(r, 1)
 	e.mu.Unlock()
+	if old != nil && old.node != r.node {
+		if oe := c.existing(old.node); oe != nil {
+			oe.mu.Lock()
+			if oe.pods[r.uid] == old {
+				delete(oe.pods, r.uid)
+				oe.applyLocked(old, -1)
+			}
+			oe.mu.Unlock()
+		}
+	}
 }
 
 func (c *Cache) deleteLocked(uid types.UID) *podRecord {

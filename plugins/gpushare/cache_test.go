@@ -80,3 +80,52 @@ func TestStaleHeartbeat(t *testing.T) {
 		}
 	}
 }
+
+// The informer confirming an assumed pod replaces its record; a reader of the node's
+// usage (Filter, Reserve) must never see the pod's GPU free in between. It did, and a
+// pod placed on that GPU then failed Reserve and waited minutes for a retry (B2).
+func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
+	c := NewCache()
+	c.SetInventory("n", mustEncode(t, pcieInventory("n", 1, "Tesla T4", t4Mem)))
+	pod := makePod("p", nil, ctr{name: "c", gpu: "1"})
+	g := []grant{{uuid: "GPU-n-0", memMiB: t4Mem, cores: 100}}
+	bound := bindPod(t, makePod("p", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", t4Mem, 100, 0))
+	bound.UID = pod.UID
+	if err := c.Assume(pod, "n", g, 10); err != nil {
+		t.Fatal(err)
+	}
+	node := makeNode(t, "n", pcieInventory("n", 1, "Tesla T4", t4Mem))
+	stop := make(chan struct{})
+	var freeSeen, reads int
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, used := c.view(node, nil)
+			reads++
+			if used[0].memMiB != t4Mem {
+				freeSeen++
+			}
+		}
+	}()
+	for i := 0; i < 20000; i++ {
+		// Assumed again (a retried Reserve replaces its record), then confirmed.
+		if err := c.Assume(pod, "n", g, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.OnPod(bound); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if freeSeen > 0 {
+		t.Fatalf("the pod's GPU looked free in %d of %d reads while its record was replaced", freeSeen, reads)
+	}
+}
