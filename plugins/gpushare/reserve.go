@@ -39,8 +39,12 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	}
 	assignment := buildAssignment(v.model, s.info, a, nodeName)
 	if err := pl.cache.Assume(pod, nodeName, grantsOf(v.model, s.info, a), pl.w.maxTenants); err != nil {
-		// Another pod took the capacity since Filter: retry the pod.
-		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+		// The node's usage changed between the view above and the check under the
+		// cache's lock (another writer took the capacity in that instant). That is
+		// transient: an error sends the pod to the backoff queue and it is retried in
+		// seconds. Unschedulable would park it until a GPU pod is deleted or an
+		// inventory changes, which on a cluster that only grows can be minutes.
+		return fwk.AsStatus(fmt.Errorf("GPUs on node %s changed while reserving them, retrying: %w", nodeName, err))
 	}
 	s.assignment = assignment
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
