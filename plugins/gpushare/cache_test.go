@@ -1,11 +1,16 @@
 package gpushare
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // TestConcurrentAssumeNeverOverGrants races many Assume, Forget and informer updates
@@ -127,5 +132,39 @@ func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
 	wg.Wait()
 	if freeSeen > 0 {
 		t.Fatalf("the pod's GPU looked free in %d of %d reads while its record was replaced", freeSeen, reads)
+	}
+}
+
+// factoryHandle is a framework handle that only has an informer factory.
+type factoryHandle struct {
+	fwk.Handle
+	f informers.SharedInformerFactory
+}
+
+func (h factoryHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.f }
+
+// Profiles of one scheduler share one cache; when the scheduler stops, the cache is
+// forgotten.
+func TestSharedCacheLifetime(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := factoryHandle{f: informers.NewSharedInformerFactory(fake.NewClientset(), 0)}
+	a, _ := sharedCache(ctx, h)
+	b, _ := sharedCache(ctx, h)
+	if a != b {
+		t.Fatal("two profiles of one scheduler got different caches")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sharedMu.Lock()
+		_, kept := sharedCaches[h.f]
+		sharedMu.Unlock()
+		if !kept {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache of a stopped scheduler is still kept")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

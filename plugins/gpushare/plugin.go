@@ -165,6 +165,17 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 		return (nodeReg == nil || nodeReg.HasSynced()) && (podReg == nil || podReg.HasSynced())
 	}
 	sharedCaches[f] = &sharedEntry{cache: c, synced: synced}
+	// The scheduler's informers stop with ctx; so does the cache's use. Forgetting it
+	// then keeps a process that starts schedulers one after another (tests, a
+	// restarted scheduler in one process) from holding every old cache.
+	go func() {
+		<-ctx.Done()
+		sharedMu.Lock()
+		if sharedCaches[f] != nil && sharedCaches[f].cache == c {
+			delete(sharedCaches, f)
+		}
+		sharedMu.Unlock()
+	}()
 	return c, synced
 }
 
