@@ -40,11 +40,12 @@ type podRecord struct {
 
 // nodeEntry is the cache's view of one node. mu guards every field.
 //
-// The fields Filter reads on every node come first and together (mu, seen, model,
-// used, heartbeat, invErr, then keptMu and kept): Filter's cost on a large cluster is
+// The fields Filter reads on every node come first and together (mu, name, seen,
+// model, used, heartbeat, invErr, then keptMu and kept): Filter's cost on a large cluster is
 // mostly cache misses, one per line of the entry it touches.
 type nodeEntry struct {
-	mu sync.RWMutex
+	mu   sync.RWMutex
+	name string // compared by every lookup (nodeTable)
 	// seen is a node object whose annotation is raw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
@@ -66,7 +67,6 @@ type nodeEntry struct {
 	keptCycle uint64
 	kept      allocation
 
-	name string
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
 	pods      map[types.UID]*podRecord
@@ -87,8 +87,8 @@ type Cache struct {
 	// nodes maps a node's name to its *nodeEntry. Written only under mu, read
 	// without it: Filter, Score and PreScore look up every node on every core at
 	// once, and a read lock shared by all of them made every lookup write the same
-	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores).
-	nodes sync.Map
+	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
+	nodes nodeTable
 	// mostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
@@ -128,7 +128,7 @@ func (c *Cache) nodeLocked(name string) *nodeEntry {
 	e := c.existing(name)
 	if e == nil {
 		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
-		c.nodes.Store(name, e)
+		c.nodes.store(e)
 	}
 	return e
 }
@@ -207,7 +207,7 @@ func (c *Cache) RemoveNode(nodeName string) {
 		return
 	}
 	if len(e.pods) == 0 {
-		c.nodes.Delete(nodeName)
+		c.nodes.remove(nodeName)
 		return
 	}
 	e.mu.Lock()
@@ -265,10 +265,7 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 
 // existing returns the entry for name, or nil.
 func (c *Cache) existing(name string) *nodeEntry {
-	if e, ok := c.nodes.Load(name); ok {
-		return e.(*nodeEntry)
-	}
-	return nil
+	return c.nodes.load(name)
 }
 
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,

@@ -1,0 +1,128 @@
+package gpushare
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// nodeTable maps node names to cache entries for readers that take no lock: Filter,
+// Score and PreScore look up a node on every core at once, for every node of every
+// GPU pod. Writers (node added or removed) are serialised by the cache's lock.
+//
+// It is an open-addressing table with linear probing over one array of (hash, entry)
+// slots. On a large cluster a lookup is a cache miss wherever it goes: here it reads
+// one slot (usually) and the entry it finds, which the caller reads anyway; a
+// sync.Map walks a trie of several nodes and compares boxed keys (in B2 its lookups
+// were more than half of the plugin's CPU).
+//
+// A slot is filled once (hash, then entry, both atomic, so a reader that sees the
+// entry sees its hash) and emptied only by marking it removed, so probe chains stay
+// intact. The table is rebuilt, twice as large as its live entries need, when half
+// its slots have been used, and readers switch to the new array atomically.
+type nodeTable struct {
+	cur  atomic.Pointer[tableArray]
+	live int // entries not removed; writers only
+	used int // slots ever filled in cur; writers only
+}
+
+type tableArray struct {
+	mask  uint64
+	slots []tableSlot
+}
+
+type tableSlot struct {
+	hash  atomic.Uint64
+	entry atomic.Pointer[nodeEntry]
+}
+
+// removed marks a slot whose entry was deleted.
+var removed = &nodeEntry{}
+
+var nodeHashSeed = maphash.MakeSeed()
+
+func hashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
+
+// load returns the entry for name, or nil. Safe with concurrent writers.
+func (t *nodeTable) load(name string) *nodeEntry {
+	a := t.cur.Load()
+	if a == nil {
+		return nil
+	}
+	h := hashNodeName(name)
+	for i := h & a.mask; ; i = (i + 1) & a.mask {
+		s := &a.slots[i]
+		e := s.entry.Load()
+		if e == nil {
+			return nil
+		}
+		if e != removed && s.hash.Load() == h && e.name == name {
+			return e
+		}
+	}
+}
+
+// store adds e under its name, which the table must not hold. Writers only.
+func (t *nodeTable) store(e *nodeEntry) {
+	a := t.cur.Load()
+	if a == nil || 2*(t.used+1) > len(a.slots) {
+		a = t.rebuild(t.live + 1)
+	}
+	put(a, hashNodeName(e.name), e)
+	t.used++
+	t.live++
+}
+
+// remove deletes name's entry, if any. Writers only.
+func (t *nodeTable) remove(name string) {
+	a := t.cur.Load()
+	if a == nil {
+		return
+	}
+	h := hashNodeName(name)
+	for i := h & a.mask; ; i = (i + 1) & a.mask {
+		s := &a.slots[i]
+		e := s.entry.Load()
+		if e == nil {
+			return
+		}
+		if e != removed && s.hash.Load() == h && e.name == name {
+			s.entry.Store(removed)
+			t.live--
+			return
+		}
+	}
+}
+
+// rebuild publishes a new array for at least n live entries, holding the current
+// live ones, and returns it. Writers only.
+func (t *nodeTable) rebuild(n int) *tableArray {
+	size := 16
+	for size < 4*n {
+		size *= 2
+	}
+	na := &tableArray{mask: uint64(size - 1), slots: make([]tableSlot, size)}
+	used := 0
+	if old := t.cur.Load(); old != nil {
+		for i := range old.slots {
+			if e := old.slots[i].entry.Load(); e != nil && e != removed {
+				put(na, old.slots[i].hash.Load(), e)
+				used++
+			}
+		}
+	}
+	t.cur.Store(na)
+	t.used, t.live = used, used
+	return na
+}
+
+// put fills the first empty slot of h's probe chain.
+func put(a *tableArray, h uint64, e *nodeEntry) {
+	for i := h & a.mask; ; i = (i + 1) & a.mask {
+		s := &a.slots[i]
+		if s.entry.Load() == nil {
+			s.hash.Store(h)
+			s.entry.Store(e)
+			return
+		}
+	}
+}
