@@ -129,6 +129,10 @@ type allocation struct {
 	used []usage
 	// model is the node the allocation was made on.
 	model *nodeModel
+	// fragBefore is the node's fragmentation before the pod, when the GPU-level
+	// Fragmentation policy measured it to place a one-container pod; the node-level
+	// score reuses it instead of measuring the node again. nil otherwise.
+	fragBefore *fragStats
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
 	// pods of one GPU container: Filter allocates nothing on such nodes.
@@ -146,7 +150,7 @@ func (a *allocation) reset(used []usage) {
 	a.placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.model = nil
+	a.model, a.fragBefore = nil, nil
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
@@ -198,7 +202,11 @@ func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weig
 	for _, ci := range p.order {
 		c := &p.req.Containers[ci]
 		devs, mem := a.take(c.GPUs, &taken)
-		picked, fail := pickDevices(m, used, p, c, w, devs)
+		var st **fragStats
+		if len(p.order) == 1 {
+			st = &a.fragBefore
+		}
+		picked, fail := pickDevices(m, used, p, c, w, devs, st)
 		if fail != nil {
 			return fail
 		}
@@ -365,7 +373,10 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 
 // pickDevices chooses c.GPUs distinct devices for container c, or explains why none
 // fit. The devices are returned in dst's storage when it has room.
-func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int) ([]int, *allocFailure) {
+//
+// When st is not nil and the Fragmentation GPU policy measured the node to place a
+// one-GPU container, *st receives that measure (the node before the container).
+func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int, st **fragStats) ([]int, *allocFailure) {
 	// Candidates live on the stack for nodes of up to 16 devices: Filter runs this for
 	// every node of every GPU pod.
 	var candBuf [16]int
@@ -386,7 +397,11 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 	}
 	if c.GPUs == 1 {
 		if p.devicePolicy == Fragmentation && len(p.fragShapes) > 0 {
-			return append(dst[:0], pickByFragmentation(m, used, p, c, w, cand)), nil
+			i, measured := pickByFragmentation(m, used, p, c, w, cand)
+			if st != nil {
+				*st = measured
+			}
+			return append(dst[:0], i), nil
 		}
 		return append(dst[:0], pickBest(m, used, c, w, cand, p.devicePolicy)), nil
 	}

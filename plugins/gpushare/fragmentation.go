@@ -234,6 +234,46 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 	return st
 }
 
+// placed returns the stats after allocation a, for st measured before it: only the
+// devices a places on change, so only they are measured again (a node's stats cost
+// shapes × devices fits checks; Score needs them before and after every placement).
+// Nodes of more than 64 devices are measured in full.
+func (st *fragStats) placed(m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
+	if len(m.devices) > 64 {
+		return newFragStats(m, a.used, shapes, w)
+	}
+	out := &fragStats{free: append([]float64(nil), st.free...), total: st.total, fits: append([]int(nil), st.fits...),
+		small: append([]float64(nil), st.small...), mask: append([]uint64(nil), st.mask...)}
+	var done uint64
+	for _, p := range a.placements {
+		for _, i := range p.devices {
+			bit := uint64(1) << uint(i)
+			if done&bit != 0 {
+				continue
+			}
+			done |= bit
+			was, now := st.free[i], deviceFree(m, a.used, i, w)
+			out.free[i] = now
+			out.total += now - was
+			for k := range shapes {
+				if st.mask[k]&bit != 0 {
+					out.fits[k]--
+				} else {
+					out.small[k] -= was
+				}
+				if shapeFits(m, a.used, &shapes[k], i, w) {
+					out.fits[k]++
+					out.mask[k] |= bit
+				} else {
+					out.small[k] += now
+					out.mask[k] &^= bit
+				}
+			}
+		}
+	}
+	return out
+}
+
 // value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
 // the node's free CPU and host memory (nil: all do).
 func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
@@ -249,10 +289,11 @@ func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
 }
 
 // pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
-// adds the least fragmentation; ties go to the fullest device (Binpack).
-func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) int {
+// adds the least fragmentation; ties go to the fullest device (Binpack). It also
+// returns the node's measure before the container (nil on nodes of over 64 devices).
+func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) (int, *fragStats) {
 	if len(m.devices) > 64 {
-		return pickBest(m, used, c, w, cand, Binpack)
+		return pickBest(m, used, c, w, cand, Binpack), nil
 	}
 	st := newFragStats(m, used, p.fragShapes, w)
 	before := st.value(p.fragShapes, nil)
@@ -293,7 +334,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 			best, bestDelta, bestPack = i, delta, pack
 		}
 	}
-	return best
+	return best, st
 }
 
 // pickBest is the plain per-device choice of pickDevices for policy pol.
@@ -343,8 +384,11 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
 		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
 	}
-	after := newFragStats(m, a.used, shapes, w)
-	delta := after.value(shapes, hostAfter) - newFragStats(m, before, shapes, w).value(shapes, hostBefore)
+	st := a.fragBefore
+	if st == nil || len(a.placements) != 1 {
+		st = newFragStats(m, before, shapes, w)
+	}
+	delta := st.placed(m, a, shapes, w).value(shapes, hostAfter) - st.value(shapes, hostBefore)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -185,5 +186,49 @@ func TestFragmentationArgs(t *testing.T) {
 	bad.FragmentationWindow = -1
 	if _, err := DecodeArgs(bad, Defaults{}); err == nil {
 		t.Error("negative window accepted")
+	}
+}
+
+// Score measures a node's fragmentation after a placement by re-measuring only the
+// devices placed on; that must equal measuring the whole node again.
+func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	m := e.pl.cache.existing("n").model
+	w := &e.pl.w
+	rng := rand.New(rand.NewSource(7))
+	var shapes []fragShape
+	for k := 0; k < 12; k++ {
+		g := 1
+		if k%5 == 4 {
+			g = 2 + rng.Intn(3)
+		}
+		pct := int64(5 + rng.Intn(95))
+		shapes = append(shapes, fragShape{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}, weight: 1.0 / 12})
+	}
+	for trial := 0; trial < 500; trial++ {
+		used := make([]usage, len(m.devices))
+		for i := range used {
+			if rng.Intn(3) > 0 {
+				pct := int64(rng.Intn(90))
+				used[i] = usage{memMiB: m.devices[i].memoryMiB * pct / 100, cores: int(pct), tenants: 1}
+			}
+		}
+		g := 1 + rng.Intn(3)
+		pct := int64(5 + rng.Intn(40))
+		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, devicePolicy: Binpack}
+		a, fail := allocate(m, used, p, w)
+		if fail != nil {
+			continue
+		}
+		got := newFragStats(m, used, shapes, w).placed(m, a, shapes, w)
+		want := newFragStats(m, a.used, shapes, w)
+		if math.Abs(got.value(shapes, nil)-want.value(shapes, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
+			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.value(shapes, nil), got.total, want.value(shapes, nil), want.total)
+		}
+		for k := range shapes {
+			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] {
+				t.Fatalf("trial %d shape %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
+			}
+		}
 	}
 }
