@@ -324,14 +324,19 @@ func (c *Cache) putLocked(r *podRecord) {
 	e.applyLocked(r, 1)
 	e.mu.Unlock()
 	if old != nil && old.node != r.node {
-		if oe := c.existing(old.node); oe != nil {
-			oe.mu.Lock()
-			if oe.pods[r.uid] == old {
-				delete(oe.pods, r.uid)
-				oe.applyLocked(old, -1)
-			}
-			oe.mu.Unlock()
+		c.dropFromNodeLocked(old)
+	}
+}
+
+// dropFromNodeLocked removes record r from its node's entry, if it is still there.
+func (c *Cache) dropFromNodeLocked(r *podRecord) {
+	if e := c.existing(r.node); e != nil {
+		e.mu.Lock()
+		if e.pods[r.uid] == r {
+			delete(e.pods, r.uid)
+			e.applyLocked(r, -1)
 		}
+		e.mu.Unlock()
 	}
 }
 
@@ -341,14 +346,7 @@ func (c *Cache) deleteLocked(uid types.UID) *podRecord {
 		return nil
 	}
 	delete(c.pods, uid)
-	if e := c.existing(old.node); e != nil {
-		e.mu.Lock()
-		if e.pods[uid] == old {
-			delete(e.pods, uid)
-			e.applyLocked(old, -1)
-		}
-		e.mu.Unlock()
-	}
+	c.dropFromNodeLocked(old)
 	return old
 }
 
