@@ -192,6 +192,22 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 // allocateInto is allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation.
 func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) *allocFailure {
+	ci, fail := place(a, m, used, p, w)
+	if fail == tooFew {
+		// Explained here rather than where the miss was found, so that the reason's
+		// frames do not stack on the placement's (see explain).
+		return explain(m, a.used, p, &p.req.Containers[ci], w)
+	}
+	return fail
+}
+
+// tooFew is pickDevices' and place's failure when fewer devices than the container
+// asks fit it; allocateInto replaces it with explain's reason.
+var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the container"}
+
+// place is allocateInto without the reason for a miss: on failure it returns the
+// container that did not fit and a.used as that container found it.
+func place(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) (int, *allocFailure) {
 	a.reset(used)
 	used = a.used
 	free := freeIslands(m, used)
@@ -208,7 +224,7 @@ func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weig
 		}
 		picked, fail := pickDevices(m, used, p, c, w, devs, st)
 		if fail != nil {
-			return fail
+			return ci, fail
 		}
 		copy(devs, picked)
 		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: mem}
@@ -235,7 +251,7 @@ func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weig
 	a.freeIslands = free.count()
 	a.brokenIslands = free.countBoth(&touched)
 	a.model = m
-	return nil
+	return -1, nil
 }
 
 // islandSet is a set of NVLink islands by position in nodeModel.islands: a bit mask
@@ -371,8 +387,9 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 	return sum / float64(n)
 }
 
-// pickDevices chooses c.GPUs distinct devices for container c, or explains why none
-// fit. The devices are returned in dst's storage when it has room.
+// pickDevices chooses c.GPUs distinct devices for container c, or fails: with tooFew
+// when fewer than c.GPUs fit it (allocateInto explains why), or with pickSet's reason.
+// The devices are returned in dst's storage when it has room.
 //
 // When st is not nil and the Fragmentation GPU policy measured the node to place a
 // one-GPU container, *st receives that measure (the node before the container).
@@ -393,7 +410,7 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 		}
 	}
 	if len(cand) < c.GPUs {
-		return nil, explain(m, used, p, c, w)
+		return nil, tooFew
 	}
 	if c.GPUs == 1 {
 		if p.devicePolicy == Fragmentation && len(p.fragShapes) > 0 {
@@ -511,72 +528,101 @@ func containsInt(list []int, x int) bool {
 // explain builds the closest-miss reason for container c on this node. Misses that
 // no eviction could fix are UnschedulableAndUnresolvable so that preemption does not
 // consider the node.
+//
+// On a busy cluster a quarter of Filter's calls end here, each on a worker goroutine
+// the framework started for this pod, whose stack grows (and is copied) when a call
+// path is deeper than the stacks goroutines usually need. So explain keeps a small
+// frame: it counts, formats the two reasons a full node gives without fmt, and leaves
+// the rest to explainRare. allocateInto calls it after the placement's frames are
+// gone.
 func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) *allocFailure {
+	var k missCounts
+	k.maxFreeMem, k.maxFreeCores = -1, -1
+	for i := range m.hot {
+		d := &m.hot[i]
+		if !p.eligibleAt(m, i) {
+			continue
+		}
+		k.matching++
+		if !d.healthy {
+			continue
+		}
+		k.healthy++
+		need := c.MemoryOn(d.memoryMiB)
+		if d.memoryMiB > k.largest {
+			k.largest = d.memoryMiB
+		}
+		if need <= d.memoryMiB {
+			k.bigEnough++
+		}
+		u := &used[i]
+		if free := d.memoryMiB - u.memMiB; free > k.maxFreeMem {
+			k.maxFreeMem = free
+		}
+		if free := 100 - u.cores; free > k.maxFreeCores {
+			k.maxFreeCores = free
+		}
+		if d.memoryMiB-u.memMiB >= need {
+			k.roomMem++
+		}
+		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
+			k.roomCores++
+		}
+		if u.tenants < w.maxTenants {
+			k.roomTenants++
+		}
+	}
+	n := c.GPUs
+	if k.healthy >= n && k.bigEnough >= n {
+		switch {
+		case k.roomMem < n && n == 1:
+			return &allocFailure{code: fwk.Unschedulable, msg: memoryReason(k.maxFreeMem, c.Name, c.MemoryOn(k.largest))}
+		case k.roomMem >= n && k.roomCores < n && c.Cores > 0:
+			return &allocFailure{code: fwk.Unschedulable, msg: coresReason(k.maxFreeCores, c.Name, c.Cores, n)}
+		}
+	}
+	return explainRare(&k, m, used, p, c, w)
+}
+
+// missCounts is what explain counts over the devices that match the pod's selection.
+type missCounts struct {
+	matching, healthy, bigEnough    int
+	roomMem, roomCores, roomTenants int
+	maxFreeCores                    int
+	largest, maxFreeMem             int64
+}
+
+// explainRare is explain's reason for every miss but the two common ones.
+//
+//go:noinline
+func explainRare(k *missCounts, m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) *allocFailure {
 	unresolvable := func(format string, a ...any) *allocFailure {
 		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
 	}
 	unschedulable := func(format string, a ...any) *allocFailure {
 		return &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(format, a...)}
 	}
-	matching, healthy, bigEnough := 0, 0, 0
-	var largest int64
-	var maxFreeMem int64 = -1
-	maxFreeCores, roomMem, roomCores, roomTenants := -1, 0, 0, 0
-	for i := range m.hot {
-		d := &m.hot[i]
-		if !p.eligibleAt(m, i) {
-			continue
-		}
-		matching++
-		if !d.healthy {
-			continue
-		}
-		healthy++
-		need := c.MemoryOn(d.memoryMiB)
-		if d.memoryMiB > largest {
-			largest = d.memoryMiB
-		}
-		if need <= d.memoryMiB {
-			bigEnough++
-		}
-		u := &used[i]
-		if free := d.memoryMiB - u.memMiB; free > maxFreeMem {
-			maxFreeMem = free
-		}
-		if free := 100 - u.cores; free > maxFreeCores {
-			maxFreeCores = free
-		}
-		if d.memoryMiB-u.memMiB >= need {
-			roomMem++
-		}
-		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
-			roomCores++
-		}
-		if u.tenants < w.maxTenants {
-			roomTenants++
-		}
-	}
 	n := c.GPUs
 	switch {
-	case matching == 0 && p.hasSelection():
+	case k.matching == 0 && p.hasSelection():
 		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", modelSummary(m))
-	case matching == 0:
+	case k.matching == 0:
 		return unresolvable("node has no schedulable GPUs")
-	case healthy < n && matching >= n:
-		return unresolvable("container %q asks %s; only %d of the node's %d matching GPUs are healthy", c.Name, gpus(n), healthy, matching)
-	case healthy < n:
-		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), healthy)
-	case bigEnough < n:
-		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(largest), largest)
-	case roomMem < n && n == 1:
-		return &allocFailure{code: fwk.Unschedulable, msg: memoryReason(maxFreeMem, c.Name, c.MemoryOn(largest))}
-	case roomMem < n:
-		return unschedulable("only %s %d MiB free, container %q asks %d", gpusOnNodeHave(roomMem), c.MemoryOn(largest), c.Name, n)
-	case roomCores < n && c.Cores > 0:
-		return &allocFailure{code: fwk.Unschedulable, msg: coresReason(maxFreeCores, c.Name, c.Cores, n)}
-	case roomCores < n:
-		return unschedulable("container %q reserves no GPU cores, and only %s unreserved compute (it asks %d)", c.Name, gpusOnNodeHave(roomCores), n)
-	case roomTenants < n:
+	case k.healthy < n && k.matching >= n:
+		return unresolvable("container %q asks %s; only %d of the node's %d matching GPUs are healthy", c.Name, gpus(n), k.healthy, k.matching)
+	case k.healthy < n:
+		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), k.healthy)
+	case k.bigEnough < n:
+		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
+	case k.roomMem < n && n == 1:
+		return &allocFailure{code: fwk.Unschedulable, msg: memoryReason(k.maxFreeMem, c.Name, c.MemoryOn(k.largest))}
+	case k.roomMem < n:
+		return unschedulable("only %s %d MiB free, container %q asks %d", gpusOnNodeHave(k.roomMem), c.MemoryOn(k.largest), c.Name, n)
+	case k.roomCores < n && c.Cores > 0:
+		return &allocFailure{code: fwk.Unschedulable, msg: coresReason(k.maxFreeCores, c.Name, c.Cores, n)}
+	case k.roomCores < n:
+		return unschedulable("container %q reserves no GPU cores, and only %s unreserved compute (it asks %d)", c.Name, gpusOnNodeHave(k.roomCores), n)
+	case k.roomTenants < n:
 		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %s", w.maxTenants, c.Name, gpus(n))
 	default:
 		return unschedulable("only %s room for container %q (%s) at once, it asks %d", gpusOnNodeHave(countFits(m, used, p, c, w)), c.Name, c.String(), n)

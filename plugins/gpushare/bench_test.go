@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
@@ -81,6 +82,63 @@ func BenchmarkFilterScore(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkFilterFullNodes measures Filter rejecting full nodes (every GPU taken by a
+// whole-GPU pod) as the framework runs it: a pod's Filter calls are spread over worker
+// goroutines started for that pod, each on a fresh, small stack. One op is one worker
+// goroutine filtering 32 full nodes ("fresh-goroutine") or the same 32 calls on the
+// benchmark's goroutine ("same-goroutine"); the difference is starting the goroutine
+// and growing its stack where a call path is deeper than the stack it started with.
+func BenchmarkFilterFullNodes(b *testing.B) {
+	const nodes = 32
+	var ns []*v1.Node
+	var pods []*v1.Pod
+	for n := 0; n < nodes; n++ {
+		name := fmt.Sprintf("n%d", n)
+		ns = append(ns, h100(b, name))
+		for i := 0; i < 8; i++ {
+			pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-w%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, i)))
+		}
+	}
+	e := newEnv(b, &Args{}, ns)
+	for _, p := range pods {
+		if err := e.pl.cache.OnPod(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
+		b.Fatal(st)
+	}
+	filterAll := func() bool {
+		for _, ni := range e.infos {
+			if st := e.pl.Filter(ctx, cs, pod, ni); st.Code() != fwk.Unschedulable {
+				return false
+			}
+		}
+		return true
+	}
+	b.Run("same-goroutine", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if !filterAll() {
+				b.Fatal("a full node passed Filter")
+			}
+		}
+	})
+	b.Run("fresh-goroutine", func(b *testing.B) {
+		b.ReportAllocs()
+		done := make(chan bool)
+		for i := 0; i < b.N; i++ {
+			go func() { done <- filterAll() }()
+			if !<-done {
+				b.Fatal("a full node passed Filter")
+			}
+		}
+	})
 }
 
 // BenchmarkCacheMemory reports the heap the plugin's cache holds for 5,000 nodes of 8
