@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -370,6 +371,40 @@ func TestStrip(t *testing.T) {
 		if native.has(name) {
 			t.Errorf("%s stripped", name)
 		}
+	}
+}
+
+// has memoizes whether a name is an extended resource; its answers must stay
+// NodeResourcesFit's rule for every name, asked once or again, and beyond the memo's
+// bound.
+func TestIgnoreListRuleIsUpstreams(t *testing.T) {
+	args := &config.NodeResourcesFitArgs{IgnoredResourceGroups: []string{"tessera.dev", "kubernetes.io", "cpu"}, IgnoredResources: []string{"example.com/foo", "memory", "example.com/Bad Name"}}
+	l := newIgnoreList(args)
+	want := func(name v1.ResourceName) bool {
+		if !v1helper.IsExtendedResourceName(name) {
+			return false
+		}
+		group, _, _ := strings.Cut(string(name), "/")
+		return slices.Contains(args.IgnoredResources, string(name)) || slices.Contains(args.IgnoredResourceGroups, group)
+	}
+	names := []v1.ResourceName{"cpu", "memory", "hugepages-2Mi", "tessera.dev/gpu", "tessera.dev/gpu-memory",
+		"tessera.dev/", "tessera.dev/bad name", "tessera.dev/a/b", "kubernetes.io/foo", "example.com/foo",
+		"example.com/bar", "example.com/Bad Name", "requests.tessera.dev/gpu", "nvidia.com/gpu", ""}
+	for i := 0; i < 2*maxExtendedNames; i++ {
+		names = append(names, v1.ResourceName(fmt.Sprintf("tessera.dev/r%d", i)))
+		if i%7 == 0 {
+			names = append(names, v1.ResourceName(fmt.Sprintf("tessera.dev/r%d?", i)))
+		}
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, name := range names {
+			if got := l.has(name); got != want(name) {
+				t.Fatalf("pass %d: has(%q) = %v, NodeResourcesFit's rule says %v", pass, name, got, want(name))
+			}
+		}
+	}
+	if n := l.extended.n.Load(); n > maxExtendedNames {
+		t.Errorf("%d names memoized, bound %d", n, maxExtendedNames)
 	}
 }
 
