@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -174,5 +175,10 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 			return err
 		}
 	}
-	return writeReport(outDir, cl, pols, results)
+	var pks []packing
+	for _, seed := range seeds {
+		order := workload(cl.pods, rand.New(rand.NewSource(seed)), inflation, cl.totalGPU)
+		pks = append(pks, packFractions(order, cl.totalGPU))
+	}
+	return writeReport(outDir, cl, pols, results, packingReport(seeds, pks, cl.totalGPU))
 }

@@ -28,7 +28,7 @@ type policySummary struct {
 	wall      []float64
 }
 
-func writeReport(dir string, cl *cluster, pols []*policy, results []*runResult) error {
+func writeReport(dir string, cl *cluster, pols []*policy, results []*runResult, packing string) error {
 	byPolicy := map[string]*policySummary{}
 	var order []*policySummary
 	for _, p := range pols {
@@ -105,7 +105,7 @@ func writeReport(dir string, cl *cluster, pols []*policy, results []*runResult) 
 		}
 		fmt.Fprintf(&md, "%s %.2f", p.name, p.u100)
 	}
-	md.WriteString("\n")
+	md.WriteString("\n\n" + packing)
 	if err := sum.close(); err != nil {
 		return err
 	}
