@@ -28,7 +28,8 @@ func newIgnoreList(args *config.NodeResourcesFitArgs) ignoreList {
 // extendedNames memoizes v1helper.IsExtendedResourceName, whose qualified-name check
 // runs regular expressions (about 2 µs a name): PreFilter asks it of every listed
 // resource in every request and limit of every pod, and a cluster uses a handful of
-// names. At most maxExtendedNames names are kept; others are checked every time.
+// names. Once about maxExtendedNames names are kept (concurrent callers may add a few
+// more), new ones are checked every time.
 type extendedNames struct {
 	known sync.Map // v1.ResourceName -> bool
 	n     atomic.Int32
