@@ -1,9 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // packing is what the GPU fractions of one run's workload cost by themselves: the
 // fractions that arrived by 100% of capacity, each GPU taken as a bin of 1000 milli,
@@ -140,10 +137,8 @@ func packingReport(seeds []int64, pks []packing, capacityMilli int64) string {
 	ml, _ := meanSD(lo)
 	mf, _ := meanSD(ffd)
 	mo, sdo := meanSD(online)
-	var b strings.Builder
-	fmt.Fprintf(&b, "Fractions alone (%d seeds; those arrived by 100%%, each GPU a bin, CPU, memory and nodes ignored), "+
+	return fmt.Sprintf("Fractions alone (%d seeds; those arrived by 100%%, each GPU a bin, CPU, memory and nodes ignored), "+
 		"capacity left in GPUs that hold fractions, %% of all capacity: at least %.2f (lower bound on any packing), "+
 		"%.2f packed first fit decreasing (every pod known in advance), %.2f ± %.2f packed best fit in arrival order. "+
 		"Context for U(100), not a bound on it.\n", len(seeds), ml, mf, mo, sdo)
-	return b.String()
 }

@@ -101,12 +101,7 @@ func BenchmarkFilterFullNodes(b *testing.B) {
 			pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-w%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, i)))
 		}
 	}
-	e := newEnv(b, &Args{}, ns)
-	for _, p := range pods {
-		if err := e.pl.cache.OnPod(p); err != nil {
-			b.Fatal(err)
-		}
-	}
+	e := newEnv(b, &Args{}, ns, pods...)
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})
 	ctx := context.Background()
 	cs := framework.NewCycleState()

@@ -38,9 +38,6 @@ type extendedNames struct {
 const maxExtendedNames = 1024
 
 func (e *extendedNames) is(name v1.ResourceName) bool {
-	if e == nil {
-		return v1helper.IsExtendedResourceName(name)
-	}
 	if v, ok := e.known.Load(name); ok {
 		return v.(bool)
 	}
