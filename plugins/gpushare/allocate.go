@@ -196,7 +196,7 @@ func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weig
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
-		return explain(m, a.used, p, &p.req.Containers[ci], w)
+		return explain(m, a.used, p, &p.req.Containers[ci], w, ci != p.order[0])
 	}
 	return fail
 }
@@ -487,8 +487,8 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	}
 	if !found {
 		return nil, &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(
-			"container %q asks %d GPUs with %s: %d GPUs have room but no %d of them are %s",
-			c.Name, n, p.topology, len(cand), n, localityWords(p.topology))}
+			"node(s) had no %d GPUs with room for container %q %s (topology %s)",
+			n, c.Name, localityWords(p.topology), p.topology)}
 	}
 	sort.Ints(best)
 	return best, nil
@@ -529,15 +529,21 @@ func containsInt(list []int, x int) bool {
 // no eviction could fix are UnschedulableAndUnresolvable so that preemption does not
 // consider the node.
 //
+// A reason a free node's state could change (memory, cores, tenants, locality) names
+// only what the container asks, never the node's figures: kube-scheduler's
+// FailedScheduling summary counts nodes per distinct reason and the event keeps 1 KiB
+// of it, so on a large cluster a figure per node turned the summary into one line per
+// free amount, cut off before the reasons that most nodes gave. Reasons about what a
+// node is (its models, its largest GPU, its healthy count) group by node kind.
+//
 // On a busy cluster a quarter of Filter's calls end here, each on a worker goroutine
 // the framework started for this pod, whose stack grows (and is copied) when a call
 // path is deeper than the stacks goroutines usually need. So explain keeps a small
-// frame: it counts, formats the two reasons a full node gives without fmt, and leaves
+// frame: it counts, builds the two reasons a full node gives without fmt, and leaves
 // the rest to explainRare. allocateInto calls it after the placement's frames are
-// gone.
-func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) *allocFailure {
+// gone. later is true when other containers of the pod were placed on the node first.
+func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, later bool) *allocFailure {
 	var k missCounts
-	k.maxFreeMem, k.maxFreeCores = -1, -1
 	for i := range m.hot {
 		d := &m.hot[i]
 		if !p.eligibleAt(m, i) {
@@ -556,12 +562,6 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 			k.bigEnough++
 		}
 		u := &used[i]
-		if free := d.memoryMiB - u.memMiB; free > k.maxFreeMem {
-			k.maxFreeMem = free
-		}
-		if free := 100 - u.cores; free > k.maxFreeCores {
-			k.maxFreeCores = free
-		}
 		if d.memoryMiB-u.memMiB >= need {
 			k.roomMem++
 		}
@@ -575,32 +575,31 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	n := c.GPUs
 	if k.healthy >= n && k.bigEnough >= n {
 		switch {
-		case k.roomMem < n && n == 1:
-			return &allocFailure{code: fwk.Unschedulable, msg: memoryReason(k.maxFreeMem, c.Name, c.MemoryOn(k.largest))}
-		case k.roomMem >= n && k.roomCores < n && c.Cores > 0:
-			return &allocFailure{code: fwk.Unschedulable, msg: coresReason(k.maxFreeCores, c.Name, c.Cores, n)}
+		case k.roomMem < n:
+			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missMemory, 0, later)}
+		case k.roomCores < n && c.Cores > 0:
+			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missCores, 0, later)}
 		}
 	}
-	return explainRare(&k, m, used, p, c, w)
+	return explainRare(&k, m, p, c, w, later)
 }
 
 // missCounts is what explain counts over the devices that match the pod's selection.
 type missCounts struct {
 	matching, healthy, bigEnough    int
 	roomMem, roomCores, roomTenants int
-	maxFreeCores                    int
-	largest, maxFreeMem             int64
+	largest                         int64
 }
 
 // explainRare is explain's reason for every miss but the two common ones.
 //
 //go:noinline
-func explainRare(k *missCounts, m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) *allocFailure {
+func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerRequest, w *weights, later bool) *allocFailure {
 	unresolvable := func(format string, a ...any) *allocFailure {
 		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
 	}
-	unschedulable := func(format string, a ...any) *allocFailure {
-		return &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(format, a...)}
+	unschedulable := func(kind missKind, tenants int) *allocFailure {
+		return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, kind, tenants, later)}
 	}
 	n := c.GPUs
 	switch {
@@ -614,66 +613,97 @@ func explainRare(k *missCounts, m *nodeModel, used []usage, p *podInfo, c *api.C
 		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), k.healthy)
 	case k.bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
-	case k.roomMem < n && n == 1:
-		return &allocFailure{code: fwk.Unschedulable, msg: memoryReason(k.maxFreeMem, c.Name, c.MemoryOn(k.largest))}
 	case k.roomMem < n:
-		return unschedulable("only %s %d MiB free, container %q asks %d", gpusOnNodeHave(k.roomMem), c.MemoryOn(k.largest), c.Name, n)
+		return unschedulable(missMemory, 0)
 	case k.roomCores < n && c.Cores > 0:
-		return &allocFailure{code: fwk.Unschedulable, msg: coresReason(k.maxFreeCores, c.Name, c.Cores, n)}
+		return unschedulable(missCores, 0)
 	case k.roomCores < n:
-		return unschedulable("container %q reserves no GPU cores, and only %s unreserved compute (it asks %d)", c.Name, gpusOnNodeHave(k.roomCores), n)
+		return unschedulable(missUnreserved, 0)
 	case k.roomTenants < n:
-		return unschedulable("GPUs on node are at the limit of %d containers each, container %q asks %s", w.maxTenants, c.Name, gpus(n))
+		return unschedulable(missTenants, w.maxTenants)
 	default:
-		return unschedulable("only %s room for container %q (%s) at once, it asks %d", gpusOnNodeHave(countFits(m, used, p, c, w)), c.Name, c.String(), n)
+		return unschedulable(missTogether, 0)
 	}
 }
 
-// memoryReason is
-//
-//	fmt.Sprintf("largest free GPU memory on node is %d MiB, container %q asks %d MiB", free, name, ask)
-//
-// without fmt: on a busy cluster most nodes Filter rejects are full, and fmt's
-// boxing of the arguments made this reason a fifth of Filter's time.
-func memoryReason(free int64, name string, ask int64) string {
-	b := make([]byte, 0, 128)
-	b = append(b, "largest free GPU memory on node is "...)
-	b = strconv.AppendInt(b, free, 10)
-	b = append(b, " MiB, container "...)
-	b = strconv.AppendQuote(b, name)
-	b = append(b, " asks "...)
-	b = strconv.AppendInt(b, ask, 10)
-	b = append(b, " MiB"...)
-	return string(b)
-}
+// missKind is what a node lacks for a container, in missReason's words.
+type missKind uint8
 
-// coresReason is, without fmt as memoryReason,
+const (
+	missMemory     missKind = iota // free memory
+	missCores                      // free reserved cores
+	missUnreserved                 // compute not reserved by others (for a container reserving none)
+	missTenants                    // a tenant slot under maxTenantsPerGPU
+	missTogether                   // memory, cores and a tenant slot on one GPU at once
+)
+
+// missReason is the reason a node has fewer GPUs than container c asks with room of
+// kind for it, in the words of the request, e.g.
 //
-//	fmt.Sprintf("most free GPU cores on node is %d%%, container %q asks %d%% on %s", free, name, cores, gpus(n))
-func coresReason(free int, name string, cores, n int) string {
-	b := make([]byte, 0, 128)
-	b = append(b, "most free GPU cores on node is "...)
-	b = strconv.AppendInt(b, int64(free), 10)
-	b = append(b, "%, container "...)
-	b = strconv.AppendQuote(b, name)
-	b = append(b, " asks "...)
-	b = strconv.AppendInt(b, int64(cores), 10)
-	b = append(b, "% on "...)
-	if n == 1 {
-		b = append(b, "1 GPU"...)
+//	node(s) had no GPU with 4096 MiB free for container "train"
+//	node(s) had fewer than 4 GPUs with 30% of their cores free for container "c"
+//
+// It is built without fmt: on a busy cluster most nodes Filter rejects are full, and
+// fmt's boxing of the arguments made the memory reason a fifth of Filter's time.
+func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool) string {
+	b := make([]byte, 0, 112)
+	b = append(b, "node(s) had "...)
+	one := c.GPUs == 1
+	if one {
+		b = append(b, "no GPU"...)
 	} else {
-		b = strconv.AppendInt(b, int64(n), 10)
+		b = append(b, "fewer than "...)
+		b = strconv.AppendInt(b, int64(c.GPUs), 10)
 		b = append(b, " GPUs"...)
 	}
-	return string(b)
-}
-
-// gpusOnNodeHave is "1 GPU on node has" or "n GPUs on node have".
-func gpusOnNodeHave(n int) string {
-	if n == 1 {
-		return "1 GPU on node has"
+	its := " of their "
+	if one {
+		its = " of its "
 	}
-	return fmt.Sprintf("%d GPUs on node have", n)
+	switch kind {
+	case missMemory:
+		b = append(b, " with "...)
+		switch {
+		case c.WholeMemory():
+			b = append(b, "all"...)
+			b = append(b, its[3:]...)
+			b = append(b, "memory"...)
+		case c.MemoryPercent > 0:
+			b = strconv.AppendInt(b, int64(c.MemoryPercent), 10)
+			b = append(b, '%')
+			b = append(b, its...)
+			b = append(b, "memory"...)
+		default:
+			b = strconv.AppendInt(b, c.MemoryMiB, 10)
+			b = append(b, " MiB"...)
+		}
+		b = append(b, " free"...)
+	case missCores:
+		b = append(b, " with "...)
+		b = strconv.AppendInt(b, int64(c.Cores), 10)
+		b = append(b, '%')
+		b = append(b, its...)
+		b = append(b, "cores free"...)
+	case missUnreserved:
+		b = append(b, " with cores not reserved by others"...)
+	case missTenants:
+		b = append(b, " under the limit of "...)
+		b = strconv.AppendInt(b, int64(tenants), 10)
+		b = append(b, " containers per GPU"...)
+	case missTogether:
+		b = append(b, " with room for all it asks at once ("...)
+		b = append(b, c.String()...)
+		b = append(b, ')')
+	}
+	b = append(b, " for container "...)
+	b = strconv.AppendQuote(b, c.Name)
+	if kind == missUnreserved {
+		b = append(b, ", which reserves no cores"...)
+	}
+	if later {
+		b = append(b, " beside the pod's other containers"...)
+	}
+	return string(b)
 }
 
 // gpus is "1 GPU" or "n GPUs".
@@ -682,16 +712,6 @@ func gpus(n int) string {
 		return "1 GPU"
 	}
 	return fmt.Sprintf("%d GPUs", n)
-}
-
-func countFits(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights) int {
-	k := 0
-	for i := range m.devices {
-		if m.hot[i].healthy && p.eligibleAt(m, i) && fits(m, used, c, i, w.maxTenants) {
-			k++
-		}
-	}
-	return k
 }
 
 func (p *podInfo) hasSelection() bool {

@@ -3,22 +3,84 @@ package gpushare
 import (
 	"fmt"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
-// The reasons built without fmt must read exactly as fmt would write them.
-func TestReasonsMatchFmt(t *testing.T) {
-	for _, name := range []string{"c", "main", "", `we"ird`, "ünï\tcode\x00"} {
-		for _, v := range []int64{-1, 0, 7, 81559, 1 << 40} {
-			want := fmt.Sprintf("largest free GPU memory on node is %d MiB, container %q asks %d MiB", v, name, v+1)
-			if got := memoryReason(v, name, v+1); got != want {
-				t.Errorf("memoryReason = %q, want %q", got, want)
-			}
-			for _, n := range []int{1, 2, 8} {
-				want := fmt.Sprintf("most free GPU cores on node is %d%%, container %q asks %d%% on %s", int(v), name, int(v)+3, gpus(n))
-				if got := coresReason(int(v), name, int(v)+3, n); got != want {
-					t.Errorf("coresReason = %q, want %q", got, want)
-				}
+func TestMissReasonWords(t *testing.T) {
+	one := func(mib int64, pct, cores int) *api.ContainerRequest {
+		return &api.ContainerRequest{Name: "train", GPUs: 1, MemoryMiB: mib, MemoryPercent: pct, Cores: cores}
+	}
+	four := &api.ContainerRequest{Name: "c", GPUs: 4, MemoryPercent: 50, Cores: 30}
+	for _, tc := range []struct {
+		c       *api.ContainerRequest
+		kind    missKind
+		tenants int
+		later   bool
+		want    string
+	}{
+		{one(4096, 0, 0), missMemory, 0, false, `node(s) had no GPU with 4096 MiB free for container "train"`},
+		{one(0, 25, 0), missMemory, 0, false, `node(s) had no GPU with 25% of its memory free for container "train"`},
+		{one(0, 0, 0), missMemory, 0, false, `node(s) had no GPU with all its memory free for container "train"`},
+		{one(0, 100, 0), missMemory, 0, true, `node(s) had no GPU with all its memory free for container "train" beside the pod's other containers`},
+		{four, missMemory, 0, false, `node(s) had fewer than 4 GPUs with 50% of their memory free for container "c"`},
+		{&api.ContainerRequest{Name: "c", GPUs: 2}, missMemory, 0, false, `node(s) had fewer than 2 GPUs with all their memory free for container "c"`},
+		{one(1000, 0, 30), missCores, 0, false, `node(s) had no GPU with 30% of its cores free for container "train"`},
+		{four, missCores, 0, false, `node(s) had fewer than 4 GPUs with 30% of their cores free for container "c"`},
+		{one(1000, 0, 0), missUnreserved, 0, false, `node(s) had no GPU with cores not reserved by others for container "train", which reserves no cores`},
+		{four, missTenants, 3, false, `node(s) had fewer than 4 GPUs under the limit of 3 containers per GPU for container "c"`},
+		{one(1000, 0, 30), missTogether, 0, false, `node(s) had no GPU with room for all it asks at once (1 GPU × 1000 MiB, 30% cores) for container "train"`},
+		{&api.ContainerRequest{Name: `we"ird`, GPUs: 1, MemoryMiB: 1}, missMemory, 0, false, `node(s) had no GPU with 1 MiB free for container "we\"ird"`},
+	} {
+		if got := missReason(tc.c, tc.kind, tc.tenants, tc.later); got != tc.want {
+			t.Errorf("missReason(%s, %d) = %q, want %q", tc.c, tc.kind, got, tc.want)
+		}
+	}
+}
+
+// A miss that freeing capacity could fix reads the same on every node, whatever each
+// has free and whatever its GPUs' size: the scheduler's FailedScheduling summary
+// counts nodes per distinct reason, and a per-node figure made one line per node.
+func TestMissReasonsGroupAcrossNodes(t *testing.T) {
+	// Every GPU of node i is used by one pod holding mem[i] MiB and cores[i] %.
+	fill := func(nodes []*v1.Node, mem []int64, cores []int, count []int) []*v1.Pod {
+		var pods []*v1.Pod
+		for i, n := range nodes {
+			for g := 0; g < count[i]; g++ {
+				pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", n.Name, g), nil, ctr{name: "c", gpu: "1"}), n.Name, oneGrant(n.Name, mem[i], cores[i], g)))
 			}
 		}
+		return pods
+	}
+	nodes := []*v1.Node{h100(t, "a"), h100(t, "b"), t4(t, "c"), t4(t, "d")}
+	count := []int{8, 8, 4, 4}
+	for _, tc := range []struct {
+		name  string
+		mem   []int64
+		cores []int
+		pod   *v1.Pod
+		want  string
+	}{
+		{"memory in MiB", []int64{h100Mem - 3000, h100Mem - 100, t4Mem - 2000, t4Mem - 10}, []int{0, 0, 0, 0},
+			makePod("p", nil, ctr{name: "m", gpu: "1", mem: "4096"}), `node(s) had no GPU with 4096 MiB free for container "m"`},
+		{"memory in percent on GPUs of different sizes", []int64{h100Mem * 7 / 10, h100Mem * 9 / 10, t4Mem * 8 / 10, t4Mem},
+			[]int{0, 0, 0, 0}, makePod("p", nil, ctr{name: "m", gpu: "1", pct: "40"}), `node(s) had no GPU with 40% of its memory free for container "m"`},
+		{"cores", []int64{1000, 2000, 1000, 500}, []int{80, 95, 71, 100},
+			makePod("p", nil, ctr{name: "m", gpu: "2", mem: "1000", cores: "30"}), `node(s) had fewer than 2 GPUs with 30% of their cores free for container "m"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, nodes, fill(nodes, tc.mem, tc.cores, count)...)
+			r := e.cycle(tc.pod)
+			if !r.pre.IsSuccess() {
+				t.Fatalf("PreFilter: %v", r.pre)
+			}
+			for _, n := range nodes {
+				if got := r.filter[n.Name].Message(); got != tc.want {
+					t.Errorf("node %s: %q, want %q", n.Name, got, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -436,7 +436,7 @@ func TestDeletionFreesCapacity(t *testing.T) {
 	c.waitBound("first", 30*time.Second)
 	c.createPod(newPod(c.ns, "second", binpack, nil, gpuLimits{name: "c", gpu: "1", mem: "100"}))
 	msg := c.waitUnschedulable("second", 30*time.Second)
-	if !strings.Contains(msg, "largest free GPU memory on node is 0 MiB") {
+	if !strings.Contains(msg, `1 node(s) had no GPU with 100 MiB free for container "c"`) {
 		t.Errorf("message %q", msg)
 	}
 	zero := int64(0)
@@ -444,4 +444,30 @@ func TestDeletionFreesCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitBound("second", 30*time.Second)
+}
+
+// TestMissReasonGroupsNodes: nodes that each have a different amount free, all too
+// little, are counted under one reason in the pod's FailedScheduling summary (the
+// scheduler counts nodes per distinct reason; a per-node figure gave a line per node).
+func TestMissReasonGroupsNodes(t *testing.T) {
+	c := startCluster(t)
+	const nodes = 6
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("t4-%d", i)
+		c.createNode(name, fixtures.PCIeNode(name, 1, "Tesla T4", fixtures.T4MiB))
+	}
+	c.startScheduler("tessera-scheduler.yaml")
+	// No two of these fit one T4 (15360 MiB), so each takes a node of its own and
+	// leaves it 360 to 5360 MiB free.
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("big-%d", i)
+		c.createPod(newPod(c.ns, name, binpack, nil, gpuLimits{name: "c", gpu: "1", mem: fmt.Sprint(10000 + 1000*i)}))
+		c.waitBound(name, 30*time.Second)
+	}
+	c.createPod(newPod(c.ns, "late", binpack, nil, gpuLimits{name: "main", gpu: "1", mem: "6000"}))
+	msg := c.waitUnschedulable("late", 30*time.Second)
+	want := fmt.Sprintf(`0/%d nodes are available: %d node(s) had no GPU with 6000 MiB free for container "main".`, nodes, nodes)
+	if !strings.HasPrefix(msg, want) {
+		t.Errorf("message %q, want it to start %q", msg, want)
+	}
 }
