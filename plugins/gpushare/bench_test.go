@@ -90,6 +90,7 @@ func BenchmarkFilterScore(b *testing.B) {
 // goroutine filtering 32 full nodes ("fresh-goroutine") or the same 32 calls on the
 // benchmark's goroutine ("same-goroutine"); the difference is starting the goroutine
 // and growing its stack where a call path is deeper than the stack it started with.
+// "postfilter" is PostFilter's closest-GPU line after those 32 nodes refused the pod.
 func BenchmarkFilterFullNodes(b *testing.B) {
 	const nodes = 32
 	var ns []*v1.Node
@@ -131,6 +132,21 @@ func BenchmarkFilterFullNodes(b *testing.B) {
 			go func() { done <- filterAll() }()
 			if !<-done {
 				b.Fatal("a full node passed Filter")
+			}
+		}
+	})
+	// PostFilter after the same nodes refused the pod: its closest-GPU line.
+	statuses := framework.NewDefaultNodeToStatus()
+	for _, ni := range e.infos {
+		st := e.pl.Filter(ctx, cs, pod, ni)
+		st.SetPlugin(Name)
+		statuses.Set(ni.Node().Name, st)
+	}
+	b.Run("postfilter", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, st := e.pl.PostFilter(ctx, cs, pod, statuses); st.Message() == "" {
+				b.Fatal("no closest-GPU line")
 			}
 		}
 	})

@@ -470,4 +470,10 @@ func TestMissReasonGroupsNodes(t *testing.T) {
 	if !strings.HasPrefix(msg, want) {
 		t.Errorf("message %q, want it to start %q", msg, want)
 	}
+	// TesseraGPUShare's PostFilter adds how close the cluster is: big-0's node has the
+	// most left.
+	if closest := `closest for container "main": 5360 MiB free on one GPU (node t4-0)`; !strings.Contains(msg, closest) {
+		t.Errorf("message %q, want it to contain %q", msg, closest)
+	}
+	t.Logf("FailedScheduling message: %s", msg)
 }
