@@ -6,21 +6,27 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 var _ fwk.PostFilterPlugin = &Plugin{}
 
 // PostFilter runs when no node passed Filter. It never makes room (DefaultPreemption
 // does that, and when it succeeds this does not run); it adds one line to the pod's
-// FailedScheduling message: the most any GPU has free, among the nodes this plugin
-// turned down for room, for the pod's one-GPU container placed first. Filter's reasons
-// name only the request, so that nodes group under one reason (see explain); this says
-// how far the cluster is from it, e.g.
+// FailedScheduling message about the pod's container placed first, among the nodes
+// this plugin turned down for room. Filter's reasons name only the request, so that
+// nodes group under one reason (see explain); this says how far the cluster is from
+// it. For a one-GPU container, the most any GPU has free:
 //
 //	closest for container "train": 3072 MiB free on one GPU (node gpu-7), 40% of a GPU's cores (node gpu-2)
 //
-// Pods whose first container asks several GPUs, and pods no node refused for room
-// (only for their selection, their CPU, a stale inventory), get no line.
+// for a multi-GPU container, the most GPUs with room for it on one node:
+//
+//	closest for container "train": 6 GPUs with room for it on one node (node gpu-3), it asks 8
+//
+// Pods no node refused for room (only for their selection, their CPU, a stale
+// inventory) get no line.
 func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil || s.skip || s.info == nil || len(s.info.order) == 0 || pl.handle == nil {
@@ -28,15 +34,12 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 	}
 	p := s.info
 	c := &p.req.Containers[p.order[0]]
-	if c.GPUs != 1 {
-		return nil, fwk.NewStatus(fwk.Unschedulable)
-	}
 	nodes, err := statuses.NodesForStatusCode(pl.handle.SnapshotSharedLister().NodeInfos(), fwk.Unschedulable)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	var best closest
-	best.mem, best.cores = -1, -1
+	best.mem, best.cores, best.gpus = -1, -1, -1
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil || statuses.Get(node.Name).Plugin() != Name {
@@ -50,24 +53,25 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 		if d := s.overlay[node.Name]; d != nil {
 			applyDelta(v.model, used, d, pl.cache, node.Name)
 		}
-		best.add(v.model, used, p, node.Name)
+		best.add(v.model, used, p, c, pl.w.maxTenants, node.Name)
 	}
 	if best.mem < 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c.Name, c.Cores > 0))
+	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c))
 }
 
-// closest is the most free memory and the most free cores on one GPU, with the
-// nodes that have them.
+// closest is the most free memory and the most free cores on one GPU, and the most
+// GPUs with room for the container on one node, with the nodes that have them.
 type closest struct {
-	mem                int64
-	cores              int
-	memNode, coresNode string
+	mem                          int64
+	cores, gpus                  int
+	memNode, coresNode, gpusNode string
 }
 
 // add takes the healthy GPUs of a node that the pod may use into account.
-func (b *closest) add(m *nodeModel, used []usage, p *podInfo, node string) {
+func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, maxTenants int, node string) {
+	room := 0
 	for i := range m.hot {
 		d := &m.hot[i]
 		if !d.healthy || !p.eligibleAt(m, i) {
@@ -79,19 +83,43 @@ func (b *closest) add(m *nodeModel, used []usage, p *podInfo, node string) {
 		if free := 100 - used[i].cores; free > b.cores {
 			b.cores, b.coresNode = free, node
 		}
+		if (!d.mig || c.GPUs == 1) && fits(m, used, c, i, maxTenants) {
+			room++
+		}
+	}
+	if room > b.gpus {
+		b.gpus, b.gpusNode = room, node
 	}
 }
 
-func (b *closest) reason(container string, cores bool) string {
+func (b *closest) reason(c *api.ContainerRequest) string {
 	r := make([]byte, 0, 128)
 	r = append(r, "closest for container "...)
-	r = strconv.AppendQuote(r, container)
+	r = strconv.AppendQuote(r, c.Name)
 	r = append(r, ": "...)
+	if c.GPUs > 1 && b.gpus == 0 {
+		r = append(r, "no node has a GPU with room for it, it asks "...)
+		r = strconv.AppendInt(r, int64(c.GPUs), 10)
+		return string(r)
+	}
+	if c.GPUs > 1 {
+		r = strconv.AppendInt(r, int64(b.gpus), 10)
+		if b.gpus == 1 {
+			r = append(r, " GPU"...)
+		} else {
+			r = append(r, " GPUs"...)
+		}
+		r = append(r, " with room for it on one node (node "...)
+		r = append(r, b.gpusNode...)
+		r = append(r, "), it asks "...)
+		r = strconv.AppendInt(r, int64(c.GPUs), 10)
+		return string(r)
+	}
 	r = strconv.AppendInt(r, b.mem, 10)
 	r = append(r, " MiB free on one GPU (node "...)
 	r = append(r, b.memNode...)
 	r = append(r, ')')
-	if cores {
+	if c.Cores > 0 {
 		r = append(r, ", "...)
 		r = strconv.AppendInt(r, int64(b.cores), 10)
 		r = append(r, "% of a GPU's cores (node "...)

@@ -66,11 +66,25 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 		t.Errorf("PostFilter %q, want %q", got, want)
 	}
 
-	// Several GPUs in one container: no single GPU tells how close the cluster is.
+	// Several GPUs in one container: how many have room for it on one node.
 	pod = makePod("w", nil, ctr{name: "c", gpu: "2", mem: "4096"})
 	r = e.cycle(pod)
-	if got := e.postFilter(r, pod).Message(); got != "" {
-		t.Errorf("PostFilter %q for a two-GPU container", got)
+	want = `closest for container "c": no node has a GPU with room for it, it asks 2`
+	if got := e.postFilter(r, pod).Message(); got != want {
+		t.Errorf("PostFilter %q, want %q", got, want)
+	}
+	pods = nil
+	for g := 0; g < 5; g++ {
+		busy("x", g, h100Mem, 100)
+	}
+	busy("y", 0, h100Mem, 100)
+	busy("y", 1, 1000, 100) // memory left, no cores
+	e = newEnv(t, nil, []*v1.Node{h100(t, "x"), h100(t, "y")}, pods...)
+	pod = makePod("w", nil, ctr{name: "c", gpu: "8", mem: "4096", cores: "10"})
+	r = e.cycle(pod)
+	want = `closest for container "c": 6 GPUs with room for it on one node (node y), it asks 8`
+	if got := e.postFilter(r, pod).Message(); got != want {
+		t.Errorf("PostFilter %q, want %q", got, want)
 	}
 }
 
