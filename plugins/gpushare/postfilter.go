@@ -25,7 +25,8 @@ var _ fwk.PostFilterPlugin = &Plugin{}
 //
 //	closest for container "train": 6 GPUs with room for it on one node (node gpu-3), it asks 8
 //
-// Pods no node refused for room (only for their selection, their CPU, a stale
+// (with required locality, the most in one NVLink island or on one NUMA node). Pods
+// no node refused for room (only for their selection, their CPU, a stale
 // inventory) get no line.
 func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := getState(cs)
@@ -58,7 +59,7 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 	if best.mem < 0 {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c))
+	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c, p))
 }
 
 // closest is the most free memory and the most free cores on one GPU, and the most
@@ -71,7 +72,8 @@ type closest struct {
 
 // add takes the healthy GPUs of a node that the pod may use into account.
 func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, maxTenants int, node string) {
-	room := 0
+	var roomBuf [16]int
+	room := roomBuf[:0]
 	for i := range m.hot {
 		d := &m.hot[i]
 		if !d.healthy || !p.eligibleAt(m, i) {
@@ -84,15 +86,43 @@ func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRe
 			b.cores, b.coresNode = free, node
 		}
 		if (!d.mig || c.GPUs == 1) && fits(m, used, c, i, maxTenants) {
-			room++
+			room = append(room, i)
 		}
 	}
-	if room > b.gpus {
-		b.gpus, b.gpusNode = room, node
+	if n := largestGroup(m, p.topology, room); n > b.gpus {
+		b.gpus, b.gpusNode = n, node
 	}
 }
 
-func (b *closest) reason(c *api.ContainerRequest) string {
+// largestGroup is how many of the devices in room the container could take together
+// under its required locality: all of them without one; the most in one NVLink island
+// or on one NUMA node with one (an island is connected over NVLink, not always
+// joined pair by pair, so this can overstate nvlink-required by a little).
+func largestGroup(m *nodeModel, t api.Topology, room []int) int {
+	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
+		return len(room)
+	}
+	most := 0
+	for _, i := range room {
+		n := 0
+		for _, j := range room {
+			if i == j || sameGroup(m, t, i, j) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+func sameGroup(m *nodeModel, t api.Topology, i, j int) bool {
+	if t == api.TopologyNUMARequired {
+		return m.devices[i].numa >= 0 && m.devices[i].numa == m.devices[j].numa
+	}
+	return m.hot[i].island >= 0 && m.hot[i].island == m.hot[j].island
+}
+
+func (b *closest) reason(c *api.ContainerRequest, p *podInfo) string {
 	r := make([]byte, 0, 128)
 	r = append(r, "closest for container "...)
 	r = strconv.AppendQuote(r, c.Name)
@@ -109,7 +139,13 @@ func (b *closest) reason(c *api.ContainerRequest) string {
 		} else {
 			r = append(r, " GPUs"...)
 		}
-		r = append(r, " with room for it on one node (node "...)
+		r = append(r, " with room for it "...)
+		if t := p.topology; t == api.TopologyNVLinkRequired || t == api.TopologyNUMARequired {
+			r = append(r, localityWords(t)...)
+		} else {
+			r = append(r, "on one node"...)
+		}
+		r = append(r, " (node "...)
 		r = append(r, b.gpusNode...)
 		r = append(r, "), it asks "...)
 		r = strconv.AppendInt(r, int64(c.GPUs), 10)

@@ -86,6 +86,27 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	if got := e.postFilter(r, pod).Message(); got != want {
 		t.Errorf("PostFilter %q, want %q", got, want)
 	}
+
+	// Required locality: GPUs with room count within one NVLink island (h100: two
+	// islands of four) or NUMA node.
+	e = newEnv(t, nil, []*v1.Node{h100(t, "z")})
+	for topo, want := range map[string]string{
+		"nvlink-required": `closest for container "c": 4 GPUs with room for it all joined by NVLink (node z), it asks 8`,
+		"numa-required":   `closest for container "c": 4 GPUs with room for it on one NUMA node (node z), it asks 8`,
+		"none":            ``,
+	} {
+		pod = makePod("l", map[string]string{api.AnnotationTopology: topo}, ctr{name: "c", gpu: "8", mem: "4096"})
+		r = e.cycle(pod)
+		if want == "" {
+			if len(r.feasible) != 1 {
+				t.Errorf("%s: feasible %v", topo, r.feasible)
+			}
+			continue
+		}
+		if got := e.postFilter(r, pod).Message(); got != want {
+			t.Errorf("%s: PostFilter %q, want %q", topo, got, want)
+		}
+	}
 }
 
 // Nodes refused for something freed capacity cannot fix, or by another plugin, are
