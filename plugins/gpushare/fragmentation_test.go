@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -230,5 +231,92 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 				t.Fatalf("trial %d shape %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
 			}
 		}
+	}
+}
+
+// withHost gives a pod's first container CPU and memory requests, or a node allocatable
+// CPU and memory.
+func withHost(cpu, mem string) v1.ResourceList {
+	return v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+}
+
+func hostNode(t *testing.T, name string, gpus int, cpu string) *v1.Node {
+	n := makeNode(t, name, pcieInventory(name, gpus, "NVIDIA T4", t4Mem))
+	n.Status.Allocatable = withHost(cpu, "512Gi")
+	return n
+}
+
+func TestWorkloadFeed(t *testing.T) {
+	m := &nodeModel{hot: []deviceHot{{memoryMiB: 16000, healthy: true}}}
+	w := &weights{memory: 1, cores: 1}
+	shapes := []fragShape{
+		{c: api.ContainerRequest{GPUs: 1, Cores: 100}, cpuMilli: 12000, memBytes: 48 << 30, weight: 0.5},                // a whole GPU
+		{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}, cpuMilli: 6000, memBytes: 24 << 30, weight: 0.5}, // half of one
+	}
+	r := workloadFeed(shapes, m, w)
+	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
+	if math.Abs(r.cpuMilli-12000) > 1e-6 || math.Abs(r.memBytes-float64(48<<30)) > 1 {
+		t.Fatalf("feed %+v, want 12000 millicores and 48 GiB per GPU", r)
+	}
+	for _, tc := range []struct {
+		free     float64
+		cpu, mem int64
+		want     float64
+		what     string
+	}{
+		{8, 96000, 400 << 30, 0, "CPU and memory for every free GPU"},
+		{8, 48000, 400 << 30, 4, "CPU for half of them"},
+		{8, 96000, 96 << 30, 6, "memory for two"},
+		{2, -5000, 400 << 30, 2, "CPU overcommitted"},
+		{0, 0, 0, 0, "no free GPU"},
+	} {
+		if got := r.unfed(tc.free, tc.cpu, tc.mem); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: unfed = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	if got := workloadFeed(nil, m, w).unfed(8, 0, 0); got != 0 {
+		t.Errorf("no workload learned: unfed = %v, want 0", got)
+	}
+}
+
+// A CPU-only pod goes where CPU is to spare beyond what the node's GPUs need. On
+// "tight" (2 GPUs, 24 cores) its 12 cores leave exactly one learned GPU pod's CPU: the
+// per-pod check still passes, but the second GPU can no longer be fed. "roomy" (2 GPUs,
+// 104 cores) loses nothing.
+func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{hostNode(t, "tight", 2, "24"), hostNode(t, "roomy", 2, "104")})
+	for i := 0; i < 20; i++ {
+		p := makePod(fmt.Sprintf("seen-%d", i), nil, ctr{name: "c", gpu: "1", cores: "100"})
+		p.Spec.Containers[0].Resources.Requests = withHost("12", "48Gi")
+		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+	}
+	cpuPod := makePod("cpu", nil, ctr{name: "c"})
+	cpuPod.Spec.Containers[0].Resources.Requests = withHost("12", "1Gi")
+	// PreFilter skips the pod (nothing to filter), so the cycle is run by hand.
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(ctx, cs, cpuPod, e.infos)
+	if st := e.pl.PreScore(ctx, cs, cpuPod, e.infos); !st.IsSuccess() {
+		t.Fatalf("PreScore: %v", st)
+	}
+	scores := map[string]int64{}
+	for _, ni := range e.infos {
+		s, st := e.pl.Score(ctx, cs, cpuPod, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score: %v", st)
+		}
+		scores[ni.Node().Name] = s
+	}
+	if scores["roomy"] <= scores["tight"] {
+		t.Errorf("CPU-only pod scored %v: want roomy first", scores)
+	}
+	// The same for a GPU pod heavy on CPU (24 cores for one GPU): on tight it would
+	// leave the other GPU without CPU.
+	heavy := makePod("heavy", nil, ctr{name: "c", gpu: "1", cores: "100"})
+	heavy.Spec.Containers[0].Resources.Requests = withHost("24", "1Gi")
+	if r := e.cycle(heavy); r.best != "roomy" {
+		t.Errorf("CPU-heavy GPU pod scored %v: want roomy", r.scores)
 	}
 }
