@@ -25,7 +25,9 @@ import (
 // cannot use: all of it when the shape does not fit the node at all (too few GPUs with
 // room, too little CPU or host memory), otherwise the free capacity of the GPUs it does
 // not fit on. The node's fragmentation is the mean over the expected workload, and a
-// placement is scored by how much it increases that (less is better).
+// placement is scored by how much it increases that (less is better), plus how much it
+// increases the GPU capacity the node's free CPU and memory can no longer feed at the
+// workload's ratio (see feedRatio.unfed).
 //
 // The expected workload is learned: the shapes of the last fragmentationWindow GPU pods
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
