@@ -294,22 +294,7 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 	}
 	cpuPod := makePod("cpu", nil, ctr{name: "c"})
 	cpuPod.Spec.Containers[0].Resources.Requests = withHost("12", "1Gi")
-	// PreFilter skips the pod (nothing to filter), so the cycle is run by hand.
-	ctx := context.Background()
-	cs := framework.NewCycleState()
-	e.pl.PreFilter(ctx, cs, cpuPod, e.infos)
-	if st := e.pl.PreScore(ctx, cs, cpuPod, e.infos); !st.IsSuccess() {
-		t.Fatalf("PreScore: %v", st)
-	}
-	scores := map[string]int64{}
-	for _, ni := range e.infos {
-		s, st := e.pl.Score(ctx, cs, cpuPod, ni)
-		if !st.IsSuccess() {
-			t.Fatalf("Score: %v", st)
-		}
-		scores[ni.Node().Name] = s
-	}
-	if scores["roomy"] <= scores["tight"] {
+	if scores := e.scoreCPUPod(cpuPod); scores["roomy"] <= scores["tight"] {
 		t.Errorf("CPU-only pod scored %v: want roomy first", scores)
 	}
 	// The same for a GPU pod heavy on CPU (24 cores for one GPU): on tight it would

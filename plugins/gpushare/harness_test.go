@@ -190,6 +190,27 @@ func (e *env) cycle(pod *v1.Pod) *cycleResult {
 	return r
 }
 
+// scoreCPUPod runs the cycle of a pod without GPUs by hand (PreFilter skips such a pod,
+// so cycle would stop there): PreScore, then Score on every node. Raw scores by node.
+func (e *env) scoreCPUPod(pod *v1.Pod) map[string]int64 {
+	e.t.Helper()
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(ctx, cs, pod, e.infos)
+	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
+		e.t.Fatalf("PreScore: %v", st)
+	}
+	scores := map[string]int64{}
+	for _, ni := range e.infos {
+		s, st := e.pl.Score(ctx, cs, pod, ni)
+		if !st.IsSuccess() {
+			e.t.Fatalf("Score: %v", st)
+		}
+		scores[ni.Node().Name] = s
+	}
+	return scores
+}
+
 // schedule runs a whole cycle plus Reserve, PreBind and Bind on the best node, as the
 // framework does, and returns the assignment written to the API.
 func (e *env) schedule(pod *v1.Pod) (*cycleResult, string) {

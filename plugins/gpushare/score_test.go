@@ -48,21 +48,7 @@ func TestBestFit(t *testing.T) {
 		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "2"}), "full", oneGrant("full", t4Mem, 100, 0, 1)))
 	cpu := makePod("cpu", nil)
 	cpu.Spec.Containers = []v1.Container{{Name: "c", Image: "x"}}
-	// PreFilter skips the pod (nothing to filter), so the cycle is run by hand.
-	ctx := context.Background()
-	cs := framework.NewCycleState()
-	e.pl.PreFilter(ctx, cs, cpu, e.infos)
-	if st := e.pl.PreScore(ctx, cs, cpu, e.infos); !st.IsSuccess() {
-		t.Fatalf("PreScore: %v", st)
-	}
-	scores := map[string]int64{}
-	for _, ni := range e.infos {
-		s, st := e.pl.Score(ctx, cs, cpu, ni)
-		if !st.IsSuccess() {
-			t.Fatalf("Score: %v", st)
-		}
-		scores[ni.Node().Name] = s
-	}
+	scores := e.scoreCPUPod(cpu)
 	// full: 100 × (1 − ½·1 − 0) = 50; free: 100 × (1 − ½ − ½·2/2) = 0.
 	if scores["full"] != 50 || scores["free"] != 0 {
 		t.Errorf("CPU-only pod scores %v, want full 50, free 0", scores)
