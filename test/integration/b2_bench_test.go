@@ -5,7 +5,8 @@ package integration
 // One API server, three phases in the same process:
 //  1. baseline: plain CPU pods for a scheduler whose only profile is default-scheduler;
 //  2. Tessera: GPU pods drawn from the Alibaba openb trace's mix (fractions, whole
-//     GPUs, multi-GPU pods) for the tessera-binpack profile of the sample config;
+//     GPUs, multi-GPU pods) for the tessera-binpack profile of the sample config
+//     (TESSERA_B2_PROFILE names another of its profiles, e.g. tessera-fragmentation);
 //  3. the same with the assignment written in PreBind (assignmentWrite: PreBind), the
 //     write path before the plugin bound pods itself (TESSERA_B2_PHASE3=0 skips it).
 //
@@ -540,6 +541,15 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	nodes, pods := b2Env("TESSERA_B2_NODES", 500), b2Env("TESSERA_B2_PODS", 2000)
 	rounds := b2Env("TESSERA_B2_ROUNDS", 1)
 	trace := os.Getenv("TESSERA_B2_TRACE")
+	tprof := binpack
+	if v := os.Getenv("TESSERA_B2_PROFILE"); v != "" {
+		tprof = v
+	}
+	if raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "scheduler", "tessera-scheduler.yaml")); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(string(raw), "schedulerName: "+tprof+"\n") {
+		t.Fatalf("TESSERA_B2_PROFILE=%s: config/scheduler/tessera-scheduler.yaml has no profile of that schedulerName", tprof)
+	}
 	if trace == "" {
 		trace = filepath.Join(repoRoot(t), "..", "shared", "data", "alibaba-gpu-v2023", "openb_pod_list_default.csv")
 	}
@@ -662,10 +672,10 @@ func TestB2SchedulingThroughput(t *testing.T) {
 		t.Logf("baseline: %d/%d bound in %s", base.bound, pods, base.elapsed.Round(time.Millisecond))
 		clear()
 
-		// Phase 2: Tessera (tessera-binpack of the sample config) on the trace's GPU mix.
+		// Phase 2: Tessera (a profile of the sample config) on the trace's GPU mix.
 		refresh()
-		create(binpack, true)
-		tes := b2Run(t, c, named("tessera-binpack, GPU pods", round), b2Config(t, c, "tessera-scheduler.yaml"), binpack, pods, profile("tessera", round))
+		create(tprof, true)
+		tes := b2Run(t, c, named(tprof+", GPU pods", round), b2Config(t, c, "tessera-scheduler.yaml"), tprof, pods, profile("tessera", round))
 		t.Logf("tessera: %d/%d bound in %s; ratio %.2f", tes.bound, pods, tes.elapsed.Round(time.Millisecond), tes.podsPerSec()/base.podsPerSec())
 
 		if tes.bound != pods || tes.unschedulable > 0 {
@@ -692,8 +702,8 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	if os.Getenv("TESSERA_B2_PHASE3") != "0" {
 		clear()
 		refresh()
-		create(binpack, true)
-		r := b2Run(t, c, "tessera-binpack, GPU pods, assignmentWrite=PreBind", b2ConfigWrite(t, c, "tessera-scheduler.yaml", string(gpushare.WritePreBind)), binpack, pods, profile("tessera-prebind", 1))
+		create(tprof, true)
+		r := b2Run(t, c, tprof+", GPU pods, assignmentWrite=PreBind", b2ConfigWrite(t, c, "tessera-scheduler.yaml", string(gpushare.WritePreBind)), tprof, pods, profile("tessera-prebind", 1))
 		pre = &r
 		t.Logf("tessera with the assignment in PreBind: %d/%d bound in %s", pre.bound, pods, pre.elapsed.Round(time.Millisecond))
 		if got := c.checkGrants(10); got != pre.bound {
