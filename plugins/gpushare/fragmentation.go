@@ -53,10 +53,16 @@ type fragShape struct {
 	key          string
 }
 
-// eligible reports whether device d passes the shape's model selection.
-func (s *fragShape) eligible(d *device) bool {
+// eligibleAt reports whether device i of m passes the shape's model selection. A shape
+// without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
+// runs shapes × devices times per node, and building the selection for it was half
+// of Fragmentation's Filter+Score.
+func (s *fragShape) eligibleAt(m *nodeModel, i int) bool {
+	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
+		return !m.hot[i].mig
+	}
 	p := podInfo{modelInclude: s.modelInclude, modelExclude: s.modelExclude}
-	return p.eligible(d)
+	return p.eligible(&m.devices[i])
 }
 
 // shapeOf is the fragmentation shape of a parsed pod.
@@ -209,8 +215,7 @@ func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
 }
 
 func shapeFits(m *nodeModel, used []usage, s *fragShape, i int, w *weights) bool {
-	d := &m.devices[i]
-	return d.healthy && s.eligible(d) && fits(m, used, &s.c, i, w.maxTenants)
+	return m.hot[i].healthy && s.eligibleAt(m, i) && fits(m, used, &s.c, i, w.maxTenants)
 }
 
 func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *fragStats {

@@ -305,3 +305,23 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 		t.Errorf("CPU-heavy GPU pod scored %v: want roomy", r.scores)
 	}
 }
+
+// A shape's eligibility (with its fast path for shapes without a model selection)
+// agrees with the pod selection it was learned from, on MIG and whole devices.
+func TestFragShapeEligibleMatchesPod(t *testing.T) {
+	m := &nodeModel{
+		devices: []device{{model: "NVIDIA H100 80GB HBM3"}, {model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", mig: true}, {model: "Tesla T4"}},
+		hot:     []deviceHot{{}, {mig: true}, {}},
+	}
+	for _, sel := range []struct{ include, exclude []string }{
+		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
+	} {
+		p := podInfo{modelInclude: sel.include, modelExclude: sel.exclude}
+		s := fragShape{modelInclude: sel.include, modelExclude: sel.exclude}
+		for i := range m.devices {
+			if got, want := s.eligibleAt(m, i), p.eligible(&m.devices[i]); got != want {
+				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.devices[i].model, got, want)
+			}
+		}
+	}
+}
