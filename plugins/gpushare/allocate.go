@@ -591,7 +591,9 @@ type missCounts struct {
 	largest                         int64
 }
 
-// explainRare is explain's reason for every miss but the two common ones.
+// explainRare is explain's reason for every miss but the two common ones, memory and
+// cores, which explain has already ruled out when the node has enough healthy GPUs
+// large enough.
 //
 //go:noinline
 func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerRequest, w *weights, later bool) *allocFailure {
@@ -613,10 +615,6 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), k.healthy)
 	case k.bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
-	case k.roomMem < n:
-		return unschedulable(missMemory, 0)
-	case k.roomCores < n && c.Cores > 0:
-		return unschedulable(missCores, 0)
 	case k.roomCores < n:
 		return unschedulable(missUnreserved, 0)
 	case k.roomTenants < n:

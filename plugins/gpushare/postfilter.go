@@ -2,7 +2,7 @@ package gpushare
 
 import (
 	"context"
-	"strconv"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -25,7 +25,7 @@ var _ fwk.PostFilterPlugin = &Plugin{}
 //
 //	closest for container "train": 6 GPUs with room for it on one node (node gpu-3), it asks 8
 //
-// (with required locality, the most in one NVLink island or on one NUMA node). Pods
+// (with required locality, the most that meet it together). Pods
 // no node refused for room (only for their selection, their CPU, a stale
 // inventory) get no line.
 func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
@@ -95,72 +95,45 @@ func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRe
 }
 
 // largestGroup is how many of the devices in room the container could take together
-// under its required locality: all of them without one; the most in one NVLink island
-// or on one NUMA node with one (an island is connected over NVLink, not always
-// joined pair by pair, so this can overstate nvlink-required by a little).
+// under its required locality: all of them without one; otherwise the largest set
+// grown greedily from each device by the same rule Filter's placement uses (joinable).
 func largestGroup(m *nodeModel, t api.Topology, room []int) int {
 	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
 		return len(room)
 	}
 	most := 0
+	var setBuf [16]int
 	for _, i := range room {
-		n := 0
+		if t == api.TopologyNUMARequired && m.devices[i].numa < 0 {
+			continue
+		}
+		set := append(setBuf[:0], i)
 		for _, j := range room {
-			if i == j || sameGroup(m, t, i, j) {
-				n++
+			if j != i && joinable(m, t, set, j) {
+				set = append(set, j)
 			}
 		}
-		most = max(most, n)
+		most = max(most, len(set))
 	}
 	return most
 }
 
-func sameGroup(m *nodeModel, t api.Topology, i, j int) bool {
-	if t == api.TopologyNUMARequired {
-		return m.devices[i].numa >= 0 && m.devices[i].numa == m.devices[j].numa
-	}
-	return m.hot[i].island >= 0 && m.hot[i].island == m.hot[j].island
-}
-
+// reason is the closest-GPU line for container c (built only for pods no node took).
 func (b *closest) reason(c *api.ContainerRequest, p *podInfo) string {
-	r := make([]byte, 0, 128)
-	r = append(r, "closest for container "...)
-	r = strconv.AppendQuote(r, c.Name)
-	r = append(r, ": "...)
-	if c.GPUs > 1 && b.gpus == 0 {
-		r = append(r, "no node has a GPU with room for it, it asks "...)
-		r = strconv.AppendInt(r, int64(c.GPUs), 10)
-		return string(r)
-	}
-	if c.GPUs > 1 {
-		r = strconv.AppendInt(r, int64(b.gpus), 10)
-		if b.gpus == 1 {
-			r = append(r, " GPU"...)
-		} else {
-			r = append(r, " GPUs"...)
-		}
-		r = append(r, " with room for it "...)
+	head := fmt.Sprintf("closest for container %q: ", c.Name)
+	switch {
+	case c.GPUs > 1 && b.gpus == 0:
+		return head + fmt.Sprintf("no node has a GPU with room for it, it asks %d", c.GPUs)
+	case c.GPUs > 1:
+		where := "on one node"
 		if t := p.topology; t == api.TopologyNVLinkRequired || t == api.TopologyNUMARequired {
-			r = append(r, localityWords(t)...)
-		} else {
-			r = append(r, "on one node"...)
+			where = localityWords(t)
 		}
-		r = append(r, " (node "...)
-		r = append(r, b.gpusNode...)
-		r = append(r, "), it asks "...)
-		r = strconv.AppendInt(r, int64(c.GPUs), 10)
-		return string(r)
+		return head + fmt.Sprintf("%s with room for it %s (node %s), it asks %d", gpus(b.gpus), where, b.gpusNode, c.GPUs)
 	}
-	r = strconv.AppendInt(r, b.mem, 10)
-	r = append(r, " MiB free on one GPU (node "...)
-	r = append(r, b.memNode...)
-	r = append(r, ')')
+	line := head + fmt.Sprintf("%d MiB free on one GPU (node %s)", b.mem, b.memNode)
 	if c.Cores > 0 {
-		r = append(r, ", "...)
-		r = strconv.AppendInt(r, int64(b.cores), 10)
-		r = append(r, "% of a GPU's cores (node "...)
-		r = append(r, b.coresNode...)
-		r = append(r, ')')
+		line += fmt.Sprintf(", %d%% of a GPU's cores (node %s)", b.cores, b.coresNode)
 	}
-	return string(r)
+	return line
 }
