@@ -76,8 +76,9 @@ test-unit: ## Unit tests of all Go packages
 	$(GO) test -count=1 -timeout 15m $(UNIT_PKGS)
 
 .PHONY: test-hook
-test-hook: ## CUDA hook tests against the fake driver, plain and under ASan/UBSan
+test-hook: ## CUDA hook tests against the fake driver, plain and under ASan/UBSan, and from a 150+ character path
 	$(MAKE) -C cuda-hook test
+	hack/test-long-path.sh
 
 .PHONY: test-integration
 test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-apiserver and etcd

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,27 +22,18 @@
 #define BIND_MAX_FDS 4
 #define REQUIRED_SEALS (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL)
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 /* Reads the limits from a sealed memfd of size bytes. */
 static int read_sealed(int fd, size_t size, struct tessera_limits *out, char *err, size_t errlen)
 {
 	struct stat st;
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || (seals & REQUIRED_SEALS) != REQUIRED_SEALS)
-		return fail(err, errlen, "the node agent's limits did not come sealed (seals %#x)", seals < 0 ? 0 : seals);
+		return tessera_fail(err, errlen, "the node agent's limits did not come sealed (seals %#x)", seals < 0 ? 0 : seals);
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != size)
-		return fail(err, errlen, "the node agent's limits are not the %zu bytes it announced", size);
+		return tessera_fail(err, errlen, "the node agent's limits are not the %zu bytes it announced", size);
 	char *buf = malloc(size);
 	if (buf == NULL)
-		return fail(err, errlen, "reading the node agent's limits: out of memory");
+		return tessera_fail(err, errlen, "reading the node agent's limits: out of memory");
 	size_t n = 0;
 	while (n < size) {
 		ssize_t r = pread(fd, buf + n, size - n, (off_t)n);
@@ -51,7 +41,7 @@ static int read_sealed(int fd, size_t size, struct tessera_limits *out, char *er
 			continue;
 		if (r <= 0) {
 			free(buf);
-			return fail(err, errlen, "reading the node agent's limits: %s", r < 0 ? strerror(errno) : "short read");
+			return tessera_fail(err, errlen, "reading the node agent's limits: %s", r < 0 ? strerror(errno) : "short read");
 		}
 		n += (size_t)r;
 	}
@@ -59,7 +49,7 @@ static int read_sealed(int fd, size_t size, struct tessera_limits *out, char *er
 	int rc = tessera_limits_parse(buf, size, out, perr, sizeof(perr));
 	free(buf);
 	if (rc < 0)
-		return fail(err, errlen, "the node agent's limits: %s", perr);
+		return tessera_fail(err, errlen, "the node agent's limits: %s", perr);
 	return 0;
 }
 
@@ -67,12 +57,12 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	if (strlen(path) >= sizeof(addr.sun_path))
-		return fail(err, errlen, "the node agent's socket path %s is too long", path);
+		return tessera_fail(err, errlen, "the node agent's socket path %s is too long", path);
 	memcpy(addr.sun_path, path, strlen(path) + 1);
 
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
-		return fail(err, errlen, "socket: %s", strerror(errno));
+		return tessera_fail(err, errlen, "socket: %s", strerror(errno));
 	struct timeval tv = {.tv_sec = TESSERA_BIND_TIMEOUT_S};
 	(void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	(void)setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -83,7 +73,7 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 	if (rc < 0) {
 		int e = errno;
 		close(s);
-		return fail(err, errlen, "cannot reach the node agent at %s: %s", path, strerror(e));
+		return tessera_fail(err, errlen, "cannot reach the node agent at %s: %s", path, strerror(e));
 	}
 	ssize_t w;
 	do
@@ -92,7 +82,7 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 	if (w != (ssize_t)(sizeof(BIND_REQUEST) - 1)) {
 		int e = errno;
 		close(s);
-		return fail(err, errlen, "asking the node agent at %s: %s", path, w < 0 ? strerror(e) : "short write");
+		return tessera_fail(err, errlen, "asking the node agent at %s: %s", path, w < 0 ? strerror(e) : "short write");
 	}
 
 	char line[1024];
@@ -126,15 +116,15 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 	rc = -1;
 	if (n < 0) {
 		if (e == EAGAIN || e == EWOULDBLOCK)
-			fail(err, errlen, "the node agent at %s did not answer within %d s", path, TESSERA_BIND_TIMEOUT_S);
+			tessera_fail(err, errlen, "the node agent at %s did not answer within %d s", path, TESSERA_BIND_TIMEOUT_S);
 		else
-			fail(err, errlen, "reading the node agent's answer: %s", strerror(e));
+			tessera_fail(err, errlen, "reading the node agent's answer: %s", strerror(e));
 	} else if (n == 0) {
-		fail(err, errlen, "the node agent at %s closed the connection without an answer", path);
+		tessera_fail(err, errlen, "the node agent at %s closed the connection without an answer", path);
 	} else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		fail(err, errlen, "the node agent's answer was truncated");
+		tessera_fail(err, errlen, "the node agent's answer was truncated");
 	} else if (line[n - 1] != '\n') {
-		fail(err, errlen, "the node agent's answer is not one line");
+		tessera_fail(err, errlen, "the node agent's answer is not one line");
 	} else {
 		line[n - 1] = '\0';
 		for (ssize_t i = 0; i < n - 1; i++)
@@ -143,11 +133,11 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 		unsigned long size = 0;
 		char extra;
 		if (strncmp(line, "error ", 6) == 0) {
-			fail(err, errlen, "the node agent refused: %s", line + 6);
+			tessera_fail(err, errlen, "the node agent refused: %s", line + 6);
 		} else if (sscanf(line, "ok %lu%c", &size, &extra) != 1 || size == 0 || size > TESSERA_MAX_LIMITS_BYTES) {
-			fail(err, errlen, "the node agent's answer \"%.100s\" is not understood", line);
+			tessera_fail(err, errlen, "the node agent's answer \"%.100s\" is not understood", line);
 		} else if (nfds != 1) {
-			fail(err, errlen, "the node agent's answer came with %d descriptors, want 1", nfds);
+			tessera_fail(err, errlen, "the node agent's answer came with %d descriptors, want 1", nfds);
 		} else {
 			rc = read_sealed(fds[0], size, out, err, errlen);
 		}

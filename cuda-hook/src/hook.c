@@ -293,12 +293,12 @@ static int env_limits_allowed(char *why, size_t len)
 	struct stat st;
 	int fd = open(TESSERA_CONFIG_PATH, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
-		snprintf(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
+		(void)tessera_fail(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
 		return 0;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != (uid_t)TESSERA_CONFIG_OWNER ||
 	    (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-		snprintf(why, len, "%s is not a regular file owned by uid %d and writable only by it", TESSERA_CONFIG_PATH,
+		(void)tessera_fail(why, len, "%s is not a regular file owned by uid %d and writable only by it", TESSERA_CONFIG_PATH,
 			 TESSERA_CONFIG_OWNER);
 		close(fd);
 		return 0;
@@ -307,7 +307,7 @@ static int env_limits_allowed(char *why, size_t len)
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n < 0) {
-		snprintf(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
+		(void)tessera_fail(why, len, "%s: %s", TESSERA_CONFIG_PATH, strerror(errno));
 		return 0;
 	}
 	buf[n] = '\0';
@@ -321,7 +321,7 @@ static int env_limits_allowed(char *why, size_t len)
 			allowed = 0;
 	}
 	if (!allowed)
-		snprintf(why, len, "%s does not say \"allow-env-limits yes\"", TESSERA_CONFIG_PATH);
+		(void)tessera_fail(why, len, "%s does not say \"allow-env-limits yes\"", TESSERA_CONFIG_PATH);
 	return allowed;
 }
 
@@ -330,7 +330,7 @@ static int load_limits(char *why, size_t len)
 	char err[400];
 	if (access(TESSERA_LIMITS_PATH, F_OK) == 0 || errno != ENOENT) {
 		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0) {
-			snprintf(why, len, "%s", err);
+			(void)tessera_fail(why, len, "%s", err);
 			return -1;
 		}
 		return 0;
@@ -340,24 +340,24 @@ static int load_limits(char *why, size_t len)
 	 * refusal, or no answer, refuses CUDA: never unlimited. */
 	if (access(TESSERA_BIND_SOCKET, F_OK) == 0 || errno != ENOENT) {
 		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0) {
-			snprintf(why, len, "%s", err);
+			(void)tessera_fail(why, len, "%s", err);
 			return -1;
 		}
 		return 0;
 	}
 	char policy[300];
 	if (!env_limits_allowed(policy, sizeof(policy))) {
-		snprintf(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
+		(void)tessera_fail(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
 			 TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
 		return -1;
 	}
 	const char *path = getenv("TESSERA_LIMITS_FILE");
 	if (path == NULL || path[0] == '\0') {
-		snprintf(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
+		(void)tessera_fail(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
 		return -1;
 	}
 	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0) {
-		snprintf(why, len, "%s", err);
+		(void)tessera_fail(why, len, "%s", err);
 		return -1;
 	}
 	return 0;

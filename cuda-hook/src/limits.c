@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+int tessera_fail(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -82,15 +82,15 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 	enum { WANT_VERSION, WANT_CGROUP, WANT_CONTEXT, WANT_GPU } state = WANT_VERSION;
 	memset(out, 0, sizeof(*out));
 	if (len == 0)
-		return fail(err, errlen, "limits: empty file");
+		return tessera_fail(err, errlen, "limits: empty file");
 	if (len > TESSERA_MAX_LIMITS_BYTES)
-		return fail(err, errlen, "limits: file is %zu bytes, more than %d", len, TESSERA_MAX_LIMITS_BYTES);
+		return tessera_fail(err, errlen, "limits: file is %zu bytes, more than %d", len, TESSERA_MAX_LIMITS_BYTES);
 	if (buf[len - 1] != '\n')
-		return fail(err, errlen, "limits: last line does not end in a newline");
+		return tessera_fail(err, errlen, "limits: last line does not end in a newline");
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)buf[i];
 		if (c != '\n' && (c < 0x20 || c > 0x7e))
-			return fail(err, errlen, "limits: byte %zu (0x%02x) is not printable ASCII", i, c);
+			return tessera_fail(err, errlen, "limits: byte %zu (0x%02x) is not printable ASCII", i, c);
 	}
 	int ln = 0;
 	for (size_t pos = 0; pos < len;) {
@@ -104,26 +104,26 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 		struct field f[6];
 		int nf = split(line, n, f, 5);
 		if (nf < 0)
-			return fail(err, errlen, "limits: line %d: fields must be separated by exactly one space", ln);
+			return tessera_fail(err, errlen, "limits: line %d: fields must be separated by exactly one space", ln);
 		uint64_t v;
 		switch (state) {
 		case WANT_VERSION:
 			if (nf != 2 || !is(&f[0], "version"))
-				return fail(err, errlen, "limits: line %d: want \"version %d\" first", ln, TESSERA_LIMITS_VERSION);
+				return tessera_fail(err, errlen, "limits: line %d: want \"version %d\" first", ln, TESSERA_LIMITS_VERSION);
 			if (number(f[1].p, f[1].n, 1 << 20, &v) < 0)
-				return fail(err, errlen, "limits: line %d: version is not a number", ln);
+				return tessera_fail(err, errlen, "limits: line %d: version is not a number", ln);
 			if (v != TESSERA_LIMITS_VERSION)
-				return fail(err, errlen, "limits: line %d: version %llu is not supported (want %d)", ln,
+				return tessera_fail(err, errlen, "limits: line %d: version %llu is not supported (want %d)", ln,
 					    (unsigned long long)v, TESSERA_LIMITS_VERSION);
 			state = WANT_CGROUP;
 			break;
 		case WANT_CGROUP:
 			if (nf != 2 || !is(&f[0], "cgroup"))
-				return fail(err, errlen, "limits: line %d: want \"cgroup <path>\"", ln);
+				return tessera_fail(err, errlen, "limits: line %d: want \"cgroup <path>\"", ln);
 			if (f[1].p[0] != '/')
-				return fail(err, errlen, "limits: line %d: cgroup must be an absolute path", ln);
+				return tessera_fail(err, errlen, "limits: line %d: cgroup must be an absolute path", ln);
 			if (f[1].n > TESSERA_MAX_CGROUP)
-				return fail(err, errlen, "limits: line %d: cgroup path is %zu bytes, more than %d", ln, f[1].n,
+				return tessera_fail(err, errlen, "limits: line %d: cgroup path is %zu bytes, more than %d", ln, f[1].n,
 					    TESSERA_MAX_CGROUP);
 			memcpy(out->cgroup, f[1].p, f[1].n);
 			out->cgroup[f[1].n] = '\0';
@@ -131,36 +131,36 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 			break;
 		case WANT_CONTEXT:
 			if (nf != 2 || !is(&f[0], "context-mib"))
-				return fail(err, errlen, "limits: line %d: want \"context-mib <n>\"", ln);
+				return tessera_fail(err, errlen, "limits: line %d: want \"context-mib <n>\"", ln);
 			if (number(f[1].p, f[1].n, TESSERA_MAX_CONTEXT_MIB, &out->context_mib) < 0)
-				return fail(err, errlen, "limits: line %d: context-mib is not a number 0..%d", ln, TESSERA_MAX_CONTEXT_MIB);
+				return tessera_fail(err, errlen, "limits: line %d: context-mib is not a number 0..%d", ln, TESSERA_MAX_CONTEXT_MIB);
 			state = WANT_GPU;
 			break;
 		case WANT_GPU: {
 			if (nf != 5 || !is(&f[0], "gpu"))
-				return fail(err, errlen, "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\"", ln);
+				return tessera_fail(err, errlen, "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\"", ln);
 			if (out->ngpus == TESSERA_MAX_GPUS)
-				return fail(err, errlen, "limits: line %d: more than %d gpus", ln, TESSERA_MAX_GPUS);
+				return tessera_fail(err, errlen, "limits: line %d: more than %d gpus", ln, TESSERA_MAX_GPUS);
 			struct tessera_gpu_limit *g = &out->gpus[out->ngpus];
 			uint64_t cores, phase;
 			if (!uuid_ok(f[1].p, f[1].n))
-				return fail(err, errlen, "limits: line %d: uuid must be 1..%d of [A-Za-z0-9-]", ln, TESSERA_MAX_UUID);
+				return tessera_fail(err, errlen, "limits: line %d: uuid must be 1..%d of [A-Za-z0-9-]", ln, TESSERA_MAX_UUID);
 			if (number(f[2].p, f[2].n, TESSERA_MAX_MEMORY_MIB, &g->memory_mib) < 0 || g->memory_mib == 0)
-				return fail(err, errlen, "limits: line %d: memory-mib is not a number 1..%llu", ln,
+				return tessera_fail(err, errlen, "limits: line %d: memory-mib is not a number 1..%llu", ln,
 					    (unsigned long long)TESSERA_MAX_MEMORY_MIB);
 			if (number(f[3].p, f[3].n, 100, &cores) < 0)
-				return fail(err, errlen, "limits: line %d: cores is not a number 0..100", ln);
+				return tessera_fail(err, errlen, "limits: line %d: cores is not a number 0..100", ln);
 			if (number(f[4].p, f[4].n, 99, &phase) < 0)
-				return fail(err, errlen, "limits: line %d: phase is not a number 0..99", ln);
+				return tessera_fail(err, errlen, "limits: line %d: phase is not a number 0..99", ln);
 			if (cores == 0 && phase != 0)
-				return fail(err, errlen, "limits: line %d: phase set without cores", ln);
+				return tessera_fail(err, errlen, "limits: line %d: phase set without cores", ln);
 			if (cores + phase > 100)
-				return fail(err, errlen, "limits: line %d: cores + phase exceed the period (100)", ln);
+				return tessera_fail(err, errlen, "limits: line %d: cores + phase exceed the period (100)", ln);
 			memcpy(g->uuid, f[1].p, f[1].n);
 			g->uuid[f[1].n] = '\0';
 			for (int i = 0; i < out->ngpus; i++)
 				if (strcmp(out->gpus[i].uuid, g->uuid) == 0)
-					return fail(err, errlen, "limits: line %d: uuid %s appears twice", ln, g->uuid);
+					return tessera_fail(err, errlen, "limits: line %d: uuid %s appears twice", ln, g->uuid);
 			g->cores = (int)cores;
 			g->phase = (int)phase;
 			out->ngpus++;
@@ -169,7 +169,7 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 		}
 	}
 	if (state != WANT_GPU || out->ngpus == 0)
-		return fail(err, errlen, "limits: incomplete: want version, cgroup, context-mib and at least one gpu line");
+		return tessera_fail(err, errlen, "limits: incomplete: want version, cgroup, context-mib and at least one gpu line");
 	return 0;
 }
 
@@ -179,11 +179,11 @@ int tessera_limits_load(const char *path, struct tessera_limits *out, char *err,
 	const size_t cap = TESSERA_MAX_LIMITS_BYTES + 1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return tessera_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
 	char *buf = malloc(cap);
 	if (buf == NULL) {
 		close(fd);
-		return fail(err, errlen, "cannot read %s: out of memory", path);
+		return tessera_fail(err, errlen, "cannot read %s: out of memory", path);
 	}
 	size_t n = 0;
 	while (n < cap) {
@@ -194,7 +194,7 @@ int tessera_limits_load(const char *path, struct tessera_limits *out, char *err,
 			int e = errno;
 			close(fd);
 			free(buf);
-			return fail(err, errlen, "cannot read %s: %s", path, strerror(e));
+			return tessera_fail(err, errlen, "cannot read %s: %s", path, strerror(e));
 		}
 		if (r == 0)
 			break;

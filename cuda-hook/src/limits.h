@@ -31,6 +31,10 @@ struct tessera_limits {
 	struct tessera_gpu_limit gpus[TESSERA_MAX_GPUS];
 };
 
+/* Writes a diagnostic to err[0..errlen), cut short where it does not fit (a message
+ * naming long paths may be truncated, never overflow), and returns -1. */
+int tessera_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Parses buf[0..len). Returns 0, or -1 with a message naming the line in err. */
 int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out, char *err, size_t errlen);
 

@@ -1,11 +1,12 @@
 #!/bin/sh
 # Runs the fake-driver suite against one build variant of the hook (plain, asan,
-# ubsan). The variant's hook reads its limits, config and shared memory under
-# <build>/root instead of /run/tessera, /etc/tessera and /dev/shm.
+# ubsan): run.sh <variant> <build dir> <root>. The variant's hook reads its limits,
+# config and shared memory under <root> (the Makefile's TEST_ROOT/<variant>) instead of
+# /run/tessera, /etc/tessera and /dev/shm.
 set -eu
 variant=$1
 B=$(cd "$2" && pwd)
-ROOT=$B/root
+ROOT=$3
 T=$B/hooktest
 PRELOAD=$B/libtessera-cuda.so
 if [ "$variant" = asan ]; then
