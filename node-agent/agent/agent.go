@@ -11,15 +11,15 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -53,6 +53,9 @@ type Config struct {
 
 	// ResourceDomain is the domain of the resource names (tessera.dev by default).
 	ResourceDomain string
+	// SchedulerNames are the Tessera scheduler profiles whose pods' assignments the
+	// agent enforces; a pod naming any other scheduler is never bound.
+	SchedulerNames []string
 
 	DevicePlugin         bool
 	DevicePluginDir      string
@@ -103,6 +106,14 @@ func (c *Config) Validate() error {
 	}
 	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {
 		return fmt.Errorf("--device-plugin-replicas %d out of range 1..1024", c.DevicePluginReplicas)
+	}
+	if (c.NRI || c.BindFallback) && len(c.SchedulerNames) == 0 {
+		return errors.New("--scheduler-names must name at least one Tessera scheduler profile")
+	}
+	for _, n := range c.SchedulerNames {
+		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+			return fmt.Errorf("--scheduler-names: %q: %s", n, strings.Join(errs, "; "))
+		}
 	}
 	if err := c.validateFallback(); err != nil {
 		return err
@@ -179,8 +190,10 @@ type Agent struct {
 	Watchdog  *watchdog.Watchdog
 	// Fallback is the binding at the first CUDA call (--bind-fallback).
 	Fallback *fallback
-	Metrics  *metrics.Metrics
-	Health   *health.Checker
+	// pods is this node's pods, for the bindings.
+	pods    *podCache
+	Metrics *metrics.Metrics
+	Health  *health.Checker
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -222,10 +235,16 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		}
 	}
 	if cfg.NRI || cfg.BindFallback {
+		pods, err := newPodCache(client, cfg.NodeName)
+		if err != nil {
+			return nil, err
+		}
+		a.pods = pods
 		b, err := binding.New(binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
-			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, PodRequestsGPU: a.podRequestsGPU(names),
+			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
+			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 		})
 		if err != nil {
 			return nil, err
@@ -346,39 +365,13 @@ func (a *Agent) healthChecks() *health.Checker {
 	return c
 }
 
-// podRequestsGPU asks the API server whether a container's spec requests GPUs. It is
-// consulted only for containers outside any assignment, and only by pod UID, so it
-// cannot confuse two pods.
-func (a *Agent) podRequestsGPU(names api.ResourceNames) func(uid, container string) (bool, bool) {
-	return func(uid, container string) (bool, bool) {
-		// The NRI request carries namespace and name too, but the binder passes only
-		// the UID; list the node's pods once and match by UID.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		pods, err := a.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + a.cfg.NodeName})
-		if err != nil {
-			if !apierrors.IsForbidden(err) {
-				a.log.Error(err, "listing the node's pods to check a container's GPU request")
-			}
-			return false, false
-		}
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if string(p.UID) != uid {
-				continue
-			}
-			for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-				for j := range cs {
-					if cs[j].Name == container {
-						one := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{cs[j]}}}
-						return api.HasGPURequest(one, names), true
-					}
-				}
-			}
-			return false, true
-		}
-		return false, false
+// inventory is the node's last published GPU inventory, or a fresh reading before the
+// first publication.
+func (a *Agent) inventory() (*api.NodeInventory, error) {
+	if inv, _ := a.Publisher.Last(); inv != nil {
+		return inv, nil
 	}
+	return a.source.Inventory()
 }
 
 func (a *Agent) podEvent(namespace, pod, uid, reason, msg string) {
@@ -433,6 +426,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	start("inventory", func(ctx context.Context) error { a.Publisher.Run(ctx); return nil })
 	if a.Plugin != nil {
 		start("device plugin", a.Plugin.Run)
+	}
+	if a.pods != nil {
+		a.pods.start(ctx)
+		defer a.pods.shutdown()
 	}
 	if a.NRI != nil {
 		start("NRI", a.NRI.Run)

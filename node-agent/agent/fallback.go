@@ -9,9 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
@@ -40,33 +37,17 @@ func (c *Config) validateFallback() error {
 	return nil
 }
 
-// fallback is the binding at the first CUDA call: the socket server and the cache of
-// this node's pods it identifies callers' pods in.
+// fallback is the binding at the first CUDA call: the socket server, which identifies
+// callers' pods in the agent's cache of this node's pods.
 type fallback struct {
-	a       *Agent
-	factory informers.SharedInformerFactory
-	pods    cache.SharedIndexInformer
-	server  *bindserver.Server
+	a      *Agent
+	server *bindserver.Server
 }
-
-const byUID = "uid"
 
 func (a *Agent) newFallback() (*fallback, error) {
 	f := &fallback{a: a}
-	f.factory = informers.NewSharedInformerFactoryWithOptions(a.client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
-	}))
-	f.pods = f.factory.Core().V1().Pods().Informer()
-	if err := f.pods.AddIndexers(cache.Indexers{byUID: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok {
-			return []string{string(p.UID)}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, err
-	}
 	s, err := bindserver.New(bindserver.Config{
-		Socket: a.cfg.BindSocket, ProcRoot: a.cfg.ProcRoot, Pods: f, Binder: a.Binder, Log: a.log.WithName("fallback"),
+		Socket: a.cfg.BindSocket, ProcRoot: a.cfg.ProcRoot, Pods: a.pods, Binder: a.Binder, Log: a.log.WithName("fallback"),
 		OnRefused: func(pod *corev1.Pod, _ string, reason string) {
 			a.Metrics.ContainersRefused.Inc()
 			if pod != nil {
@@ -81,22 +62,10 @@ func (a *Agent) newFallback() (*fallback, error) {
 	return f, nil
 }
 
-// PodByUID implements bindserver.Pods from the informer's cache.
-func (f *fallback) PodByUID(uid string) *corev1.Pod {
-	objs, err := f.pods.GetIndexer().ByIndex(byUID, uid)
-	if err != nil || len(objs) == 0 {
-		return nil
-	}
-	p, _ := objs[0].(*corev1.Pod)
-	return p
-}
-
 // run serves the socket once the pod cache is synchronised (a caller before that
 // would be refused as a pod not on this node), and forgets containers that are gone.
 func (f *fallback) run(ctx context.Context) error {
-	f.factory.Start(ctx.Done())
-	defer f.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), f.pods.HasSynced) {
+	if !f.a.pods.synced(ctx) {
 		return nil
 	}
 	if err := f.server.Listen(); err != nil {

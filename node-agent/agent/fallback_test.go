@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -82,21 +83,25 @@ func TestFallbackAgent(t *testing.T) {
 		uid  = "0b4f7a52-1e2d-4c3b-9a8f-7e6d5c4b3a21"
 		uid2 = "0b4f7a52-1e2d-4c3b-9a8f-7e6d5c4b3a22"
 		cid  = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+		cid2 = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	)
 	ann, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "n1",
 		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: devs[2].UUID, Index: 2, MemoryMiB: 3000, Cores: 25}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := func(name, u string, annotations map[string]string) *corev1.Pod {
+	pod := func(name, u, cid string, annotations map[string]string, limits corev1.ResourceList) *corev1.Pod {
 		return &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, UID: types.UID(u), Annotations: annotations},
-			Spec:       corev1.PodSpec{NodeName: "n1"},
-			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + cid}}},
+			Spec: corev1.PodSpec{NodeName: "n1", SchedulerName: "tessera-binpack",
+				Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{Limits: limits}}}},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + cid}}},
 		}
 	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
-		pod("train", uid, map[string]string{api.AnnotationAssignment: ann}), pod("plain", uid2, nil))
+		pod("train", uid, cid, map[string]string{api.AnnotationAssignment: ann}, corev1.ResourceList{
+			"tessera.dev/gpu": resource.MustParse("1"), "tessera.dev/gpu-memory": resource.MustParse("3000"), "tessera.dev/gpu-cores": resource.MustParse("25")}),
+		pod("plain", uid2, cid2, nil, nil))
 	rec := record.NewFakeRecorder(10)
 	a, err := New(c, logr.Discard(), client, src, rec)
 	if err != nil {
@@ -146,7 +151,7 @@ func TestFallbackAgent(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The test process plays a process of container "main" of pod team/train.
-	caller := func(podUID string) {
+	caller := func(podUID, cid string) {
 		d := filepath.Join(dir, "proc", fmt.Sprint(os.Getpid()))
 		os.MkdirAll(d, 0o755)
 		cg := "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(podUID, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
@@ -154,7 +159,7 @@ func TestFallbackAgent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	caller(uid)
+	caller(uid, cid)
 	data, err := bindserver.Fetch(socket, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +175,7 @@ func TestFallbackAgent(t *testing.T) {
 		t.Errorf("checkpoint %+v", recs)
 	}
 
-	caller(uid2)
+	caller(uid2, cid2)
 	if _, err := bindserver.Fetch(socket, 15*time.Second); err == nil || !strings.Contains(err.Error(), "has no tessera.dev/gpu-assignment") {
 		t.Fatalf("pod without an assignment: %v", err)
 	}

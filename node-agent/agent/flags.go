@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +18,9 @@ import (
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 )
 
+// DefaultSchedulerNames are the profiles of the scheduler configuration Tessera ships.
+var DefaultSchedulerNames = []string{"tessera-binpack", "tessera-spread", "tessera-fragmentation"}
+
 // BindFlags registers the agent's flags on fs, with their defaults.
 func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default $NODE_NAME)")
@@ -26,6 +30,17 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 30*time.Second, "re-confirm the inventory annotation at least this often")
 	fs.DurationVar(&c.Poll, "poll", 5*time.Second, "read the GPUs this often to detect changes")
 	fs.StringVar(&c.ResourceDomain, "resource-domain", api.DefaultDomain, "domain of the GPU resource names (<domain>/gpu, <domain>/gpu-memory, ...)")
+	fs.Func("scheduler-names", "comma-separated Tessera scheduler profiles whose pods' GPU assignments are enforced (default "+
+		strings.Join(DefaultSchedulerNames, ",")+"); a pod naming another scheduler is never bound", func(v string) error {
+		c.SchedulerNames = nil
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				c.SchedulerNames = append(c.SchedulerNames, n)
+			}
+		}
+		return nil
+	})
+	c.SchedulerNames = DefaultSchedulerNames
 
 	fs.BoolVar(&c.DevicePlugin, "device-plugin", true, "register the GPU resource with kubelet as a device plugin")
 	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "kubelet's device-plugin directory (holds kubelet.sock)")

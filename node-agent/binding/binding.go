@@ -14,12 +14,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
@@ -105,9 +107,17 @@ type Config struct {
 	ProcRoot string
 	// StatDevice reads a device node; unix.Stat when nil.
 	StatDevice func(path string) (DeviceNode, error)
-	// PodRequestsGPU, when set, says from the pod spec whether the named container of
-	// the pod with this UID asks for GPUs (known false: the pod is not known).
-	PodRequestsGPU func(podUID, container string) (requests, known bool)
+	// Pods reads a pod of this node, from a cache where it can and from the API
+	// server otherwise or when fresh is set; (nil, nil) when no pod with this
+	// namespace, name and UID exists. The binder checks every assignment against its
+	// pod's spec with it.
+	Pods func(namespace, name, uid string, fresh bool) (*corev1.Pod, error)
+	// SchedulerNames are the Tessera schedulers (profiles) whose assignments are
+	// enforced: a pod naming another scheduler is never bound.
+	SchedulerNames []string
+	// Inventory returns the node's GPU inventory (the last one published); a grant's
+	// memory is checked against the device's memory in it.
+	Inventory func() (*api.NodeInventory, error)
 	// ContextMiB overrides api.DefaultContextMiB in the limits files.
 	ContextMiB int64
 	Now        func() time.Time
@@ -123,8 +133,11 @@ type Binder struct {
 
 // New checks cfg and writes the preload file.
 func New(cfg Config) (*Binder, error) {
-	if cfg.NodeName == "" || cfg.Devices == nil || cfg.Store == nil || cfg.LimitsRoot == "" {
-		return nil, errors.New("binding: node name, devices, store and limits root are required")
+	if cfg.NodeName == "" || cfg.Devices == nil || cfg.Store == nil || cfg.LimitsRoot == "" || cfg.Pods == nil || cfg.Inventory == nil {
+		return nil, errors.New("binding: node name, devices, store, limits root, pods and inventory are required")
+	}
+	if len(cfg.SchedulerNames) == 0 {
+		return nil, errors.New("binding: at least one Tessera scheduler name is required")
 	}
 	if cfg.DevDir == "" {
 		cfg.DevDir = "/dev"
@@ -168,29 +181,55 @@ func envValue(env []string, key string) (string, bool) {
 }
 
 // requested reports whether the container asked for GPUs: kubelet gave it the device
-// plugin's marker, or its pod spec says so.
+// plugin's marker, or its pod spec says so. (Kubelet gives every container that asks
+// for the GPU resource the marker; the spec is the second source where the device
+// plugin is off. A pod that cannot be read is not taken to ask, so a node agent cut
+// off from the API server does not stop containers that have nothing to do with GPUs.)
 func (b *Binder) requested(r *Request) bool {
 	if _, ok := envValue(r.Env, deviceplugin.EnvRequested); ok {
 		return true
 	}
-	if b.cfg.PodRequestsGPU != nil {
-		if req, known := b.cfg.PodRequestsGPU(r.PodUID, r.Container); known && req {
-			return true
+	pod, err := b.cfg.Pods(r.Namespace, r.Pod, r.PodUID, false)
+	if err != nil || pod == nil {
+		return false
+	}
+	c := specContainer(pod, r.Container)
+	return c != nil && api.HasGPURequest(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{*c}}}, b.cfg.Names)
+}
+
+// specContainer returns the pod's init or regular container with this name, or nil.
+func specContainer(pod *corev1.Pod, name string) *corev1.Container {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
 		}
 	}
-	return false
+	return nil
 }
 
 // Bind decides for one container being created. It returns nil edits and no error for
 // a container that is not Tessera's, a RefusedError for one that must not start.
+//
+// A container is bound once, with the grant its pod's assignment gives it after that
+// grant is checked against the pod (see verify). Its record in the checkpoint then
+// freezes the grant: binding the same container again (a runtime retry, the agent's
+// restart, every new process under the fallback binding) uses the record and never
+// reads the annotation again, so a later edit of the annotation changes nothing.
 func (b *Binder) Bind(r Request) (*Edits, error) {
-	// Asked lazily: the pod-spec lookup may be an API call, needed only when the
-	// container is not in an assignment.
-	requested := func() bool { return b.requested(&r) }
 	who := fmt.Sprintf("container %q of pod %s/%s", r.Container, r.Namespace, r.Pod)
 	refuse := func(format string, args ...any) (*Edits, error) {
 		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
 	}
+	if r.ContainerID != "" {
+		if rec, ok := b.cfg.Store.Get(r.ContainerID); ok {
+			return b.rebind(r, rec, who)
+		}
+	}
+	// Asked lazily: the pod-spec lookup may be an API call, needed only when the
+	// container is not in an assignment.
+	requested := func() bool { return b.requested(&r) }
 	raw, has := r.PodAnnotations[api.AnnotationAssignment]
 	if !has {
 		if requested() {
@@ -226,6 +265,133 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if why := b.verify(&r, raw, ca); why != "" {
+		return refuse("%s. It is not started", why)
+	}
+	return b.apply(r, who, cgroup, ca.Devices, nil)
+}
+
+// rebind binds a container again with the grant frozen in its record.
+func (b *Binder) rebind(r Request, rec checkpoint.Record, who string) (*Edits, error) {
+	cgroup, err := ResolveCgroup(r.CgroupsPath)
+	if err != nil {
+		return nil, &RefusedError{Reason: who + ": " + err.Error()}
+	}
+	if cgroup != rec.Cgroup {
+		return nil, &RefusedError{Reason: fmt.Sprintf("%s: container %s was bound in cgroup %s, not %s", who, r.ContainerID, rec.Cgroup, cgroup)}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.apply(r, who, cgroup, rec.Devices, &rec)
+}
+
+// verify checks an assignment the container has no record of against everything the
+// node can confirm for itself, so that it holds without the admission policy that
+// reserves the annotation to the scheduler: the pod exists with this UID on this node,
+// carries the same annotation, names one of Tessera's schedulers, the container asks
+// for GPUs and the grant is exactly what the scheduler gives for its request, and the
+// grant fits beside every other pod's on its devices. It returns "" or what is wrong.
+// The caller holds b.mu.
+func (b *Binder) verify(r *Request, raw string, ca *api.ContainerAssignment) string {
+	pod, err := b.cfg.Pods(r.Namespace, r.Pod, r.PodUID, false)
+	if err == nil && (pod == nil || pod.Annotations[api.AnnotationAssignment] != raw) {
+		// The cache may not have caught up with a pod bound a moment ago.
+		pod, err = b.cfg.Pods(r.Namespace, r.Pod, r.PodUID, true)
+	}
+	if err != nil {
+		return fmt.Sprintf("the node agent cannot read the pod to check its GPU assignment: %v", err)
+	}
+	if pod == nil {
+		return "the pod does not exist in the API server, so its GPU assignment cannot be checked"
+	}
+	if pod.Annotations[api.AnnotationAssignment] != raw {
+		return fmt.Sprintf("the pod's %s annotation differs from the one it was created with", api.AnnotationAssignment)
+	}
+	if pod.Spec.NodeName != b.cfg.NodeName {
+		return fmt.Sprintf("the pod is bound to node %q, not %q", pod.Spec.NodeName, b.cfg.NodeName)
+	}
+	if !slices.Contains(b.cfg.SchedulerNames, pod.Spec.SchedulerName) {
+		return fmt.Sprintf("the pod's spec.schedulerName %q is not one of Tessera's schedulers (%s), so Tessera did not place it and its %s annotation is not enforced",
+			pod.Spec.SchedulerName, strings.Join(b.cfg.SchedulerNames, ", "), api.AnnotationAssignment)
+	}
+	req, err := api.ParsePodRequest(pod, b.cfg.Names)
+	if err != nil {
+		return fmt.Sprintf("the pod's GPU request is invalid: %v", err)
+	}
+	var cr *api.ContainerRequest
+	for i := range req.Containers {
+		if req.Containers[i].Name == r.Container {
+			cr = &req.Containers[i]
+		}
+	}
+	if cr == nil {
+		return fmt.Sprintf("the pod's GPU assignment grants it GPUs, but its spec asks for no %s", b.cfg.Names.GPU)
+	}
+	inv, err := b.cfg.Inventory()
+	if err != nil {
+		return fmt.Sprintf("the node's GPU inventory is not available to check the grant against: %v", err)
+	}
+	if err := api.CheckGrant(*cr, ca, inv.SchedulableMemoryMiB); err != nil {
+		return fmt.Sprintf("its GPU assignment does not match its request: %v", err)
+	}
+	return b.checkRoom(r, ca, inv)
+}
+
+// checkRoom checks that the grant fits on its devices beside the grants of every other
+// bound container whose pod still exists: memory within the device's, cores within
+// 100%. Another instance of the same container (a restart) is not counted. A pod the
+// cache still has is read again from the API server before a refusal, so a pod
+// deleted a moment ago does not hold its share.
+func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.NodeInventory) string {
+	type key struct{ pod, container string }
+	var others []checkpoint.Record
+	seen := map[key]bool{{r.PodUID, r.Container}: true}
+	for _, rec := range b.cfg.Store.List() {
+		k := key{rec.PodUID, rec.Container}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		others = append(others, rec)
+	}
+	over := func(exists func(checkpoint.Record) bool) string {
+		for _, d := range ca.Devices {
+			total, _ := inv.SchedulableMemoryMiB(d.UUID)
+			mem, cores := d.MemoryMiB, d.Cores
+			for _, rec := range others {
+				for _, g := range rec.Devices {
+					if g.UUID == d.UUID && exists(rec) {
+						mem += g.MemoryMiB
+						cores += g.Cores
+					}
+				}
+			}
+			if mem > total || cores > 100 {
+				return fmt.Sprintf("its grant on %s (%d MiB, %d%% cores) does not fit beside the containers already bound there "+
+					"(%d MiB of %d, %d%% cores in all): the GPU would be granted twice", d.UUID, d.MemoryMiB, d.Cores, mem, total, cores)
+			}
+		}
+		return ""
+	}
+	exists := func(fresh bool) func(checkpoint.Record) bool {
+		return func(rec checkpoint.Record) bool {
+			p, err := b.cfg.Pods(rec.Namespace, rec.Pod, rec.PodUID, fresh)
+			return err != nil || p != nil // a pod that cannot be read still holds its share
+		}
+	}
+	if why := over(exists(false)); why == "" {
+		return ""
+	}
+	return over(exists(true))
+}
+
+// apply writes the container's limits for these grants, records it and returns its
+// edits. prev is its earlier record when it is bound again. The caller holds b.mu.
+func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, prev *checkpoint.Record) (*Edits, error) {
+	refuse := func(format string, args ...any) (*Edits, error) {
+		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
+	}
+	ca := &api.ContainerAssignment{Name: r.Container, Devices: grants}
 	nodes, err := b.deviceNodes(ca)
 	if err != nil {
 		return refuse("%v", err)
@@ -235,11 +401,10 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
-	prev, rebinding := b.cfg.Store.Get(r.ContainerID)
 	phases := map[string]int{}
 	for i := range limits.GPUs {
 		g := &limits.GPUs[i]
-		if rebinding {
+		if prev != nil {
 			if p, ok := prev.Phases[g.UUID]; ok && g.Cores > 0 && p+g.Cores <= 100 {
 				g.Phase = p
 				phases[g.UUID] = p
@@ -266,9 +431,9 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	}
 	rec := checkpoint.Record{
 		ContainerID: r.ContainerID, PodUID: r.PodUID, Namespace: r.Namespace, Pod: r.Pod, Container: r.Container,
-		Cgroup: cgroup, Devices: ca.Devices, Phases: phases, LimitsDir: dir, BoundAt: b.cfg.Now().UTC(),
+		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, BoundAt: b.cfg.Now().UTC(),
 	}
-	if rebinding {
+	if prev != nil {
 		rec.BoundAt = prev.BoundAt
 	}
 	if err := b.cfg.Store.Put(rec); err != nil {
@@ -276,8 +441,8 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	}
 
 	e := &Edits{Devices: nodes, Limits: data}
-	uuids := make([]string, len(ca.Devices))
-	for i, d := range ca.Devices {
+	uuids := make([]string, len(grants))
+	for i, d := range grants {
 		uuids[i] = d.UUID
 	}
 	e.Env = append(e.Env, [2]string{EnvVisibleDevices, strings.Join(uuids, ",")})

@@ -8,6 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
@@ -34,7 +39,72 @@ func fakeDev(path string) (DeviceNode, error) {
 
 var gpus = []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}, {UUID: "MIG-1", Index: 1, Minor: 1, ParentUUID: "GPU-1"}}
 
+// inventory is what the node publishes for gpus: two 80 GiB GPUs and a 10 GiB MIG
+// instance (of a GPU in MIG mode, GPU-2, which is not schedulable as a whole).
+var inventory = &api.NodeInventory{Version: api.InventoryVersion, GPUs: []api.GPU{
+	{Index: 0, UUID: "GPU-0", MemoryMiB: 81920, Healthy: true},
+	{Index: 1, UUID: "GPU-1", MemoryMiB: 81920, Healthy: true},
+	{Index: 2, UUID: "GPU-2", MemoryMiB: 81920, Healthy: true, MIG: &api.MIG{Instances: []api.MIGInstance{{UUID: "MIG-1", Profile: "1g.10gb", MemoryMiB: 10240}}}},
+}}
+
+// pods is the binder's view of the API server in tests: pods by UID, and an error
+// every lookup returns when set.
+type pods struct {
+	byUID       map[string]*corev1.Pod
+	err         error
+	freshReads  int
+	staleCached map[string]*corev1.Pod // what the cache returns instead, when set
+}
+
+func (p *pods) get(ns, name, uid string, fresh bool) (*corev1.Pod, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	if fresh {
+		p.freshReads++
+	} else if pod, ok := p.staleCached[uid]; ok {
+		return pod, nil
+	}
+	pod := p.byUID[uid]
+	if pod == nil || pod.Namespace != ns || pod.Name != name {
+		return nil, nil
+	}
+	return pod, nil
+}
+
+// gpuLimits are a container's limits asking for n GPUs with mib MiB and cores % each
+// (0: not set).
+func gpuLimits(n, mib, cores int64) corev1.ResourceList {
+	rl := corev1.ResourceList{"tessera.dev/gpu": *resource.NewQuantity(n, resource.DecimalSI)}
+	if mib > 0 {
+		rl["tessera.dev/gpu-memory"] = *resource.NewQuantity(mib, resource.DecimalSI)
+	}
+	if cores > 0 {
+		rl["tessera.dev/gpu-cores"] = *resource.NewQuantity(cores, resource.DecimalSI)
+	}
+	return rl
+}
+
+// pod is pod team/<name> with UID uid, bound to node-1 by tessera-binpack, carrying
+// ann, with these containers (name and limits; nil limits: no GPU).
+func pod(uid, name string, ann map[string]string, containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, UID: types.UID(uid), Annotations: ann},
+		Spec:       corev1.PodSpec{NodeName: "node-1", SchedulerName: "tessera-binpack", Containers: containers},
+	}
+}
+
+func ctr(name string, limits corev1.ResourceList) corev1.Container {
+	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: limits}}
+}
+
 func newBinder(t *testing.T, dir string) *Binder {
+	t.Helper()
+	b, _ := newBinderWithPods(t, dir)
+	return b
+}
+
+func newBinderWithPods(t *testing.T, dir string) (*Binder, *pods) {
 	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"))
 	if err != nil {
@@ -44,16 +114,18 @@ func newBinder(t *testing.T, dir string) *Binder {
 	if err := os.WriteFile(hook, []byte("elf"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	ps := &pods{byUID: map[string]*corev1.Pod{}}
 	b, err := New(Config{
 		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
 		Devices:    func() ([]gpu.Device, error) { return gpus, nil },
 		LimitsRoot: filepath.Join(dir, "limits"), HookLibrary: hook, PreloadFile: filepath.Join(dir, "ld.so.preload"),
-		StatDevice: fakeDev,
+		StatDevice: fakeDev, Pods: ps.get, SchedulerNames: []string{"tessera-binpack", "tessera-spread"},
+		Inventory: func() (*api.NodeInventory, error) { return inventory, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return b, ps
 }
 
 func assignment(t *testing.T, node string, cs ...api.ContainerAssignment) map[string]string {
@@ -72,10 +144,11 @@ func req(id, container string, ann map[string]string, env ...string) Request {
 
 func TestBindAssignedContainer(t *testing.T) {
 	dir := t.TempDir()
-	b := newBinder(t, dir)
+	b, ps := newBinderWithPods(t, dir)
 	ann := assignment(t, "node-1",
-		api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}, {UUID: "GPU-0", Index: 0, MemoryMiB: 2048}}},
+		api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}, {UUID: "GPU-0", Index: 0, MemoryMiB: 4096, Cores: 30}}},
 		api.ContainerAssignment{Name: "side", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 1024, Cores: 50}}})
+	ps.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", gpuLimits(2, 4096, 30)), ctr("side", gpuLimits(1, 1024, 50)))
 	e, err := b.Bind(req("c1", "main", ann, deviceplugin.EnvRequested+"=2"))
 	if err != nil {
 		t.Fatal(err)
@@ -144,26 +217,31 @@ func TestBindAssignedContainer(t *testing.T) {
 }
 
 func TestUntouchedAndRefused(t *testing.T) {
-	b := newBinder(t, t.TempDir())
+	b, ps := newBinderWithPods(t, t.TempDir())
 	good := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100}}})
 	marker := deviceplugin.EnvRequested + "=1"
+	// The pod's spec asks for what the cases' assignments grant; its annotation is
+	// whatever each case's request carries (the API server and the runtime agree).
+	spec := pod("uid-1", "train", nil, ctr("main", gpuLimits(1, 100, 0)), ctr("sidecar", nil))
+	ps.byUID["uid-1"] = spec
 	for name, tc := range map[string]struct {
 		r       Request
 		refused string // "" : untouched
 	}{
-		"no annotation, no request":    {req("a", "main", nil), ""},
+		"no annotation, no request":    {req("a", "sidecar", nil), ""},
 		"sidecar not in assignment":    {req("b", "sidecar", good), ""},
-		"bad annotation, no request":   {req("c", "main", map[string]string{api.AnnotationAssignment: "{"}), ""},
+		"bad annotation, no request":   {req("c", "sidecar", map[string]string{api.AnnotationAssignment: "{"}), ""},
 		"requested without assignment": {req("d", "main", nil, marker), "has no tessera.dev/gpu-assignment annotation"},
 		"requested, bad annotation":    {req("e", "main", map[string]string{api.AnnotationAssignment: `{"version":7}`}, marker), "version 7 is not supported"},
 		"requested, not in assignment": {req("f", "sidecar", good, marker), "has no entry for it"},
 		"assignment for another node":  {req("g", "main", assignment(t, "node-2", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1}}})), `is for node "node-2"`},
-		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 1}}})), "GPU-9 is not on this node"},
-		"MIG instance without IDs":     {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 1}}})), "MIG instance MIG-1: its GPU and compute instance IDs could not be read"},
+		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 100}}})), "GPU-9, which is not a schedulable GPU or MIG instance of this node"},
+		"MIG instance without IDs":     {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 100}}})), "MIG instance MIG-1: its GPU and compute instance IDs could not be read"},
 		"bad cgroups path":             {Request{PodAnnotations: good, Container: "main", ContainerID: "j", CgroupsPath: "nonsense"}, "cgroups path"},
 		"no cgroups path":              {Request{PodAnnotations: good, Container: "main", ContainerID: "k"}, "no cgroups path"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			spec.Annotations = tc.r.PodAnnotations
 			e, err := b.Bind(tc.r)
 			if tc.refused == "" {
 				if err != nil || e != nil {
@@ -180,8 +258,8 @@ func TestUntouchedAndRefused(t *testing.T) {
 			}
 		})
 	}
-	// The pod spec, when known, also marks a container as requesting.
-	b.cfg.PodRequestsGPU = func(uid, c string) (bool, bool) { return uid == "uid-1" && c == "main", true }
+	// The pod spec also marks a container as requesting, without the marker.
+	spec.Annotations = nil
 	if _, err := b.Bind(req("z", "main", nil)); err == nil {
 		t.Error("a container whose spec asks for GPUs ran without an assignment")
 	}
@@ -191,8 +269,9 @@ func TestUntouchedAndRefused(t *testing.T) {
 // containers and forgets the ones that are gone.
 func TestReconcileAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	b := newBinder(t, dir)
+	b, ps := newBinderWithPods(t, dir)
 	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100, Cores: 20}}})
+	ps.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", gpuLimits(1, 100, 20)))
 	if _, err := b.Bind(req("gone", "main", ann)); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +279,8 @@ func TestReconcileAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Restart: a new binder over the same checkpoint file.
-	b2 := newBinder(t, dir)
+	b2, ps2 := newBinderWithPods(t, dir)
+	ps2.byUID = ps.byUID
 	if len(b2.Records()) != 2 {
 		t.Fatalf("records after restart: %d", len(b2.Records()))
 	}
@@ -213,7 +293,8 @@ func TestReconcileAfterRestart(t *testing.T) {
 	}
 	// Checkpoint lost entirely: reconcile rebinds from the pod annotations.
 	os.Remove(filepath.Join(dir, "checkpoint.json"))
-	b3 := newBinder(t, dir)
+	b3, ps3 := newBinderWithPods(t, dir)
+	ps3.byUID = ps.byUID
 	if errs := b3.Reconcile([]Request{req("live", "main", ann)}); len(errs) != 0 {
 		t.Fatal(errs)
 	}

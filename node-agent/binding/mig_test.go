@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
@@ -56,29 +58,55 @@ var migGPUs = []gpu.Device{
 	{UUID: "MIG-gone", Index: 1, Minor: 1, ParentUUID: "GPU-1", MIG: &gpu.MIGIDs{GPUInstance: 11, ComputeInstance: 0}},
 }
 
-func newMIGBinder(t *testing.T, dir, procRoot string, stat func(string) (DeviceNode, error)) *Binder {
+// migInventory publishes GPU-1 in MIG mode with every instance of migGPUs.
+var migInventory = func() *api.NodeInventory {
+	inv := &api.NodeInventory{Version: api.InventoryVersion, GPUs: []api.GPU{
+		{Index: 0, UUID: "GPU-0", MemoryMiB: 81920, Healthy: true},
+		{Index: 1, UUID: "GPU-1", MemoryMiB: 81920, Healthy: true, MIG: &api.MIG{}},
+	}}
+	for _, d := range migGPUs {
+		if d.ParentUUID != "" {
+			inv.GPUs[1].MIG.Instances = append(inv.GPUs[1].MIG.Instances, api.MIGInstance{UUID: d.UUID, Profile: "1g.10gb", MemoryMiB: 10240})
+		}
+	}
+	return inv
+}()
+
+type migBinder struct {
+	*Binder
+	pods *pods
+}
+
+func newMIGBinder(t *testing.T, dir, procRoot string, stat func(string) (DeviceNode, error)) migBinder {
 	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ps := &pods{byUID: map[string]*corev1.Pod{}}
 	b, err := New(Config{
 		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
 		Devices:    func() ([]gpu.Device, error) { return migGPUs, nil },
 		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: stat, ProcRoot: procRoot,
+		Pods: ps.get, SchedulerNames: []string{"tessera-binpack"},
+		Inventory: func() (*api.NodeInventory, error) { return migInventory, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	return migBinder{b, ps}
 }
 
-func migRequest(t *testing.T, id string, uuids ...string) Request {
+// request is container main of pod team/train asking for one 4096 MiB share per
+// instance, and granted these instances; the pod is put where the binder reads pods.
+func (b migBinder) request(t *testing.T, id string, uuids ...string) Request {
 	var grants []api.DeviceGrant
 	for _, u := range uuids {
 		grants = append(grants, api.DeviceGrant{UUID: u, Index: 1, MemoryMiB: 4096})
 	}
-	return req(id, "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: grants}))
+	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: grants})
+	b.pods.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", gpuLimits(int64(len(uuids)), 4096, 0)))
+	return req(id, "main", ann)
 }
 
 func nodeList(e *Edits) string {
@@ -92,7 +120,7 @@ func nodeList(e *Edits) string {
 func TestBindMIGInstance(t *testing.T) {
 	dir := t.TempDir()
 	b := newMIGBinder(t, dir, fakeProc(t, dir), fakeDev)
-	e, err := b.Bind(migRequest(t, "m1", "MIG-3"))
+	e, err := b.Bind(b.request(t, "m1", "MIG-3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +145,7 @@ func TestBindMIGInstance(t *testing.T) {
 
 	// Two instances of one GPU: the parent's node once, both instances' capabilities
 	// (a mode missing from the access file is the driver's default 0444).
-	e, err = b.Bind(migRequest(t, "m2", "MIG-5", "MIG-3"))
+	e, err = b.Bind(b.request(t, "m2", "MIG-5", "MIG-3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +196,7 @@ func TestBindMIGRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := newMIGBinder(t, t.TempDir(), tc.proc, tc.stat)
-			e, err := b.Bind(migRequest(t, "x", strings.Split(tc.uuid, ",")...))
+			e, err := b.Bind(b.request(t, "x", strings.Split(tc.uuid, ",")...))
 			var re *RefusedError
 			if !errors.As(err, &re) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v %v, want a refusal containing %q", e, err, tc.want)

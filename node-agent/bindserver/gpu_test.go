@@ -23,6 +23,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
 )
@@ -112,25 +113,25 @@ func TestFallbackRealGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	preload := filepath.Join(dir, "ld.so.preload")
+	pods := &fakePods{pods: map[string]*corev1.Pod{}}
 	b, err := binding.New(binding.Config{
 		NodeName: "gpu-node", Names: api.DefaultResourceNames(), Devices: src.Devices, Store: store,
 		LimitsRoot: filepath.Join(dir, "limits"), HookLibrary: hook, PreloadFile: preload, DevDir: "/dev",
+		Pods: pods.Get, SchedulerNames: []string{bindingtest.Scheduler}, Inventory: src.Inventory,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ann, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "gpu-node",
-		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: g.UUID, Index: g.Index, MemoryMiB: 4096}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods := &fakePods{pods: map[string]*corev1.Pod{}}
-	for _, p := range []struct{ name, uid, cid, ann string }{{"train", uidTrain, cidTrain, ann}, {"plain", uidPlain, cidPlain, ""}} {
+	a := &api.PodAssignment{Version: api.AssignmentVersion, Node: "gpu-node",
+		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: g.UUID, Index: g.Index, MemoryMiB: 4096}}}}}
+	for _, p := range []struct {
+		name, uid, cid string
+		a              *api.PodAssignment
+	}{{"train", uidTrain, cidTrain, a}, {"plain", uidPlain, cidPlain, nil}} {
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = "team", p.name, types.UID(p.uid)
-		pod.Annotations = map[string]string{}
-		if p.ann != "" {
-			pod.Annotations[api.AnnotationAssignment] = p.ann
+		if p.a != nil {
+			pod = bindingtest.Placed("team", p.name, p.uid, p.a)
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://" + p.cid}}
 		pods.set(pod)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
@@ -34,6 +35,15 @@ func (f *fakePods) PodByUID(uid string) *corev1.Pod {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.pods[uid]
+}
+
+// Get is the binder's view of the same pods (binding.Config.Pods).
+func (f *fakePods) Get(namespace, name, uid string, _ bool) (*corev1.Pod, error) {
+	p := f.PodByUID(uid)
+	if p == nil || p.Namespace != namespace || p.Name != name {
+		return nil, nil
+	}
+	return p, nil
 }
 
 func (f *fakePods) set(p *corev1.Pod) {
@@ -82,18 +92,20 @@ func newEnv(t *testing.T, wait time.Duration, opts ...func(*Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pods := &fakePods{pods: map[string]*corev1.Pod{}}
 	b, err := binding.New(binding.Config{
 		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store, LimitsRoot: filepath.Join(dir, "limits"),
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
 		},
-		StatDevice: fakeDev,
+		StatDevice: fakeDev, Pods: pods.Get, SchedulerNames: []string{bindingtest.Scheduler},
+		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{t: t, dir: dir, socket: filepath.Join(dir, "bind", "bind.sock"), proc: filepath.Join(dir, "proc"),
-		pods: &fakePods{pods: map[string]*corev1.Pod{}}, binder: b}
+		pods: pods, binder: b}
 	cfg := Config{
 		Socket: e.socket, ProcRoot: e.proc, Pods: e.pods, Binder: b, StatusWait: wait, StatusPoll: 20 * time.Millisecond,
 		OnRefused: func(pod *corev1.Pod, c, reason string) {
@@ -155,11 +167,12 @@ func pod(t *testing.T, node string, statusID string, cs ...api.ContainerAssignme
 	t.Helper()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "train", UID: types.UID(uid), Annotations: map[string]string{}}}
 	if len(cs) > 0 {
-		s, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: node, Containers: cs})
-		if err != nil {
+		// As Tessera's scheduler placed it: the spec asks for what cs grants.
+		a := &api.PodAssignment{Version: api.AssignmentVersion, Node: node, Containers: cs}
+		if _, err := api.EncodeAssignment(a); err != nil {
 			t.Fatal(err)
 		}
-		p.Annotations[api.AnnotationAssignment] = s
+		p = bindingtest.Placed("team", "train", uid, a, "sidecar")
 	}
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sidecar", ContainerID: "containerd://" + strings.Repeat("e", 64)}}
 	if statusID != "" {

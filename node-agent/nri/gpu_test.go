@@ -35,9 +35,11 @@ import (
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
 	rtgen "github.com/opencontainers/runtime-tools/generate"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
@@ -50,6 +52,10 @@ type realNode struct {
 	rt         *runtime
 	dir        string
 	out        string
+	// pods and inv are what the binder checks each assignment against: run puts the
+	// pod there as the scheduler placed it.
+	pods *bindingtest.Pods
+	inv  *api.NodeInventory
 }
 
 func setupRealNode(t *testing.T) *realNode {
@@ -77,6 +83,7 @@ func setupRealNode(t *testing.T) *realNode {
 	for _, g := range inv.GPUs {
 		n.uuids = append(n.uuids, g.UUID)
 	}
+	n.pods, n.inv = &bindingtest.Pods{}, inv
 	var st unix.Stat_t
 	if err := unix.Stat("/dev/nvidia1", &st); err != nil {
 		t.Fatal(err)
@@ -106,6 +113,8 @@ func setupRealNode(t *testing.T) *realNode {
 	b, err := binding.New(binding.Config{
 		NodeName: "gpu-node", Names: api.DefaultResourceNames(), Store: store, Devices: src.Devices,
 		LimitsRoot: filepath.Join(n.dir, "limits"), HookLibrary: n.hook, PreloadFile: filepath.Join(n.dir, "state", "ld.so.preload"),
+		Pods: n.pods.Get, SchedulerNames: []string{bindingtest.Scheduler},
+		Inventory: func() (*api.NodeInventory, error) { return n.inv, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -176,6 +185,22 @@ func (n *realNode) run(t *testing.T, name string, grants []api.DeviceGrant, scri
 		t.Fatal(err)
 	}
 	pod.Annotations[api.AnnotationAssignment] = ann
+	// The binder checks the grant against the pod's request and the inventory: the
+	// pod asks for 50% of each GPU's memory, and the inventory publishes each granted
+	// GPU at twice its grant, so that two GPUs can carry different limits.
+	placed := bindingtest.Placed(pod.Namespace, pod.Name, uid, &api.PodAssignment{Version: api.AssignmentVersion, Node: "gpu-node",
+		Containers: []api.ContainerAssignment{{Name: "main", Devices: grants}}})
+	lim := placed.Spec.Containers[0].Resources.Limits
+	delete(lim, api.DefaultResourceNames().GPUMemory)
+	lim[api.DefaultResourceNames().GPUMemoryPercent] = resource.MustParse("50")
+	for _, d := range grants {
+		for i := range n.inv.GPUs {
+			if n.inv.GPUs[i].UUID == d.UUID {
+				n.inv.GPUs[i].MemoryMiB = 2 * d.MemoryMiB
+			}
+		}
+	}
+	n.pods.Put(placed)
 	cgroup := "/tessera-gpu-test/" + name
 	ctr := &nriapi.Container{Id: "ctr-" + name, PodSandboxId: pod.Id, Name: "main", State: nriapi.ContainerState_CONTAINER_CREATED,
 		Env:   []string{deviceplugin.EnvRequested + "=" + strconv.Itoa(len(grants)), "NVIDIA_VISIBLE_DEVICES=all"},
@@ -347,7 +372,7 @@ func TestRealTwoGPUAssignment(t *testing.T) {
 	n := setupRealNode(t)
 	grants := []api.DeviceGrant{
 		{UUID: n.uuids[1], Index: 1, MemoryMiB: 6144, Cores: 30},
-		{UUID: n.uuids[0], Index: 0, MemoryMiB: 3072, Cores: 60},
+		{UUID: n.uuids[0], Index: 0, MemoryMiB: 3072, Cores: 30},
 	}
 	script := `
 echo "== nvidia-smi -L"; nvidia-smi -L

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
@@ -94,6 +95,8 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
 		},
 		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev,
+		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
+		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -101,14 +104,20 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 	return New(b, filepath.Join(dir, "nri.sock"), logr.Discard()), b
 }
 
+// apiPods are the pods the binder checks assignments against: pod puts each GPU pod
+// there as Tessera's scheduler placed it.
+var apiPods = &bindingtest.Pods{}
+
 func pod(t *testing.T, uid string, cs ...api.ContainerAssignment) *nriapi.PodSandbox {
 	p := &nriapi.PodSandbox{Id: "sandbox-" + uid, Uid: uid, Name: "pod-" + uid, Namespace: "team", Annotations: map[string]string{}}
 	if len(cs) > 0 {
-		s, err := api.EncodeAssignment(&api.PodAssignment{Version: 1, Node: "node-1", Containers: cs})
+		a := &api.PodAssignment{Version: 1, Node: "node-1", Containers: cs}
+		s, err := api.EncodeAssignment(a)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.Annotations[api.AnnotationAssignment] = s
+		apiPods.Put(bindingtest.Placed(p.Namespace, p.Name, uid, a))
 	}
 	return p
 }
