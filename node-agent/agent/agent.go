@@ -80,6 +80,15 @@ type Config struct {
 	WatchdogToleranceMiB int64
 	ProcRoot             string
 
+	// WatchdogWindow is how far back time over the memory limit counts toward
+	// WatchdogGrace.
+	WatchdogWindow time.Duration
+	// WatchdogComputeAction, -Window and -Tolerance: sustained SM use above a
+	// container's gpu-cores grant.
+	WatchdogComputeAction    string
+	WatchdogComputeWindow    time.Duration
+	WatchdogComputeTolerance int
+
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
@@ -141,6 +150,15 @@ func (c *Config) Validate() error {
 		}
 		if c.WatchdogInterval < 100*time.Millisecond || c.WatchdogGrace < 0 || c.WatchdogToleranceMiB < 0 {
 			return errors.New("--watchdog-interval must be at least 100ms, --watchdog-grace and --watchdog-tolerance-mib not negative")
+		}
+		if c.WatchdogWindow < c.WatchdogGrace || c.WatchdogWindow < c.WatchdogInterval {
+			return fmt.Errorf("--watchdog-window %s must be at least --watchdog-grace and --watchdog-interval", c.WatchdogWindow)
+		}
+		if _, err := watchdog.ParseComputeAction(c.WatchdogComputeAction); err != nil {
+			return fmt.Errorf("--watchdog-compute-action: %w", err)
+		}
+		if c.WatchdogComputeWindow < 2*c.WatchdogInterval || c.WatchdogComputeTolerance < 0 || c.WatchdogComputeTolerance > 100 {
+			return errors.New("--watchdog-compute-window must be at least twice --watchdog-interval, --watchdog-compute-tolerance between 0 and 100")
 		}
 	}
 	return nil
@@ -267,9 +285,11 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	if cfg.Watchdog {
 		action, _ := watchdog.ParseAction(cfg.WatchdogAction)
+		computeAction, _ := watchdog.ParseComputeAction(cfg.WatchdogComputeAction)
 		w, err := watchdog.New(watchdog.Config{
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
+			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)

@@ -107,6 +107,10 @@ func TestValidate(t *testing.T) {
 		"--limits-root=relative":          "--limits-root",
 		"--context-mib=-1":                "--context-mib",
 		"--watchdog-interval=1ms":         "--watchdog-interval",
+		"--watchdog-window=10s":           "--watchdog-window",
+		"--watchdog-compute-action=pause": "--watchdog-compute-action",
+		"--watchdog-compute-window=6s":    "--watchdog-compute-window",
+		"--watchdog-compute-tolerance=-1": "--watchdog-compute-tolerance",
 		"--stall-timeout=5s":              "--stall-timeout",
 	} {
 		c := parse(t, append([]string{"--node-name", "n"}, strings.Fields(args)...)...)

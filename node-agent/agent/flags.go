@@ -16,6 +16,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/bindserver"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
+	"github.com/tessera-dev/tessera/node-agent/watchdog"
 )
 
 // DefaultSchedulerNames are the profiles of the scheduler configuration Tessera ships.
@@ -58,11 +59,18 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DevDir, "dev-dir", "/dev", "where the host's NVIDIA device nodes are visible to the agent")
 	fs.Int64Var(&c.ContextMiB, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context against a container's memory limit")
 
-	fs.BoolVar(&c.Watchdog, "watchdog", true, "watch NVML's per-process usage and act on containers above their memory limit")
-	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", 5*time.Second, "how often the watchdog samples usage")
-	fs.DurationVar(&c.WatchdogGrace, "watchdog-grace", 30*time.Second, "how long a container may stay above its limit before the action")
-	fs.StringVar(&c.WatchdogAction, "watchdog-action", "event", "what to do about a container above its limit: event (pod event and metric) or kill (also end its processes on that GPU)")
+	fs.BoolVar(&c.Watchdog, "watchdog", true, "watch NVML's per-process usage and act on containers above their memory or compute grant")
+	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", watchdog.DefaultInterval, "how often the watchdog samples usage")
+	fs.DurationVar(&c.WatchdogGrace, "watchdog-grace", watchdog.DefaultGrace, "time above its memory limit, within --watchdog-window, "+
+		"that a container may accumulate before the action (dips under the limit do not reset it)")
+	fs.DurationVar(&c.WatchdogWindow, "watchdog-window", watchdog.DefaultWindow, "how far back time above the memory limit counts toward --watchdog-grace")
+	fs.StringVar(&c.WatchdogAction, "watchdog-action", string(watchdog.DefaultAction), "what to do about a container above its memory limit: "+
+		"kill (end its processes on that GPU, with a pod event and a metric) or event (pod event and metric only)")
 	fs.Int64Var(&c.WatchdogToleranceMiB, "watchdog-tolerance-mib", 64, "MiB above the limit tolerated before a container counts as over")
+	fs.StringVar(&c.WatchdogComputeAction, "watchdog-compute-action", string(watchdog.DefaultComputeAction), "what to do about a container "+
+		"whose SM use averaged over --watchdog-compute-window stays above its gpu-cores grant: off, event or kill")
+	fs.DurationVar(&c.WatchdogComputeWindow, "watchdog-compute-window", watchdog.DefaultComputeWindow, "the span SM use is averaged over")
+	fs.IntVar(&c.WatchdogComputeTolerance, "watchdog-compute-tolerance", watchdog.DefaultComputeTolerance, "percentage points of the GPU tolerated above the gpu-cores grant")
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint (empty: none)")

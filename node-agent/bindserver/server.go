@@ -16,6 +16,12 @@
 //	hook  -> agent: "tessera-bind 1\n"
 //	agent -> hook:  "ok <bytes>\n" with the memfd attached, or
 //	                "error <reason>\n" (the hook refuses CUDA with the reason)
+//
+// One container cannot starve the others: the caller's container is known as soon as
+// its connection is accepted, each container may hold a bounded number of
+// connections open (more are refused at once), a bounded number of its callers are
+// served at once, and the node-wide slots go to the containers with callers waiting
+// in turn. Waiting for a request holds no slot.
 package bindserver
 
 import (
@@ -74,11 +80,20 @@ type Config struct {
 	StatusWait time.Duration
 	// StatusPoll is how often the pod is looked at again meanwhile. Default 200ms.
 	StatusPoll time.Duration
-	// MaxConcurrent bounds the callers served at once; others wait for a slot.
-	// Default 64.
+	// MaxConcurrent bounds the callers served at once, node-wide; a freed slot goes
+	// to the next container in turn with a caller waiting. Default 64.
 	MaxConcurrent int
+	// MaxPerContainer bounds the callers of one container served at once; its other
+	// callers wait while other containers' are served. Default 4.
+	MaxPerContainer int
+	// MaxOpenPerContainer bounds the connections one container holds open to the
+	// agent (sending their request, waiting for a slot, being served); more are
+	// refused at once, so that one container cannot use up the agent's file
+	// descriptors. Callers the agent cannot place in a container count as one.
+	// Default 64.
+	MaxOpenPerContainer int
 	// RequestTimeout bounds the wait for a caller's request, so that connections
-	// that say nothing cannot hold the slots. Default 2s.
+	// that say nothing are dropped. Default 2s.
 	RequestTimeout time.Duration
 	// OnRefused is told of every refusal with the reason the hook prints; pod is nil
 	// when no pod is known (the event then has nowhere to go).
@@ -89,7 +104,11 @@ type Config struct {
 // Server serves the socket.
 type Server struct {
 	cfg   Config
-	slots chan struct{}
+	slots *fairSlots
+	// refusers bounds the connections being refused at once (over their
+	// container's bound), each given a moment to send its request so that the hook
+	// reads the reason rather than a broken pipe.
+	refusers chan struct{}
 	// peer reads the caller's credentials; tests replace it only where the kernel
 	// lacks what it needs.
 	peer func(*net.UnixConn) (pid int, pidfd int, err error)
@@ -122,10 +141,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 64
 	}
+	if cfg.MaxPerContainer <= 0 {
+		cfg.MaxPerContainer = min(4, cfg.MaxConcurrent)
+	}
+	if cfg.MaxOpenPerContainer <= 0 {
+		cfg.MaxOpenPerContainer = 64
+	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 2 * time.Second
 	}
-	return &Server{cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrent), peer: peerCredentials}, nil
+	return &Server{cfg: cfg, slots: newFairSlots(cfg.MaxConcurrent, cfg.MaxPerContainer), refusers: make(chan struct{}, 64),
+		peer: peerCredentials}, nil
 }
 
 // Listen creates the socket. Its directory is created if needed and must hold nothing
@@ -209,18 +235,91 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("bindserver: accept: %w", err)
 		}
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
-			c.Close()
+		// Who the caller is decides whose bound the connection counts against; the
+		// accept loop itself never waits for a slot.
+		who := s.identify(c)
+		key := who.id.Cgroup
+		if !s.slots.enter(key, s.cfg.MaxOpenPerContainer) {
+			s.refuseOpen(c, who)
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-s.slots }()
-			s.serve(ctx, c)
+			defer s.slots.leave(key)
+			s.serve(ctx, c, who)
 		}()
+	}
+}
+
+// caller is what the kernel says about a connection's peer.
+type caller struct {
+	pid int
+	id  Identity
+	// err says why the caller cannot be placed in a container; it is the reply to
+	// its request.
+	err error
+}
+
+// identify reads the connection's peer: its PID, its cgroup and the container that
+// names.
+func (s *Server) identify(c *net.UnixConn) caller {
+	pid, pidfd, err := s.peer(c)
+	if err != nil {
+		return caller{err: fmt.Errorf("reading the caller's credentials: %w", err)}
+	}
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	if pid <= 0 {
+		return caller{err: &refusal{reason: "the caller's process is not visible to the node agent (run the agent in the host's PID namespace)"}}
+	}
+	raw, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return caller{pid: pid, err: &refusal{reason: fmt.Sprintf("cannot read the cgroup of the calling process %d: %v", pid, err)}}
+	}
+	// The PID named a live process when the cgroup was read only if the process the
+	// connection came from is still alive now: a reused PID is caught here.
+	if pidfd >= 0 {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+			return caller{pid: pid, err: &refusal{reason: fmt.Sprintf("the calling process %d exited before it could be identified", pid)}}
+		}
+	}
+	id, err := IdentifyProcess(string(raw))
+	if err != nil {
+		return caller{pid: pid, err: &refusal{reason: "unknown cgroup: " + err.Error()}}
+	}
+	return caller{pid: pid, id: id}
+}
+
+// refuseOpen answers a connection over its container's bound on open connections.
+// No event: a container that floods the socket would flood its pod's events too.
+func (s *Server) refuseOpen(c *net.UnixConn, who caller) {
+	reason := fmt.Sprintf("container %s already holds %d connections to the node agent", shortID(who.id.ContainerID), s.cfg.MaxOpenPerContainer)
+	if who.err != nil {
+		reason = fmt.Sprintf("%d connections from processes in no known container are open already", s.cfg.MaxOpenPerContainer)
+	}
+	s.cfg.Log.V(1).Info("fallback binding refused", "reason", reason, "pid", who.pid)
+	answer := func() {
+		defer c.Close()
+		// Let the caller's request arrive first: replying and closing before it is
+		// sent would make the hook report a broken pipe instead of the reason.
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		buf := make([]byte, 64)
+		_, _ = c.Read(buf)
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write([]byte("error " + oneLine(reason) + "\n"))
+	}
+	select {
+	case s.refusers <- struct{}{}:
+		go func() {
+			defer func() { <-s.refusers }()
+			answer()
+		}()
+	default:
+		_ = c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+		_, _ = c.Write([]byte("error " + oneLine(reason) + "\n"))
+		c.Close()
 	}
 }
 
@@ -233,7 +332,7 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.reason }
 
-func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
+func (s *Server) serve(ctx context.Context, c *net.UnixConn, who caller) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	buf := make([]byte, 64)
@@ -246,8 +345,23 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 		s.reply(c, nil, &refusal{reason: fmt.Sprintf("the agent expected %q", strings.TrimSpace(Request))})
 		return
 	}
-	_ = c.SetDeadline(time.Now().Add(s.cfg.StatusWait + 10*time.Second))
-	limits, err := s.bind(ctx, c)
+	if who.err != nil {
+		s.reply(c, nil, who.err)
+		return
+	}
+	wait := s.cfg.StatusWait + 10*time.Second
+	_ = c.SetDeadline(time.Now().Add(wait))
+	slotCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if !s.slots.acquire(slotCtx, who.id.Cgroup) {
+		if ctx.Err() != nil {
+			return
+		}
+		s.reply(c, nil, fmt.Errorf("the node agent is busy: no free slot after %s", wait))
+		return
+	}
+	defer s.slots.release(who.id.Cgroup)
+	limits, err := s.bind(ctx, who)
 	s.reply(c, limits, err)
 }
 
@@ -293,32 +407,8 @@ func oneLine(s string) string {
 }
 
 // bind identifies the caller and returns its container's limits file.
-func (s *Server) bind(ctx context.Context, c *net.UnixConn) ([]byte, error) {
-	pid, pidfd, err := s.peer(c)
-	if err != nil {
-		return nil, fmt.Errorf("reading the caller's credentials: %w", err)
-	}
-	if pidfd >= 0 {
-		defer unix.Close(pidfd)
-	}
-	if pid <= 0 {
-		return nil, &refusal{reason: "the caller's process is not visible to the node agent (run the agent in the host's PID namespace)"}
-	}
-	raw, err := os.ReadFile(filepath.Join(s.cfg.ProcRoot, strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return nil, &refusal{reason: fmt.Sprintf("cannot read the cgroup of the calling process %d: %v", pid, err)}
-	}
-	// The PID named a live process when the cgroup was read only if the process the
-	// connection came from is still alive now: a reused PID is caught here.
-	if pidfd >= 0 {
-		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-			return nil, &refusal{reason: fmt.Sprintf("the calling process %d exited before it could be identified", pid)}
-		}
-	}
-	id, err := IdentifyProcess(string(raw))
-	if err != nil {
-		return nil, &refusal{reason: "unknown cgroup: " + err.Error()}
-	}
+func (s *Server) bind(ctx context.Context, who caller) ([]byte, error) {
+	id, pid := who.id, who.pid
 	pod := s.cfg.Pods.PodByUID(id.PodUID)
 	if pod == nil {
 		return nil, &refusal{reason: fmt.Sprintf("pod %s (from the caller's cgroup %s) is not a pod of this node", id.PodUID, id.Cgroup)}

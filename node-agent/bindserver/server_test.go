@@ -1,12 +1,15 @@
 package bindserver
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -299,14 +302,15 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-// Connections that never send a request are dropped after RequestTimeout, so they
-// cannot keep other callers waiting for long.
+// Connections that never send a request are dropped after RequestTimeout, and one
+// container holds at most MaxOpenPerContainer: more are refused at once with the
+// reason, and its callers are served again once the silent ones are dropped.
 func TestSilentCallersDoNotBlock(t *testing.T) {
 	e := newEnv(t, time.Second, func(c *Config) { c.RequestTimeout = 200 * time.Millisecond })
 	e.caller("0::" + cg + "\n")
 	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
 	var idle []net.Conn
-	for i := 0; i < 80; i++ { // more than MaxConcurrent (64)
+	for i := 0; i < 80; i++ { // more than MaxOpenPerContainer (64)
 		c, err := net.Dial("unixpacket", e.socket)
 		if err != nil {
 			t.Fatal(err)
@@ -318,12 +322,179 @@ func TestSilentCallersDoNotBlock(t *testing.T) {
 			c.Close()
 		}
 	}()
+	buf := make([]byte, 512)
+	_ = idle[79].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, _ := idle[79].Read(buf); !strings.Contains(string(buf[:n]), "already holds 64 connections to the node agent") {
+		t.Errorf("connection over the bound: reply %q", buf[:n])
+	}
+	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	if _, err := Fetch(e.socket, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("a caller waited %s behind silent connections", d)
+	}
+}
+
+// A second pod's container, for the flood.
+const (
+	uid2 = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+	cid2 = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+	cg2  = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod9a8b7c6d_5e4f_4a3b_8c2d_1e0f9a8b7c6d.slice/cri-containerd-" + cid2 + ".scope"
+)
+
+// TestFloodHelper is the flooding container's process in TestFloodFromOneContainer
+// (the test binary run again, so that its connections have a peer of their own): it
+// opens TESSERA_FLOOD_N connections, sends the request on half of them, and holds
+// them all until its stdin closes.
+func TestFloodHelper(t *testing.T) {
+	sock := os.Getenv("TESSERA_FLOOD_SOCKET")
+	if sock == "" {
+		t.Skip("run by TestFloodFromOneContainer")
+	}
+	n, _ := strconv.Atoi(os.Getenv("TESSERA_FLOOD_N"))
+	in := bufio.NewReader(os.Stdin)
+	_, _ = in.ReadString('\n')
+	var conns []net.Conn
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("unixpacket", sock)
+		if err != nil {
+			continue
+		}
+		if i%2 == 0 {
+			_, _ = c.Write([]byte(Request))
+		}
+		conns = append(conns, c)
+	}
+	fmt.Printf("dialled %d\n", len(conns))
+	_, _ = io.Copy(io.Discard, in)
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// One container (another process, in another pod's cgroup) opens many connections
+// and holds them: half silent, half asking for a container that kubelet has not
+// reported, so their binds wait. Another container's first CUDA call must still be
+// answered in under a second, throughout.
+func TestFloodFromOneContainer(t *testing.T) {
+	e := newEnv(t, 5*time.Second)
+	e.caller("0::" + cg + "\n")
+	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
+	flooder := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "flood", UID: types.UID(uid2)}}
+	e.pods.set(flooder)
+
+	const n = 300
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodHelper$")
+	cmd.Env = append(os.Environ(), "TESSERA_FLOOD_SOCKET="+e.socket, fmt.Sprintf("TESSERA_FLOOD_N=%d", n))
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	// The flooder's cgroup, as /proc shows it, before it connects.
+	d := filepath.Join(e.proc, strconv.Itoa(cmd.Process.Pid))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "cgroup"), []byte("0::"+cg2+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	floodStart := time.Now()
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	dialled := ""
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "dialled ") {
+			dialled = sc.Text()
+			break
+		}
+	}
+	if dialled == "" {
+		t.Fatal("the flooding process did not connect")
+	}
+	t.Logf("flooding container: %s connections in %s", strings.TrimPrefix(dialled, "dialled "), time.Since(floodStart).Round(time.Millisecond))
+	time.Sleep(200 * time.Millisecond)
+	var worst time.Duration
+	var took []string
+	for i := 0; i < 6; i++ {
+		start := time.Now()
+		if _, err := Fetch(e.socket, 10*time.Second); err != nil {
+			t.Fatalf("the other container's call %d: %v", i, err)
+		}
+		d := time.Since(start)
+		took = append(took, d.Round(10*time.Microsecond).String())
+		worst = max(worst, d)
+		time.Sleep(400 * time.Millisecond)
+	}
+	t.Logf("the other container bound in %s (worst %s) while the flood held its connections", strings.Join(took, ", "), worst)
+	if worst >= time.Second {
+		t.Errorf("the other container waited %s behind the flood", worst)
+	}
+}
+
+// Slots go to containers in turn: a container with many callers waiting does not
+// keep a newcomer from the next free slot.
+func TestFairSlots(t *testing.T) {
+	f := newFairSlots(2, 2)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if !f.acquire(ctx, "a") {
+			t.Fatal("a free slot was not given")
+		}
+	}
+	got := make(chan string, 20)
+	for i := 0; i < 8; i++ {
+		go func() {
+			if f.acquire(ctx, "a") {
+				got <- "a"
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		if f.acquire(ctx, "b") {
+			got <- "b"
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// a's callers queued first, so a is first in turn; b is next, ahead of a's
+	// seven others.
+	f.release("a")
+	first := <-got
+	f.release("a")
+	if second := <-got; first != "a" || second != "b" {
+		t.Fatalf("freed slots went to %s then %s, want a then b (in turn)", first, second)
+	}
+	// Per-container bound: c gets no second slot while d still gets one.
+	g := newFairSlots(10, 1)
+	if !g.acquire(ctx, "c") {
+		t.Fatal("no slot")
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if g.acquire(short, "c") {
+		t.Fatal("a container got more than its bound")
+	}
+	if !g.acquire(ctx, "d") {
+		t.Fatal("another container was kept out")
+	}
+	// Open connections.
+	for i := 0; i < 3; i++ {
+		if !g.enter("e", 3) {
+			t.Fatal("refused under the bound")
+		}
+	}
+	if g.enter("e", 3) {
+		t.Fatal("a fourth connection over a bound of 3")
+	}
+	g.leave("e")
+	if !g.enter("e", 3) {
+		t.Fatal("refused after one left")
 	}
 }
 

@@ -4,11 +4,14 @@ package watchdog
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,5 +147,159 @@ func TestWatchdogRealProcess(t *testing.T) {
 		t.Logf("process ended: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the process survived the kill")
+	}
+}
+
+// TestWatchdogEndsBypassingProcess (go test -tags gpu, as root): a PyTorch process
+// without the CUDA hook, in a cgroup of its own recorded with a grant 256 MiB above
+// what its CUDA context holds, allocates 1 GiB more. The watchdog, with its defaults
+// (interval, grace, window, kill), must end it within the documented bound: grace +
+// interval for a process that stays over; grace / f + interval for one over a
+// fraction f of the time (here it frees the gigabyte for 2 s of every 8, so f = 3/4,
+// the dips the old rule restarted its grace on). The elapsed times are logged.
+func TestWatchdogEndsBypassingProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		over, under float64 // seconds
+		bound       time.Duration
+	}{
+		{"stays over", 0, 0, DefaultGrace + DefaultInterval},
+		{"dips 2s of every 8s", 6, 2, time.Duration(float64(DefaultGrace)/0.75) + DefaultInterval},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := cgroupRoot(t)
+			name := fmt.Sprintf("tessera-bypass-%d", os.Getpid())
+			dir := filepath.Join(root, name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(dir)
+			script := "import sys,time,torch\n" +
+				"torch.zeros(1,device='cuda'); torch.cuda.synchronize()\n" +
+				"print('base',flush=True); sys.stdin.readline()\n" +
+				"over,under=float(sys.argv[1]),float(sys.argv[2])\n" +
+				"while True:\n" +
+				"  x=torch.empty(1<<30,dtype=torch.uint8,device='cuda'); x.fill_(1); torch.cuda.synchronize()\n" +
+				"  print('over',flush=True)\n" +
+				"  if under<=0: time.sleep(3600)\n" +
+				"  time.sleep(over); del x; torch.cuda.empty_cache(); torch.cuda.synchronize(); time.sleep(under)\n"
+			cmd := exec.Command("sh", "-c", "echo $$ > "+filepath.Join(dir, "cgroup.procs")+" && exec python3 -c \"$0\" \"$1\" \"$2\"",
+				script, fmt.Sprint(tc.over), fmt.Sprint(tc.under))
+			// Without the hook, whatever the environment of the test says.
+			for _, e := range os.Environ() {
+				if !strings.HasPrefix(e, "LD_PRELOAD=") && !strings.HasPrefix(e, "TESSERA_") {
+					cmd.Env = append(cmd.Env, e)
+				}
+			}
+			cmd.Stderr = os.Stderr
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			defer func() { _ = cmd.Process.Kill(); <-done }()
+			lines := make(chan string, 16)
+			go func() {
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+				close(lines)
+			}()
+			wait := func(want string) {
+				t.Helper()
+				select {
+				case l, ok := <-lines:
+					if !ok || l != want {
+						t.Fatalf("the PyTorch process said %q (open %v), want %q", l, ok, want)
+					}
+				case <-time.After(90 * time.Second):
+					t.Fatalf("the PyTorch process did not say %q in time", want)
+				}
+			}
+			wait("base")
+
+			src, err := nvmlsource.New(nvml.New(), logr.Discard())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			inv, err := src.Inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			limit := int64(1 << 40)
+			records := func() []checkpoint.Record {
+				mu.Lock()
+				defer mu.Unlock()
+				return []checkpoint.Record{{ContainerID: "bypass", Namespace: "ns", Pod: "torch", Container: "main", Cgroup: "/" + name,
+					Devices: []api.DeviceGrant{{UUID: inv.GPUs[0].UUID, MemoryMiB: limit}}}}
+			}
+			var events []string
+			w, err := New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
+				Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{}),
+				Event: func(r checkpoint.Record, reason, msg string) {
+					mu.Lock()
+					events = append(events, reason+": "+msg)
+					mu.Unlock()
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the context alone holds, as NVML counts it.
+			var base int64
+			for deadline := time.Now().Add(30 * time.Second); base == 0 && time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+				s, err := w.Check()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range s.Containers {
+					if c.Record.ContainerID == "bypass" && c.GPU == inv.GPUs[0].UUID {
+						base = c.UsedMiB
+					}
+				}
+			}
+			if base == 0 {
+				t.Fatal("NVML never attributed the process's memory to its cgroup")
+			}
+			mu.Lock()
+			limit = base + 256
+			mu.Unlock()
+			t.Logf("context holds %d MiB; grant %d MiB", base, base+256)
+
+			// A fresh watchdog, so that the probing passes above count for nothing.
+			w, err = New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
+				Log:   w.cfg.Log,
+				Event: w.cfg.Event})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = w.Run(ctx) }()
+			time.Sleep(time.Second)
+			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+			wait("over")
+			start := time.Now()
+			select {
+			case err := <-done:
+				done <- err
+				elapsed := time.Since(start)
+				mu.Lock()
+				t.Logf("ended %s after going over its grant (bound %s): %v; events: %s", elapsed.Round(100*time.Millisecond), tc.bound, err, strings.Join(events, "\n"))
+				mu.Unlock()
+				// The bound, plus the pass's own NVML calls and the process's exit.
+				if elapsed > tc.bound+3*time.Second {
+					t.Errorf("ended after %s, above the bound %s", elapsed, tc.bound)
+				}
+			case <-time.After(tc.bound + 60*time.Second):
+				t.Fatalf("not ended within %s", tc.bound+60*time.Second)
+			}
+		})
 	}
 }

@@ -1,8 +1,24 @@
 // Package watchdog is the backstop behind the CUDA hook: it samples NVML's per-process
 // memory and utilisation, maps each process to its container through the process's
-// cgroup, sums per container and GPU, and acts on a container that stays above its
-// memory grant for longer than a grace period, as a process that bypassed the hook
-// (static driver calls, raw ioctls) would. Every action is an event on the pod.
+// cgroup, sums per container and GPU, and acts on a container that holds more memory
+// than its grant, or uses more of a GPU's SMs than its gpu-cores grant, as a process
+// that bypassed the hook (static driver calls, raw ioctls) would.
+//
+// Memory: a container is acted on once the passes that found it over its grant (plus
+// a tolerance) add up to Grace within the last Window, each such pass counting the
+// time since the previous pass. A dip under the limit between passes does not reset
+// that count: only a whole Window without being over does. A container that stays
+// over is acted on within Grace + Interval of going over; one that is over a fraction
+// f of the time is acted on once f × Window reaches Grace.
+//
+// Compute: the container's per-process SM utilisation, summed per GPU, is averaged
+// over ComputeWindow (weighted by the time each pass covers); a container with a
+// gpu-cores grant whose average stays above the grant plus ComputeTolerance points
+// for a whole window is acted on. A container without a cores grant is never acted on
+// for compute (its share is not enforced, as with time-slicing).
+//
+// Every action is a Warning event on the pod and a metric; a kill also ends the
+// container's processes on that GPU.
 package watchdog
 
 import (
@@ -32,19 +48,51 @@ import (
 type Action string
 
 const (
+	// ActionOff takes no action (compute only: memory is always acted on).
+	ActionOff Action = "off"
 	// ActionEvent records an event on the pod and counts it in a metric.
 	ActionEvent Action = "event"
 	// ActionKill also ends the container's processes on that GPU.
 	ActionKill Action = "kill"
 )
 
-// ParseAction parses the --watchdog-action flag.
+// Defaults, shared with the agent's flags.
+const (
+	DefaultInterval = 5 * time.Second
+	// DefaultGrace is short: a process that bypasses the hook can take memory other
+	// tenants were granted, and they fail while it holds it.
+	DefaultGrace  = 15 * time.Second
+	DefaultWindow = time.Minute
+	// DefaultAction kills: an event alone leaves the other tenants of the GPU without
+	// the memory they were granted.
+	DefaultAction = ActionKill
+	// DefaultComputeWindow is long enough that the hook's pacing (bursts at full
+	// speed, then waits) and NVML's coarse per-process samples average out.
+	DefaultComputeWindow = 2 * time.Minute
+	// DefaultComputeTolerance is in percentage points of the GPU.
+	DefaultComputeTolerance = 10
+	// DefaultComputeAction records an event: compute overuse slows the other tenants
+	// but takes nothing from them that they cannot get back, and NVML's per-process
+	// utilisation is an estimate; operators who want it can choose kill.
+	DefaultComputeAction = ActionEvent
+)
+
+// ParseAction parses the --watchdog-action flag (memory).
 func ParseAction(s string) (Action, error) {
 	switch a := Action(s); a {
 	case ActionEvent, ActionKill:
 		return a, nil
 	}
 	return "", fmt.Errorf("watchdog action %q is not event or kill", s)
+}
+
+// ParseComputeAction parses the --watchdog-compute-action flag.
+func ParseComputeAction(s string) (Action, error) {
+	switch a := Action(s); a {
+	case ActionOff, ActionEvent, ActionKill:
+		return a, nil
+	}
+	return "", fmt.Errorf("watchdog compute action %q is not off, event or kill", s)
 }
 
 // Config configures the watchdog.
@@ -55,12 +103,25 @@ type Config struct {
 	// NVML's PIDs live).
 	ProcRoot string
 	Interval time.Duration
-	// Grace is how long a container may stay over its limit before the action.
+	// Grace is how much time over its memory limit, within Window, a container may
+	// accumulate before the action.
 	Grace time.Duration
+	// Window is how far back time over the memory limit is remembered; at least
+	// Grace. Default: DefaultWindow, or Grace when that is longer.
+	Window time.Duration
 	// ToleranceMiB is allowed above the grant before a container counts as over: NVML
 	// counts some driver-internal memory that the hook cannot see.
 	ToleranceMiB int64
-	Action       Action
+	// Action is taken on memory over the limit: event or kill.
+	Action Action
+	// ComputeAction is taken on sustained compute overuse: off, event or kill.
+	// Default DefaultComputeAction.
+	ComputeAction Action
+	// ComputeWindow is the span the SM utilisation is averaged over. Default
+	// DefaultComputeWindow.
+	ComputeWindow time.Duration
+	// ComputeTolerance is allowed above the cores grant, in percentage points.
+	ComputeTolerance int
 	// Event records an event on the container's pod (kind "Warning").
 	Event   func(rec checkpoint.Record, reason, message string)
 	Kill    func(pid int) error
@@ -76,7 +137,9 @@ type Usage struct {
 	UsedMiB   int64
 	LimitMiB  int64
 	SMPercent int
-	PIDs      []int
+	// CoresLimit is the container's gpu-cores grant on this GPU; 0 when it has none.
+	CoresLimit int
+	PIDs       []int
 }
 
 // Sample is the outcome of one pass.
@@ -84,20 +147,44 @@ type Sample struct {
 	Containers []Usage
 	// Unattributed is memory per GPU held by processes of no bound container.
 	Unattributed map[string]int64
-	// Acted lists "namespace/pod/container gpu" for each action taken in this pass.
+	// Acted lists "namespace/pod/container gpu resource" for each action taken in
+	// this pass (resource is memory or compute).
 	Acted []string
+}
+
+// span is one pass's finding for a container and GPU: when, how long it stands for
+// (the time since the previous pass) and what it saw.
+type span struct {
+	at  time.Time
+	dur time.Duration
+	sm  int
+}
+
+// track is the watchdog's memory of one container on one GPU.
+type track struct {
+	container string
+	// over holds the passes within Window that found the container over its memory
+	// limit.
+	over []span
+	// memActed marks a memory episode already acted on with an event: one event until
+	// the container has stayed under its limit for a whole Window.
+	memActed bool
+	// util holds every pass within ComputeWindow, and since is when the current
+	// compute window began (first seen, or the last kill).
+	util  []span
+	since time.Time
+	// cpuActed marks a compute episode already acted on with an event: one event
+	// until the average falls to the grant plus tolerance again.
+	cpuActed bool
 }
 
 // Watchdog is the usage watchdog.
 type Watchdog struct {
 	cfg Config
 
-	mu sync.Mutex
-	// overSince is when each container/GPU pair first went over its limit in the
-	// current episode; acted marks episodes already acted on, so one episode gets one
-	// action (and one event) until usage drops below the limit again.
-	overSince map[string]time.Time
-	acted     map[string]bool
+	mu       sync.Mutex
+	tracks   map[string]*track
+	lastPass time.Time
 
 	// progress records every completed pass, for the liveness probe.
 	progress health.Progress
@@ -111,14 +198,32 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.Source == nil || cfg.Records == nil {
 		return nil, errors.New("watchdog: source and records are required")
 	}
-	if cfg.Action != ActionEvent && cfg.Action != ActionKill {
-		return nil, fmt.Errorf("watchdog: action %q is not event or kill", cfg.Action)
+	if _, err := ParseAction(string(cfg.Action)); err != nil {
+		return nil, fmt.Errorf("watchdog: %w", err)
+	}
+	if cfg.ComputeAction == "" {
+		cfg.ComputeAction = DefaultComputeAction
+	}
+	if _, err := ParseComputeAction(string(cfg.ComputeAction)); err != nil {
+		return nil, fmt.Errorf("watchdog: %w", err)
+	}
+	if cfg.Grace < 0 || cfg.Window < 0 || cfg.ComputeWindow < 0 || cfg.ComputeTolerance < 0 || cfg.ToleranceMiB < 0 {
+		return nil, errors.New("watchdog: grace, windows and tolerances must not be negative")
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = 5 * time.Second
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Window == 0 {
+		cfg.Window = max(DefaultWindow, cfg.Grace)
+	}
+	if cfg.Window < cfg.Grace {
+		return nil, fmt.Errorf("watchdog: window %s is shorter than the grace %s", cfg.Window, cfg.Grace)
+	}
+	if cfg.ComputeWindow == 0 {
+		cfg.ComputeWindow = DefaultComputeWindow
 	}
 	if cfg.Kill == nil {
 		cfg.Kill = func(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
@@ -126,7 +231,7 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Watchdog{cfg: cfg, overSince: map[string]time.Time{}, acted: map[string]bool{}}, nil
+	return &Watchdog{cfg: cfg, tracks: map[string]*track{}}, nil
 }
 
 // Run samples every Interval until ctx is done.
@@ -254,6 +359,13 @@ func (w *Watchdog) Check() (*Sample, error) {
 	type key struct{ container, gpu string }
 	acc := map[key]*Usage{}
 	s := &Sample{Unattributed: map[string]int64{}}
+	grant := func(cu *Usage, r checkpoint.Record) {
+		for _, d := range r.Devices {
+			if d.UUID == cu.GPU {
+				cu.LimitMiB, cu.CoresLimit = d.MemoryMiB, d.Cores
+			}
+		}
+	}
 	for _, p := range u.Processes {
 		cg, err := CgroupOf(w.cfg.ProcRoot, p.PID)
 		var rec checkpoint.Record
@@ -269,11 +381,7 @@ func (w *Watchdog) Check() (*Sample, error) {
 		cu := acc[k]
 		if cu == nil {
 			cu = &Usage{Record: rec, GPU: p.GPUUUID, LimitMiB: -1}
-			for _, d := range rec.Devices {
-				if d.UUID == p.GPUUUID {
-					cu.LimitMiB = d.MemoryMiB
-				}
-			}
+			grant(cu, rec)
 			acc[k] = cu
 		}
 		cu.UsedMiB += p.UsedMemoryMiB
@@ -283,12 +391,16 @@ func (w *Watchdog) Check() (*Sample, error) {
 		cu.PIDs = append(cu.PIDs, p.PID)
 	}
 	// Containers with no process on a granted GPU still appear, at zero, so that the
-	// metrics show their limits.
+	// metrics show their limits and their windows see them under their limits.
+	live := map[string]bool{}
 	for _, r := range recs {
+		live[r.ContainerID] = true
 		for _, d := range r.Devices {
 			k := key{r.ContainerID, d.UUID}
 			if acc[k] == nil {
-				acc[k] = &Usage{Record: r, GPU: d.UUID, LimitMiB: d.MemoryMiB}
+				cu := &Usage{Record: r, GPU: d.UUID}
+				grant(cu, r)
+				acc[k] = cu
 			}
 		}
 	}
@@ -305,50 +417,146 @@ func (w *Watchdog) Check() (*Sample, error) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Each pass stands for the time since the previous one, at most two intervals so
+	// that a pass delayed by a wedged NVML call does not count as a long stretch.
+	dur := w.cfg.Interval
+	if !w.lastPass.IsZero() {
+		dur = min(max(now.Sub(w.lastPass), 0), 2*w.cfg.Interval)
+	}
+	w.lastPass = now
 	seen := map[string]bool{}
 	for _, k := range keys {
 		cu := acc[k]
 		s.Containers = append(s.Containers, *cu)
 		ek := k.container + "/" + k.gpu
 		seen[ek] = true
-		over := cu.LimitMiB < 0 && cu.UsedMiB > 0 || cu.LimitMiB >= 0 && cu.UsedMiB > cu.LimitMiB+w.cfg.ToleranceMiB
-		if !over {
-			delete(w.overSince, ek)
-			delete(w.acted, ek)
-			continue
+		tr := w.tracks[ek]
+		if tr == nil {
+			tr = &track{container: k.container, since: now}
+			w.tracks[ek] = tr
 		}
-		since, was := w.overSince[ek]
-		if !was {
-			w.overSince[ek] = now
-			since = now
+		who := fmt.Sprintf("%s/%s/%s %s", cu.Record.Namespace, cu.Record.Pod, cu.Record.Container, cu.GPU)
+		if w.memory(tr, cu, now, dur) {
+			s.Acted = append(s.Acted, who+" memory")
 		}
-		if now.Sub(since) < w.cfg.Grace || w.acted[ek] {
-			continue
+		if w.compute(tr, cu, now, dur) {
+			s.Acted = append(s.Acted, who+" compute")
 		}
-		w.acted[ek] = true
-		w.act(cu, now.Sub(since))
-		s.Acted = append(s.Acted, fmt.Sprintf("%s/%s/%s %s", cu.Record.Namespace, cu.Record.Pod, cu.Record.Container, cu.GPU))
 	}
-	for ek := range w.overSince {
-		if !seen[ek] {
-			delete(w.overSince, ek)
-			delete(w.acted, ek)
+	for ek, tr := range w.tracks {
+		if seen[ek] {
+			continue
+		}
+		// A container no longer bound is forgotten; one that left a GPU it was not
+		// granted is remembered until its time over the limit leaves the window, so
+		// that leaving and coming back does not start a new grace.
+		if w.pruneMemory(tr, now); !live[tr.container] || len(tr.over) == 0 {
+			delete(w.tracks, ek)
 		}
 	}
 	w.export(u, s, recs)
 	return s, nil
 }
 
-func (w *Watchdog) act(cu *Usage, over time.Duration) {
-	r := cu.Record
-	what := fmt.Sprintf("holds %d MiB on GPU %s, above its limit of %d MiB, for %s", cu.UsedMiB, cu.GPU, cu.LimitMiB, over.Round(time.Second))
-	if cu.LimitMiB < 0 {
-		what = fmt.Sprintf("holds %d MiB on GPU %s, which was not assigned to it", cu.UsedMiB, cu.GPU)
+// memory records one pass's memory finding and acts when the time over the limit
+// within the window reaches the grace.
+func (w *Watchdog) memory(tr *track, cu *Usage, now time.Time, dur time.Duration) bool {
+	over := cu.LimitMiB < 0 && cu.UsedMiB > 0 || cu.LimitMiB >= 0 && cu.UsedMiB > cu.LimitMiB+w.cfg.ToleranceMiB
+	if over {
+		tr.over = append(tr.over, span{at: now, dur: dur})
 	}
-	msg := fmt.Sprintf("container %s %s (the CUDA hook was bypassed or failed)", r.Container, what)
-	reason := "GPUMemoryOverLimit"
+	w.pruneMemory(tr, now)
+	if !over || tr.memActed {
+		return false
+	}
+	var total time.Duration
+	for _, sp := range tr.over {
+		total += sp.dur
+	}
+	if total < w.cfg.Grace {
+		return false
+	}
+	what := fmt.Sprintf("held more than its limit of %d MiB on GPU %s for %s of the last %s (%d MiB at the last sample)",
+		cu.LimitMiB, cu.GPU, total.Round(time.Second), w.cfg.Window, cu.UsedMiB)
+	if cu.LimitMiB < 0 {
+		what = fmt.Sprintf("holds %d MiB on GPU %s, which was not assigned to it, and did for %s of the last %s",
+			cu.UsedMiB, cu.GPU, total.Round(time.Second), w.cfg.Window)
+	}
+	w.act(cu, w.cfg.Action, "memory", "GPUMemoryOverLimit", what)
 	if w.cfg.Action == ActionKill {
-		var killed []string
+		// Whatever runs next in the container gets a grace of its own.
+		tr.over = nil
+	} else {
+		tr.memActed = true
+	}
+	return true
+}
+
+// pruneMemory forgets passes older than the window; a window without any pass over
+// the limit ends the episode.
+func (w *Watchdog) pruneMemory(tr *track, now time.Time) {
+	cut := now.Add(-w.cfg.Window)
+	i := 0
+	for i < len(tr.over) && !tr.over[i].at.After(cut) {
+		i++
+	}
+	tr.over = tr.over[i:]
+	if len(tr.over) == 0 {
+		tr.memActed = false
+	}
+}
+
+// compute records one pass's SM utilisation and acts when the average over a whole
+// compute window is above the cores grant plus the tolerance.
+func (w *Watchdog) compute(tr *track, cu *Usage, now time.Time, dur time.Duration) bool {
+	if w.cfg.ComputeAction == ActionOff || cu.CoresLimit <= 0 {
+		tr.util, tr.since, tr.cpuActed = nil, now, false
+		return false
+	}
+	tr.util = append(tr.util, span{at: now, dur: dur, sm: cu.SMPercent})
+	cut := now.Add(-w.cfg.ComputeWindow)
+	i := 0
+	for i < len(tr.util) && !tr.util[i].at.After(cut) {
+		i++
+	}
+	tr.util = tr.util[i:]
+	if now.Sub(tr.since) < w.cfg.ComputeWindow {
+		return false
+	}
+	var weighted, total float64
+	for _, sp := range tr.util {
+		weighted += float64(sp.sm) * sp.dur.Seconds()
+		total += sp.dur.Seconds()
+	}
+	if total <= 0 {
+		return false
+	}
+	mean := weighted / total
+	if mean <= float64(cu.CoresLimit+w.cfg.ComputeTolerance) {
+		tr.cpuActed = false
+		return false
+	}
+	if tr.cpuActed {
+		return false
+	}
+	what := fmt.Sprintf("used %.0f%% of GPU %s's SMs on average over the last %s, above its gpu-cores grant of %d%%",
+		mean, cu.GPU, w.cfg.ComputeWindow, cu.CoresLimit)
+	w.act(cu, w.cfg.ComputeAction, "compute", "GPUComputeOverLimit", what)
+	if w.cfg.ComputeAction == ActionKill {
+		tr.util, tr.since = nil, now
+	} else {
+		tr.cpuActed = true
+	}
+	return true
+}
+
+// act records an event and a metric and, for a kill, ends the container's processes
+// on the GPU.
+func (w *Watchdog) act(cu *Usage, action Action, resource, reason, what string) {
+	r := cu.Record
+	msg := fmt.Sprintf("container %s %s (the CUDA hook was bypassed or failed)", r.Container, what)
+	var killed []string
+	if action == ActionKill {
 		for _, pid := range cu.PIDs {
 			// Check the cgroup again right before the kill: the PID may have been
 			// reused by another process since the sample.
@@ -357,21 +565,26 @@ func (w *Watchdog) act(cu *Usage, over time.Duration) {
 				continue
 			}
 			if err := w.cfg.Kill(pid); err != nil {
-				w.cfg.Log.Error(err, "ending an over-limit process", "pid", pid)
+				w.cfg.Log.Error(err, "ending a process over its container's limit", "pid", pid, "resource", resource)
 				continue
 			}
 			killed = append(killed, strconv.Itoa(pid))
 		}
-		msg += "; ended processes " + strings.Join(killed, ",")
-		reason = "GPUMemoryOverLimitKilled"
+		if len(killed) > 0 {
+			msg += "; ended processes " + strings.Join(killed, ",")
+		} else {
+			msg += "; no process was left to end"
+		}
+		reason += "Killed"
 	}
 	w.cfg.Log.Info("watchdog action", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "gpu", cu.GPU,
-		"usedMiB", cu.UsedMiB, "limitMiB", cu.LimitMiB, "action", string(w.cfg.Action))
+		"resource", resource, "action", string(action), "usedMiB", cu.UsedMiB, "limitMiB", cu.LimitMiB,
+		"smPercent", cu.SMPercent, "coresLimit", cu.CoresLimit, "killed", killed)
 	if w.cfg.Event != nil {
 		w.cfg.Event(r, reason, msg)
 	}
 	if w.cfg.Metrics != nil {
-		w.cfg.Metrics.WatchdogActions.WithLabelValues(string(w.cfg.Action), r.Namespace, r.Pod, r.Container).Inc()
+		w.cfg.Metrics.WatchdogActions.WithLabelValues(string(action), r.Namespace, r.Pod, r.Container).Inc()
 	}
 }
 
