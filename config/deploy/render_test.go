@@ -207,7 +207,7 @@ func TestRenderBindFallback(t *testing.T) {
 		t.Errorf("volumes %s", got)
 	}
 	role := find(t, ms, "ClusterRole", "gpu-node-agent")
-	if got := fmt.Sprint(role["rules"]); !strings.Contains(got, "verbs:[list watch]") {
+	if got := fmt.Sprint(role["rules"]); !strings.Contains(got, "resources:[pods] verbs:[get list watch]") {
 		t.Errorf("rules %s", got)
 	}
 }
