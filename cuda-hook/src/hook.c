@@ -283,10 +283,50 @@ TESSERA_EXPORT EARLY void *dlvsym(void *handle, const char *name, const char *ve
 /* ---- where the limits come from --------------------------------------------- */
 
 /*
+ * The rules, in order (docs/cuda-hook.md, "Where the limits come from"):
+ *
+ *   1. the limits file in the read-only limits directory, if it exists;
+ *   2. else the node agent's socket beside it, if it exists;
+ *   3. else, inside a Tessera container, nothing: CUDA is refused;
+ *   4. else (standalone use) TESSERA_LIMITS_FILE, only where the administrator's
+ *      config allows it;
+ *   5. else nothing: CUDA is refused.
+ *
+ * A Tessera container is one where the limits directory exists (the node agent mounts
+ * it read-only in every container it gives GPUs, with or without NRI) or where the
+ * device plugin's marker variable is set. Neither can be removed by the tenant in a
+ * way that helps it: the mount cannot be undone without CAP_SYS_ADMIN, and unsetting
+ * the marker leaves the mount. Rule 3 is what holds while the node agent restarts on a
+ * node without NRI: its socket is gone, and a process started then must not fall
+ * through to limits the tenant chose, whatever config file its image ships.
+ */
+
+/* deviceplugin.EnvRequested: set by the device plugin's Allocate in every container
+ * that asked for Tessera GPUs. */
+#define TESSERA_ENV_REQUESTED "TESSERA_GPU_REQUESTED"
+
+/* Whether a path exists; anything but "no such file" counts as existing, so that an
+ * unreadable limits directory never makes the hook take a more permissive rule. */
+static int present(const char *path)
+{
+	return access(path, F_OK) == 0 || errno != ENOENT;
+}
+
+/* Why this process is inside a Tessera container, or NULL if it is not. */
+static const char *tessera_container_reason(void)
+{
+	if (present(TESSERA_LIMITS_DIR))
+		return "the limits directory " TESSERA_LIMITS_DIR " exists";
+	if (getenv(TESSERA_ENV_REQUESTED) != NULL)
+		return "the device plugin's " TESSERA_ENV_REQUESTED " is set";
+	return NULL;
+}
+
+/*
  * Standalone use (no node agent) is allowed only where the administrator's config
- * file, owned by root and writable by no one else, says "allow-env-limits yes". Inside
- * a Kubernetes container the read-only limits mount is always there and always wins,
- * so a tenant who writes such a file in its own filesystem changes nothing.
+ * file, owned by root and writable by no one else, says "allow-env-limits yes". It is
+ * consulted only outside Tessera containers (rule 4): a tenant image can ship such a
+ * file, owned by root, in its own filesystem.
  */
 static int env_limits_allowed(char *why, size_t len)
 {
@@ -328,38 +368,38 @@ static int env_limits_allowed(char *why, size_t len)
 static int load_limits(char *why, size_t len)
 {
 	char err[400];
-	if (access(TESSERA_LIMITS_PATH, F_OK) == 0 || errno != ENOENT) {
-		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0) {
-			(void)tessera_fail(why, len, "%s", err);
-			return -1;
-		}
+	/* 1. The container's limits file. */
+	if (present(TESSERA_LIMITS_PATH)) {
+		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0)
+			return tessera_fail(why, len, "%s", err);
 		return 0;
 	}
-	/* No limits file: on a node without NRI the agent's socket is mounted in the same
-	 * read-only directory, and the agent answers with this container's limits. Its
-	 * refusal, or no answer, refuses CUDA: never unlimited. */
-	if (access(TESSERA_BIND_SOCKET, F_OK) == 0 || errno != ENOENT) {
-		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0) {
-			(void)tessera_fail(why, len, "%s", err);
-			return -1;
-		}
+	/* 2. On a node without NRI the agent's socket is mounted in the same read-only
+	 * directory, and the agent answers with this container's limits. Its refusal, or no
+	 * answer, refuses CUDA: never unlimited. */
+	if (present(TESSERA_BIND_SOCKET)) {
+		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0)
+			return tessera_fail(why, len, "%s", err);
 		return 0;
 	}
+	/* 3. A Tessera container with neither: the agent is restarting, or it did not bind
+	 * this container. Environment limits are never honoured here. */
+	const char *inside = tessera_container_reason();
+	if (inside != NULL)
+		return tessera_fail(why, len,
+				    "inside a Tessera container (%s) there is no limits file at %s and no node agent socket at %s; "
+				    "limits from the environment are not honoured in a Tessera container",
+				    inside, TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET);
+	/* 4. Standalone use, where the administrator allows it. */
 	char policy[300];
-	if (!env_limits_allowed(policy, sizeof(policy))) {
-		(void)tessera_fail(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
-			 TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
-		return -1;
-	}
+	if (!env_limits_allowed(policy, sizeof(policy)))
+		return tessera_fail(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
+				    TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
 	const char *path = getenv("TESSERA_LIMITS_FILE");
-	if (path == NULL || path[0] == '\0') {
-		(void)tessera_fail(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
-		return -1;
-	}
-	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0) {
-		(void)tessera_fail(why, len, "%s", err);
-		return -1;
-	}
+	if (path == NULL || path[0] == '\0')
+		return tessera_fail(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
+	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0)
+		return tessera_fail(why, len, "%s", err);
 	return 0;
 }
 
