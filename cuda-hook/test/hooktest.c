@@ -12,6 +12,8 @@
  *   hooktest procaddr
  *   hooktest try <mib> ok|oom
  *   hooktest hold <mib> <ready-file>
+ *   hooktest damaged <ready-file> <go-file>
+ *   hooktest damaged-new
  *   hooktest fork <limit-mib> <context-mib>
  *   hooktest threads <n> <limit-mib>
  *   hooktest refused <cuda-error>
@@ -679,6 +681,55 @@ static int hold_main(int argc, char **argv)
 		pause();
 }
 
+/* Holds memory until go-file appears (the suite damages the region meanwhile), then
+ * checks that the hook refuses rather than trusting or crashing. */
+static int damaged_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: damaged <ready-file> <go-file>");
+	setup();
+	CUdeviceptr a, b;
+	OK(cuMemAlloc_v2(&a, 64 * MIB));
+	FILE *f = fopen(argv[2], "w");
+	CHECK(f != NULL, "cannot write %s", argv[2]);
+	fclose(f);
+	for (int i = 0; access(argv[3], F_OK) != 0; i++) {
+		CHECK(i < 2000, "%s never appeared", argv[3]);
+		usleep(10000);
+	}
+	CHECK(cuMemAlloc_v2(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "an allocation after the region was damaged was not refused");
+	size_t fr = 1, tot = 0;
+	CUresult rc = cuMemGetInfo_v2(&fr, &tot);
+	CHECK(rc != CUDA_SUCCESS || fr == 0, "cuMemGetInfo reports %llu MiB free from a damaged region", (unsigned long long)(fr / MIB));
+	OK(cuMemFree_v2(a));
+	CHECK(cuMemAlloc_v2(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "an allocation was refused, then allowed");
+	printf("ok damaged\n");
+	return 0;
+}
+
+/* A process started after the region was damaged: refused at its first call, or at
+ * its first reservation (a region whose header holds but whose usage does not). */
+static int damaged_new_main(void)
+{
+	CUdevice d;
+	CUcontext c;
+	CUdeviceptr p;
+	CUresult rc = cuInit(0);
+	if (rc == CUDA_ERROR_OPERATING_SYSTEM) {
+		printf("ok damaged-new: refused at cuInit\n");
+		return 0;
+	}
+	OK(rc);
+	OK(cuDeviceGet(&d, 0));
+	rc = cuDevicePrimaryCtxRetain(&c, d);
+	if (rc == CUDA_SUCCESS) {
+		OK(cuCtxSetCurrent(c));
+		rc = cuMemAlloc_v2(&p, MIB);
+	}
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a reservation from a damaged region gave %d", rc);
+	printf("ok damaged-new: refused at the first reservation\n");
+	return 0;
+}
+
 static int fork_main(int argc, char **argv)
 {
 	CHECK(argc == 4, "usage: fork <limit-mib> <context-mib>");
@@ -961,6 +1012,10 @@ int main(int argc, char **argv)
 		return hold_main(argc, argv);
 	if (strcmp(scenario, "fork") == 0)
 		return fork_main(argc, argv);
+	if (strcmp(scenario, "damaged") == 0)
+		return damaged_main(argc, argv);
+	if (strcmp(scenario, "damaged-new") == 0)
+		return damaged_new_main();
 	if (strcmp(scenario, "threads") == 0)
 		return threads_main(argc, argv);
 	if (strcmp(scenario, "tally") == 0)

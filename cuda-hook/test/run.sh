@@ -96,7 +96,41 @@ kill -9 $holder
 wait $holder 2>/dev/null || true
 t try 900 ok
 
+echo "== $variant: a damaged accounting region is refused, never trusted, never a crash"
+for m in magic slots-hw slots-hw-sealed used-sealed random; do
+	reset
+	limits 32 "$U1 1024 0 0"
+	rm -f "$ROOT/ready" "$ROOT/go"
+	LD_PRELOAD="$PRELOAD" "$T" damaged "$ROOT/ready" "$ROOT/go" 2>"$ROOT/damaged.err" &
+	holder=$!
+	i=0
+	while [ ! -e "$ROOT/ready" ]; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || { echo "FAIL damaged: holder never got ready"; kill $holder; exit 1; }
+		sleep 0.05
+	done
+	"$B/region_poke" "$ROOT"/shm/tessera-*.region $m
+	touch "$ROOT/go"
+	wait $holder || { echo "FAIL damaged ($m): the running process"; cat "$ROOT/damaged.err"; exit 1; }
+	grep -q "accounting region is damaged" "$ROOT/damaged.err" || { echo "FAIL damaged ($m): no reason logged"; cat "$ROOT/damaged.err"; exit 1; }
+	pass=$((pass + 1))
+	t damaged-new 2>/dev/null
+done
+reset
+limits 32 "$U1 1024 0 0"
+t try 64 ok
+"$B/region_poke" "$ROOT"/shm/tessera-*.region truncate
+t damaged-new 2>/dev/null                  # a truncated region is refused at open
+# The pacer's fields out of range: reset before use, no overflow, no endless sleep.
+reset
+limits 0 "$U1 81920 30 0"
+t pace kernel 30 0.3
+"$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
+t pace kernel 30 0.3 2>/dev/null
+
 echo "== $variant: fork"
+reset
+limits 32 "$U1 1024 0 0"
 t fork 1024 32
 
 echo "== $variant: threads and processes racing for one limit"
