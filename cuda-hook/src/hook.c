@@ -502,13 +502,12 @@ static void fork_child(void)
 {
 	/* A child starts with no CUDA state of its own: the parent's allocations, context
 	 * charges and accounting slot are the parent's. */
-	for (int i = 0; i < TESSERA_MAX_GPUS; i++)
-		atomic_store(&tessera.ctx_charged[i], 0);
 	atomic_store(&tessera.captures, 0);
 	pthread_mutex_init(&tessera.dev_mu, NULL);
 	pthread_mutex_init(&tessera.nvml_mu, NULL);
 	tessera_region_after_fork();
 	tessera_memory_after_fork();
+	tessera_context_after_fork();
 	tessera_graph_after_fork();
 }
 
@@ -728,79 +727,6 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		return rc;
 	*bytes = total < tessera_limit_bytes(g) ? total : (size_t)tessera_limit_bytes(g);
 	return CUDA_SUCCESS;
-}
-
-/* ---- contexts: the context charge ------------------------------------------- */
-
-/*
- * A context takes device memory (about half a GiB on an H200) that no allocation call
- * reports, so each process is charged limits.context_mib on a GPU the first time it
- * creates a context there, and the charge lasts as long as the process.
- */
-CUresult tessera_charge_context(int gpu)
-{
-	int expected = 0;
-	if (!atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 1))
-		return CUDA_SUCCESS;
-	CUresult rc = tessera_region_reserve(tessera.region, gpu, tessera.limits.context_mib * MIB, tessera_limit_bytes(gpu));
-	if (rc != CUDA_SUCCESS) {
-		atomic_store(&tessera.ctx_charged[gpu], 0);
-		tessera_log(TESSERA_LOG_WARN, "no room for a %llu MiB context on GPU %s within its %llu MiB limit",
-			    (unsigned long long)tessera.limits.context_mib, tessera.limits.gpus[gpu].uuid,
-			    (unsigned long long)tessera.limits.gpus[gpu].memory_mib);
-	}
-	return rc;
-}
-
-void tessera_uncharge_context(int gpu)
-{
-	int expected = 1;
-	if (atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 0))
-		tessera_region_release(tessera.region, gpu, tessera.limits.context_mib * MIB);
-}
-
-static CUresult context_admit(CUdevice dev, int *gpu, int *charged)
-{
-	CUresult rc = tessera_devices();
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	*gpu = tessera_gpu_of_device(dev);
-	if (*gpu < 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	*charged = !atomic_load(&tessera.ctx_charged[*gpu]);
-	return tessera_charge_context(*gpu);
-}
-
-#define CONTEXT_HOOK(name, dev, call)                                  \
-	HOOK_ENTER();                                                  \
-	HOOK_REAL(name);                                               \
-	int gpu, charged;                                              \
-	CUresult rc = context_admit(dev, &gpu, &charged);              \
-	if (rc != CUDA_SUCCESS)                                        \
-		return rc;                                             \
-	rc = call;                                                     \
-	if (rc != CUDA_SUCCESS && charged)                             \
-		tessera_uncharge_context(gpu);                         \
-	return rc
-
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	CONTEXT_HOOK(cuDevicePrimaryCtxRetain, dev, REAL(cuDevicePrimaryCtxRetain)(pctx, dev));
-}
-
-CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v4, dev, REAL(cuCtxCreate_v4)(pctx, params, flags, dev));
-}
-
-CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v3, dev, REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev));
-}
-
-CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v2, dev, REAL(cuCtxCreate_v2)(pctx, flags, dev));
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------- */

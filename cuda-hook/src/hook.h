@@ -112,9 +112,6 @@ struct tessera_state {
 	nvmlDevice_t nvml_dev[TESSERA_MAX_GPUS]; /* by limits index; NULL: absent */
 	int nvml_vis[TESSERA_MAX_GPUS];
 
-	/* Context charge taken by this process on each GPU. */
-	_Atomic int ctx_charged[TESSERA_MAX_GPUS];
-
 	/* Open stream captures in this process: pacing never synchronizes during one. */
 	_Atomic int captures;
 
@@ -142,8 +139,10 @@ int tessera_gpu_of_device(CUdevice dev);
 /* The limits index of the calling thread's current context's device. */
 CUresult tessera_current_gpu(int *gpu);
 uint64_t tessera_limit_bytes(int gpu);
-CUresult tessera_charge_context(int gpu);
-void tessera_uncharge_context(int gpu);
+void tessera_context_after_fork(void);
+/* Reserves bytes on gpu against its limit, giving back what pools have trimmed
+ * before refusing (memory.c). */
+CUresult tessera_reserve(int gpu, uint64_t bytes);
 void tessera_memory_after_fork(void);
 nvmlReturn_t tessera_nvml_init(void);
 void tessera_format_uuid(const CUuuid *u, char *out, size_t len);

@@ -128,6 +128,17 @@ t pace kernel 30 0.3
 "$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
 t pace kernel 30 0.3 2>/dev/null
 
+echo "== $variant: every context, raised device limits and module globals are counted"
+reset
+limits 256 "$U1 4096 0 0"
+tenv FAKE_CUDA_CTX_MIB=200 contexts create 4096 256 256
+tenv FAKE_CUDA_CTX_MIB=200 contexts green 4096 256 0
+reset
+limits 64 "$U1 1024 0 0"
+t modules module 1024 100
+t modules library 1024 100
+t devlimits 1024
+
 echo "== $variant: fork"
 reset
 limits 32 "$U1 1024 0 0"
