@@ -49,6 +49,7 @@
 
 static int ndev = 4;
 static uint64_t mem_bytes = 81920ULL << 20;
+static uint64_t ctx_mib; /* FAKE_CUDA_CTX_MIB: device memory each created context takes */
 static int initialized;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used[MAXDEV], peak[MAXDEV];
@@ -104,6 +105,8 @@ __attribute__((constructor)) static void setup(void)
 	const char *s = getenv("FAKE_CUDA_DEVICES");
 	if (s)
 		ndev = atoi(s) > 0 && atoi(s) <= MAXDEV ? atoi(s) : ndev;
+	if ((s = getenv("FAKE_CUDA_CTX_MIB")))
+		ctx_mib = strtoull(s, NULL, 10);
 	if ((s = getenv("FAKE_CUDA_MEM_MIB")))
 		mem_bytes = strtoull(s, NULL, 10) << 20;
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
@@ -347,13 +350,70 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
+/* Created contexts (and green contexts) are handles 0x1000 + device + 0x100 * n and
+ * take FAKE_CUDA_CTX_MIB (default 0) of device memory each until destroyed; the
+ * primary context of device d is 0x1000 + d and takes nothing. */
+#define CTX_DEV(c) ((int)(((uintptr_t)(c) - 0x1000) & 0xff))
+static _Atomic uint64_t next_ctx = 1;
+static __thread uintptr_t current_handle;
+static struct {
+	uintptr_t handle;
+	uint64_t key; /* its memory, 0: none */
+} made[256];
+
+static CUresult make_ctx(uintptr_t *out, CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	uint64_t key = 0;
+	if (ctx_mib > 0) {
+		CUresult rc = take(d, ctx_mib << 20, &key);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	uintptr_t h = 0x1000 + (uintptr_t)d + 0x100 * (uintptr_t)atomic_fetch_add(&next_ctx, 1);
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < 256; i++)
+		if (made[i].handle == 0) {
+			made[i].handle = h;
+			made[i].key = key;
+			break;
+		}
+	pthread_mutex_unlock(&mu);
+	*out = h;
+	return CUDA_SUCCESS;
+}
+
+static CUresult destroy_ctx(uintptr_t h)
+{
+	uint64_t key = 0;
+	int found = 0;
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < 256; i++)
+		if (made[i].handle == h) {
+			key = made[i].key;
+			made[i].handle = 0;
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&mu);
+	if (!found)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return key ? give(key) : CUDA_SUCCESS;
+}
+
 CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d)
 {
 	(void)p;
 	(void)flags;
-	CUresult rc = cuDevicePrimaryCtxRetain(c, d);
-	if (rc == CUDA_SUCCESS)
+	uintptr_t h;
+	CUresult rc = make_ctx(&h, d);
+	if (rc == CUDA_SUCCESS) {
+		*c = (CUcontext)h;
 		current = d;
+		current_handle = h;
+	}
 	return rc;
 }
 
@@ -362,11 +422,137 @@ CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
 	return cuCtxCreate_v4(c, NULL, flags, d);
 }
 
+CUresult cuCtxDestroy_v2(CUcontext c) { return destroy_ctx((uintptr_t)c); }
+
+CUresult cuGreenCtxCreate(CUgreenCtx *c, CUdevResourceDesc desc, CUdevice d, unsigned int flags)
+{
+	(void)desc;
+	(void)flags;
+	uintptr_t h;
+	CUresult rc = make_ctx(&h, d);
+	if (rc == CUDA_SUCCESS)
+		*c = (CUgreenCtx)h;
+	return rc;
+}
+
+CUresult cuGreenCtxDestroy(CUgreenCtx c) { return destroy_ctx((uintptr_t)c); }
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+	return d >= 0 && d < ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
 CUresult cuCtxSetCurrent(CUcontext c)
 {
-	current = c == NULL ? -1 : (int)((uintptr_t)c - 0x1000);
+	current = c == NULL ? -1 : CTX_DEV(c);
+	current_handle = (uintptr_t)c;
 	return CUDA_SUCCESS;
 }
+
+CUresult cuCtxGetCurrent(CUcontext *c)
+{
+	*c = current < 0 ? NULL : (CUcontext)(current_handle ? current_handle : 0x1000 + (uintptr_t)current);
+	return CUDA_SUCCESS;
+}
+
+/* Device limits: the malloc heap and printf FIFO take their size, the stack its size
+ * times 132 SMs times 2048 threads, all taken from the device when set. Per device
+ * here (the driver keeps them per context). */
+static size_t limit_value[MAXDEV][3];
+static uint64_t limit_key[MAXDEV][3];
+static const size_t limit_default[3] = {1024, 1 << 20, 8 << 20};
+
+CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+		*v = 132;
+	else if (a == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
+		*v = 2048;
+	else
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetLimit(size_t *v, CUlimit l)
+{
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if ((unsigned)l > 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = limit_value[current][l] ? limit_value[current][l] : limit_default[l];
+	return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit l, size_t v)
+{
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if ((unsigned)l > 2)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t mult = l == CU_LIMIT_STACK_SIZE ? 132 * 2048 : 1;
+	uint64_t extra = v > limit_default[l] ? (v - limit_default[l]) * mult : 0, key = 0;
+	if (extra > 0) {
+		CUresult rc = take(current, extra, &key);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	if (limit_key[current][l])
+		give(limit_key[current][l]);
+	limit_key[current][l] = key;
+	limit_value[current][l] = v;
+	return CUDA_SUCCESS;
+}
+
+/* Modules and libraries: an image (or file name) "fake-module <MiB>" takes that much
+ * of the current device when loaded, until unloaded. */
+static CUresult load_image(void **out, const void *image)
+{
+	unsigned long long mib;
+	uint64_t key;
+	if (image == NULL || sscanf((const char *)image, "fake-module %llu", &mib) != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (mib == 0) {
+		*out = (void *)(uintptr_t)atomic_fetch_add(&next_addr, 0x100000);
+		return CUDA_SUCCESS;
+	}
+	CUresult rc = take(current, mib << 20, &key);
+	if (rc == CUDA_SUCCESS)
+		*out = (void *)(uintptr_t)key;
+	return rc;
+}
+
+static CUresult unload_image(void *h)
+{
+	(void)give((uint64_t)(uintptr_t)h); /* a 0 MiB module holds nothing */
+	return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoad(CUmodule *m, const char *f) { return load_image((void **)m, f); }
+CUresult cuModuleLoadData(CUmodule *m, const void *i) { return load_image((void **)m, i); }
+CUresult cuModuleLoadDataEx(CUmodule *m, const void *i, unsigned int n, CUjit_option *o, void **v)
+{
+	(void)n;
+	(void)o;
+	(void)v;
+	return load_image((void **)m, i);
+}
+CUresult cuModuleLoadFatBinary(CUmodule *m, const void *i) { return load_image((void **)m, i); }
+CUresult cuModuleUnload(CUmodule m) { return unload_image(m); }
+CUresult cuLibraryLoadData(CUlibrary *l, const void *code, CUjit_option *jo, void **jv, unsigned int jn,
+			   CUlibraryOption *lo, void **lv, unsigned int ln)
+{
+	(void)jo, (void)jv, (void)jn, (void)lo, (void)lv, (void)ln;
+	return load_image((void **)l, code);
+}
+CUresult cuLibraryLoadFromFile(CUlibrary *l, const char *f, CUjit_option *jo, void **jv, unsigned int jn,
+			       CUlibraryOption *lo, void **lv, unsigned int ln)
+{
+	(void)jo, (void)jv, (void)jn, (void)lo, (void)lv, (void)ln;
+	return load_image((void **)l, f);
+}
+CUresult cuLibraryUnload(CUlibrary l) { return unload_image(l); }
 
 CUresult cuCtxGetDevice(CUdevice *d)
 {
@@ -1046,6 +1232,22 @@ static const struct {
 	{"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, NULL},
 	{"cuCtxCreate", (void *)cuCtxCreate_v4, NULL},
 	{"cuCtxSetCurrent", (void *)cuCtxSetCurrent, NULL},
+	{"cuCtxGetCurrent", (void *)cuCtxGetCurrent, NULL},
+	{"cuCtxDestroy", (void *)cuCtxDestroy_v2, NULL},
+	{"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, NULL},
+	{"cuGreenCtxCreate", (void *)cuGreenCtxCreate, NULL},
+	{"cuGreenCtxDestroy", (void *)cuGreenCtxDestroy, NULL},
+	{"cuCtxSetLimit", (void *)cuCtxSetLimit, NULL},
+	{"cuCtxGetLimit", (void *)cuCtxGetLimit, NULL},
+	{"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, NULL},
+	{"cuModuleLoad", (void *)cuModuleLoad, NULL},
+	{"cuModuleLoadData", (void *)cuModuleLoadData, NULL},
+	{"cuModuleLoadDataEx", (void *)cuModuleLoadDataEx, NULL},
+	{"cuModuleLoadFatBinary", (void *)cuModuleLoadFatBinary, NULL},
+	{"cuModuleUnload", (void *)cuModuleUnload, NULL},
+	{"cuLibraryLoadData", (void *)cuLibraryLoadData, NULL},
+	{"cuLibraryLoadFromFile", (void *)cuLibraryLoadFromFile, NULL},
+	{"cuLibraryUnload", (void *)cuLibraryUnload, NULL},
 	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
 	{"cuMemGetInfo", (void *)cuMemGetInfo_v2, NULL},

@@ -38,6 +38,29 @@ done
 
 check "B5 memory cached in a stream-ordered pool stays counted until trimmed" hooked "$G/l4g" "$G/b5_paths" poolcache 4096
 
+# 3b. Memory outside allocation calls: several contexts, module globals, the malloc heap.
+# expect <name> <awk program that exits 0 on the program's last line> <command...>
+expect() {
+	name=$1 prog=$2
+	shift 2
+	out=$("$@" 2>&1 | tail -1)
+	if echo "$out" | awk "$prog"; then say "ok   $name: $out"; else
+		say "FAIL $name: $out"
+		fails=$((fails + 1))
+	fi
+}
+check "build the module-globals cubin" nvcc -cubin -arch=sm_90 -o "$G/big_global.cubin" "$HERE/gpu/big_global.cu"
+limits "$G/l1g" 1536 0 0
+# Fields: contexts asked made allocated last_rc smi_used_mib.
+expect "B5 10 contexts x 256 MiB under 4096 MiB: refused before the limit (nvidia-smi)" \
+	'{split($0,a,/smi_used_mib=/); split($0,b,/last_rc=/); exit !(a[2]+0 <= 4096 && a[2]+0 > 0 && b[2]+0 == 2)}' \
+	hooked "$G/l4g" "$G/ctx_mem" contexts 10 256
+expect "B5 a module with 1 GiB of globals fits a 4096 MiB limit" '{exit !/load_rc=0 /}' hooked "$G/l4g" "$G/ctx_mem" module "$G/big_global.cubin"
+expect "B5 a module with 1 GiB of globals refused under 1536 MiB" '{exit !(/load_rc=2 / || /getfn_rc=2 /)}' \
+	hooked "$G/l1g" "$G/ctx_mem" module "$G/big_global.cubin"
+expect "B5 malloc heap of 8 GiB refused under 4096 MiB" '{exit !/^heap rc=2 /}' hooked "$G/l4g" "$G/ctx_mem" heap 8192
+expect "B5 malloc heap of 2 GiB counted under 4096 MiB" '{exit !/^heap rc=0 /}' hooked "$G/l4g" "$G/ctx_mem" heap 2048
+
 # 4. PyTorch's allocators and CuPy's managed memory.
 check "torch caching allocator" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
 check "torch cudaMallocAsync" env PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync TESSERA_LIMITS_FILE="$G/l4g" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX

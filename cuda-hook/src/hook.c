@@ -283,10 +283,50 @@ TESSERA_EXPORT EARLY void *dlvsym(void *handle, const char *name, const char *ve
 /* ---- where the limits come from --------------------------------------------- */
 
 /*
+ * The rules, in order (docs/cuda-hook.md, "Where the limits come from"):
+ *
+ *   1. the limits file in the read-only limits directory, if it exists;
+ *   2. else the node agent's socket beside it, if it exists;
+ *   3. else, inside a Tessera container, nothing: CUDA is refused;
+ *   4. else (standalone use) TESSERA_LIMITS_FILE, only where the administrator's
+ *      config allows it;
+ *   5. else nothing: CUDA is refused.
+ *
+ * A Tessera container is one where the limits directory exists (the node agent mounts
+ * it read-only in every container it gives GPUs, with or without NRI) or where the
+ * device plugin's marker variable is set. Neither can be removed by the tenant in a
+ * way that helps it: the mount cannot be undone without CAP_SYS_ADMIN, and unsetting
+ * the marker leaves the mount. Rule 3 is what holds while the node agent restarts on a
+ * node without NRI: its socket is gone, and a process started then must not fall
+ * through to limits the tenant chose, whatever config file its image ships.
+ */
+
+/* deviceplugin.EnvRequested: set by the device plugin's Allocate in every container
+ * that asked for Tessera GPUs. */
+#define TESSERA_ENV_REQUESTED "TESSERA_GPU_REQUESTED"
+
+/* Whether a path exists; anything but "no such file" counts as existing, so that an
+ * unreadable limits directory never makes the hook take a more permissive rule. */
+static int present(const char *path)
+{
+	return access(path, F_OK) == 0 || errno != ENOENT;
+}
+
+/* Why this process is inside a Tessera container, or NULL if it is not. */
+static const char *tessera_container_reason(void)
+{
+	if (present(TESSERA_LIMITS_DIR))
+		return "the limits directory " TESSERA_LIMITS_DIR " exists";
+	if (getenv(TESSERA_ENV_REQUESTED) != NULL)
+		return "the device plugin's " TESSERA_ENV_REQUESTED " is set";
+	return NULL;
+}
+
+/*
  * Standalone use (no node agent) is allowed only where the administrator's config
- * file, owned by root and writable by no one else, says "allow-env-limits yes". Inside
- * a Kubernetes container the read-only limits mount is always there and always wins,
- * so a tenant who writes such a file in its own filesystem changes nothing.
+ * file, owned by root and writable by no one else, says "allow-env-limits yes". It is
+ * consulted only outside Tessera containers (rule 4): a tenant image can ship such a
+ * file, owned by root, in its own filesystem.
  */
 static int env_limits_allowed(char *why, size_t len)
 {
@@ -328,38 +368,38 @@ static int env_limits_allowed(char *why, size_t len)
 static int load_limits(char *why, size_t len)
 {
 	char err[400];
-	if (access(TESSERA_LIMITS_PATH, F_OK) == 0 || errno != ENOENT) {
-		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0) {
-			(void)tessera_fail(why, len, "%s", err);
-			return -1;
-		}
+	/* 1. The container's limits file. */
+	if (present(TESSERA_LIMITS_PATH)) {
+		if (tessera_limits_load(TESSERA_LIMITS_PATH, &tessera.limits, err, sizeof(err)) < 0)
+			return tessera_fail(why, len, "%s", err);
 		return 0;
 	}
-	/* No limits file: on a node without NRI the agent's socket is mounted in the same
-	 * read-only directory, and the agent answers with this container's limits. Its
-	 * refusal, or no answer, refuses CUDA: never unlimited. */
-	if (access(TESSERA_BIND_SOCKET, F_OK) == 0 || errno != ENOENT) {
-		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0) {
-			(void)tessera_fail(why, len, "%s", err);
-			return -1;
-		}
+	/* 2. On a node without NRI the agent's socket is mounted in the same read-only
+	 * directory, and the agent answers with this container's limits. Its refusal, or no
+	 * answer, refuses CUDA: never unlimited. */
+	if (present(TESSERA_BIND_SOCKET)) {
+		if (tessera_bind_fetch(TESSERA_BIND_SOCKET, &tessera.limits, err, sizeof(err)) < 0)
+			return tessera_fail(why, len, "%s", err);
 		return 0;
 	}
+	/* 3. A Tessera container with neither: the agent is restarting, or it did not bind
+	 * this container. Environment limits are never honoured here. */
+	const char *inside = tessera_container_reason();
+	if (inside != NULL)
+		return tessera_fail(why, len,
+				    "inside a Tessera container (%s) there is no limits file at %s and no node agent socket at %s; "
+				    "limits from the environment are not honoured in a Tessera container",
+				    inside, TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET);
+	/* 4. Standalone use, where the administrator allows it. */
 	char policy[300];
-	if (!env_limits_allowed(policy, sizeof(policy))) {
-		(void)tessera_fail(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
-			 TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
-		return -1;
-	}
+	if (!env_limits_allowed(policy, sizeof(policy)))
+		return tessera_fail(why, len, "no limits file at %s, no node agent socket at %s, and standalone use is not enabled (%s)",
+				    TESSERA_LIMITS_PATH, TESSERA_BIND_SOCKET, policy);
 	const char *path = getenv("TESSERA_LIMITS_FILE");
-	if (path == NULL || path[0] == '\0') {
-		(void)tessera_fail(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
-		return -1;
-	}
-	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0) {
-		(void)tessera_fail(why, len, "%s", err);
-		return -1;
-	}
+	if (path == NULL || path[0] == '\0')
+		return tessera_fail(why, len, "no limits file at %s and TESSERA_LIMITS_FILE is not set", TESSERA_LIMITS_PATH);
+	if (tessera_limits_load(path, &tessera.limits, err, sizeof(err)) < 0)
+		return tessera_fail(why, len, "%s", err);
 	return 0;
 }
 
@@ -462,13 +502,12 @@ static void fork_child(void)
 {
 	/* A child starts with no CUDA state of its own: the parent's allocations, context
 	 * charges and accounting slot are the parent's. */
-	for (int i = 0; i < TESSERA_MAX_GPUS; i++)
-		atomic_store(&tessera.ctx_charged[i], 0);
 	atomic_store(&tessera.captures, 0);
 	pthread_mutex_init(&tessera.dev_mu, NULL);
 	pthread_mutex_init(&tessera.nvml_mu, NULL);
 	tessera_region_after_fork();
 	tessera_memory_after_fork();
+	tessera_context_after_fork();
 	tessera_graph_after_fork();
 }
 
@@ -688,79 +727,6 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		return rc;
 	*bytes = total < tessera_limit_bytes(g) ? total : (size_t)tessera_limit_bytes(g);
 	return CUDA_SUCCESS;
-}
-
-/* ---- contexts: the context charge ------------------------------------------- */
-
-/*
- * A context takes device memory (about half a GiB on an H200) that no allocation call
- * reports, so each process is charged limits.context_mib on a GPU the first time it
- * creates a context there, and the charge lasts as long as the process.
- */
-CUresult tessera_charge_context(int gpu)
-{
-	int expected = 0;
-	if (!atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 1))
-		return CUDA_SUCCESS;
-	CUresult rc = tessera_region_reserve(tessera.region, gpu, tessera.limits.context_mib * MIB, tessera_limit_bytes(gpu));
-	if (rc != CUDA_SUCCESS) {
-		atomic_store(&tessera.ctx_charged[gpu], 0);
-		tessera_log(TESSERA_LOG_WARN, "no room for a %llu MiB context on GPU %s within its %llu MiB limit",
-			    (unsigned long long)tessera.limits.context_mib, tessera.limits.gpus[gpu].uuid,
-			    (unsigned long long)tessera.limits.gpus[gpu].memory_mib);
-	}
-	return rc;
-}
-
-void tessera_uncharge_context(int gpu)
-{
-	int expected = 1;
-	if (atomic_compare_exchange_strong(&tessera.ctx_charged[gpu], &expected, 0))
-		tessera_region_release(tessera.region, gpu, tessera.limits.context_mib * MIB);
-}
-
-static CUresult context_admit(CUdevice dev, int *gpu, int *charged)
-{
-	CUresult rc = tessera_devices();
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	*gpu = tessera_gpu_of_device(dev);
-	if (*gpu < 0)
-		return CUDA_ERROR_INVALID_DEVICE;
-	*charged = !atomic_load(&tessera.ctx_charged[*gpu]);
-	return tessera_charge_context(*gpu);
-}
-
-#define CONTEXT_HOOK(name, dev, call)                                  \
-	HOOK_ENTER();                                                  \
-	HOOK_REAL(name);                                               \
-	int gpu, charged;                                              \
-	CUresult rc = context_admit(dev, &gpu, &charged);              \
-	if (rc != CUDA_SUCCESS)                                        \
-		return rc;                                             \
-	rc = call;                                                     \
-	if (rc != CUDA_SUCCESS && charged)                             \
-		tessera_uncharge_context(gpu);                         \
-	return rc
-
-CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
-{
-	CONTEXT_HOOK(cuDevicePrimaryCtxRetain, dev, REAL(cuDevicePrimaryCtxRetain)(pctx, dev));
-}
-
-CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v4, dev, REAL(cuCtxCreate_v4)(pctx, params, flags, dev));
-}
-
-CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v3, dev, REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev));
-}
-
-CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
-{
-	CONTEXT_HOOK(cuCtxCreate_v2, dev, REAL(cuCtxCreate_v2)(pctx, flags, dev));
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------- */

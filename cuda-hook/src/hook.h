@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "limits.h"
+#include "region.h"
 #include "tessera_cuda.h"
 
 /* Paths are compile-time settings: a tenant must not be able to move them. */
@@ -46,41 +47,6 @@ struct tessera_real {
 #define TESSERA_NVML_HOOK(name, params) TESSERA_EXPORT nvmlReturn_t name params;
 #define TESSERA_NVML_LEGACY(name, params) TESSERA_EXPORT nvmlReturn_t name params;
 #include "symbols.def"
-
-/* Shared accounting region: one per container, in shared memory. */
-struct tessera_region;
-int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **out, char *err, size_t errlen);
-/* Adds bytes to this process's usage of GPU gpu if the container's total stays within
- * limit; returns CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY. */
-CUresult tessera_region_reserve(struct tessera_region *r, int gpu, uint64_t bytes, uint64_t limit);
-void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes);
-uint64_t tessera_region_used(struct tessera_region *r, int gpu);
-void tessera_region_forget_process(struct tessera_region *r);
-struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu);
-/* The container's launch clock: TSC ticks per ns and whether the TSC is used, measured
- * by calibrate once per region so that every process compares the same ticks. */
-void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
-			  int *use_tsc);
-void tessera_region_after_fork(void);
-
-/* Compute pacing of one GPU, shared by every process of the container: it lives in
- * the accounting region. budget and window_end are touched by every launch of every
- * process and sit on their own cache line; the rest belongs to the slow path, under
- * mu (robust, process-shared). */
-struct tessera_shared_pacer {
-	_Atomic int64_t budget;      /* launches left in the open window */
-	_Atomic uint64_t window_end; /* in clock ticks (the region's clock) */
-	char pad_[48];
-	pthread_mutex_t mu;
-	int32_t open;
-	int32_t pad2_;
-	int64_t allow_start_ns; /* start of the slot the allowance is for */
-	int64_t allow_end_ns;   /* end of that slot's allowance */
-	int64_t debt_ns;        /* overrun still to be taken from later slots */
-	int64_t drained_ns;     /* latest drain end already counted as overrun */
-	int64_t win_open_ns, win_budget;
-	double ns_per_launch; /* estimated GPU time per launch, from drains */
-} __attribute__((aligned(64)));
 
 /* This process's view of one GPU's pacing. */
 struct tessera_pacer {
@@ -146,9 +112,6 @@ struct tessera_state {
 	nvmlDevice_t nvml_dev[TESSERA_MAX_GPUS]; /* by limits index; NULL: absent */
 	int nvml_vis[TESSERA_MAX_GPUS];
 
-	/* Context charge taken by this process on each GPU. */
-	_Atomic int ctx_charged[TESSERA_MAX_GPUS];
-
 	/* Open stream captures in this process: pacing never synchronizes during one. */
 	_Atomic int captures;
 
@@ -176,8 +139,10 @@ int tessera_gpu_of_device(CUdevice dev);
 /* The limits index of the calling thread's current context's device. */
 CUresult tessera_current_gpu(int *gpu);
 uint64_t tessera_limit_bytes(int gpu);
-CUresult tessera_charge_context(int gpu);
-void tessera_uncharge_context(int gpu);
+void tessera_context_after_fork(void);
+/* Reserves bytes on gpu against its limit, giving back what pools have trimmed
+ * before refusing (memory.c). */
+CUresult tessera_reserve(int gpu, uint64_t bytes);
 void tessera_memory_after_fork(void);
 nvmlReturn_t tessera_nvml_init(void);
 void tessera_format_uuid(const CUuuid *u, char *out, size_t len);

@@ -192,12 +192,17 @@ uint64_t tessera_memory_settle(int gpu)
 }
 
 /* Reserves bytes on gpu; before refusing, gives back what pools have trimmed. */
-static CUresult reserve(int gpu, uint64_t bytes)
+CUresult tessera_reserve(int gpu, uint64_t bytes)
 {
 	CUresult rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY && tessera_memory_settle(gpu) > 0)
 		rc = tessera_region_reserve(tessera.region, gpu, bytes, tessera_limit_bytes(gpu));
 	return rc;
+}
+
+static CUresult reserve(int gpu, uint64_t bytes)
+{
+	return tessera_reserve(gpu, bytes);
 }
 
 /* Reserves bytes on the current context's GPU. */

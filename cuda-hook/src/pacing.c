@@ -101,6 +101,36 @@ static int pacer_lock(struct tessera_shared_pacer *s)
 	return rc;
 }
 
+/*
+ * The pacer lives in the container's region, which any of its processes can write.
+ * Values no pacer reaches (a debt or estimate out of range, a window in the future, a
+ * budget past the most a window gives) are reset to a closed window with no history
+ * before they are used (caller holds s->mu), so that no arithmetic on them overflows
+ * and no sleep is computed from them. A tenant gains nothing by this that rewriting
+ * the pacer consistently would not give it (docs/cuda-hook.md).
+ */
+static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
+{
+	const int64_t P = TESSERA_PACING_PERIOD_NS, far = 3600LL * 1000000000LL;
+	int64_t budget = atomic_load(&s->budget);
+	int ok = (s->open == 0 || s->open == 1) && s->debt_ns >= 0 && s->debt_ns <= far && s->allow_start_ns >= 0 &&
+		 s->allow_start_ns <= now + P && s->allow_end_ns >= s->allow_start_ns - P &&
+		 s->allow_end_ns <= s->allow_start_ns + P && s->drained_ns >= 0 && s->drained_ns <= now + far &&
+		 s->win_open_ns >= 0 && s->win_open_ns <= now + far && s->win_budget >= 0 &&
+		 s->win_budget <= MAX_WINDOW_LAUNCHES && budget >= -((int64_t)1 << 40) && budget <= MAX_WINDOW_LAUNCHES &&
+		 s->ns_per_launch >= 0 && s->ns_per_launch <= (double)far;
+	if (ok)
+		return;
+	static _Atomic int logged;
+	if (atomic_exchange(&logged, 1) == 0)
+		tessera_log(TESSERA_LOG_ERROR, "the container's compute pacer was damaged; starting it afresh");
+	atomic_store(&s->budget, 0);
+	atomic_store(&s->window_end, 0);
+	s->open = 0;
+	s->allow_start_ns = s->allow_end_ns = s->debt_ns = s->drained_ns = s->win_open_ns = s->win_budget = 0;
+	s->ns_per_launch = 0;
+}
+
 static void sleep_until(int64_t t)
 {
 	struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
@@ -215,6 +245,7 @@ static void slow_path(struct tessera_pacer *p, CUstream stream)
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
+		pacer_check(s, tessera_now_ns());
 		int64_t now = s->open ? close_window(s) : tessera_now_ns(), wake;
 		if (open_window(p, now, &wake)) {
 			atomic_fetch_sub(&s->budget, 1);

@@ -9,6 +9,13 @@
  * EOWNERDEAD, and since every update is a single store the region is still consistent.
  * Slots of processes that died are reclaimed before a reservation is refused.
  *
+ * Any process of the container can write the region, so it is checked before every
+ * use that indexes it: the header (magic, layout, checksum) before the lock is taken,
+ * the state under the lock (a checksum over the fields that change, slots_hw within
+ * the slots, every slot's usage within what one process can hold). A region that fails
+ * any check is damaged: a process that finds it so refuses every reservation from then
+ * on (CUDA_ERROR_OUT_OF_MEMORY, with one error logged), and a new process refuses CUDA.
+ *
  * The region also holds each GPU's compute pacer (pacing.c), so that the container's
  * processes share one window and one launch budget.
  */
@@ -26,42 +33,75 @@
 
 #include "hook.h"
 
-#define REGION_MAGIC 0x3141534553534554ULL /* "TESSERA1", little-endian */
-#define REGION_VERSION 2
-#define REGION_SLOTS 256
+#define REGION_SLOTS TESSERA_REGION_SLOTS
 
-struct slot {
-	int32_t pid;
-	uint32_t pad;
-	uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
-	uint64_t used[TESSERA_MAX_GPUS];
-};
-
-struct tessera_region {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t size;
-	pthread_mutex_t lock;
-	int32_t slots_hw; /* slots at or past this index have never been used */
-	int32_t clock_ready;
-	int32_t use_tsc;
-	int32_t pad;
-	double ticks_per_ns;
-	struct tessera_shared_pacer pacers[TESSERA_MAX_GPUS];
-	struct slot slots[REGION_SLOTS];
-};
+/* Mode of a new region: read and write for its creator's user and group. See
+ * docs/cuda-hook.md ("Who can write the region") for why not 0600 or 0666. */
+#define REGION_MODE 0660
 
 static int my_slot = -1;
 static pid_t my_pid; /* getpid() is a system call; set when the slot is taken */
 
-static uint64_t fnv1a(const char *s)
+/* Set once this process has found the region damaged: from then on it refuses every
+ * reservation, so that a tenant cannot damage the region, allocate, and repair it. */
+static _Atomic int damaged;
+
+static void set_damaged(const char *what)
 {
-	uint64_t h = 1469598103934665603ULL;
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ULL;
-	}
-	return h;
+	if (atomic_exchange(&damaged, 1) == 0)
+		tessera_log(TESSERA_LOG_ERROR,
+			    "the container's accounting region is damaged (%s): refusing every device-memory reservation "
+			    "of this process from now on",
+			    what);
+}
+
+/* The header a region written by this build has. */
+static void expected_header(struct tessera_region_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = TESSERA_REGION_MAGIC;
+	h->version = TESSERA_REGION_VERSION;
+	h->size = sizeof(struct tessera_region);
+	h->nslots = REGION_SLOTS;
+	h->ngpus = TESSERA_MAX_GPUS;
+	h->slot_size = sizeof(struct tessera_region_slot);
+	h->pacer_size = sizeof(struct tessera_shared_pacer);
+	h->sum = tessera_region_header_sum(h);
+}
+
+/* Whether the header is the one this build writes; a copy is compared, so that a
+ * concurrent writer cannot make the check and the use see different values. */
+static const char *header_problem(const struct tessera_region *r)
+{
+	struct tessera_region_header want, got;
+	expected_header(&want);
+	memcpy(&got, (const void *)&r->h, sizeof(got));
+	if (got.magic != want.magic)
+		return "bad magic";
+	if (got.version != want.version || got.size != want.size || got.nslots != want.nslots ||
+	    got.ngpus != want.ngpus || got.slot_size != want.slot_size || got.pacer_size != want.pacer_size)
+		return "layout differs from this hook's";
+	if (got.sum != want.sum)
+		return "header checksum";
+	return NULL;
+}
+
+/* Checks what a locked region holds beyond its header (caller holds the lock). */
+static const char *state_problem(const struct tessera_region *r)
+{
+	if (r->state_sum != tessera_region_state_sum(r))
+		return "state checksum";
+	if (r->slots_hw < 0 || r->slots_hw > REGION_SLOTS)
+		return "slot count out of range";
+	if (r->clock_ready != 0 && r->clock_ready != 1)
+		return "clock flag";
+	return NULL;
+}
+
+/* Rewrites the state checksum after a change (caller holds the lock). */
+static void seal(struct tessera_region *r)
+{
+	r->state_sum = tessera_region_state_sum(r);
 }
 
 static uint64_t start_time_of(pid_t pid)
@@ -91,15 +131,22 @@ int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **o
 {
 	char path[256];
 	(void)ngpus;
-	snprintf(path, sizeof(path), "%s/tessera-%016llx.region", TESSERA_SHM_DIR, (unsigned long long)fnv1a(cgroup));
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	snprintf(path, sizeof(path), "%s/tessera-%016llx.region", TESSERA_SHM_DIR,
+		 (unsigned long long)tessera_region_key(cgroup));
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, REGION_MODE);
 	if (fd < 0) {
-		snprintf(err, errlen, "cannot open the accounting region %s: %s", path, strerror(errno));
-		return -1;
+		int e = errno;
+		struct stat st;
+		if (e == EACCES && stat(path, &st) == 0)
+			return tessera_fail(err, errlen,
+					    "cannot open the accounting region %s: %s (it belongs to uid %d, gid %d, mode %03o: "
+					    "the CUDA processes of a container must share the group of the first one)",
+					    path, strerror(e), (int)st.st_uid, (int)st.st_gid, (unsigned)(st.st_mode & 0777));
+		return tessera_fail(err, errlen, "cannot open the accounting region %s: %s", path, strerror(e));
 	}
 	/* flock serializes the first process's initialization with everyone else's open. */
 	if (flock(fd, LOCK_EX) < 0) {
-		snprintf(err, errlen, "cannot lock %s: %s", path, strerror(errno));
+		(void)tessera_fail(err, errlen, "cannot lock %s: %s", path, strerror(errno));
 		close(fd);
 		return -1;
 	}
@@ -107,26 +154,31 @@ int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **o
 	int rc = -1;
 	struct tessera_region *r = MAP_FAILED;
 	if (fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+		(void)tessera_fail(err, errlen, "cannot stat %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		(void)tessera_fail(err, errlen, "the accounting region %s is not a regular file", path);
 		goto out;
 	}
 	int fresh = st.st_size == 0;
 	if (fresh) {
-		/* Processes of one container may run as different users. */
-		if (fchmod(fd, 0666) < 0 && errno != EPERM)
+		/* Not narrowed by the process's umask: the container's other users in the
+		 * creator's group must be able to open it. */
+		if (fchmod(fd, REGION_MODE) < 0 && errno != EPERM)
 			tessera_log(TESSERA_LOG_WARN, "cannot chmod %s: %s", path, strerror(errno));
 		if (ftruncate(fd, sizeof(struct tessera_region)) < 0) {
-			snprintf(err, errlen, "cannot size %s: %s", path, strerror(errno));
+			(void)tessera_fail(err, errlen, "cannot size %s: %s", path, strerror(errno));
 			goto out;
 		}
 	} else if ((size_t)st.st_size != sizeof(struct tessera_region)) {
-		snprintf(err, errlen, "%s has size %lld, want %zu (another hook version?)", path, (long long)st.st_size,
-			 sizeof(struct tessera_region));
+		(void)tessera_fail(err, errlen, "the accounting region %s is damaged: size %lld, want %zu (refusing CUDA)", path,
+				   (long long)st.st_size, sizeof(struct tessera_region));
 		goto out;
 	}
 	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (r == MAP_FAILED) {
-		snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
+		(void)tessera_fail(err, errlen, "cannot map %s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (fresh) {
@@ -138,14 +190,23 @@ int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **o
 		for (int g = 0; g < TESSERA_MAX_GPUS; g++)
 			pthread_mutex_init(&r->pacers[g].mu, &a);
 		pthread_mutexattr_destroy(&a);
-		r->version = REGION_VERSION;
-		r->size = sizeof(*r);
-		__atomic_store_n(&r->magic, REGION_MAGIC, __ATOMIC_RELEASE);
-	} else if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != REGION_MAGIC || r->version != REGION_VERSION ||
-		   r->size != sizeof(*r)) {
-		snprintf(err, errlen, "%s is not a version %d accounting region", path, REGION_VERSION);
-		munmap(r, sizeof(*r));
-		goto out;
+		struct tessera_region_header h;
+		expected_header(&h);
+		h.magic = 0; /* stored last: a region without it is never used */
+		memcpy(&r->h, &h, sizeof(h));
+		seal(r);
+		__atomic_store_n(&r->h.magic, TESSERA_REGION_MAGIC, __ATOMIC_RELEASE);
+	} else {
+		const char *why = header_problem(r);
+		if (why == NULL && pthread_mutex_trylock(&r->lock) == 0) {
+			why = state_problem(r);
+			pthread_mutex_unlock(&r->lock);
+		}
+		if (why != NULL) {
+			(void)tessera_fail(err, errlen, "the accounting region %s is damaged (%s): refusing CUDA", path, why);
+			munmap(r, sizeof(*r));
+			goto out;
+		}
 	}
 	*out = r;
 	rc = 0;
@@ -155,19 +216,57 @@ out:
 	return rc;
 }
 
+/*
+ * Takes the region's lock after checking that the region still holds together, and
+ * checks its state again under the lock. Returns 0 with the lock held, or -1 (lock not
+ * held) when the region is damaged or this process found it damaged before.
+ */
 static int lock(struct tessera_region *r)
 {
+	if (atomic_load_explicit(&damaged, memory_order_relaxed))
+		return -1;
+	const char *why = header_problem(r);
+	if (why != NULL) {
+		set_damaged(why);
+		return -1;
+	}
 	int rc = pthread_mutex_lock(&r->lock);
 	if (rc == EOWNERDEAD) {
-		/* The holder died between single-store updates: nothing to repair. */
+		/* The holder died between single-store updates, perhaps between a change and
+		 * its seal: a state still in range is sealed again. */
 		pthread_mutex_consistent(&r->lock);
-		return 0;
+		if (r->slots_hw >= 0 && r->slots_hw <= REGION_SLOTS && (r->clock_ready == 0 || r->clock_ready == 1))
+			seal(r);
+		rc = 0;
 	}
-	return rc;
+	if (rc != 0) {
+		set_damaged("its lock cannot be taken");
+		return -1;
+	}
+	if ((why = header_problem(r)) != NULL || (why = state_problem(r)) != NULL) {
+		pthread_mutex_unlock(&r->lock);
+		set_damaged(why);
+		return -1;
+	}
+	return 0;
 }
 
-static int alive(const struct slot *s)
+static void unlock(struct tessera_region *r)
 {
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* slots_hw as last checked under the lock, and never past the slots that exist. */
+static int slots_hw(const struct tessera_region *r)
+{
+	int n = r->slots_hw;
+	return n < 0 ? 0 : n > REGION_SLOTS ? REGION_SLOTS : n;
+}
+
+static int alive(const struct tessera_region_slot *s)
+{
+	if (s->pid <= 0)
+		return 0;
 	if (kill(s->pid, 0) < 0 && errno == ESRCH)
 		return 0;
 	uint64_t st = start_time_of(s->pid);
@@ -177,9 +276,9 @@ static int alive(const struct slot *s)
 /* Frees the slots of dead processes; returns how many. Caller holds the lock. */
 static int reclaim(struct tessera_region *r)
 {
-	int n = 0;
-	for (int i = 0; i < r->slots_hw; i++) {
-		struct slot *s = &r->slots[i];
+	int n = 0, hw = slots_hw(r);
+	for (int i = 0; i < hw; i++) {
+		struct tessera_region_slot *s = &r->slots[i];
 		if (s->pid != 0 && i != my_slot && !alive(s)) {
 			tessera_log(TESSERA_LOG_INFO, "reclaiming the usage of exited process %d", s->pid);
 			memset(s, 0, sizeof(*s));
@@ -198,9 +297,10 @@ static int own_slot(struct tessera_region *r)
 	uint64_t st = start_time_of(me);
 	int free_slot = -1;
 	for (int pass = 0; pass < 2 && free_slot < 0; pass++) {
-		int end = r->slots_hw < REGION_SLOTS ? r->slots_hw + 1 : REGION_SLOTS;
+		int hw = slots_hw(r);
+		int end = hw < REGION_SLOTS ? hw + 1 : REGION_SLOTS;
 		for (int i = 0; i < end; i++) {
-			struct slot *s = &r->slots[i];
+			struct tessera_region_slot *s = &r->slots[i];
 			if (s->pid == me) {
 				/* Left by this pid before an exec: that image's memory is gone. */
 				free_slot = i;
@@ -214,64 +314,92 @@ static int own_slot(struct tessera_region *r)
 	}
 	if (free_slot < 0)
 		return -1;
-	memset(&r->slots[free_slot], 0, sizeof(struct slot));
+	memset(&r->slots[free_slot], 0, sizeof(struct tessera_region_slot));
 	r->slots[free_slot].pid = me;
 	r->slots[free_slot].start_time = st;
-	if (free_slot >= r->slots_hw)
+	if (free_slot >= r->slots_hw) {
 		r->slots_hw = free_slot + 1;
+		seal(r);
+	}
 	my_pid = me;
 	my_slot = free_slot;
 	return my_slot;
 }
 
-static uint64_t total(struct tessera_region *r, int gpu)
+/* The container's usage of gpu, or -1 when a slot holds more than any process can (a
+ * damaged slot). Caller holds the lock. Each slot is bounded, so the sum cannot wrap. */
+static int total(struct tessera_region *r, int gpu, uint64_t *out)
 {
 	uint64_t t = 0;
-	for (int i = 0; i < r->slots_hw; i++)
-		if (r->slots[i].pid != 0)
-			t += r->slots[i].used[gpu];
-	return t;
+	int hw = slots_hw(r);
+	for (int i = 0; i < hw; i++) {
+		const struct tessera_region_slot *s = &r->slots[i];
+		if (s->pid == 0)
+			continue;
+		uint64_t u = s->used[gpu];
+		if (s->pid < 0 || u > TESSERA_REGION_MAX_USED)
+			return -1;
+		t += u;
+	}
+	*out = t;
+	return 0;
+}
+
+static int gpu_ok(int gpu)
+{
+	return gpu >= 0 && gpu < TESSERA_MAX_GPUS;
 }
 
 CUresult tessera_region_reserve(struct tessera_region *r, int gpu, uint64_t bytes, uint64_t limit)
 {
-	if (lock(r) != 0)
-		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (!gpu_ok(gpu) || lock(r) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t t;
 	int s = own_slot(r);
 	if (s < 0) {
 		tessera_log(TESSERA_LOG_ERROR, "all %d accounting slots of the container are taken", REGION_SLOTS);
 		goto out;
 	}
-	uint64_t t = total(r, gpu);
-	if ((t > limit || bytes > limit - t) && reclaim(r) > 0)
-		t = total(r, gpu);
-	if (t <= limit && bytes <= limit - t) {
+	if (total(r, gpu, &t) < 0)
+		goto damaged;
+	if ((t > limit || bytes > limit - t) && reclaim(r) > 0 && total(r, gpu, &t) < 0)
+		goto damaged;
+	if (t <= limit && bytes <= limit - t && bytes <= TESSERA_REGION_MAX_USED - r->slots[s].used[gpu]) {
 		r->slots[s].used[gpu] += bytes;
 		rc = CUDA_SUCCESS;
 	}
 out:
-	pthread_mutex_unlock(&r->lock);
+	unlock(r);
 	return rc;
+damaged:
+	unlock(r);
+	set_damaged("a slot's usage is out of range");
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes)
 {
-	if (lock(r) != 0)
+	if (!gpu_ok(gpu) || lock(r) != 0)
 		return;
 	if (my_slot >= 0 && r->slots[my_slot].pid == my_pid) {
 		uint64_t *u = &r->slots[my_slot].used[gpu];
 		*u = *u > bytes ? *u - bytes : 0;
 	}
-	pthread_mutex_unlock(&r->lock);
+	unlock(r);
 }
 
 uint64_t tessera_region_used(struct tessera_region *r, int gpu)
 {
-	if (lock(r) != 0)
-		return 0;
-	uint64_t t = total(r, gpu);
-	pthread_mutex_unlock(&r->lock);
+	uint64_t t;
+	if (!gpu_ok(gpu) || lock(r) != 0)
+		return UINT64_MAX;
+	int ok = total(r, gpu, &t) == 0;
+	unlock(r);
+	if (!ok) {
+		set_damaged("a slot's usage is out of range");
+		return UINT64_MAX;
+	}
 	return t;
 }
 
@@ -280,9 +408,9 @@ void tessera_region_forget_process(struct tessera_region *r)
 	if (my_slot < 0 || lock(r) != 0)
 		return;
 	if (r->slots[my_slot].pid == getpid())
-		memset(&r->slots[my_slot], 0, sizeof(struct slot));
+		memset(&r->slots[my_slot], 0, sizeof(struct tessera_region_slot));
 	my_slot = -1;
-	pthread_mutex_unlock(&r->lock);
+	unlock(r);
 }
 
 void tessera_region_after_fork(void)
@@ -293,7 +421,7 @@ void tessera_region_after_fork(void)
 
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu)
 {
-	return &r->pacers[gpu];
+	return &r->pacers[gpu_ok(gpu) ? gpu : 0];
 }
 
 void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
@@ -310,8 +438,14 @@ void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, 
 		r->ticks_per_ns = t;
 		r->use_tsc = u;
 		r->clock_ready = 1;
+		seal(r);
 	}
 	*ticks_per_ns = r->ticks_per_ns;
 	*use_tsc = r->use_tsc;
-	pthread_mutex_unlock(&r->lock);
+	unlock(r);
+	/* A scale no calibration gives: this process paces on its own clock. */
+	if (!(*ticks_per_ns > 0.01 && *ticks_per_ns < 100.0) || (*use_tsc != 0 && *use_tsc != 1)) {
+		set_damaged("clock scale out of range");
+		calibrate(ticks_per_ns, use_tsc);
+	}
 }

@@ -12,6 +12,11 @@
  *   hooktest procaddr
  *   hooktest try <mib> ok|oom
  *   hooktest hold <mib> <ready-file>
+ *   hooktest damaged <ready-file> <go-file>
+ *   hooktest damaged-new
+ *   hooktest contexts <create|green> <limit-mib> <context-mib> <chunk-mib>
+ *   hooktest modules <module|library> <limit-mib> <module-mib>
+ *   hooktest devlimits <limit-mib>
  *   hooktest fork <limit-mib> <context-mib>
  *   hooktest threads <n> <limit-mib>
  *   hooktest refused <cuda-error>
@@ -45,6 +50,16 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *, const char *);
 CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxCreate_v4(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int);
+CUresult cuGreenCtxDestroy(CUgreenCtx);
+CUresult cuCtxSetLimit(CUlimit, size_t);
+CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuModuleUnload(CUmodule);
+CUresult cuLibraryLoadData(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *, void **,
+			   unsigned int);
+CUresult cuLibraryUnload(CUlibrary);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
@@ -679,6 +694,153 @@ static int hold_main(int argc, char **argv)
 		pause();
 }
 
+/* Holds memory until go-file appears (the suite damages the region meanwhile), then
+ * checks that the hook refuses rather than trusting or crashing. */
+static int damaged_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: damaged <ready-file> <go-file>");
+	setup();
+	CUdeviceptr a, b;
+	OK(cuMemAlloc_v2(&a, 64 * MIB));
+	FILE *f = fopen(argv[2], "w");
+	CHECK(f != NULL, "cannot write %s", argv[2]);
+	fclose(f);
+	for (int i = 0; access(argv[3], F_OK) != 0; i++) {
+		CHECK(i < 2000, "%s never appeared", argv[3]);
+		usleep(10000);
+	}
+	CHECK(cuMemAlloc_v2(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "an allocation after the region was damaged was not refused");
+	size_t fr = 1, tot = 0;
+	CUresult rc = cuMemGetInfo_v2(&fr, &tot);
+	CHECK(rc != CUDA_SUCCESS || fr == 0, "cuMemGetInfo reports %llu MiB free from a damaged region", (unsigned long long)(fr / MIB));
+	OK(cuMemFree_v2(a));
+	CHECK(cuMemAlloc_v2(&b, MIB) == CUDA_ERROR_OUT_OF_MEMORY, "an allocation was refused, then allowed");
+	printf("ok damaged\n");
+	return 0;
+}
+
+/* A process started after the region was damaged: refused at its first call, or at
+ * its first reservation (a region whose header holds but whose usage does not). */
+static int damaged_new_main(void)
+{
+	CUdevice d;
+	CUcontext c;
+	CUdeviceptr p;
+	CUresult rc = cuInit(0);
+	if (rc == CUDA_ERROR_OPERATING_SYSTEM) {
+		printf("ok damaged-new: refused at cuInit\n");
+		return 0;
+	}
+	OK(rc);
+	OK(cuDeviceGet(&d, 0));
+	rc = cuDevicePrimaryCtxRetain(&c, d);
+	if (rc == CUDA_SUCCESS) {
+		OK(cuCtxSetCurrent(c));
+		rc = cuMemAlloc_v2(&p, MIB);
+	}
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a reservation from a damaged region gave %d", rc);
+	printf("ok damaged-new: refused at the first reservation\n");
+	return 0;
+}
+
+/* Creates contexts on device 0, each with chunk MiB allocated in it (green contexts:
+ * no allocation), until the hook refuses: the driver never holds more than the limit,
+ * at least two fit, and destroying them gives their charge back. */
+static int contexts_main(int argc, char **argv)
+{
+	CHECK(argc == 6, "usage: contexts <create|green> <limit-mib> <context-mib> <chunk-mib>");
+	int green = strcmp(argv[2], "green") == 0;
+	uint64_t limit = strtoull(argv[3], NULL, 10) * MIB, chunk = strtoull(argv[5], NULL, 10) * MIB;
+	CUdevice d = setup();
+	void *made[64];
+	int n = 0;
+	CUresult rc = CUDA_SUCCESS;
+	while (n < 64) {
+		if (green) {
+			rc = cuGreenCtxCreate((CUgreenCtx *)&made[n], NULL, d, 0);
+		} else if ((rc = cuCtxCreate_v4((CUcontext *)&made[n], NULL, 0, d)) == CUDA_SUCCESS) {
+			CUdeviceptr p;
+			OK(cuCtxSetCurrent((CUcontext)made[n]));
+			rc = cuMemAlloc_v2(&p, chunk);
+			if (rc != CUDA_SUCCESS)
+				n++; /* the context itself was made */
+		}
+		if (rc != CUDA_SUCCESS)
+			break;
+		n++;
+	}
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "creation ended with %d, want CUDA_ERROR_OUT_OF_MEMORY", rc);
+	struct fake_cuda_stats s = stats();
+	CHECK(s.peak[0] <= limit, "the driver held %llu MiB under a %llu MiB limit with %d contexts",
+	      (unsigned long long)(s.peak[0] / MIB), (unsigned long long)(limit / MIB), n);
+	CHECK(n >= 2, "only %d contexts fit", n);
+	uint64_t peak = s.peak[0];
+	for (int i = 0; i < n; i++)
+		OK(green ? cuGreenCtxDestroy((CUgreenCtx)made[i]) : cuCtxDestroy_v2((CUcontext)made[i]));
+	for (int i = 0; i < n - 1; i++)
+		OK(green ? cuGreenCtxCreate((CUgreenCtx *)&made[i], NULL, d, 0) : cuCtxCreate_v4((CUcontext *)&made[i], NULL, 0, d));
+	printf("ok contexts %s: %d contexts, the driver held at most %llu MiB of %llu; destroyed, %d made again\n", argv[2], n,
+	       (unsigned long long)(peak / MIB), (unsigned long long)(limit / MIB), n - 1);
+	return 0;
+}
+
+/* Loads modules whose globals take module-mib each until the hook refuses: the driver
+ * never holds more than the limit, and unloading gives the charge back. */
+static int modules_main(int argc, char **argv)
+{
+	CHECK(argc == 5, "usage: modules <module|library> <limit-mib> <module-mib>");
+	int lib = strcmp(argv[2], "library") == 0;
+	uint64_t limit = strtoull(argv[3], NULL, 10) * MIB;
+	char image[64];
+	snprintf(image, sizeof(image), "fake-module %s", argv[4]);
+	setup();
+	void *m[256];
+	int n = 0;
+	CUresult rc = CUDA_SUCCESS;
+	while (n < 256 && rc == CUDA_SUCCESS) {
+		rc = lib ? cuLibraryLoadData((CUlibrary *)&m[n], image, NULL, NULL, 0, NULL, NULL, 0)
+			 : cuModuleLoadData((CUmodule *)&m[n], image);
+		if (rc == CUDA_SUCCESS)
+			n++;
+	}
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "loading ended with %d, want CUDA_ERROR_OUT_OF_MEMORY", rc);
+	struct fake_cuda_stats s = stats();
+	CHECK(s.used[0] <= limit && n >= 1, "the driver holds %llu MiB under a %llu MiB limit with %d modules",
+	      (unsigned long long)(s.used[0] / MIB), (unsigned long long)(limit / MIB), n);
+	CUdeviceptr p;
+	CHECK(cuMemAlloc_v2(&p, strtoull(argv[4], NULL, 10) * MIB) == CUDA_ERROR_OUT_OF_MEMORY, "module memory not counted");
+	OK(lib ? cuLibraryUnload((CUlibrary)m[0]) : cuModuleUnload((CUmodule)m[0]));
+	OK(cuMemAlloc_v2(&p, strtoull(argv[4], NULL, 10) * MIB));
+	printf("ok modules %s: %d loaded, the driver holds %llu MiB of %llu; an unload gives its memory back\n", argv[2], n,
+	       (unsigned long long)(s.used[0] / MIB), (unsigned long long)(limit / MIB));
+	return 0;
+}
+
+/* Raising the malloc heap, printf FIFO or stack past what the limit leaves is
+ * refused; within it, counted; lowering it gives the memory back. */
+static int devlimits_main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: devlimits <limit-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB;
+	setup();
+	CUdeviceptr p;
+	CHECK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 2 * limit) == CUDA_ERROR_OUT_OF_MEMORY, "a heap past the limit was allowed");
+	CHECK(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, 2 * limit) == CUDA_ERROR_OUT_OF_MEMORY, "a FIFO past the limit was allowed");
+	CHECK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 64 << 10) == CUDA_ERROR_OUT_OF_MEMORY, "a 64 KiB stack (16.5 GiB) was allowed");
+	OK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, limit / 2));
+	CHECK(cuMemAlloc_v2(&p, limit / 2) == CUDA_ERROR_OUT_OF_MEMORY, "the heap was not counted");
+	OK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, 8 << 20));
+	OK(cuMemAlloc_v2(&p, limit / 2));
+	OK(cuMemFree_v2(p));
+	OK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 2048)); /* +264 MiB */
+	struct fake_cuda_stats s = stats();
+	CHECK(s.peak[0] <= limit, "the driver held %llu MiB under a %llu MiB limit", (unsigned long long)(s.peak[0] / MIB),
+	      (unsigned long long)(limit / MIB));
+	printf("ok devlimits: heap, FIFO and stack counted and refused past the limit (peak %llu MiB of %llu)\n",
+	       (unsigned long long)(s.peak[0] / MIB), (unsigned long long)(limit / MIB));
+	return 0;
+}
+
 static int fork_main(int argc, char **argv)
 {
 	CHECK(argc == 4, "usage: fork <limit-mib> <context-mib>");
@@ -961,6 +1123,16 @@ int main(int argc, char **argv)
 		return hold_main(argc, argv);
 	if (strcmp(scenario, "fork") == 0)
 		return fork_main(argc, argv);
+	if (strcmp(scenario, "damaged") == 0)
+		return damaged_main(argc, argv);
+	if (strcmp(scenario, "damaged-new") == 0)
+		return damaged_new_main();
+	if (strcmp(scenario, "contexts") == 0)
+		return contexts_main(argc, argv);
+	if (strcmp(scenario, "modules") == 0)
+		return modules_main(argc, argv);
+	if (strcmp(scenario, "devlimits") == 0)
+		return devlimits_main(argc, argv);
 	if (strcmp(scenario, "threads") == 0)
 		return threads_main(argc, argv);
 	if (strcmp(scenario, "tally") == 0)

@@ -96,7 +96,52 @@ kill -9 $holder
 wait $holder 2>/dev/null || true
 t try 900 ok
 
+echo "== $variant: a damaged accounting region is refused, never trusted, never a crash"
+for m in magic slots-hw slots-hw-sealed used-sealed random; do
+	reset
+	limits 32 "$U1 1024 0 0"
+	rm -f "$ROOT/ready" "$ROOT/go"
+	LD_PRELOAD="$PRELOAD" "$T" damaged "$ROOT/ready" "$ROOT/go" 2>"$ROOT/damaged.err" &
+	holder=$!
+	i=0
+	while [ ! -e "$ROOT/ready" ]; do
+		i=$((i + 1))
+		[ $i -lt 200 ] || { echo "FAIL damaged: holder never got ready"; kill $holder; exit 1; }
+		sleep 0.05
+	done
+	"$B/region_poke" "$ROOT"/shm/tessera-*.region $m
+	touch "$ROOT/go"
+	wait $holder || { echo "FAIL damaged ($m): the running process"; cat "$ROOT/damaged.err"; exit 1; }
+	grep -q "accounting region is damaged" "$ROOT/damaged.err" || { echo "FAIL damaged ($m): no reason logged"; cat "$ROOT/damaged.err"; exit 1; }
+	pass=$((pass + 1))
+	t damaged-new 2>/dev/null
+done
+reset
+limits 32 "$U1 1024 0 0"
+t try 64 ok
+"$B/region_poke" "$ROOT"/shm/tessera-*.region truncate
+t damaged-new 2>/dev/null                  # a truncated region is refused at open
+# The pacer's fields out of range: reset before use, no overflow, no endless sleep.
+reset
+limits 0 "$U1 81920 30 0"
+t pace kernel 30 0.3
+"$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
+t pace kernel 30 0.3 2>/dev/null
+
+echo "== $variant: every context, raised device limits and module globals are counted"
+reset
+limits 256 "$U1 4096 0 0"
+tenv FAKE_CUDA_CTX_MIB=200 contexts create 4096 256 256
+tenv FAKE_CUDA_CTX_MIB=200 contexts green 4096 256 0
+reset
+limits 64 "$U1 1024 0 0"
+t modules module 1024 100
+t modules library 1024 100
+t devlimits 1024
+
 echo "== $variant: fork"
+reset
+limits 32 "$U1 1024 0 0"
 t fork 1024 32
 
 echo "== $variant: threads and processes racing for one limit"
@@ -114,23 +159,44 @@ pass=$((pass + 2))
 FAKE_CUDA_TALLY=$ROOT/tally t tally 1024
 
 echo "== $variant: missing, malformed or unauthorized limits fail closed"
+# refused_with <text> [VAR=value...]: CUDA is refused and the hook says why.
+refused_with() {
+	want=$1
+	shift
+	env "$@" LD_PRELOAD="$PRELOAD" "$T" refused 800 2>"$ROOT/refused.err" || { cat "$ROOT/refused.err"; exit 1; }
+	grep -q "$want" "$ROOT/refused.err" || { echo "FAIL hook's reason lacks \"$want\":"; cat "$ROOT/refused.err"; exit 1; }
+	pass=$((pass + 1))
+}
 reset
-t refused 800 2>/dev/null
+refused_with "inside a Tessera container (the limits directory"    # the limits directory, nothing in it
 echo "version 2" >"$ROOT/run/tessera/limits"
 t refused 800 2>/dev/null
+# Standalone: no limits directory, no device plugin marker.
 reset
+rmdir "$ROOT/run/tessera"
 printf 'version 1\ncgroup /standalone\ncontext-mib 0\ngpu %s 2048 0 0\n' $U1 >"$ROOT/alt.limits"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null   # no config: env is ignored
+ENV_LIMITS=TESSERA_LIMITS_FILE=$ROOT/alt.limits
+refused_with "standalone use is not enabled" $ENV_LIMITS           # no config: env is ignored
 config "allow-env-limits yes"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 2048               # standalone use
-t refused 800 2>/dev/null                                           # enabled but nothing given
+tenv $ENV_LIMITS total-is 2048                                      # standalone use
+refused_with "TESSERA_LIMITS_FILE is not set"                       # enabled but nothing given
 chmod 664 "$ROOT/etc/cuda-hook.conf"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null   # config writable by others
+refused_with "writable only by it" $ENV_LIMITS                      # config writable by others
 config "allow-env-limits no"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t refused 800 2>/dev/null
+refused_with "does not say" $ENV_LIMITS
+# Inside a Tessera container, env limits are refused whatever the config says: the
+# limits directory without a file or socket (an agent restarting on a node without
+# NRI), or the device plugin's marker.
 config "allow-env-limits yes"
+mkdir -p "$ROOT/run/tessera"
+refused_with "inside a Tessera container (the limits directory" $ENV_LIMITS
+rmdir "$ROOT/run/tessera"
+refused_with "inside a Tessera container (the device plugin's TESSERA_GPU_REQUESTED is set)" $ENV_LIMITS TESSERA_GPU_REQUESTED=1
+refused_with "inside a Tessera container" $ENV_LIMITS TESSERA_GPU_REQUESTED=
+tenv $ENV_LIMITS total-is 2048                                      # and standalone still works
+mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 1024 0 0"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 1024               # the container's file wins
+tenv $ENV_LIMITS total-is 1024                                      # the container's file wins
 
 echo "== $variant: limits from the node agent's socket (no NRI); every failure fails closed"
 SOCK=$ROOT/run/tessera/bind.sock
@@ -151,20 +217,15 @@ stop_agent() {
 	wait $agent_pid 2>/dev/null || true
 	rm -f "$SOCK.ready"
 }
-# refused_with <text>: CUDA is refused and the hook says why.
-refused_with() {
-	LD_PRELOAD="$PRELOAD" "$T" refused 800 2>"$ROOT/refused.err" || { cat "$ROOT/refused.err"; exit 1; }
-	grep -q "$1" "$ROOT/refused.err" || { echo "FAIL hook's reason lacks \"$1\":"; cat "$ROOT/refused.err"; exit 1; }
-	pass=$((pass + 1))
-}
 reset
 printf 'version 1\ncgroup /tessera-test/%s-agent\ncontext-mib 64\ngpu %s 1024 0 0\n' "$variant" $U1 >"$ROOT/agent.limits"
+printf 'version 1\ncgroup /standalone\ncontext-mib 0\ngpu %s 2048 0 0\n' $U1 >"$ROOT/alt.limits"
 agent ok "$ROOT/agent.limits"
 t alloc direct 64 1024 64
 t meminfo 1024 64
 t fork 1024 64
 config "allow-env-limits yes"
-TESSERA_LIMITS_FILE=$ROOT/alt.limits t total-is 1024               # the agent wins over env limits
+tenv $ENV_LIMITS total-is 1024                                      # the agent wins over env limits
 stop_agent
 agent error "container \"main\" of pod team/train: it asks for tessera.dev/gpu but the pod has no assignment"
 refused_with "the node agent refused: container \"main\" of pod team/train: it asks for"
@@ -184,6 +245,7 @@ refused_with "the node agent's limits: "
 stop_agent
 refused_with "cannot reach the node agent"                           # socket left, agent gone
 rm -f "$SOCK"
+refused_with "inside a Tessera container" $ENV_LIMITS                # agent restarting: socket gone
 
 echo "== $variant: compute pacing"
 reset

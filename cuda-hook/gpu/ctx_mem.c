@@ -1,0 +1,108 @@
+/*
+ * B5 on a real GPU, memory a context takes outside allocation calls. Run under the
+ * hook; prints what the hook allowed and what nvidia-smi says the process holds.
+ *
+ *   ctx_mem contexts <n> <chunk-mib>   n contexts (cuCtxCreate), chunk MiB allocated in each
+ *   ctx_mem module <cubin>             loads a module (cuModuleLoadData), then its kernel
+ *   ctx_mem heap <mib>                 raises the malloc heap to mib (cuCtxSetLimit)
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB (1024ULL * 1024ULL)
+
+/* What nvidia-smi reports this process holds, in MiB (-1: not listed). */
+static long smi_used(void)
+{
+	char cmd[160], line[256];
+	long total = -1;
+	snprintf(cmd, sizeof(cmd), "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits");
+	FILE *f = popen(cmd, "r");
+	if (f == NULL)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		long pid, mib;
+		if (sscanf(line, "%ld, %ld", &pid, &mib) == 2 && pid == (long)getpid())
+			total = (total < 0 ? 0 : total) + mib;
+	}
+	pclose(f);
+	return total;
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (f == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	*n = (size_t)ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = malloc(*n + 1);
+	if (b == NULL || fread(b, 1, *n, f) != *n)
+		exit(1);
+	b[*n] = 0;
+	fclose(f);
+	return b;
+}
+
+int main(int argc, char **argv)
+{
+	CUdevice d;
+	CUcontext c;
+	if (argc < 3 || cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS)
+		return 2;
+	if (strcmp(argv[1], "contexts") == 0 && argc == 4) {
+		int n = atoi(argv[2]), made = 0, got = 0;
+		size_t chunk = strtoull(argv[3], NULL, 10) * MIB;
+		CUresult rc = CUDA_SUCCESS;
+		for (int i = 0; i < n; i++) {
+			CUctxCreateParams p;
+			memset(&p, 0, sizeof(p));
+			if ((rc = cuCtxCreate(&c, &p, 0, d)) != CUDA_SUCCESS)
+				break;
+			made++;
+			CUdeviceptr ptr;
+			if ((rc = cuMemAlloc(&ptr, chunk)) != CUDA_SUCCESS)
+				break;
+			got++;
+		}
+		printf("contexts asked=%d made=%d allocated=%d last_rc=%d smi_used_mib=%ld\n", n, made, got, (int)rc, smi_used());
+		return 0;
+	}
+	if (cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS || cuCtxSetCurrent(c) != CUDA_SUCCESS)
+		return 2;
+	size_t f0, f1, f2, t;
+	if (strcmp(argv[1], "module") == 0) {
+		size_t n;
+		char *img = slurp(argv[2], &n);
+		CUmodule m;
+		CUfunction fn;
+		cuMemGetInfo(&f0, &t);
+		long s0 = smi_used();
+		CUresult rc = cuModuleLoadData(&m, img);
+		cuMemGetInfo(&f1, &t);
+		long s1 = smi_used();
+		CUresult rf = rc == CUDA_SUCCESS ? cuModuleGetFunction(&fn, m, "touch") : rc;
+		cuMemGetInfo(&f2, &t);
+		long s2 = smi_used();
+		printf("module load_rc=%d getfn_rc=%d hook_free_mib=%llu/%llu/%llu smi_used_mib=%ld/%ld/%ld (before/load/getfunction)\n",
+		       (int)rc, (int)rf, (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB),
+		       (unsigned long long)(f2 / MIB), s0, s1, s2);
+		return 0;
+	}
+	if (strcmp(argv[1], "heap") == 0) {
+		cuMemGetInfo(&f0, &t);
+		long s0 = smi_used();
+		CUresult rc = cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, strtoull(argv[2], NULL, 10) * MIB);
+		cuMemGetInfo(&f1, &t);
+		long s1 = smi_used();
+		printf("heap rc=%d hook_free_mib=%llu/%llu smi_used_mib=%ld/%ld\n", (int)rc, (unsigned long long)(f0 / MIB),
+		       (unsigned long long)(f1 / MIB), s0, s1);
+		return 0;
+	}
+	return 2;
+}
