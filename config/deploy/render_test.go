@@ -50,7 +50,8 @@ func TestRenderDefaults(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
-		"ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1,
+		// The agent's own-node policy and the scheduler's assignment policy.
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
 	}
 	got := kinds(ms)
 	for k, n := range want {

@@ -13,6 +13,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -490,6 +491,137 @@ func TestChartRBAC(t *testing.T) {
 			t.Errorf("the node restriction policy does not type-check: %+v", tc.ExpressionWarnings)
 		}
 	})
+
+	t.Run("assignment annotation", func(t *testing.T) {
+		testAssignmentPolicy(t, parent.withT(t), schedulerConfig)
+	})
+}
+
+// TestChartRBAC's "assignment annotation" part: a tenant who can create, edit and even
+// bind pods in its namespace cannot write the tessera.dev/gpu-assignment annotation in
+// any way, and the scheduler's own binding, which carries it, still goes through.
+func testAssignmentPolicy(t *testing.T, c *cluster, schedulerConfig string) {
+	ns := c.ns
+	rbac := c.client.RbacV1()
+	if _, err := c.client.CoreV1().ServiceAccounts(ns).Create(c.ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "update", "patch", "delete"}},
+		// More than tenants usually have: the policy, not RBAC, must refuse the binding.
+		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+	}}
+	if _, err := rbac.Roles(ns).Create(c.ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tenant"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "tenant", Namespace: ns}}}
+	if _, err := rbac.RoleBindings(ns).Create(c.ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tenant := c.clientFor(c.serviceAccountKubeconfig(ns, "tenant", nil))
+
+	c.createNode("gpu-policy", fixtures.NVLinkNode("gpu-policy", 8, 4, "NVIDIA H100 80GB HBM3", fixtures.H100MiB))
+	forged, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "gpu-policy",
+		Containers: []api.ContainerAssignment{{Name: "c", Devices: []api.DeviceGrant{{UUID: "GPU-00000000-0000-0000-0000-000000000000", MemoryMiB: 81920, Cores: 100}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withForged := map[string]string{api.AnnotationAssignment: forged}
+	denied := func(err error, want string) bool {
+		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), want)
+	}
+	create := func(name string, ann map[string]string, nodeName string) error {
+		p := newPod(ns, name, "no-such-scheduler", ann, gpuLimits{name: "c", gpu: "1"})
+		p.Spec.NodeName = nodeName
+		_, err := tenant.CoreV1().Pods(ns).Create(c.ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	// The policy is enforced once the API server has loaded it.
+	probes := 0
+	var last error
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last probe's answer: %v", last)
+		}
+	}()
+	chartWaitFor(t, c.ctx, "the assignment policy to be enforced", func() bool {
+		probes++
+		name := fmt.Sprintf("probe-%d", probes)
+		last = create(name, withForged, "")
+		if last == nil {
+			_ = c.client.CoreV1().Pods(ns).Delete(c.ctx, name, metav1.DeleteOptions{})
+		}
+		return denied(last, "only the Tessera scheduler")
+	})
+
+	// Create with it, also with spec.nodeName set (no scheduler involved at all).
+	if err := create("forged", withForged, ""); !denied(err, "only the Tessera scheduler may set") {
+		t.Errorf("creating a pod with the annotation: %v", err)
+	}
+	if err := create("forged-bound", withForged, "gpu-policy"); !denied(err, "only the Tessera scheduler may set") {
+		t.Errorf("creating a bound pod with the annotation: %v", err)
+	}
+	// Add it to a pod of its own.
+	if err := create("plain", nil, ""); err != nil {
+		t.Fatalf("the tenant cannot create a plain pod: %v", err)
+	}
+	patch := func(name, value string) error {
+		v := "null"
+		if value != "" {
+			v = fmt.Sprintf("%q", value)
+		}
+		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, api.AnnotationAssignment, v)
+		_, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch("plain", forged); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("adding the annotation: %v", err)
+	}
+	// Bind its pending pod itself with the annotation in the binding.
+	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: withForged}, Target: v1.ObjectReference{Kind: "Node", Name: "gpu-policy"}}
+	if err := tenant.CoreV1().Pods(ns).Bind(c.ctx, b, metav1.CreateOptions{}); !denied(err, "only the Tessera scheduler may set") {
+		t.Errorf("binding with the annotation: %v", err)
+	}
+
+	// The scheduler's binding carries it through the policy.
+	kubeconfig := c.serviceAccountKubeconfig(ns, "tessera-scheduler", nil)
+	stop := c.startChartScheduler(schedulerConfig, kubeconfig)
+	defer stop()
+	p := newPod(ns, "placed", "tessera-binpack", nil, gpuLimits{name: "c", gpu: "1", mem: "4096", cores: "20"})
+	if _, err := tenant.CoreV1().Pods(ns).Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	placed := c.waitBound("placed", 60*time.Second)
+	granted := placed.Annotations[api.AnnotationAssignment]
+	if d := assignment(t, placed).Containers[0].Devices[0]; d.MemoryMiB != 4096 || d.Cores != 20 {
+		t.Errorf("the scheduler granted %+v", d)
+	}
+	// Change it, remove it: refused. An edit that leaves it alone: allowed.
+	if err := patch("placed", forged); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("changing the annotation: %v", err)
+	}
+	if err := patch("placed", ""); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("removing the annotation: %v", err)
+	}
+	if _, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, "placed", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("an edit that leaves the annotation alone: %v", err)
+	}
+	if got, err := c.client.CoreV1().Pods(ns).Get(c.ctx, "placed", metav1.GetOptions{}); err != nil || got.Annotations[api.AnnotationAssignment] != granted {
+		t.Errorf("the scheduler's assignment changed: %v", err)
+	}
+	// Not even a cluster administrator writes it.
+	_, err = c.client.CoreV1().Pods(ns).Create(c.ctx, newPod(ns, "admin", "no-such-scheduler", withForged, gpuLimits{name: "c", gpu: "1"}), metav1.CreateOptions{})
+	if !denied(err, "only the Tessera scheduler may set") {
+		t.Errorf("an administrator creating a pod with the annotation: %v", err)
+	}
+	vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-scheduler-gpu-assignment", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+		t.Errorf("the assignment policy does not type-check: %+v", tc.ExpressionWarnings)
+	}
 }
 
 // serviceAccountKubeconfig mints a token for a service account (bound to pod when
