@@ -25,7 +25,7 @@ import (
 const (
 	DefaultRelease     = "tessera"
 	DefaultNamespace   = "tessera-system"
-	DefaultKubeVersion = "1.34.0"
+	DefaultKubeVersion = "1.37.0"
 )
 
 // Options says what to render.
@@ -42,7 +42,8 @@ type Options struct {
 	// Values, if not nil, are merged last (what a Go caller uses instead of --set).
 	Values map[string]any
 	// KubeVersion is the cluster version the chart is rendered for
-	// (.Capabilities.KubeVersion); default 1.34.0, the oldest Tessera supports.
+	// (.Capabilities.KubeVersion); default 1.37.0, the oldest Tessera supports (its
+	// scheduler is kube-scheduler 1.37, which must not be newer than the API server).
 	KubeVersion string
 	// APIVersions are extra group/versions the cluster serves, beyond the built-in
 	// Kubernetes ones (e.g. "monitoring.coreos.com/v1" for ServiceMonitors).

@@ -52,6 +52,8 @@ func TestRenderDefaults(t *testing.T) {
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
 		// The agent's own-node policy and the scheduler's assignment policy.
 		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		// GPU pods get a Tessera schedulerName.
+		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	}
 	got := kinds(ms)
 	for k, n := range want {

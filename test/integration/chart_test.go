@@ -16,6 +16,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -731,5 +732,85 @@ func chartWriteFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChartSchedulerName: the chart's MutatingAdmissionPolicy gives GPU pods that name
+// no scheduler (or the default one) the first Tessera profile, and leaves every other
+// pod as it is. Pods are created in dry-run mode: admission runs, nothing is stored.
+func TestChartSchedulerName(t *testing.T) {
+	c := startCluster(t)
+	a := c.applier()
+	install := func(set ...string) {
+		for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: set}) {
+			if m.Kind == "MutatingAdmissionPolicy" || m.Kind == "MutatingAdmissionPolicyBinding" {
+				if err := a.apply(m.YAML, false); err != nil {
+					t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
+				}
+			}
+		}
+	}
+	type container struct {
+		init   bool
+		limits v1.ResourceList
+	}
+	pod := func(scheduler string, labels map[string]string, cs ...container) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: c.ns, Labels: labels}, Spec: v1.PodSpec{SchedulerName: scheduler}}
+		for i, ct := range cs {
+			k := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Limits: ct.limits}}
+			if ct.init {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
+			} else {
+				p.Spec.Containers = append(p.Spec.Containers, k)
+			}
+		}
+		return p
+	}
+	admitted := func(p *v1.Pod) string {
+		got, err := c.client.CoreV1().Pods(c.ns).Create(c.ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("creating a pod (dry run): %v", err)
+		}
+		return got.Spec.SchedulerName
+	}
+	q := resource.MustParse
+	gpu := v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory": q("4096")}
+	cpu := v1.ResourceList{v1.ResourceCPU: q("1")}
+
+	install()
+	chartWaitFor(t, c.ctx, "the scheduler-name policy to be applied", func() bool {
+		return admitted(pod("", nil, container{limits: gpu})) == "tessera-binpack"
+	})
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"GPU pod naming no scheduler", pod("", nil, container{limits: gpu}), "tessera-binpack"},
+		{"GPU pod naming the default scheduler", pod("default-scheduler", nil, container{limits: gpu}), "tessera-binpack"},
+		{"memory percent only, in a second container", pod("", nil, container{limits: cpu}, container{limits: v1.ResourceList{"tessera.dev/gpu-memory-percent": q("50")}}), "tessera-binpack"},
+		{"GPU init container", pod("", nil, container{init: true, limits: gpu}, container{limits: cpu}), "tessera-binpack"},
+		{"GPU pod naming another Tessera profile", pod("tessera-spread", nil, container{limits: gpu}), "tessera-spread"},
+		{"GPU pod naming another scheduler", pod("volcano", nil, container{limits: gpu}), "volcano"},
+		{"GPU pod that opts out", pod("", map[string]string{"tessera.dev/keep-scheduler-name": "true"}, container{limits: gpu}), "default-scheduler"},
+		{"pod without GPUs", pod("", nil, container{limits: cpu}), "default-scheduler"},
+		{"pod asking for another vendor's GPU", pod("", nil, container{limits: v1.ResourceList{"nvidia.com/gpu": q("1")}}), "default-scheduler"},
+	} {
+		if got := admitted(tc.pod); got != tc.want {
+			t.Errorf("%s: schedulerName %q, want %q", tc.name, got, tc.want)
+		}
+	}
+
+	// HAMi-compatible names and another target profile: the policy follows the chart's
+	// resource names.
+	install("resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
+		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores",
+		"scheduler.setSchedulerName.schedulerName=tessera-fragmentation")
+	hami := v1.ResourceList{"nvidia.com/gpu": q("1"), "nvidia.com/gpumem": q("4096")}
+	chartWaitFor(t, c.ctx, "the policy with HAMi names to be applied", func() bool {
+		return admitted(pod("", nil, container{limits: hami})) == "tessera-fragmentation"
+	})
+	if got := admitted(pod("", nil, container{limits: gpu})); got != "default-scheduler" {
+		t.Errorf("a tessera.dev pod under HAMi names: schedulerName %q, want default-scheduler", got)
 	}
 }

@@ -96,3 +96,9 @@ gpuCores: {{ .Values.resourceDomain }}/gpu-cores
 {{- $names := include "tessera.resourceNames" . | fromYaml -}}
 {{- first (splitList "/" $names.gpu) -}}
 {{- end -}}
+
+{{/* tessera.quotedResourceNames: the four resource names, quoted, comma-separated. */}}
+{{- define "tessera.quotedResourceNames" -}}
+{{- $names := include "tessera.resourceNames" . | fromYaml -}}
+{{- range $i, $k := list "gpu" "gpuMemory" "gpuMemoryPercent" "gpuCores" }}{{ if $i }}, {{ end }}"{{ get $names $k }}"{{ end -}}
+{{- end -}}
