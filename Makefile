@@ -69,7 +69,7 @@ kubectl-tessera: ## Build bin/kubectl-tessera (kubectl tessera allocation|wait|a
 ##@ Test
 
 .PHONY: test
-test: test-unit test-hook test-integration test-e2e ## Run every test that needs no GPU (what CI runs)
+test: test-unit test-hook test-integration test-e2e test-security ## Run every test that needs no GPU (what CI runs)
 
 .PHONY: test-unit
 test-unit: ## Unit tests of all Go packages
@@ -88,6 +88,14 @@ test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-a
 test-e2e: ## The whole stack: control plane, scheduler, node agents and kwok, started by hack/local-up.sh
 	$(MAKE) --no-print-directory scheduler agent kubectl-tessera control-plane
 	BIN_DIR=$(BIN) $(GO) test -count=1 -timeout 20m ./test/e2e/...
+
+.PHONY: test-security
+test-security: ## The attack suite (test/security/attacks.txt): every listed attack has a test, and each passes because the attack fails
+	test/security/run.sh
+
+.PHONY: test-security-gpu
+test-security-gpu: ## The attack suite's real-GPU entries (a machine with an NVIDIA GPU, root, nvcc, PyTorch)
+	test/security/run.sh --gpu
 
 .PHONY: test-gpu
 test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)
