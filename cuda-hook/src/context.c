@@ -18,7 +18,11 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "hook.h"
+#include "context.h"
+#include "devices.h"
+#include "log.h"
+#include "memory.h"
+#include "state.h"
 
 #define NLIMITS 3 /* CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE, _MALLOC_HEAP_SIZE */
 

@@ -21,7 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hook.h"
+#include "devices.h"
+#include "graph.h"
+#include "log.h"
+#include "memory.h"
+#include "state.h"
 
 #define MAX_GRAPH_DEPTH 8
 

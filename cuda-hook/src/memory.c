@@ -14,7 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hook.h"
+#include "devices.h"
+#include "graph.h"
+#include "log.h"
+#include "memory.h"
+#include "state.h"
 
 enum kind { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
 

@@ -3,15 +3,35 @@
  * memory view: total = the limit, used = the container's counted usage.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <string.h>
 
-#include "hook.h"
+#include "devices.h"
+#include "interpose.h"
+#include "log.h"
+#include "state.h"
 
 #define NVML_ENTER()                                                           \
 	do {                                                                   \
 		if (tessera_init() != CUDA_SUCCESS)                            \
 			return NVML_ERROR_NO_PERMISSION;                       \
 	} while (0)
+
+/* Loads libnvidia-ml.so.1 and fills the NVML entries of the real-function table;
+ * caller holds nvml_mu. */
+static nvmlReturn_t load_library(void)
+{
+	if (tessera.libnvml != NULL)
+		return NVML_SUCCESS;
+	void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		tessera_log(TESSERA_LOG_ERROR, "cannot load libnvidia-ml.so.1: %s", dlerror());
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	}
+	tessera_resolve(h, TESSERA_LIB_NVML);
+	tessera.libnvml = h;
+	return NVML_SUCCESS;
+}
 
 /* Loads NVML and maps its devices to the container's; caller holds nvml_mu. */
 static nvmlReturn_t map_devices(void)
@@ -20,7 +40,7 @@ static nvmlReturn_t map_devices(void)
 	nvmlReturn_t rc;
 	if (tessera.nvml_ready)
 		return NVML_SUCCESS;
-	if ((rc = tessera_nvml_init()) != NVML_SUCCESS)
+	if ((rc = load_library()) != NVML_SUCCESS)
 		return rc;
 	if (REAL(nvmlDeviceGetCount_v2) == NULL || REAL(nvmlDeviceGetHandleByIndex_v2) == NULL ||
 	    REAL(nvmlDeviceGetUUID) == NULL)
@@ -59,7 +79,7 @@ static nvmlReturn_t after_init(nvmlReturn_t rc)
 static nvmlReturn_t load(void)
 {
 	pthread_mutex_lock(&tessera.nvml_mu);
-	nvmlReturn_t rc = tessera_nvml_init();
+	nvmlReturn_t rc = load_library();
 	pthread_mutex_unlock(&tessera.nvml_mu);
 	return rc;
 }

@@ -21,7 +21,19 @@
 #include <errno.h>
 #include <time.h>
 
-#include "hook.h"
+#include "devices.h"
+#include "graph.h"
+#include "log.h"
+#include "pacing.h"
+#include "state.h"
+
+/* Monotonic nanoseconds. */
+static int64_t tessera_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* The launch clock. All processes of a container read the same clock with the same
  * scale (the region keeps it), since they compare against one shared window end. */

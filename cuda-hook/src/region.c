@@ -31,7 +31,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hook.h"
+#include "log.h"
+#include "region.h"
+
+#ifndef TESSERA_SHM_DIR
+#define TESSERA_SHM_DIR "/dev/shm"
+#endif
 
 #define REGION_SLOTS TESSERA_REGION_SLOTS
 
