@@ -215,6 +215,57 @@ func TestRenderBindFallback(t *testing.T) {
 	}
 }
 
+// TestRenderAgentMetrics: the agent's /metrics is HTTPS with delegated authentication
+// and authorization (the agent may create token and access reviews), scraped with
+// Prometheus' token; a provided certificate is mounted and passed; without metrics the
+// agent may review nothing.
+func TestRenderAgentMetrics(t *testing.T) {
+	ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", KubeVersion: "1.37.2",
+		Set:         []string{"agent.metrics.serviceMonitor.enabled=true", "agent.metrics.tlsSecretName=agent-metrics-tls"},
+		APIVersions: []string{"monitoring.coreos.com/v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprint(find(t, ms, "ClusterRole", "gpu-node-agent")["rules"])
+	for _, r := range []string{"apiGroups:[authentication.k8s.io] resources:[tokenreviews] verbs:[create]",
+		"apiGroups:[authorization.k8s.io] resources:[subjectaccessreviews] verbs:[create]"} {
+		if !strings.Contains(role, r) {
+			t.Errorf("the agent's role lacks %s: %s", r, role)
+		}
+	}
+	spec := find(t, ms, "DaemonSet", "gpu-node-agent")["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	c := spec["containers"].([]any)[0].(map[string]any)
+	args := fmt.Sprint(c["args"])
+	for _, a := range []string{"--metrics-addr=:9464", "--metrics-secure=true",
+		"--tls-cert-file=/etc/tessera/metrics-tls/tls.crt", "--tls-private-key-file=/etc/tessera/metrics-tls/tls.key"} {
+		if !strings.Contains(args, a) {
+			t.Errorf("agent args lack %s: %s", a, args)
+		}
+	}
+	if got := fmt.Sprint(spec["volumes"]); !strings.Contains(got, "name:metrics-tls secret:map[secretName:agent-metrics-tls]") {
+		t.Errorf("volumes %s", got)
+	}
+	// kubelet's probes stay plain HTTP on the health port, without credentials.
+	if got := fmt.Sprint(c["livenessProbe"], c["readinessProbe"]); strings.Contains(got, "HTTPS") || !strings.Contains(got, "port:health") {
+		t.Errorf("probes %s", got)
+	}
+	ep := fmt.Sprint(find(t, ms, "ServiceMonitor", "gpu-node-agent")["spec"].(map[string]any)["endpoints"])
+	for _, s := range []string{"scheme:https", "bearerTokenFile:/var/run/secrets/kubernetes.io/serviceaccount/token", "insecureSkipVerify:true"} {
+		if !strings.Contains(ep, s) {
+			t.Errorf("ServiceMonitor endpoint lacks %s: %s", s, ep)
+		}
+	}
+
+	ms, err = Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", KubeVersion: "1.37.2",
+		Set: []string{"agent.metrics.enabled=false"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if role := fmt.Sprint(find(t, ms, "ClusterRole", "gpu-node-agent")["rules"]); strings.Contains(role, "review") {
+		t.Errorf("without metrics the agent may still create reviews: %s", role)
+	}
+}
+
 // TestRenderRejects checks that bad values fail with a message naming the problem,
 // at render time rather than in the cluster.
 func TestRenderRejects(t *testing.T) {

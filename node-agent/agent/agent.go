@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,6 +35,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/metrics"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
+	"github.com/tessera-dev/tessera/node-agent/serving"
 	"github.com/tessera-dev/tessera/node-agent/simsource"
 	"github.com/tessera-dev/tessera/node-agent/watchdog"
 )
@@ -89,7 +88,15 @@ type Config struct {
 	WatchdogComputeWindow    time.Duration
 	WatchdogComputeTolerance int
 
-	MetricsAddr string
+	// MetricsAddr serves /metrics: over HTTPS to callers the API server authenticates
+	// and allows to get the /metrics URL when MetricsSecure, in plain HTTP on a
+	// loopback address otherwise.
+	MetricsAddr   string
+	MetricsSecure bool
+	// TLSCertFile and TLSKeyFile are the HTTPS certificate and key; empty: self-signed,
+	// generated at start.
+	TLSCertFile string
+	TLSKeyFile  string
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
 	HealthAddr string
@@ -135,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HookLibrary != "" && !filepath.IsAbs(c.HookLibrary) {
 		return fmt.Errorf("--hook-library %q must be an absolute path", c.HookLibrary)
+	}
+	if err := c.validateServing(); err != nil {
+		return err
 	}
 	if c.HealthAddr != "" {
 		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
@@ -212,6 +222,9 @@ type Agent struct {
 	pods    *podCache
 	Metrics *metrics.Metrics
 	Health  *health.Checker
+	// Auth guards the metrics endpoint (with --metrics-secure): New delegates it to the
+	// API server; tests may replace it before Run.
+	Auth *serving.Auth
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -302,6 +315,13 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	a.Publisher.OnPublish = a.onPublish
 	a.Health = a.healthChecks()
+	if cfg.MetricsAddr != "" && cfg.MetricsSecure {
+		auth, err := serving.Delegated(client)
+		if err != nil {
+			return nil, err
+		}
+		a.Auth = auth
+	}
 	return a, nil
 }
 
@@ -460,36 +480,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)
 	}
-	// One server per address: metrics and health share one when the flags are equal.
-	muxes := map[string]*http.ServeMux{}
-	mux := func(addr string) *http.ServeMux {
-		if muxes[addr] == nil {
-			muxes[addr] = http.NewServeMux()
-		}
-		return muxes[addr]
-	}
-	if a.cfg.MetricsAddr != "" {
-		mux(a.cfg.MetricsAddr).Handle("/metrics", a.Metrics.Handler())
-	}
-	if a.cfg.HealthAddr != "" {
-		a.Health.Register(mux(a.cfg.HealthAddr))
-	}
-	for addr, m := range muxes {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			a.cancel()
-			wg.Wait()
-			return fmt.Errorf("listening on %s (--metrics-addr, --health-addr): %w", addr, err)
-		}
-		srv := &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-		start("http "+addr, func(ctx context.Context) error {
-			go func() { <-ctx.Done(); _ = srv.Close() }()
-			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		a.log.Info("serving", "addr", l.Addr().String(), "metrics", addr == a.cfg.MetricsAddr, "health", addr == a.cfg.HealthAddr)
+	if err := a.serve(ctx, start); err != nil {
+		a.cancel()
+		wg.Wait()
+		return err
 	}
 	// A subsystem that fails for good stops the agent, so that its pod restarts and the
 	// failure is visible, rather than running half-working.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
@@ -73,8 +74,13 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.IntVar(&c.WatchdogComputeTolerance, "watchdog-compute-tolerance", watchdog.DefaultComputeTolerance, "percentage points of the GPU tolerated above the gpu-cores grant")
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint (empty: none)")
-	fs.StringVar(&c.HealthAddr, "health-addr", ":9465", "address of the /healthz and /readyz endpoints (may equal --metrics-addr; empty: none)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint /metrics (empty: none)")
+	fs.BoolVar(&c.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS to callers the API server authenticates (TokenReview) "+
+		"and allows to get the /metrics URL (SubjectAccessReview); false: plain HTTP, only on a loopback --metrics-addr (local development)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert-file", "", "HTTPS certificate of the metrics endpoint, re-read when it changes (empty: self-signed, generated at start)")
+	fs.StringVar(&c.TLSKeyFile, "tls-private-key-file", "", "the key of --tls-cert-file")
+	fs.StringVar(&c.HealthAddr, "health-addr", ":9465", "address of the /healthz, /livez and /readyz endpoints, plain HTTP without authentication "+
+		"(equal to --metrics-addr: served there, open to all; empty: none)")
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", 3*time.Minute, "/healthz fails when the inventory poll or watchdog loop completes no pass, "+
 		"or NRI stays disconnected, for this long")
 }
@@ -107,6 +113,9 @@ func ApplySimulateDefaults(fs *flag.FlagSet, c *Config) {
 
 // Main opens the GPU source and the API client and runs the agent until ctx is done.
 func Main(ctx context.Context, cfg Config, log logr.Logger) error {
+	// The API machinery (client-go, the metrics endpoint's authentication) logs through
+	// klog: into the agent's log, in its format.
+	klog.SetLogger(log.WithName("k8s"))
 	src, err := OpenSource(&cfg, log)
 	if err != nil {
 		return err
@@ -121,7 +130,7 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 		return err
 	}
 	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
-		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr)
+		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr, "metricsSecure", cfg.MetricsSecure)
 	return a.Run(ctx)
 }
 

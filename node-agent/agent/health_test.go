@@ -93,9 +93,10 @@ func TestHealthInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	// One address for metrics and health: one server serves both.
+	// One address for metrics and health: one server serves both (plain HTTP on
+	// loopback, as in local development).
 	c := parse(t, "--simulate", topo, "--node-name", "sim-0", "--poll", "100ms", "--heartbeat", "1s",
-		"--health-addr", addr, "--metrics-addr", addr, "--stall-timeout", "1s")
+		"--health-addr", addr, "--metrics-addr", addr, "--metrics-secure=false", "--stall-timeout", "1s")
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,11 @@
 // The responses follow the Kubernetes components' convention: 200 and "ok", or 503 and
 // one line per check, "[+]name ok" or "[-]name failed: reason"; ?verbose lists every
 // check on success too.
+//
+// The endpoints answer without credentials (kubelet's probes carry none), so a reason
+// names only the agent's own state: a loop, a socket path, the node's inventory, an
+// error from NVML, the runtime, kubelet or the API server about the node. Never a pod,
+// container or namespace: those belong to the node's tenants.
 package health
 
 import (

@@ -474,6 +474,27 @@ func TestChartRBAC(t *testing.T) {
 		if _, err := agent.CoreV1().Events(ns).Create(c.ctx, ev, metav1.CreateOptions{}); err != nil {
 			t.Errorf("recording an event: %v", err)
 		}
+		// Its metrics endpoint delegates authentication and authorization: the agent asks
+		// the API server about a scraper's token and its right to get /metrics.
+		for _, chk := range []authorizationv1.ResourceAttributes{
+			{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"},
+			{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
+		} {
+			if !c.allowed(agent, chk) {
+				t.Errorf("the agent's service account may not create %s.%s", chk.Resource, chk.Group)
+			}
+		}
+		tr, err := agent.AuthenticationV1().TokenReviews().Create(c.ctx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: "not-a-token"}}, metav1.CreateOptions{})
+		if err != nil || tr.Status.Authenticated {
+			t.Errorf("the agent's token review of a forged token: %v, %+v", err, tr)
+		}
+		sar, err := agent.AuthorizationV1().SubjectAccessReviews().Create(c.ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: "system:serviceaccount:" + ns + ":tenant-scraper",
+				NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}}, metav1.CreateOptions{})
+		if err != nil || sar.Status.Allowed {
+			t.Errorf("the agent's access review of a tenant getting /metrics: %v, %+v", err, sar)
+		}
 		for _, chk := range []authorizationv1.ResourceAttributes{
 			{Verb: "get", Resource: "secrets", Namespace: ns},
 			{Verb: "patch", Resource: "pods", Namespace: ns},
