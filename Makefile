@@ -107,10 +107,13 @@ test-gpu-2: ## Node agent on two real GPUs: NVML inventory and links, containers
 	node-agent/gpu/run-two-gpu.sh build $(BIN)/gpu2
 	node-agent/gpu/run-two-gpu.sh run $(BIN)/gpu2
 
+# FUZZTIME is per target; CI passes a few seconds.
+FUZZTIME ?= 30s
+FUZZMINIMIZETIME ?= 10s
+
 .PHONY: fuzz
-fuzz: ## Fuzz the wire-contract decoders for 30 s each
-	for f in FuzzDecodeInventory FuzzDecodeAssignment FuzzParsePodRequest; do \
-		$(GO) test ./api -run XXX -fuzz "^$$f$$" -fuzztime 30s || exit 1; done
+fuzz: ## Run every fuzz target (decoders, cgroup paths, scheduler args, C vs Go limits reader) for FUZZTIME each
+	GO=$(GO) hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZETIME)
 
 ##@ Benchmarks
 

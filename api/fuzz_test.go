@@ -23,8 +23,15 @@ func FuzzDecodeInventory(f *testing.F) {
 		if err := inv.Validate(); err != nil {
 			t.Fatalf("decoded inventory does not validate: %v", err)
 		}
-		if _, err := EncodeInventory(inv); err != nil {
+		enc, err := EncodeInventory(inv)
+		if err != nil {
 			t.Fatalf("decoded inventory does not encode: %v", err)
+		}
+		// Compared by encoding: an empty list and a missing one decode apart but mean the same.
+		if again, err := DecodeInventory(enc); err != nil {
+			t.Fatalf("encoding does not decode: %v\n%s", err, enc)
+		} else if enc2, _ := EncodeInventory(again); enc2 != enc {
+			t.Fatalf("round trip changed the inventory:\n%s\n%s", enc, enc2)
 		}
 	})
 }
@@ -42,18 +49,28 @@ func FuzzDecodeAssignment(f *testing.F) {
 		if err := a.Validate(); err != nil {
 			t.Fatalf("decoded assignment does not validate: %v", err)
 		}
-		if _, err := EncodeAssignment(a); err != nil {
+		enc, err := EncodeAssignment(a)
+		if err != nil {
 			t.Fatalf("decoded assignment does not encode: %v", err)
+		}
+		// Compared by encoding: an empty list and a missing one decode apart but mean the same.
+		if again, err := DecodeAssignment(enc); err != nil {
+			t.Fatalf("encoding does not decode: %v\n%s", err, enc)
+		} else if enc2, _ := EncodeAssignment(again); enc2 != enc {
+			t.Fatalf("round trip changed the assignment:\n%s\n%s", enc, enc2)
 		}
 	})
 }
 
+// where puts the quantities in the limits (bit 0 clear) or the requests (set), of an
+// init container (bit 1) or not, so that every path of the parser is reached.
 func FuzzParsePodRequest(f *testing.F) {
 	for _, seed := range [][4]string{{"1", "", "", ""}, {"0", "4096", "", "30"}, {"", "", "50", ""}, {"1e3", "-1", "101", "1.5"}, {"8", "1Ti", "", "100"}} {
-		f.Add(seed[0], seed[1], seed[2], seed[3])
+		f.Add(seed[0], seed[1], seed[2], seed[3], uint8(0))
+		f.Add(seed[0], seed[1], seed[2], seed[3], uint8(3))
 	}
 	n := DefaultResourceNames()
-	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string) {
+	f.Fuzz(func(t *testing.T, gpu, mem, pct, cores string, where uint8) {
 		limits := corev1.ResourceList{}
 		for name, v := range map[corev1.ResourceName]string{n.GPU: gpu, n.GPUMemory: mem, n.GPUMemoryPercent: pct, n.GPUCores: cores} {
 			if v == "" {
@@ -65,10 +82,28 @@ func FuzzParsePodRequest(f *testing.F) {
 			}
 			limits[name] = q
 		}
-		pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Limits: limits}}}}}
+		c := corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{Limits: limits}}
+		if where&1 != 0 {
+			c.Resources = corev1.ResourceRequirements{Requests: limits}
+		}
+		pod := &corev1.Pod{}
+		if where&2 != 0 {
+			pod.Spec.InitContainers = []corev1.Container{c}
+		} else {
+			pod.Spec.Containers = []corev1.Container{c}
+		}
 		req, err := ParsePodRequest(pod, n)
 		if err != nil {
 			return
+		}
+		if len(limits) == 0 {
+			if !req.Empty() {
+				t.Fatalf("no GPU resources read as %+v", req)
+			}
+			return
+		}
+		if len(req.Containers) != 1 || req.Containers[0].Init != (where&2 != 0) {
+			t.Fatalf("request of %v read as %+v", limits, req)
 		}
 		for _, c := range req.Containers {
 			if c.GPUs < 1 || c.GPUs > MaxGPUsPerContainer || c.MemoryMiB < 0 || c.MemoryMiB > MaxMemoryMiB ||

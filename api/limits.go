@@ -202,6 +202,12 @@ func (l *ContainerLimits) Validate() error {
 	return nil
 }
 
+// CheckCgroupPath returns an error unless p can be the cgroup of a limits file:
+// absolute, at most MaxCgroupPathBytes, printable ASCII without spaces. The node
+// agent checks the cgroup paths it resolves with it, so that a container whose
+// cgroup Tessera cannot key is refused where the cgroup is found.
+func CheckCgroupPath(p string) error { return checkCgroup(p) }
+
 func checkCgroup(c string) error {
 	if c == "" || c[0] != '/' {
 		return fmt.Errorf("cgroup %q must be an absolute path", c)

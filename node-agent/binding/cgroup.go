@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // ResolveCgroup turns the cgroups path a runtime puts in the OCI spec into the path of
@@ -23,7 +25,7 @@ func ResolveCgroup(p string) (string, error) {
 		if strings.ContainsAny(p, " \t\n") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
 			return "", fmt.Errorf("cgroups path %q is not a clean absolute path", p)
 		}
-		return path.Clean(p), nil
+		return checked(p, path.Clean(p))
 	}
 	parts := strings.Split(p, ":")
 	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
@@ -34,6 +36,10 @@ func ResolveCgroup(p string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("cgroups path %q: %w", p, err)
 	}
+	// The unit is one cgroup inside the slice: a "/" would move it elsewhere.
+	if strings.Contains(prefix, "/") || strings.Contains(name, "/") {
+		return "", fmt.Errorf("cgroups path %q: the unit name holds a \"/\"", p)
+	}
 	unit := name
 	if prefix != "" {
 		unit = prefix + "-" + name
@@ -41,7 +47,17 @@ func ResolveCgroup(p string) (string, error) {
 	if !strings.HasSuffix(unit, ".slice") {
 		unit += ".scope"
 	}
-	return path.Join(dir, unit), nil
+	return checked(p, path.Join(dir, unit))
+}
+
+// checked returns the resolved path when the limits file can name it (the hook keys
+// the container's accounting by it), so that a cgroup Tessera cannot key is refused
+// here rather than when the limits are written.
+func checked(p, resolved string) (string, error) {
+	if err := api.CheckCgroupPath(resolved); err != nil {
+		return "", fmt.Errorf("cgroups path %q: %w", p, err)
+	}
+	return resolved, nil
 }
 
 // expandSlice turns "a-b-c.slice" into "/a.slice/a-b.slice/a-b-c.slice", as systemd

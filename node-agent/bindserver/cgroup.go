@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
 )
 
@@ -87,8 +88,8 @@ var runtimePrefixes = []string{"cri-containerd-", "crio-", "docker-"}
 // own) is rebuilt from the pod and container components, which name themselves fully
 // under systemd and under cgroupfs sit below kubelet's default root "/kubepods".
 func ParseCgroup(p string) (Identity, error) {
-	if p == "" || p[0] != '/' || strings.ContainsAny(p, " \t\n\x00") {
-		return Identity{}, fmt.Errorf("cgroup %q is not an absolute path", p)
+	if p == "" || p[0] != '/' || strings.IndexFunc(p, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		return Identity{}, fmt.Errorf("cgroup %q is not an absolute path of printable ASCII without spaces", p)
 	}
 	var comps []string
 	if t := strings.Trim(p, "/"); t != "" {
@@ -125,7 +126,7 @@ func ParseCgroup(p string) (Identity, error) {
 					return Identity{}, fmt.Errorf("cgroup %q: %w", p, err)
 				}
 			}
-			return Identity{PodUID: uid, ContainerID: id, Cgroup: cg}, nil
+			return found(p, Identity{PodUID: uid, ContainerID: id, Cgroup: cg})
 		}
 		if uid, ok := strings.CutPrefix(c, "pod"); ok && validUID(uid) && cgroupfsPodParent(comps, i, relative) {
 			if i+1 >= len(comps) {
@@ -143,13 +144,22 @@ func ParseCgroup(p string) (Identity, error) {
 				}
 				cg += "/" + c + "/" + comps[i+1]
 			}
-			return Identity{PodUID: uid, ContainerID: id, Cgroup: cg}, nil
+			return found(p, Identity{PodUID: uid, ContainerID: id, Cgroup: cg})
 		}
 	}
 	if strings.Contains(p, "kubepods") {
 		return Identity{}, fmt.Errorf("cgroup %q is under kubepods but names no pod", p)
 	}
 	return Identity{}, fmt.Errorf("cgroup %q is not a Kubernetes pod's container (no kubepods pod cgroup in it)", p)
+}
+
+// found returns id when the limits file can name its cgroup (a path longer than it
+// allows, from a deep enough parent, cannot be keyed).
+func found(p string, id Identity) (Identity, error) {
+	if err := api.CheckCgroupPath(id.Cgroup); err != nil {
+		return Identity{}, fmt.Errorf("cgroup %q: %w", p, err)
+	}
+	return id, nil
 }
 
 // systemdPodSlice matches kubepods-pod<uid>.slice, kubepods-burstable-pod<uid>.slice

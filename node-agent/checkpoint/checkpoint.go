@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -110,12 +111,60 @@ func decode(data []byte) (map[string]Record, error) {
 	}
 	recs := make(map[string]Record, len(list))
 	for _, r := range list {
-		if r.ContainerID == "" {
-			return nil, errors.New("a record has no container id")
+		if err := r.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := recs[r.ContainerID]; dup {
+			return nil, fmt.Errorf("container %s has two records", r.ContainerID)
 		}
 		recs[r.ContainerID] = r
 	}
 	return recs, nil
+}
+
+// Validate checks that r is a record the agent could have written: a container id,
+// devices that make a valid grant (as in an assignment), a clean cgroup path, phases
+// only for the granted GPUs that the limits file accepts, and a limits directory
+// named after the cgroup. A checkpoint whose checksum matches but that holds any
+// other record is corrupt all the same: the agent rebuilds from the runtime rather
+// than enforce, or remove directories, from it.
+func (r Record) Validate() error {
+	if r.ContainerID == "" {
+		return errors.New("a record has no container id")
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("record of container %s: %s", r.ContainerID, fmt.Sprintf(format, a...))
+	}
+	grant := api.PodAssignment{Version: api.AssignmentVersion, Node: "-",
+		Containers: []api.ContainerAssignment{{Name: "-", Devices: r.Devices}}}
+	if err := grant.Validate(); err != nil {
+		return bad("devices: %v", err)
+	}
+	if r.Cgroup != path.Clean(r.Cgroup) {
+		return bad("cgroup %q is not a clean path", r.Cgroup)
+	}
+	limits, err := api.NewContainerLimits(grant.Containers[0], r.Cgroup)
+	if err != nil {
+		return bad("%v", err)
+	}
+	placed := 0
+	for i := range limits.GPUs {
+		if p, ok := r.Phases[limits.GPUs[i].UUID]; ok {
+			limits.GPUs[i].Phase = p
+			placed++
+		}
+	}
+	if placed != len(r.Phases) {
+		return bad("phases name a GPU the container was not granted")
+	}
+	if err := limits.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	if r.LimitsDir != "" && (!filepath.IsAbs(r.LimitsDir) || filepath.Clean(r.LimitsDir) != r.LimitsDir ||
+		filepath.Base(r.LimitsDir) != api.LimitsKey(r.Cgroup)) {
+		return bad("limits directory %q is not the cgroup's", r.LimitsDir)
+	}
+	return nil
 }
 
 func encode(recs map[string]Record) ([]byte, error) {

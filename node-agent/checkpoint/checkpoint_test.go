@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -60,6 +61,28 @@ func TestCorruption(t *testing.T) {
 		"version":    func(b []byte) []byte { return []byte(strings.Replace(string(b), `"version": 1`, `"version": 9`, 1)) },
 		"empty":      func([]byte) []byte { return nil },
 		"bad record": func([]byte) []byte { return mustFile(t, `[{"containerID":""}]`) },
+		// The checksum matches in the cases below; the records themselves cannot be trusted.
+		"duplicate": func([]byte) []byte { return mustFile(t, "["+recJSON(t, rec("a"))+","+recJSON(t, rec("a"))+"]") },
+		"limits dir escapes": func([]byte) []byte {
+			r := rec("a")
+			r.LimitsDir = "/run/tessera/containers/../../../etc/" + api.LimitsKey(r.Cgroup)
+			return mustFile(t, "["+recJSON(t, r)+"]")
+		},
+		"no devices": func([]byte) []byte {
+			r := rec("a")
+			r.Devices, r.Phases = nil, nil
+			return mustFile(t, "["+recJSON(t, r)+"]")
+		},
+		"phase past the period": func([]byte) []byte {
+			r := rec("a")
+			r.Phases["GPU-1"] = 80
+			return mustFile(t, "["+recJSON(t, r)+"]")
+		},
+		"negative index": func([]byte) []byte {
+			r := rec("a")
+			r.Devices[0].Index = -1
+			return mustFile(t, "["+recJSON(t, r)+"]")
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "checkpoint.json")
@@ -91,6 +114,14 @@ func TestCorruption(t *testing.T) {
 			}
 		})
 	}
+}
+
+func recJSON(t *testing.T, r Record) string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func mustFile(t *testing.T, records string) []byte {
