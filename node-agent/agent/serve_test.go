@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
@@ -12,15 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/tessera-dev/tessera/node-agent/serving"
 )
@@ -80,33 +74,18 @@ func TestMetricsDelegatedAuth(t *testing.T) {
 	if !c.MetricsSecure {
 		t.Fatal("--metrics-secure is not the default")
 	}
-	src, err := OpenSource(&c, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}})
-	a, err := New(c, logr.Discard(), client, src, record.NewFakeRecorder(100))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, start := startAgent(t, c)
 	// The reviews go to an API server that knows two tokens.
 	const prometheus = "system:serviceaccount:monitoring:prometheus"
 	reviews, tokenReviews, accessReviews := reviewServer(t, map[string]string{
 		"prometheus-token": prometheus,
 		"tenant-token":     "system:serviceaccount:tenant-a:default",
 	}, prometheus)
+	var err error
 	if a.Auth, err = serving.Delegated(reviews); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	start()
 
 	// The certificate is self-signed: nothing here can verify it, as for Prometheus.
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}

@@ -39,18 +39,24 @@ func cgroupRoot(t *testing.T) string {
 	return ""
 }
 
+// testCgroup makes a cgroup of its own under the v2 root, removed when the test ends
+// (after its processes have exited), and returns its directory.
+func testCgroup(t *testing.T, prefix string) string {
+	dir := filepath.Join(cgroupRoot(t), fmt.Sprintf("%s-%d", prefix, os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
 // TestWatchdogRealProcess (go test -tags gpu, as root): a PyTorch process in a cgroup
 // of its own allocates 1 GiB; the watchdog must attribute its NVML memory to the
 // record of that cgroup, leave it alone under a large limit, and end it under a
 // small one.
 func TestWatchdogRealProcess(t *testing.T) {
-	root := cgroupRoot(t)
-	name := fmt.Sprintf("tessera-verify-%d", os.Getpid())
-	dir := filepath.Join(root, name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(dir)
+	dir := testCgroup(t, "tessera-verify")
+	name := filepath.Base(dir)
 	script := "import torch,time\n" +
 		"x=torch.empty(1<<30,dtype=torch.uint8,device='cuda'); x.fill_(1); torch.cuda.synchronize()\n" +
 		"print('ready',flush=True); time.sleep(120)\n"
@@ -170,13 +176,8 @@ func TestWatchdogEndsBypassingProcess(t *testing.T) {
 		{"dips 2s of every 8s", 6, 2, time.Duration(float64(DefaultGrace)/0.75) + 2*DefaultInterval},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := cgroupRoot(t)
-			name := fmt.Sprintf("tessera-bypass-%d", os.Getpid())
-			dir := filepath.Join(root, name)
-			if err := os.Mkdir(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			defer os.Remove(dir)
+			dir := testCgroup(t, "tessera-bypass")
+			name := filepath.Base(dir)
 			script := "import sys,time,torch\n" +
 				"torch.zeros(1,device='cuda'); torch.cuda.synchronize()\n" +
 				"print('base',flush=True); sys.stdin.readline()\n" +
