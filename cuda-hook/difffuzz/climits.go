@@ -10,6 +10,7 @@ package difffuzz
 #cgo CFLAGS: -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -pthread
 #cgo CFLAGS: -I${SRCDIR}/../src -include ${SRCDIR}/../compat/glibc-2.28.h
 #include "../src/limits.c"
+#include "../src/bind_reply.c"
 */
 import "C"
 
@@ -78,4 +79,17 @@ func copyString(dst []C.char, s string) {
 		dst[i] = C.char(s[i])
 	}
 	dst[len(s)] = 0
+}
+
+// ParseReply runs tessera_bind_parse_reply over the n bytes at p: the reply's kind
+// (C's TESSERA_REPLY_*), the limits' size for an ok reply, and the agent's reason or
+// what is wrong otherwise.
+func ParseReply(p unsafe.Pointer, n int) (kind, size int, text string) {
+	var sz C.size_t
+	var msg [400]C.char
+	k := C.tessera_bind_parse_reply((*C.char)(p), C.size_t(n), &sz, &msg[0], C.size_t(len(msg)))
+	if k == C.TESSERA_REPLY_OK {
+		return int(k), int(sz), ""
+	}
+	return int(k), 0, C.GoString(&msg[0])
 }

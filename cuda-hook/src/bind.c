@@ -123,19 +123,14 @@ int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, 
 		tessera_fail(err, errlen, "the node agent at %s closed the connection without an answer", path);
 	} else if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		tessera_fail(err, errlen, "the node agent's answer was truncated");
-	} else if (line[n - 1] != '\n') {
-		tessera_fail(err, errlen, "the node agent's answer is not one line");
 	} else {
-		line[n - 1] = '\0';
-		for (ssize_t i = 0; i < n - 1; i++)
-			if ((unsigned char)line[i] < 0x20 || (unsigned char)line[i] > 0x7e)
-				line[i] = '?';
-		unsigned long size = 0;
-		char extra;
-		if (strncmp(line, "error ", 6) == 0) {
-			tessera_fail(err, errlen, "the node agent refused: %s", line + 6);
-		} else if (sscanf(line, "ok %lu%c", &size, &extra) != 1 || size == 0 || size > TESSERA_MAX_LIMITS_BYTES) {
-			tessera_fail(err, errlen, "the node agent's answer \"%.100s\" is not understood", line);
+		size_t size = 0;
+		char why[400];
+		int kind = tessera_bind_parse_reply(line, (size_t)n, &size, why, sizeof(why));
+		if (kind == TESSERA_REPLY_REFUSED) {
+			tessera_fail(err, errlen, "the node agent refused: %s", why);
+		} else if (kind != TESSERA_REPLY_OK) {
+			tessera_fail(err, errlen, "%s", why);
 		} else if (nfds != 1) {
 			tessera_fail(err, errlen, "the node agent's answer came with %d descriptors, want 1", nfds);
 		} else {

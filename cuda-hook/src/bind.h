@@ -23,6 +23,16 @@
 #define TESSERA_BIND_TIMEOUT_S 30
 #endif
 
+/* What tessera_bind_parse_reply found in the agent's reply packet. */
+enum {
+	TESSERA_REPLY_OK = 0,         /* *size is the limits' size in bytes */
+	TESSERA_REPLY_REFUSED = 1,    /* msg holds the agent's reason */
+	TESSERA_REPLY_MALFORMED = -1, /* msg says what is wrong */
+};
+
+/* Parses the agent's reply packet buf[0..n) (bind_reply.c). */
+int tessera_bind_parse_reply(const char *buf, size_t n, size_t *size, char *msg, size_t msglen);
+
 /* Asks the agent at path for this process's limits. Returns 0, or -1 with the reason
  * (the agent's own when it refused) in err. */
 int tessera_bind_fetch(const char *path, struct tessera_limits *out, char *err, size_t errlen);

@@ -1,10 +1,10 @@
 package bindserver
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -53,17 +53,9 @@ func Fetch(socket string, timeout time.Duration) ([]byte, error) {
 			unix.Close(fd)
 		}
 	}()
-	line := string(buf[:n])
-	if !strings.HasSuffix(line, "\n") {
-		return nil, fmt.Errorf("agent reply %q is not one line", line)
-	}
-	line = strings.TrimSuffix(line, "\n")
-	if reason, ok := strings.CutPrefix(line, "error "); ok {
-		return nil, errors.New(reason)
-	}
-	var size int
-	if _, err := fmt.Sscanf(line, "ok %d", &size); err != nil || size <= 0 || size > api.MaxLimitsBytes {
-		return nil, fmt.Errorf("agent reply %q is not understood", line)
+	kind, size, text := ParseReply(buf[:n])
+	if kind != ReplyOK {
+		return nil, errors.New(text)
 	}
 	if len(fds) != 1 {
 		return nil, fmt.Errorf("agent reply came with %d descriptors, want 1", len(fds))
@@ -80,4 +72,62 @@ func Fetch(socket string, timeout time.Duration) ([]byte, error) {
 		return nil, fmt.Errorf("reading the limits: %d of %d bytes, %v", m, size, err)
 	}
 	return data, nil
+}
+
+// ReplyKind is what a reply packet on the fallback socket says.
+type ReplyKind int
+
+const (
+	// ReplyOK: the limits follow in the attached descriptor, this many bytes.
+	ReplyOK ReplyKind = iota
+	// ReplyRefused: the agent refused; the text is its reason.
+	ReplyRefused
+	// ReplyMalformed: not a reply the protocol allows; the text says so.
+	ReplyMalformed
+)
+
+// ParseReply reads one reply packet: exactly one line, "ok <bytes>\n" (a decimal
+// without sign or leading zero, 1 to api.MaxLimitsBytes) or "error <reason>\n". The
+// reason and the text of a malformed reply have bytes outside printable ASCII shown as
+// '?'. The hook's C reader (cuda-hook/src/bind_reply.c) must decide exactly the same;
+// cuda-hook/difffuzz fuzzes the two against each other.
+func ParseReply(b []byte) (kind ReplyKind, size int, text string) {
+	n := len(b)
+	if n == 0 || b[n-1] != '\n' || bytes.IndexByte(b[:n-1], '\n') >= 0 {
+		return ReplyMalformed, 0, "the node agent's answer is not one line"
+	}
+	line := b[:n-1]
+	if reason, ok := bytes.CutPrefix(line, []byte("error ")); ok {
+		return ReplyRefused, 0, printable(reason)
+	}
+	if digits, ok := bytes.CutPrefix(line, []byte("ok ")); ok && len(digits) >= 1 && len(digits) <= 10 && digits[0] != '0' {
+		v := 0
+		for _, c := range digits {
+			if c < '0' || c > '9' {
+				v = -1
+				break
+			}
+			v = v*10 + int(c-'0')
+		}
+		if v > 0 && v <= api.MaxLimitsBytes {
+			return ReplyOK, v, ""
+		}
+	}
+	shown := line
+	if len(shown) > 100 {
+		shown = shown[:100]
+	}
+	return ReplyMalformed, 0, "the node agent's answer \"" + printable(shown) + "\" is not understood"
+}
+
+// printable shows each byte outside printable ASCII as '?'.
+func printable(b []byte) string {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			c = '?'
+		}
+		out[i] = c
+	}
+	return string(out)
 }
