@@ -33,14 +33,11 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
 	var cfg agent.Config
-	var logFormat string
-	var verbosity int
 	var printInventory, printVersion bool
 	agent.BindFlags(fs, &cfg)
+	logging := agent.AddLoggingFlags(fs)
 	fs.BoolVar(&printInventory, "print-inventory", false, "print the GPU inventory the agent would publish, as JSON, and exit (needs no API server)")
 	fs.BoolVar(&printVersion, "version", false, "print the version and exit")
-	fs.StringVar(&logFormat, "log-format", "json", "log format: json or console")
-	fs.IntVar(&verbosity, "v", 0, "log verbosity (0: info)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,7 +50,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
 		return 2
 	}
-	log, flush, err := agent.NewLogger(logFormat, verbosity)
+	log, flush, err := agent.ApplyLogging(logging)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

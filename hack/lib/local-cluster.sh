@@ -386,7 +386,7 @@ tessera::start_agent() {
     --kubeconfig "$RUN_DIR/kubeconfig" \
     --heartbeat "$AGENT_HEARTBEAT" \
     --poll 1s \
-    --log-format console
+    --logging-format text
 }
 
 # tessera::topology_of NODE prints the topology file of NODE from the node list.

@@ -120,15 +120,25 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestLogger(t *testing.T) {
-	for _, f := range []string{"json", "console"} {
-		if _, flush, err := NewLogger(f, 1); err != nil {
-			t.Errorf("%s: %v", f, err)
-		} else {
-			flush()
+func TestLoggingFlags(t *testing.T) {
+	for args, want := range map[string]string{
+		"":                                    "",
+		"--logging-format=text -v=3":          "",
+		"--logging-format=text --vmodule=x=2": "",
+		"--logging-format=json --vmodule=x=2": "only supported for text",
+		"--logging-format=xml":                "xml",
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		c := AddLoggingFlags(fs)
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatalf("%s: %v", args, err)
 		}
-	}
-	if _, _, err := NewLogger("xml", 0); err == nil {
-		t.Error("xml accepted")
+		err := ValidateLogging(c)
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(want))) {
+			t.Errorf("%q: %v, want %q", args, err, want)
+		}
+		if args == "" && c.Format != "json" {
+			t.Errorf("default format %q, want json", c.Format)
+		}
 	}
 }

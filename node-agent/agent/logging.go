@@ -1,42 +1,58 @@
 package agent
 
 import (
+	"flag"
 	"fmt"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/zapr"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+	"k8s.io/component-base/featuregate"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // the json format (zap underneath)
+	"k8s.io/klog/v2"
 )
 
-// NewLogger returns a zap logger behind logr: JSON lines by default, human-readable
-// console output when format is "console". verbosity is logr's V level: 0 logs Info,
-// 1 also logs V(1), and so on.
-func NewLogger(format string, verbosity int) (logr.Logger, func(), error) {
-	var cfg zap.Config
-	switch format {
-	case "json", "":
-		cfg = zap.NewProductionConfig()
-		cfg.EncoderConfig.TimeKey = "ts"
-		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-		// Errors here are operational (a node without a driver, an API error), not bugs:
-		// a stack trace would only bury the message.
-		cfg.DisableStacktrace = true
-	case "console":
-		cfg = zap.NewDevelopmentConfig()
-		cfg.DisableStacktrace = true
-	default:
-		return logr.Discard(), func() {}, fmt.Errorf("--log-format: %q is not json or console", format)
+// AddLoggingFlags registers component-base's logging flags on fs — --logging-format
+// (json by default here, or text), -v, --vmodule, --log-flush-frequency and the split
+// stream options — the same flags kube-scheduler has, and returns the configuration
+// they fill.
+func AddLoggingFlags(fs *flag.FlagSet) *logsapi.LoggingConfiguration {
+	c := logsapi.NewLoggingConfiguration()
+	c.Format = logsapi.JSONLogFormat
+	logsapi.AddGoFlags(c, fs)
+	return c
+}
+
+// loggingGates are the feature gates component-base's logging options read.
+func loggingGates() (featuregate.MutableFeatureGate, error) {
+	fg := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(fg); err != nil {
+		return nil, err
 	}
-	if verbosity < 0 || verbosity > 10 {
-		return logr.Discard(), func() {}, fmt.Errorf("-v: %d out of range 0..10", verbosity)
+	return fg, nil
+}
+
+// ValidateLogging checks a logging configuration without applying it.
+func ValidateLogging(c *logsapi.LoggingConfiguration) error {
+	fg, err := loggingGates()
+	if err != nil {
+		return err
 	}
-	// zap levels below Debug are how zapr expresses logr's V levels.
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.Level(-verbosity))
-	cfg.Sampling = nil
-	z, err := cfg.Build()
+	if errs := logsapi.Validate(c, fg, nil); len(errs) > 0 {
+		return fmt.Errorf("logging flags: %w", errs.ToAggregate())
+	}
+	return nil
+}
+
+// ApplyLogging validates c and routes all logging through it: the agent's own lines
+// (the returned logger) and client-go's (klog) then share one format and one stream.
+// flush writes what is buffered; call it before exiting.
+func ApplyLogging(c *logsapi.LoggingConfiguration) (log logr.Logger, flush func(), err error) {
+	fg, err := loggingGates()
 	if err != nil {
 		return logr.Discard(), func() {}, err
 	}
-	return zapr.NewLogger(z), func() { _ = z.Sync() }, nil
+	if err := logsapi.ValidateAndApply(c, fg); err != nil {
+		return logr.Discard(), func() {}, fmt.Errorf("logging flags: %w", err)
+	}
+	return klog.Background(), klog.Flush, nil
 }
