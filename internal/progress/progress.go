@@ -1,6 +1,6 @@
 // Package progress shows how far long runs (the B1 replay, the B2 phases) have got:
 // one bar per task with an ETA when the output is a terminal, and plain lines every
-// interval when it is not (CI logs, a redirect), which read well in a log file and
+// interval (and one at each task's end) when it is not (CI logs, a redirect), which read well in a log file and
 // carry no escape sequences.
 package progress
 
@@ -24,7 +24,7 @@ const (
 	Auto Mode = "auto"
 	// Bars draws one bar per running task (mpb), redrawn in place.
 	Bars Mode = "bars"
-	// Lines prints one line per running task every interval.
+	// Lines prints one line per running task every interval, and one when it ends.
 	Lines Mode = "lines"
 	// Off shows nothing.
 	Off Mode = "off"
@@ -64,6 +64,7 @@ type Reporter struct {
 	tasks []*Task // Lines mode: the tasks not yet done, in the order added
 	stop  chan struct{}
 	done  chan struct{}
+	close sync.Once
 }
 
 // Option changes a Reporter.
@@ -131,15 +132,27 @@ func (r *Reporter) Writer(out io.Writer) io.Writer {
 }
 
 // Wait returns when every task is done (bars drawn for the last time, the ticker
-// stopped). Call it once, after the last task's Done.
+// stopped). Call it after the last task's Done.
 func (r *Reporter) Wait() {
-	switch r.mode {
-	case Bars:
+	if r.mode == Bars {
 		r.bars.Wait()
-	case Lines:
-		close(r.stop)
-		<-r.done
 	}
+	r.Close()
+}
+
+// Close stops the reporter without waiting for unfinished tasks (a caller that fails
+// half way); bars are left as last drawn. It may be called more than once, and after
+// Wait.
+func (r *Reporter) Close() {
+	r.close.Do(func() {
+		switch r.mode {
+		case Bars:
+			r.bars.Shutdown()
+		case Lines:
+			close(r.stop)
+			<-r.done
+		}
+	})
 }
 
 func (r *Reporter) tick() {
@@ -198,16 +211,10 @@ func (t *Task) Set(n int64) {
 	}
 }
 
-// Done ends the task: its bar shows "done" at the count reached, and no more lines
-// are printed for it. ok false (the task failed) drops its bar instead.
+// Done ends the task: its bar shows "done" at the count reached (or goes, with
+// RemoveDone); in Lines mode a last line says so. ok false (the task failed) drops
+// its bar, and its last line says "failed".
 func (t *Task) Done(ok bool) {
-	if t.bar != nil {
-		if ok {
-			t.bar.SetTotal(-1, true)
-		} else {
-			t.bar.Abort(false)
-		}
-	}
 	r := t.r
 	r.mu.Lock()
 	for i, x := range r.tasks {
@@ -217,6 +224,32 @@ func (t *Task) Done(ok bool) {
 		}
 	}
 	r.mu.Unlock()
+	if r.mode == Lines {
+		end := "done"
+		if !ok {
+			end = "failed"
+		}
+		fmt.Fprintln(r.out, t.endLine(r.now(), end))
+	}
+	if t.bar != nil {
+		if ok {
+			t.bar.SetTotal(-1, true)
+		} else {
+			t.bar.Abort(false)
+		}
+	}
+}
+
+// endLine is the task's last line, e.g. "progress: baseline: 2000/2000, done in 2.3s".
+func (t *Task) endLine(now time.Time, end string) string {
+	t.mu.Lock()
+	n, total := t.count, t.total
+	t.mu.Unlock()
+	count := fmt.Sprint(n)
+	if total > 0 {
+		count = fmt.Sprintf("%d/%d", n, total)
+	}
+	return fmt.Sprintf("%s%s: %s, %s in %s", LinePrefix, t.name, count, end, now.Sub(t.start).Round(100*time.Millisecond))
 }
 
 // line is the task's plain progress line, e.g.

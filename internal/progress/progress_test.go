@@ -66,7 +66,7 @@ func TestLinesMode(t *testing.T) {
 	b.Done(false)
 	r.Wait()
 	got := out.String()
-	for _, want := range []string{"progress: a: 5/10 (50.0%)", "progress: b: 1/4 (25.0%)"} {
+	for _, want := range []string{"progress: a: 5/10 (50.0%)", "progress: b: 1/4 (25.0%)", "progress: a: 5/10, done in ", "progress: b: 1/4, failed in "} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
@@ -136,5 +136,20 @@ func TestBarsRemoveDone(t *testing.T) {
 	// The last thing written moves the cursor up over the bar and erases it.
 	if got := out.String(); !strings.HasSuffix(got, "\x1b[1A\x1b[J") {
 		t.Errorf("the bar was not erased at the end:\n%q", got)
+	}
+}
+
+func TestCloseLeavesUnfinished(t *testing.T) {
+	for _, m := range []Mode{Bars, Lines} {
+		var out syncBuffer
+		r := New(&out, m, time.Millisecond)
+		r.Add("never done", 10).Set(3)
+		finished := make(chan struct{})
+		go func() { r.Close(); r.Close(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Close waited for an unfinished task", m)
+		}
 	}
 }
