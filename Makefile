@@ -176,10 +176,11 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module, Kubernetes-pin and rendered-manifest checks
+verify: lint ## lint, plus module, Kubernetes-pin, rendered-manifest and chart-README checks
 	hack/verify-k8s-version.sh $(K8S_VERSION)
 	$(GO) mod verify
 	hack/verify-manifests.sh
+	$(GO) run ./hack/chart-readme -verify
 
 .PHONY: clean
 clean: ## Remove build outputs
@@ -243,3 +244,11 @@ manifests: ## Render the Helm chart to the plain manifests in config/deploy/mani
 .PHONY: verify-manifests
 verify-manifests: ## Check that config/deploy/manifests is what the chart renders
 	hack/verify-manifests.sh
+
+.PHONY: chart-readme
+chart-readme: ## Write the values table of config/deploy/tessera/README.md from values.yaml's comments and values.schema.json
+	$(GO) run ./hack/chart-readme
+
+.PHONY: verify-chart-readme
+verify-chart-readme: ## Check that the chart README's values table matches values.yaml
+	$(GO) run ./hack/chart-readme -verify
