@@ -149,12 +149,19 @@ bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, eve
 	$(GO) build -o $(BIN)/tessera-sim ./cmd/tessera-sim
 	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -out _output/b1
 
+# The whole go test -v log goes to _output/b2/last-run.log; the progress of each phase
+# (nodes and pods created, pods bound) reaches the terminal while it runs: bars drawn
+# on /dev/tty when stderr is a terminal, else the test's plain progress lines, picked
+# out of the log as it is written.
 .PHONY: bench-b2
-bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profile against a real API server; results in _output/b2
+bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profile against a real API server, with progress; results in _output/b2
 	mkdir -p _output/b2
-	TESSERA_B2=1 TESSERA_B2_NODES=$(B2_NODES) TESSERA_B2_PODS=$(B2_PODS) TESSERA_B2_ROUNDS=$(B2_ROUNDS) TESSERA_B2_PROFILE=$(B2_PROFILE) PATH=$(BIN):$$PATH \
-		$(GO) test -count=1 -timeout 60m -run '^TestB2SchedulingThroughput$$' -v ./test/integration \
-		> _output/b2/last-run.log 2>&1 || { tail -50 _output/b2/last-run.log; exit 1; }
+	set -o pipefail; \
+	TESSERA_B2=1 TESSERA_B2_NODES=$(B2_NODES) TESSERA_B2_PODS=$(B2_PODS) TESSERA_B2_ROUNDS=$(B2_ROUNDS) TESSERA_B2_PROFILE=$(B2_PROFILE) \
+		TESSERA_B2_PROGRESS=$$([ -t 2 ] && echo /dev/tty) PATH=$(BIN):$$PATH \
+		$(GO) test -count=1 -timeout 60m -run '^TestB2SchedulingThroughput$$' -v ./test/integration 2>&1 \
+		| tee _output/b2/last-run.log | { grep --line-buffered '^progress: ' >&2 || true; } \
+		|| { tail -50 _output/b2/last-run.log; exit 1; }
 	cat _output/b2/b2-$(B2_NODES)n-$(B2_PODS)p.md
 
 .PHONY: bench-gpu
@@ -169,10 +176,11 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module, Kubernetes-pin and rendered-manifest checks
+verify: lint ## lint, plus module, Kubernetes-pin, rendered-manifest and chart-README checks
 	hack/verify-k8s-version.sh $(K8S_VERSION)
 	$(GO) mod verify
 	hack/verify-manifests.sh
+	$(GO) run ./hack/chart-readme -verify
 
 .PHONY: clean
 clean: ## Remove build outputs
@@ -236,3 +244,11 @@ manifests: ## Render the Helm chart to the plain manifests in config/deploy/mani
 .PHONY: verify-manifests
 verify-manifests: ## Check that config/deploy/manifests is what the chart renders
 	hack/verify-manifests.sh
+
+.PHONY: chart-readme
+chart-readme: ## Write the values table of config/deploy/tessera/README.md from values.yaml's comments and values.schema.json
+	$(GO) run ./hack/chart-readme
+
+.PHONY: verify-chart-readme
+verify-chart-readme: ## Check that the chart README's values table matches values.yaml
+	$(GO) run ./hack/chart-readme -verify

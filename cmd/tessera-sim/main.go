@@ -16,6 +16,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -26,6 +27,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-dev/tessera/internal/progress"
 )
 
 func main() {
@@ -39,13 +42,27 @@ func main() {
 		outDir     = flag.String("out", "_output/b1", "directory for the result files")
 		jobs       = flag.Int("jobs", runtime.GOMAXPROCS(0), "runs (policy × seed) executed at once")
 		maxPods    = flag.Int("max-pods", 0, "stop each run after this many pods (0: the whole workload); for quick checks")
+		progMode   = flag.String("progress", "auto", "progress on stderr: bars (one per running run), lines (one line per running run every -progress-interval), off; auto: bars on a terminal, else lines")
+		progEvery  = flag.Duration("progress-interval", 30*time.Second, "how often lines mode reports")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods); err != nil {
+	mode, err := progress.ParseMode(*progMode)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tessera-sim: -progress:", err)
+		os.Exit(2)
+	}
+	prog := progressOptions{mode: mode, interval: *progEvery}
+	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods, prog); err != nil {
 		fmt.Fprintln(os.Stderr, "tessera-sim:", err)
 		os.Exit(1)
 	}
+}
+
+// progressOptions says how the runs' progress is shown on stderr.
+type progressOptions struct {
+	mode     progress.Mode
+	interval time.Duration
 }
 
 func policyNames() string {
@@ -80,7 +97,7 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int) error {
+func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int, prog progressOptions) error {
 	seeds, err := parseSeeds(seedList)
 	if err != nil {
 		return err
@@ -149,6 +166,16 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ctx := klog.NewContext(context.Background(), klog.Background())
+	// Progress goes to stderr, the results to stdout; while bars are drawn on the
+	// terminal stdout also is, the result lines are printed above the bars, and a
+	// finished run's line replaces its bar.
+	rep := progress.New(os.Stderr, prog.mode, prog.interval, progress.RemoveDone())
+	stdout := rep.Writer(os.Stdout)
+	// klog's lines (a framework being built) would tear the bars just as well.
+	if w := rep.Writer(os.Stderr); w != io.Writer(os.Stderr) {
+		klog.LogToStderr(false)
+		klog.SetOutput(w)
+	}
 	for i, w := range work {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -156,7 +183,9 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 			defer wg.Done()
 			defer func() { <-sem }()
 			start := time.Now()
-			r, err := replayOnce(ctx, cl, w.pol, cfg, w.seed, inflation, parallelism, maxPods)
+			task := rep.Add(fmt.Sprintf("%s seed %d", w.pol.name, w.seed), 0)
+			r, err := replayOnce(ctx, cl, w.pol, cfg, w.seed, inflation, parallelism, maxPods, task)
+			task.Done(err == nil)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s seed %d: %w", w.pol.name, w.seed, err)
 				return
@@ -165,11 +194,13 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 			results[i] = r
 			u := curve(r.points, cl.totalGPU, 130)
 			mu.Lock()
-			fmt.Printf("%-14s seed %d: U(100) = %5.2f%%  scheduled %d/%d  %.0fs  failed up to 100%%: %v\n", w.pol.name, w.seed, 100-u[100], r.scheduled, r.podsTotal, r.wallSeconds, r.failedKinds)
+			fmt.Fprintf(stdout, "%-14s seed %d: U(100) = %5.2f%%  scheduled %d/%d  %.0fs  failed up to 100%%: %v\n", w.pol.name, w.seed, 100-u[100], r.scheduled, r.podsTotal, r.wallSeconds, r.failedKinds)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	rep.Wait()
+	klog.LogToStderr(true)
 	for _, err := range errs {
 		if err != nil {
 			return err

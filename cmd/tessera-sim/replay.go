@@ -24,6 +24,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 
+	"github.com/tessera-dev/tessera/internal/progress"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
 	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 )
@@ -107,11 +108,15 @@ func (l *ledger) nodeFree(node string) int64 {
 // replayOnce runs one policy with one seed: shuffle the pod list, inflate it with pods
 // drawn with replacement to inflation × cluster GPU capacity, schedule one pod at a
 // time through a real scheduler framework built from the profile, never delete.
-func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.KubeSchedulerConfiguration, seed int64, inflation float64, parallelism, maxPods int) (*runResult, error) {
+// task, if not nil, is told the pods placed so far (scheduled or found not to fit).
+func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.KubeSchedulerConfiguration, seed int64, inflation float64, parallelism, maxPods int, task *progress.Task) (*runResult, error) {
 	rng := rand.New(rand.NewSource(seed))
 	order := workload(cl.pods, rng, inflation, cl.totalGPU)
 	if maxPods > 0 && len(order) > maxPods {
 		order = order[:maxPods]
+	}
+	if task != nil {
+		task.SetTotal(int64(len(order)))
 	}
 
 	// The node order the framework sees is shuffled per seed too: score ties are
@@ -169,6 +174,11 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 			}
 		}
 		res.points = append(res.points, point{arrived, alloc})
+		// A pod takes milliseconds; telling the bar every pod would cost more than
+		// the bar is worth.
+		if task != nil && (k%progressEvery == 0 || k == len(order)-1) {
+			task.Set(int64(k + 1))
+		}
 		for len(checkpoints) > 0 && arrived*100 >= int64(checkpoints[0])*cl.totalGPU {
 			res.fragAt[checkpoints[0]] = fragmentationRatio(cl, snapshot, led)
 			checkpoints = checkpoints[1:]
@@ -182,6 +192,9 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 	}
 	return res, nil
 }
+
+// progressEvery is how many pods a run places between two progress updates.
+const progressEvery = 64
 
 // workload is the FGD protocol's pod sequence: the list sorted by name and shuffled,
 // then pods drawn uniformly with replacement appended while the total GPU demand stays

@@ -113,7 +113,7 @@ func writeReport(dir string, cl *cluster, pols []*policy, results []*runResult, 
 		return err
 	}
 	fmt.Print("\n" + md.String())
-	if err := os.WriteFile(filepath.Join(dir, "alloc.svg"), []byte(plotSVG(order)), 0o644); err != nil {
+	if err := writeAllocPlot(filepath.Join(dir, "alloc.svg"), order); err != nil {
 		return err
 	}
 	fmt.Printf("\nwrote %s/{curves.csv,runs.csv,summary.csv,summary.md,alloc.svg}\n", dir)
@@ -139,77 +139,4 @@ func (o *outFile) close() error {
 		return err
 	}
 	return o.f.Close()
-}
-
-// plotSVG draws the mean allocated GPU capacity A(x) against arrived load x for every
-// policy, with the ideal (everything that arrives is allocated) as a dotted line, and
-// a zoom on 75..130% where the policies differ.
-func plotSVG(pols []*policySummary) string {
-	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"}
-	var b strings.Builder
-	const W, H = 960, 420
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", W, H)
-	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
-	panel := func(x0, y0, w, h float64, xmin, xmax, ymin, ymax float64, title string) {
-		px := func(x float64) float64 { return x0 + (x-xmin)/(xmax-xmin)*w }
-		py := func(y float64) float64 { return y0 + h - (y-ymin)/(ymax-ymin)*h }
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" font-size="13">%s</text>`+"\n", x0+w/2, y0-8, title)
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#444"/>`+"\n", x0, y0, w, h)
-		for _, t := range ticks(xmin, xmax) {
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`, px(t), y0, px(t), y0+h)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%g</text>`+"\n", px(t), y0+h+15, t)
-		}
-		for _, t := range ticks(ymin, ymax) {
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`, x0, py(t), x0+w, py(t))
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%g</text>`+"\n", x0-4, py(t)+4, t)
-		}
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">arrived GPU demand (%% of cluster GPU capacity)</text>`+"\n", x0+w/2, y0+h+32)
-		fmt.Fprintf(&b, `<text transform="translate(%.0f,%.0f) rotate(-90)" text-anchor="middle">allocated GPU (%%)</text>`+"\n", x0-36, y0+h/2)
-		// Ideal: min(x, 100).
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="#888" stroke-dasharray="4 3" points="%.1f,%.1f %.1f,%.1f %.1f,%.1f"/>`+"\n",
-			px(xmin), py(math.Max(ymin, math.Min(xmin, 100))), px(math.Min(100, xmax)), py(math.Min(100, ymax)), px(xmax), py(math.Min(100, ymax)))
-		for i, p := range pols {
-			var pts []string
-			for x := int(xmin); x <= int(xmax); x++ {
-				var vals []float64
-				for _, a := range p.a {
-					if x < len(a) && !math.IsNaN(a[x]) {
-						vals = append(vals, a[x])
-					}
-				}
-				if len(vals) == 0 {
-					continue
-				}
-				m, _ := meanSD(vals)
-				if m < ymin || m > ymax {
-					continue
-				}
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(float64(x)), py(m)))
-			}
-			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", colors[i%len(colors)], strings.Join(pts, " "))
-		}
-	}
-	panel(60, 30, 380, 320, 0, 130, 0, 100, "allocated vs arrived (mean over seeds)")
-	panel(530, 30, 300, 320, 75, 130, 70, 100, "zoom: 75–130%")
-	for i, p := range pols {
-		m, sd := meanSD(p.u100)
-		y := 40 + 30*i
-		fmt.Fprintf(&b, `<line x1="845" y1="%d" x2="865" y2="%d" stroke="%s" stroke-width="3"/>`, y, y, colors[i%len(colors)])
-		fmt.Fprintf(&b, `<text x="870" y="%d">%s</text>`+"\n", y+4, p.name)
-		fmt.Fprintf(&b, `<text x="870" y="%d" font-size="10" fill="#555">U(100) %.2f±%.2f</text>`+"\n", y+4+9, m, sd)
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-func ticks(lo, hi float64) []float64 {
-	step := 10.0
-	if hi-lo > 100 {
-		step = 20
-	}
-	var out []float64
-	for t := math.Ceil(lo/step) * step; t <= hi+1e-9; t += step {
-		out = append(out, t)
-	}
-	return out
 }

@@ -22,7 +22,8 @@ package integration
 //
 // Gated by TESSERA_B2=1 so that the ordinary integration run skips it. Sizes:
 // TESSERA_B2_NODES (default 500, 8 GPUs each), TESSERA_B2_PODS (default 2000);
-// TESSERA_B2_TRACE overrides the pod list. Results go to _output/b2/.
+// TESSERA_B2_TRACE overrides the pod list. Results go to _output/b2/. Progress (nodes
+// and pods created, pods bound per phase) goes to stderr, or to TESSERA_B2_PROGRESS.
 
 import (
 	"context"
@@ -57,6 +58,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/internal/progress"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
@@ -170,10 +172,11 @@ func b2Pod(ns, name, sched string, p b2TracePod, gpu bool) *v1.Pod {
 	}
 }
 
-// b2Parallel runs fn(0..n-1) on a few goroutines and fails on the first error.
-func b2Parallel(t *testing.T, n int, fn func(i int) error) {
+// b2Parallel runs fn(0..n-1) on a few goroutines and fails on the first error; task,
+// if not nil, is told how many calls have returned.
+func b2Parallel(t *testing.T, n int, task *progress.Task, fn func(i int) error) {
 	var wg sync.WaitGroup
-	var next atomic.Int64
+	var next, finished atomic.Int64
 	var once sync.Once
 	var first error
 	for w := 0; w < 16; w++ {
@@ -189,13 +192,38 @@ func b2Parallel(t *testing.T, n int, fn func(i int) error) {
 					once.Do(func() { first = err })
 					return
 				}
+				if f := finished.Add(1); task != nil && (f%64 == 0 || f == int64(n)) {
+					task.Set(f)
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if task != nil {
+		task.Done(first == nil)
+	}
 	if first != nil {
 		t.Fatal(first)
 	}
+}
+
+// b2Progress is where the phases' progress goes: TESSERA_B2_PROGRESS names a file to
+// draw it to (make bench-b2 passes /dev/tty when its output is a terminal: bars);
+// without it, plain lines every few seconds on stderr, which go test passes through
+// with -v. The test's own log stays free of escape sequences either way.
+func b2Progress(t *testing.T) *progress.Reporter {
+	const every = 5 * time.Second
+	path := os.Getenv("TESSERA_B2_PROGRESS")
+	if path == "" {
+		return progress.New(os.Stderr, progress.Lines, every)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Logf("TESSERA_B2_PROGRESS: %v; progress lines go to stderr", err)
+		return progress.New(os.Stderr, progress.Lines, every)
+	}
+	t.Cleanup(func() { f.Close() })
+	return progress.New(f, progress.Auto, every)
 }
 
 // b2Config writes a scheduler config for this cluster with the benchmark's QPS:
@@ -409,7 +437,7 @@ func (r b2Result) podsPerSec() float64 { return float64(r.bound) / r.elapsed.Sec
 //
 // The phase's CPU profile (API server, etcd and scheduler: one process) goes to
 // cpuProfile, so that a phase can be diagnosed without the other's samples.
-func b2Run(t *testing.T, c *cluster, name, config, profile string, pods int, cpuProfile string) b2Result {
+func b2Run(t *testing.T, c *cluster, rep *progress.Reporter, name, config, profile string, pods int, cpuProfile string) b2Result {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	ctx = klog.NewContext(ctx, klog.Background())
@@ -437,6 +465,7 @@ func b2Run(t *testing.T, c *cluster, name, config, profile string, pods int, cpu
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
+	task := rep.Add(name+": bound", int64(pods))
 	start := time.Now()
 	go func() { defer wg.Done(); sched.Run(ctx) }()
 
@@ -446,11 +475,13 @@ func b2Run(t *testing.T, c *cluster, name, config, profile string, pods int, cpu
 		n := int(b2Gather(t).counter("scheduler_schedule_attempts_total", scheduled) - base)
 		if n != last {
 			last, lastAt = n, time.Now()
+			task.Set(int64(n))
 		}
 		if n >= pods || time.Since(lastAt) > 30*time.Second {
 			break
 		}
 	}
+	task.Done(last >= pods)
 	if profiling {
 		pprof.StopCPUProfile()
 	}
@@ -569,6 +600,9 @@ func TestB2SchedulingThroughput(t *testing.T) {
 		}
 	}
 
+	rep := b2Progress(t)
+	// Close, not Wait: a phase that fails half way leaves its task unfinished.
+	defer rep.Close()
 	c := startCluster(t)
 	rc, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
@@ -586,7 +620,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	}
 	nodeName := func(i int) string { return fmt.Sprintf("b2-node-%05d", i) }
 	t0 := time.Now()
-	b2Parallel(t, nodes, func(i int) error {
+	b2Parallel(t, nodes, rep.Add("create nodes", int64(nodes)), func(i int) error {
 		name := nodeName(i)
 		inv, err := inventory(name)
 		if err != nil {
@@ -604,7 +638,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	})
 	refresh := func() {
 		t0 := time.Now()
-		b2Parallel(t, nodes, func(i int) error {
+		b2Parallel(t, nodes, nil, func(i int) error {
 			inv, err := inventory(nodeName(i))
 			if err != nil {
 				return err
@@ -622,7 +656,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 
 	create := func(sched string, gpu bool) {
 		t0 := time.Now()
-		b2Parallel(t, pods, func(i int) error {
+		b2Parallel(t, pods, rep.Add("create pods for "+sched, int64(pods)), func(i int) error {
 			_, err := client.CoreV1().Pods(c.ns).Create(c.ctx, b2Pod(c.ns, fmt.Sprintf("b2-%s-%05d", sched, i), sched, drawn[i], gpu), metav1.CreateOptions{})
 			return err
 		})
@@ -668,14 +702,14 @@ func TestB2SchedulingThroughput(t *testing.T) {
 		}
 		// Phase 1: the default profile on plain CPU pods.
 		create(v1.DefaultSchedulerName, false)
-		base := b2Run(t, c, named("default profile, CPU pods", round), b2Config(t, c, ""), v1.DefaultSchedulerName, pods, profile("default", round))
+		base := b2Run(t, c, rep, named("default profile, CPU pods", round), b2Config(t, c, ""), v1.DefaultSchedulerName, pods, profile("default", round))
 		t.Logf("baseline: %d/%d bound in %s", base.bound, pods, base.elapsed.Round(time.Millisecond))
 		clear()
 
 		// Phase 2: Tessera (a profile of the sample config) on the trace's GPU mix.
 		refresh()
 		create(tprof, true)
-		tes := b2Run(t, c, named(tprof+", GPU pods", round), b2Config(t, c, "tessera-scheduler.yaml"), tprof, pods, profile("tessera", round))
+		tes := b2Run(t, c, rep, named(tprof+", GPU pods", round), b2Config(t, c, "tessera-scheduler.yaml"), tprof, pods, profile("tessera", round))
 		t.Logf("tessera: %d/%d bound in %s; ratio %.2f", tes.bound, pods, tes.elapsed.Round(time.Millisecond), tes.podsPerSec()/base.podsPerSec())
 
 		if tes.bound != pods || tes.unschedulable > 0 {
@@ -703,7 +737,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 		clear()
 		refresh()
 		create(tprof, true)
-		r := b2Run(t, c, tprof+", GPU pods, assignmentWrite=PreBind", b2ConfigWrite(t, c, "tessera-scheduler.yaml", string(gpushare.WritePreBind)), tprof, pods, profile("tessera-prebind", 1))
+		r := b2Run(t, c, rep, tprof+", GPU pods, assignmentWrite=PreBind", b2ConfigWrite(t, c, "tessera-scheduler.yaml", string(gpushare.WritePreBind)), tprof, pods, profile("tessera-prebind", 1))
 		pre = &r
 		t.Logf("tessera with the assignment in PreBind: %d/%d bound in %s", pre.bound, pods, pre.elapsed.Round(time.Millisecond))
 		if got := c.checkGrants(10); got != pre.bound {
