@@ -14,9 +14,12 @@ go build -o "$bin/render-manifests" ./hack/render-manifests
 
 # The default install: namespace tessera-system, both components, no ServiceMonitors.
 "$bin/render-manifests" -o "$out/tessera.yaml"
-# The same with ServiceMonitors, for clusters running the Prometheus Operator.
+# The same with ServiceMonitors, the PrometheusRule alerts and the Grafana dashboard,
+# for clusters running the Prometheus Operator.
 "$bin/render-manifests" --api-versions monitoring.coreos.com/v1 \
   --set scheduler.metrics.serviceMonitor.enabled=true \
   --set agent.metrics.serviceMonitor.enabled=true \
+  --set monitoring.prometheusRule.enabled=true \
+  --set monitoring.grafanaDashboard.enabled=true \
   -o "$out/tessera-servicemonitors.yaml"
 echo "rendered $(ls "$out" | wc -l) manifest files into $out"

@@ -285,7 +285,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if cfg.NRI {
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
-			a.Metrics.ContainersRefused.Inc()
+			a.Metrics.ContainerRefused()
 			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)
 		}
 	}
@@ -315,6 +315,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	a.Publisher.OnPublish = a.onPublish
 	a.Health = a.healthChecks()
+	a.Metrics.SetReadiness(func() bool { return a.Health.Ready().OK })
 	if cfg.MetricsAddr != "" && cfg.MetricsSecure {
 		auth, err := serving.Delegated(client)
 		if err != nil {

@@ -49,7 +49,7 @@ func (a *Agent) newFallback() (*fallback, error) {
 	s, err := bindserver.New(bindserver.Config{
 		Socket: a.cfg.BindSocket, ProcRoot: a.cfg.ProcRoot, Pods: a.pods, Binder: a.Binder, Log: a.log.WithName("fallback"),
 		OnRefused: func(pod *corev1.Pod, _ string, reason string) {
-			a.Metrics.ContainersRefused.Inc()
+			a.Metrics.ContainerRefused()
 			if pod != nil {
 				a.podEvent(pod.Namespace, pod.Name, string(pod.UID), "GPUContainerRefused", reason)
 			}

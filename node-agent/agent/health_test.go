@@ -111,7 +111,7 @@ func TestHealthInventory(t *testing.T) {
 	base := "http://" + addr
 	waitProbe(t, base+"/healthz", 200, "ok")
 	waitProbe(t, base+"/readyz", 200, "ok")
-	if code, body := probe(t, base+"/metrics"); code != 200 || !strings.Contains(body, "tessera_gpu_memory_total_mib") {
+	if code, body := probe(t, base+"/metrics"); code != 200 || !strings.Contains(body, "tessera_gpu_memory_total_bytes") {
 		t.Fatalf("metrics on the shared address: %d", code)
 	}
 

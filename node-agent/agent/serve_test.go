@@ -137,7 +137,7 @@ func TestMetricsDelegatedAuth(t *testing.T) {
 	if tr, sar := tokenReviews.Load(), accessReviews.Load(); tr != 2 || sar != 1 {
 		t.Errorf("%d token reviews and %d access reviews, want 2 and 1 (none for a request without a token)", tr, sar)
 	}
-	if code, body := get("/metrics", "prometheus-token"); code != 200 || !strings.Contains(body, "tessera_gpu_memory_total_mib") {
+	if code, body := get("/metrics", "prometheus-token"); code != 200 || !strings.Contains(body, "tessera_gpu_memory_total_bytes") {
 		t.Errorf("Prometheus: %d %q", code, body)
 	}
 	// Plain HTTP on the HTTPS port gets nothing.

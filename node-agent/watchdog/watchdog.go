@@ -584,7 +584,7 @@ func (w *Watchdog) act(cu *Usage, action Action, resource, reason, what string) 
 		w.cfg.Event(r, reason, msg)
 	}
 	if w.cfg.Metrics != nil {
-		w.cfg.Metrics.WatchdogActions.WithLabelValues(string(action), r.Namespace, r.Pod, r.Container).Inc()
+		w.cfg.Metrics.WatchdogAction(string(action), r.Namespace, r.Pod, r.Container)
 	}
 }
 
@@ -594,52 +594,38 @@ func (w *Watchdog) export(u *gpu.Usage, s *Sample, recs []checkpoint.Record) {
 	if m == nil {
 		return
 	}
-	idx := map[string]string{}
+	gpus := make([]metrics.GPUSample, 0, len(u.GPUs))
+	at := map[string]int{} // UUID -> position in gpus
 	for _, g := range u.GPUs {
-		idx[g.UUID] = strconv.Itoa(g.Index)
+		at[g.UUID] = len(gpus)
+		gpus = append(gpus, metrics.GPUSample{UUID: g.UUID, Index: g.Index, Polled: true, UsedMiB: g.UsedMemoryMiB,
+			UtilPercent: g.UtilPercent, UnattributedMiB: s.Unattributed[g.UUID]})
 	}
-	label := func(uuid string) string {
-		if i, ok := idx[uuid]; ok {
-			return i
-		}
-		return ""
-	}
-	m.GPUMemoryUsed.Reset()
-	m.GPUUtilization.Reset()
-	m.GPUUnattributed.Reset()
-	for _, g := range u.GPUs {
-		m.GPUMemoryUsed.WithLabelValues(g.UUID, idx[g.UUID]).Set(float64(g.UsedMemoryMiB))
-		if g.UtilPercent >= 0 {
-			m.GPUUtilization.WithLabelValues(g.UUID, idx[g.UUID]).Set(float64(g.UtilPercent))
-		}
-		m.GPUUnattributed.WithLabelValues(g.UUID, idx[g.UUID]).Set(float64(s.Unattributed[g.UUID]))
-	}
-	m.GPUMemoryAllocated.Reset()
-	m.GPUCoresAllocated.Reset()
-	allocMem, allocCores := map[string]int64{}, map[string]int{}
 	for _, r := range recs {
 		for _, d := range r.Devices {
-			allocMem[d.UUID] += d.MemoryMiB
-			allocCores[d.UUID] += d.Cores
+			i, ok := at[d.UUID]
+			if !ok {
+				i = len(gpus)
+				at[d.UUID] = i
+				gpus = append(gpus, metrics.GPUSample{UUID: d.UUID, Index: -1})
+			}
+			gpus[i].AllocatedMiB += d.MemoryMiB
+			gpus[i].AllocatedCores += d.Cores
 		}
 	}
-	for uuid, v := range allocMem {
-		m.GPUMemoryAllocated.WithLabelValues(uuid, label(uuid)).Set(float64(v))
-		m.GPUCoresAllocated.WithLabelValues(uuid, label(uuid)).Set(float64(allocCores[uuid]))
-	}
-	m.ContainerMemoryUsed.Reset()
-	m.ContainerMemoryLimit.Reset()
-	m.ContainerSM.Reset()
-	m.ContainerCoresLimit.Reset()
+	containers := make([]metrics.ContainerSample, 0, len(s.Containers))
 	for _, c := range s.Containers {
-		l := []string{c.Record.Namespace, c.Record.Pod, c.Record.Container, c.GPU}
-		m.ContainerMemoryUsed.WithLabelValues(l...).Set(float64(c.UsedMiB))
-		m.ContainerMemoryLimit.WithLabelValues(l...).Set(float64(c.LimitMiB))
-		m.ContainerSM.WithLabelValues(l...).Set(float64(c.SMPercent))
+		cs := metrics.ContainerSample{Namespace: c.Record.Namespace, Pod: c.Record.Pod, Container: c.Record.Container,
+			UUID: c.GPU, Index: -1, UsedMiB: c.UsedMiB, LimitMiB: c.LimitMiB, SMPercent: c.SMPercent}
+		if i, ok := at[c.GPU]; ok {
+			cs.Index = gpus[i].Index
+		}
 		for _, d := range c.Record.Devices {
 			if d.UUID == c.GPU {
-				m.ContainerCoresLimit.WithLabelValues(l...).Set(float64(d.Cores))
+				cs.CoresLimit = d.Cores
 			}
 		}
+		containers = append(containers, cs)
 	}
+	m.SetUsage(gpus, containers)
 }

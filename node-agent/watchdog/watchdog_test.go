@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
@@ -126,19 +125,19 @@ func TestAttributionAndMetrics(t *testing.T) {
 	if len(*events) != 0 {
 		t.Errorf("events under the limit: %v", *events)
 	}
-	if v := testutil.ToFloat64(m.ContainerMemoryUsed.WithLabelValues("ns", "p1", "train", "GPU-0")); v != 900 {
+	if v := metricValue(t, m, "tessera_container_gpu_memory_used_bytes", "pod", "p1", "container", "train", "gpu", "0", "UUID", "GPU-0"); v != 900<<20 {
 		t.Errorf("container used metric %v", v)
 	}
-	if v := testutil.ToFloat64(m.ContainerSM.WithLabelValues("ns", "p1", "train", "GPU-0")); v != 25 {
+	if v := metricValue(t, m, "tessera_container_gpu_sm_ratio", "pod", "p1", "container", "train", "gpu", "0", "UUID", "GPU-0"); v != 0.25 {
 		t.Errorf("container SM metric %v", v)
 	}
-	if v := testutil.ToFloat64(m.GPUMemoryAllocated.WithLabelValues("GPU-0", "0")); v != 3000 {
+	if v := metricValue(t, m, "tessera_gpu_memory_allocated_bytes", "gpu", "0", "UUID", "GPU-0"); v != 3000<<20 {
 		t.Errorf("allocated metric %v", v)
 	}
-	if v := testutil.ToFloat64(m.GPUCoresAllocated.WithLabelValues("GPU-0", "0")); v != 30 {
+	if v := metricValue(t, m, "tessera_gpu_cores_allocated_ratio", "gpu", "0", "UUID", "GPU-0"); v != 0.30 {
 		t.Errorf("cores metric %v", v)
 	}
-	if v := testutil.ToFloat64(m.GPUUnattributed.WithLabelValues("GPU-0", "0")); v != 77 {
+	if v := metricValue(t, m, "tessera_gpu_unattributed_memory_bytes", "gpu", "0", "UUID", "GPU-0"); v != 77<<20 {
 		t.Errorf("unattributed metric %v", v)
 	}
 }
@@ -199,7 +198,7 @@ func TestGraceAndOneActionPerEpisode(t *testing.T) {
 	if len(*killed) != 0 {
 		t.Errorf("event action killed %v", *killed)
 	}
-	if v := testutil.ToFloat64(m.WatchdogActions.WithLabelValues("event", "ns", "p1", "train")); v != 2 {
+	if v := metricValue(t, m, "tessera_watchdog_actions_total", "action", "event", "namespace", "ns", "pod", "p1", "container", "train"); v != 2 {
 		t.Errorf("actions metric %v", v)
 	}
 }
@@ -433,4 +432,36 @@ func TestHoldsAcrossCgroupNamespaces(t *testing.T) {
 			t.Errorf("holds(%q) = %v, want %v", tc.cg, got, tc.want)
 		}
 	}
+}
+
+// metricValue is the value of the series of name whose labels include the given
+// name/value pairs (the first match; -1 when none).
+func metricValue(t *testing.T, m *metrics.Metrics, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range s.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			if s.GetCounter() != nil {
+				return s.GetCounter().GetValue()
+			}
+			return s.GetGauge().GetValue()
+		}
+	}
+	return -1
 }

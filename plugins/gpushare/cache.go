@@ -525,3 +525,46 @@ func stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Durati
 	age := now.Sub(heartbeat)
 	return age, age > limit
 }
+
+// cacheStats is what the cache holds, for the metrics.
+type cacheStats struct {
+	nodes, gpus, healthy int
+	memMiB, grantedMiB   int64
+	grantedCores         int
+	assumed, bound       int
+}
+
+// stats adds the cache's figures to s. It takes each node's read lock in turn.
+func (c *Cache) stats(s *cacheStats) {
+	c.eachModel(func(m *nodeModel, used []usage) {
+		s.nodes++
+		s.gpus += len(m.devices)
+		s.healthy += m.healthy
+		for i := range m.devices {
+			s.memMiB += m.devices[i].memoryMiB
+			s.grantedMiB += used[i].memMiB
+			s.grantedCores += used[i].cores
+		}
+	})
+	c.mu.RLock()
+	for _, r := range c.pods {
+		if r.assumed {
+			s.assumed += len(r.grants)
+		} else {
+			s.bound += len(r.grants)
+		}
+	}
+	c.mu.RUnlock()
+}
+
+// eachModel calls f with the model and usage of every node that has an inventory,
+// under the node's read lock: f must not keep used.
+func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
+	c.nodes.each(func(e *nodeEntry) {
+		e.mu.RLock()
+		if e.model != nil {
+			f(e.model, e.used)
+		}
+		e.mu.RUnlock()
+	})
+}

@@ -142,6 +142,7 @@ type factoryHandle struct {
 }
 
 func (h factoryHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.f }
+func (h factoryHandle) ProfileName() string                                    { return "test-profile" }
 
 // Profiles of one scheduler share one cache; when the scheduler stops, the cache is
 // forgotten.

@@ -35,6 +35,7 @@ func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { r
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.client }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return nil }
 func (h *fakeHandle) APICacher() fwk.APICacher                               { return nil }
+func (h *fakeHandle) ProfileName() string                                    { return "test-profile" }
 
 // Parallelizer is the framework's; its goroutine gauge needs the scheduler's metrics.
 func (h *fakeHandle) Parallelizer() fwk.Parallelizer {

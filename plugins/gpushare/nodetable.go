@@ -126,3 +126,17 @@ func put(a *tableArray, h uint64, e *nodeEntry) {
 		}
 	}
 }
+
+// each calls f for every entry. Safe with concurrent writers: an entry added or
+// removed meanwhile may or may not be seen.
+func (t *nodeTable) each(f func(*nodeEntry)) {
+	a := t.cur.Load()
+	if a == nil {
+		return
+	}
+	for i := range a.slots {
+		if e := a.slots[i].entry.Load(); e != nil && e != removed {
+			f(e)
+		}
+	}
+}

@@ -42,6 +42,8 @@ type Plugin struct {
 	workload *workloadModel
 	// bind records whether this profile binds GPU pods itself (see bindsPods).
 	bind bindMode
+	// profile is the scheduler profile's name, for the metrics.
+	profile string
 }
 
 var (
@@ -73,8 +75,25 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 		if err != nil {
 			return nil, err
 		}
+		RegisterMetrics()
 		c, synced := sharedCache(ctx, h)
-		return newPlugin(args, h, c, synced), nil
+		pl := newPlugin(args, h, c, synced)
+		if h != nil {
+			pl.profile = h.ProfileName()
+		}
+		// Zero series from the start, so that rates and alerts see the first event.
+		decisions.WithLabelValues(pl.profile, string(args.NodePolicy), string(args.DevicePolicy), resultPlaced, "")
+		reserveConflicts.WithLabelValues(pl.profile)
+		// Only plugins of a scheduler with informers are reported by the collector:
+		// they stop with ctx, and so does their reporting.
+		if h != nil && h.SharedInformerFactory() != nil {
+			untrack := trackPlugin(pl)
+			go func() {
+				<-ctx.Done()
+				untrack()
+			}()
+		}
+		return pl, nil
 	}
 }
 
@@ -271,9 +290,11 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	info, err := pl.parsePod(pod)
 	if err != nil {
+		pl.decide(pl.args.DevicePolicy, resultUnschedulable, reasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !pl.synced() {
+		pl.decide(info.devicePolicy, resultError, reasonNotSynced)
 		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache has not synced with the API server yet"))
 	}
 	if pl.args.NodePolicy == Fragmentation || info.devicePolicy == Fragmentation {

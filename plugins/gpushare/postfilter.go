@@ -35,8 +35,10 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 	}
 	p := s.info
 	c := &p.req.Containers[p.order[0]]
-	nodes, err := statuses.NodesForStatusCode(pl.handle.SnapshotSharedLister().NodeInfos(), fwk.Unschedulable)
+	lister := pl.handle.SnapshotSharedLister().NodeInfos()
+	nodes, err := statuses.NodesForStatusCode(lister, fwk.Unschedulable)
 	if err != nil {
+		pl.decide(p.devicePolicy, resultUnschedulable, reasonOther)
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	var best closest
@@ -57,9 +59,35 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 		best.add(v.model, used, p, c, pl.w.maxTenants, node.Name)
 	}
 	if best.mem < 0 {
+		pl.decide(p.devicePolicy, resultUnschedulable, pl.unresolvableClass(s, lister, statuses))
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
+	pl.decide(p.devicePolicy, resultUnschedulable, reasonCapacity)
 	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c, p))
+}
+
+// unresolvableClass is the reason class of a pod that no node turned down for room
+// (see decisions_total): among the nodes this plugin rejected as unresolvable, any
+// with a usable inventory rejected the pod's selection; otherwise the inventories
+// were missing or stale; and with no such node, other plugins rejected them all.
+func (pl *Plugin) unresolvableClass(s *cycleState, lister fwk.NodeInfoLister, statuses fwk.NodeToStatusReader) string {
+	nodes, err := statuses.NodesForStatusCode(lister, fwk.UnschedulableAndUnresolvable)
+	if err != nil {
+		return reasonOther
+	}
+	class := reasonOther
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil || statuses.Get(node.Name).Plugin() != Name {
+			continue
+		}
+		v, _ := pl.cache.view(node, nil)
+		if pl.usable(&v, s.now) == nil {
+			return reasonSelection
+		}
+		class = reasonInventory
+	}
+	return class
 }
 
 // closest is the most free memory and the most free cores on one GPU, and the most
