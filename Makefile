@@ -67,8 +67,9 @@ stop: ## Stop the local cluster started by make run
 	@hack/local-down.sh
 
 .PHONY: kubectl-tessera
-kubectl-tessera: ## Build bin/kubectl-tessera (kubectl tessera allocation|wait|apply)
+kubectl-tessera: ## Build the kubectl plugin bin/kubectl-tessera (allocation, wait, completion) and its completion helper
 	$(GO) build -o $(BIN)/kubectl-tessera ./cmd/kubectl-tessera
+	install -m 0755 cmd/kubectl-tessera/kubectl_complete-tessera $(BIN)/kubectl_complete-tessera
 
 ##@ Test
 
