@@ -101,7 +101,7 @@ tessera::log "Tessera local cluster in $RUN_DIR"
 
 if [[ $BUILD == true ]]; then
   # One target at a time, so that the slow first builds show which step they are in.
-  tessera::log "building (the first build compiles kube-apiserver and the scheduler from source: a few minutes)"
+  tessera::log "building (the first build compiles kube-apiserver, kubectl and the scheduler from source: a few minutes)"
   for target in bin/tessera-scheduler:scheduler bin/tessera-node-agent:agent bin/kubectl-tessera:kubectl-tessera \
     bin/etcd:"$BIN_DIR/etcd" bin/kube-apiserver:"$BIN_DIR/kube-apiserver" bin/kwok:"$BIN_DIR/kwok" bin/kubectl:"$BIN_DIR/kubectl"; do
     tessera::step "  built ${target%%:*}" make -s -C "$TESSERA_ROOT" --no-print-directory BIN="$BIN_DIR" "${target#*:}"
