@@ -75,13 +75,13 @@ func TestSampleWorkload(t *testing.T) {
 			t.Errorf("the allocation table does not show %q", want)
 		}
 	}
-	c.checkAllocationJSON(running, "train-8gpu-nvlink", "bad-request")
+	c.checkAllocationJSON(running, "bad-request", "train-8gpu-nvlink")
 	c.checkNoOvercommit()
 }
 
 // checkAllocationJSON reads `kubectl tessera allocation -n default -o json` and checks
 // that it holds exactly what the pods' assignments say: each running pod's grants on
-// the GPUs its assignment names, and the pending pods.
+// the GPUs its assignment names, and the pending pods (by name, as the view sorts them).
 func (c *cluster) checkAllocationJSON(running map[string]*v1.Pod, pending ...string) {
 	c.t.Helper()
 	out := c.kubectlTessera("allocation", "-n", "default", "-o", "json")
