@@ -49,8 +49,12 @@ $(BIN)/kube-apiserver: go.mod
 $(BIN)/kwok: go.mod
 	$(GO) build -o $@ sigs.k8s.io/kwok/cmd/kwok
 
+# kubectl reports its own version through client-go's version package as well.
+$(BIN)/kubectl: go.mod
+	$(GO) build -ldflags "$(K8S_LDFLAGS) $(subst k8s.io/component-base/version,k8s.io/client-go/pkg/version,$(K8S_LDFLAGS))" -o $@ k8s.io/kubernetes/cmd/kubectl
+
 .PHONY: control-plane
-control-plane: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kwok ## Build etcd, kube-apiserver and kwok for the local cluster
+control-plane: $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kwok $(BIN)/kubectl ## Build etcd, kube-apiserver, kwok and kubectl (of the pinned Kubernetes) for the local cluster
 
 ##@ Run
 
@@ -63,8 +67,9 @@ stop: ## Stop the local cluster started by make run
 	@hack/local-down.sh
 
 .PHONY: kubectl-tessera
-kubectl-tessera: ## Build bin/kubectl-tessera (kubectl tessera allocation|wait|apply)
+kubectl-tessera: ## Build the kubectl plugin bin/kubectl-tessera (allocation, wait, completion) and its completion helper
 	$(GO) build -o $(BIN)/kubectl-tessera ./cmd/kubectl-tessera
+	install -m 0755 cmd/kubectl-tessera/kubectl_complete-tessera $(BIN)/kubectl_complete-tessera
 
 ##@ Test
 

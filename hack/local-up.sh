@@ -101,13 +101,13 @@ tessera::log "Tessera local cluster in $RUN_DIR"
 
 if [[ $BUILD == true ]]; then
   # One target at a time, so that the slow first builds show which step they are in.
-  tessera::log "building (the first build compiles kube-apiserver and the scheduler from source: a few minutes)"
+  tessera::log "building (the first build compiles kube-apiserver, kubectl and the scheduler from source: a few minutes)"
   for target in bin/tessera-scheduler:scheduler bin/tessera-node-agent:agent bin/kubectl-tessera:kubectl-tessera \
-    bin/etcd:"$BIN_DIR/etcd" bin/kube-apiserver:"$BIN_DIR/kube-apiserver" bin/kwok:"$BIN_DIR/kwok"; do
+    bin/etcd:"$BIN_DIR/etcd" bin/kube-apiserver:"$BIN_DIR/kube-apiserver" bin/kwok:"$BIN_DIR/kwok" bin/kubectl:"$BIN_DIR/kubectl"; do
     tessera::step "  built ${target%%:*}" make -s -C "$TESSERA_ROOT" --no-print-directory BIN="$BIN_DIR" "${target#*:}"
   done
 fi
-for b in etcd kube-apiserver kwok tessera-scheduler tessera-node-agent kubectl-tessera; do
+for b in etcd kube-apiserver kwok kubectl tessera-scheduler tessera-node-agent kubectl-tessera; do
   [[ -x $BIN_DIR/$b ]] || tessera::die "$BIN_DIR/$b is missing: run make run (or make build control-plane kubectl-tessera)"
 done
 
@@ -132,7 +132,7 @@ tessera::step "kwok ready (node heartbeats and pod lifecycle)" tessera::start_kw
 
 NODES=$(tessera::nodes | awk '{print $1}' | paste -sd, -)
 [[ -n $NODES ]] || tessera::die "$NODES_FILE lists no nodes"
-create_nodes() { tessera::node_objects | "$KT" apply --kubeconfig "$RUN_DIR/kubeconfig" -f - >"$RUN_DIR/logs/apply-nodes.log"; }
+create_nodes() { tessera::node_objects | tessera::kubectl create -f - >"$RUN_DIR/logs/create-nodes.log"; }
 tessera::step "created $(tessera::nodes | wc -l) nodes from ${NODES_FILE#"$TESSERA_ROOT"/}" create_nodes
 
 start_agents() {
@@ -146,9 +146,9 @@ tessera::step "started $(tessera::nodes | wc -l) simulated node agents" start_ag
 tessera::step "nodes Ready with their GPU inventories published" wait_nodes
 
 if [[ $WORKLOAD == true ]]; then
-  apply_workload() { "$KT" apply --kubeconfig "$RUN_DIR/kubeconfig" -f "$WORKLOAD_FILE" >"$RUN_DIR/logs/apply-workload.log"; }
+  create_workload() { tessera::kubectl create -f "$WORKLOAD_FILE" >"$RUN_DIR/logs/create-workload.log"; }
   wait_pods() { "$KT" wait --kubeconfig "$RUN_DIR/kubeconfig" --timeout 60s >"$RUN_DIR/logs/wait-pods.log"; }
-  tessera::step "applied the sample workload (${WORKLOAD_FILE#"$TESSERA_ROOT"/}: $(grep -c '^kind: Pod' "$WORKLOAD_FILE") pods)" apply_workload
+  tessera::step "created the sample workload (${WORKLOAD_FILE#"$TESSERA_ROOT"/}: $(grep -c '^kind: Pod' "$WORKLOAD_FILE") pods)" create_workload
   tessera::step "every GPU pod placed or refused by the scheduler" wait_pods
   echo
   "$KT" allocation --kubeconfig "$RUN_DIR/kubeconfig" --stale-after "$INVENTORY_STALENESS"
@@ -160,7 +160,9 @@ tessera::log "local cluster is up"
 cat <<EOF
 
   export KUBECONFIG=$RUN_DIR/kubeconfig
-  PATH=$BIN_DIR:\$PATH kubectl tessera allocation     # or: $KT allocation
+  export PATH=$BIN_DIR:\$PATH     # the kubectl of the pinned Kubernetes, and kubectl tessera
+  kubectl tessera allocation      # -n NAMESPACE, -o wide|json|yaml
+  kubectl get pods -A -o wide
   logs: $RUN_DIR/logs/
 
 EOF

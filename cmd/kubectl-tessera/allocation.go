@@ -3,39 +3,100 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	allocationv1alpha1 "github.com/tessera-dev/tessera/api/allocation/v1alpha1"
+)
+
+var (
+	allocationLong = longDesc(`
+		Show how Tessera has placed GPU shares: per node and per GPU (per MIG instance
+		for GPUs in MIG mode), the memory and compute granted and to which pods; the
+		NVLink islands; the age of each node's inventory, flagged STALE past
+		--stale-after; GPU pods bound without an assignment; then every pending GPU pod
+		with its request and the scheduler's reason.
+
+		The view counts a pod exactly as the scheduler does: bound, not finished, with an
+		assignment naming the node it is bound to. It reads only the API.
+
+		Without --namespace the view covers every namespace, as a node-level view must;
+		with it, only that namespace's pods are read and counted, and only the nodes
+		where they hold GPUs are shown. Nodes named as arguments (or with --nodes) are
+		shown whatever they hold.
+
+		-o json and -o yaml print an AllocationList (apiVersion
+		allocation.tessera.dev/v1alpha1), the same data as the table, for scripts.`)
+
+	allocationExample = examples(`
+		# The whole cluster
+		kubectl tessera allocation
+
+		# Two nodes, with GPU models and UUIDs
+		kubectl tessera allocation gpu-node-0 gpu-node-1 -o wide
+
+		# Where the pods of one namespace hold GPUs, for a script
+		kubectl tessera allocation -n team-a -o json
+
+		# Free memory of every GPU
+		kubectl tessera allocation -o jsonpath='{range .items[*]}{range .gpus[*]}{.uuid}{" "}{.memoryMiB}{" "}{.memoryGrantedMiB}{"\n"}{end}{end}'`)
 )
 
 type allocationOptions struct {
-	nodes      string
-	staleAfter time.Duration
+	*rootOptions
+	nodes         []string
+	staleAfter    time.Duration
+	allNamespaces bool
+	print         *printFlags
 }
 
-func (o *allocationOptions) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.nodes, "nodes", "", "comma-separated node names to show (default: every node with a GPU inventory)")
-	fs.DurationVar(&o.staleAfter, "stale-after", 5*time.Minute, "flag inventories older than this as stale (the scheduler's inventoryStaleness)")
+func newAllocationCommand(root *rootOptions) *cobra.Command {
+	o := &allocationOptions{rootOptions: root, staleAfter: 5 * time.Minute, print: newPrintFlags()}
+	cmd := &cobra.Command{
+		Use:               "allocation [NODE...]",
+		Aliases:           []string{"alloc"},
+		Short:             "Show the GPUs of each node, what is granted on each and to which pods, and the pending GPU pods",
+		Long:              allocationLong,
+		Example:           allocationExample,
+		ValidArgsFunction: root.completeNodes,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.nodes = append(o.nodes, args...)
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.nodes, "nodes", nil, "Nodes to show, comma-separated (default: every node with a GPU inventory); the same as naming them as arguments")
+	cmd.Flags().DurationVar(&o.staleAfter, "stale-after", o.staleAfter, "Flag inventories older than this as stale (the scheduler's inventoryStaleness)")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Count the pods of every namespace (the default; overrides --namespace)")
+	o.print.addFlags(cmd)
+	_ = cmd.RegisterFlagCompletionFunc("nodes", root.completeNodes)
+	return cmd
 }
 
-func runAllocation(ctx context.Context, c *clients, o *allocationOptions, out io.Writer) error {
-	st, err := fetch(ctx, c)
+func (o *allocationOptions) run(ctx context.Context) error {
+	printer, err := o.print.toPrinter()
 	if err != nil {
 		return err
 	}
-	v := buildView(st, c.names, time.Now(), o.staleAfter, splitNames(o.nodes))
-	v.render(out)
-	return nil
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	ns := o.namespace(o.allNamespaces)
+	st, err := fetch(ctx, c, ns)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	list := buildView(st, c.names, now, o.staleAfter, splitNames(o.nodes), ns)
+	return printer.print(list, now, o.streams.Out)
 }
 
 // state is what the view is computed from: three lists, read from the API.
@@ -45,124 +106,83 @@ type state struct {
 	events []v1.Event
 }
 
-func fetch(ctx context.Context, c *clients) (*state, error) {
+// fetch lists the nodes, and the pods and scheduling events of namespace ns (every
+// namespace when ns is empty).
+func fetch(ctx context.Context, c *clients, ns string) (*state, error) {
 	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	pods, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	// Only the scheduler's verdicts matter; the field selector keeps the list small.
-	events, err := c.kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,reason=FailedScheduling"})
+	events, err := c.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Pod,reason=FailedScheduling"})
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
 	}
 	return &state{nodes: nodes.Items, pods: pods.Items, events: events.Items}, nil
 }
 
-func splitNames(s string) map[string]bool {
-	if strings.TrimSpace(s) == "" {
-		return nil
-	}
-	m := map[string]bool{}
-	for _, n := range strings.Split(s, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			m[n] = true
+// splitNames turns node names (each possibly a comma-separated list) into a set; nil
+// when there are none.
+func splitNames(names []string) map[string]bool {
+	var m map[string]bool
+	for _, s := range names {
+		for _, n := range strings.Split(s, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				if m == nil {
+					m = map[string]bool{}
+				}
+				m[n] = true
+			}
 		}
 	}
 	return m
 }
 
-// view is the cluster's GPU allocation, ready to print.
-type view struct {
-	nodes       []nodeView
-	noInventory []string // nodes without an inventory annotation and without GPU pods
-	pending     []pendingPod
-	problems    []string
-}
-
-type nodeView struct {
-	name    string
-	ready   bool
-	inv     *api.NodeInventory
-	invErr  error
-	age     time.Duration
-	stale   bool
-	islands []string // NVLink islands as index ranges, e.g. "0-3"
-	units   []unitView
-	// orphans are grants of pods bound here that name no GPU of the inventory.
-	orphans []string
-}
-
-// unitView is one schedulable unit: a whole GPU, or one MIG instance.
-type unitView struct {
-	label     string // "0", or "0/1g.10gb#0" for the first 1g.10gb instance of GPU 0
-	mig       bool
-	uuid      string
-	model     string
-	memoryMiB int64
-	healthy   bool
-	health    string
-	usedMiB   int64
-	cores     int
-	grants    []grantView
-}
-
-type grantView struct {
-	pod         string
-	container   string
-	memMiB      int64
-	cores       int
-	gpus        int    // how many GPUs the container holds in all
-	siblings    string // the labels of those GPUs, e.g. "0,1,2,3"
-	terminating bool
-}
-
-type pendingPod struct {
-	name      string
-	scheduler string
-	request   string
-	reason    string
-}
-
 // buildView matches the pods' assignments to the nodes' inventories the way the
 // scheduler's cache does: a pod counts when it is bound, not finished, and its
-// assignment names the node it is bound to.
-func buildView(st *state, names api.ResourceNames, now time.Time, staleAfter time.Duration, only map[string]bool) *view {
-	v := &view{}
-	byNode := map[string]*nodeView{}
-	units := map[string]map[string]*unitView{} // node -> uuid -> unit
+// assignment names the node it is bound to. only, when set, limits the nodes; ns, when
+// set, is the namespace the pods were read from.
+func buildView(st *state, names api.ResourceNames, now time.Time, staleAfter time.Duration, only map[string]bool, ns string) *allocationv1alpha1.AllocationList {
+	list := allocationv1alpha1.NewAllocationList()
+	list.Namespace = ns
+	list.Items = []allocationv1alpha1.NodeAllocation{}
+	list.PendingPods = []allocationv1alpha1.PendingPod{}
 	sort.Slice(st.nodes, func(i, j int) bool { return st.nodes[i].Name < st.nodes[j].Name })
 	for i := range st.nodes {
 		n := &st.nodes[i]
 		if only != nil && !only[n.Name] {
 			continue
 		}
-		nv := nodeView{name: n.Name, ready: nodeReady(n)}
+		na := allocationv1alpha1.NodeAllocation{Name: n.Name, Ready: nodeReady(n), GPUs: []allocationv1alpha1.GPUAllocation{}}
 		raw, ok := n.Annotations[api.AnnotationInventory]
 		if !ok {
-			nv.invErr = errNoInventory
+			na.Inventory.Error = errNoInventory.Error()
 		} else if inv, err := api.DecodeInventory(raw); err != nil {
-			nv.invErr = err
+			na.Inventory.Error = err.Error()
 		} else {
-			nv.inv = inv
-			nv.age = inv.Age(now)
-			nv.stale = staleAfter > 0 && nv.age > staleAfter
-			nv.islands = nvlinkIslands(inv)
-			nv.units = unitsOf(inv)
+			at := metav1.NewTime(inv.UpdatedAt)
+			na.Inventory.UpdatedAt = &at
+			na.Inventory.Stale = staleAfter > 0 && inv.Age(now) > staleAfter
+			na.NVLinkIslands = nvlinkIslands(inv)
+			na.GPUs = unitsOf(inv)
 		}
-		v.nodes = append(v.nodes, nv)
+		list.Items = append(list.Items, na)
 	}
-	for i := range v.nodes {
-		nv := &v.nodes[i]
-		byNode[nv.name] = nv
-		m := map[string]*unitView{}
-		for j := range nv.units {
-			m[nv.units[j].uuid] = &nv.units[j]
+	// Indexes into list.Items, built once it no longer grows.
+	byNode := map[string]*allocationv1alpha1.NodeAllocation{}
+	units := map[string]map[string]*allocationv1alpha1.GPUAllocation{} // node -> uuid -> unit
+	for i := range list.Items {
+		na := &list.Items[i]
+		byNode[na.Name] = na
+		m := map[string]*allocationv1alpha1.GPUAllocation{}
+		for j := range na.GPUs {
+			m[na.GPUs[j].UUID] = &na.GPUs[j]
 		}
-		units[nv.name] = m
+		units[na.Name] = m
 	}
 	hasGPUPods := map[string]bool{}
 	sort.Slice(st.pods, func(i, j int) bool {
@@ -177,68 +197,85 @@ func buildView(st *state, names api.ResourceNames, now time.Time, staleAfter tim
 		raw, assigned := p.Annotations[api.AnnotationAssignment]
 		if p.Spec.NodeName == "" {
 			if api.HasGPURequest(p, names) {
-				v.pending = append(v.pending, pendingOf(p, names, events))
+				list.PendingPods = append(list.PendingPods, pendingOf(p, names, events))
 			}
 			continue
 		}
 		if !assigned {
 			if api.HasGPURequest(p, names) && (only == nil || only[p.Spec.NodeName]) {
-				v.problems = append(v.problems, fmt.Sprintf("%s asks for GPUs and is bound to %s without a Tessera assignment (scheduler %q): nothing limits its GPU use",
+				list.Problems = append(list.Problems, fmt.Sprintf("%s asks for GPUs and is bound to %s without a Tessera assignment (scheduler %q): nothing limits its GPU use",
 					podName(p), p.Spec.NodeName, p.Spec.SchedulerName))
 			}
 			continue
 		}
-		nv := byNode[p.Spec.NodeName]
-		if nv == nil {
+		na := byNode[p.Spec.NodeName]
+		if na == nil {
 			continue
 		}
-		hasGPUPods[nv.name] = true
+		hasGPUPods[na.Name] = true
 		a, err := api.DecodeAssignment(raw)
 		if err != nil {
-			v.problems = append(v.problems, fmt.Sprintf("%s: %v", podName(p), err))
+			list.Problems = append(list.Problems, fmt.Sprintf("%s: %v", podName(p), err))
 			continue
 		}
 		if a.Node != p.Spec.NodeName {
-			v.problems = append(v.problems, fmt.Sprintf("%s: assignment names node %s but the pod is bound to %s; not counted", podName(p), a.Node, p.Spec.NodeName))
+			list.Problems = append(list.Problems, fmt.Sprintf("%s: assignment names node %s but the pod is bound to %s; not counted", podName(p), a.Node, p.Spec.NodeName))
 			continue
 		}
 		for _, ca := range a.Containers {
-			idx := make([]string, len(ca.Devices))
+			ids := make([]string, len(ca.Devices))
 			for k, d := range ca.Devices {
-				// The label names MIG instances too ("0/1g.10gb#2"), where the index
+				// The ID names MIG instances too ("0/1g.10gb#2"), where the index
 				// would only name their GPU.
-				if u := units[nv.name][d.UUID]; u != nil {
-					idx[k] = u.label
+				if u := units[na.Name][d.UUID]; u != nil {
+					ids[k] = u.ID
 				} else {
-					idx[k] = strconv.Itoa(d.Index)
+					ids[k] = strconv.Itoa(d.Index)
 				}
 			}
 			for _, d := range ca.Devices {
-				g := grantView{pod: podName(p), container: ca.Name, memMiB: d.MemoryMiB, cores: d.Cores,
-					gpus: len(ca.Devices), siblings: strings.Join(idx, ","), terminating: p.DeletionTimestamp != nil}
-				u := units[nv.name][d.UUID]
+				u := units[na.Name][d.UUID]
 				if u == nil {
-					nv.orphans = append(nv.orphans, fmt.Sprintf("%s holds %s, which the node's inventory does not list", g.pod, d.UUID))
+					na.Warnings = append(na.Warnings, fmt.Sprintf("%s holds %s, which the node's inventory does not list", podName(p), d.UUID))
 					continue
 				}
-				u.usedMiB += d.MemoryMiB
-				u.cores += d.Cores
-				u.grants = append(u.grants, g)
+				u.MemoryGrantedMiB += d.MemoryMiB
+				u.CoresGranted += d.Cores
+				u.Grants = append(u.Grants, allocationv1alpha1.Grant{Namespace: p.Namespace, Pod: p.Name, Container: ca.Name,
+					MemoryMiB: d.MemoryMiB, Cores: d.Cores, GPUs: ids, Terminating: p.DeletionTimestamp != nil})
 			}
 		}
 	}
 	// Nodes without an inventory say nothing per GPU; they are listed by name unless
-	// pods claim GPUs there, which is worth a full entry.
-	kept := v.nodes[:0]
-	for _, nv := range v.nodes {
-		if nv.inv == nil && !hasGPUPods[nv.name] && only == nil && errors.Is(nv.invErr, errNoInventory) {
-			v.noInventory = append(v.noInventory, nv.name)
+	// pods claim GPUs there, which is worth a full entry. A namespace's view keeps only
+	// the nodes where its pods hold GPUs, unless nodes were asked for by name.
+	kept := list.Items[:0]
+	for _, na := range list.Items {
+		switch {
+		case only != nil:
+		case ns != "" && !hasGPUPods[na.Name]:
+			continue
+		case na.Inventory.UpdatedAt == nil && !hasGPUPods[na.Name] && na.Inventory.Error == errNoInventory.Error():
+			list.NodesWithoutInventory = append(list.NodesWithoutInventory, na.Name)
 			continue
 		}
-		kept = append(kept, nv)
+		kept = append(kept, na)
 	}
-	v.nodes = kept
-	return v
+	list.Items = kept
+	for _, na := range list.Items {
+		for _, u := range na.GPUs {
+			s := &list.Summary
+			s.GPUs++
+			s.MemoryMiB += u.MemoryMiB
+			s.MemoryGrantedMiB += u.MemoryGrantedMiB
+			s.CoresGranted += u.CoresGranted
+			if len(u.Grants) > 0 {
+				s.GPUsHoldingPods++
+			}
+			s.MIG = s.MIG || u.MIGProfile != ""
+		}
+	}
+	return list
 }
 
 var errNoInventory = errors.New("no GPU inventory: the Tessera node agent is not running here or has not published yet")
@@ -252,28 +289,31 @@ func nodeReady(n *v1.Node) bool {
 	return false
 }
 
-func podName(p *v1.Pod) string {
-	if p.Namespace == metav1.NamespaceDefault {
-		return p.Name
+func podName(p *v1.Pod) string { return displayName(p.Namespace, p.Name) }
+
+// displayName leaves out the default namespace, which most pods of small clusters use.
+func displayName(namespace, name string) string {
+	if namespace == metav1.NamespaceDefault {
+		return name
 	}
-	return p.Namespace + "/" + p.Name
+	return namespace + "/" + name
 }
 
 // unitsOf lists the schedulable units of an inventory: whole GPUs, and the instances
 // of GPUs in MIG mode.
-func unitsOf(inv *api.NodeInventory) []unitView {
-	var us []unitView
+func unitsOf(inv *api.NodeInventory) []allocationv1alpha1.GPUAllocation {
+	us := []allocationv1alpha1.GPUAllocation{}
 	for _, g := range inv.GPUs {
-		health := g.HealthReason
 		if g.MIG != nil {
 			for k, m := range g.MIG.Instances {
-				us = append(us, unitView{label: fmt.Sprintf("%d/%s#%d", g.Index, m.Profile, k), mig: true, uuid: m.UUID, model: g.Model,
-					memoryMiB: m.MemoryMiB, healthy: g.Healthy, health: health})
+				us = append(us, allocationv1alpha1.GPUAllocation{ID: fmt.Sprintf("%d/%s#%d", g.Index, m.Profile, k), Index: g.Index, MIGProfile: m.Profile,
+					UUID: m.UUID, Model: g.Model, MemoryMiB: m.MemoryMiB, Healthy: g.Healthy, HealthReason: g.HealthReason,
+					Grants: []allocationv1alpha1.Grant{}})
 			}
 			continue
 		}
-		us = append(us, unitView{label: strconv.Itoa(g.Index), uuid: g.UUID, model: g.Model, memoryMiB: g.MemoryMiB,
-			healthy: g.Healthy, health: health})
+		us = append(us, allocationv1alpha1.GPUAllocation{ID: strconv.Itoa(g.Index), Index: g.Index, UUID: g.UUID, Model: g.Model,
+			MemoryMiB: g.MemoryMiB, Healthy: g.Healthy, HealthReason: g.HealthReason, Grants: []allocationv1alpha1.Grant{}})
 	}
 	return us
 }
@@ -374,171 +414,27 @@ func latestFailedScheduling(events []v1.Event) map[string]string {
 // pendingOf says what a pod asked for and why it is not placed: the PodScheduled
 // condition the scheduler wrote (what kubectl describe shows), else the newest
 // FailedScheduling event.
-func pendingOf(p *v1.Pod, names api.ResourceNames, events map[string]string) pendingPod {
-	pp := pendingPod{name: podName(p), scheduler: p.Spec.SchedulerName}
+func pendingOf(p *v1.Pod, names api.ResourceNames, events map[string]string) allocationv1alpha1.PendingPod {
+	pp := allocationv1alpha1.PendingPod{Namespace: p.Namespace, Name: p.Name, SchedulerName: p.Spec.SchedulerName}
 	if req, err := api.ParsePodRequest(p, names); err != nil {
-		pp.request = "invalid request"
+		pp.Request = "invalid request"
 	} else {
 		var parts []string
 		for _, c := range req.Containers {
 			parts = append(parts, c.String())
 		}
-		pp.request = strings.Join(parts, " + ")
+		pp.Request = strings.Join(parts, " + ")
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Message != "" {
-			pp.reason = c.Message
+			pp.Reason = c.Message
 		}
 	}
-	if pp.reason == "" {
-		pp.reason = events[string(p.UID)]
+	if pp.Reason == "" {
+		pp.Reason = events[string(p.UID)]
 	}
-	if pp.reason == "" {
-		pp.reason = fmt.Sprintf("not seen by a scheduler yet: is a scheduler with the name %q running?", p.Spec.SchedulerName)
+	if pp.Reason == "" {
+		pp.Reason = fmt.Sprintf("not seen by a scheduler yet: is a scheduler with the name %q running?", p.Spec.SchedulerName)
 	}
 	return pp
-}
-
-func (v *view) render(w io.Writer) {
-	var gpus, used int
-	var memTotal, memUsed int64
-	var coresUsed int
-	var mig bool
-	for i := range v.nodes {
-		nv := &v.nodes[i]
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "NODE %s  %s\n", nv.name, nv.headline())
-		if nv.inv == nil {
-			continue
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GPU\tMEMORY MiB\tMEMORY GRANTED\tCORES GRANTED\tPODS")
-		for _, u := range nv.units {
-			gpus++
-			memTotal += u.memoryMiB
-			memUsed += u.usedMiB
-			coresUsed += u.cores
-			if len(u.grants) > 0 {
-				used++
-			}
-			mig = mig || u.mig
-			pods := "-"
-			if len(u.grants) > 0 {
-				ps := make([]string, len(u.grants))
-				for k, g := range u.grants {
-					ps[k] = g.String()
-				}
-				pods = strings.Join(ps, ", ")
-			}
-			if !u.healthy {
-				pods = "UNHEALTHY (" + u.health + ") " + pods
-			}
-			pct := 0
-			if u.memoryMiB > 0 {
-				pct = int(u.usedMiB * 100 / u.memoryMiB)
-			}
-			fmt.Fprintf(tw, "  %s\t%d/%d\t%s %3d%%\t%d%%\t%s\n", u.label, u.usedMiB, u.memoryMiB, bar(pct), pct, u.cores, pods)
-		}
-		tw.Flush()
-		for _, o := range nv.orphans {
-			fmt.Fprintf(w, "  warning: %s\n", o)
-		}
-	}
-	if len(v.noInventory) > 0 {
-		fmt.Fprintf(w, "\nNodes without a GPU inventory (%d): %s\n", len(v.noInventory), abbreviate(v.noInventory, 10))
-	}
-	if gpus > 0 {
-		pct := memUsed * 100 / max(memTotal, 1)
-		what := "GPUs"
-		if mig {
-			what = "GPUs and MIG instances"
-		}
-		fmt.Fprintf(w, "\n%s holding pods: %d of %d; memory granted: %d of %d MiB (%d%%); cores granted: %d%% of %d%%\n",
-			what, used, gpus, memUsed, memTotal, pct, coresUsed, 100*gpus)
-	}
-	if len(v.problems) > 0 {
-		fmt.Fprintf(w, "\nProblems:\n")
-		for _, p := range v.problems {
-			fmt.Fprintf(w, "  %s\n", p)
-		}
-	}
-	if len(v.pending) == 0 {
-		fmt.Fprintf(w, "\nPending GPU pods: none\n")
-		return
-	}
-	fmt.Fprintf(w, "\nPending GPU pods (%d):\n", len(v.pending))
-	for _, p := range v.pending {
-		fmt.Fprintf(w, "  %s  [%s, scheduler %s]\n      %s\n", p.name, p.request, p.scheduler, p.reason)
-	}
-}
-
-func (nv *nodeView) headline() string {
-	var parts []string
-	if nv.inv != nil {
-		models := map[string]int{}
-		var order []string
-		for _, g := range nv.inv.GPUs {
-			if models[g.Model] == 0 {
-				order = append(order, g.Model)
-			}
-			models[g.Model]++
-		}
-		for _, m := range order {
-			parts = append(parts, fmt.Sprintf("%d x %s", models[m], m))
-		}
-		if len(nv.islands) > 0 {
-			parts = append(parts, "NVLink islands "+strings.Join(nv.islands, " | "))
-		} else {
-			parts = append(parts, "no NVLink")
-		}
-	}
-	if nv.ready {
-		parts = append(parts, "Ready")
-	} else {
-		parts = append(parts, "NotReady")
-	}
-	switch {
-	case nv.invErr != nil:
-		parts = append(parts, nv.invErr.Error())
-	case nv.stale:
-		parts = append(parts, fmt.Sprintf("STALE inventory (%s old): the scheduler places no new GPU pods here", nv.age.Round(time.Second)))
-	default:
-		parts = append(parts, fmt.Sprintf("inventory %s old", nv.age.Round(time.Second)))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func (g grantView) String() string {
-	var b strings.Builder
-	b.WriteString(g.pod)
-	fmt.Fprintf(&b, " (%d MiB", g.memMiB)
-	if g.cores > 0 {
-		fmt.Fprintf(&b, ", %d%%", g.cores)
-	}
-	if g.gpus > 1 {
-		fmt.Fprintf(&b, ", GPUs %s", g.siblings)
-	}
-	if g.terminating {
-		b.WriteString(", terminating")
-	}
-	b.WriteString(")")
-	return b.String()
-}
-
-// bar is a ten-cell gauge.
-func bar(pct int) string {
-	n := min(max((pct+5)/10, 0), 10)
-	if pct > 0 && n == 0 {
-		n = 1
-	}
-	return "[" + strings.Repeat("#", n) + strings.Repeat(".", 10-n) + "]"
-}
-
-func abbreviate(xs []string, n int) string {
-	if len(xs) <= n {
-		return strings.Join(xs, ", ")
-	}
-	return strings.Join(xs[:n], ", ") + fmt.Sprintf(", and %d more", len(xs)-n)
 }

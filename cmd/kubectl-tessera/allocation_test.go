@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
+	allocationv1alpha1 "github.com/tessera-dev/tessera/api/allocation/v1alpha1"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
@@ -75,7 +77,10 @@ func unschedulable(p v1.Pod, msg string) v1.Pod {
 	return p
 }
 
-func TestBuildView(t *testing.T) {
+// fixtureState is a cluster of an H100 node, a T4 node and a node without GPUs, with
+// pods in every state the view distinguishes.
+func fixtureState(t *testing.T) *state {
+	t.Helper()
 	finished := boundPod(t, "finished", "h100", 1000, 0, 3)
 	finished.Status.Phase = v1.PodSucceeded
 	wrongNode := boundPod(t, "wrong-node", "t4", 1000, 0, 0)
@@ -104,67 +109,92 @@ func TestBuildView(t *testing.T) {
 			{InvolvedObject: v1.ObjectReference{Kind: "Pod", UID: "uid-event-only"}, Reason: "FailedScheduling", Message: "newest", LastTimestamp: metav1.NewTime(now)},
 		},
 	}
-	v := buildView(st, api.DefaultResourceNames(), now, time.Minute, nil)
+	return st
+}
 
-	if len(v.nodes) != 2 || v.nodes[0].name != "h100" || v.nodes[1].name != "t4" {
-		t.Fatalf("nodes: %+v", v.nodes)
+var update = flag.Bool("update", false, "rewrite testdata/ from the output")
+
+func TestBuildView(t *testing.T) {
+	list := buildView(fixtureState(t), api.DefaultResourceNames(), now, time.Minute, nil, "")
+
+	if list.APIVersion != "allocation.tessera.dev/v1alpha1" || list.Kind != "AllocationList" {
+		t.Errorf("type: %+v", list.TypeMeta)
 	}
-	if strings.Join(v.noInventory, ",") != "cpu-only" {
-		t.Errorf("nodes without inventory: %v", v.noInventory)
+	if len(list.Items) != 2 || list.Items[0].Name != "h100" || list.Items[1].Name != "t4" {
+		t.Fatalf("nodes: %+v", list.Items)
 	}
-	h := v.nodes[0]
-	if strings.Join(h.islands, " ") != "0-3 4-7" {
-		t.Errorf("islands: %v", h.islands)
+	if strings.Join(list.NodesWithoutInventory, ",") != "cpu-only" {
+		t.Errorf("nodes without inventory: %v", list.NodesWithoutInventory)
+	}
+	h := list.Items[0]
+	if strings.Join(h.NVLinkIslands, " ") != "0-3 4-7" {
+		t.Errorf("islands: %v", h.NVLinkIslands)
+	}
+	if !h.Inventory.UpdatedAt.Time.Equal(now.Add(-3*time.Second)) || h.Inventory.Stale {
+		t.Errorf("inventory: %+v", h.Inventory)
 	}
 	// GPU 0: two fractions add up; GPU 3: the finished pod holds nothing.
-	if u := h.units[0]; u.usedMiB != 32768 || u.cores != 50 || len(u.grants) != 2 {
+	if u := h.GPUs[0]; u.MemoryGrantedMiB != 32768 || u.CoresGranted != 50 || len(u.Grants) != 2 {
 		t.Errorf("GPU 0: %+v", u)
 	}
-	if u := h.units[3]; u.usedMiB != 0 || len(u.grants) != 0 {
+	if g := h.GPUs[0].Grants[0]; g.Namespace != "default" || g.Pod != "infer-a" || g.Container != "main" || g.MemoryMiB != 16384 || g.Cores != 20 {
+		t.Errorf("GPU 0's first grant: %+v", g)
+	}
+	if u := h.GPUs[3]; u.MemoryGrantedMiB != 0 || len(u.Grants) != 0 {
 		t.Errorf("GPU 3 holds a finished pod: %+v", u)
 	}
 	for i := 4; i < 8; i++ {
-		if u := h.units[i]; u.usedMiB != fixtures.H100MiB || u.cores != 100 || u.grants[0].siblings != "4,5,6,7" {
+		if u := h.GPUs[i]; u.MemoryGrantedMiB != fixtures.H100MiB || u.CoresGranted != 100 || strings.Join(u.Grants[0].GPUs, ",") != "4,5,6,7" {
 			t.Errorf("GPU %d: %+v", i, u)
 		}
 	}
-	if len(v.problems) != 1 || !strings.Contains(v.problems[0], "wrong-node") {
-		t.Errorf("problems: %v", v.problems)
+	// 5 of 12 GPUs; 2×16384 + 4×81559 MiB of 8×81559 + 4×15360; 20+30+4×100 percent.
+	want := allocationv1alpha1.Summary{GPUs: 12, GPUsHoldingPods: 5, MemoryMiB: 713912, MemoryGrantedMiB: 359004, CoresGranted: 450}
+	if list.Summary != want {
+		t.Errorf("summary: got %+v, want %+v", list.Summary, want)
 	}
-	reasons := map[string]pendingPod{}
-	for _, p := range v.pending {
-		reasons[p.name] = p
+	if len(list.Problems) != 1 || !strings.Contains(list.Problems[0], "wrong-node") {
+		t.Errorf("problems: %v", list.Problems)
+	}
+	reasons := map[string]allocationv1alpha1.PendingPod{}
+	for _, p := range list.PendingPods {
+		reasons[p.Name] = p
 	}
 	if len(reasons) != 4 {
-		t.Fatalf("pending: %+v", v.pending)
+		t.Fatalf("pending: %+v", list.PendingPods)
 	}
-	if p := reasons["too-big"]; p.reason != "0/2 nodes are available: no NVLink" || p.request != "8 GPU × all memory, 100% cores" {
+	if p := reasons["too-big"]; p.Reason != "0/2 nodes are available: no NVLink" || p.Request != "8 GPU × all memory, 100% cores" || p.SchedulerName != "tessera-binpack" {
 		t.Errorf("too-big: %+v", p)
 	}
-	if p := reasons["bad"]; p.request != "invalid request" || !strings.Contains(p.reason, "gpu-cores") {
+	if p := reasons["bad"]; p.Request != "invalid request" || !strings.Contains(p.Reason, "gpu-cores") {
 		t.Errorf("bad: %+v", p)
 	}
-	if p := reasons["event-only"]; p.reason != "newest" {
+	if p := reasons["event-only"]; p.Reason != "newest" {
 		t.Errorf("event-only: want the newest FailedScheduling event, got %+v", p)
 	}
-	if p := reasons["unseen"]; !strings.Contains(p.reason, `"tessera-binpack"`) {
+	if p := reasons["unseen"]; !strings.Contains(p.Reason, `"tessera-binpack"`) {
 		t.Errorf("unseen: %+v", p)
 	}
+}
 
+// TestTableUnchanged holds the default table to testdata/allocation.txt, which the
+// table printed before the view became an AllocationList; -update rewrites it.
+func TestTableUnchanged(t *testing.T) {
+	list := buildView(fixtureState(t), api.DefaultResourceNames(), now, time.Minute, nil, "")
 	var out bytes.Buffer
-	v.render(&out)
-	for _, want := range []string{
-		"NODE h100  8 x NVIDIA H100 80GB HBM3, NVLink islands 0-3 | 4-7, Ready, inventory 3s old",
-		"infer-a (16384 MiB, 20%), infer-b (16384 MiB, 30%)",
-		"train (81559 MiB, 100%, GPUs 4,5,6,7)",
-		"NODE t4  4 x Tesla T4, no NVLink, Ready",
-		"Nodes without a GPU inventory (1): cpu-only",
-		"GPUs holding pods: 5 of 12",
-		"Pending GPU pods (4):",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+	renderTable(list, now, false, &out)
+	golden := filepath.Join("testdata", "allocation.txt")
+	if *update {
+		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
 		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Errorf("table differs from %s:\n%s", golden, out.String())
 	}
 }
 
@@ -172,9 +202,13 @@ func TestStaleAndUnhealthy(t *testing.T) {
 	inv := fixtures.PCIeNode("t4", 2, "Tesla T4", fixtures.T4MiB)
 	inv.GPUs[1].Healthy, inv.GPUs[1].HealthReason = false, "XID 79"
 	n := gpuNode(t, "t4", inv, false)
-	v := buildView(&state{nodes: []v1.Node{n}}, api.DefaultResourceNames(), now.Add(10*time.Minute), 5*time.Minute, nil)
+	later := now.Add(10 * time.Minute)
+	list := buildView(&state{nodes: []v1.Node{n}}, api.DefaultResourceNames(), later, 5*time.Minute, nil, "")
+	if !list.Items[0].Inventory.Stale || list.Items[0].GPUs[1].Healthy || list.Items[0].GPUs[1].HealthReason != "XID 79" {
+		t.Errorf("node: %+v", list.Items[0])
+	}
 	var out bytes.Buffer
-	v.render(&out)
+	renderTable(list, later, false, &out)
 	for _, want := range []string{"NotReady", "STALE inventory (10m3s old)", "UNHEALTHY (XID 79)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
@@ -209,39 +243,6 @@ func TestUnsettled(t *testing.T) {
 	}
 }
 
-func TestReadObjects(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "objs.yaml")
-	doc := `# comment
-apiVersion: v1
-kind: List
-items:
-- {apiVersion: v1, kind: Node, metadata: {name: n1}}
-- {apiVersion: v1, kind: Node, metadata: {name: n2}}
----
----
-apiVersion: v1
-kind: Pod
-metadata: {name: p}
-`
-	if err := os.WriteFile(f, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := readObjects(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, o := range objs {
-		got = append(got, o.GetKind()+"/"+o.GetName())
-	}
-	if strings.Join(got, " ") != "Node/n1 Node/n2 Pod/p" {
-		t.Errorf("objects: %v", got)
-	}
-	if _, err := readObjects("-", strings.NewReader("metadata: {name: x}\n")); err == nil || !strings.Contains(err.Error(), "apiVersion and kind") {
-		t.Errorf("a document without kind: err = %v", err)
-	}
-}
-
 func TestMIGUnits(t *testing.T) {
 	inv := fixtures.NVLinkNode("a100", 2, 2, "NVIDIA A100-SXM4-80GB", fixtures.A100MiB)
 	inv.GPUs[0].MIG = &api.MIG{Instances: []api.MIGInstance{
@@ -258,10 +259,14 @@ func TestMIGUnits(t *testing.T) {
 	p := gpuRequest("two", 2, 9728, 0)
 	p.Spec.NodeName, p.Status.Phase = "a100", v1.PodRunning
 	p.Annotations = map[string]string{api.AnnotationAssignment: raw}
-	v := buildView(&state{nodes: []v1.Node{gpuNode(t, "a100", inv, true)}, pods: []v1.Pod{p}}, api.DefaultResourceNames(), now, time.Minute, nil)
+	list := buildView(&state{nodes: []v1.Node{gpuNode(t, "a100", inv, true)}, pods: []v1.Pod{p}}, api.DefaultResourceNames(), now, time.Minute, nil, "")
+	if u := list.Items[0].GPUs[1]; u.ID != "0/1g.10gb#1" || u.Index != 0 || u.MIGProfile != "1g.10gb" || u.UUID != "MIG-b" {
+		t.Errorf("MIG instance: %+v", u)
+	}
 	var out bytes.Buffer
-	v.render(&out)
+	renderTable(list, now, false, &out)
 	for _, want := range []string{
+		"NODE a100  2 x NVIDIA A100-SXM4-80GB",
 		"0/1g.10gb#0  0/9728",
 		"0/1g.10gb#1  9728/9728",
 		"two (9728 MiB, GPUs 0/1g.10gb#1,1)",
@@ -270,15 +275,5 @@ func TestMIGUnits(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
-	}
-}
-
-func TestCommonFlagsBeforeCommand(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	missing := filepath.Join(t.TempDir(), "no-such-kubeconfig")
-	code := run(t.Context(), []string{"--kubeconfig", missing, "allocation"}, &stdout, &stderr)
-	// The flag reached the command: it fails on that file, not on an unknown command.
-	if code != 1 || !strings.Contains(stderr.String(), "no-such-kubeconfig") {
-		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }

@@ -1,163 +1,146 @@
 // Command kubectl-tessera shows how Tessera has placed GPU shares in a cluster. On PATH
 // it is a kubectl plugin:
 //
-//	kubectl tessera allocation      per node and per GPU: memory and cores granted, and to which pods;
-//	                                then the GPU pods that are not scheduled, with the scheduler's reason
-//	kubectl tessera wait            wait until nodes publish their GPU inventory and GPU pods are placed or refused
-//	kubectl tessera apply -f FILE   create the objects of a YAML file (for clusters reached without kubectl)
+//	kubectl tessera allocation   per node and per GPU: memory and cores granted, and to which pods;
+//	                             then the GPU pods that are not scheduled, with the scheduler's reason
+//	kubectl tessera wait         wait until nodes publish their GPU inventory and GPU pods are placed or refused
+//	kubectl tessera completion   shell completion
 //
 // It reads only the API: the nodes' inventory annotations and the pods' assignment
-// annotations, the same records the scheduler rebuilds its state from.
+// annotations, the same records the scheduler rebuilds its state from. Its connection
+// flags are kubectl's own (k8s.io/cli-runtime's ConfigFlags); creating objects is left to
+// kubectl.
 package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
-	"k8s.io/client-go/dynamic"
+	"github.com/MakeNowJust/heredoc"
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tessera-dev/tessera/api"
 )
 
-const usage = `kubectl tessera: Tessera's view of GPU allocation.
-
-Usage:
-  kubectl tessera allocation [flags]     per node and per GPU: memory and cores granted, and to which pods;
-                                         then the GPU pods that are not scheduled, with the reason
-  kubectl tessera wait [flags]           wait until nodes publish a GPU inventory and every GPU pod
-                                         is placed or refused by its scheduler
-  kubectl tessera apply -f FILE [flags]  create the objects of a YAML file ("-" reads stdin);
-                                         objects that exist are left as they are
-
-Common flags:
-  --kubeconfig FILE   kubeconfig (default: $KUBECONFIG, then ~/.kube/config)
-  --context NAME      kubeconfig context
-Run "kubectl tessera COMMAND -h" for a command's flags.
-`
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	os.Exit(run(ctx, newRootOptions(streams), os.Args[1:]))
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	// The common flags may come before the command too (kubectl tessera --context x
-	// allocation), as they do for kubectl itself.
-	conn := connFlags{domain: api.DefaultDomain}
-	top := flag.NewFlagSet("kubectl tessera", flag.ContinueOnError)
-	top.SetOutput(stderr)
-	top.Usage = func() { fmt.Fprint(stderr, usage) }
-	conn.bind(top)
-	if err := top.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return 0
-		}
-		return 2
-	}
-	args = top.Args()
-	if len(args) == 0 || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	cmd, args := args[0], args[1:]
-	fs := flag.NewFlagSet("kubectl tessera "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	conn.bind(fs)
-	var err error
-	switch cmd {
-	case "allocation", "alloc":
-		var o allocationOptions
-		o.bind(fs)
-		if err = fs.Parse(args); err == nil {
-			err = withClients(&conn, func(c *clients) error { return runAllocation(ctx, c, &o, stdout) })
-		}
-	case "wait":
-		var o waitOptions
-		o.bind(fs)
-		if err = fs.Parse(args); err == nil {
-			err = withClients(&conn, func(c *clients) error { return runWait(ctx, c, &o, stdout) })
-		}
-	case "apply":
-		var o applyOptions
-		o.bind(fs)
-		if err = fs.Parse(args); err == nil {
-			err = withClients(&conn, func(c *clients) error { return runApply(ctx, c, &o, os.Stdin, stdout) })
-		}
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
-		return 2
-	}
-	if err == flag.ErrHelp {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
+// run executes one command line and returns the exit status: 1 for an error, as
+// kubectl does.
+func run(ctx context.Context, o *rootOptions, args []string) int {
+	cmd := newRootCommand(o)
+	cmd.SetArgs(args)
+	if err := cmd.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(o.streams.ErrOut, "error: %v\n", err)
 		return 1
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %v\n", fs.Args())
-		return 2
 	}
 	return 0
 }
 
-// connFlags are the flags kubectl plugins conventionally accept.
-type connFlags struct {
-	kubeconfig string
-	context    string
-	domain     string
+// rootOptions are the flags every command shares and the way to a client.
+type rootOptions struct {
+	streams genericiooptions.IOStreams
+	config  *genericclioptions.ConfigFlags
+	domain  string
+	// newKube builds the clientset from the config flags; tests return a fake.
+	newKube func(*genericclioptions.ConfigFlags) (kubernetes.Interface, error)
 }
 
-// bind registers the flags with the current values as defaults, so that a value given
-// before the command survives the command's own flag set.
-func (c *connFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&c.kubeconfig, "kubeconfig", c.kubeconfig, "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&c.context, "context", c.context, "kubeconfig context")
-	fs.StringVar(&c.domain, "resource-domain", c.domain, "domain of the GPU resource names the scheduler is configured with")
+func newRootOptions(streams genericiooptions.IOStreams) *rootOptions {
+	return &rootOptions{
+		streams: streams,
+		config:  genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams),
+		domain:  api.DefaultDomain,
+		newKube: newKubeClient,
+	}
 }
 
-type clients struct {
-	kube    kubernetes.Interface
-	dynamic dynamic.Interface
-	config  *rest.Config
-	names   api.ResourceNames
-}
-
-func withClients(f *connFlags, do func(*clients) error) error {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: f.context}).ClientConfig()
+func newKubeClient(f *genericclioptions.ConfigFlags) (kubernetes.Interface, error) {
+	cfg, err := f.ToRESTConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return nil, err
 	}
 	cfg.UserAgent = "kubectl-tessera"
 	// Listing every pod of a large cluster is one request; the defaults of 5 QPS would
 	// only slow the polling of wait.
 	cfg.QPS, cfg.Burst = 50, 100
-	names := api.ResourceNamesForDomain(f.domain)
+	return kubernetes.NewForConfig(cfg)
+}
+
+func newRootCommand(o *rootOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kubectl-tessera",
+		Short: "Tessera's view of GPU allocation",
+		Long: longDesc(`
+			Tessera's view of GPU allocation: which GPUs each node has, what is granted on
+			each and to which pods, and why GPU pods are pending. It reads only the API
+			(the nodes' tessera.dev/gpu-inventory and the pods' tessera.dev/gpu-assignment
+			annotations), with the connection flags of kubectl.
+
+			To create objects, use kubectl create -f or kubectl apply -f.`),
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tessera"},
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	cmd.SetIn(o.streams.In)
+	cmd.SetOut(o.streams.Out)
+	cmd.SetErr(o.streams.ErrOut)
+	o.config.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVar(&o.domain, "resource-domain", o.domain, "Domain of the GPU resource names the scheduler is configured with")
+	_ = cmd.RegisterFlagCompletionFunc("namespace", o.completeNamespaces)
+	_ = cmd.RegisterFlagCompletionFunc("context", o.completeContexts)
+	cmd.AddCommand(newAllocationCommand(o), newWaitCommand(o))
+	return cmd
+}
+
+// clients is what a command needs to talk to the cluster.
+type clients struct {
+	kube  kubernetes.Interface
+	names api.ResourceNames
+}
+
+func (o *rootOptions) clients() (*clients, error) {
+	names := api.ResourceNamesForDomain(o.domain)
 	if err := names.Validate("--resource-domain"); err != nil {
-		return err
+		return nil, err
 	}
-	kc, err := kubernetes.NewForConfig(cfg)
+	kc, err := o.newKube(o.config)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
+	return &clients{kube: kc, names: names}, nil
+}
+
+// namespace is the namespace whose pods a command reads: the one given with -n, or
+// every namespace. Unlike kubectl get, the kubeconfig context's namespace is not the
+// default: GPUs are a node resource, and a view of one namespace's pods is asked for.
+func (o *rootOptions) namespace(allNamespaces bool) string {
+	if allNamespaces || o.config.Namespace == nil {
+		return ""
 	}
-	return do(&clients{kube: kc, dynamic: dc, config: cfg, names: names})
+	return *o.config.Namespace
+}
+
+// longDesc and examples format help text the way kubectl's own commands do.
+func longDesc(s string) string { return strings.TrimSpace(heredoc.Doc(s)) }
+
+func examples(s string) string {
+	lines := strings.Split(strings.TrimSpace(heredoc.Doc(s)), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = "  " + l
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -16,13 +16,46 @@ import (
 )
 
 type waitOptions struct {
-	nodes   string
-	timeout time.Duration
+	*rootOptions
+	nodes         []string
+	timeout       time.Duration
+	allNamespaces bool
 }
 
-func (o *waitOptions) bind(fs *flag.FlagSet) {
-	fs.StringVar(&o.nodes, "nodes", "", "comma-separated nodes that must be Ready with a GPU inventory published (default: none; the API server and GPU pods are always waited for)")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "give up after this long")
+func newWaitCommand(root *rootOptions) *cobra.Command {
+	o := &waitOptions{rootOptions: root, timeout: 2 * time.Minute}
+	cmd := &cobra.Command{
+		Use:   "wait [--nodes NODE,...]",
+		Short: "Wait until nodes publish a GPU inventory and every GPU pod is placed or refused",
+		Long: longDesc(`
+			Wait until the API server is ready, every node named with --nodes is Ready with a
+			valid GPU inventory, and every GPU pod is settled: bound with a Tessera
+			assignment, or refused by its scheduler (PodScheduled False). What is still
+			awaited is printed whenever it changes.
+
+			kubectl wait waits for one condition of named objects; this waits for what
+			Tessera's pods and nodes need, across all of them. Without --namespace the
+			GPU pods of every namespace are waited for.`),
+		Example: examples(`
+			# After creating GPU nodes and pods
+			kubectl tessera wait --nodes gpu-node-0,gpu-node-1 --timeout 60s
+
+			# Only the GPU pods of one namespace
+			kubectl tessera wait -n team-a`),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := o.clients()
+			if err != nil {
+				return err
+			}
+			return runWait(cmd.Context(), c, o, o.streams.Out)
+		},
+	}
+	cmd.Flags().StringSliceVar(&o.nodes, "nodes", nil, "Nodes that must be Ready with a GPU inventory published, comma-separated (default: none; the API server and GPU pods are always waited for)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "Give up after this long")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Wait for the GPU pods of every namespace (the default; overrides --namespace)")
+	_ = cmd.RegisterFlagCompletionFunc("nodes", root.completeNodes)
+	return cmd
 }
 
 // runWait polls until the API server is ready, every named node is Ready with a valid
@@ -52,7 +85,7 @@ func runWait(ctx context.Context, c *clients, o *waitOptions, out io.Writer) err
 			nodes, err = c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		}
 		if err == nil {
-			pods, err = c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+			pods, err = c.kube.CoreV1().Pods(o.namespace(o.allNamespaces)).List(ctx, metav1.ListOptions{})
 		}
 		msg := ""
 		if err != nil {

@@ -290,8 +290,15 @@ tessera::start_apiserver() {
     --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
     --enable-priority-and-fairness=false \
     --profiling=false || return 1
+  # /readyz, not just a successful list: the API server serves lists before its
+  # start-up hooks (bootstrap RBAC, system namespaces) have finished.
   WAIT_PID=kube-apiserver tessera::wait_until 90 "kube-apiserver" \
-    "$BIN_DIR/kubectl-tessera" wait --kubeconfig "$RUN_DIR/kubeconfig" --timeout 5s
+    tessera::kubectl get --raw /readyz --request-timeout 5s
+}
+
+# tessera::kubectl runs the kubectl built from the pinned Kubernetes against this cluster.
+tessera::kubectl() {
+  "$BIN_DIR/kubectl" --kubeconfig "$RUN_DIR/kubeconfig" "$@"
 }
 
 # --- scheduler ----------------------------------------------------------------------

@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	allocationv1alpha1 "github.com/tessera-dev/tessera/api/allocation/v1alpha1"
 )
 
 // TestSampleWorkload runs what `make run` runs, node list and workload included, and
@@ -72,7 +75,49 @@ func TestSampleWorkload(t *testing.T) {
 			t.Errorf("the allocation table does not show %q", want)
 		}
 	}
+	c.checkAllocationJSON(running, "bad-request", "train-8gpu-nvlink")
 	c.checkNoOvercommit()
+}
+
+// checkAllocationJSON reads `kubectl tessera allocation -n default -o json` and checks
+// that it holds exactly what the pods' assignments say: each running pod's grants on
+// the GPUs its assignment names, and the pending pods (by name, as the view sorts them).
+func (c *cluster) checkAllocationJSON(running map[string]*v1.Pod, pending ...string) {
+	c.t.Helper()
+	out := c.kubectlTessera("allocation", "-n", "default", "-o", "json")
+	var list allocationv1alpha1.AllocationList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		c.t.Fatalf("kubectl tessera allocation -o json: %v\n%s", err, out)
+	}
+	if list.APIVersion != "allocation.tessera.dev/v1alpha1" || list.Kind != "AllocationList" || list.Namespace != "default" {
+		c.t.Errorf("kubectl tessera allocation -o json: %+v", list.TypeMeta)
+	}
+	got := map[string][]string{} // pod -> node/UUID of each grant
+	for _, n := range list.Items {
+		for _, g := range n.GPUs {
+			for _, gr := range g.Grants {
+				got[gr.Pod] = append(got[gr.Pod], n.Name+"/"+g.UUID)
+			}
+		}
+	}
+	for name, p := range running {
+		var want []string
+		for _, u := range uuids(c.t, p) {
+			want = append(want, p.Spec.NodeName+"/"+u)
+		}
+		slices.Sort(want)
+		slices.Sort(got[name])
+		if !slices.Equal(got[name], want) {
+			c.t.Errorf("-o json: %s holds %v, its assignment says %v", name, got[name], want)
+		}
+	}
+	var pendingGot []string
+	for _, p := range list.PendingPods {
+		pendingGot = append(pendingGot, p.Name)
+	}
+	if strings.Join(pendingGot, " ") != strings.Join(pending, " ") {
+		c.t.Errorf("-o json: pending pods %v, want %v", pendingGot, pending)
+	}
 }
 
 // TestBinpackAndSpreadSideBySide schedules the same fractional request through both
