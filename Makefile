@@ -199,9 +199,13 @@ clean: ## Remove build outputs
 REGISTRY       ?= ghcr.io/tessera-dev
 IMAGE_TAG      ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' config/deploy/tessera/Chart.yaml)
 # build/imagebuilder assembles the images defined by build/<image>.yaml from what the
-# targets above build; no container engine is involved (docs/install.md).
+# targets above build, for each of PLATFORMS, into one OCI image layout with an SBOM
+# per image; no container engine is involved (docs/install.md).
 IMAGES         := tessera-scheduler tessera-node-agent
+PLATFORMS      ?= linux/amd64 linux/arm64
+IMAGE_ARCHS     = $(patsubst linux/%,%,$(PLATFORMS))
 IMAGES_DIR     := _output/images
+IMAGE_LAYOUT   := $(IMAGES_DIR)/oci
 IMAGE_BUILDER  := $(BIN)/imagebuilder
 # Every timestamp in the images is the last commit's time: rebuilding a commit gives the
 # same image digests.
@@ -210,36 +214,72 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # for its empty base. IMAGE_DEBS: a directory of .debs fetched before (offline build).
 IMAGE_GOFLAGS  := -trimpath -buildvcs=false
 IMAGE_DEBS     ?=
+# The C compiler of each architecture, for the agent (cgo) and the hook: the machine's
+# gcc for its own, Debian's cross compilers otherwise.
+HOST_ARCH      := $(shell $(GO) env GOARCH)
+CC_amd64       ?= $(if $(filter amd64,$(HOST_ARCH)),gcc,x86_64-linux-gnu-gcc)
+CC_arm64       ?= $(if $(filter arm64,$(HOST_ARCH)),gcc,aarch64-linux-gnu-gcc)
+CROSS_DEBS_amd64 := gcc-x86-64-linux-gnu libc6-dev-amd64-cross
+CROSS_DEBS_arm64 := gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+comma_archs     = $(subst $(space),$(comma),$(strip $(IMAGE_ARCHS)))
+space          := $(empty) $(empty)
 
 define build-images
-	for i in $(IMAGES); do \
-		$(IMAGE_BUILDER) build -spec build/$$i.yaml -out $(1) -registry $(REGISTRY) -tag $(IMAGE_TAG) \
-			-revision $(GIT_REVISION) -source-date-epoch $(SOURCE_DATE_EPOCH) $(if $(IMAGE_DEBS),-debs $(IMAGE_DEBS)) || exit 1; \
-	done
+	$(IMAGE_BUILDER) build $(foreach i,$(IMAGES),-spec build/$(i).yaml) -archs $(comma_archs) -out $(1) \
+		-registry $(REGISTRY) -tag $(IMAGE_TAG) -revision $(GIT_REVISION) -source-date-epoch $(SOURCE_DATE_EPOCH) \
+		-apt-dir _output/apt $(if $(IMAGE_DEBS),-debs $(IMAGE_DEBS))
 endef
 
-.PHONY: images
-images: ## Build the scheduler and node-agent images into _output/images/*.tar (REGISTRY, IMAGE_TAG); no container engine needed
-	CGO_ENABLED=0 GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory scheduler BIN=$(CURDIR)/$(IMAGES_DIR)/bin
-	CGO_ENABLED=1 GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory agent BIN=$(CURDIR)/$(IMAGES_DIR)/bin
-	$(MAKE) --no-print-directory hook
+.PHONY: imagebuilder
+imagebuilder: ## Build bin/imagebuilder, which builds, checks and pushes the images and the chart
 	$(GO) build -o $(IMAGE_BUILDER) ./build/imagebuilder
+
+# Debian's cross compilers for the PLATFORMS other than this machine's, installed with
+# apt-get where missing (as root, like .ci/run's gcc).
+.PHONY: image-toolchains
+image-toolchains:
+	@need=""; for a in $(IMAGE_ARCHS); do \
+		case $$a in amd64) cc='$(CC_amd64)'; debs='$(CROSS_DEBS_amd64)';; arm64) cc='$(CC_arm64)'; debs='$(CROSS_DEBS_arm64)';; \
+			*) echo "PLATFORMS: linux/$$a is not supported (linux/amd64, linux/arm64)"; exit 1;; esac; \
+		command -v $$cc >/dev/null 2>&1 || need="$$need $$debs"; \
+	done; \
+	if [ -n "$$need" ]; then \
+		echo "installing$$need"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need; \
+	fi
+
+# The three files of each architecture's images, in _output/images/bin/linux_<arch>/.
+image-bin-%: image-toolchains
+	CGO_ENABLED=0 GOARCH=$* GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory scheduler BIN=$(CURDIR)/$(IMAGES_DIR)/bin/linux_$*
+	CGO_ENABLED=1 GOARCH=$* CC=$(CC_$*) GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory agent BIN=$(CURDIR)/$(IMAGES_DIR)/bin/linux_$*
+	$(MAKE) --no-print-directory -C cuda-hook all CC=$(CC_$*) BUILD=$(CURDIR)/$(IMAGES_DIR)/bin/linux_$*
+
+.PHONY: images
+images: $(foreach a,$(IMAGE_ARCHS),image-bin-$(a)) imagebuilder ## Build both images for PLATFORMS into the OCI layout _output/images/oci, with SPDX SBOMs (REGISTRY, IMAGE_TAG); no container engine needed
 	$(call build-images,$(IMAGES_DIR))
 
 .PHONY: push-images
-push-images: images ## Push the images to REGISTRY as IMAGE_TAG, with docker login's credentials (INSECURE=1: plain HTTP)
+push-images: images ## Push both images (an index of PLATFORMS each) and their SBOMs to REGISTRY as IMAGE_TAG, with docker login's credentials (INSECURE=1: plain HTTP)
 	for i in $(IMAGES); do \
-		$(IMAGE_BUILDER) push -image $(IMAGES_DIR)/$$i.tar -to $(REGISTRY)/$$i:$(IMAGE_TAG) $(if $(INSECURE),-insecure) || exit 1; \
+		$(IMAGE_BUILDER) push -layout $(IMAGE_LAYOUT) -image $$i -to $(REGISTRY)/$$i:$(IMAGE_TAG) $(if $(INSECURE),-insecure) || exit 1; \
 	done
 
+.PHONY: push-chart
+push-chart: imagebuilder ## Package the Helm chart and push it to oci://REGISTRY/tessera (helm pull oci://...), with docker login's credentials (INSECURE=1)
+	$(IMAGE_BUILDER) push-chart -chart config/deploy/tessera -to $(REGISTRY) -out _output/charts \
+		-source-date-epoch $(SOURCE_DATE_EPOCH) $(if $(INSECURE),-insecure)
+
 .PHONY: test-images
-test-images: images ## Run the images' binaries from their own root filesystems (chroot), and rebuild to check the digests
-	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-scheduler.tar -- /usr/local/bin/tessera-scheduler --version
-	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-node-agent.tar -- /usr/local/bin/tessera-node-agent --version
-	$(IMAGE_BUILDER) run -skip-without-chroot -image $(IMAGES_DIR)/tessera-node-agent.tar -- /usr/local/bin/tessera-node-agent install-hook --to /tmp
+test-images: images ## Check every platform's images and SBOMs, run this machine's binaries (chroot), and rebuild to compare digests
+	$(IMAGE_BUILDER) check -layout $(IMAGE_LAYOUT) -archs $(comma_archs)
+	TESSERA_IMAGES_DIR=$(CURDIR)/$(IMAGES_DIR) TESSERA_IMAGES_ARCHS=$(comma_archs) $(GO) test -count=1 -run '^TestBuiltImages$$' ./build/imagebuilder
+	$(IMAGE_BUILDER) run -skip-without-chroot -layout $(IMAGE_LAYOUT) -image tessera-scheduler -- /usr/local/bin/tessera-scheduler --version
+	$(IMAGE_BUILDER) run -skip-without-chroot -layout $(IMAGE_LAYOUT) -image tessera-node-agent -- /usr/local/bin/tessera-node-agent --version
+	$(IMAGE_BUILDER) run -skip-without-chroot -layout $(IMAGE_LAYOUT) -image tessera-node-agent -- /usr/local/bin/tessera-node-agent install-hook --to /tmp
 	rm -rf $(IMAGES_DIR)/rebuild
 	$(call build-images,$(IMAGES_DIR)/rebuild)
-	for i in $(IMAGES); do cmp $(IMAGES_DIR)/$$i.tar $(IMAGES_DIR)/rebuild/$$i.tar || exit 1; done
+	diff -r $(IMAGE_LAYOUT) $(IMAGES_DIR)/rebuild/oci
 	@echo "images reproducible: $$(cat $(IMAGES_DIR)/*.digest | tr '\n' ' ')"
 
 .PHONY: manifests

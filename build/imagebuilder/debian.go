@@ -22,34 +22,63 @@ type debPackage struct {
 	Provides            []string
 }
 
-// fetchDebs returns the .deb of each package: from dir when it is given (an offline
-// build with packages fetched before), otherwise downloaded with apt-get download into
-// a new directory under tmp. apt verifies each download against the signed archive
+// fetchDebs returns the .deb of each package for the Debian architecture arch: from
+// dir when it is given (an offline build with packages fetched before; file names as
+// Debian's, name_version_arch.deb), otherwise downloaded with apt-get download into a
+// new directory under tmp. apt verifies each download against the signed archive
 // index, so the packages are Debian's own.
-func fetchDebs(ctx context.Context, pkgs []string, dir, tmp string) ([]string, error) {
+//
+// apt-get runs with a package index of its own for arch, kept in aptDir/<arch> (under
+// tmp when aptDir is empty) and brought up to date first from the machine's apt
+// sources: any architecture's packages can be fetched without dpkg --add-architecture
+// or any other change to the machine's apt configuration.
+func fetchDebs(ctx context.Context, pkgs []string, arch, dir, aptDir, tmp string) ([]string, error) {
 	if dir == "" {
 		dir = filepath.Join(tmp, "debs")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if aptDir == "" {
+			aptDir = filepath.Join(tmp, "apt")
+		}
+		state, err := filepath.Abs(filepath.Join(aptDir, arch))
+		if err != nil {
 			return nil, err
 		}
-		cmd := exec.CommandContext(ctx, "apt-get", append([]string{"download", "-q"}, pkgs...)...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("apt-get download %s: %w\n%s(Are the package lists current? apt-get update fetches them.)",
-				strings.Join(pkgs, " "), err, out.String())
+		for _, d := range []string{dir, filepath.Join(state, "lists", "partial"), filepath.Join(state, "cache", "archives", "partial")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return nil, err
+			}
+		}
+		aptOpts := []string{"-q",
+			"-o", "APT::Architecture=" + arch, "-o", "APT::Architectures::=" + arch,
+			"-o", "Dir::State::Lists=" + filepath.Join(state, "lists"),
+			"-o", "Dir::Cache=" + filepath.Join(state, "cache"),
+			"-o", "Dir::State::status=/dev/null",
+		}
+		for _, args := range [][]string{
+			append([]string{"update"}, aptOpts...),
+			append(append([]string{"download"}, aptOpts...), pkgs...),
+		} {
+			cmd := exec.CommandContext(ctx, "apt-get", args...)
+			cmd.Dir = dir
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				return nil, fmt.Errorf("apt-get %s (%s packages): %w\n%s", args[0], arch, err, out.String())
+			}
 		}
 	}
 	files := make([]string, 0, len(pkgs))
 	for _, p := range pkgs {
-		m, err := filepath.Glob(filepath.Join(dir, p+"_*.deb"))
-		if err != nil {
-			return nil, err
+		var m []string
+		for _, a := range []string{arch, "all"} {
+			g, err := filepath.Glob(filepath.Join(dir, p+"_*_"+a+".deb"))
+			if err != nil {
+				return nil, err
+			}
+			m = append(m, g...)
 		}
 		switch len(m) {
 		case 0:
-			return nil, fmt.Errorf("debian package %s: no %s_*.deb in %s", p, p, dir)
+			return nil, fmt.Errorf("debian package %s: no %s_*_%s.deb in %s", p, p, arch, dir)
 		case 1:
 			files = append(files, m[0])
 		default:

@@ -1,30 +1,31 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
 	"debug/elf"
 	"fmt"
-	"os/exec"
-	"regexp"
+	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
 )
 
-var glibcVerRE = regexp.MustCompile(`\bGLIBC_([0-9]+(?:\.[0-9]+)*|PRIVATE)\b`)
-
 // checkGLIBC fails when the shared object needs a glibc symbol version newer than max
-// (or a GLIBC_PRIVATE one), as objdump -T reports its dynamic symbols.
-func checkGLIBC(ctx context.Context, file, max string) error {
-	out, err := exec.CommandContext(ctx, "objdump", "-T", file).Output()
+// (or a GLIBC_PRIVATE one), as its ELF dynamic symbol table records them. It reads the
+// ELF itself, so it checks a library of any architecture.
+func checkGLIBC(file, max string) error {
+	f, err := elf.Open(file)
 	if err != nil {
-		return fmt.Errorf("objdump -T %s: %w%s", file, err, stderrOf(err))
+		return fmt.Errorf("%s: %w", file, err)
 	}
-	bad, err := glibcTooNew(out, max)
+	defer f.Close()
+	syms, err := f.ImportedSymbols()
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: reading its dynamic symbols: %w", file, err)
+	}
+	bad, err := glibcTooNew(syms, max)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%s needs a glibc newer than %s, so it would not load in every container it is meant for: %s",
@@ -33,44 +34,35 @@ func checkGLIBC(ctx context.Context, file, max string) error {
 	return nil
 }
 
-// glibcTooNew returns "symbol@GLIBC_x.y" for each dynamic symbol whose glibc version is
-// newer than max, from objdump -T output.
-func glibcTooNew(objdump []byte, max string) ([]string, error) {
+// glibcTooNew returns "symbol@GLIBC_x.y" for each imported symbol whose glibc version
+// is newer than max.
+func glibcTooNew(syms []elf.ImportedSymbol, max string) ([]string, error) {
 	limit, err := parseVersion(max)
 	if err != nil {
 		return nil, fmt.Errorf("maximum glibc version %q: %w", max, err)
 	}
 	var bad []string
 	seen := 0
-	sc := bufio.NewScanner(bytes.NewReader(objdump))
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, f := range fields {
-			m := glibcVerRE.FindStringSubmatch(f)
-			if m == nil {
-				continue
-			}
-			seen++
-			sym := ""
-			if i+1 < len(fields) {
-				sym = fields[len(fields)-1]
-			}
-			if m[1] == "PRIVATE" {
-				bad = append(bad, sym+"@GLIBC_PRIVATE")
-				break
-			}
-			v, err := parseVersion(m[1])
-			if err != nil {
-				return nil, err
-			}
-			if compareVersion(v, limit) > 0 {
-				bad = append(bad, sym+"@GLIBC_"+m[1])
-			}
-			break
+	for _, s := range syms {
+		v, ok := strings.CutPrefix(s.Version, "GLIBC_")
+		if !ok {
+			continue
+		}
+		seen++
+		if v == "PRIVATE" {
+			bad = append(bad, s.Name+"@GLIBC_PRIVATE")
+			continue
+		}
+		pv, err := parseVersion(v)
+		if err != nil {
+			return nil, err
+		}
+		if compareVersion(pv, limit) > 0 {
+			bad = append(bad, s.Name+"@"+s.Version)
 		}
 	}
 	if seen == 0 {
-		return nil, fmt.Errorf("objdump -T shows no glibc symbol versions: not a dynamically linked object built against glibc")
+		return nil, fmt.Errorf("no glibc symbol versions: not a dynamically linked object built against glibc")
 	}
 	sort.Strings(bad)
 	return bad, nil
@@ -120,4 +112,45 @@ func checkStatic(file string) error {
 		}
 	}
 	return nil
+}
+
+// elfMachines are the ELF machines of the architectures images are built for.
+var elfMachines = map[string]elf.Machine{
+	"amd64": elf.EM_X86_64,
+	"arm64": elf.EM_AARCH64,
+}
+
+// checkELFArch fails when file is an ELF object for another machine than arch; any
+// other file passes.
+func checkELFArch(file, arch string) error {
+	isELF, err := hasELFMagic(file)
+	if err != nil || !isELF {
+		return err
+	}
+	f, err := elf.Open(file)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	defer f.Close()
+	want, ok := elfMachines[arch]
+	if !ok {
+		return fmt.Errorf("%s: no ELF machine known for architecture %s", file, arch)
+	}
+	if f.Machine != want {
+		return fmt.Errorf("%s is built for %s, the image for %s (%s)", file, f.Machine, arch, want)
+	}
+	return nil
+}
+
+func hasELFMagic(file string) (bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	magic := make([]byte, len(elf.ELFMAG))
+	if _, err := io.ReadFull(f, magic); err != nil {
+		return false, nil // shorter than the magic: not ELF
+	}
+	return string(magic) == elf.ELFMAG, nil
 }

@@ -24,30 +24,55 @@ import (
 // BuildOptions are the inputs of a build besides the spec.
 type BuildOptions struct {
 	Root     string    // the repository root: files' src are relative to it
-	Out      string    // the image tarball is written here as <name>.tar
+	Out      string    // <name>.digest and <name>.spdx.json are written here
 	Registry string    // e.g. ghcr.io/tessera-dev
 	Tag      string    // e.g. 0.1.0
 	Version  string    // org.opencontainers.image.version
 	Revision string    // org.opencontainers.image.revision (the commit)
 	Source   string    // org.opencontainers.image.source
 	Created  time.Time // every timestamp in the image (SOURCE_DATE_EPOCH)
-	Arch     string    // GOARCH naming: amd64, arm64
-	DebsDir  string    // .debs fetched before; empty: apt-get download
+	// Archs are the image's architectures (GOARCH naming: amd64, arm64), one image
+	// manifest each in the image index, in this order.
+	Archs   []string
+	DebsDir string // .debs fetched before; empty: apt-get download
+	// AptDir keeps the package index apt-get downloads from, one per architecture;
+	// empty: a temporary one, fetched again at every build.
+	AptDir string
 }
 
-// Result describes a built image.
+// Result describes a built image: an OCI image index of one image per architecture,
+// and the SBOM that refers to the index.
 type Result struct {
+	Name     string
 	Ref      name.Tag
+	Index    v1.ImageIndex
+	Digest   v1.Hash // the index's
+	Archs    []*ArchImage
+	SBOM     v1.Image // an OCI artifact (artifactType application/spdx+json) whose subject is Index
+	SBOMJSON []byte
+}
+
+// ArchImage is the image of one architecture, and what went into it.
+type ArchImage struct {
+	Arch     string
+	Image    v1.Image
 	Digest   v1.Hash
-	Path     string
 	Packages []*debPackage
+	Files    []builtFile
+}
+
+// builtFile is a file of the spec as put into one architecture's image.
+type builtFile struct {
+	Src, Dst string
+	SHA256   string
 }
 
 const nonrootUID = 65532
 
-// Build assembles the image of spec and writes it as a docker save tarball (loadable by
-// docker load, podman load and ctr import) to o.Out/<name>.tar. Two builds of the same
-// spec from the same files give the same digest.
+// Build assembles the image of spec for each architecture of o.Archs and the image
+// index that lists them, with OCI media types, and the index's SBOM. Nothing is
+// written; WriteLayout does that. Two builds of the same spec from the same files give
+// the same digests.
 func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -56,15 +81,74 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image reference: %w", err)
 	}
-	if o.Arch == "" {
+	if len(o.Archs) == 0 {
 		return nil, fmt.Errorf("no target architecture")
 	}
+	res := &Result{Name: spec.Name, Ref: ref}
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	seen := map[string]bool{}
+	for _, arch := range o.Archs {
+		if seen[arch] {
+			return nil, fmt.Errorf("architecture %s listed twice", arch)
+		}
+		seen[arch] = true
+		ai, err := buildArch(ctx, spec, o, arch)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", arch, err)
+		}
+		res.Archs = append(res.Archs, ai)
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
+			Add:        ai.Image,
+			Descriptor: v1.Descriptor{Platform: platform(arch)},
+		})
+	}
+	created := o.Created.UTC().Truncate(time.Second)
+	res.Index = mutate.Annotations(idx, map[string]string{
+		"org.opencontainers.image.title":    spec.Name,
+		"org.opencontainers.image.version":  o.Version,
+		"org.opencontainers.image.revision": o.Revision,
+		"org.opencontainers.image.source":   o.Source,
+		"org.opencontainers.image.created":  created.Format(time.RFC3339),
+	}).(v1.ImageIndex)
+	if res.Digest, err = res.Index.Digest(); err != nil {
+		return nil, err
+	}
+	if res.SBOMJSON, err = spdxDocument(spec, o, res); err != nil {
+		return nil, fmt.Errorf("SBOM: %w", err)
+	}
+	if res.SBOM, err = sbomArtifact(res.Index, res.SBOMJSON, created); err != nil {
+		return nil, fmt.Errorf("SBOM: %w", err)
+	}
+	return res, nil
+}
+
+// platform is the index entry's platform of a Go architecture.
+func platform(arch string) *v1.Platform {
+	p := &v1.Platform{OS: "linux", Architecture: arch}
+	if arch == "arm64" {
+		p.Variant = "v8"
+	}
+	return p
+}
+
+// srcFor is a file's source for one architecture: {arch} in it is replaced.
+func srcFor(root, src, arch string) string {
+	src = strings.ReplaceAll(src, "{arch}", arch)
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(root, src)
+	}
+	return src
+}
+
+// buildArch assembles the image of one architecture.
+func buildArch(ctx context.Context, spec *Spec, o BuildOptions, arch string) (*ArchImage, error) {
 	created := o.Created.UTC().Truncate(time.Second)
 	tmp, err := os.MkdirTemp("", "imagebuilder-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	ai := &ArchImage{Arch: arch}
 
 	// Layer 1: the base. Users, /tmp, and the Debian packages if any.
 	base := newTree()
@@ -72,18 +156,17 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		return nil, err
 	}
 	baseBy := "tessera imagebuilder: /etc/passwd, /etc/group, /tmp"
-	var pkgs []*debPackage
 	if spec.Debian != nil {
-		debs, err := fetchDebs(ctx, spec.Debian.Packages, o.DebsDir, tmp)
+		debs, err := fetchDebs(ctx, spec.Debian.Packages, debArch(arch), o.DebsDir, o.AptDir, tmp)
 		if err != nil {
 			return nil, err
 		}
-		if pkgs, err = debianLayer(ctx, base, debs, spec.Debian.Drop, tmp); err != nil {
+		if ai.Packages, err = debianLayer(ctx, base, debs, spec.Debian.Drop, tmp); err != nil {
 			return nil, err
 		}
-		for _, p := range pkgs {
-			if p.Arch != "all" && p.Arch != debArch(o.Arch) {
-				return nil, fmt.Errorf("debian package %s is for %s, the image for %s", p.Name, p.Arch, o.Arch)
+		for _, p := range ai.Packages {
+			if p.Arch != "all" && p.Arch != debArch(arch) {
+				return nil, fmt.Errorf("debian package %s is for %s, the image for %s", p.Name, p.Arch, arch)
 			}
 		}
 		// Debian's ldconfig reads this; the NVIDIA container toolkit runs ldconfig in
@@ -91,19 +174,19 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		if err := base.bytes("/etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
 			return nil, err
 		}
-		baseBy += ", Debian packages " + packageList(pkgs)
+		baseBy += ", Debian packages " + packageList(ai.Packages)
 	}
 
 	// Layer 2: the files the repository's make targets built.
 	app := newTree()
 	for _, f := range spec.Files {
-		src := f.Src
-		if !filepath.IsAbs(src) {
-			src = filepath.Join(o.Root, src)
-		}
+		src := srcFor(o.Root, f.Src, arch)
 		mode, _ := f.mode()
 		if err := app.file(f.Dst, src, mode); err != nil {
 			return nil, fmt.Errorf("file %s (for %s): %w", f.Src, f.Dst, err)
+		}
+		if err := checkELFArch(src, arch); err != nil {
+			return nil, err
 		}
 		if f.Static {
 			if err := checkStatic(src); err != nil {
@@ -111,15 +194,16 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 			}
 		}
 		if f.MaxGLIBC != "" {
-			if err := checkGLIBC(ctx, src, f.MaxGLIBC); err != nil {
+			if err := checkGLIBC(src, f.MaxGLIBC); err != nil {
 				return nil, err
 			}
 		}
+		sum, err := sha256File(src)
+		if err != nil {
+			return nil, err
+		}
+		ai.Files = append(ai.Files, builtFile{Src: src, Dst: f.Dst, SHA256: sum})
 		if f.Checksum {
-			sum, err := sha256File(src)
-			if err != nil {
-				return nil, err
-			}
 			line := fmt.Sprintf("%s  %s\n", sum, path.Base(f.Dst))
 			if err := app.bytes(f.Dst+".sha256", []byte(line), 0o644); err != nil {
 				return nil, err
@@ -127,10 +211,8 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		}
 	}
 
-	// Docker's schema 2 media types: what a docker save tarball records, so the image
-	// read back from the tarball (docker load, push) has the digest built here.
-	img := mutate.MediaType(empty.Image, types.DockerManifestSchema2)
-	img = mutate.ConfigMediaType(img, types.DockerConfigJSON)
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	for _, l := range []struct {
 		t  *tree
 		by string
@@ -141,7 +223,7 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		}
 		img, err = mutate.Append(img, mutate.Addendum{
 			Layer:     layer,
-			MediaType: types.DockerLayer,
+			MediaType: types.OCILayer,
 			History:   v1.History{Created: v1.Time{Time: created}, CreatedBy: l.by},
 		})
 		if err != nil {
@@ -153,8 +235,9 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture = o.Arch
+	cf.Architecture = arch
 	cf.OS = "linux"
+	cf.Variant = platform(arch).Variant
 	cf.Created = v1.Time{Time: created}
 	cf.Config = v1.Config{
 		User:       spec.User,
@@ -162,32 +245,15 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		Cmd:        spec.Cmd,
 		Env:        spec.Env,
 		WorkingDir: "/",
-		Labels:     labels(spec, o, created, pkgs),
+		Labels:     labels(spec, o, created, ai.Packages),
 	}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
+	if ai.Image, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, err
 	}
-	digest, err := img.Digest()
-	if err != nil {
+	if ai.Digest, err = ai.Image.Digest(); err != nil {
 		return nil, err
 	}
-
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
-		return nil, err
-	}
-	out := filepath.Join(o.Out, spec.Name+".tar")
-	part := out + ".part"
-	if err := tarball.WriteToFile(part, ref, img); err != nil {
-		os.Remove(part)
-		return nil, fmt.Errorf("writing %s: %w", out, err)
-	}
-	if err := os.Rename(part, out); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(o.Out, spec.Name+".digest"), []byte(digest.String()+"\n"), 0o644); err != nil {
-		return nil, err
-	}
-	return &Result{Ref: ref, Digest: digest, Path: out, Packages: pkgs}, nil
+	return ai, nil
 }
 
 // layer writes the tree to memory and makes a gzip-compressed layer of it.
@@ -199,7 +265,7 @@ func (t *tree) layer(mtime time.Time) (v1.Layer, error) {
 	data := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.DockerLayer))
+	}, tarball.WithMediaType(types.OCILayer))
 }
 
 // baseFiles are in every image: root and the nonroot user (65532, as in the distroless

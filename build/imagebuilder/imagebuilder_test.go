@@ -5,26 +5,23 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 var epoch = time.Unix(1700000000, 0).UTC()
@@ -64,7 +61,40 @@ func testRoot(t *testing.T) string {
 
 func opts(root, out string) BuildOptions {
 	return BuildOptions{Root: root, Out: out, Registry: "registry.example/tessera", Tag: "1.2.3", Version: "1.2.3",
-		Revision: "abc123", Source: "https://github.com/tessera-dev/tessera", Created: epoch, Arch: "amd64"}
+		Revision: "abc123", Source: "https://github.com/tessera-dev/tessera", Created: epoch, Archs: []string{"amd64"}}
+}
+
+// buildLayout builds the spec and writes it as the OCI layout o.Out/oci.
+func buildLayout(t *testing.T, s *Spec, o BuildOptions) (*Result, string) {
+	t.Helper()
+	res, err := Build(context.Background(), s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(o.Out, "oci")
+	if err := WriteLayout(dir, []*Result{res}); err != nil {
+		t.Fatal(err)
+	}
+	return res, dir
+}
+
+// dirContent maps each file under dir to its content.
+func dirContent(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(dir, p)
+		m[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 type tarEntry struct {
@@ -115,23 +145,20 @@ func layerEntries(t *testing.T, img v1.Image) ([][]string, []map[string]tarEntry
 func TestBuildLayersAndConfig(t *testing.T) {
 	root := testRoot(t)
 	out := t.TempDir()
-	res, err := Build(context.Background(), testSpec(), opts(root, out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Ref.String() != "registry.example/tessera/tessera-test:1.2.3" || res.Path != filepath.Join(out, "tessera-test.tar") {
-		t.Errorf("result %v %s", res.Ref, res.Path)
+	res, dir := buildLayout(t, testSpec(), opts(root, out))
+	if res.Ref.String() != "registry.example/tessera/tessera-test:1.2.3" {
+		t.Errorf("result %v", res.Ref)
 	}
 	d, _ := os.ReadFile(filepath.Join(out, "tessera-test.digest"))
 	if strings.TrimSpace(string(d)) != res.Digest.String() {
 		t.Errorf("digest file %q, built %s", d, res.Digest)
 	}
-	img, cf, err := loadImage(res.Path)
+	img, cf, err := loadImage(dir, "tessera-test", "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := img.Digest(); got != res.Digest {
-		t.Errorf("tarball holds %s, built %s", got, res.Digest)
+	if got, _ := img.Digest(); got != res.Archs[0].Digest {
+		t.Errorf("layout holds %s, built %s", got, res.Archs[0].Digest)
 	}
 	orders, layers := layerEntries(t, img)
 	if len(layers) != 2 {
@@ -211,32 +238,35 @@ func TestBuildLayersAndConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.MediaType != "application/vnd.docker.distribution.manifest.v2+json" || m.Layers[0].MediaType != "application/vnd.docker.image.rootfs.diff.tar.gzip" {
-		t.Errorf("media types %s %s", m.MediaType, m.Layers[0].MediaType)
+	if m.MediaType != "application/vnd.oci.image.manifest.v1+json" || m.Config.MediaType != "application/vnd.oci.image.config.v1+json" ||
+		m.Layers[0].MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
+		t.Errorf("media types %s %s %s", m.MediaType, m.Config.MediaType, m.Layers[0].MediaType)
+	}
+	// The layout's index.json names the image index by its reference.
+	var top v1.IndexManifest
+	raw, _ := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err := json.Unmarshal(raw, &top); err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Manifests) != 2 || top.Manifests[0].MediaType != "application/vnd.oci.image.index.v1+json" ||
+		top.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != res.Ref.String() || top.Manifests[0].Digest != res.Digest {
+		t.Errorf("index.json %s", raw)
 	}
 }
 
 func TestBuildReproducible(t *testing.T) {
 	root := testRoot(t)
-	a, err := Build(context.Background(), testSpec(), opts(root, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, adir := buildLayout(t, testSpec(), opts(root, t.TempDir()))
 	// The build machine's file times, modes and owners do not reach the image.
 	old := time.Unix(1, 0)
 	os.Chtimes(filepath.Join(root, "out/tool"), old, old)
 	os.Chmod(filepath.Join(root, "out/lib.so"), 0o600)
-	b, err := Build(context.Background(), testSpec(), opts(root, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, bdir := buildLayout(t, testSpec(), opts(root, t.TempDir()))
 	if a.Digest != b.Digest {
 		t.Fatalf("two builds: %s and %s", a.Digest, b.Digest)
 	}
-	ab, _ := os.ReadFile(a.Path)
-	bb, _ := os.ReadFile(b.Path)
-	if !bytes.Equal(ab, bb) {
-		t.Error("same digest but the tarballs differ")
+	if !reflect.DeepEqual(dirContent(t, adir), dirContent(t, bdir)) {
+		t.Error("same digest but the layouts differ")
 	}
 
 	o := opts(root, t.TempDir())
@@ -333,7 +363,7 @@ func TestBuildBadInput(t *testing.T) {
 	s.Debian = &DebianBase{Packages: []string{"libc6"}}
 	o := opts(root, t.TempDir())
 	o.DebsDir = t.TempDir()
-	if _, err := Build(context.Background(), s, o); err == nil || !strings.Contains(err.Error(), "no libc6_*.deb") {
+	if _, err := Build(context.Background(), s, o); err == nil || !strings.Contains(err.Error(), "no libc6_*_amd64.deb") {
 		t.Errorf("missing package: %v", err)
 	}
 	o = opts(root, t.TempDir())
@@ -378,11 +408,8 @@ func TestDebianBase(t *testing.T) {
 	s.Debian = &DebianBase{Packages: []string{"tessera-test-libc", "tessera-test-gcc"}, Drop: []string{"/usr/share/lintian"}}
 	o := opts(root, t.TempDir())
 	o.DebsDir = debs
-	res, err := Build(context.Background(), s, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, cf, err := loadImage(res.Path)
+	_, dir := buildLayout(t, s, o)
+	img, cf, err := loadImage(dir, "tessera-test", "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,18 +442,15 @@ func TestDebianBase(t *testing.T) {
 }
 
 func TestGLIBCTooNew(t *testing.T) {
-	out := []byte(`
-lib.so:     file format elf64-x86-64
-
-DYNAMIC SYMBOL TABLE:
-0000000000000000      DF *UND*	0000000000000000 (GLIBC_2.2.5) free
-0000000000000000      DF *UND*	0000000000000000 (GLIBC_2.34) dlopen
-0000000000000000      DF *UND*	0000000000000000  GLIBC_2.33  fstat
-0000000000000000      DF *UND*	0000000000000000 (GLIBC_2.28) fcntl64
-0000000000000000      DF *UND*	0000000000000000 (GLIBC_PRIVATE) _dl_x
-0000000000001000 g    DF .text	0000000000000010  Base        cuInit
-`)
-	bad, err := glibcTooNew(out, "2.28")
+	syms := []elf.ImportedSymbol{
+		{Name: "free", Version: "GLIBC_2.2.5", Library: "libc.so.6"},
+		{Name: "dlopen", Version: "GLIBC_2.34", Library: "libc.so.6"},
+		{Name: "fstat", Version: "GLIBC_2.33", Library: "libc.so.6"},
+		{Name: "fcntl64", Version: "GLIBC_2.28", Library: "libc.so.6"},
+		{Name: "_dl_x", Version: "GLIBC_PRIVATE", Library: "ld-linux-x86-64.so.2"},
+		{Name: "cuInit"},
+	}
+	bad, err := glibcTooNew(syms, "2.28")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,20 +458,29 @@ DYNAMIC SYMBOL TABLE:
 	if !reflect.DeepEqual(bad, want) {
 		t.Errorf("got %v, want %v", bad, want)
 	}
-	if _, err := glibcTooNew([]byte("no symbols"), "2.28"); err == nil {
-		t.Error("output without glibc versions accepted")
+	if _, err := glibcTooNew([]elf.ImportedSymbol{{Name: "cuInit"}}, "2.28"); err == nil {
+		t.Error("symbols without glibc versions accepted")
 	}
 }
 
 // TestGLIBCFloorOfTheHookFlags compiles a library with the CUDA hook's compat header and
-// link flags, and checks that objdump finds nothing newer than 2.28, while the same
-// source built plainly on this machine's glibc (2.34 or later) does need more.
+// link flags, and checks that its ELF needs nothing newer than 2.28, while the same
+// source built plainly on this machine's glibc (2.34 or later) does need more; for
+// x86-64 with gcc, and for aarch64 with aarch64-linux-gnu-gcc where it is installed.
 func TestGLIBCFloorOfTheHookFlags(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
+	for arch, cc := range map[string]string{"amd64": "gcc", "arm64": "aarch64-linux-gnu-gcc"} {
+		if arch != "amd64" && runtime.GOARCH == arch {
+			cc = "gcc"
+		} else if arch == "amd64" && runtime.GOARCH != "amd64" {
+			cc = "x86_64-linux-gnu-gcc"
+		}
+		t.Run(arch, func(t *testing.T) { testGLIBCFloor(t, cc, arch) })
 	}
-	if _, err := exec.LookPath("objdump"); err != nil {
-		t.Skip("objdump not installed")
+}
+
+func testGLIBCFloor(t *testing.T, cc, arch string) {
+	if _, err := exec.LookPath(cc); err != nil {
+		t.Skipf("%s not installed", cc)
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "lib.c")
@@ -468,17 +501,20 @@ int probe(int fd) {
 	header, _ := filepath.Abs("../../cuda-hook/compat/glibc-2.28.h")
 	build := func(out string, extra ...string) string {
 		args := append([]string{"-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", filepath.Join(dir, out), src}, extra...)
-		if o, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc %v: %v\n%s", args, err, o)
+		if o, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", cc, args, err, o)
 		}
 		return filepath.Join(dir, out)
 	}
 	pinned := build("pinned.so", "-include", header, "-Wl,--no-as-needed", "-l:libdl.so.2", "-l:libpthread.so.0", "-ldl", "-pthread")
-	if err := checkGLIBC(context.Background(), pinned, "2.28"); err != nil {
+	if err := checkELFArch(pinned, arch); err != nil {
+		t.Error(err)
+	}
+	if err := checkGLIBC(pinned, "2.28"); err != nil {
 		t.Errorf("with the compat header: %v", err)
 	}
 	plain := build("plain.so", "-ldl", "-pthread")
-	err := checkGLIBC(context.Background(), plain, "2.28")
+	err := checkGLIBC(plain, "2.28")
 	if err == nil {
 		t.Skip("this machine's glibc is older than 2.33: the plain build needs nothing newer either")
 	}
@@ -539,11 +575,8 @@ func TestRunInChroot(t *testing.T) {
 	root := testRoot(t)
 	data, _ := os.ReadFile(tool)
 	write(t, filepath.Join(root, "out/tool"), string(data), 0o755)
-	res, err := Build(context.Background(), testSpec(), opts(root, t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, cf, err := loadImage(res.Path)
+	_, ldir := buildLayout(t, testSpec(), opts(root, t.TempDir()))
+	img, cf, err := loadImage(ldir, "tessera-test", "amd64")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,37 +639,5 @@ func TestUnpackStaysInside(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestPush(t *testing.T) {
-	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-	res, err := Build(context.Background(), testSpec(), opts(testRoot(t), t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dest := u.Host + "/tessera/tessera-test:1.2.3"
-	d, err := Push(context.Background(), res.Path, dest, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d != res.Digest {
-		t.Errorf("pushed %s, built %s", d, res.Digest)
-	}
-	ref, _ := name.ParseReference(dest, name.Insecure)
-	got, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gd, _ := got.Digest(); gd != res.Digest {
-		t.Errorf("registry serves %s, built %s", gd, res.Digest)
-	}
-	if _, err := Push(context.Background(), res.Path, "not a reference", true); err == nil || !strings.Contains(err.Error(), "destination") {
-		t.Errorf("bad destination: %v", err)
-	}
-	if _, err := Push(context.Background(), res.Path+".missing", dest, true); err == nil || !strings.Contains(err.Error(), "reading") {
-		t.Errorf("missing tarball: %v", err)
 	}
 }

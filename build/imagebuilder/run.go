@@ -15,24 +15,46 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // errNoChroot says that this machine lets the builder neither chroot as root nor
 // create a user namespace to chroot in.
 var errNoChroot = errors.New("cannot chroot: not root, and user namespaces are not available")
 
-// loadImage reads the image of a tarball written by Build.
-func loadImage(file string) (v1.Image, *v1.ConfigFile, error) {
-	img, err := tarball.ImageFromPath(file, nil)
+// loadImage reads the image of one architecture from an image index of an OCI layout
+// written by WriteLayout.
+func loadImage(layoutDir, image, arch string) (v1.Image, *v1.ConfigFile, error) {
+	images, err := readLayout(layoutDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", file, err)
+		return nil, nil, err
+	}
+	li := images[image]
+	if li == nil {
+		return nil, nil, fmt.Errorf("reading %s: no image %s in it", layoutDir, image)
+	}
+	img, err := platformImage(li.Index, arch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s in %s: %w", image, layoutDir, err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", file, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", image, err)
 	}
 	return img, cf, nil
+}
+
+// platformImage is the index's image for linux/arch.
+func platformImage(idx v1.ImageIndex, arch string) (v1.Image, error) {
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range im.Manifests {
+		if d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == arch {
+			return idx.Image(d.Digest)
+		}
+	}
+	return nil, fmt.Errorf("no linux/%s image", arch)
 }
 
 // unpack writes the image's root filesystem (its layers applied in order) into dir,

@@ -41,13 +41,14 @@ type DebianBase struct {
 
 // File is one file the repository's make targets built, put into the image.
 type File struct {
-	// Src is relative to the repository root (the builder's -root).
+	// Src is relative to the repository root (the builder's -root); {arch} in it is
+	// the architecture being built (GOARCH naming: amd64, arm64).
 	Src  string `json:"src"`
 	Dst  string `json:"dst"`
 	Mode string `json:"mode"`
 	// Checksum also writes Dst.sha256 (sha256sum format) next to the file.
 	Checksum bool `json:"checksum,omitempty"`
-	// MaxGLIBC, e.g. "2.28", fails the build if objdump -T shows the file needing a
+	// MaxGLIBC, e.g. "2.28", fails the build if the file's ELF dynamic symbols need a
 	// newer glibc symbol version.
 	MaxGLIBC string `json:"maxGLIBC,omitempty"`
 	// Static fails the build unless the file is a statically linked ELF executable
