@@ -103,13 +103,19 @@ func Build(ctx context.Context, spec *Spec, o BuildOptions) (*Result, error) {
 		})
 	}
 	created := o.Created.UTC().Truncate(time.Second)
-	res.Index = mutate.Annotations(idx, map[string]string{
+	ann := map[string]string{
 		"org.opencontainers.image.title":    spec.Name,
 		"org.opencontainers.image.version":  o.Version,
 		"org.opencontainers.image.revision": o.Revision,
 		"org.opencontainers.image.source":   o.Source,
 		"org.opencontainers.image.created":  created.Format(time.RFC3339),
-	}).(v1.ImageIndex)
+	}
+	for k, v := range ann {
+		if v == "" {
+			delete(ann, k)
+		}
+	}
+	res.Index = mutate.Annotations(idx, ann).(v1.ImageIndex)
 	if res.Digest, err = res.Index.Digest(); err != nil {
 		return nil, err
 	}
