@@ -84,7 +84,9 @@ TESSERA_PIN(pthread_mutex_consistent, TESSERA_GLIBC_BASE);
 #endif
 
 /* fstat and stat became libc symbols in glibc 2.33; before, <sys/stat.h> turned them
- * into calls of __fxstat and __xstat, which every glibc since 2.2.5 exports. */
+ * into calls of __fxstat and __xstat, which every glibc since 2.2.5 exports. The hook
+ * itself calls only fstat: a stat() call pinned this way links into a broken PLT entry
+ * (R_X86_64_NONE) under -fsanitize=address with the binutils here. */
 extern int __fxstat(int ver, int fd, struct stat *st);
 extern int __xstat(int ver, const char *path, struct stat *st);
 TESSERA_PIN(__fxstat, TESSERA_GLIBC_BASE);

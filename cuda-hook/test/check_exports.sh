@@ -1,6 +1,6 @@
 #!/bin/sh
-# The hook must export exactly its hooks (symbols.def) and dlsym/dlvsym: anything else would
-# interpose on the program or the libraries it loads.
+# The hook must export exactly its hooks (symbols.def) and dlsym/dlvsym (anything else would
+# interpose on the program or the libraries it loads), and import nothing newer than glibc 2.28.
 set -eu
 lib=$1
 dir=$(dirname "$0")/..
@@ -14,3 +14,13 @@ if [ "$want" != "$got" ]; then
 	exit 1
 fi
 echo "ok exports: $(echo "$got" | wc -l) symbols, all hooks"
+
+# Tenant images bring their own glibc, as old as 2.28 (compat/glibc-2.28.h): no symbol
+# the hook imports may be newer.
+newest=$(nm -D --undefined-only "$lib" | sed -n 's/.*@GLIBC_\([0-9.]*\).*/\1/p' | sort -t. -k1,1n -k2,2n | tail -1)
+if [ -n "$newest" ] && [ "$(printf '%s\n2.28\n' "$newest" | sort -t. -k1,1n -k2,2n | tail -1)" != 2.28 ]; then
+	echo "FAIL $lib needs glibc $newest:"
+	nm -D --undefined-only "$lib" | grep "@GLIBC_$newest" | sed 's/^/  /'
+	exit 1
+fi
+echo "ok glibc: nothing newer than ${newest:-?} (at most 2.28)"
