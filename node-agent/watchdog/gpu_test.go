@@ -39,6 +39,20 @@ func cgroupRoot(t *testing.T) string {
 	return ""
 }
 
+// realSource opens NVML (closed when the test ends) and reads the node's inventory.
+func realSource(t *testing.T) (*nvmlsource.Source, *api.NodeInventory) {
+	src, err := nvmlsource.New(nvml.New(), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	inv, err := src.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, inv
+}
+
 // testCgroup makes a cgroup of its own under the v2 root, removed when the test ends
 // (after its processes have exited), and returns its directory.
 func testCgroup(t *testing.T, prefix string) string {
@@ -90,15 +104,7 @@ func TestWatchdogRealProcess(t *testing.T) {
 	if err != nil || cg != "/"+name {
 		t.Fatalf("process cgroup %q (%v), want /%s", cg, err, name)
 	}
-	src, err := nvmlsource.New(nvml.New(), logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	inv, err := src.Inventory()
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inv := realSource(t)
 	grant := func(mib int64) []checkpoint.Record {
 		return []checkpoint.Record{{ContainerID: "verify", Namespace: "ns", Pod: "torch", Container: "main", Cgroup: "/" + name,
 			Devices: []api.DeviceGrant{{UUID: inv.GPUs[0].UUID, MemoryMiB: mib}}}}
@@ -225,15 +231,7 @@ func TestWatchdogEndsBypassingProcess(t *testing.T) {
 			}
 			wait("base")
 
-			src, err := nvmlsource.New(nvml.New(), logr.Discard())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Close()
-			inv, err := src.Inventory()
-			if err != nil {
-				t.Fatal(err)
-			}
+			src, inv := realSource(t)
 			var mu sync.Mutex
 			limit := int64(1 << 40)
 			records := func() []checkpoint.Record {
