@@ -95,7 +95,7 @@ func TestFragmentationNodeScoring(t *testing.T) {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -216,7 +216,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		}
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, devicePolicy: Binpack}
+		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, device: binpack{}}
 		a, fail := allocate(m, used, p, w)
 		if fail != nil {
 			continue
