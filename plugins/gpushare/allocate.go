@@ -142,9 +142,9 @@ type allocation struct {
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
 	// an interface call, through which the compiler cannot see that they do not escape.
 	candBuf [16]int
-	devBuf   [inlineDevices]int
-	memBuf   [inlineDevices]int64
-	usedBuf  [inlineDevices]usage
+	devBuf  [inlineDevices]int
+	memBuf  [inlineDevices]int64
+	usedBuf [inlineDevices]usage
 }
 
 // inlineDevices is how many devices an allocation holds without further allocation.
