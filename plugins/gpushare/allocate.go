@@ -102,7 +102,7 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// weights are the scoring knobs taken from Args.
+// weights are the scoring knobs taken from TesseraGPUShareArgs.
 type weights struct {
 	memory, cores            float64
 	policy, topology, island float64

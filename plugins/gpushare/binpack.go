@@ -49,7 +49,7 @@ func (binpack) hostOnlyPod(*v1.Pod) *podInfo { return hostOnlyFit }
 
 func (binpack) needsFit() bool { return true }
 
-// scoreNode is best fit over free GPU and CPU (nodeState.left), with GPU locality for
+// scoreNode is best fit over free GPU and CPU (leftover), with GPU locality for
 // multi-GPU pods (weightedScore), less islandWeight points for every fully free
 // NVLink island the placement breaks up (pods without a multi-GPU container): a tie
 // breaker that keeps islands whole for the pods that need them. As a weighted term it

@@ -402,7 +402,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	return best, st
 }
 
-// fragFitWeight is how much best fit (nodeState.left, 0..1: free GPU and CPU against
+// fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off

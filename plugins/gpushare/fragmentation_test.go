@@ -16,7 +16,9 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-func fragArgs() *Args { return &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation} }
+func fragArgs() *TesseraGPUShareArgs {
+	return &TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}
+}
 
 // teach runs PreFilter for n pods of one shape so that the plugin learns the workload.
 func teach(t testing.TB, e *env, n int, c ctr) {
@@ -53,11 +55,11 @@ func assignedIndexes(t *testing.T, raw string) []int {
 // takes GPU 0 (the fullest that fits).
 func TestFragmentationDevicePlacement(t *testing.T) {
 	for _, tc := range []struct {
-		args *Args
+		args *TesseraGPUShareArgs
 		want int
 	}{
 		{fragArgs(), 1},
-		{&Args{NodePolicy: Fragmentation, DevicePolicy: Binpack}, 0},
+		{&TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Binpack}, 0},
 	} {
 		t.Run(string(tc.args.DevicePolicy), func(t *testing.T) {
 			node := makeNode(t, "t4", pcieInventory("t4", 4, "NVIDIA T4", t4Mem))

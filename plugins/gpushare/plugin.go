@@ -31,7 +31,7 @@ const Name = "TesseraGPUShare"
 // Plugin implements the scheduler framework extension points for GPU sharing.
 type Plugin struct {
 	handle    fwk.Handle
-	args      *Args
+	args      *TesseraGPUShareArgs
 	names     api.ResourceNames
 	w         weights
 	staleness time.Duration
@@ -100,7 +100,7 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 	}
 }
 
-func newPlugin(args *Args, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
+func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
 	workload := newWorkloadModel(args.FragmentationWindow)
 	placers := newPlacers(workload)
 	return &Plugin{
@@ -108,8 +108,8 @@ func newPlugin(args *Args, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
 		args:   args,
 		names:  *args.ResourceNames,
 		w: weights{
-			memory: float64(args.MemoryWeight), cores: float64(args.CoresWeight),
-			policy: float64(args.PolicyWeight), topology: float64(args.TopologyWeight), island: float64(args.IslandWeight),
+			memory: float64(*args.MemoryWeight), cores: float64(*args.CoresWeight),
+			policy: float64(*args.PolicyWeight), topology: float64(*args.TopologyWeight), island: float64(*args.IslandWeight),
 			maxTenants: args.MaxTenantsPerGPU,
 		},
 		staleness: args.InventoryStaleness.Duration,
