@@ -138,13 +138,13 @@ type allocation struct {
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
 	// pods of one GPU container: Filter allocates nothing on such nodes.
 	placeBuf [1]placement
+	devBuf   [inlineDevices]int
+	memBuf   [inlineDevices]int64
+	usedBuf  [inlineDevices]usage
 	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
 	// an interface call, through which the compiler cannot see that they do not escape.
-	candBuf [16]int
-	devBuf  [inlineDevices]int
-	memBuf  [inlineDevices]int64
-	usedBuf [inlineDevices]usage
+	candBuf [16]int // last: the fields above are what Score reads
 }
 
 // inlineDevices is how many devices an allocation holds without further allocation.
