@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func sampleInventory() *NodeInventory {
@@ -131,11 +132,11 @@ func TestAssignmentRoundTripAndValidation(t *testing.T) {
 }
 
 func TestResourceNames(t *testing.T) {
-	if err := DefaultResourceNames().Validate("r"); err != nil {
+	if err := DefaultResourceNames().Validate(field.NewPath("r")).ToAggregate(); err != nil {
 		t.Fatal(err)
 	}
 	hami := ResourceNames{GPU: "nvidia.com/gpu", GPUMemory: "nvidia.com/gpumem", GPUMemoryPercent: "nvidia.com/gpumem-percentage", GPUCores: "nvidia.com/gpucores"}
-	if err := hami.Validate("r"); err != nil {
+	if err := hami.Validate(field.NewPath("r")).ToAggregate(); err != nil {
 		t.Errorf("HAMi-style names rejected: %v", err)
 	}
 	if g := hami.Group(); g != "nvidia.com" {
@@ -145,12 +146,14 @@ func TestResourceNames(t *testing.T) {
 		n    ResourceNames
 		want string
 	}{
-		{ResourceNames{GPU: "gpu", GPUMemory: "a/b", GPUMemoryPercent: "a/c", GPUCores: "a/d"}, "r.gpu: \"gpu\" must be domain-qualified"},
+		{ResourceNames{GPU: "gpu", GPUMemory: "a/b", GPUMemoryPercent: "a/c", GPUCores: "a/d"}, "r.gpu: Invalid value: \"gpu\": must be domain-qualified"},
 		{ResourceNames{GPU: "a/b", GPUMemory: "a/b", GPUMemoryPercent: "a/c", GPUCores: "a/d"}, "already used by r.gpu"},
 		{ResourceNames{GPU: "kubernetes.io/gpu", GPUMemory: "a/b", GPUMemoryPercent: "a/c", GPUCores: "a/d"}, "reserved domain"},
-		{ResourceNames{GPU: "a/b"}, "r.gpuMemory: must be set"},
+		{ResourceNames{GPU: "a/b"}, "r.gpuMemory: Required value: must be set"},
+		// Every error, not just the first.
+		{ResourceNames{GPU: "a/b"}, "r.gpuCores: Required value: must be set"},
 	} {
-		if err := tc.n.Validate("r"); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if err := tc.n.Validate(field.NewPath("r")).ToAggregate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%v) = %v, want %q", tc.n, err, tc.want)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // DefaultDomain is the prefix of Tessera's resource names, annotations and labels.
@@ -98,34 +99,41 @@ func ResourceNamesForDomain(domain string) ResourceNames {
 }
 
 // Validate checks that every name is a valid, distinct, domain-qualified extended
-// resource name. The field names in errors are relative to path (e.g. "resourceNames").
-func (n ResourceNames) Validate(path string) error {
-	seen := map[corev1.ResourceName]string{}
+// resource name, and returns every name that is not, each under its field of path
+// (e.g. pluginConfig[TesseraGPUShare].args.resourceNames.gpu).
+func (n ResourceNames) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[corev1.ResourceName]*field.Path{}
 	for _, f := range []struct {
 		field string
 		name  corev1.ResourceName
 	}{{"gpu", n.GPU}, {"gpuMemory", n.GPUMemory}, {"gpuMemoryPercent", n.GPUMemoryPercent}, {"gpuCores", n.GPUCores}} {
-		p := path + "." + f.field
+		p := path.Child(f.field)
 		s := string(f.name)
 		if s == "" {
-			return fmt.Errorf("%s: must be set", p)
+			errs = append(errs, field.Required(p, "must be set"))
+			continue
 		}
 		domain, name, ok := strings.Cut(s, "/")
-		if !ok || domain == "" || name == "" {
-			return fmt.Errorf("%s: %q must be domain-qualified, like tessera.dev/gpu", p, s)
+		switch {
+		case !ok || domain == "" || name == "":
+			errs = append(errs, field.Invalid(p, s, "must be domain-qualified, like tessera.dev/gpu"))
+			continue
+		case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || domain == "requests":
+			errs = append(errs, field.Invalid(p, s, "uses a reserved domain"))
+			continue
 		}
-		if domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io") || domain == "requests" {
-			return fmt.Errorf("%s: %q uses a reserved domain", p, s)
-		}
-		if errs := validation.IsQualifiedName(s); len(errs) > 0 {
-			return fmt.Errorf("%s: %q is not a valid resource name: %s", p, s, strings.Join(errs, "; "))
+		if msgs := validation.IsQualifiedName(s); len(msgs) > 0 {
+			errs = append(errs, field.Invalid(p, s, "is not a valid resource name: "+strings.Join(msgs, "; ")))
+			continue
 		}
 		if other, dup := seen[f.name]; dup {
-			return fmt.Errorf("%s: %q is already used by %s.%s", p, s, path, other)
+			errs = append(errs, field.Invalid(p, s, "is already used by "+other.String()))
+			continue
 		}
-		seen[f.name] = f.field
+		seen[f.name] = p
 	}
-	return nil
+	return errs
 }
 
 // Group returns the resource group (the domain of the names) if all four share one,

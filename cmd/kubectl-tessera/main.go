@@ -22,6 +22,7 @@ import (
 
 	"github.com/MakeNowJust/heredoc"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -112,7 +113,7 @@ type clients struct {
 
 func (o *rootOptions) clients() (*clients, error) {
 	names := api.ResourceNamesForDomain(o.domain)
-	if err := names.Validate("--resource-domain"); err != nil {
+	if err := names.Validate(field.NewPath("--resource-domain")).ToAggregate(); err != nil {
 		return nil, err
 	}
 	kc, err := o.newKube(o.config)

@@ -37,7 +37,7 @@ type policy struct {
 	name    string
 	profile string // schedulerName in the config
 	// args adjusts TesseraGPUShare's args (nil: as configured).
-	args func(*gpushare.Args)
+	args func(*gpushare.TesseraGPUShareArgs)
 	// score, when set, is the only Score plugin (a comparison policy).
 	score string
 	doc   string
@@ -49,7 +49,7 @@ var policies = []policy{
 	{name: "fragmentation", profile: "tessera-fragmentation", doc: "the tessera-fragmentation profile as configured"},
 	{name: "fragmentation-gpuscore", profile: "tessera-fragmentation", score: gpushare.Name, doc: "as fragmentation, with TesseraGPUShare the only Score plugin"},
 	{name: "bestfit", profile: "tessera-binpack", score: bestFitName, doc: "comparison: the FGD paper's BestFit node score; GPUs chosen best-fit",
-		args: func(a *gpushare.Args) { a.DevicePolicy = gpushare.Binpack }},
+		args: func(a *gpushare.TesseraGPUShareArgs) { a.DevicePolicy = gpushare.Binpack }},
 	{name: "random", profile: "tessera-binpack", score: randomName, doc: "comparison: a uniformly random feasible node"},
 }
 

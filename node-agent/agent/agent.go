@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -117,7 +118,7 @@ func (c *Config) Validate() error {
 	if c.Poll < 100*time.Millisecond || c.Poll > c.Heartbeat {
 		return fmt.Errorf("--poll %s must be between 100ms and --heartbeat (%s)", c.Poll, c.Heartbeat)
 	}
-	if err := api.ResourceNamesForDomain(c.ResourceDomain).Validate("--resource-domain"); err != nil {
+	if err := api.ResourceNamesForDomain(c.ResourceDomain).Validate(field.NewPath("--resource-domain")).ToAggregate(); err != nil {
 		return err
 	}
 	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {

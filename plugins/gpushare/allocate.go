@@ -23,11 +23,12 @@ type podInfo struct {
 	uuidInclude  []string
 	uuidExclude  []string
 	topology     api.Topology
-	devicePolicy Policy
-	// cpuMilli and memBytes are the pod's host requests (for the Fragmentation policy).
+	// device is the GPU-level placer: the profile's, or the pod's by annotation.
+	device placer
+	// cpuMilli and memBytes are the pod's host requests, and fragShapes the expected
+	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
 	cpuMilli, memBytes int64
-	// fragShapes is the expected workload when a policy of the pod is Fragmentation.
-	fragShapes []fragShape
+	fragShapes         []fragShape
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).
@@ -101,7 +102,7 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// weights are the scoring knobs taken from Args.
+// weights are the scoring knobs taken from TesseraGPUShareArgs.
 type weights struct {
 	memory, cores            float64
 	policy, topology, island float64
@@ -129,10 +130,10 @@ type allocation struct {
 	used []usage
 	// model is the node the allocation was made on.
 	model *nodeModel
-	// fragBefore is the node's fragmentation before the pod, when the GPU-level
-	// Fragmentation policy measured it to place a one-container pod; the node-level
-	// score reuses it instead of measuring the node again. nil otherwise.
-	fragBefore *fragStats
+	// measured is the node before the pod as the GPU-level placer measured it to
+	// place a one-container pod (see placer.pickDevice), for the node-level score to
+	// reuse instead of measuring the node again. nil otherwise.
+	measured nodeMeasure
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
 	// pods of one GPU container: Filter allocates nothing on such nodes.
@@ -140,6 +141,10 @@ type allocation struct {
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
 	usedBuf  [inlineDevices]usage
+	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
+	// rather than on pickDevices' stack because the candidates are passed to a placer,
+	// an interface call, through which the compiler cannot see that they do not escape.
+	candBuf [16]int // last: the fields above are what Score reads
 }
 
 // inlineDevices is how many devices an allocation holds without further allocation.
@@ -150,7 +155,7 @@ func (a *allocation) reset(used []usage) {
 	a.placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.model, a.fragBefore = nil, nil
+	a.model, a.measured = nil, nil
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
@@ -207,9 +212,11 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
-func place(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) (int, *allocFailure) {
-	a.reset(used)
-	used = a.used
+func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights) (int, *allocFailure) {
+	// before may live on the caller's stack; placers only ever see the copy in a, so
+	// that passing it through an interface does not move before to the heap.
+	a.reset(before)
+	used := a.used
 	free := freeIslands(m, used)
 	// An island free before placement is broken by it exactly when one of its devices
 	// is placed on (placing adds a tenant), so one pass over the islands is enough.
@@ -218,11 +225,11 @@ func place(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) (i
 	for _, ci := range p.order {
 		c := &p.req.Containers[ci]
 		devs, mem := a.take(c.GPUs, &taken)
-		var st **fragStats
+		var measured *nodeMeasure
 		if len(p.order) == 1 {
-			st = &a.fragBefore
+			measured = &a.measured
 		}
-		picked, fail := pickDevices(m, used, p, c, w, devs, st)
+		picked, fail := pickDevices(a, m, used, p, c, w, devs, measured)
 		if fail != nil {
 			return ci, fail
 		}
@@ -340,25 +347,14 @@ func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants
 	return u.cores < 100
 }
 
-// deviceScore is how well placing c on device i serves the GPU-level policy, in
-// [0,1], higher is better. Fragmentation scores like Binpack here: it only differs for
-// one-GPU containers, which pickByFragmentation places.
-func deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, pol Policy, w *weights) float64 {
+// deviceUtil is the weighted use of device i after placing container c on it (0..1
+// for a container that fits), the measure of the GPU-level policies' device scores.
+func deviceUtil(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
 	d := &m.hot[i]
 	u := &used[i]
 	memFrac := float64(u.memMiB+c.MemoryOn(d.memoryMiB)) / float64(d.memoryMiB)
 	coreFrac := float64(u.cores+c.Cores) / 100
-	util := (w.memory*memFrac + w.cores*coreFrac) / (w.memory + w.cores)
-	if pol == Spread {
-		return 1 - util
-	}
-	// Binpack: among equally full choices, keep whole NVLink islands free by
-	// preferring a GPU that is already used or whose island is already broken.
-	s := util
-	if u.tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
-		s -= 1e-3
-	}
-	return s
+	return (w.memory*memFrac + w.cores*coreFrac) / (w.memory + w.cores)
 }
 
 // islandFree reports whether no device of NVLink island k is used (by the devices'
@@ -389,15 +385,13 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 
 // pickDevices chooses c.GPUs distinct devices for container c, or fails: with tooFew
 // when fewer than c.GPUs fit it (allocateInto explains why), or with pickSet's reason.
-// The devices are returned in dst's storage when it has room.
-//
-// When st is not nil and the Fragmentation GPU policy measured the node to place a
-// one-GPU container, *st receives that measure (the node before the container).
-func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int, st **fragStats) ([]int, *allocFailure) {
-	// Candidates live on the stack for nodes of up to 16 devices: Filter runs this for
-	// every node of every GPU pod.
-	var candBuf [16]int
-	cand := candBuf[:0]
+// The devices are returned in dst's storage when it has room. A one-GPU container's
+// device is the GPU-level placer's pick, which may leave what it measured of the node
+// in *measured (when not nil).
+func pickDevices(a *allocation, m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
+	// Candidates live in the allocation for nodes of up to 16 devices: Filter runs
+	// this for every node of every GPU pod.
+	cand := a.candBuf[:0]
 	for i := range m.hot {
 		d := &m.hot[i]
 		// A CUDA process sees at most one MIG device, so MIG instances only serve
@@ -413,14 +407,7 @@ func pickDevices(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest
 		return nil, tooFew
 	}
 	if c.GPUs == 1 {
-		if p.devicePolicy == Fragmentation && len(p.fragShapes) > 0 {
-			i, measured := pickByFragmentation(m, used, p, c, w, cand)
-			if st != nil {
-				*st = measured
-			}
-			return append(dst[:0], i), nil
-		}
-		return append(dst[:0], pickBest(m, used, c, w, cand, p.devicePolicy)), nil
+		return append(dst[:0], p.device.pickDevice(m, used, p, c, w, cand, measured)), nil
 	}
 	return pickSet(m, used, p, c, w, cand, dst)
 }
@@ -454,7 +441,7 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 					link += m.affinity[i][j]
 				}
 				link /= float64(len(set))
-				s := deviceScore(m, used, c, i, p.devicePolicy, w)
+				s := p.device.deviceScore(m, used, c, i, w)
 				if p.topology != api.TopologyNone {
 					// Link quality dominates; the policy breaks ties.
 					s = link*4 + s
@@ -473,7 +460,7 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		}
 		score := 0.0
 		for _, i := range set {
-			score += deviceScore(m, used, c, i, p.devicePolicy, w)
+			score += p.device.deviceScore(m, used, c, i, w)
 		}
 		score /= float64(n)
 		if p.topology != api.TopologyNone {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
@@ -32,19 +33,20 @@ const (
 
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
-	switch {
-	case strings.EqualFold(s, string(Binpack)):
-		return Binpack, nil
-	case strings.EqualFold(s, string(Spread)):
-		return Spread, nil
-	case strings.EqualFold(s, string(Fragmentation)):
-		return Fragmentation, nil
+	for _, p := range policies {
+		if strings.EqualFold(s, string(p)) {
+			return p, nil
+		}
 	}
-	return "", fmt.Errorf("%q is not a policy; use Binpack, Spread or Fragmentation", s)
+	return "", fmt.Errorf("%q is not a policy; %s", s, usePolicies)
 }
 
-// Args configures the plugin; it is the pluginConfig args of a scheduler profile.
-type Args struct {
+// usePolicies is the hint of every message about a policy name that is not one.
+const usePolicies = "use Binpack, Spread or Fragmentation"
+
+// TesseraGPUShareArgs configures the plugin; it is the pluginConfig args of a
+// scheduler profile. A weight left out gets its default; an explicit 0 is kept.
+type TesseraGPUShareArgs struct {
 	// NodePolicy chooses between nodes: Binpack (default), Spread or Fragmentation.
 	NodePolicy Policy `json:"nodePolicy,omitempty"`
 	// DevicePolicy chooses GPUs on the chosen node: Binpack (default), Spread or
@@ -58,17 +60,17 @@ type Args struct {
 	AllowPodPolicyOverride *bool `json:"allowPodPolicyOverride,omitempty"`
 
 	// MemoryWeight and CoresWeight weigh GPU memory against GPU compute when
-	// measuring how used a GPU or node is (defaults 1 and 1).
-	MemoryWeight int64 `json:"memoryWeight,omitempty"`
-	CoresWeight  int64 `json:"coresWeight,omitempty"`
+	// measuring how used a GPU or node is (defaults 1 and 1; not both 0).
+	MemoryWeight *int64 `json:"memoryWeight,omitempty"`
+	CoresWeight  *int64 `json:"coresWeight,omitempty"`
 	// PolicyWeight is the weight of the node-level policy term in the score (default 1).
-	PolicyWeight int64 `json:"policyWeight,omitempty"`
+	PolicyWeight *int64 `json:"policyWeight,omitempty"`
 	// TopologyWeight is the weight of GPU locality for multi-GPU containers (default 2).
-	TopologyWeight int64 `json:"topologyWeight,omitempty"`
+	TopologyWeight *int64 `json:"topologyWeight,omitempty"`
 	// IslandWeight is how many score points (of 100) Binpack takes off a placement
 	// for every fully free NVLink island it breaks up, keeping islands whole for the
 	// pods that will need them (default 1: a tie breaker next to best fit).
-	IslandWeight int64 `json:"islandWeight,omitempty"`
+	IslandWeight *int64 `json:"islandWeight,omitempty"`
 
 	// MaxTenantsPerGPU bounds how many containers may share one GPU (default 10).
 	MaxTenantsPerGPU int `json:"maxTenantsPerGPU,omitempty"`
@@ -113,8 +115,17 @@ const (
 	maxWeight         = 100
 )
 
-// SetDefaults fills every empty field.
-func (a *Args) SetDefaults(d Defaults) {
+// Default weights.
+const (
+	defaultMemoryWeight   = 1
+	defaultCoresWeight    = 1
+	defaultPolicyWeight   = 1
+	defaultTopologyWeight = 2
+	defaultIslandWeight   = 1
+)
+
+// SetDefaults fills every field left out; d gives the policies' defaults.
+func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 	if a.NodePolicy == "" {
 		a.NodePolicy = d.NodePolicy
 	}
@@ -131,17 +142,17 @@ func (a *Args) SetDefaults(d Defaults) {
 		t := true
 		a.AllowPodPolicyOverride = &t
 	}
-	if a.MemoryWeight == 0 && a.CoresWeight == 0 {
-		a.MemoryWeight, a.CoresWeight = 1, 1
-	}
-	if a.PolicyWeight == 0 {
-		a.PolicyWeight = 1
-	}
-	if a.TopologyWeight == 0 {
-		a.TopologyWeight = 2
-	}
-	if a.IslandWeight == 0 {
-		a.IslandWeight = 1
+	for _, f := range []struct {
+		w   **int64
+		def int64
+	}{
+		{&a.MemoryWeight, defaultMemoryWeight}, {&a.CoresWeight, defaultCoresWeight}, {&a.PolicyWeight, defaultPolicyWeight},
+		{&a.TopologyWeight, defaultTopologyWeight}, {&a.IslandWeight, defaultIslandWeight},
+	} {
+		if *f.w == nil {
+			v := f.def
+			*f.w = &v
+		}
 	}
 	if a.MaxTenantsPerGPU == 0 {
 		a.MaxTenantsPerGPU = defaultMaxTenants
@@ -165,55 +176,71 @@ func (a *Args) SetDefaults(d Defaults) {
 	}
 }
 
-// Validate returns the first invalid field, named by its path in the profile.
-func (a *Args) Validate() error {
-	const p = "pluginConfig[" + Name + "].args"
+// argsPath is where a profile's args of this plugin are, the root of the field paths
+// in validation errors.
+var argsPath = field.NewPath("pluginConfig").Key(Name).Child("args")
+
+// Validate returns every invalid field of defaulted args, each named by its path
+// under path (argsPath in a profile).
+func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	for _, f := range []struct {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if f.v != Binpack && f.v != Spread && f.v != Fragmentation {
-			return fmt.Errorf("%s.%s: %q is not a policy; use Binpack, Spread or Fragmentation", p, f.field, f.v)
+		if _, ok := placerFactories[f.v]; !ok {
+			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, policies))
 		}
 	}
+	weightsSet := true
 	for _, f := range []struct {
 		field string
-		v     int64
+		v     *int64
 	}{{"memoryWeight", a.MemoryWeight}, {"coresWeight", a.CoresWeight}, {"policyWeight", a.PolicyWeight}, {"topologyWeight", a.TopologyWeight}, {"islandWeight", a.IslandWeight}} {
-		if f.v < 0 || f.v > maxWeight {
-			return fmt.Errorf("%s.%s: %d is out of range 0..%d", p, f.field, f.v, maxWeight)
+		switch {
+		case f.v == nil:
+			errs = append(errs, field.Required(path.Child(f.field), "must be set (SetDefaults sets it)"))
+			weightsSet = false
+		case *f.v < 0 || *f.v > maxWeight:
+			errs = append(errs, field.Invalid(path.Child(f.field), *f.v, fmt.Sprintf("out of range 0..%d", maxWeight)))
 		}
 	}
-	if a.MemoryWeight+a.CoresWeight == 0 {
-		return fmt.Errorf("%s.memoryWeight: memoryWeight and coresWeight cannot both be 0", p)
+	if weightsSet && *a.MemoryWeight+*a.CoresWeight == 0 {
+		errs = append(errs, field.Invalid(path.Child("memoryWeight"), *a.MemoryWeight, "memoryWeight and coresWeight cannot both be 0"))
 	}
 	if a.MaxTenantsPerGPU < 1 || a.MaxTenantsPerGPU > 1000 {
-		return fmt.Errorf("%s.maxTenantsPerGPU: %d is out of range 1..1000", p, a.MaxTenantsPerGPU)
+		errs = append(errs, field.Invalid(path.Child("maxTenantsPerGPU"), a.MaxTenantsPerGPU, "out of range 1..1000"))
 	}
 	if a.FragmentationWindow < 1 || a.FragmentationWindow > 100000 {
-		return fmt.Errorf("%s.fragmentationWindow: %d is out of range 1..100000", p, a.FragmentationWindow)
+		errs = append(errs, field.Invalid(path.Child("fragmentationWindow"), a.FragmentationWindow, "out of range 1..100000"))
 	}
 	if a.ResourceNames != nil && a.ResourceDomain != "" && a.ResourceNames.GPU != api.ResourceNamesForDomain(a.ResourceDomain).GPU {
-		return fmt.Errorf("%s.resourceDomain: set either resourceDomain or resourceNames, not both", p)
+		errs = append(errs, field.Invalid(path.Child("resourceDomain"), a.ResourceDomain, "set either resourceDomain or resourceNames, not both"))
 	}
-	if a.ResourceNames != nil {
-		if err := a.ResourceNames.Validate(p + ".resourceNames"); err != nil {
-			return err
-		}
+	if a.ResourceNames == nil {
+		errs = append(errs, field.Required(path.Child("resourceNames"), "must be set (SetDefaults sets it)"))
+	} else {
+		errs = append(errs, a.ResourceNames.Validate(path.Child("resourceNames"))...)
 	}
 	if a.AssignmentWrite != WriteBinding && a.AssignmentWrite != WritePreBind {
-		return fmt.Errorf("%s.assignmentWrite: %q is not a write mode; use Binding or PreBind", p, a.AssignmentWrite)
+		errs = append(errs, field.NotSupported(path.Child("assignmentWrite"), a.AssignmentWrite, []AssignmentWrite{WriteBinding, WritePreBind}))
 	}
-	if a.InventoryStaleness != nil && a.InventoryStaleness.Duration < 0 {
-		return fmt.Errorf("%s.inventoryStaleness: %s is negative", p, a.InventoryStaleness.Duration)
+	switch {
+	case a.InventoryStaleness == nil:
+		errs = append(errs, field.Required(path.Child("inventoryStaleness"), "must be set (SetDefaults sets it)"))
+	case a.InventoryStaleness.Duration < 0:
+		errs = append(errs, field.Invalid(path.Child("inventoryStaleness"), a.InventoryStaleness.Duration.String(), "must not be negative"))
 	}
-	return nil
+	if a.AllowPodPolicyOverride == nil {
+		errs = append(errs, field.Required(path.Child("allowPodPolicyOverride"), "must be set (SetDefaults sets it)"))
+	}
+	return errs
 }
 
 // DecodeArgs decodes a profile's args strictly (unknown fields are errors), applies
-// defaults and validates.
-func DecodeArgs(obj runtime.Object, d Defaults) (*Args, error) {
-	args := &Args{}
+// defaults and validates; the error lists every invalid field.
+func DecodeArgs(obj runtime.Object, d Defaults) (*TesseraGPUShareArgs, error) {
+	args := &TesseraGPUShareArgs{}
 	if obj != nil {
 		raw, err := rawArgs(obj)
 		if err != nil {
@@ -223,7 +250,7 @@ func DecodeArgs(obj runtime.Object, d Defaults) (*Args, error) {
 			dec := json.NewDecoder(bytes.NewReader(raw))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(args); err != nil {
-				return nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
+				return nil, fmt.Errorf("%s: %w", argsPath, err)
 			}
 		}
 	}
@@ -233,8 +260,8 @@ func DecodeArgs(obj runtime.Object, d Defaults) (*Args, error) {
 		args.ResourceNames = &n
 	}
 	args.SetDefaults(d)
-	if err := args.Validate(); err != nil {
-		return nil, err
+	if errs := args.Validate(argsPath); len(errs) > 0 {
+		return nil, errs.ToAggregate()
 	}
 	return args, nil
 }
@@ -246,17 +273,23 @@ func rawArgs(obj runtime.Object) ([]byte, error) {
 			return yaml.YAMLToJSON(o.Raw)
 		}
 		return o.Raw, nil
-	case *Args:
+	case *TesseraGPUShareArgs:
 		return json.Marshal(o)
 	default:
-		return nil, fmt.Errorf("pluginConfig[%s].args: unexpected type %T", Name, obj)
+		return nil, fmt.Errorf("%s: unexpected type %T", argsPath, obj)
 	}
 }
 
-// DeepCopyObject and GetObjectKind let *Args be passed directly as plugin args in
-// tests and in the replay tools.
-func (a *Args) DeepCopyObject() runtime.Object {
+// DeepCopyObject and GetObjectKind let *TesseraGPUShareArgs be passed directly as
+// plugin args in tests and in the replay tools.
+func (a *TesseraGPUShareArgs) DeepCopyObject() runtime.Object {
 	c := *a
+	for _, w := range []**int64{&c.MemoryWeight, &c.CoresWeight, &c.PolicyWeight, &c.TopologyWeight, &c.IslandWeight} {
+		if *w != nil {
+			v := **w
+			*w = &v
+		}
+	}
 	if a.ResourceNames != nil {
 		n := *a.ResourceNames
 		c.ResourceNames = &n
@@ -273,4 +306,4 @@ func (a *Args) DeepCopyObject() runtime.Object {
 }
 
 // GetObjectKind implements runtime.Object.
-func (a *Args) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (a *TesseraGPUShareArgs) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }

@@ -18,6 +18,7 @@ func FuzzDecodeArgs(f *testing.F) {
 		"resourceDomain: example.com\ninventoryStaleness: 0s\nassignmentWrite: PreBind\n",
 		"resourceNames: {gpu: a.io/gpu, gpuMemory: a.io/m, gpuMemoryPercent: a.io/p, gpuCores: a.io/c}\n",
 		"maxTenantsPerGPU: 1000\nallowPodPolicyOverride: false\nislandWeight: 100\n",
+		"policyWeight: 0\ntopologyWeight: 0\nislandWeight: 0\n", "memoryWeight: null\n",
 		"inventoryStaleness: -1s\n", "unknown: 1\n", "[1, 2]", "nodePolicy: [x]\n",
 	} {
 		f.Add([]byte(seed), true)
@@ -31,10 +32,11 @@ func FuzzDecodeArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if args.ResourceNames == nil || args.InventoryStaleness == nil || args.AllowPodPolicyOverride == nil {
+		if args.ResourceNames == nil || args.InventoryStaleness == nil || args.AllowPodPolicyOverride == nil ||
+			args.MemoryWeight == nil || args.CoresWeight == nil || args.PolicyWeight == nil || args.TopologyWeight == nil || args.IslandWeight == nil {
 			t.Fatalf("accepted args New cannot use: %+v", args)
 		}
-		if err := args.Validate(); err != nil {
+		if err := args.Validate(argsPath).ToAggregate(); err != nil {
 			t.Fatalf("accepted args that do not validate: %v", err)
 		}
 		again, err := DecodeArgs(args, Defaults{})

@@ -50,7 +50,7 @@ func BenchmarkFilterScore(b *testing.B) {
 				}
 				// The pods go to the cache only: Filter and Score read nothing else of
 				// them, and the fake API server would take minutes to create thousands.
-				e := newEnv(b, &Args{NodePolicy: pol, DevicePolicy: pol}, ns)
+				e := newEnv(b, &TesseraGPUShareArgs{NodePolicy: pol, DevicePolicy: pol}, ns)
 				for _, p := range pods {
 					if err := e.pl.cache.OnPod(p); err != nil {
 						b.Fatal(err)
@@ -102,7 +102,7 @@ func BenchmarkFilterFullNodes(b *testing.B) {
 			pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-w%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, i)))
 		}
 	}
-	e := newEnv(b, &Args{}, ns, pods...)
+	e := newEnv(b, &TesseraGPUShareArgs{}, ns, pods...)
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})
 	ctx := context.Background()
 	cs := framework.NewCycleState()

@@ -163,14 +163,14 @@ func TestAssignmentWriteModes(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name    string
-		args    *Args
+		args    *TesseraGPUShareArgs
 		binders []string // nil: the handle does not list plugins
 		binds   bool
 	}{
 		{"Binding, first binder", nil, []string{Name, "DefaultBinder"}, true},
 		{"Binding, unlisted", nil, nil, true},
 		{"Binding, after DefaultBinder", nil, []string{"DefaultBinder", Name}, false},
-		{"PreBind", &Args{AssignmentWrite: WritePreBind}, []string{Name, "DefaultBinder"}, false},
+		{"PreBind", &TesseraGPUShareArgs{AssignmentWrite: WritePreBind}, []string{Name, "DefaultBinder"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.args, []*v1.Node{t4(t, "n")})

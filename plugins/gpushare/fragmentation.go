@@ -41,6 +41,64 @@ const maxFragShapes = 32
 // defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
 const defaultFragmentationWindow = 2000
 
+// fragmentation is the Fragmentation policy's placer. Its workload model is the
+// plugin's: the node-level and the GPU-level use of the policy learn from, and place
+// for, the same pods.
+type fragmentation struct {
+	workload *workloadModel
+}
+
+var _ placer = &fragmentation{}
+
+func (*fragmentation) policy() Policy { return Fragmentation }
+
+// preparePod counts the pod's shape into the workload and gives the cycle the
+// workload as it is now. The node-level and GPU-level placers are one value when
+// both are Fragmentation, and then PreFilter calls this once.
+func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
+	info.cpuMilli, info.memBytes = podHostRequests(pod)
+	f.workload.observe(pod.UID, shapeOf(info))
+	info.fragShapes = f.workload.snapshot()
+}
+
+// deviceScore is Binpack's: the policy only differs for one-GPU containers
+// (pickDevice).
+func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
+	return packScore(m, used, c, i, w)
+}
+
+// pickDevice takes the device whose use adds the least fragmentation
+// (pickByFragmentation), and leaves its measure of the node in *measured for the
+// node-level score. Without a learned workload it places as Binpack.
+func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
+	if len(p.fragShapes) == 0 {
+		return pickBest(m, used, c, w, cand, packScore)
+	}
+	i, st := pickByFragmentation(m, used, p, c, w, cand)
+	if measured != nil {
+		*measured = st
+	}
+	return i
+}
+
+// hostOnlyPod is the workload a pod without GPUs is scored against (see
+// scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
+func (f *fragmentation) hostOnlyPod(pod *v1.Pod) *podInfo {
+	shapes := f.workload.snapshot()
+	if len(shapes) == 0 {
+		return nil
+	}
+	h := &podInfo{fragShapes: shapes}
+	h.cpuMilli, h.memBytes = podHostRequests(pod)
+	return h
+}
+
+// needsFit: best fit breaks ties between placements that fragment alike.
+func (*fragmentation) needsFit() bool { return true }
+
+// scoreExtensions: Fragmentation's scores are raw and normalised per cycle.
+func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
+
 // fragShape is one kind of pod of the expected workload.
 type fragShape struct {
 	// c is the pod's most demanding GPU container (what decides where it fits).
@@ -300,7 +358,7 @@ func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
 // returns the node's measure before the container (nil on nodes of over 64 devices).
 func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) (int, *fragStats) {
 	if len(m.devices) > 64 {
-		return pickBest(m, used, c, w, cand, Binpack), nil
+		return pickBest(m, used, c, w, cand, packScore), nil
 	}
 	st := newFragStats(m, used, p.fragShapes, w)
 	before := st.value(p.fragShapes, nil)
@@ -336,7 +394,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 		}
 		used[i] = u
 		delta := after - before
-		pack := deviceScore(m, used, c, i, Binpack, w)
+		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
 			best, bestDelta, bestPack = i, delta, pack
 		}
@@ -344,19 +402,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	return best, st
 }
 
-// pickBest is the plain per-device choice of pickDevices for policy pol.
-func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, cand []int, pol Policy) int {
-	best, bestScore := -1, 0.0
-	for _, i := range cand {
-		s := deviceScore(m, used, c, i, pol, w)
-		if best < 0 || s > bestScore {
-			best, bestScore = i, s
-		}
-	}
-	return best
-}
-
-// fragFitWeight is how much best fit (nodeState.left, 0..1: free GPU and CPU against
+// fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off
@@ -367,12 +413,10 @@ const fragFitWeight = 0.16
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
 const fragScale = 1000
 
-// fragmentationScore is the raw node score of allocation a under the Fragmentation
-// node policy: minus the increase of the node's fragmentation (GPUs × fragScale), with
-// GPU locality counted for multi-GPU pods. NormalizeScore maps it to the framework's
-// range over the nodes of the cycle.
-func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale) int64 {
-	w := &pl.w
+// scoreNode is the raw node score of allocation a: minus the increase of the node's
+// fragmentation (GPUs × fragScale), with GPU locality counted for multi-GPU pods.
+// NormalizeScore maps it to the framework's range over the nodes of the cycle.
+func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
 	shapes := s.info.fragShapes
 	before := make([]usage, len(a.used))
@@ -391,7 +435,7 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
 		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
 	}
-	st := a.fragBefore
+	st := a.measured
 	if st == nil || len(a.placements) != 1 {
 		st = newFragStats(m, before, shapes, w)
 	}
@@ -409,23 +453,23 @@ func (pl *Plugin) fragmentationScore(s *cycleState, a *allocation, ni fwk.NodeIn
 	return int64(math.Round(raw * fragScale))
 }
 
-// hostOnlyScore is the raw Fragmentation score of a pod without GPUs: its CPU and
-// memory can leave a node's free GPUs without the host capacity GPU pods need, which
-// is as much fragmentation as a badly placed fraction; best fit then prefers the node
-// with the least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so
-// such pods prefer them.
-func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo, f *fitScale) int64 {
+// scoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
+// a node's free GPUs without the host capacity GPU pods need, which is as much
+// fragmentation as a badly placed fraction; best fit then prefers the node with the
+// least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
+// prefer them.
+func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	if info == nil {
 		return 0
 	}
 	var buf [16]usage
-	v, used := pl.cache.view(ni.Node(), buf[:0])
+	v, used := c.view(ni.Node(), buf[:0])
 	if v.model == nil || len(v.model.devices) == 0 {
 		return 0
 	}
 	shapes := info.fragShapes
 	cpuFree, memFree := hostFree(ni)
-	st := newFragStats(v.model, used, shapes, &pl.w)
+	st := newFragStats(v.model, used, shapes, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
@@ -435,10 +479,10 @@ func (pl *Plugin) hostOnlyScore(info *podInfo, ni fwk.NodeInfo, f *fitScale) int
 			delta += s.weight * (st.total - st.small[k])
 		}
 	}
-	feed := workloadFeed(shapes, v.model, &pl.w)
+	feed := workloadFeed(shapes, v.model, w)
 	delta += feed.unfed(st.total, cpuFree-info.cpuMilli, memFree-info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
-	delta += fragFitWeight * leftover(v.model, used, ni, f, &pl.w)
-	return int64(math.Round(-pl.w.policy * delta * fragScale))
+	delta += fragFitWeight * leftover(v.model, used, ni, f, w)
+	return int64(math.Round(-w.policy * delta * fragScale))
 }
 
 // feedRatio is what the expected workload asks of the host per GPU of capacity it
@@ -507,7 +551,7 @@ const fragStep = 10
 // scale would let the worst node of the cycle (often one whose CPU a pod would use
 // up, stranding all its GPUs) set the resolution, and erase the differences of a few
 // hundredths of a GPU that decide between the good nodes.
-func (pl *Plugin) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if len(scores) == 0 {
 		return nil
 	}

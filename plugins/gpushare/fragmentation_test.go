@@ -16,7 +16,9 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-func fragArgs() *Args { return &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation} }
+func fragArgs() *TesseraGPUShareArgs {
+	return &TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}
+}
 
 // teach runs PreFilter for n pods of one shape so that the plugin learns the workload.
 func teach(t testing.TB, e *env, n int, c ctr) {
@@ -53,11 +55,11 @@ func assignedIndexes(t *testing.T, raw string) []int {
 // takes GPU 0 (the fullest that fits).
 func TestFragmentationDevicePlacement(t *testing.T) {
 	for _, tc := range []struct {
-		args *Args
+		args *TesseraGPUShareArgs
 		want int
 	}{
 		{fragArgs(), 1},
-		{&Args{NodePolicy: Fragmentation, DevicePolicy: Binpack}, 0},
+		{&TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Binpack}, 0},
 	} {
 		t.Run(string(tc.args.DevicePolicy), func(t *testing.T) {
 			node := makeNode(t, "t4", pcieInventory("t4", 4, "NVIDIA T4", t4Mem))
@@ -95,7 +97,7 @@ func TestFragmentationNodeScoring(t *testing.T) {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -216,7 +218,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		}
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, devicePolicy: Binpack}
+		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, device: binpack{}}
 		a, fail := allocate(m, used, p, w)
 		if fail != nil {
 			continue

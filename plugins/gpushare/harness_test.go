@@ -100,10 +100,10 @@ type env struct {
 
 // newEnv builds the plugin over nodes and already-bound pods, as the informers
 // would have seen them.
-func newEnv(t testing.TB, args *Args, nodes []*v1.Node, pods ...*v1.Pod) *env {
+func newEnv(t testing.TB, args *TesseraGPUShareArgs, nodes []*v1.Node, pods ...*v1.Pod) *env {
 	t.Helper()
 	if args == nil {
-		args = &Args{}
+		args = &TesseraGPUShareArgs{}
 	}
 	client := fake.NewClientset()
 	bindLikeAPIServer(client)

@@ -112,7 +112,7 @@ func TestCacheCollector(t *testing.T) {
 	pods := []*v1.Pod{
 		bindPod(t, makePod("x", nil, ctr{name: "c", gpu: "1"}), "a", oneGrant("a", 4000, 30, 0)),
 	}
-	e := newEnv(t, &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}, nodes, pods...)
+	e := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}, nodes, pods...)
 	// An assumed pod, y.
 	y := makePod("y", nil, ctr{name: "c", gpu: "1", mem: "1000", cores: "10"})
 	r := e.cycle(y)
@@ -170,7 +170,7 @@ func TestCacheCollector(t *testing.T) {
 // 25 shapes (the learned measure dominates: shapes × GPUs fits checks per node).
 func BenchmarkCacheCollector(b *testing.B) {
 	var ns []*v1.Node
-	e := newEnv(b, &Args{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}, nil)
+	e := newEnv(b, &TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}, nil)
 	for n := 0; n < 4096; n++ {
 		name := fmt.Sprintf("n%d", n)
 		node := h100(b, name)

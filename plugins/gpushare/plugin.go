@@ -31,7 +31,7 @@ const Name = "TesseraGPUShare"
 // Plugin implements the scheduler framework extension points for GPU sharing.
 type Plugin struct {
 	handle    fwk.Handle
-	args      *Args
+	args      *TesseraGPUShareArgs
 	names     api.ResourceNames
 	w         weights
 	staleness time.Duration
@@ -40,6 +40,9 @@ type Plugin struct {
 	now       func() time.Time
 	// workload is the recent mix of GPU pods, for the Fragmentation policy.
 	workload *workloadModel
+	// placers holds one placer per policy; node is the profile's node-level one.
+	placers map[Policy]placer
+	node    placer
 	// bind records whether this profile binds GPU pods itself (see bindsPods).
 	bind bindMode
 	// profile is the scheduler profile's name, for the metrics.
@@ -97,21 +100,25 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 	}
 }
 
-func newPlugin(args *Args, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
+func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
+	workload := newWorkloadModel(args.FragmentationWindow)
+	placers := newPlacers(workload)
 	return &Plugin{
 		handle: h,
 		args:   args,
 		names:  *args.ResourceNames,
 		w: weights{
-			memory: float64(args.MemoryWeight), cores: float64(args.CoresWeight),
-			policy: float64(args.PolicyWeight), topology: float64(args.TopologyWeight), island: float64(args.IslandWeight),
+			memory: float64(*args.MemoryWeight), cores: float64(*args.CoresWeight),
+			policy: float64(*args.PolicyWeight), topology: float64(*args.TopologyWeight), island: float64(*args.IslandWeight),
 			maxTenants: args.MaxTenantsPerGPU,
 		},
 		staleness: args.InventoryStaleness.Duration,
 		cache:     c,
 		synced:    synced,
 		now:       time.Now,
-		workload:  newWorkloadModel(args.FragmentationWindow),
+		workload:  workload,
+		placers:   placers,
+		node:      placers[args.NodePolicy],
 	}
 }
 
@@ -280,12 +287,7 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 // PreFilter parses and validates the pod's GPU request. Pods without one are skipped.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !api.HasGPURequest(pod, pl.names) {
-		s := &cycleState{skip: true}
-		if pl.args.NodePolicy == Fragmentation {
-			s.hostOnly = &podInfo{fragShapes: pl.workload.snapshot()}
-			s.hostOnly.cpuMilli, s.hostOnly.memBytes = podHostRequests(pod)
-		}
-		cs.Write(stateKey, s)
+		cs.Write(stateKey, &cycleState{skip: true, hostOnly: pl.node.hostOnlyPod(pod)})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	info, err := pl.parsePod(pod)
@@ -294,13 +296,12 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !pl.synced() {
-		pl.decide(info.devicePolicy, resultError, reasonNotSynced)
+		pl.decide(info.device.policy(), resultError, reasonNotSynced)
 		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache has not synced with the API server yet"))
 	}
-	if pl.args.NodePolicy == Fragmentation || info.devicePolicy == Fragmentation {
-		info.cpuMilli, info.memBytes = podHostRequests(pod)
-		pl.workload.observe(pod.UID, shapeOf(info))
-		info.fragShapes = pl.workload.snapshot()
+	pl.node.preparePod(pod, info)
+	if info.device != pl.node {
+		info.device.preparePod(pod, info)
 	}
 	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info, now: pl.now()})
 	return nil, nil
@@ -312,7 +313,7 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info := &podInfo{req: req, devicePolicy: pl.args.DevicePolicy}
+	info := &podInfo{req: req, device: pl.placers[pl.args.DevicePolicy]}
 	ann := pod.Annotations
 	info.modelInclude = splitList(ann[api.AnnotationModelInclude], true)
 	info.modelExclude = splitList(ann[api.AnnotationModelExclude], true)
@@ -329,7 +330,7 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("annotation %s: %w", api.AnnotationDevicePolicy, err)
 		}
-		info.devicePolicy = p
+		info.device = pl.placers[p]
 	}
 	info.order = make([]int, len(req.Containers))
 	for i := range info.order {

@@ -73,7 +73,7 @@ func TestPodWithoutGPUIsSkippedEverywhere(t *testing.T) {
 	if st := e.pl.PreScore(ctx, cs, pod, e.infos); !st.IsSuccess() {
 		t.Errorf("Binpack PreScore = %v, want Success", st)
 	}
-	sp := newEnv(t, &Args{NodePolicy: Spread}, []*v1.Node{h100(t, "n1")})
+	sp := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Spread}, []*v1.Node{h100(t, "n1")})
 	scs := framework.NewCycleState()
 	sp.pl.PreFilter(ctx, scs, pod, sp.infos)
 	if st := sp.pl.PreScore(ctx, scs, pod, sp.infos); !st.IsSkip() {
@@ -111,7 +111,7 @@ func TestFilterReasons(t *testing.T) {
 		name string
 		node *v1.Node
 		pods []*v1.Pod
-		args *Args
+		args *TesseraGPUShareArgs
 		pod  *v1.Pod
 		code fwk.Code
 		want string
@@ -132,7 +132,7 @@ func TestFilterReasons(t *testing.T) {
 			want: `node(s) had no GPU with 30% of its cores free for container "c"`},
 		{name: "best effort needs unreserved compute", node: t4(t, "n"), pods: full("n", 100, 100, 0, 1, 2, 3),
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU with cores not reserved by others for container "c", which reserves no cores`},
-		{name: "tenant limit", node: t4(t, "n"), args: &Args{MaxTenantsPerGPU: 1}, pods: full("n", 100, 0, 0, 1, 2, 3),
+		{name: "tenant limit", node: t4(t, "n"), args: &TesseraGPUShareArgs{MaxTenantsPerGPU: 1}, pods: full("n", 100, 0, 0, 1, 2, 3),
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU under the limit of 1 containers per GPU for container "c"`},
 		{name: "model include", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelInclude: "H100, A100"}, ctr{name: "c", gpu: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `no GPU on the node matches the pod's GPU selection (node has 4 × Tesla T4)`},
@@ -160,7 +160,7 @@ func TestFilterReasons(t *testing.T) {
 			code: fwk.UnschedulableAndUnresolvable, want: `version 9 is not supported`},
 		{name: "stale inventory", node: makeNode(t, "old", staleInv), pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `node's GPU inventory is stale: last heartbeat 1h0m`},
-		{name: "stale check disabled", node: makeNode(t, "old", staleInv), args: &Args{InventoryStaleness: &metav1.Duration{}},
+		{name: "stale check disabled", node: makeNode(t, "old", staleInv), args: &TesseraGPUShareArgs{InventoryStaleness: &metav1.Duration{}},
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.Success},
 		{name: "two containers share one GPU", node: makeNode(t, "one", pcieInventory("one", 1, "Tesla T4", t4Mem)),
 			pod: makePod("p", nil, ctr{name: "a", gpu: "1", mem: "7000"}, ctr{name: "b", gpu: "1", mem: "7000"}), code: fwk.Success},
@@ -219,14 +219,14 @@ func TestDevicePlacement(t *testing.T) {
 		name  string
 		node  *v1.Node
 		pods  []*v1.Pod
-		args  *Args
+		args  *TesseraGPUShareArgs
 		pod   *v1.Pod
 		check func(map[string][]int) bool
 		want  string
 	}{
 		{name: "binpack joins the used GPU", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)},
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"}), check: func(m map[string][]int) bool { return within(m["c"], 3) }, want: "GPU 3"},
-		{name: "spread avoids the used GPU", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)}, args: &Args{DevicePolicy: Spread},
+		{name: "spread avoids the used GPU", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)}, args: &TesseraGPUShareArgs{DevicePolicy: Spread},
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"}), check: func(m map[string][]int) bool { return !within(m["c"], 3) }, want: "not GPU 3"},
 		{name: "pod annotation overrides the GPU policy", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)},
 			pod:   makePod("p", map[string]string{api.AnnotationDevicePolicy: "spread"}, ctr{name: "c", gpu: "1", mem: "10000"}),
@@ -245,7 +245,7 @@ func TestDevicePlacement(t *testing.T) {
 		{name: "containers share a GPU under binpack", node: t4(t, "n"),
 			pod:   makePod("p", nil, ctr{name: "a", gpu: "1", mem: "4000"}, ctr{name: "b", gpu: "1", mem: "4000"}),
 			check: func(m map[string][]int) bool { return len(m["a"]) == 1 && len(m["b"]) == 1 && m["a"][0] == m["b"][0] }, want: "a and b on one GPU"},
-		{name: "containers apart under spread", node: t4(t, "n"), args: &Args{DevicePolicy: Spread},
+		{name: "containers apart under spread", node: t4(t, "n"), args: &TesseraGPUShareArgs{DevicePolicy: Spread},
 			pod:   makePod("p", nil, ctr{name: "a", gpu: "1", mem: "4000"}, ctr{name: "b", gpu: "1", mem: "4000"}),
 			check: func(m map[string][]int) bool { return m["a"][0] != m["b"][0] }, want: "a and b on different GPUs"},
 		{name: "init container is granted too", node: t4(t, "n"),
@@ -338,11 +338,11 @@ func TestNodeScoring(t *testing.T) {
 	nodes := []*v1.Node{h100(t, "empty"), h100(t, "busy")}
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8000", cores: "10"})
 
-	bin := newEnv(t, &Args{NodePolicy: Binpack}, nodes, busyPods...).cycle(pod)
+	bin := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, nodes, busyPods...).cycle(pod)
 	if bin.best != "busy" || bin.scores["busy"] <= bin.scores["empty"] {
 		t.Errorf("binpack scores %v, want busy > empty", bin.scores)
 	}
-	spread := newEnv(t, &Args{NodePolicy: Spread}, nodes, busyPods...).cycle(pod)
+	spread := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Spread}, nodes, busyPods...).cycle(pod)
 	if spread.best != "empty" || spread.scores["empty"] <= spread.scores["busy"] {
 		t.Errorf("spread scores %v, want empty > busy", spread.scores)
 	}
@@ -364,7 +364,7 @@ func TestNodeScoring(t *testing.T) {
 
 	// Islands: under binpack a fraction prefers a node where it breaks no free NVLink
 	// island, keeping the island for pods that need it whole.
-	isl := newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{h100(t, "nvlink"), makeNode(t, "pcie", pcieInventory("pcie", 8, "NVIDIA H100 PCIe", h100Mem))}).
+	isl := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{h100(t, "nvlink"), makeNode(t, "pcie", pcieInventory("pcie", 8, "NVIDIA H100 PCIe", h100Mem))}).
 		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}))
 	if isl.scores["pcie"] <= isl.scores["nvlink"] {
 		t.Errorf("island scores %v, want pcie > nvlink", isl.scores)
@@ -415,7 +415,7 @@ func TestReserveUnreserve(t *testing.T) {
 }
 
 func TestPreBindWritesAnnotation(t *testing.T) {
-	e := newEnv(t, &Args{AssignmentWrite: WritePreBind}, []*v1.Node{t4(t, "n")})
+	e := newEnv(t, &TesseraGPUShareArgs{AssignmentWrite: WritePreBind}, []*v1.Node{t4(t, "n")})
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048", cores: "25"})
 	_, raw := e.schedule(pod)
 	got := placed(t, raw)

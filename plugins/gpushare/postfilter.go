@@ -38,7 +38,7 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 	lister := pl.handle.SnapshotSharedLister().NodeInfos()
 	nodes, err := statuses.NodesForStatusCode(lister, fwk.Unschedulable)
 	if err != nil {
-		pl.decide(p.devicePolicy, resultUnschedulable, reasonOther)
+		pl.decide(p.device.policy(), resultUnschedulable, reasonOther)
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	var best closest
@@ -59,10 +59,10 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 		best.add(v.model, used, p, c, pl.w.maxTenants, node.Name)
 	}
 	if best.mem < 0 {
-		pl.decide(p.devicePolicy, resultUnschedulable, pl.unresolvableClass(s, lister, statuses))
+		pl.decide(p.device.policy(), resultUnschedulable, pl.unresolvableClass(s, lister, statuses))
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	pl.decide(p.devicePolicy, resultUnschedulable, reasonCapacity)
+	pl.decide(p.device.policy(), resultUnschedulable, reasonCapacity)
 	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c, p))
 }
 

@@ -31,14 +31,14 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	}
 	v, used := pl.cache.view(node, nil)
 	if st := pl.usable(&v, pl.now()); st != nil {
-		pl.decide(s.info.devicePolicy, resultUnschedulable, reasonInventory)
+		pl.decide(s.info.device.policy(), resultUnschedulable, reasonInventory)
 		return st
 	}
 	a, fail := allocate(v.model, used, s.info, &pl.w)
 	if fail != nil {
 		// Filter found room on this node in this cycle; it is gone now.
 		reserveConflicts.WithLabelValues(pl.profile).Inc()
-		pl.decide(s.info.devicePolicy, resultUnschedulable, reasonReserveConflict)
+		pl.decide(s.info.device.policy(), resultUnschedulable, reasonReserveConflict)
 		return fail.status()
 	}
 	assignment := buildAssignment(v.model, s.info, a, nodeName)
@@ -49,11 +49,11 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		// seconds. Unschedulable would park it until a GPU pod is deleted or an
 		// inventory changes, which on a cluster that only grows can be minutes.
 		reserveConflicts.WithLabelValues(pl.profile).Inc()
-		pl.decide(s.info.devicePolicy, resultError, reasonReserveConflict)
+		pl.decide(s.info.device.policy(), resultError, reasonReserveConflict)
 		return fwk.AsStatus(fmt.Errorf("GPUs on node %s changed while reserving them, retrying: %w", nodeName, err))
 	}
 	s.assignment = assignment
-	pl.decide(s.info.devicePolicy, resultPlaced, "")
+	pl.decide(s.info.device.policy(), resultPlaced, "")
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
 }

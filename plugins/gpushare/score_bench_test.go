@@ -30,7 +30,7 @@ func BenchmarkScorePerPod(b *testing.B) {
 				}
 				pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
 			}
-			e := newEnv(b, &Args{NodePolicy: pol, DevicePolicy: pol}, ns, pods...)
+			e := newEnv(b, &TesseraGPUShareArgs{NodePolicy: pol, DevicePolicy: pol}, ns, pods...)
 			if pol == Fragmentation {
 				for k := 0; k < 24; k++ {
 					pct := fmt.Sprint(5 + 4*k)

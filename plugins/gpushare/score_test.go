@@ -26,7 +26,7 @@ func TestBestFit(t *testing.T) {
 	// Both have 64 cores: 100 × (1 − ½ − ½·3.9/8) = 25.6 → 26; 100 × (1 − ½ − ½·7.9/8) = 0.6 → 1.
 	small := withCPU(makeNode(t, "small", pcieInventory("small", 4, "Tesla T4", t4Mem)), 64000)
 	big := withCPU(makeNode(t, "big", pcieInventory("big", 8, "Tesla T4", t4Mem)), 64000)
-	r := newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{small, big}).
+	r := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{small, big}).
 		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
 	if r.scores["small"] != 26 || r.scores["big"] != 1 || r.best != "small" {
 		t.Errorf("scores %v, want small 26, big 1", r.scores)
@@ -35,7 +35,7 @@ func TestBestFit(t *testing.T) {
 	// CPU counts as much as GPUs: with equal GPUs the node with less CPU left wins.
 	lean := withCPU(makeNode(t, "lean", pcieInventory("lean", 4, "Tesla T4", t4Mem)), 16000)
 	fat := withCPU(makeNode(t, "fat", pcieInventory("fat", 4, "Tesla T4", t4Mem)), 128000)
-	r = newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{lean, fat}).
+	r = newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{lean, fat}).
 		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
 	if r.best != "lean" {
 		t.Errorf("scores %v, want lean first", r.scores)
@@ -44,7 +44,7 @@ func TestBestFit(t *testing.T) {
 	// A pod without GPUs goes where the GPUs are taken: there it strands none.
 	full := withCPU(makeNode(t, "full", pcieInventory("full", 2, "Tesla T4", t4Mem)), 64000)
 	free := withCPU(makeNode(t, "free", pcieInventory("free", 2, "Tesla T4", t4Mem)), 64000)
-	e := newEnv(t, &Args{NodePolicy: Binpack}, []*v1.Node{full, free},
+	e := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{full, free},
 		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "2"}), "full", oneGrant("full", t4Mem, 100, 0, 1)))
 	cpu := makePod("cpu", nil)
 	cpu.Spec.Containers = []v1.Container{{Name: "c", Image: "x"}}

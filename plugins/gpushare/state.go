@@ -18,8 +18,9 @@ type cycleState struct {
 	// skip is set for pods that ask for no GPU: every extension point returns at once.
 	skip bool
 	info *podInfo
-	// hostOnly is set, with skip, for a pod without GPUs under the Fragmentation node
-	// policy: it is still scored by the GPU capacity its CPU and memory would strand.
+	// hostOnly is set, with skip, for a pod without GPUs that the node-level placer
+	// still scores (by the GPU capacity its CPU and memory would strand): what it
+	// returned from hostOnlyPod.
 	hostOnly *podInfo
 
 	// id numbers this cycle (a clone gets its own): Filter keeps its allocation on

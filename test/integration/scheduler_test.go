@@ -75,7 +75,7 @@ func TestSampleConfigsLoad(t *testing.T) {
 						t.Errorf("profile %s: %s runs %v, want %s and not NodeResourcesFit", p.SchedulerName, ep, names, noderesourcesfit.Name)
 					}
 				}
-				var gpuArgs *gpushare.Args
+				var gpuArgs *gpushare.TesseraGPUShareArgs
 				var fit *config.NodeResourcesFitArgs
 				for _, pc := range p.PluginConfig {
 					switch pc.Name {

@@ -1,0 +1,108 @@
+package gpushare
+
+import (
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
+// Fragmentation (fragmentation.go). A profile uses one placer at the node level
+// (which node: Score) and one, possibly another, at the GPU level (which GPUs of a
+// node: Filter, Reserve and preemption's AddPod, through allocate); a pod may pick
+// its GPU-level placer by annotation. The extension points call placers and never
+// ask which policy they hold.
+//
+// Placers are called for every node of every cycle, in parallel: they keep no
+// per-cycle state of their own, and the slices they are given may live on a caller's
+// stack only where noted.
+type placer interface {
+	// policy is the placer's name in args, annotations and metrics.
+	policy() Policy
+
+	// preparePod records in info what the placer needs of a GPU pod for the cycle
+	// (PreFilter; called for the node-level and then, if another, the GPU-level placer).
+	preparePod(pod *v1.Pod, info *podInfo)
+
+	// deviceScore rates placing container c on device i of m, in [0,1], higher is
+	// better: how multi-GPU sets are grown and compared (pickSet).
+	deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64
+	// pickDevice chooses, for a one-GPU container, one device of cand (devices that
+	// fit it, never empty). measured, when not nil, receives what the placer
+	// measured of the node before the container, if anything: the per-node state it
+	// keeps with the allocation for its node-level score (nodeMeasure).
+	pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int
+
+	// hostOnlyPod is what the node-level placer scores a pod without GPUs by
+	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
+	hostOnlyPod(pod *v1.Pod) *podInfo
+	// needsFit reports whether the node-level score uses the cycle's largest
+	// feasible node (fitScale), which PreScore then measures.
+	needsFit() bool
+	// scoreNode is the node-level score of allocation a of the cycle's pod on ni.
+	scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64
+	// scoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
+	// that hostOnlyPod returned.
+	scoreHostOnly(c *Cache, h *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64
+	// scoreExtensions normalises the node-level scores of a cycle, or is nil when
+	// scoreNode is already in the framework's range.
+	scoreExtensions() fwk.ScoreExtensions
+}
+
+// nodeMeasure is what a GPU-level placer measured of a node while picking a device,
+// kept with the allocation so that its node-level score need not measure the node
+// again: Fragmentation's per-shape statistics; nil for the others.
+type nodeMeasure = *fragStats
+
+// policies lists the placement policies in the order messages name them.
+var policies = []Policy{Binpack, Spread, Fragmentation}
+
+// placerFactories maps a policy to the constructor of its placer. A plugin builds one
+// placer per policy (newPlacers), so that a pod's GPU-level choice and the profile's
+// node-level one share what the policy learns.
+var placerFactories = map[Policy]func(workload *workloadModel) placer{
+	Binpack:       func(*workloadModel) placer { return binpack{} },
+	Spread:        func(*workloadModel) placer { return spread{} },
+	Fragmentation: func(wl *workloadModel) placer { return &fragmentation{workload: wl} },
+}
+
+// newPlacers builds every policy's placer over the plugin's workload model.
+func newPlacers(workload *workloadModel) map[Policy]placer {
+	out := make(map[Policy]placer, len(placerFactories))
+	for p, f := range placerFactories {
+		out[p] = f(workload)
+	}
+	return out
+}
+
+// pickBest is the device of cand that score rates highest (the first of equals).
+func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, cand []int,
+	score func(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64) int {
+	best, bestScore := -1, 0.0
+	for _, i := range cand {
+		s := score(m, used, c, i, w)
+		if best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// weightedScore is the weighted mean, in the framework's range, of the node-level
+// policy's term and, for pods with a multi-GPU container, GPU locality:
+//
+//	score = 100 × Σ weight·term / Σ weight
+//
+// ok is false when every weight that applies is 0.
+func weightedScore(w *weights, term float64, a *allocation) (score float64, ok bool) {
+	sum, total := w.policy*term, w.policy
+	if a.multiGPU {
+		sum += w.topology * a.topology
+		total += w.topology
+	}
+	if total == 0 {
+		return 0, false
+	}
+	return sum / total * float64(fwk.MaxNodeScore), true
+}
