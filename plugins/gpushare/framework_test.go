@@ -3,6 +3,7 @@ package gpushare
 import (
 	"context"
 	"math"
+	"sort"
 	"testing"
 	"time"
 
@@ -113,6 +114,9 @@ func (e *fwEnv) schedule(pod *v1.Pod) (string, map[string]int64) {
 	if !st.IsSuccess() {
 		e.t.Fatalf("Score: %v", st)
 	}
+	// The highest total wins; a tie goes to the first node by name (kube-scheduler
+	// would pick one of them at random), so that the test is deterministic.
+	sort.Slice(scores, func(i, j int) bool { return scores[i].Name < scores[j].Name })
 	best, bestScore, total := "", int64(math.MinInt64), map[string]int64{}
 	for _, s := range scores {
 		total[s.Name] = s.TotalScore
@@ -137,8 +141,9 @@ func (e *fwEnv) schedule(pod *v1.Pod) (string, map[string]int64) {
 //	Spread         empty: 1-(util+occupied)/2 is highest there; GPU 0 (all alike, the
 //	               first).
 //	Fragmentation  the learned workload is the pod's own shape, which still fits GPU 0
-//	               of busy afterwards: no node fragments, best fit breaks the tie:
-//	               busy, GPU 0.
+//	               of busy afterwards: no node fragments, and both nodes score the
+//	               maximum once normalised (the tie goes to busy, first by name);
+//	               GPU 0, the best fit.
 func TestFrameworkCyclePerPolicy(t *testing.T) {
 	busy := bindPod(t, makePod("busy", nil, ctr{name: "c", gpu: "1"}), "busy", oneGrant("busy", 60000, 50, 0))
 	for _, tc := range []struct {
@@ -159,6 +164,9 @@ func TestFrameworkCyclePerPolicy(t *testing.T) {
 			node, scores := e.schedule(pod)
 			if node != tc.node {
 				t.Fatalf("placed on %s (scores %v), want %s", node, scores, tc.node)
+			}
+			if tc.policy == Fragmentation && scores["busy"] != scores["empty"] {
+				t.Errorf("scores %v, want a tie (no node fragments)", scores)
 			}
 			for n, s := range scores {
 				if s < fwk.MinNodeScore || s > fwk.MaxNodeScore {
