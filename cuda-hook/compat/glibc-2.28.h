@@ -11,8 +11,9 @@
  * these functions resolve from them on glibc older than 2.34. Every function here
  * keeps its interface across those versions, only its version changed.
  *
- * The image build checks the result with objdump -T and fails on any version newer
- * than GLIBC_2.28. A new libc call that needs a pin shows up there; add it below.
+ * make -C cuda-hook test (test/check_exports.sh) and the image build check the result
+ * and fail on any version newer than GLIBC_2.28. A new libc call that needs a pin
+ * shows up there; add it below.
  */
 #ifndef TESSERA_COMPAT_GLIBC_2_28_H
 #define TESSERA_COMPAT_GLIBC_2_28_H
@@ -23,6 +24,18 @@
  * before the first system header, which this header now is. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
+#include <features.h>
+/* glibc 2.38 and later turn strtol, strtoull and the rest into __isoc23_* (symbol
+ * version GLIBC_2.38) under _GNU_SOURCE, for C23's 0b prefix, which the hook never
+ * parses: keep the classic functions. */
+#ifdef __GLIBC_USE_C2X_STRTOL
+#undef __GLIBC_USE_C2X_STRTOL
+#define __GLIBC_USE_C2X_STRTOL 0
+#endif
+#ifdef __GLIBC_USE_C23_STRTOL
+#undef __GLIBC_USE_C23_STRTOL
+#define __GLIBC_USE_C23_STRTOL 0
 #endif
 #include <sys/stat.h>
 
