@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"reflect"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -326,4 +327,70 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
+// reused while neither the node's usage nor the learned shapes change, and after
+// every kind of change it is exactly what measuring the node again gives.
+func TestFragBaseKeptAndInvalidated(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	c, w := e.pl.cache, &e.pl.w
+	learn := func(prefix string, n int, ct ctr) {
+		for i := 0; i < n; i++ {
+			p := makePod(fmt.Sprintf("%s-%d", prefix, i), nil, ct)
+			if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+		}
+	}
+	check := func(step string) *fragStats {
+		t.Helper()
+		shapes, gen := e.pl.workload.snapshotGen()
+		ent, v, used := c.entryView(e.nodes[0], nil)
+		got := ent.fragBase(&v, used, &podInfo{fragShapes: shapes, fragGen: gen}, w)
+		want := newFragStats(v.model, used, shapes, w)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
+		}
+		return got
+	}
+	learn("a", 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	learn("b", 2, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
+	learn("c", 1, ctr{name: "c", gpu: "2", cores: "100"})
+	first := check("first measure")
+	if again := check("unchanged"); again != first {
+		t.Error("the node was measured again though nothing changed")
+	}
+
+	pod := makePod("placed", nil, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
+	if err := c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).grants, 10); err != nil {
+		t.Fatal(err)
+	}
+	if check("after Assume") == first {
+		t.Error("the measure of the node before Assume was kept")
+	}
+	c.Forget(pod.UID)
+	check("after Forget")
+	if err := c.OnPod(bindPod(t, makePod("bound", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", h100Mem, 100, 3))); err != nil {
+		t.Fatal(err)
+	}
+	check("after an informer pod event")
+	c.SetInventory("n", mustEncode(t, pcieInventory("n", 4, "NVIDIA H100", h100Mem)))
+	check("after an inventory change")
+	c.OnPodDelete(types.UID("uid-bound"))
+	check("after an informer pod delete")
+
+	// The same shapes in another order: the kept measure is reordered, not retaken.
+	_, before := e.pl.workload.snapshotGen()
+	learn("c2", 4, ctr{name: "c", gpu: "2", cores: "100"})
+	_, after := e.pl.workload.snapshotGen()
+	if after.set != before.set || after.order == before.order {
+		t.Fatalf("generations %+v then %+v: want the same set in another order", before, after)
+	}
+	check("after the shapes' order changed")
+	learn("d", 1, ctr{name: "c", gpu: "1", pct: "5", cores: "5"})
+	if _, g := e.pl.workload.snapshotGen(); g.set == after.set {
+		t.Fatalf("a new shape kept the set generation %+v", g)
+	}
+	check("after a new shape")
 }
