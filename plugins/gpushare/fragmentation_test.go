@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"reflect"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -393,4 +394,43 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 		t.Fatalf("a new shape kept the set generation %+v", g)
 	}
 	check("after a new shape")
+}
+
+// TestFragBaseConcurrent measures one node from many goroutines, as the parallel
+// Filter does across cycles, while pods are assumed and forgotten on it: the measure
+// kept at the end is the node's as it is then (run with -race for the lock-free
+// reads and stores).
+func TestFragBaseConcurrent(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	c, w := e.pl.cache, &e.pl.w
+	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
+	shapes, gen := e.pl.workload.snapshotGen()
+	p := &podInfo{fragShapes: shapes, fragGen: gen}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				if g == 0 {
+					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1"})
+					if c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).grants, 10) == nil && i%2 == 0 {
+						c.Forget(pod.UID)
+					}
+					continue
+				}
+				ent, v, used := c.entryView(e.nodes[0], nil)
+				if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+					t.Errorf("measure of usage generation %d differs from the node's", v.usageGen)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	ent, v, used := c.entryView(e.nodes[0], nil)
+	if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+		t.Error("the kept measure is not the node's")
+	}
 }
