@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -31,6 +32,11 @@ type podInfo struct {
 	fragShapes         []fragShape
 	// fragGen identifies fragShapes for the measures the cache keeps (fragMemo).
 	fragGen fragGen
+	// feed is fragShapes' workloadFeed for the GPU size last asked for: the same for
+	// every node with GPUs of that size, so Score computes it once per cycle on a
+	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
+	// parallel Score without a lock.
+	feed atomic.Pointer[feedMemo]
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).

@@ -490,15 +490,6 @@ const fragScale = 1000
 func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
 	shapes := s.info.fragShapes
-	before := make([]usage, len(a.used))
-	copy(before, a.used)
-	for _, p := range a.placements {
-		for k, i := range p.devices {
-			before[i].memMiB -= p.memMiB[k]
-			before[i].cores -= p.cores
-			before[i].tenants--
-		}
-	}
 	cpuFree, memFree := hostFree(ni)
 	hostBefore := make([]bool, len(shapes))
 	hostAfter := make([]bool, len(shapes))
@@ -508,11 +499,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	}
 	st := a.measured
 	if st == nil || len(a.placements) != 1 {
+		before := make([]usage, len(a.used))
+		copy(before, a.used)
+		for _, p := range a.placements {
+			for k, i := range p.devices {
+				before[i].memMiB -= p.memMiB[k]
+				before[i].cores -= p.cores
+				before[i].tenants--
+			}
+		}
 		st = newFragStats(m, before, shapes, w)
 	}
 	after := st.placed(m, a, shapes, w)
 	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
-	feed := workloadFeed(shapes, m, w)
+	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
@@ -550,7 +550,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 			delta += s.weight * (st.total - st.small[k])
 		}
 	}
-	feed := workloadFeed(shapes, v.model, w)
+	feed := info.workloadFeed(v.model, w)
 	delta += feed.unfed(st.total, cpuFree-info.cpuMilli, memFree-info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
 	delta += fragFitWeight * leftover(v.model, used, ni, f, w)
 	return int64(math.Round(-w.policy * delta * fragScale))
@@ -562,8 +562,30 @@ type feedRatio struct {
 	cpuMilli, memBytes float64
 }
 
+// feedMemo is a workloadFeed result and the GPU memory it was computed for.
+type feedMemo struct {
+	memMiB int64
+	r      feedRatio
+}
+
+// workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
+// first GPU differs in memory from the one it was last computed for.
+func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
+	var memMiB int64
+	if len(m.hot) > 0 {
+		memMiB = m.hot[0].memoryMiB
+	}
+	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
+		return f.r
+	}
+	r := workloadFeed(p.fragShapes, m, w)
+	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
+	return r
+}
+
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
-// node's first (its memory converts MiB requests to a share of a GPU).
+// node's first (its memory converts MiB requests to a share of a GPU): all it reads of
+// the node is that GPU's memory.
 func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
 	var memMiB int64
 	if len(m.hot) > 0 {
