@@ -149,6 +149,11 @@ type allocation struct {
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
 	usedBuf  [inlineDevices]usage
+	// after is the node-level score's scratch measure of the node after the pod
+	// (Fragmentation's fragStats.placedInto), reused from cycle to cycle with the
+	// allocation the node's cache entry keeps.
+	after fragStats
+
 	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
 	// an interface call, through which the compiler cannot see that they do not escape.

@@ -372,11 +372,19 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 // shapes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
 func (st *fragStats) placed(m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
+	return st.placedInto(&fragStats{}, m, a, shapes, w)
+}
+
+// placedInto is placed writing into out, whose slices it reuses: Score keeps one in
+// each node's allocation (allocation.after), so that it allocates nothing per node.
+func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
 	if len(m.devices) > 64 {
 		return newFragStats(m, a.used, shapes, w)
 	}
-	out := &fragStats{free: append([]float64(nil), st.free...), total: st.total, fits: append([]int(nil), st.fits...),
-		small: append([]float64(nil), st.small...), mask: append([]uint64(nil), st.mask...)}
+	out.free, out.total = append(out.free[:0], st.free...), st.total
+	out.fits = append(out.fits[:0], st.fits...)
+	out.small = append(out.small[:0], st.small...)
+	out.mask = append(out.mask[:0], st.mask...)
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -510,7 +518,7 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 		}
 		st = newFragStats(m, before, shapes, w)
 	}
-	after := st.placed(m, a, shapes, w)
+	after := st.placedInto(&a.after, m, a, shapes, w)
 	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
 	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
