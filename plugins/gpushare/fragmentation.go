@@ -442,36 +442,25 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	}
 	before := st.value(p.fragShapes, nil)
 	best, bestDelta, bestPack := -1, 0.0, 0.0
+	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
+	// equally fragmented: each kind is measured once, for its first candidate.
+	var measuredDev [16]int
+	var measuredAfter [16]float64
+	nMeasured := 0
 	for _, i := range cand {
-		u := used[i]
-		used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
-		used[i].cores += c.Cores
-		used[i].tenants++
-		fi := deviceFree(m, used, i, w)
-		total := st.total - st.free[i] + fi
-		var after float64
-		for k := range p.fragShapes {
-			s := &p.fragShapes[k]
-			fitsBefore := st.mask[k]&(1<<uint(i)) != 0
-			fitsAfter := shapeFits(m, used, s, i, w)
-			nfits, small := st.fits[k], st.small[k]
-			if fitsBefore {
-				nfits--
-			} else {
-				small -= st.free[i]
-			}
-			if fitsAfter {
-				nfits++
-			} else {
-				small += fi
-			}
-			if nfits < s.c.GPUs {
-				after += s.weight * total
-			} else {
-				after += s.weight * small
+		after, known := 0.0, false
+		for x := 0; x < nMeasured && !known; x++ {
+			if alikeDevices(m, used, i, measuredDev[x]) {
+				after, known = measuredAfter[x], true
 			}
 		}
-		used[i] = u
+		if !known {
+			after = fragAfter(m, used, st, p.fragShapes, c, i, w)
+			if nMeasured < len(measuredDev) {
+				measuredDev[nMeasured], measuredAfter[nMeasured] = i, after
+				nMeasured++
+			}
+		}
 		delta := after - before
 		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
@@ -479,6 +468,48 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 		}
 	}
 	return best, st
+}
+
+// alikeDevices reports whether devices i and j of m are interchangeable for every
+// shape's fit and free share: same usage, memory, health, MIG flag and model.
+func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
+	return used[i] == used[j] && m.hot[i].memoryMiB == m.hot[j].memoryMiB && m.hot[i].healthy == m.hot[j].healthy &&
+		m.hot[i].mig == m.hot[j].mig && m.devices[i].model == m.devices[j].model
+}
+
+// fragAfter is the node's fragmentation after container c is placed on device i
+// (i < 64), for st measured under used. used is restored before it returns.
+func fragAfter(m *nodeModel, used []usage, st *fragStats, shapes []fragShape, c *api.ContainerRequest, i int, w *weights) float64 {
+	u := used[i]
+	used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+	used[i].cores += c.Cores
+	used[i].tenants++
+	fi := deviceFree(m, used, i, w)
+	total := st.total - st.free[i] + fi
+	var after float64
+	for k := range shapes {
+		s := &shapes[k]
+		fitsBefore := st.mask[k]&(1<<uint(i)) != 0
+		fitsAfter := shapeFits(m, used, s, i, w)
+		nfits, small := st.fits[k], st.small[k]
+		if fitsBefore {
+			nfits--
+		} else {
+			small -= st.free[i]
+		}
+		if fitsAfter {
+			nfits++
+		} else {
+			small += fi
+		}
+		if nfits < s.c.GPUs {
+			after += s.weight * total
+		} else {
+			after += s.weight * small
+		}
+	}
+	used[i] = u
+	return after
 }
 
 // fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
