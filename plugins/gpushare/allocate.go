@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -29,6 +30,13 @@ type podInfo struct {
 	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
 	cpuMilli, memBytes int64
 	fragShapes         []fragShape
+	// fragGen identifies fragShapes for the measures the cache keeps (fragMemo).
+	fragGen fragGen
+	// feed is fragShapes' workloadFeed for the GPU size last asked for: the same for
+	// every node with GPUs of that size, so Score computes it once per cycle on a
+	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
+	// parallel Score without a lock.
+	feed atomic.Pointer[feedMemo]
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).
@@ -141,6 +149,11 @@ type allocation struct {
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
 	usedBuf  [inlineDevices]usage
+	// after is the node-level score's scratch measure of the node after the pod
+	// (Fragmentation's fragStats.placedInto), reused from cycle to cycle with the
+	// allocation the node's cache entry keeps.
+	after fragStats
+
 	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
 	// an interface call, through which the compiler cannot see that they do not escape.
@@ -188,16 +201,17 @@ func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 // Reserve and preemption's AddPod all use it, so they always agree.
 func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
 	a := &allocation{}
-	if fail := allocateInto(a, m, used, p, w); fail != nil {
+	if fail := allocateInto(a, m, used, p, w, nil); fail != nil {
 		return nil, fail
 	}
 	return a, nil
 }
 
 // allocateInto is allocate writing into a, whose previous contents it replaces; on
-// failure a holds no allocation.
-func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights) *allocFailure {
-	ci, fail := place(a, m, used, p, w)
+// failure a holds no allocation. base, when not nil, is the node-level measure of the
+// node under used that the cache kept (see place).
+func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+	ci, fail := place(a, m, used, p, w, base)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
@@ -212,10 +226,17 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
-func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights) (int, *allocFailure) {
+//
+// base, when not nil, is the node measured under before (Fragmentation's statistics,
+// kept in the cache: nodeEntry.frag). A one-container pod starts from it: the
+// GPU-level placer need not measure the node, nor the node-level score.
+func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base nodeMeasure) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
+	if len(p.order) == 1 {
+		a.measured = base
+	}
 	used := a.used
 	free := freeIslands(m, used)
 	// An island free before placement is broken by it exactly when one of its devices

@@ -58,6 +58,9 @@ type nodeEntry struct {
 	// inventory object is one more cache miss per node.
 	heartbeat time.Time
 	invErr    error
+	// usageGen changes whenever model or used does: it tells the fragmentation
+	// measure kept in frag whether it still describes the node.
+	usageGen uint64
 
 	// kept is the allocation Filter made on this node in the scheduling cycle
 	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
@@ -66,6 +69,12 @@ type nodeEntry struct {
 	keptMu    sync.Mutex
 	keptCycle uint64
 	kept      allocation
+
+	// frag is the Fragmentation policy's measure of the node as it is, against the
+	// learned shapes (fragMemo): kept across cycles, because only the node a pod goes
+	// to and the nodes informer events touch change from one cycle to the next. Read
+	// and replaced without a lock by Filter and Score (it is immutable once stored).
+	frag atomic.Pointer[fragMemo]
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
@@ -169,6 +178,7 @@ func (e *nodeEntry) setInventoryLocked(raw string) {
 
 // recomputeLocked rebuilds per-device usage from the node's pod records.
 func (e *nodeEntry) recomputeLocked() {
+	e.usageGen++
 	e.unmatched = 0
 	if e.model == nil {
 		e.used = nil
@@ -184,6 +194,7 @@ func (e *nodeEntry) applyLocked(r *podRecord, sign int) {
 	if e.model == nil {
 		return
 	}
+	e.usageGen++
 	for _, g := range r.grants {
 		i, ok := e.model.byUUID[g.uuid]
 		if !ok {
@@ -221,6 +232,8 @@ type nodeView struct {
 	model     *nodeModel
 	heartbeat time.Time
 	invErr    error
+	// usageGen is the entry's usage generation when the view was taken.
+	usageGen uint64
 }
 
 // view returns the node's model and a copy of its usage (in into's storage when it
@@ -254,7 +267,7 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 			e.seen.Store(node)
 		}
 	}
-	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr}
+	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
 	var used []usage
 	if e.model != nil {
 		used = append(into[:0], e.used...)
@@ -269,12 +282,13 @@ func (c *Cache) existing(name string) *nodeEntry {
 }
 
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
-// marks the allocation as the one of cycle.
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights) *allocFailure {
+// marks the allocation as the one of cycle. base is the node's measure before the
+// pod, or nil (see place).
+func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
-	fail := allocateInto(&e.kept, m, used, p, w)
+	fail := allocateInto(&e.kept, m, used, p, w, base)
 	if fail == nil {
 		e.keptCycle = cycle
 	}

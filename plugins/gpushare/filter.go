@@ -28,10 +28,16 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
+	// The node's kept fragmentation measure (nil unless a placer learned shapes for
+	// the pod) serves one-container pods on the node as the cache has it, not under
+	// preemption's what-if changes.
+	var base nodeMeasure
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.model, used, d, pl.cache, node.Name)
+	} else if len(s.info.order) == 1 {
+		base = e.fragBase(&v, used, s.info, &pl.w)
 	}
-	if fail := e.keep(s.id, v.model, used, s.info, &pl.w); fail != nil {
+	if fail := e.keep(s.id, v.model, used, s.info, &pl.w, base); fail != nil {
 		return fail.status()
 	}
 	return nil

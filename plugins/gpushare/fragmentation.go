@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -58,7 +59,7 @@ func (*fragmentation) policy() Policy { return Fragmentation }
 func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
 	info.cpuMilli, info.memBytes = podHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
-	info.fragShapes = f.workload.snapshot()
+	info.fragShapes, info.fragGen = f.workload.snapshotGen()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
@@ -69,13 +70,19 @@ func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRe
 
 // pickDevice takes the device whose use adds the least fragmentation
 // (pickByFragmentation), and leaves its measure of the node in *measured for the
-// node-level score. Without a learned workload it places as Binpack.
+// node-level score. A measure already in *measured (the cache's, see place) is the
+// node under used and is not taken again. Without a learned workload it places as
+// Binpack.
 func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
 	if len(p.fragShapes) == 0 {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
-	i, st := pickByFragmentation(m, used, p, c, w, cand)
+	var base *fragStats
 	if measured != nil {
+		base = *measured
+	}
+	i, st := pickByFragmentation(m, used, p, c, w, cand, base)
+	if measured != nil && st != nil {
 		*measured = st
 	}
 	return i
@@ -84,11 +91,11 @@ func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.
 // hostOnlyPod is the workload a pod without GPUs is scored against (see
 // scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
 func (f *fragmentation) hostOnlyPod(pod *v1.Pod) *podInfo {
-	shapes := f.workload.snapshot()
+	shapes, gen := f.workload.snapshotGen()
 	if len(shapes) == 0 {
 		return nil
 	}
-	h := &podInfo{fragShapes: shapes}
+	h := &podInfo{fragShapes: shapes, fragGen: gen}
 	h.cpuMilli, h.memBytes = podHostRequests(pod)
 	return h
 }
@@ -109,6 +116,9 @@ type fragShape struct {
 	memBytes     int64
 	weight       float64
 	key          string
+	// slot is the shape's place in its snapshot's shapes ordered by key: the same
+	// for the same set of shapes in any order (fragMemo.permuted).
+	slot int
 }
 
 // eligibleAt reports whether device i of m passes the shape's model selection. A shape
@@ -153,7 +163,20 @@ type workloadModel struct {
 	counts map[string]*shapeCount
 	shapes []fragShape // cached result of snapshot; rebuilt when dirty
 	dirty  bool
+	// gen identifies shapes for the measures the cache keeps per node (fragMemo).
+	gen fragGen
 }
+
+// fragGen identifies a snapshot's shapes for a node's kept measure: set changes when
+// shapes join or leave the snapshot, order when they change places. Weights are not
+// part of it: a node's statistics do not depend on them. The numbers come from one
+// counter for every workload model, so that the measures of two profiles sharing the
+// cache never pass for each other's.
+type fragGen struct {
+	set, order uint64
+}
+
+var fragGens atomic.Uint64
 
 type ringEntry struct {
 	uid types.UID
@@ -202,10 +225,16 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 // snapshot returns the most frequent shapes with weights summing to 1. The slice is
 // never modified afterwards, so cycles may keep it.
 func (w *workloadModel) snapshot() []fragShape {
+	s, _ := w.snapshotGen()
+	return s
+}
+
+// snapshotGen is snapshot with the shapes' generation.
+func (w *workloadModel) snapshotGen() ([]fragShape, fragGen) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.dirty {
-		return w.shapes
+		return w.shapes, w.gen
 	}
 	all := make([]*shapeCount, 0, len(w.counts))
 	for _, c := range w.counts {
@@ -240,8 +269,47 @@ func (w *workloadModel) snapshot() []fragShape {
 		out[i] = c.shape
 		out[i].weight = float64(c.n) / float64(total)
 	}
+	w.gen = nextFragGen(w.gen, w.shapes, out)
 	w.shapes, w.dirty = out, false
-	return out
+	return out, w.gen
+}
+
+// nextFragGen numbers the slots of out and returns its generation, which keeps
+// prev's set and order numbers where out has prev's shapes and their order.
+func nextFragGen(gen fragGen, prev, out []fragShape) fragGen {
+	byKey := make([]int, len(out))
+	for i := range byKey {
+		byKey[i] = i
+	}
+	sort.Slice(byKey, func(i, j int) bool { return out[byKey[i]].key < out[byKey[j]].key })
+	for slot, k := range byKey {
+		out[k].slot = slot
+	}
+	sameSet, sameOrder := len(prev) == len(out) && gen.set != 0, true
+	if sameSet {
+		// Slots number a set by key: two sets are equal when their slots hold
+		// the same keys.
+		prevAt := make([]int, len(prev))
+		for k := range prev {
+			prevAt[prev[k].slot] = k
+		}
+		for slot, k := range byKey {
+			if out[k].key != prev[prevAt[slot]].key {
+				sameSet = false
+				break
+			}
+		}
+	}
+	for k := 0; sameSet && sameOrder && k < len(out); k++ {
+		sameOrder = out[k].key == prev[k].key
+	}
+	switch {
+	case !sameSet:
+		gen = fragGen{set: fragGens.Add(1), order: fragGens.Add(1)}
+	case !sameOrder:
+		gen.order = fragGens.Add(1)
+	}
+	return gen
 }
 
 // podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
@@ -304,11 +372,19 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 // shapes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
 func (st *fragStats) placed(m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
+	return st.placedInto(&fragStats{}, m, a, shapes, w)
+}
+
+// placedInto is placed writing into out, whose slices it reuses: Score keeps one in
+// each node's allocation (allocation.after), so that it allocates nothing per node.
+func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
 	if len(m.devices) > 64 {
 		return newFragStats(m, a.used, shapes, w)
 	}
-	out := &fragStats{free: append([]float64(nil), st.free...), total: st.total, fits: append([]int(nil), st.fits...),
-		small: append([]float64(nil), st.small...), mask: append([]uint64(nil), st.mask...)}
+	out.free, out.total = append(out.free[:0], st.free...), st.total
+	out.fits = append(out.fits[:0], st.fits...)
+	out.small = append(out.small[:0], st.small...)
+	out.mask = append(out.mask[:0], st.mask...)
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -355,44 +431,36 @@ func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
 
 // pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
-// returns the node's measure before the container (nil on nodes of over 64 devices).
-func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int) (int, *fragStats) {
+// returns the node's measure before the container (nil on nodes of over 64 devices):
+// st when not nil (the node under used, measured already), else measured here.
+func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, *fragStats) {
 	if len(m.devices) > 64 {
 		return pickBest(m, used, c, w, cand, packScore), nil
 	}
-	st := newFragStats(m, used, p.fragShapes, w)
+	if st == nil {
+		st = newFragStats(m, used, p.fragShapes, w)
+	}
 	before := st.value(p.fragShapes, nil)
 	best, bestDelta, bestPack := -1, 0.0, 0.0
+	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
+	// equally fragmented: each kind is measured once, for its first candidate.
+	var measuredDev [16]int
+	var measuredAfter [16]float64
+	nMeasured := 0
 	for _, i := range cand {
-		u := used[i]
-		used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
-		used[i].cores += c.Cores
-		used[i].tenants++
-		fi := deviceFree(m, used, i, w)
-		total := st.total - st.free[i] + fi
-		var after float64
-		for k := range p.fragShapes {
-			s := &p.fragShapes[k]
-			fitsBefore := st.mask[k]&(1<<uint(i)) != 0
-			fitsAfter := shapeFits(m, used, s, i, w)
-			nfits, small := st.fits[k], st.small[k]
-			if fitsBefore {
-				nfits--
-			} else {
-				small -= st.free[i]
-			}
-			if fitsAfter {
-				nfits++
-			} else {
-				small += fi
-			}
-			if nfits < s.c.GPUs {
-				after += s.weight * total
-			} else {
-				after += s.weight * small
+		after, known := 0.0, false
+		for x := 0; x < nMeasured && !known; x++ {
+			if alikeDevices(m, used, i, measuredDev[x]) {
+				after, known = measuredAfter[x], true
 			}
 		}
-		used[i] = u
+		if !known {
+			after = fragAfter(m, used, st, p.fragShapes, c, i, w)
+			if nMeasured < len(measuredDev) {
+				measuredDev[nMeasured], measuredAfter[nMeasured] = i, after
+				nMeasured++
+			}
+		}
 		delta := after - before
 		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
@@ -400,6 +468,48 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 		}
 	}
 	return best, st
+}
+
+// alikeDevices reports whether devices i and j of m are interchangeable for every
+// shape's fit and free share: same usage, memory, health, MIG flag and model.
+func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
+	return used[i] == used[j] && m.hot[i].memoryMiB == m.hot[j].memoryMiB && m.hot[i].healthy == m.hot[j].healthy &&
+		m.hot[i].mig == m.hot[j].mig && m.devices[i].model == m.devices[j].model
+}
+
+// fragAfter is the node's fragmentation after container c is placed on device i
+// (i < 64), for st measured under used. used is restored before it returns.
+func fragAfter(m *nodeModel, used []usage, st *fragStats, shapes []fragShape, c *api.ContainerRequest, i int, w *weights) float64 {
+	u := used[i]
+	used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+	used[i].cores += c.Cores
+	used[i].tenants++
+	fi := deviceFree(m, used, i, w)
+	total := st.total - st.free[i] + fi
+	var after float64
+	for k := range shapes {
+		s := &shapes[k]
+		fitsBefore := st.mask[k]&(1<<uint(i)) != 0
+		fitsAfter := shapeFits(m, used, s, i, w)
+		nfits, small := st.fits[k], st.small[k]
+		if fitsBefore {
+			nfits--
+		} else {
+			small -= st.free[i]
+		}
+		if fitsAfter {
+			nfits++
+		} else {
+			small += fi
+		}
+		if nfits < s.c.GPUs {
+			after += s.weight * total
+		} else {
+			after += s.weight * small
+		}
+	}
+	used[i] = u
+	return after
 }
 
 // fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
@@ -419,15 +529,6 @@ const fragScale = 1000
 func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
 	shapes := s.info.fragShapes
-	before := make([]usage, len(a.used))
-	copy(before, a.used)
-	for _, p := range a.placements {
-		for k, i := range p.devices {
-			before[i].memMiB -= p.memMiB[k]
-			before[i].cores -= p.cores
-			before[i].tenants--
-		}
-	}
 	cpuFree, memFree := hostFree(ni)
 	hostBefore := make([]bool, len(shapes))
 	hostAfter := make([]bool, len(shapes))
@@ -437,11 +538,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	}
 	st := a.measured
 	if st == nil || len(a.placements) != 1 {
+		before := make([]usage, len(a.used))
+		copy(before, a.used)
+		for _, p := range a.placements {
+			for k, i := range p.devices {
+				before[i].memMiB -= p.memMiB[k]
+				before[i].cores -= p.cores
+				before[i].tenants--
+			}
+		}
 		st = newFragStats(m, before, shapes, w)
 	}
-	after := st.placed(m, a, shapes, w)
+	after := st.placedInto(&a.after, m, a, shapes, w)
 	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
-	feed := workloadFeed(shapes, m, w)
+	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
@@ -463,13 +573,13 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		return 0
 	}
 	var buf [16]usage
-	v, used := c.view(ni.Node(), buf[:0])
+	e, v, used := c.entryView(ni.Node(), buf[:0])
 	if v.model == nil || len(v.model.devices) == 0 {
 		return 0
 	}
 	shapes := info.fragShapes
 	cpuFree, memFree := hostFree(ni)
-	st := newFragStats(v.model, used, shapes, w)
+	st := e.fragBase(&v, used, info, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
@@ -479,7 +589,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 			delta += s.weight * (st.total - st.small[k])
 		}
 	}
-	feed := workloadFeed(shapes, v.model, w)
+	feed := info.workloadFeed(v.model, w)
 	delta += feed.unfed(st.total, cpuFree-info.cpuMilli, memFree-info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
 	delta += fragFitWeight * leftover(v.model, used, ni, f, w)
 	return int64(math.Round(-w.policy * delta * fragScale))
@@ -491,8 +601,30 @@ type feedRatio struct {
 	cpuMilli, memBytes float64
 }
 
+// feedMemo is a workloadFeed result and the GPU memory it was computed for.
+type feedMemo struct {
+	memMiB int64
+	r      feedRatio
+}
+
+// workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
+// first GPU differs in memory from the one it was last computed for.
+func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
+	var memMiB int64
+	if len(m.hot) > 0 {
+		memMiB = m.hot[0].memoryMiB
+	}
+	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
+		return f.r
+	}
+	r := workloadFeed(p.fragShapes, m, w)
+	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
+	return r
+}
+
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
-// node's first (its memory converts MiB requests to a share of a GPU).
+// node's first (its memory converts MiB requests to a share of a GPU): all it reads of
+// the node is that GPU's memory.
 func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
 	var memMiB int64
 	if len(m.hot) > 0 {
@@ -563,4 +695,63 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/fragStep)
 	}
 	return nil
+}
+
+// fragMemo is a node's fragmentation statistics as the cache keeps them
+// (nodeEntry.frag): the node's usage generation and the shapes' generation they were
+// measured at, and the statistics, indexed by the shapes of that snapshot. Only the
+// GPU state matters: CPU and host memory, which Score reads from the scheduler's
+// NodeInfo, are not part of them.
+type fragMemo struct {
+	usageGen uint64
+	gen      fragGen
+	// at[slot] is the index in st of the shape in slot.
+	at []int
+	st *fragStats
+}
+
+// fragBase is the node's fragmentation statistics under used (the usage of view v)
+// for the pod's shapes: kept from an earlier cycle when neither the node's usage nor
+// the set of shapes has changed since (reordered when the shapes' order has), else
+// measured now and kept. It is nil for a pod without learned shapes.
+//
+// Measuring a node costs shapes × devices fit checks and was most of Fragmentation's
+// Filter+Score; between two cycles only the node the last pod went to, and those
+// informer events touched, change (nodeEntry.usageGen), and the learned set of
+// shapes changes for a few cycles in a hundred (fragGen). The statistics are
+// exactly those newFragStats would compute, so no score moves.
+func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) *fragStats {
+	if p == nil || len(p.fragShapes) == 0 || p.fragGen.set == 0 {
+		return nil
+	}
+	shapes := p.fragShapes
+	old := e.frag.Load()
+	if old != nil && old.usageGen == v.usageGen && old.gen == p.fragGen {
+		return old.st
+	}
+	memo := &fragMemo{usageGen: v.usageGen, gen: p.fragGen, at: make([]int, len(shapes))}
+	if old != nil && old.usageGen == v.usageGen && old.gen.set == p.fragGen.set {
+		memo.st = old.permuted(shapes)
+	} else {
+		memo.st = newFragStats(v.model, used, shapes, w)
+	}
+	for k := range shapes {
+		memo.at[shapes[k].slot] = k
+	}
+	// A measure of a newer generation may be replaced by this older one when two
+	// cycles race: it is then measured again, never used for the wrong usage.
+	e.frag.Store(memo)
+	return memo.st
+}
+
+// permuted is the memo's statistics for shapes, the memo's set in another order.
+func (memo *fragMemo) permuted(shapes []fragShape) *fragStats {
+	old := memo.st
+	n := len(shapes)
+	st := &fragStats{free: old.free, total: old.total, fits: make([]int, n), small: make([]float64, n), mask: make([]uint64, n)}
+	for k := range shapes {
+		j := memo.at[shapes[k].slot]
+		st.fits[k], st.small[k], st.mask[k] = old.fits[j], old.small[j], old.mask[j]
+	}
+	return st
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"reflect"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -325,5 +327,110 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.devices[i].model, got, want)
 			}
 		}
+	}
+}
+
+// TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
+// reused while neither the node's usage nor the learned shapes change, and after
+// every kind of change it is exactly what measuring the node again gives.
+func TestFragBaseKeptAndInvalidated(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	c, w := e.pl.cache, &e.pl.w
+	learn := func(prefix string, n int, ct ctr) {
+		for i := 0; i < n; i++ {
+			p := makePod(fmt.Sprintf("%s-%d", prefix, i), nil, ct)
+			if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+		}
+	}
+	check := func(step string) *fragStats {
+		t.Helper()
+		shapes, gen := e.pl.workload.snapshotGen()
+		ent, v, used := c.entryView(e.nodes[0], nil)
+		got := ent.fragBase(&v, used, &podInfo{fragShapes: shapes, fragGen: gen}, w)
+		want := newFragStats(v.model, used, shapes, w)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
+		}
+		return got
+	}
+	learn("a", 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	learn("b", 2, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
+	learn("c", 1, ctr{name: "c", gpu: "2", cores: "100"})
+	first := check("first measure")
+	if again := check("unchanged"); again != first {
+		t.Error("the node was measured again though nothing changed")
+	}
+
+	pod := makePod("placed", nil, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
+	if err := c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).grants, 10); err != nil {
+		t.Fatal(err)
+	}
+	if check("after Assume") == first {
+		t.Error("the measure of the node before Assume was kept")
+	}
+	c.Forget(pod.UID)
+	check("after Forget")
+	if err := c.OnPod(bindPod(t, makePod("bound", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", h100Mem, 100, 3))); err != nil {
+		t.Fatal(err)
+	}
+	check("after an informer pod event")
+	c.SetInventory("n", mustEncode(t, pcieInventory("n", 4, "NVIDIA H100", h100Mem)))
+	check("after an inventory change")
+	c.OnPodDelete(types.UID("uid-bound"))
+	check("after an informer pod delete")
+
+	// The same shapes in another order: the kept measure is reordered, not retaken.
+	_, before := e.pl.workload.snapshotGen()
+	learn("c2", 4, ctr{name: "c", gpu: "2", cores: "100"})
+	_, after := e.pl.workload.snapshotGen()
+	if after.set != before.set || after.order == before.order {
+		t.Fatalf("generations %+v then %+v: want the same set in another order", before, after)
+	}
+	check("after the shapes' order changed")
+	learn("d", 1, ctr{name: "c", gpu: "1", pct: "5", cores: "5"})
+	if _, g := e.pl.workload.snapshotGen(); g.set == after.set {
+		t.Fatalf("a new shape kept the set generation %+v", g)
+	}
+	check("after a new shape")
+}
+
+// TestFragBaseConcurrent measures one node from many goroutines, as the parallel
+// Filter does across cycles, while pods are assumed and forgotten on it: the measure
+// kept at the end is the node's as it is then (run with -race for the lock-free
+// reads and stores).
+func TestFragBaseConcurrent(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	c, w := e.pl.cache, &e.pl.w
+	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
+	shapes, gen := e.pl.workload.snapshotGen()
+	p := &podInfo{fragShapes: shapes, fragGen: gen}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				if g == 0 {
+					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1"})
+					if c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).grants, 10) == nil && i%2 == 0 {
+						c.Forget(pod.UID)
+					}
+					continue
+				}
+				ent, v, used := c.entryView(e.nodes[0], nil)
+				if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+					t.Errorf("measure of usage generation %d differs from the node's", v.usageGen)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	ent, v, used := c.entryView(e.nodes[0], nil)
+	if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+		t.Error("the kept measure is not the node's")
 	}
 }
