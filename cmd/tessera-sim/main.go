@@ -44,6 +44,9 @@ func main() {
 		maxPods    = flag.Int("max-pods", 0, "stop each run after this many pods (0: the whole workload); for quick checks")
 		progMode   = flag.String("progress", "auto", "progress on stderr: bars (one per running run), lines (one line per running run every -progress-interval), off; auto: bars on a terminal, else lines")
 		progEvery  = flag.Duration("progress-interval", 30*time.Second, "how often lines mode reports")
+		workload   = flag.String("workload", "default", "workload variety built from -pods, as the FGD paper's: default, gpuspecNN, multigpuNN, gpushareNN, cpuNNN (see docs/simulator.md)")
+		wlSeed     = flag.Int64("workload-seed", 1, "seed of the -workload transformation (one variety for all -seeds)")
+		wlOut      = flag.String("workload-out", "", "also write the workload's pod list to this CSV file")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -53,10 +56,44 @@ func main() {
 		os.Exit(2)
 	}
 	prog := progressOptions{mode: mode, interval: *progEvery}
-	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods, prog); err != nil {
+	wl, err := parseVariety(*workload)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tessera-sim: -workload:", err)
+		os.Exit(2)
+	}
+	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut}
+	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods, prog, wo); err != nil {
 		fmt.Fprintln(os.Stderr, "tessera-sim:", err)
 		os.Exit(1)
 	}
+}
+
+// workloadOptions says which variety of the pod list is replayed.
+type workloadOptions struct {
+	variety variety
+	seed    int64
+	out     string // write the variety's pod list here too, if set
+}
+
+// loadWorkload reads the pod list and builds the variety from it.
+func loadWorkload(podsPath string, nodes []traceNode, wo workloadOptions) ([]tracePod, error) {
+	rows, err := readCSV(podsPath)
+	if err != nil {
+		return nil, err
+	}
+	if rows, err = applyVariety(rows, nodes, wo.variety, wo.seed); err != nil {
+		return nil, err
+	}
+	if wo.out != "" {
+		if err := writePodCSV(wo.out, rows); err != nil {
+			return nil, err
+		}
+	}
+	name := podsPath
+	if wo.variety.kind != "default" {
+		name = fmt.Sprintf("%s (workload %s)", podsPath, wo.variety.name)
+	}
+	return parsePods(rows, name)
 }
 
 // progressOptions says how the runs' progress is shown on stderr.
@@ -97,7 +134,7 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int, prog progressOptions) error {
+func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int, prog progressOptions, wo workloadOptions) error {
 	seeds, err := parseSeeds(seedList)
 	if err != nil {
 		return err
@@ -118,7 +155,7 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 	if err != nil {
 		return err
 	}
-	tp, err := readPods(podsPath)
+	tp, err := loadWorkload(podsPath, tn, wo)
 	if err != nil {
 		return err
 	}
@@ -138,8 +175,8 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s); policies: %s; seeds: %s; inflation %.2f\n",
-		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), policyList, seedList, inflation)
+	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s, %s); policies: %s; seeds: %s; inflation %.2f\n",
+		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), wo.variety.name, policyList, seedList, inflation)
 
 	type job struct {
 		pol  *policy

@@ -166,6 +166,13 @@ func readPods(path string) ([]tracePod, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePods(rows, path)
+}
+
+// parsePods parses the rows of a pod list (as readCSV returns them); path names the
+// list in errors.
+func parsePods(rows []map[string]string, path string) ([]tracePod, error) {
+	var err error
 	out := make([]tracePod, 0, len(rows))
 	for i, row := range rows {
 		line := i + 2
