@@ -127,6 +127,10 @@ fuzz: ## Run every fuzz target (decoders, cgroup paths, scheduler args, C vs Go 
 # two cores).
 B1_SEEDS    = $(if $(FULL),42-51,42)
 B1_POLICIES = $(if $(FULL),random$(comma)bestfit$(comma)binpack$(comma)spread$(comma)fragmentation$(comma)fragmentation-gpuscore,bestfit$(comma)binpack$(comma)fragmentation)
+# B1_WORKLOAD: a workload variety of the FGD paper (gpuspec33, multigpu50, gpushare40,
+# cpu250, ...; docs/simulator.md); results then go to _output/b1-$(B1_WORKLOAD).
+B1_WORKLOAD = default
+B1_OUT      = _output/b1$(if $(filter-out default,$(B1_WORKLOAD)),-$(B1_WORKLOAD))
 comma := ,
 
 # B2 at reduced size schedules 2,000 pods per phase on 500 nodes x 8 GPUs (a few
@@ -150,9 +154,9 @@ bench-hook: ## B3 CPU microbenchmark: ns per launch and per alloc/free with and 
 	$(MAKE) -C cuda-hook bench
 
 .PHONY: bench-b1
-bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy); results in _output/b1
+bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy; B1_WORKLOAD=gpuspec33 etc.: a variety); results in _output/b1[-variety]
 	$(GO) build -o $(BIN)/tessera-sim ./cmd/tessera-sim
-	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -out _output/b1
+	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -workload $(B1_WORKLOAD) -out $(B1_OUT)
 
 # The whole go test -v log goes to _output/b2/last-run.log; the progress of each phase
 # (nodes and pods created, pods bound) reaches the terminal while it runs: bars drawn
