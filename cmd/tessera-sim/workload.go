@@ -118,8 +118,9 @@ type specChoice struct {
 	weight int
 }
 
-// specChoices are the model sets of the FGD artifact's gpuspec33 list and how often
-// they occur there: counted on its first 220 rows (73 constrained pods). They follow
+// specChoices are the model sets of the FGD artifact's gpuspec lists and how often
+// they occur: counted on the first 220 rows (73 constrained pods) of the simulator
+// repository's data/csv/openb_pod_list_gpuspec33_cpu0.csv. They follow
 // what production pods asked, not the cluster's capacity (G2 is 71% of the GPUs but
 // 15% of the constraints).
 var specChoices = []specChoice{
