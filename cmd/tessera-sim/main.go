@@ -248,5 +248,5 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 		order := workload(cl.pods, rand.New(rand.NewSource(seed)), inflation, cl.totalGPU)
 		pks = append(pks, packFractions(order, cl.totalGPU))
 	}
-	return writeReport(outDir, cl, pols, results, packingReport(seeds, pks, cl.totalGPU))
+	return writeReport(outDir, cl, pols, results, packingReport(seeds, pks, cl.totalGPU), wo.variety.name)
 }
