@@ -60,9 +60,14 @@ static void set_damaged(const char *what)
 			    what);
 }
 
-/* The header a region written by this build has. */
-static void expected_header(struct tessera_region_header *h)
+/* The header a region written by this build has, computed once: every reservation
+ * checks the region's header against it, twice. */
+static struct tessera_region_header header_want;
+static pthread_once_t header_once = PTHREAD_ONCE_INIT;
+
+static void init_expected_header(void)
 {
+	struct tessera_region_header *h = &header_want;
 	memset(h, 0, sizeof(*h));
 	h->magic = TESSERA_REGION_MAGIC;
 	h->version = TESSERA_REGION_VERSION;
@@ -74,12 +79,17 @@ static void expected_header(struct tessera_region_header *h)
 	h->sum = tessera_region_header_sum(h);
 }
 
+static const struct tessera_region_header *expected_header(void)
+{
+	pthread_once(&header_once, init_expected_header);
+	return &header_want;
+}
+
 /* Whether the header is the one this build writes; a copy is compared, so that a
  * concurrent writer cannot make the check and the use see different values. */
 static const char *header_problem(const struct tessera_region *r)
 {
-	struct tessera_region_header want, got;
-	expected_header(&want);
+	struct tessera_region_header want = *expected_header(), got;
 	memcpy(&got, (const void *)&r->h, sizeof(got));
 	if (got.magic != want.magic)
 		return "bad magic";
@@ -201,8 +211,7 @@ int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **o
 		for (int g = 0; g < TESSERA_MAX_GPUS; g++)
 			pthread_mutex_init(&r->pacers[g].mu, &a);
 		pthread_mutexattr_destroy(&a);
-		struct tessera_region_header h;
-		expected_header(&h);
+		struct tessera_region_header h = *expected_header();
 		h.magic = 0; /* stored last: a region without it is never used */
 		memcpy(&r->h, &h, sizeof(h));
 		seal(r);
