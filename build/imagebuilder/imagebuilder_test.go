@@ -495,8 +495,6 @@ int probe(int fd) {
 	pthread_once(&once, init);
 	void *h = dlopen("libm.so.6", RTLD_NOW);
 	if (h) dlclose(h);
-	if (stat("/", &st) != 0)
-		return -1;
 	return fstat(fd, &st);
 }
 `, 0o644)
