@@ -1,6 +1,7 @@
 // Package nri is the node agent's NRI plugin: the runtime (containerd or CRI-O) calls
 // it at every container creation, and it applies the binding package's decision to
-// the container's spec (device nodes and device cgroup, environment, read-only mounts)
+// the container's spec (CDI devices or device nodes and device cgroup, environment,
+// read-only mounts)
 // or fails the creation with the binding's reason.
 package nri
 
@@ -183,6 +184,9 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 			FileMode: &nriapi.OptionalFileMode{Value: mode}, Uid: &nriapi.OptionalUInt32{Value: d.UID}, Gid: &nriapi.OptionalUInt32{Value: d.GID},
 		})
 	}
+	for _, name := range e.CDIDevices {
+		adj.AddCDIDevice(&nriapi.CDIDevice{Name: name})
+	}
 	for _, kv := range e.Env {
 		adj.AddEnv(kv[0], kv[1])
 	}
@@ -193,7 +197,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		}
 		adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
-	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices))
+	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices), "cdiDevices", e.CDIDevices)
 	return adj, nil, nil
 }
 

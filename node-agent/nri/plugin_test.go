@@ -85,6 +85,12 @@ func fakeDev(path string) (binding.DeviceNode, error) {
 
 func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 	t.Helper()
+	return newPluginWith(t, dir, nil)
+}
+
+// newPluginWith is newPlugin with the binder given the node's CDI spec.
+func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *binding.Binder) {
+	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "state", "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +100,7 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
 		},
-		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev,
+		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev, CDI: spec,
 		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
 	})
