@@ -111,6 +111,10 @@ type Config struct {
 	// CDI, when set, gives containers their GPUs and the driver's files through the
 	// node's CDI spec: the edits name CDI devices and carry no device nodes.
 	CDI CDI
+	// Unmet, when set, says why the node cannot take new GPU containers ("" when it
+	// can): a container bound for the first time is refused with it. (A container
+	// already bound keeps its grant.)
+	Unmet func() string
 	// DevDir is where the NVIDIA device nodes live on the host ("/dev").
 	DevDir string
 	// ProcRoot is the host's /proc ("/proc"): MIG capability minors are read from
@@ -278,6 +282,11 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	}
 	if r.ContainerID == "" {
 		return refuse("the runtime gave no container id")
+	}
+	if b.cfg.Unmet != nil {
+		if why := b.cfg.Unmet(); why != "" {
+			return refuse("%s", why)
+		}
 	}
 	cgroup, err := ResolveCgroup(r.CgroupsPath)
 	if err != nil {

@@ -2,110 +2,20 @@ package cdi
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/go-logr/logr"
-	"golang.org/x/sys/unix"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/tessera-dev/tessera/node-agent/cdi/cditest"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
-
-// The fake NVML server's driver version: the driver's libraries carry it as suffix.
-const fakeVersion = "550.54.15"
-
-func repoRoot() string {
-	_, f, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(f), "..", "..")
-}
-
-// fakeDriverRoot builds a driver root as an NVIDIA driver install lays it out: the
-// project's fake libcuda and libnvidia-ml under their versioned names (with their
-// real sonames), nvidia-smi, and character device nodes for 8 GPUs and the control
-// devices. Device nodes need CAP_MKNOD (root, as the agent runs).
-func fakeDriverRoot(t *testing.T, libDir string) string {
-	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc is needed to build the fake driver")
-	}
-	root := t.TempDir()
-	lib := filepath.Join(root, libDir)
-	must(t, os.MkdirAll(lib, 0o755))
-	fake := filepath.Join(repoRoot(), "cuda-hook")
-	for _, l := range []struct{ src, soname, extra string }{
-		{"fake/fake_cuda.c", "libcuda.so.1", "-Wl,--version-script=" + filepath.Join(fake, "fake/libcuda.map")},
-		{"fake/fake_nvml.c", "libnvidia-ml.so.1", ""},
-	} {
-		out := filepath.Join(lib, strings.TrimSuffix(l.soname, ".1")+"."+fakeVersion)
-		args := []string{"-std=gnu11", "-O1", "-fPIC", "-shared", "-I" + filepath.Join(fake, "include"), "-Wl,-soname," + l.soname,
-			"-o", out, filepath.Join(fake, l.src), "-ldl", "-pthread"}
-		if l.extra != "" {
-			args = append(args, l.extra)
-		}
-		if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", l.src, err, b)
-		}
-	}
-	bin := filepath.Join(root, "usr/bin")
-	must(t, os.MkdirAll(bin, 0o755))
-	must(t, os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\n"), 0o755))
-	dev := filepath.Join(root, "dev")
-	must(t, os.MkdirAll(dev, 0o755))
-	nodes := map[string]int{"nvidiactl": 255, "nvidia-uvm": 0, "nvidia-uvm-tools": 1}
-	for i := 0; i < 8; i++ {
-		nodes["nvidia"+string(rune('0'+i))] = i
-	}
-	for name, minor := range nodes {
-		major := 195
-		if strings.HasPrefix(name, "nvidia-uvm") {
-			major = 510
-		}
-		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(uint32(major), uint32(minor)))); err != nil {
-			t.Skipf("cannot create device nodes (needs CAP_MKNOD): %v", err)
-		}
-	}
-	return root
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// h100 is go-nvml's fake DGX H100 with MIG off on every GPU (the fake does not say).
-func h100() *server.Server {
-	s := dgxh100.New()
-	for _, d := range s.Devices {
-		d := d.(*server.Device)
-		d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
-	}
-	return s
-}
-
-// devices is the agent's own view of the fake server's GPUs.
-func devices(t *testing.T, lib nvml.Interface) []gpu.Device {
-	t.Helper()
-	n, _ := lib.DeviceGetCount()
-	var out []gpu.Device
-	for i := 0; i < n; i++ {
-		d, _ := lib.DeviceGetHandleByIndex(i)
-		u, _ := d.GetUUID()
-		m, _ := d.GetMinorNumber()
-		out = append(out, gpu.Device{UUID: u, Index: i, Minor: m})
-	}
-	return out
-}
 
 func newGen(t *testing.T, cfg Config) *Generator {
 	t.Helper()
@@ -121,10 +31,10 @@ func newGen(t *testing.T, cfg Config) *Generator {
 }
 
 func TestSpecWithoutToolkit(t *testing.T) {
-	root := fakeDriverRoot(t, "usr/lib/x86_64-linux-gnu")
-	lib := h100()
+	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
+	lib := cditest.H100()
 	g := newGen(t, Config{DriverRoot: root, HostDriverRoot: "/", NVML: lib, Hook: HookAuto})
-	devs := devices(t, lib)
+	devs := cditest.Devices(lib)
 	s, err := g.Generate(devs)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +54,7 @@ func TestSpecWithoutToolkit(t *testing.T) {
 		}
 	}
 	// Each library under its versioned name and its soname, in one directory.
-	for _, want := range []string{"libcuda.so.1", "libcuda.so." + fakeVersion, "libnvidia-ml.so.1", "libnvidia-ml.so." + fakeVersion} {
+	for _, want := range []string{"libcuda.so.1", "libcuda.so." + cditest.DriverVersion, "libnvidia-ml.so.1", "libnvidia-ml.so." + cditest.DriverVersion} {
 		if !slices.Contains(s.Libraries, filepath.Join(ContainerLibraryDir, want)) {
 			t.Errorf("library %s missing: %v", want, s.Libraries)
 		}
@@ -204,11 +114,11 @@ func TestSpecWithoutToolkit(t *testing.T) {
 }
 
 func TestSpecWithToolkitHook(t *testing.T) {
-	root := fakeDriverRoot(t, "usr/lib/x86_64-linux-gnu")
+	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
 	must(t, os.WriteFile(filepath.Join(root, "usr/bin/nvidia-cdi-hook"), []byte("#!/bin/sh\n"), 0o755))
-	lib := h100()
+	lib := cditest.H100()
 	g := newGen(t, Config{DriverRoot: root, NVML: lib})
-	s, err := g.Generate(devices(t, lib))
+	s, err := g.Generate(cditest.Devices(lib))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +127,7 @@ func TestSpecWithToolkitHook(t *testing.T) {
 	}
 	// The toolkit's layout: libraries at their host paths, the hook makes the links
 	// and updates the loader's cache.
-	if !slices.Contains(s.Libraries, "/usr/lib/x86_64-linux-gnu/libcuda.so."+fakeVersion) {
+	if !slices.Contains(s.Libraries, "/usr/lib/x86_64-linux-gnu/libcuda.so."+cditest.DriverVersion) {
 		t.Fatalf("libraries %v", s.Libraries)
 	}
 	raw, err := os.ReadFile(s.Path)
@@ -232,14 +142,14 @@ func TestSpecWithToolkitHook(t *testing.T) {
 // A driver outside the loader's default directories (the GKE-style
 // /usr/local/nvidia/lib64 layout) is found through the library search paths.
 func TestSpecLibrarySearchPaths(t *testing.T) {
-	root := fakeDriverRoot(t, "usr/local/nvidia/lib64")
-	lib := h100()
+	root := cditest.DriverRoot(t, "usr/local/nvidia/lib64")
+	lib := cditest.H100()
 	g := newGen(t, Config{DriverRoot: root, NVML: lib, Hook: HookNone})
-	if _, err := g.Generate(devices(t, lib)); err == nil {
+	if _, err := g.Generate(cditest.Devices(lib)); err == nil {
 		t.Fatal("found a driver outside the default directories without being told where")
 	}
 	g = newGen(t, Config{DriverRoot: root, NVML: lib, Hook: HookNone, LibrarySearchPaths: []string{filepath.Join(root, "usr/local/nvidia/lib64")}})
-	s, err := g.Generate(devices(t, lib))
+	s, err := g.Generate(cditest.Devices(lib))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,10 +159,10 @@ func TestSpecLibrarySearchPaths(t *testing.T) {
 }
 
 func TestSpecMissingDevice(t *testing.T) {
-	root := fakeDriverRoot(t, "usr/lib/x86_64-linux-gnu")
-	lib := h100()
+	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
+	lib := cditest.H100()
 	g := newGen(t, Config{DriverRoot: root, NVML: lib})
-	devs := append(devices(t, lib), gpu.Device{UUID: "GPU-agent-sees-more", Minor: 9})
+	devs := append(cditest.Devices(lib), gpu.Device{UUID: "GPU-agent-sees-more", Minor: 9})
 	if _, err := g.Generate(devs); err == nil || !strings.Contains(err.Error(), "GPU-agent-sees-more") {
 		t.Fatalf("a device NVIDIA's discovery does not know was accepted: %v", err)
 	}
@@ -285,8 +195,8 @@ func TestConfigRejected(t *testing.T) {
 // not take the agent down. (The content of a MIG instance's device, its capability
 // nodes from /proc/driver/nvidia-caps, is NVIDIA's code and needs a MIG host.)
 func TestSpecDiscoveryFails(t *testing.T) {
-	root := fakeDriverRoot(t, "usr/lib/x86_64-linux-gnu")
-	lib := h100()
+	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
+	lib := cditest.H100()
 	parent := lib.Devices[2].(*server.Device)
 	parent.GetMigModeFunc = func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS }
 	parent.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
@@ -314,7 +224,7 @@ func TestSpecDiscoveryFails(t *testing.T) {
 		return byUUID(u)
 	}
 	g := newGen(t, Config{DriverRoot: root, NVML: lib})
-	devs := devices(t, lib)
+	devs := cditest.Devices(lib)
 	devs = append(devs, gpu.Device{UUID: "MIG-0", Index: 2, Minor: 2, ParentUUID: devs[2].UUID, MIG: &gpu.MIGIDs{GPUInstance: 1}})
 	_, err := g.Generate(devs)
 	if err == nil {
@@ -325,5 +235,12 @@ func TestSpecDiscoveryFails(t *testing.T) {
 	}
 	if _, err := g.DeviceNames([]string{devs[0].UUID}); err == nil {
 		t.Fatal("names given without a spec")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
