@@ -21,23 +21,67 @@ int main(void) {
 	void *h = dlopen("libcuda.so.1", RTLD_NOW);
 	if (!h) { printf("dlopen: %s\n", dlerror()); return 1; }
 	int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
-	if (!init) { printf("no cuInit\n"); return 1; }
-	printf("cuInit=%d\n", init(0));
-	return 0;
+	int (*count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
+	if (!init || !count) { printf("no cuInit or cuDeviceGetCount\n"); return 1; }
+	int r = init(0), n = -1;
+	if (r == 0) r = count(&n);
+	printf("cuInit+cuDeviceGetCount=%d devices=%d\n", r, n);
+	return r != 0;
 }
 `
 
-// What a container whose image has no driver and whose loader cache was never
-// updated (no ldconfig hook) needs to load libcuda.so.1 from the spec written without
-// the toolkit: the spec's mounts are applied to an empty root holding only glibc (and
-// no /etc/ld.so.cache), as a runtime would apply them, and a process there dlopens
-// "libcuda.so.1". Without the library directory on LD_LIBRARY_PATH it fails; with
-// the binding's LD_LIBRARY_PATH (the image's own path, then the directory) it loads.
-// Needs root (mount namespace, chroot) and gcc.
-func TestHooklessSpecLoadsDriverWithoutLdconfig(t *testing.T) {
+// injected applies the CDI devices to an empty container spec with the given
+// environment, as a runtime does.
+func injected(t *testing.T, specDir string, env []string, devices ...string) *oci.Spec {
+	t.Helper()
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(specDir), cdiapi.WithAutoRefresh(false))
+	must(t, err)
+	spec := &oci.Spec{Process: &oci.Process{Env: env}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(spec, devices...); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// inRoot runs the probe, as a container would, in a mount namespace whose root holds
+// only the host's glibc (and no /etc/ld.so.cache) plus the spec's mounts and device
+// nodes, with exactly env. It needs root, unshare and gcc.
+func inRoot(t *testing.T, spec *oci.Spec, env []string) (string, error) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a mount namespace")
 	}
+	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libc.so.6"); err != nil {
+		t.Skip("the host's glibc is not in /usr/lib/x86_64-linux-gnu")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "probe")
+	must(t, os.WriteFile(bin+".c", []byte(probe), 0o644))
+	if b, err := exec.Command("gcc", "-o", bin, bin+".c", "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, b)
+	}
+	var sh strings.Builder
+	fmt.Fprintf(&sh, "set -e\nR=%s\nmkdir -p $R/usr/lib/x86_64-linux-gnu $R/lib64 $R/etc $R/proc $R/sys $R/dev\nln -s usr/lib $R/lib\n", filepath.Join(dir, "rootfs"))
+	fmt.Fprintf(&sh, "mount --bind -o ro /usr/lib/x86_64-linux-gnu $R/usr/lib/x86_64-linux-gnu\nmount --bind -o ro /lib64 $R/lib64\n")
+	fmt.Fprintf(&sh, "mount -t proc proc $R/proc\nmount --rbind /sys $R/sys\ncp %s $R/probe\n", bin)
+	for _, m := range spec.Mounts {
+		fmt.Fprintf(&sh, "mkdir -p $R%s\n[ -d %s ] && mkdir -p $R%s || touch $R%s\nmount --bind -o ro %s $R%s\n",
+			filepath.Dir(m.Destination), m.Source, m.Destination, m.Destination, m.Source, m.Destination)
+	}
+	for _, d := range spec.Linux.Devices {
+		// The device node the runtime would create: bound from the host's.
+		fmt.Fprintf(&sh, "mkdir -p $R%s\ntouch $R%s\nmount --bind /dev/%s $R%s\n", filepath.Dir(d.Path), d.Path, strings.TrimPrefix(d.Path, "/dev/"), d.Path)
+	}
+	script := sh.String() + "C=$(command -v chroot)\nexec env -i " + strings.Join(env, " ") + " $C $R /probe\n"
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
+	return string(out), err
+}
+
+// What a container whose image has no driver and whose loader cache was never
+// updated (no ldconfig hook) needs to load libcuda.so.1 from the spec written without
+// the toolkit: without the library directory on LD_LIBRARY_PATH it fails; with the
+// binding's LD_LIBRARY_PATH (the image's own path, then the directory) it loads.
+func TestHooklessSpecLoadsDriverWithoutLdconfig(t *testing.T) {
 	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
 	lib := cditest.H100()
 	devs := cditest.Devices(lib)
@@ -47,55 +91,25 @@ func TestHooklessSpecLoadsDriverWithoutLdconfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(filepath.Dir(s.Path)), cdiapi.WithAutoRefresh(false))
-	must(t, err)
-	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=/opt/app/lib"}}, Linux: &oci.Linux{}}
-	if _, err := cache.InjectDevices(spec, g.QualifiedName(devs[0].UUID)); err != nil {
-		t.Fatal(err)
-	}
-
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "probe")
-	must(t, os.WriteFile(bin+".c", []byte(probe), 0o644))
-	if b, err := exec.Command("gcc", "-o", bin, bin+".c", "-ldl").CombinedOutput(); err != nil {
-		t.Fatalf("building the probe: %v\n%s", err, b)
-	}
-	rootfs := filepath.Join(dir, "rootfs")
-	var sh strings.Builder
-	fmt.Fprintf(&sh, "set -e\nR=%s\nmkdir -p $R/usr/lib/x86_64-linux-gnu $R/lib64 $R/etc $R/opt/app/lib\nln -s usr/lib $R/lib\n", rootfs)
-	// glibc only: the host's libraries directory and its loader.
-	fmt.Fprintf(&sh, "mount --bind -o ro /usr/lib/x86_64-linux-gnu $R/usr/lib/x86_64-linux-gnu\nmount --bind -o ro /lib64 $R/lib64\n")
-	fmt.Fprintf(&sh, "cp %s $R/probe\n", bin)
+	image := []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=/opt/app/lib"}
+	spec := injected(t, filepath.Dir(s.Path), image, g.QualifiedName(devs[0].UUID))
+	// Only the libraries: the fake driver's device nodes are not real devices.
+	spec.Linux.Devices = nil
+	var mounts []oci.Mount
 	for _, m := range spec.Mounts {
-		if !isLibrary(m.Destination) {
-			continue
+		if isLibrary(m.Destination) {
+			mounts = append(mounts, m)
 		}
-		fmt.Fprintf(&sh, "mkdir -p $R%s\ntouch $R%s\nmount --bind -o ro %s $R%s\n", filepath.Dir(m.Destination), m.Destination, m.Source, m.Destination)
 	}
-	run := func(env ...string) (string, error) {
-		script := sh.String() + "C=$(command -v chroot)\nexec env -i " + strings.Join(env, " ") + " $C $R /probe\n"
-		out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script).CombinedOutput()
-		return string(out), err
-	}
-	if _, err := os.Stat("/usr/lib/x86_64-linux-gnu/libc.so.6"); err != nil {
-		t.Skip("the host's glibc is not in /usr/lib/x86_64-linux-gnu")
-	}
+	spec.Mounts = mounts
 
-	// The image's environment as the spec leaves it: no library directory.
-	imageEnv := spec.Process.Env
-	without, err := run(imageEnv...)
+	without, err := inRoot(t, spec, spec.Process.Env)
 	if err == nil || !strings.Contains(without, "libcuda.so.1") {
 		t.Fatalf("libcuda.so.1 loaded without the library directory on the search path (or the probe failed otherwise): %v\n%s", err, without)
 	}
-	// With the binding's addition.
-	withDir := []string{"LD_LIBRARY_PATH=/opt/app/lib:" + ContainerLibraryDir}
-	for _, e := range imageEnv {
-		if !strings.HasPrefix(e, "LD_LIBRARY_PATH=") {
-			withDir = append(withDir, e)
-		}
-	}
-	out, err := run(withDir...)
-	if err != nil || !strings.Contains(out, "cuInit=0") {
+	with := []string{"PATH=/usr/bin", "LD_LIBRARY_PATH=/opt/app/lib:" + ContainerLibraryDir}
+	out, err := inRoot(t, spec, with)
+	if err != nil || !strings.Contains(out, "cuInit+cuDeviceGetCount=0") {
 		t.Fatalf("libcuda.so.1 not loaded with %s on LD_LIBRARY_PATH: %v\n%s", ContainerLibraryDir, err, out)
 	}
 	t.Logf("without the directory: %q; with it: %q", strings.TrimSpace(without), strings.TrimSpace(out))
