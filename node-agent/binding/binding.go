@@ -65,8 +65,8 @@ type Edits struct {
 	// per granted GPU or MIG instance, in the grant's order: the runtime adds their
 	// device nodes and the driver's files from the node's CDI spec.
 	CDIDevices []string
-	Env     [][2]string // ordered key/value pairs
-	Mounts  []Mount
+	Env        [][2]string // ordered key/value pairs
+	Mounts     []Mount
 	// Limits is the content of the limits file written for the container (the
 	// fallback binding hands it to the hook over the agent's socket).
 	Limits []byte
