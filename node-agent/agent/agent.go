@@ -423,6 +423,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			Ready: func(now time.Time) error { return state(now, 0) },
 		})
 	}
+	// Not ready while the node lacks what Tessera needs (GPU containers are refused
+	// meanwhile); a restart cures none of it, so liveness is not affected.
+	c.Add(health.Check{Name: "node-requirements", Ready: func(time.Time) error {
+		if l := a.req.list(); len(l) > 0 {
+			return errors.New(strings.Join(l, "; "))
+		}
+		return nil
+	}})
 	if a.Plugin != nil {
 		c.Add(health.Check{Name: "device-plugin", Ready: func(time.Time) error {
 			if ok, _, err := a.Plugin.Registered(); !ok {

@@ -200,6 +200,12 @@ func TestRequirementsFailClosed(t *testing.T) {
 	if ev := drain(rec); len(ev) != 1 || !strings.Contains(ev[0], "Warning TesseraRequirementNotMet nri:") {
 		t.Errorf("events %v", ev)
 	}
+	if r := a.Health.Ready(); r.OK || !strings.Contains(strings.Join(r.Lines, "\n"), "[-]node-requirements failed: nri: the runtime's NRI socket") {
+		t.Errorf("readiness %v", r.Lines)
+	}
+	if r := a.Health.Live(); strings.Contains(strings.Join(r.Lines, "\n"), "node-requirements failed") {
+		t.Errorf("liveness depends on the requirements: %v", r.Lines)
+	}
 	// The binding refuses a container it would bind for the first time.
 	devs, _ := a.source.Devices()
 	ann, _ := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "n1",
