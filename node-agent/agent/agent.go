@@ -328,6 +328,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	if cfg.NRI {
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
+		if a.CDI != nil {
+			a.NRI.ResolveCDI = a.CDI.Resolve
+		}
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
 			a.Metrics.ContainerRefused()
 			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)

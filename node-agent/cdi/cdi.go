@@ -37,6 +37,7 @@ import (
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi"
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	"github.com/go-logr/logr"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -311,6 +312,7 @@ func (g *Generator) build() (raw *specs.Spec, hook string, err error) {
 	if raw == nil {
 		return nil, "", errors.New("cdi: NVIDIA discovery returned no spec")
 	}
+	markCharDevices(raw)
 	if hook == "" {
 		if err := g.hooklessLibraries(raw); err != nil {
 			return nil, "", err
@@ -325,6 +327,24 @@ func (g *Generator) build() (raw *specs.Spec, hook string, err error) {
 		}
 	}
 	return raw, hook, nil
+}
+
+// markCharDevices states the type of every device node NVIDIA's discovery gives with
+// its numbers: its locator takes character devices only. A fully specified node needs
+// no stat of the host path where the spec is applied (the agent resolving devices for
+// a runtime that does not, in a container whose /dev may differ from the host's).
+func markCharDevices(raw *specs.Spec) {
+	mark := func(e *specs.ContainerEdits) {
+		for _, n := range e.DeviceNodes {
+			if n.Type == "" && n.Major != 0 {
+				n.Type = "c"
+			}
+		}
+	}
+	mark(&raw.ContainerEdits)
+	for i := range raw.Devices {
+		mark(&raw.Devices[i].ContainerEdits)
+	}
 }
 
 // hooklessLibraries moves every driver library mount of the common edits to
@@ -455,6 +475,22 @@ func (g *Generator) DeviceNames(uuids []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Resolve applies the named CDI devices to an empty container spec exactly as a
+// runtime does (the CDI library's own injection, from the spec files in the spec
+// directory), for runtimes that do not resolve CDI devices themselves: the result's
+// device nodes, mounts, environment and hooks are what the runtime must add.
+func (g *Generator) Resolve(names []string) (*oci.Spec, error) {
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(g.cfg.SpecDir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("cdi: %w", err)
+	}
+	spec := &oci.Spec{Process: &oci.Process{}, Linux: &oci.Linux{}}
+	if _, err := cache.InjectDevices(spec, names...); err != nil {
+		return nil, fmt.Errorf("cdi: resolving %s: %w", strings.Join(names, ", "), err)
+	}
+	return spec, nil
 }
 
 // logger sends the NVIDIA library's log lines to the agent's logger.

@@ -84,6 +84,25 @@ func TestSpecWithoutToolkit(t *testing.T) {
 	if !slices.Contains(paths, "/dev/nvidia0") || slices.Contains(paths, "/dev/nvidia1") {
 		t.Fatalf("GPU 0's device nodes are %v", paths)
 	}
+	for _, n := range d0.ContainerEdits.DeviceNodes {
+		if n.Type != "c" || n.Major != 195 {
+			t.Errorf("device node %+v is not a fully specified character device", n)
+		}
+	}
+	// Resolved as a runtime would, GPU 0 alone: its node and the shared ones.
+	resolved, err := g.Resolve([]string{g.QualifiedName(devs[0].UUID)})
+	must(t, err)
+	var rdevs []string
+	for _, d := range resolved.Linux.Devices {
+		rdevs = append(rdevs, d.Path)
+	}
+	slices.Sort(rdevs)
+	if !slices.Equal(rdevs, []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"}) {
+		t.Errorf("resolved device nodes %v", rdevs)
+	}
+	if _, err := g.Resolve([]string{"tessera.dev/gpu=GPU-not-here"}); err == nil {
+		t.Error("resolved a device the spec does not hold")
+	}
 	spec := cache.GetDevice(g.QualifiedName(devs[0].UUID)).GetSpec()
 	for _, m := range spec.ContainerEdits.Mounts {
 		if strings.HasPrefix(m.HostPath, root) {

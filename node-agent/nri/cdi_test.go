@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/cdi"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 )
 
@@ -83,5 +86,101 @@ func TestPluginAddsCDIDevices(t *testing.T) {
 	missing := pod(t, "cdi-missing", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-0", Index: 0, MemoryMiB: 4096}}})
 	if _, err := rt.create(t, missing, ctr(missing, "c-missing", "train", deviceplugin.EnvRequested+"=1")); err == nil {
 		t.Fatal("a container whose GPU the CDI spec lacks was created")
+	}
+}
+
+// specYAML is a node's CDI spec as package cdi writes it, cut down: two GPUs, the
+// shared control node, a library, the environment and the toolkit's hook.
+const specYAML = `cdiVersion: 0.6.0
+kind: tessera.dev/gpu
+devices:
+  - name: GPU-0
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia0, type: c, major: 195, minor: 0, permissions: rwm}]
+  - name: GPU-1
+    containerEdits:
+      deviceNodes: [{path: /dev/nvidia1, type: c, major: 195, minor: 1, permissions: rwm}]
+containerEdits:
+  env: [NVIDIA_VISIBLE_DEVICES=void]
+  deviceNodes: [{path: /dev/nvidiactl, type: c, major: 195, minor: 255, permissions: rwm}]
+  mounts:
+    - {hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.580.1, containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.580.1, options: [ro, nosuid, nodev, rbind, rprivate]}
+  hooks:
+    - {hookName: createContainer, path: /usr/bin/nvidia-cdi-hook, args: [nvidia-cdi-hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]}
+`
+
+// containerd 2.0 (and 1.7 before its fix) drops the CDI devices an NRI plugin names
+// without an error: for it the plugin resolves them itself, with the CDI library, into
+// the device nodes (with their cgroup rules), mounts, environment and hooks the runtime
+// would have added: still only the granted GPU's node.
+func TestPluginResolvesCDIForOlderRuntimes(t *testing.T) {
+	if cdiNative("containerd", "v2.0.5") || cdiNative("containerd", "1.7.27") || cdiNative("cri-o", "1.33.0") || cdiNative("containerd", "bogus") ||
+		!cdiNative("containerd", "v2.1.0") || !cdiNative("containerd", "2.2.0") || !cdiNative("containerd", "v3.0.0-rc.1") {
+		t.Fatal("cdiNative")
+	}
+	dir, err := os.MkdirTemp("", "nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	specDir := filepath.Join(dir, "cdi")
+	os.MkdirAll(specDir, 0o755)
+	if err := os.WriteFile(filepath.Join(specDir, "tessera.dev-gpu.yaml"), []byte(specYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := cdi.New(cdi.Config{SpecDir: specDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := startRuntimeVersion(t, dir, "v2.0.5", nil, nil)
+	spec := &nodeSpec{have: map[string]bool{"GPU-0": true, "GPU-1": true}}
+	p, _ := newPluginWith(t, dir, spec)
+	p.ResolveCDI = gen.Resolve
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	waitConnected(t, p)
+
+	gpuPod := pod(t, "old-rt", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096}}})
+	adj, err := rt.create(t, gpuPod, ctr(gpuPod, "c-old", "train", deviceplugin.EnvRequested+"=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(adj.GetCDIDevices()) != 0 {
+		t.Errorf("CDI devices named to a runtime that drops them: %v", adj.GetCDIDevices())
+	}
+	var devs []string
+	for _, d := range adj.GetLinux().GetDevices() {
+		devs = append(devs, fmt.Sprintf("%s=%s%d:%d", d.Path, d.Type, d.Major, d.Minor))
+	}
+	slices.Sort(devs)
+	if !slices.Equal(devs, []string{"/dev/nvidia1=c195:1", "/dev/nvidiactl=c195:255"}) {
+		t.Errorf("device nodes %v", devs)
+	}
+	var mounts []string
+	for _, m := range adj.GetMounts() {
+		mounts = append(mounts, m.Destination)
+	}
+	if !slices.Contains(mounts, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1") {
+		t.Errorf("mounts %v", mounts)
+	}
+	var env []string
+	for _, e := range adj.GetEnv() {
+		env = append(env, e.Key+"="+e.Value)
+	}
+	if !slices.Contains(env, "NVIDIA_VISIBLE_DEVICES=void") {
+		t.Errorf("env %v", env)
+	}
+	if h := adj.GetHooks().GetCreateContainer(); len(h) != 1 || h[0].Path != "/usr/bin/nvidia-cdi-hook" {
+		t.Errorf("hooks %v", adj.GetHooks())
+	}
+
+	// A name the spec files lack fails the creation.
+	spec.mu.Lock()
+	spec.have["GPU-9"] = true
+	spec.mu.Unlock()
+	os.WriteFile(filepath.Join(specDir, "tessera.dev-gpu.yaml"), []byte(strings.Replace(specYAML, "name: GPU-1", "name: GPU-7", 1)), 0o644)
+	if _, err := rt.create(t, gpuPod, ctr(gpuPod, "c-old2", "train", deviceplugin.EnvRequested+"=1")); err == nil {
+		t.Fatal("created with a CDI device the spec files do not hold")
 	}
 }

@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	nriapi "github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/tessera-dev/tessera/node-agent/binding"
 )
@@ -38,6 +40,14 @@ type Plugin struct {
 	dial func(string) (net.Conn, error)
 	// connected is signalled after each synchronisation with the runtime, for tests.
 	connected chan struct{}
+	// ResolveCDI, when set, turns CDI device names into the edits a runtime makes
+	// for them (package cdi's Generator.Resolve). It is used for runtimes that do
+	// not apply the CDI devices an NRI plugin names (see cdiNative).
+	ResolveCDI func(names []string) (*rspec.Spec, error)
+
+	// runtimeMu guards what the runtime said of itself at the last connection.
+	runtimeMu               sync.Mutex
+	runtimeName, runtimeVer string
 
 	// stateMu guards the connection state the health probes read.
 	stateMu  sync.Mutex
@@ -117,6 +127,72 @@ func (p *Plugin) Run(ctx context.Context) error {
 	return nil
 }
 
+// Configure learns which runtime the plugin talks to; the events are the default ones
+// (those the plugin implements).
+func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (nriapi.EventMask, error) {
+	p.runtimeMu.Lock()
+	p.runtimeName, p.runtimeVer = runtime, version
+	p.runtimeMu.Unlock()
+	mode := "runtime resolves CDI devices"
+	if !cdiNative(runtime, version) {
+		mode = "the agent resolves CDI devices into device nodes, mounts, environment and hooks"
+	}
+	p.log.Info("connected to the runtime", "runtime", runtime, "version", version, "cdi", mode)
+	return 0, nil
+}
+
+// cdiNative says whether the runtime applies the CDI devices an NRI adjustment names:
+// containerd 2.1 and later do; containerd 2.0 and 1.7 (before the fix of containerd
+// PR 12650) drop them without an error, and other runtimes are not relied on for it.
+func cdiNative(runtime, version string) bool {
+	if runtime != "containerd" {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(version, "v"), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 1
+}
+
+// addCDI puts the container's CDI devices into the adjustment: by name where the
+// runtime applies them, otherwise as the edits they stand for.
+func (p *Plugin) addCDI(adj *nriapi.ContainerAdjustment, names []string) error {
+	p.runtimeMu.Lock()
+	native := cdiNative(p.runtimeName, p.runtimeVer)
+	p.runtimeMu.Unlock()
+	if native || p.ResolveCDI == nil {
+		for _, name := range names {
+			adj.AddCDIDevice(&nriapi.CDIDevice{Name: name})
+		}
+		return nil
+	}
+	spec, err := p.ResolveCDI(names)
+	if err != nil {
+		return err
+	}
+	if spec.Linux != nil {
+		for _, d := range nriapi.FromOCILinuxDevices(spec.Linux.Devices) {
+			adj.AddDevice(d)
+		}
+	}
+	for _, m := range nriapi.FromOCIMounts(spec.Mounts) {
+		if m.Type == "" {
+			m.Type = "bind"
+		}
+		adj.AddMount(m)
+	}
+	if spec.Process != nil {
+		for _, kv := range nriapi.FromOCIEnv(spec.Process.Env) {
+			adj.AddEnv(kv.Key, kv.Value)
+		}
+	}
+	if h := nriapi.FromOCIHooks(spec.Hooks); h != nil {
+		adj.AddHooks(h)
+	}
+	return nil
+}
+
 func request(pod *nriapi.PodSandbox, ctr *nriapi.Container) binding.Request {
 	r := binding.Request{ContainerID: ctr.GetId(), Container: ctr.GetName(), Env: ctr.GetEnv()}
 	if pod != nil {
@@ -177,15 +253,19 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		return nil, nil, nil
 	}
 	adj := &nriapi.ContainerAdjustment{}
+	if len(e.CDIDevices) > 0 {
+		if err := p.addCDI(adj, e.CDIDevices); err != nil {
+			p.log.Error(err, "resolving CDI devices", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+			// The container must not start without its GPUs and driver.
+			return nil, nil, fmt.Errorf("Tessera could not resolve the container's CDI devices: %w", err)
+		}
+	}
 	for _, d := range e.Devices {
 		mode := d.FileMode
 		adj.AddDevice(&nriapi.LinuxDevice{
 			Path: d.Path, Type: d.Type, Major: d.Major, Minor: d.Minor,
 			FileMode: &nriapi.OptionalFileMode{Value: mode}, Uid: &nriapi.OptionalUInt32{Value: d.UID}, Gid: &nriapi.OptionalUInt32{Value: d.GID},
 		})
-	}
-	for _, name := range e.CDIDevices {
-		adj.AddCDIDevice(&nriapi.CDIDevice{Name: name})
 	}
 	for _, kv := range e.Env {
 		adj.AddEnv(kv[0], kv[1])

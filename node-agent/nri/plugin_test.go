@@ -33,6 +33,12 @@ type runtime struct {
 
 func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*nriapi.Container) *runtime {
 	t.Helper()
+	return startRuntimeVersion(t, dir, "v2.2.0", pods, ctrs)
+}
+
+// startRuntimeVersion is startRuntime as containerd of that version.
+func startRuntimeVersion(t *testing.T, dir, version string, pods []*nriapi.PodSandbox, ctrs []*nriapi.Container) *runtime {
+	t.Helper()
 	rt := &runtime{pods: pods, ctrs: ctrs}
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		rt.mu.Lock()
@@ -44,7 +50,7 @@ func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*n
 	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
 		return nil, nil
 	}
-	r, err := adaptation.New("containerd", "v2.2.0", sync, update,
+	r, err := adaptation.New("containerd", version, sync, update,
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
 		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
 		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")))
