@@ -315,7 +315,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
 			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
-			Unmet: a.req.refusal,
+			Unmet: a.req.bindRefusal,
 		}
 		if a.CDI != nil {
 			bc.CDI = a.CDI

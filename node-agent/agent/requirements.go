@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -56,21 +57,29 @@ func (r *requirements) set(name, why string) bool {
 	return !had || old != why
 }
 
-// list returns "<name>: <why>" for each unmet requirement, sorted.
-func (r *requirements) list() []string {
+// list returns "<name>: <why>" for each unmet requirement but those named, sorted.
+func (r *requirements) list(except ...string) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for n, w := range r.unmet {
-		out = append(out, n+": "+w)
+		if !slices.Contains(except, n) {
+			out = append(out, n+": "+w)
+		}
 	}
 	sort.Strings(out)
 	return out
 }
 
 // refusal is the reason a new GPU container is refused, or "".
-func (r *requirements) refusal() string {
-	l := r.list()
+func (r *requirements) refusal() string { return refusalOf(r.list()) }
+
+// bindRefusal is refusal for the binding itself: a container the binding sees came
+// through NRI (which therefore works) or through the fallback socket (which does not
+// use it), so the NRI requirement is not its concern.
+func (r *requirements) bindRefusal() string { return refusalOf(r.list("nri")) }
+
+func refusalOf(l []string) string {
 	if len(l) == 0 {
 		return ""
 	}
@@ -212,9 +221,11 @@ func (a *Agent) checkLive(now time.Time) {
 				}
 			}
 		default:
-			return // connecting: keep the last state
+			why = "-" // connecting: the last state holds
 		}
-		a.setRequirement("nri", why)
+		if why != "-" {
+			a.setRequirement("nri", why)
+		}
 	}
 	if a.CDI != nil {
 		a.syncCDI()

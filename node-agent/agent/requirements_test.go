@@ -160,6 +160,25 @@ func unmetAgent(t *testing.T, extra ...string) (*Agent, *fake.Clientset, *record
 	return a, client, rec, dir
 }
 
+// bindOne asks the binding for a container of a pod assigned the node's first GPU
+// and returns the refusal's reason ("" when bound).
+func bindOne(t *testing.T, a *Agent) string {
+	t.Helper()
+	devs, _ := a.source.Devices()
+	ann, _ := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "n1",
+		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: devs[0].UUID, MemoryMiB: 1000}}}}})
+	_, err := a.Binder.Bind(binding.Request{PodUID: "u", Namespace: "team", Pod: "p", Container: "main", ContainerID: "c1",
+		PodAnnotations: map[string]string{api.AnnotationAssignment: ann}, CgroupsPath: "/kubepods/podu/c1"})
+	var refused *binding.RefusedError
+	if err != nil && !errors.As(err, &refused) {
+		t.Fatal(err)
+	}
+	if refused == nil {
+		return ""
+	}
+	return refused.Reason
+}
+
 func nodeAnnotation(t *testing.T, client *fake.Clientset) string {
 	t.Helper()
 	n, err := client.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
@@ -206,15 +225,11 @@ func TestRequirementsFailClosed(t *testing.T) {
 	if r := a.Health.Live(); strings.Contains(strings.Join(r.Lines, "\n"), "node-requirements failed") {
 		t.Errorf("liveness depends on the requirements: %v", r.Lines)
 	}
-	// The binding refuses a container it would bind for the first time.
-	devs, _ := a.source.Devices()
-	ann, _ := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "n1",
-		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: devs[0].UUID, MemoryMiB: 1000}}}}})
-	_, err = a.Binder.Bind(binding.Request{PodUID: "u", Namespace: "team", Pod: "p", Container: "main", ContainerID: "c1",
-		PodAnnotations: map[string]string{api.AnnotationAssignment: ann}, CgroupsPath: "/kubepods/podu/c1"})
-	var refused *binding.RefusedError
-	if !errors.As(err, &refused) || !strings.Contains(refused.Reason, "NRI socket") {
-		t.Fatalf("bind with NRI missing: %v", err)
+	// A container the binding sees came through NRI, which therefore works: the
+	// NRI requirement is not the binding's reason to refuse (this one is refused
+	// because its pod does not exist).
+	if why := bindOne(t, a); strings.Contains(why, "NRI socket") {
+		t.Fatalf("the binding refused for the NRI requirement: %s", why)
 	}
 
 	// The runtime comes up: the socket exists and the plugin connects.
@@ -263,6 +278,10 @@ func TestRequirementsCgroupAndCDIDirectory(t *testing.T) {
 	err = a.allocate(&pluginapi.ContainerAllocateResponse{})
 	if err == nil || !strings.Contains(err.Error(), "cgroup: the host has only cgroup v1") || !strings.Contains(err.Error(), "cdi-directory: the CDI spec directory") {
 		t.Fatalf("Allocate: %v", err)
+	}
+	// The binding refuses a container it would bind for the first time, with the reason.
+	if why := bindOne(t, a); !strings.Contains(why, "only cgroup v1") {
+		t.Fatalf("bind on a cgroup v1 host: %q", why)
 	}
 	v := nodeAnnotation(t, client)
 	if lines := strings.Split(v, "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "cdi-directory:") || !strings.HasPrefix(lines[1], "cgroup:") {
@@ -333,5 +352,34 @@ func TestFallbackAllocateCDI(t *testing.T) {
 	}
 	if len(resp.Mounts) != 3 || resp.Mounts[1].HostPath != hook {
 		t.Errorf("mounts %v", resp.Mounts)
+	}
+}
+
+// While the NRI plugin is (re)connecting its requirement keeps its last state for
+// nriGrace, and the other live checks still run; past the grace it is missing.
+func TestRequirementsNRIGrace(t *testing.T) {
+	a, _, _, _ := unmetAgent(t, "--cdi-spec-dir", filepath.Join(t.TempDir(), "cdi"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.NRI.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, since, _ := a.NRI.Connected(); !since.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the NRI plugin never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.checkLive(time.Now())
+	l := strings.Join(a.req.list(), "\n")
+	if strings.Contains(l, "nri:") || !strings.Contains(l, "cdi: the node's CDI spec could not be written") {
+		t.Fatalf("within the grace: %q", l)
+	}
+	a.checkLive(time.Now().Add(nriGrace + time.Second))
+	if l := strings.Join(a.req.list(), "\n"); !strings.Contains(l, "nri: the runtime's NRI socket") {
+		t.Fatalf("past the grace: %q", l)
 	}
 }
