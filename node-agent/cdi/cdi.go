@@ -378,10 +378,27 @@ func (g *Generator) hooklessLibraries(raw *specs.Spec) error {
 			alias.ContainerPath = filepath.Join(ContainerLibraryDir, soname)
 			add(&alias)
 		}
+		// The link-time names of the two libraries programs link against while they
+		// run (Triton's and Numba's launchers are built with -lcuda): the toolkit's
+		// hook makes these links too.
+		if stem, _, ok := strings.Cut(base, ".so."); ok && linkNames[stem] {
+			dev := *m
+			dev.ContainerPath = filepath.Join(ContainerLibraryDir, stem+".so")
+			add(&dev)
+		}
 	}
 	raw.ContainerEdits.Mounts = out
+	// The toolkit's CUDA-compat hook reads it; it names where libcuda is.
+	for i, e := range raw.ContainerEdits.Env {
+		if strings.HasPrefix(e, "NVIDIA_CTK_LIBCUDA_DIR=") {
+			raw.ContainerEdits.Env[i] = "NVIDIA_CTK_LIBCUDA_DIR=" + ContainerLibraryDir
+		}
+	}
 	return nil
 }
+
+// linkNames are the libraries that get a link-time name (lib<x>.so) without the hook.
+var linkNames = map[string]bool{"libcuda": true, "libnvidia-ml": true}
 
 // isLibrary says whether a path names a shared library (lib*.so or lib*.so.*).
 func isLibrary(p string) bool {

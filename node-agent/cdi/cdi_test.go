@@ -54,7 +54,7 @@ func TestSpecWithoutToolkit(t *testing.T) {
 		}
 	}
 	// Each library under its versioned name and its soname, in one directory.
-	for _, want := range []string{"libcuda.so.1", "libcuda.so." + cditest.DriverVersion, "libnvidia-ml.so.1", "libnvidia-ml.so." + cditest.DriverVersion} {
+	for _, want := range []string{"libcuda.so.1", "libcuda.so", "libcuda.so." + cditest.DriverVersion, "libnvidia-ml.so.1", "libnvidia-ml.so", "libnvidia-ml.so." + cditest.DriverVersion} {
 		if !slices.Contains(s.Libraries, filepath.Join(ContainerLibraryDir, want)) {
 			t.Errorf("library %s missing: %v", want, s.Libraries)
 		}
