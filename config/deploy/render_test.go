@@ -249,6 +249,12 @@ func TestRenderCDI(t *testing.T) {
 			t.Errorf("agent args lack %s: %s", a, args)
 		}
 	}
+	// NRI's stand-in needs the fallback socket's host directory mounted.
+	args, mounts = agent("agent.nri.unavailable=fallback")
+	if !strings.Contains(args, "--nri-unavailable=fallback") || !strings.Contains(args, "--bind-socket=/run/tessera/bind/bind.sock") ||
+		strings.Contains(args, "--bind-fallback=true") || !strings.Contains(mounts, "mountPath:/run/tessera/bind name:bind") {
+		t.Errorf("NRI fallback: args %s, mounts %s", args, mounts)
+	}
 	args, mounts = agent("agent.cdi.enabled=false")
 	if !strings.Contains(args, "--cdi-spec-dir= ") || strings.Contains(args, "--cdi-kind") || strings.Contains(mounts, "name:driver") || strings.Contains(mounts, "name:cdi") {
 		t.Errorf("CDI off: args %s, mounts %s", args, mounts)
@@ -326,6 +332,7 @@ func TestRenderRejects(t *testing.T) {
 		{"fallback binding without the hook", []string{"agent.bindFallback.enabled=true", "agent.nri.enabled=false", "agent.hook.enabled=false"}, "", "agent.hook.enabled"},
 		{"relative driver root", []string{"agent.cdi.driverRoot=run/nvidia/driver"}, "", "driverRoot"},
 		{"unknown NRI fallback", []string{"agent.nri.unavailable=ignore"}, "", "unavailable"},
+		{"NRI fallback without the hook", []string{"agent.nri.unavailable=fallback", "agent.hook.enabled=false"}, "", "agent.nri.unavailable=fallback needs"},
 		{"relative CDI directory", []string{"agent.hostPaths.cdiSpecDir=var/run/cdi"}, "", "cdiSpecDir"},
 		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
 	} {
