@@ -70,6 +70,10 @@ func (a *Agent) syncCDI() {
 	if wrote {
 		a.log.Info("CDI spec written", "path", s.Path, "kind", s.Kind, "devices", len(s.Devices), "libraries", len(s.Libraries),
 			"deviceNodes", len(s.DeviceNodes), "hook", s.Hook, "libraryDir", s.LibraryDir)
+		if len(s.Missing) > 0 {
+			a.log.Error(fmt.Errorf("the driver's discovery found no device for %v", s.Missing),
+				"GPUs left out of the CDI spec; containers granted them are refused", "path", s.Path)
+		}
 	}
 	a.setRequirement("cdi", "")
 }

@@ -109,6 +109,10 @@ type Spec struct {
 	Hook string
 	// LibraryDir is ContainerLibraryDir when the spec uses no hook, else empty.
 	LibraryDir string
+	// Missing are devices of the agent's list that the spec has none for (a GPU the
+	// driver's discovery did not find); a container granted one is refused. A GPU
+	// in MIG mode is not missing: only its instances are devices.
+	Missing []string `json:",omitempty"`
 }
 
 // Generator writes the node's spec and names its devices.
@@ -225,8 +229,8 @@ func (g *Generator) Sync(devs []gpu.Device) (bool, *Spec, error) {
 }
 
 // Generate discovers the driver and the devices, writes the spec and returns what it
-// holds. devs is the agent's own device list: every whole GPU and every MIG instance
-// that can be bound must be in the spec, or the spec is not written.
+// holds. devs is the agent's own device list; those the discovery has no device for
+// are listed in Spec.Missing (DeviceNames refuses them).
 func (g *Generator) Generate(devs []gpu.Device) (*Spec, error) {
 	raw, hook, err := g.build()
 	if err != nil {
@@ -236,17 +240,20 @@ func (g *Generator) Generate(devs []gpu.Device) (*Spec, error) {
 	for _, d := range raw.Devices {
 		have[d.Name] = true
 	}
-	var missing []string
+	parents := map[string]bool{}
 	for _, d := range devs {
-		if d.ParentUUID != "" && d.MIG == nil {
-			continue // a MIG instance without IDs is never bound
-		}
-		if !have[d.UUID] {
-			missing = append(missing, d.UUID)
+		if d.ParentUUID != "" {
+			parents[d.ParentUUID] = true
 		}
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("cdi: the driver's discovery found no device for %s", strings.Join(missing, ", "))
+	var missing []string
+	for _, d := range devs {
+		switch {
+		case d.ParentUUID != "" && d.MIG == nil: // a MIG instance without IDs is never bound
+		case parents[d.UUID] && !have[d.UUID]: // in MIG mode: its instances are the devices
+		case !have[d.UUID]:
+			missing = append(missing, d.UUID)
+		}
 	}
 	if err := os.MkdirAll(g.cfg.SpecDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cdi: spec directory: %w", err)
@@ -262,6 +269,7 @@ func (g *Generator) Generate(devs []gpu.Device) (*Spec, error) {
 		return nil, fmt.Errorf("cdi: writing the spec: %w", err)
 	}
 	s := summarize(raw, filepath.Join(g.cfg.SpecDir, name), g.Kind(), hook)
+	s.Missing = missing
 	g.mu.Lock()
 	g.last, g.have, g.key = s, have, deviceKey(devs)
 	g.mu.Unlock()

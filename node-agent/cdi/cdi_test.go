@@ -177,19 +177,31 @@ func TestSpecLibrarySearchPaths(t *testing.T) {
 	}
 }
 
+// A device the agent lists but NVIDIA's discovery does not know is reported and
+// refused on its own; the other GPUs keep their devices. The parent of a MIG instance
+// (a GPU in MIG mode, which the discovery does not name as a whole) is not missing.
 func TestSpecMissingDevice(t *testing.T) {
 	root := cditest.DriverRoot(t, "usr/lib/x86_64-linux-gnu")
 	lib := cditest.H100()
 	g := newGen(t, Config{DriverRoot: root, NVML: lib})
-	devs := append(cditest.Devices(lib), gpu.Device{UUID: "GPU-agent-sees-more", Minor: 9})
-	if _, err := g.Generate(devs); err == nil || !strings.Contains(err.Error(), "GPU-agent-sees-more") {
-		t.Fatalf("a device NVIDIA's discovery does not know was accepted: %v", err)
+	if _, err := g.DeviceNames([]string{"GPU-anything"}); err == nil || !strings.Contains(err.Error(), "no CDI spec") {
+		t.Fatalf("names given before any spec was written: %v", err)
 	}
-	if _, err := g.DeviceNames([]string{devs[0].UUID}); err == nil {
-		t.Fatal("names given before any spec was written")
+	devs := append(cditest.Devices(lib),
+		gpu.Device{UUID: "GPU-agent-sees-more", Minor: 9},
+		gpu.Device{UUID: "GPU-in-mig-mode", Minor: 10}, gpu.Device{UUID: "MIG-without-ids", ParentUUID: "GPU-in-mig-mode", Minor: 10})
+	s, err := g.Generate(devs)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(g.cfg.SpecDir, g.SpecName()+".yaml")); !os.IsNotExist(err) {
-		t.Fatalf("a spec was written: %v", err)
+	if !slices.Equal(s.Missing, []string{"GPU-agent-sees-more"}) {
+		t.Fatalf("missing %v", s.Missing)
+	}
+	if _, err := g.DeviceNames([]string{devs[0].UUID, "GPU-agent-sees-more"}); err == nil || !strings.Contains(err.Error(), "no device GPU-agent-sees-more") {
+		t.Fatalf("a device the spec lacks was named: %v", err)
+	}
+	if n, err := g.DeviceNames([]string{devs[0].UUID}); err != nil || len(n) != 1 {
+		t.Fatalf("the others: %v %v", n, err)
 	}
 }
 
