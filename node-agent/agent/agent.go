@@ -330,6 +330,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
 		if a.CDI != nil {
 			a.NRI.ResolveCDI = a.CDI.Resolve
+			a.NRI.CDIKind = a.CDI.Kind()
 		}
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
 			a.Metrics.ContainerRefused()

@@ -184,3 +184,46 @@ func TestPluginResolvesCDIForOlderRuntimes(t *testing.T) {
 		t.Fatal("created with a CDI device the spec files do not hold")
 	}
 }
+
+// Runtimes inject the CDI devices that "cdi.k8s.io/" annotations name: a pod (or
+// container) that asks for a Tessera device that way is refused, whatever else it
+// asks for; other kinds and other annotations pass.
+func TestPluginRefusesAnnotatedCDIDevices(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	rt := startRuntime(t, dir, nil, nil)
+	p, _ := newPluginWith(t, dir, &nodeSpec{have: map[string]bool{"GPU-0": true, "GPU-1": true}})
+	p.CDIKind = "tessera.dev/gpu"
+	var refused []string
+	p.OnRefused = func(ns, pod, c, reason string) { refused = append(refused, reason) }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	waitConnected(t, p)
+
+	sneaky := pod(t, "sneaky")
+	sneaky.Annotations["cdi.k8s.io/gpu"] = "tessera.dev/gpu=GPU-1"
+	if _, err := rt.create(t, sneaky, ctr(sneaky, "c-sneaky", "app")); err == nil || !strings.Contains(err.Error(), "cdi.k8s.io/gpu asks the runtime for tessera.dev/gpu") {
+		t.Fatalf("pod annotation: %v", err)
+	}
+	if len(refused) != 1 {
+		t.Errorf("refusals %v", refused)
+	}
+	// On the container too, beside a granted GPU.
+	granted := pod(t, "granted", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-0", Index: 0, MemoryMiB: 4096}}})
+	c := ctr(granted, "c-granted", "train", deviceplugin.EnvRequested+"=1")
+	c.Annotations = map[string]string{"cdi.k8s.io/more": "tessera.dev/gpu=GPU-1"}
+	if _, err := rt.create(t, granted, c); err == nil {
+		t.Fatal("container annotation asking for a second GPU was created")
+	}
+	// Another vendor's device and unrelated annotations pass.
+	other := pod(t, "other")
+	other.Annotations["cdi.k8s.io/nic"] = "vendor.example/nic=0"
+	other.Annotations["note"] = "tessera.dev/gpu=GPU-1"
+	if adj, err := rt.create(t, other, ctr(other, "c-other", "app")); err != nil || len(adj.GetCDIDevices()) != 0 {
+		t.Fatalf("unrelated annotations: %v %v", adj, err)
+	}
+}

@@ -45,6 +45,12 @@ type Plugin struct {
 	// not apply the CDI devices an NRI plugin names (see cdiNative).
 	ResolveCDI func(names []string) (*rspec.Spec, error)
 
+	// CDIKind, when set, is the kind of Tessera's CDI devices (tessera.dev/gpu).
+	// Runtimes also inject the CDI devices that "cdi.k8s.io/" annotations name; a
+	// container whose pod or own annotations ask for a device of this kind is
+	// refused: only the binding gives them, with limits.
+	CDIKind string
+
 	// runtimeMu guards what the runtime said of itself at the last connection.
 	runtimeMu               sync.Mutex
 	runtimeName, runtimeVer string
@@ -232,10 +238,37 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 	return nil, nil
 }
 
+// CDIAnnotationPrefix is the annotation prefix through which containerd and CRI-O
+// inject CDI devices (the form before the CRI's CDIDevices field).
+const CDIAnnotationPrefix = "cdi.k8s.io/"
+
+// annotatedCDI returns why a container asks the runtime for one of Tessera's CDI
+// devices through an annotation, or "".
+func (p *Plugin) annotatedCDI(pod *nriapi.PodSandbox, ctr *nriapi.Container) string {
+	if p.CDIKind == "" {
+		return ""
+	}
+	for _, anns := range []map[string]string{pod.GetAnnotations(), ctr.GetAnnotations()} {
+		for k, v := range anns {
+			if strings.HasPrefix(k, CDIAnnotationPrefix) && strings.Contains(v, p.CDIKind+"=") {
+				return fmt.Sprintf("its annotation %s asks the runtime for %s devices (%s); only Tessera's binding gives those, "+
+					"with the limits of the pod's GPU assignment. Ask for %s in the container's resources instead", k, p.CDIKind, v, p.CDIKind)
+			}
+		}
+	}
+	return ""
+}
+
 // CreateContainer binds a Tessera container or refuses it; others pass untouched.
 func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) (*nriapi.ContainerAdjustment, []*nriapi.ContainerUpdate, error) {
 	r := request(pod, ctr)
-	e, err := p.binder.Bind(r)
+	var e *binding.Edits
+	var err error
+	if why := p.annotatedCDI(pod, ctr); why != "" {
+		err = &binding.RefusedError{Reason: fmt.Sprintf("container %q of pod %s/%s: %s", r.Container, r.Namespace, r.Pod, why)}
+	} else {
+		e, err = p.binder.Bind(r)
+	}
 	if err != nil {
 		var refused *binding.RefusedError
 		if errors.As(err, &refused) {
