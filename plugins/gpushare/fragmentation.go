@@ -428,8 +428,8 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
 	out.elig = append(out.elig[:0], st.elig...)
-	out.emask = append(out.emask[:0], st.emask...)
-	out.eligible = append(out.eligible[:0], st.eligible...)
+	// Eligibility does not depend on usage: out shares st's, which neither changes.
+	out.emask, out.eligible = st.emask, st.eligible
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
