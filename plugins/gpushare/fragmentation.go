@@ -60,6 +60,7 @@ func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
 	info.cpuMilli, info.memBytes = podHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
 	info.fragShapes, info.fragGen = f.workload.snapshotGen()
+	info.pressure = f.workload.pressureNow()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
@@ -165,6 +166,17 @@ type workloadModel struct {
 	dirty  bool
 	// gen identifies shapes for the measures the cache keeps per node (fragMemo).
 	gen fragGen
+
+	// Model pressure (pressure.go): the cluster and weights it is measured with
+	// (bind), how many pods of the window have a model selection, and the pressure
+	// last computed with how many pods were observed since and how many the window
+	// held then.
+	cluster     *Cache
+	weights     *weights
+	selective   int
+	pressure    *modelPressure
+	pressureAge int
+	pressureLen int
 }
 
 // fragGen identifies a snapshot's shapes for a node's kept measure: set changes when
@@ -179,8 +191,9 @@ type fragGen struct {
 var fragGens atomic.Uint64
 
 type ringEntry struct {
-	uid types.UID
-	key string
+	uid       types.UID
+	key       string
+	selective bool
 }
 
 type shapeCount struct {
@@ -189,7 +202,7 @@ type shapeCount struct {
 }
 
 func newWorkloadModel(window int) *workloadModel {
-	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}}
+	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, pressureAge: pressureEvery}
 }
 
 // observe records a pod's shape once (a retried pod is not counted again while it is
@@ -205,13 +218,20 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 	} else {
 		old := w.ring[w.next]
 		delete(w.byUID, old.uid)
+		if old.selective {
+			w.selective--
+		}
 		if c := w.counts[old.key]; c != nil {
 			if c.n--; c.n == 0 {
 				delete(w.counts, old.key)
 			}
 		}
 	}
-	w.ring[w.next] = ringEntry{uid: uid, key: s.key}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.key, selective: s.hasSelection()}
+	if s.hasSelection() {
+		w.selective++
+	}
+	w.pressureAge++
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
 	if c := w.counts[s.key]; c != nil {
@@ -321,12 +341,25 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 
 // fragStats is a node's fragmentation for every shape, kept in parts so that the
 // effect of changing one device can be computed without rescanning the node.
+//
+// A shape is measured on the devices its model selection admits (eligible): a pod
+// that requires a T4 strands nothing on a node of other GPUs, whatever is free there,
+// and that node's fragmentation does not count it. Where no device of the node is
+// eligible the shape adds nothing to the node's fragmentation; keeping the GPU models
+// that constrained pods need free for them is the separate model pressure term
+// (modelPressure).
 type fragStats struct {
 	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	total float64
 	fits  []int     // per shape, devices it fits on
-	small []float64 // per shape, free share of the devices it does not fit on
+	small []float64 // per shape, free share of the eligible devices it does not fit on
 	mask  []uint64  // per shape, bit i set when it fits device i (devices < 64)
+	// elig is per shape the free share of its eligible devices, emask the eligible
+	// devices (bit i, devices < 64) and eligible how many there are: eligibility
+	// depends on the node's devices only, never on their usage.
+	elig     []float64
+	emask    []uint64
+	eligible []int
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -345,8 +378,9 @@ func shapeFits(m *nodeModel, used []usage, s *fragShape, i int, w *weights) bool
 }
 
 func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *fragStats {
-	n := len(m.devices)
-	st := &fragStats{free: make([]float64, n), fits: make([]int, len(shapes)), small: make([]float64, len(shapes)), mask: make([]uint64, len(shapes))}
+	n, ns := len(m.devices), len(shapes)
+	st := &fragStats{free: make([]float64, n), fits: make([]int, ns), small: make([]float64, ns), mask: make([]uint64, ns),
+		elig: make([]float64, ns), emask: make([]uint64, ns), eligible: make([]int, ns)}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
 		st.total += st.free[i]
@@ -354,7 +388,15 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 	for k := range shapes {
 		s := &shapes[k]
 		for i := 0; i < n; i++ {
-			if shapeFits(m, used, s, i, w) {
+			if !s.eligibleAt(m, i) {
+				continue
+			}
+			st.eligible[k]++
+			st.elig[k] += st.free[i]
+			if i < 64 {
+				st.emask[k] |= 1 << uint(i)
+			}
+			if m.hot[i].healthy && fits(m, used, &s.c, i, w.maxTenants) {
 				st.fits[k]++
 				if i < 64 {
 					st.mask[k] |= 1 << uint(i)
@@ -385,6 +427,9 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 	out.fits = append(out.fits[:0], st.fits...)
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
+	out.elig = append(out.elig[:0], st.elig...)
+	// Eligibility does not depend on usage: out shares st's, which neither changes.
+	out.emask, out.eligible = st.emask, st.eligible
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -397,6 +442,10 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 			out.free[i] = now
 			out.total += now - was
 			for k := range shapes {
+				if st.emask[k]&bit == 0 {
+					continue // the shape cannot use device i, before or after
+				}
+				out.elig[k] += now - was
 				if st.mask[k]&bit != 0 {
 					out.fits[k]--
 				} else {
@@ -415,14 +464,18 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 	return out
 }
 
-// value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
-// the node's free CPU and host memory (nil: all do).
+// value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
+// weighted by its share of the workload, the free capacity of its eligible devices it
+// cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
+// memory (nil: all do).
 func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
 	var f float64
 	for k := range shapes {
-		if (hostFits != nil && !hostFits[k]) || st.fits[k] < shapes[k].c.GPUs {
-			f += shapes[k].weight * st.total
-		} else {
+		switch {
+		case st.eligible[k] == 0:
+		case (hostFits != nil && !hostFits[k]) || st.fits[k] < shapes[k].c.GPUs:
+			f += shapes[k].weight * st.elig[k]
+		default:
 			f += shapes[k].weight * st.small[k]
 		}
 	}
@@ -485,25 +538,29 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, shapes []fragShape, c 
 	used[i].cores += c.Cores
 	used[i].tenants++
 	fi := deviceFree(m, used, i, w)
-	total := st.total - st.free[i] + fi
+	bit := uint64(1) << uint(i)
 	var after float64
 	for k := range shapes {
 		s := &shapes[k]
-		fitsBefore := st.mask[k]&(1<<uint(i)) != 0
-		fitsAfter := shapeFits(m, used, s, i, w)
-		nfits, small := st.fits[k], st.small[k]
-		if fitsBefore {
-			nfits--
-		} else {
-			small -= st.free[i]
+		if st.eligible[k] == 0 {
+			continue
 		}
-		if fitsAfter {
-			nfits++
-		} else {
-			small += fi
+		nfits, small, elig := st.fits[k], st.small[k], st.elig[k]
+		if st.emask[k]&bit != 0 {
+			elig = elig - st.free[i] + fi
+			if st.mask[k]&bit != 0 {
+				nfits--
+			} else {
+				small -= st.free[i]
+			}
+			if shapeFits(m, used, s, i, w) {
+				nfits++
+			} else {
+				small += fi
+			}
 		}
 		if nfits < s.c.GPUs {
-			after += s.weight * total
+			after += s.weight * elig
 		} else {
 			after += s.weight * small
 		}
@@ -553,6 +610,7 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
 	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
+	delta += s.info.pressure.cost(m, a, w)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -586,7 +644,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
 		if before && !after && st.fits[k] >= s.c.GPUs {
-			delta += s.weight * (st.total - st.small[k])
+			delta += s.weight * (st.elig[k] - st.small[k])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)
@@ -748,10 +806,12 @@ func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) 
 func (memo *fragMemo) permuted(shapes []fragShape) *fragStats {
 	old := memo.st
 	n := len(shapes)
-	st := &fragStats{free: old.free, total: old.total, fits: make([]int, n), small: make([]float64, n), mask: make([]uint64, n)}
+	st := &fragStats{free: old.free, total: old.total, fits: make([]int, n), small: make([]float64, n), mask: make([]uint64, n),
+		elig: make([]float64, n), emask: make([]uint64, n), eligible: make([]int, n)}
 	for k := range shapes {
 		j := memo.at[shapes[k].slot]
 		st.fits[k], st.small[k], st.mask[k] = old.fits[j], old.small[j], old.mask[j]
+		st.elig[k], st.emask[k], st.eligible[k] = old.elig[j], old.emask[j], old.eligible[j]
 	}
 	return st
 }
