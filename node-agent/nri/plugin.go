@@ -157,6 +157,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 
 // CreateContainer binds a Tessera container or refuses it; others pass untouched.
 func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) (*nriapi.ContainerAdjustment, []*nriapi.ContainerUpdate, error) {
+	start := time.Now()
 	r := request(pod, ctr)
 	e, err := p.binder.Bind(r)
 	if err != nil {
@@ -193,7 +194,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		}
 		adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
-	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices))
+	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices),
+		"took", time.Since(start).String())
 	return adj, nil, nil
 }
 
