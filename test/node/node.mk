@@ -53,10 +53,19 @@ $(NODE_OUT)/images.tar: $(NODE_OUT)/bin/tessera-probe $(NODE_OUT)/bin/pause test
 .PHONY: node-images
 node-images: $(NODE_OUT)/images.tar ## Build the real-node suite's test images (CUDA probe, pod sandbox) as one OCI archive
 
+NODE_DEPS := node-binaries node-images scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl
+
 .PHONY: test-node
-test-node: node-binaries node-images scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl ## Real-node suite without a GPU: kubelet, containerd+NRI, runc, the agent (NRI, then fallback) and pods on the fake driver (root)
+test-node: $(NODE_DEPS) ## Real-node suite without a GPU: kubelet, containerd+NRI, runc, the agent (NRI, then fallback) and pods on the fake driver (root)
 	$(NODE_GO_TEST)
 
 .PHONY: test-node-gpu
-test-node-gpu: node-binaries node-images scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl ## Real-node suite on this machine's NVIDIA GPUs (root, driver, cgroup v2 or hybrid)
+test-node-gpu: $(NODE_DEPS) ## Real-node suite on this machine's NVIDIA GPUs (root, driver, cgroup v2 or hybrid)
 	TESSERA_NODE_GPU=1 $(NODE_GO_TEST)
+
+# B6_PODS pods of each kind; GPU=1 measures on this machine's NVIDIA GPUs.
+B6_PODS ?= 100
+.PHONY: bench-node
+bench-node: $(NODE_DEPS) ## B6: pod creation to first CUDA call on a real node, Tessera pods against the same pods without GPU requests (B6_PODS, GPU=1)
+	TESSERA_NODE_B6=1 TESSERA_B6_PODS=$(B6_PODS) $(if $(filter 1,$(GPU)),TESSERA_NODE_GPU=1) \
+		$(subst -run '$(NODE_TEST_RUN)',-run '^TestB6PodStart$$',$(NODE_GO_TEST))

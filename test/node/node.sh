@@ -58,7 +58,9 @@ cgroup_dirs() {
   local d
   for d in /sys/fs/cgroup/*/; do
     d=${d%/}
-    [[ $(stat -fc %T "$d") == cgroupfs ]] && echo "$d"
+    # cgroup2fs too: the unified hierarchy of a hybrid machine, where kubelet also
+    # makes its cgroups.
+    case $(stat -fc %T "$d") in cgroupfs | cgroup2fs) echo "$d" ;; esac
   done
 }
 
