@@ -151,7 +151,14 @@ EOF
 
 start_kubelet() {
   mkdir -p "$NODE_DIR/kubelet" "$NODE_DIR/pod-logs" "$NODE_DIR/device-plugins" /var/lib/kubelet/device-plugins
-  local d
+  local d c
+  if ! cgroup_v1; then
+    # Pure cgroup v2: the controllers kubelet needs must be enabled below the root
+    # (a machine without systemd may have left them off).
+    for c in cpuset cpu io memory pids hugetlb; do
+      grep -qw "$c" /sys/fs/cgroup/cgroup.subtree_control || echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    done
+  fi
   while read -r d; do mkdir -p "$d$CGROUP_ROOT"; done < <(cgroup_dirs)
   kubelet_config
   tessera::spawn kubelet unshare -m --propagation private sh -c \

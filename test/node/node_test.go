@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 )
 
@@ -123,15 +124,25 @@ func testPlainPodUntouched(n *node) {
 	p = n.waitPhase(ctx, p.Name, 90*time.Second, v1.PodSucceeded, v1.PodFailed)
 	lines := n.probeLines(p)
 	c, ok := find(lines, "context")
-	mem, ok2 := find(lines, "memory")
-	if p.Status.Phase != v1.PodSucceeded || !ok || !ok2 {
+	if !ok {
 		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
 	}
-	if c.fields["preload"] != "no" || c.fields["limits"] != "no" || c.fields["visible"] != "-" {
+	if c.fields["preload"] != "no" || c.fields["limits"] != "no" || c.fields["visible"] != "-" || c.fields["gpu_nodes"] != "0" {
 		n.t.Errorf("a pod without GPU requests was changed: %v", c.fields)
 	}
 	if _, has := p.Annotations["tessera.dev/gpu-assignment"]; has {
 		n.t.Errorf("a pod without GPU requests has an assignment")
+	}
+	if n.gpu {
+		// No GPU device node: a real driver finds no device.
+		if _, ran := find(lines, "first-cuda"); ran {
+			n.t.Errorf("a pod without GPU requests used a GPU: %v", lines)
+		}
+		return
+	}
+	mem, ok2 := find(lines, "memory")
+	if p.Status.Phase != v1.PodSucceeded || !ok2 {
+		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
 	}
 	if mem.int(n.t, "total_mib") != mem.int(n.t, "device_total_mib") {
 		n.t.Errorf("a pod without GPU requests sees a limit: %v", mem.fields)
@@ -198,7 +209,7 @@ func (n *node) waitEvent(ctx context.Context, pod, reason string) v1.Event {
 // gone, and its limits directory is removed.
 func testDeleteFreesGrant(n *node) {
 	ctx := context.Background()
-	whole := n.create(ctx, n.pod(podSpec{name: "whole-node", gpus: 8, cores: 100, args: []string{"-hold", "-interval", "1000"}}))
+	whole := n.create(ctx, n.pod(podSpec{name: "whole-node", gpus: n.gpuCount(ctx), cores: 100, args: []string{"-hold", "-interval", "1000"}}))
 	n.waitLine(ctx, n.waitPhase(ctx, whole.Name, 90*time.Second, v1.PodRunning), "check", 60*time.Second)
 	dirs := n.boundDirs(whole.UID)
 	for _, d := range dirs {
@@ -262,11 +273,12 @@ func (n *node) boundDirs(uid types.UID) []string {
 	return dirs
 }
 
-// 50 pods created at once all start with the limits their assignment says, and no GPU
+// 50 pods (10 per GPU on smaller nodes) created at once all start with the limits their assignment says, and no GPU
 // is granted twice.
 func testFiftyPods(n *node) {
 	ctx := context.Background()
-	const count = 50
+	// Tessera's profiles put at most 10 containers on a GPU (maxTenantsPerGPU).
+	count := min(50, 10*n.gpuCount(ctx))
 	names := make([]string, count)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -385,4 +397,18 @@ func testRestart(n *node, component string) {
 		n.t.Errorf("pod %s created after the %s restart: %s, probe printed %v", p.Name, component, p.Status.Phase, n.probeLines(p))
 	}
 	n.noDoubleGrant(ctx)
+}
+
+// gpuCount is the number of GPUs in the node's published inventory.
+func (n *node) gpuCount(ctx context.Context) int {
+	n.t.Helper()
+	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
+	if err != nil {
+		n.t.Fatalf("node inventory: %v", err)
+	}
+	return len(inv.GPUs)
 }

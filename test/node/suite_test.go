@@ -51,6 +51,19 @@ type node struct {
 	env    []string
 }
 
+// boxMain is set in the nodebox build (nodebox_test.go): the binary is then also the
+// node's components, run by name.
+var boxMain func(name string, args []string) (int, bool)
+
+func TestMain(m *testing.M) {
+	if boxMain != nil {
+		if code, ok := boxMain(filepath.Base(os.Args[0]), os.Args[1:]); ok {
+			os.Exit(code)
+		}
+	}
+	os.Exit(m.Run())
+}
+
 func enabled(t *testing.T) {
 	if os.Getenv("TESSERA_NODE_SUITE") != "1" {
 		t.Skip("the real-node suite runs with TESSERA_NODE_SUITE=1 as root (make test-node, make test-node-gpu)")
