@@ -45,7 +45,9 @@ build() {
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
   cp config/scheduler/tessera-scheduler.yaml "$DIR/repo/config/scheduler/"
   cp test/node/node.sh test/node/with-fake-dev.sh test/node/fake-gpus.yaml test/node/gpu-bundle.sh "$DIR/repo/test/node/"
-  for f in nodebox containerd containerd-shim-runc-v2 ctr runc; do xz -f -T0 -6 "$DIR/$f"; done
+  # -9e, one thread (no block split): the whole bundle must fit in 64 MiB.
+  for f in nodebox containerd containerd-shim-runc-v2 ctr runc; do xz -f -T1 -9e "$DIR/$f" & done
+  wait
   set +e
   ls -l "$DIR"
   du -sh "$DIR"
@@ -87,6 +89,7 @@ run() {
     [[ -d $d/run ]] && NODE_DIR=$d "$DIR/repo/test/node/node.sh" down >/dev/null 2>&1
   done
   tar -czf "$res/logs.tar.gz" -C "$w" test.txt logs b6.txt b6logs 2>/dev/null
+  rm -rf "$w"
   ls -l "$res"
 }
 

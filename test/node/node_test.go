@@ -381,13 +381,16 @@ func testRestart(n *node, component string) {
 			n.t.Logf("pod %s created during the %s restart was not bound and has no GPU device node: %v", name, component, c.fields)
 		case ok:
 			n.t.Errorf("pod %s created during the %s restart runs without its limit: %v %v", name, component, c.fields, mem.fields)
+		case c.fields["limits"] == "no" && c.fields["gpu_nodes"] != "" && c.fields["gpu_nodes"] != "0" && n.mode == "nri":
+			n.t.Errorf("pod %s created during the %s restart has GPU device nodes but no limits: %v", name, component, c.fields)
 		default:
 			failed++
 			e, _ := find(lines, "error")
-			n.t.Logf("pod %s created during the %s restart did not run CUDA: %s %s %s %v", name, component, p.Status.Phase, p.Status.Reason, p.Status.Message, e.fields)
+			n.t.Logf("pod %s created during the %s restart did not run CUDA: %s %s %s context %v error %v",
+				name, component, p.Status.Phase, p.Status.Reason, p.Status.Message, c.fields, e.fields)
 		}
 	}
-	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d were refused, %d started unbound without GPU device nodes",
+	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d did not run CUDA, %d ran CUDA unbound without GPU device nodes (fake driver only)",
 		component, len(during), ran, failed, unbound)
 
 	after := n.create(ctx, n.pod(podSpec{name: component + "-after", gpus: 1, memMiB: 3072, args: []string{"-fill", "-chunk", "256"}}))

@@ -148,7 +148,9 @@ type podSpec struct {
 	memMiB    int64
 	cores     int
 	scheduler string
-	args      []string
+	// privileged: the container sees every host device (B6's baseline on a GPU).
+	privileged bool
+	args       []string
 }
 
 func (n *node) pod(s podSpec) *v1.Pod {
@@ -183,6 +185,9 @@ func (n *node) pod(s podSpec) *v1.Pod {
 				Resources: v1.ResourceRequirements{Limits: limits},
 			}},
 		},
+	}
+	if s.privileged {
+		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: &s.privileged}
 	}
 	if n.gpu {
 		gpuPodSetup(p)
