@@ -69,3 +69,7 @@ B6_PODS ?= 100
 bench-node: $(NODE_DEPS) ## B6: pod creation to first CUDA call on a real node, Tessera pods against the same pods without GPU requests (B6_PODS, GPU=1)
 	TESSERA_NODE_B6=1 TESSERA_B6_PODS=$(B6_PODS) $(if $(filter 1,$(GPU)),TESSERA_NODE_GPU=1) \
 		$(subst -run '$(NODE_TEST_RUN)',-run '^TestB6PodStart$$',$(NODE_GO_TEST))
+
+.PHONY: node-gpu-bundle
+node-gpu-bundle: ## Build the real-node suite for a GPU machine without Go into _output/node-gpu-bundle (test/node/gpu-bundle.sh run DIR there)
+	test/node/gpu-bundle.sh build _output/node-gpu-bundle
