@@ -244,6 +244,8 @@ up() {
   CGROUP_ROOT=/tessera-node-$(printf '%s' "$NODE_DIR" | cksum | cut -d' ' -f1)
   save_node_env
   [[ $GPU == 1 ]] || tessera::step "fake GPU device nodes" fake_devices
+  # B6's baseline on a GPU is a privileged pod (test/node/b6_test.go).
+  [[ $GPU != 1 ]] || export APISERVER_ALLOW_PRIVILEGED=true
   tessera::step "etcd ready" tessera::start_etcd
   tessera::step "kube-apiserver ready" tessera::start_apiserver
   tessera::step "tessera-scheduler ready" tessera::start_scheduler
