@@ -324,6 +324,7 @@ func testRestart(n *node, component string) {
 			args: []string{"-fill", "-chunk", "256", "-hold", "-interval", "500"}}))
 		p = n.waitPhase(ctx, p.Name, 90*time.Second, v1.PodRunning)
 		n.waitLine(ctx, p, "check", 60*time.Second)
+		n.requireBound(p)
 		running = append(running, n.get(ctx, p.Name))
 	}
 	var during []string
@@ -414,4 +415,26 @@ func (n *node) gpuCount(ctx context.Context) int {
 		n.t.Fatalf("node inventory: %v", err)
 	}
 	return len(inv.GPUs)
+}
+
+// requireBound fails the test when a GPU container of the NRI pass started without its
+// binding (no limits file, no hook), naming how long the agent took to bind it: NRI
+// runtimes drop a plugin that answers CreateContainer later than their request timeout
+// (containerd's plugin_request_timeout, 2 s by default) and create the container
+// without its adjustment.
+func (n *node) requireBound(p *v1.Pod) {
+	n.t.Helper()
+	if n.mode != "nri" {
+		return
+	}
+	c, _ := find(n.probeLines(p), "context")
+	if c.fields["limits"] == "yes" && c.fields["preload"] == "yes" {
+		return
+	}
+	took := "no binding logged"
+	if d := n.agentBindTimes([]string{p.Name}); len(d) == 1 {
+		took = "the agent's binding took " + d[0].String()
+	}
+	n.t.Fatalf("pod %s started without its binding (%v): %s; containerd gives NRI plugins 2 s (plugin_request_timeout) and creates the container without a late plugin's adjustment",
+		p.Name, c.fields, took)
 }
