@@ -16,7 +16,7 @@ AGENT_LDFLAGS  = -X main.version=$(IMAGE_TAG) -X main.revision=$(GIT_REVISION)
 
 # Packages whose tests need nothing but Go (and cgo): everything except the suites
 # that start an API server or a whole local cluster.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e -e /test/node)
 
 .PHONY: help
 help: ## Show this help
@@ -301,3 +301,6 @@ chart-readme: ## Write the values table of config/deploy/tessera/README.md from 
 .PHONY: verify-chart-readme
 verify-chart-readme: ## Check that the chart README's values table matches values.yaml
 	$(GO) run ./hack/chart-readme -verify
+
+# The real-node suite: make test-node, make test-node-gpu (test/node/README.md).
+include test/node/node.mk

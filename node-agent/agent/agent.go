@@ -225,6 +225,11 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "tessera-node-agent"
+	// Kubelet's own defaults (kubeAPIQPS 50, kubeAPIBurst 100). client-go's 5/10 let a
+	// burst of pod deletions hold a container's binding, which re-reads pods from the
+	// API server, past the runtime's NRI timeout (2 s in containerd): the container was
+	// then created without its binding (test/node, RestartContainerd).
+	cfg.QPS, cfg.Burst = 50, 100
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -261,6 +261,7 @@ func (p *Plugin) annotatedCDI(pod *nriapi.PodSandbox, ctr *nriapi.Container) str
 
 // CreateContainer binds a Tessera container or refuses it; others pass untouched.
 func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) (*nriapi.ContainerAdjustment, []*nriapi.ContainerUpdate, error) {
+	start := time.Now()
 	r := request(pod, ctr)
 	var e *binding.Edits
 	var err error
@@ -310,7 +311,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		}
 		adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
-	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices), "cdiDevices", e.CDIDevices)
+	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices),
+		"cdiDevices", e.CDIDevices, "took", time.Since(start).String())
 	return adj, nil, nil
 }
 
