@@ -26,13 +26,11 @@ type podInfo struct {
 	topology     api.Topology
 	// device is the GPU-level placer: the profile's, or the pod's by annotation.
 	device placer
-	// cpuMilli and memBytes are the pod's host requests, and fragShapes the expected
+	// cpuMilli and memBytes are the pod's host requests, and frag the expected
 	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
 	cpuMilli, memBytes int64
-	fragShapes         []fragShape
-	// fragGen identifies fragShapes for the measures the cache keeps (fragMemo).
-	fragGen fragGen
-	// feed is fragShapes' workloadFeed for the GPU size last asked for: the same for
+	frag               *fragWorkload
+	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
 	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.

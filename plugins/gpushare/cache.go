@@ -574,10 +574,16 @@ func (c *Cache) stats(s *cacheStats) {
 // eachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
 func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
+	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
+}
+
+// eachView is eachModel with the node's entry and view.
+func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			f(e.model, e.used)
+			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
+			f(e, &v, e.used)
 		}
 		e.mu.RUnlock()
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,10 @@ import (
 // as many again are added so that every GPU request size is represented).
 const maxFragShapes = 32
 
+// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// maxFragShapes and as many again for the GPU requests they miss.
+const maxSnapshotShapes = 2 * maxFragShapes
+
 // defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
 const defaultFragmentationWindow = 2000
 
@@ -59,7 +64,7 @@ func (*fragmentation) policy() Policy { return Fragmentation }
 func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
 	info.cpuMilli, info.memBytes = podHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
-	info.fragShapes, info.fragGen = f.workload.snapshotGen()
+	info.frag = f.workload.snapshot()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
@@ -74,7 +79,7 @@ func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRe
 // node under used and is not taken again. Without a learned workload it places as
 // Binpack.
 func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
-	if len(p.fragShapes) == 0 {
+	if p.frag.empty() {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
 	var base *fragStats
@@ -91,11 +96,11 @@ func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.
 // hostOnlyPod is the workload a pod without GPUs is scored against (see
 // scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
 func (f *fragmentation) hostOnlyPod(pod *v1.Pod) *podInfo {
-	shapes, gen := f.workload.snapshotGen()
-	if len(shapes) == 0 {
+	wl := f.workload.snapshot()
+	if wl.empty() {
 		return nil
 	}
-	h := &podInfo{fragShapes: shapes, fragGen: gen}
+	h := &podInfo{frag: wl}
 	h.cpuMilli, h.memBytes = podHostRequests(pod)
 	return h
 }
@@ -106,26 +111,37 @@ func (*fragmentation) needsFit() bool { return true }
 // scoreExtensions: Fragmentation's scores are raw and normalised per cycle.
 func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
 
-// fragShape is one kind of pod of the expected workload.
+// fragShape is one kind of pod of the expected workload: a GPU request (its class)
+// with host requests.
 type fragShape struct {
-	// c is the pod's most demanding GPU container (what decides where it fits).
+	fragClass
+	cpuMilli int64
+	memBytes int64
+	weight   float64
+	key      string
+	// class is the position of the shape's GPU request in its workload's classes.
+	class int
+}
+
+// fragClass is a GPU request of the expected workload: the pod's most demanding GPU
+// container and its model selection, all that decides which GPUs a shape fits. Shapes
+// that differ only in CPU and memory share one class, and a node's fit statistics are
+// kept per class: the openb trace's ~43 learned shapes are ~21 classes, and the set of
+// classes changes far less often than the set of shapes (a new host request size is a
+// new shape; a new GPU request size is rare).
+type fragClass struct {
 	c            api.ContainerRequest
 	modelInclude []string
 	modelExclude []string
-	cpuMilli     int64
-	memBytes     int64
-	weight       float64
-	key          string
-	// slot is the shape's place in its snapshot's shapes ordered by key: the same
-	// for the same set of shapes in any order (fragMemo.permuted).
-	slot int
+	// gpu is the class's key (gpuKey).
+	gpu string
 }
 
-// eligibleAt reports whether device i of m passes the shape's model selection. A shape
+// eligibleAt reports whether device i of m passes the class's model selection. A class
 // without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
-// runs shapes × devices times per node, and building the selection for it was half
+// runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
-func (s *fragShape) eligibleAt(m *nodeModel, i int) bool {
+func (s *fragClass) eligibleAt(m *nodeModel, i int) bool {
 	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
 		return !m.hot[i].mig
 	}
@@ -137,20 +153,73 @@ func (s *fragShape) eligibleAt(m *nodeModel, i int) bool {
 func shapeOf(info *podInfo) fragShape {
 	c := info.req.Containers[info.order[0]]
 	c.Name, c.Init = "", false
-	s := fragShape{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude,
+	s := fragShape{fragClass: fragClass{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude},
 		cpuMilli: info.cpuMilli, memBytes: info.memBytes}
 	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
 	cpu := (s.cpuMilli + 50) / 100 * 100
 	mem := (s.memBytes + 128<<20) >> 28 << 28
-	s.key = fmt.Sprintf("%d/%d/%d/%d|%s|%s|%d|%d", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
-		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","), cpu, mem)
+	s.gpu = s.classKey()
+	s.key = fmt.Sprintf("%s|%d|%d", s.gpu, cpu, mem)
 	return s
 }
 
-// gpuKey identifies the shape's GPU request, whatever its CPU and memory.
-func (s *fragShape) gpuKey() string {
-	k, _, _ := strings.Cut(s.key, "|")
-	return k + "|" + strings.Join(s.modelInclude, ",") + "|" + strings.Join(s.modelExclude, ",")
+// classKey is the key of the class's GPU request and model selection.
+func (s *fragClass) classKey() string {
+	c := &s.c
+	return fmt.Sprintf("%d/%d/%d/%d|%s|%s", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
+		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","))
+}
+
+// gpuKey identifies the shape's GPU request, whatever its CPU and memory: its class.
+func (s *fragShape) gpuKey() string { return s.gpu }
+
+// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// first, with weights summing to 1, and their GPU requests. Never modified once built,
+// so cycles may keep it.
+type fragWorkload struct {
+	shapes []fragShape
+	// classes are the shapes' distinct GPU requests, ordered by key: the same list
+	// for the same requests, whatever the shapes' order and weights.
+	classes []fragClass
+	// gen identifies classes for the measures the cache keeps per node (fragMemo):
+	// it changes only when a GPU request joins or leaves the workload. The numbers come
+	// from one counter for every workload model, so that the measures of two profiles
+	// sharing the cache never pass for each other's. 0 for a workload not from a
+	// model (tests, metrics): never kept.
+	gen uint64
+}
+
+// noWorkload is the workload of nothing learned.
+var noWorkload = &fragWorkload{}
+
+// empty reports whether no workload has been learned (wl may be nil).
+func (wl *fragWorkload) empty() bool { return wl == nil || len(wl.shapes) == 0 }
+
+// newFragWorkload builds the workload of shapes (weights as given), numbering their
+// classes (and keying those not yet keyed), with generation 0.
+func newFragWorkload(shapes []fragShape) *fragWorkload {
+	wl := &fragWorkload{shapes: shapes}
+	keys := make([]string, 0, len(shapes))
+	for k := range shapes {
+		if shapes[k].gpu == "" {
+			shapes[k].gpu = shapes[k].classKey()
+		}
+		keys = append(keys, shapes[k].gpu)
+	}
+	sort.Strings(keys)
+	keys = slices.Compact(keys)
+	wl.classes = make([]fragClass, len(keys))
+	for k := range shapes {
+		x, _ := slices.BinarySearch(keys, shapes[k].gpu)
+		shapes[k].class = x
+		wl.classes[x] = shapes[k].fragClass
+	}
+	return wl
+}
+
+// sameClasses reports whether a and b have the same classes.
+func sameClasses(a, b *fragWorkload) bool {
+	return slices.EqualFunc(a.classes, b.classes, func(x, y fragClass) bool { return x.gpu == y.gpu })
 }
 
 // workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
@@ -161,21 +230,11 @@ type workloadModel struct {
 	next   int
 	byUID  map[types.UID]bool
 	counts map[string]*shapeCount
-	shapes []fragShape // cached result of snapshot; rebuilt when dirty
+	last   *fragWorkload // cached result of snapshot; rebuilt when dirty
 	dirty  bool
-	// gen identifies shapes for the measures the cache keeps per node (fragMemo).
-	gen fragGen
 }
 
-// fragGen identifies a snapshot's shapes for a node's kept measure: set changes when
-// shapes join or leave the snapshot, order when they change places. Weights are not
-// part of it: a node's statistics do not depend on them. The numbers come from one
-// counter for every workload model, so that the measures of two profiles sharing the
-// cache never pass for each other's.
-type fragGen struct {
-	set, order uint64
-}
-
+// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
@@ -222,19 +281,13 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 	w.dirty = true
 }
 
-// snapshot returns the most frequent shapes with weights summing to 1. The slice is
-// never modified afterwards, so cycles may keep it.
-func (w *workloadModel) snapshot() []fragShape {
-	s, _ := w.snapshotGen()
-	return s
-}
-
-// snapshotGen is snapshot with the shapes' generation.
-func (w *workloadModel) snapshotGen() ([]fragShape, fragGen) {
+// snapshot returns the most frequent shapes with weights summing to 1, and their
+// classes (never nil).
+func (w *workloadModel) snapshot() *fragWorkload {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.dirty {
-		return w.shapes, w.gen
+	if !w.dirty && w.last != nil {
+		return w.last
 	}
 	all := make([]*shapeCount, 0, len(w.counts))
 	for _, c := range w.counts {
@@ -253,7 +306,7 @@ func (w *workloadModel) snapshotGen() ([]fragShape, fragGen) {
 		kept := all[:0:0]
 		for i, c := range all {
 			g := c.shape.gpuKey()
-			if i < maxFragShapes || (!seen[g] && len(kept) < 2*maxFragShapes) {
+			if i < maxFragShapes || (!seen[g] && len(kept) < maxSnapshotShapes) {
 				kept = append(kept, c)
 				seen[g] = true
 			}
@@ -269,47 +322,14 @@ func (w *workloadModel) snapshotGen() ([]fragShape, fragGen) {
 		out[i] = c.shape
 		out[i].weight = float64(c.n) / float64(total)
 	}
-	w.gen = nextFragGen(w.gen, w.shapes, out)
-	w.shapes, w.dirty = out, false
-	return out, w.gen
-}
-
-// nextFragGen numbers the slots of out and returns its generation, which keeps
-// prev's set and order numbers where out has prev's shapes and their order.
-func nextFragGen(gen fragGen, prev, out []fragShape) fragGen {
-	byKey := make([]int, len(out))
-	for i := range byKey {
-		byKey[i] = i
+	wl := newFragWorkload(out)
+	if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
+		wl.gen = w.last.gen
+	} else {
+		wl.gen = fragGens.Add(1)
 	}
-	sort.Slice(byKey, func(i, j int) bool { return out[byKey[i]].key < out[byKey[j]].key })
-	for slot, k := range byKey {
-		out[k].slot = slot
-	}
-	sameSet, sameOrder := len(prev) == len(out) && gen.set != 0, true
-	if sameSet {
-		// Slots number a set by key: two sets are equal when their slots hold
-		// the same keys.
-		prevAt := make([]int, len(prev))
-		for k := range prev {
-			prevAt[prev[k].slot] = k
-		}
-		for slot, k := range byKey {
-			if out[k].key != prev[prevAt[slot]].key {
-				sameSet = false
-				break
-			}
-		}
-	}
-	for k := 0; sameSet && sameOrder && k < len(out); k++ {
-		sameOrder = out[k].key == prev[k].key
-	}
-	switch {
-	case !sameSet:
-		gen = fragGen{set: fragGens.Add(1), order: fragGens.Add(1)}
-	case !sameOrder:
-		gen.order = fragGens.Add(1)
-	}
-	return gen
+	w.last, w.dirty = wl, false
+	return wl
 }
 
 // podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
@@ -319,14 +339,15 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 	return r.Cpu().MilliValue(), r.Memory().Value()
 }
 
-// fragStats is a node's fragmentation for every shape, kept in parts so that the
-// effect of changing one device can be computed without rescanning the node.
+// fragStats is a node's fragmentation statistics per class of the expected workload
+// (fragClass), kept in parts so that the effect of changing one device can be
+// computed without rescanning the node. A shape's fragmentation is its class's.
 type fragStats struct {
 	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	total float64
-	fits  []int     // per shape, devices it fits on
-	small []float64 // per shape, free share of the devices it does not fit on
-	mask  []uint64  // per shape, bit i set when it fits device i (devices < 64)
+	fits  []int     // per class, devices it fits on
+	small []float64 // per class, free share of the devices it does not fit on
+	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -340,19 +361,19 @@ func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
 	return math.Max(0, 1-util)
 }
 
-func shapeFits(m *nodeModel, used []usage, s *fragShape, i int, w *weights) bool {
+func shapeFits(m *nodeModel, used []usage, s *fragClass, i int, w *weights) bool {
 	return m.hot[i].healthy && s.eligibleAt(m, i) && fits(m, used, &s.c, i, w.maxTenants)
 }
 
-func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *fragStats {
-	n := len(m.devices)
-	st := &fragStats{free: make([]float64, n), fits: make([]int, len(shapes)), small: make([]float64, len(shapes)), mask: make([]uint64, len(shapes))}
+func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fragStats {
+	n, classes := len(m.devices), wl.classes
+	st := &fragStats{free: make([]float64, n), fits: make([]int, len(classes)), small: make([]float64, len(classes)), mask: make([]uint64, len(classes))}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
 		st.total += st.free[i]
 	}
-	for k := range shapes {
-		s := &shapes[k]
+	for k := range classes {
+		s := &classes[k]
 		for i := 0; i < n; i++ {
 			if shapeFits(m, used, s, i, w) {
 				st.fits[k]++
@@ -369,18 +390,19 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 
 // placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
-// shapes × devices fits checks; Score needs them before and after every placement).
+// classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *fragStats) placed(m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
-	return st.placedInto(&fragStats{}, m, a, shapes, w)
+func (st *fragStats) placed(m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
+	return st.placedInto(&fragStats{}, m, a, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
 // each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
+func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
 	if len(m.devices) > 64 {
-		return newFragStats(m, a.used, shapes, w)
+		return newFragStats(m, a.used, wl, w)
 	}
+	classes := wl.classes
 	out.free, out.total = append(out.free[:0], st.free...), st.total
 	out.fits = append(out.fits[:0], st.fits...)
 	out.small = append(out.small[:0], st.small...)
@@ -396,13 +418,13 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 			was, now := st.free[i], deviceFree(m, a.used, i, w)
 			out.free[i] = now
 			out.total += now - was
-			for k := range shapes {
+			for k := range classes {
 				if st.mask[k]&bit != 0 {
 					out.fits[k]--
 				} else {
 					out.small[k] -= was
 				}
-				if shapeFits(m, a.used, &shapes[k], i, w) {
+				if shapeFits(m, a.used, &classes[k], i, w) {
 					out.fits[k]++
 					out.mask[k] |= bit
 				} else {
@@ -417,13 +439,14 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 
 // value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
 // the node's free CPU and host memory (nil: all do).
-func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
+func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 	var f float64
-	for k := range shapes {
-		if (hostFits != nil && !hostFits[k]) || st.fits[k] < shapes[k].c.GPUs {
-			f += shapes[k].weight * st.total
+	for k := range wl.shapes {
+		s := &wl.shapes[k]
+		if (hostFits != nil && !hostFits[k]) || st.fits[s.class] < s.c.GPUs {
+			f += s.weight * st.total
 		} else {
-			f += shapes[k].weight * st.small[k]
+			f += s.weight * st.small[s.class]
 		}
 	}
 	return f
@@ -437,10 +460,11 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	if len(m.devices) > 64 {
 		return pickBest(m, used, c, w, cand, packScore), nil
 	}
+	wl := p.frag
 	if st == nil {
-		st = newFragStats(m, used, p.fragShapes, w)
+		st = newFragStats(m, used, wl, w)
 	}
-	before := st.value(p.fragShapes, nil)
+	before := st.value(wl, nil)
 	best, bestDelta, bestPack := -1, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
 	// equally fragmented: each kind is measured once, for its first candidate.
@@ -455,7 +479,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 			}
 		}
 		if !known {
-			after = fragAfter(m, used, st, p.fragShapes, c, i, w)
+			after = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
 				measuredDev[nMeasured], measuredAfter[nMeasured] = i, after
 				nMeasured++
@@ -470,42 +494,52 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	return best, st
 }
 
-// alikeDevices reports whether devices i and j of m are interchangeable for every
-// shape's fit and free share: same usage, memory, health, MIG flag and model.
+// alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
+// for every shape's fit and free share: same usage, memory, health, MIG flag and
+// model (deviceHot.kind).
 func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
-	return used[i] == used[j] && m.hot[i].memoryMiB == m.hot[j].memoryMiB && m.hot[i].healthy == m.hot[j].healthy &&
-		m.hot[i].mig == m.hot[j].mig && m.devices[i].model == m.devices[j].model
+	return used[i] == used[j] && m.hot[i].kind == m.hot[j].kind
 }
 
 // fragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used. used is restored before it returns.
-func fragAfter(m *nodeModel, used []usage, st *fragStats, shapes []fragShape, c *api.ContainerRequest, i int, w *weights) float64 {
+func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) float64 {
 	u := used[i]
 	used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
 	used[i].cores += c.Cores
 	used[i].tenants++
 	fi := deviceFree(m, used, i, w)
 	total := st.total - st.free[i] + fi
+	// Each class's count of devices it fits and free share of those it does not,
+	// after: only device i changes.
+	var fitsBuf [maxSnapshotShapes]int
+	var smallBuf [maxSnapshotShapes]float64
+	nfits, small := fitsBuf[:0], smallBuf[:0]
+	if n := len(wl.classes); n > maxSnapshotShapes {
+		nfits, small = make([]int, 0, n), make([]float64, 0, n)
+	}
+	bit := uint64(1) << uint(i)
+	for k := range wl.classes {
+		f, sm := st.fits[k], st.small[k]
+		if st.mask[k]&bit != 0 {
+			f--
+		} else {
+			sm -= st.free[i]
+		}
+		if shapeFits(m, used, &wl.classes[k], i, w) {
+			f++
+		} else {
+			sm += fi
+		}
+		nfits, small = append(nfits, f), append(small, sm)
+	}
 	var after float64
-	for k := range shapes {
-		s := &shapes[k]
-		fitsBefore := st.mask[k]&(1<<uint(i)) != 0
-		fitsAfter := shapeFits(m, used, s, i, w)
-		nfits, small := st.fits[k], st.small[k]
-		if fitsBefore {
-			nfits--
-		} else {
-			small -= st.free[i]
-		}
-		if fitsAfter {
-			nfits++
-		} else {
-			small += fi
-		}
-		if nfits < s.c.GPUs {
+	for k := range wl.shapes {
+		s := &wl.shapes[k]
+		if nfits[s.class] < s.c.GPUs {
 			after += s.weight * total
 		} else {
-			after += s.weight * small
+			after += s.weight * small[s.class]
 		}
 	}
 	used[i] = u
@@ -528,10 +562,18 @@ const fragScale = 1000
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
 func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
-	shapes := s.info.fragShapes
+	wl := s.info.frag
+	if wl == nil {
+		wl = noWorkload
+	}
+	shapes := wl.shapes
 	cpuFree, memFree := hostFree(ni)
-	hostBefore := make([]bool, len(shapes))
-	hostAfter := make([]bool, len(shapes))
+	var beforeBuf, afterBuf [maxSnapshotShapes]bool
+	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
+	if len(shapes) > maxSnapshotShapes {
+		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
+	}
+	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
 	for k := range shapes {
 		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
 		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
@@ -547,10 +589,10 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 				before[i].tenants--
 			}
 		}
-		st = newFragStats(m, before, shapes, w)
+		st = newFragStats(m, before, wl, w)
 	}
-	after := st.placedInto(&a.after, m, a, shapes, w)
-	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
+	after := st.placedInto(&a.after, m, a, wl, w)
+	delta := after.value(wl, hostAfter) - st.value(wl, hostBefore)
 	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
@@ -577,7 +619,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 	if v.model == nil || len(v.model.devices) == 0 {
 		return 0
 	}
-	shapes := info.fragShapes
+	shapes := info.frag.shapes
 	cpuFree, memFree := hostFree(ni)
 	st := e.fragBase(&v, used, info, w)
 	var delta float64
@@ -585,8 +627,8 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
-		if before && !after && st.fits[k] >= s.c.GPUs {
-			delta += s.weight * (st.total - st.small[k])
+		if before && !after && st.fits[s.class] >= s.c.GPUs {
+			delta += s.weight * (st.total - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)
@@ -617,7 +659,11 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := workloadFeed(p.fragShapes, m, w)
+	var shapes []fragShape
+	if p.frag != nil {
+		shapes = p.frag.shapes
+	}
+	r := workloadFeed(shapes, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -698,60 +744,39 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (nodeEntry.frag): the node's usage generation and the shapes' generation they were
-// measured at, and the statistics, indexed by the shapes of that snapshot. Only the
-// GPU state matters: CPU and host memory, which Score reads from the scheduler's
+// (nodeEntry.frag): the node's usage generation and the workload's class generation
+// they were measured at, and the statistics, indexed by that workload's classes. Only
+// the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
 type fragMemo struct {
 	usageGen uint64
-	gen      fragGen
-	// at[slot] is the index in st of the shape in slot.
-	at []int
-	st *fragStats
+	gen      uint64
+	st       *fragStats
 }
 
 // fragBase is the node's fragmentation statistics under used (the usage of view v)
-// for the pod's shapes: kept from an earlier cycle when neither the node's usage nor
-// the set of shapes has changed since (reordered when the shapes' order has), else
-// measured now and kept. It is nil for a pod without learned shapes.
+// for the pod's workload: kept from an earlier cycle when neither the node's usage
+// nor the workload's classes have changed since, else measured now and kept. It is
+// nil for a pod without a learned workload from a model.
 //
-// Measuring a node costs shapes × devices fit checks and was most of Fragmentation's
+// Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (nodeEntry.usageGen), and the learned set of
-// shapes changes for a few cycles in a hundred (fragGen). The statistics are
-// exactly those newFragStats would compute, so no score moves.
+// informer events touched, change (nodeEntry.usageGen), and the learned GPU
+// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
+// their host requests, changed on a few in a hundred and their order on a quarter,
+// which is why statistics are kept per class). The statistics are exactly those
+// newFragStats would compute, so no score moves.
 func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) *fragStats {
-	if p == nil || len(p.fragShapes) == 0 || p.fragGen.set == 0 {
+	if p == nil || p.frag.empty() || p.frag.gen == 0 {
 		return nil
 	}
-	shapes := p.fragShapes
 	old := e.frag.Load()
-	if old != nil && old.usageGen == v.usageGen && old.gen == p.fragGen {
+	if old != nil && old.usageGen == v.usageGen && old.gen == p.frag.gen {
 		return old.st
 	}
-	memo := &fragMemo{usageGen: v.usageGen, gen: p.fragGen, at: make([]int, len(shapes))}
-	if old != nil && old.usageGen == v.usageGen && old.gen.set == p.fragGen.set {
-		memo.st = old.permuted(shapes)
-	} else {
-		memo.st = newFragStats(v.model, used, shapes, w)
-	}
-	for k := range shapes {
-		memo.at[shapes[k].slot] = k
-	}
+	memo := &fragMemo{usageGen: v.usageGen, gen: p.frag.gen, st: newFragStats(v.model, used, p.frag, w)}
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.frag.Store(memo)
 	return memo.st
-}
-
-// permuted is the memo's statistics for shapes, the memo's set in another order.
-func (memo *fragMemo) permuted(shapes []fragShape) *fragStats {
-	old := memo.st
-	n := len(shapes)
-	st := &fragStats{free: old.free, total: old.total, fits: make([]int, n), small: make([]float64, n), mask: make([]uint64, n)}
-	for k := range shapes {
-		j := memo.at[shapes[k].slot]
-		st.fits[k], st.small[k], st.mask[k] = old.fits[j], old.small[j], old.mask[j]
-	}
-	return st
 }
