@@ -284,7 +284,7 @@ func (c *Cache) existing(name string) *nodeEntry {
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle. base is the node's measure before the
 // pod, or nil (see place).
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0

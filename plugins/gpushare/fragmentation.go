@@ -75,20 +75,20 @@ func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRe
 
 // pickDevice takes the device whose use adds the least fragmentation
 // (pickByFragmentation), and leaves its measure of the node in *measured for the
-// node-level score. A measure already in *measured (the cache's, see place) is the
-// node under used and is not taken again. Without a learned workload it places as
-// Binpack.
+// node-level score. A measure already in measured.base (the cache's, see place) is
+// the node under used and is not taken again. Without a learned workload it places
+// as Binpack.
 func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
 	if p.frag.empty() {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
 	var base *fragStats
 	if measured != nil {
-		base = *measured
+		base = measured.base
 	}
-	i, st := pickByFragmentation(m, used, p, c, w, cand, base)
-	if measured != nil && st != nil {
-		*measured = st
+	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
+	if measured != nil && ms.base != nil {
+		*measured = ms
 	}
 	return i
 }
@@ -187,6 +187,39 @@ type fragWorkload struct {
 	// sharing the cache never pass for each other's. 0 for a workload not from a
 	// model (tests, metrics): never kept.
 	gen uint64
+	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
+	fit *fitIndexes
+	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
+	// node with that much CPU and memory free holds back none of them.
+	maxCPUMilli, maxMemBytes int64
+	// terms are what the fragmentation sums read of each shape, in the shapes' order,
+	// packed (a fragShape spans three cache lines; these, four to one).
+	terms []fragTerm
+}
+
+// fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
+// the GPUs the class must fit.
+type fragTerm struct {
+	weight float64
+	class  int32
+	gpus   int32
+}
+
+// fitsAt reports whether class k fits device i of m under used; mask is the fit
+// index's answer for the device (fitMask), read when there is an index.
+func (wl *fragWorkload) fitsAt(mask uint64, m *nodeModel, used []usage, k, i int, w *weights) bool {
+	if wl.fit != nil {
+		return mask>>uint(k)&1 != 0
+	}
+	return shapeFits(m, used, &wl.classes[k], i, w)
+}
+
+// fitMask is the fit index's set of classes that fit device i (0 without an index).
+func (wl *fragWorkload) fitMask(m *nodeModel, used []usage, i int, w *weights) uint64 {
+	if wl.fit == nil {
+		return 0
+	}
+	return wl.fit.fitMask(m, used, i, w)
 }
 
 // noWorkload is the workload of nothing learned.
@@ -201,6 +234,7 @@ func newFragWorkload(shapes []fragShape) *fragWorkload {
 	wl := &fragWorkload{shapes: shapes}
 	keys := make([]string, 0, len(shapes))
 	for k := range shapes {
+		wl.maxCPUMilli, wl.maxMemBytes = max(wl.maxCPUMilli, shapes[k].cpuMilli), max(wl.maxMemBytes, shapes[k].memBytes)
 		if shapes[k].gpu == "" {
 			shapes[k].gpu = shapes[k].classKey()
 		}
@@ -214,6 +248,11 @@ func newFragWorkload(shapes []fragShape) *fragWorkload {
 		shapes[k].class = x
 		wl.classes[x] = shapes[k].fragClass
 	}
+	wl.terms = make([]fragTerm, len(shapes))
+	for k := range shapes {
+		wl.terms[k] = fragTerm{weight: shapes[k].weight, class: int32(shapes[k].class), gpus: int32(shapes[k].c.GPUs)}
+	}
+	wl.fit = newFitIndexes(wl.classes)
 	return wl
 }
 
@@ -324,7 +363,8 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	}
 	wl := newFragWorkload(out)
 	if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
-		wl.gen = w.last.gen
+		// The same classes in the same order (by key): their indexes carry over.
+		wl.gen, wl.fit = w.last.gen, w.last.fit
 	} else {
 		wl.gen = fragGens.Add(1)
 	}
@@ -348,6 +388,9 @@ type fragStats struct {
 	fits  []int     // per class, devices it fits on
 	small []float64 // per class, free share of the devices it does not fit on
 	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
+	// classFits is per device the classes that fit it (bit k for class k), when the
+	// workload has a fit index (at most 64 classes).
+	classFits []uint64
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -368,14 +411,21 @@ func shapeFits(m *nodeModel, used []usage, s *fragClass, i int, w *weights) bool
 func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fragStats {
 	n, classes := len(m.devices), wl.classes
 	st := &fragStats{free: make([]float64, n), fits: make([]int, len(classes)), small: make([]float64, len(classes)), mask: make([]uint64, len(classes))}
+	if wl.fit != nil {
+		st.classFits = make([]uint64, n)
+	}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
 		st.total += st.free[i]
 	}
-	for k := range classes {
-		s := &classes[k]
-		for i := 0; i < n; i++ {
-			if shapeFits(m, used, s, i, w) {
+	// Device by device: each class's sums still run in device order.
+	for i := 0; i < n; i++ {
+		fm := wl.fitMask(m, used, i, w)
+		if st.classFits != nil {
+			st.classFits[i] = fm
+		}
+		for k := range classes {
+			if wl.fitsAt(fm, m, used, k, i, w) {
 				st.fits[k]++
 				if i < 64 {
 					st.mask[k] |= 1 << uint(i)
@@ -407,6 +457,10 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 	out.fits = append(out.fits[:0], st.fits...)
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
+	out.classFits = append(out.classFits[:0], st.classFits...)
+	if st.classFits == nil {
+		out.classFits = nil
+	}
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -418,13 +472,17 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 			was, now := st.free[i], deviceFree(m, a.used, i, w)
 			out.free[i] = now
 			out.total += now - was
+			fm := wl.fitMask(m, a.used, i, w)
+			if out.classFits != nil {
+				out.classFits[i] = fm
+			}
 			for k := range classes {
 				if st.mask[k]&bit != 0 {
 					out.fits[k]--
 				} else {
 					out.small[k] -= was
 				}
-				if shapeFits(m, a.used, &classes[k], i, w) {
+				if wl.fitsAt(fm, m, a.used, k, i, w) {
 					out.fits[k]++
 					out.mask[k] |= bit
 				} else {
@@ -441,12 +499,11 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 // the node's free CPU and host memory (nil: all do).
 func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 	var f float64
-	for k := range wl.shapes {
-		s := &wl.shapes[k]
-		if (hostFits != nil && !hostFits[k]) || st.fits[s.class] < s.c.GPUs {
-			f += s.weight * st.total
+	for k, t := range wl.terms {
+		if (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus) {
+			f += t.weight * st.total
 		} else {
-			f += s.weight * st.small[s.class]
+			f += t.weight * st.small[t.class]
 		}
 	}
 	return f
@@ -454,44 +511,45 @@ func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 
 // pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
-// returns the node's measure before the container (nil on nodes of over 64 devices):
-// st when not nil (the node under used, measured already), else measured here.
-func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, *fragStats) {
+// returns what it measured (zero on nodes of over 64 devices): the node's statistics
+// before the container (st when not nil: the node under used, measured already; else
+// measured here) and the fragmentation before and after the pick.
+func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, nodeMeasure) {
 	if len(m.devices) > 64 {
-		return pickBest(m, used, c, w, cand, packScore), nil
+		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
 	}
 	wl := p.frag
 	if st == nil {
 		st = newFragStats(m, used, wl, w)
 	}
 	before := st.value(wl, nil)
-	best, bestDelta, bestPack := -1, 0.0, 0.0
+	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
 	// equally fragmented: each kind is measured once, for its first candidate.
 	var measuredDev [16]int
-	var measuredAfter [16]float64
+	var measuredAfter, measuredTotal [16]float64
 	nMeasured := 0
 	for _, i := range cand {
-		after, known := 0.0, false
+		after, total, known := 0.0, 0.0, false
 		for x := 0; x < nMeasured && !known; x++ {
 			if alikeDevices(m, used, i, measuredDev[x]) {
-				after, known = measuredAfter[x], true
+				after, total, known = measuredAfter[x], measuredTotal[x], true
 			}
 		}
 		if !known {
-			after = fragAfter(m, used, st, wl, c, i, w)
+			after, total = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
-				measuredDev[nMeasured], measuredAfter[nMeasured] = i, after
+				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = i, after, total
 				nMeasured++
 			}
 		}
 		delta := after - before
 		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
-			best, bestDelta, bestPack = i, delta, pack
+			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
 	}
-	return best, st
+	return best, nodeMeasure{base: st, picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
@@ -502,48 +560,57 @@ func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
 }
 
 // fragAfter is the node's fragmentation after container c is placed on device i
-// (i < 64), for st measured under used. used is restored before it returns.
-func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) float64 {
+// (i < 64), for st measured under used, and its free GPU capacity then: exactly
+// what placedInto and value (nil) give for that placement, which the node-level score
+// relies on (nodeMeasure.picked). used is restored before it returns.
+//
+// One pass over the shapes, each reading its class's statistics before and the
+// class's fit on device i after (the fit index's mask): a class's statistics after
+// cost no more than this, so they are not kept.
+func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) (after, total float64) {
 	u := used[i]
-	used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+	was := st.free[i]
+	used[i].memMiB += c.MemoryOn(m.hot[i].memoryMiB)
 	used[i].cores += c.Cores
 	used[i].tenants++
 	fi := deviceFree(m, used, i, w)
-	total := st.total - st.free[i] + fi
-	// Each class's count of devices it fits and free share of those it does not,
-	// after: only device i changes.
-	var fitsBuf [maxSnapshotShapes]int
-	var smallBuf [maxSnapshotShapes]float64
-	nfits, small := fitsBuf[:0], smallBuf[:0]
-	if n := len(wl.classes); n > maxSnapshotShapes {
-		nfits, small = make([]int, 0, n), make([]float64, 0, n)
+	total = st.total + (fi - was)
+	// The classes that fit device i before and after, as bit masks over classes.
+	var before, now uint64
+	indexed := wl.fit != nil && st.classFits != nil
+	if indexed {
+		before, now = st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
-	bit := uint64(1) << uint(i)
-	for k := range wl.classes {
-		f, sm := st.fits[k], st.small[k]
-		if st.mask[k]&bit != 0 {
-			f--
+	for k, t := range wl.terms {
+		x := t.class
+		var fitBefore, fitAfter bool
+		if indexed {
+			fitBefore, fitAfter = before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
-			sm -= st.free[i]
+			fitBefore, fitAfter = st.mask[x]&(1<<uint(i)) != 0, shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
 		}
-		if shapeFits(m, used, &wl.classes[k], i, w) {
-			f++
-		} else {
-			sm += fi
+		n := st.fits[x]
+		if fitBefore {
+			n--
 		}
-		nfits, small = append(nfits, f), append(small, sm)
-	}
-	var after float64
-	for k := range wl.shapes {
-		s := &wl.shapes[k]
-		if nfits[s.class] < s.c.GPUs {
-			after += s.weight * total
-		} else {
-			after += s.weight * small[s.class]
+		if fitAfter {
+			n++
 		}
+		if n < int(t.gpus) {
+			after += t.weight * total
+			continue
+		}
+		small := st.small[x]
+		if !fitBefore {
+			small -= was
+		}
+		if !fitAfter {
+			small += fi
+		}
+		after += t.weight * small
 	}
 	used[i] = u
-	return after
+	return after, total
 }
 
 // fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
@@ -566,35 +633,43 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	if wl == nil {
 		wl = noWorkload
 	}
-	shapes := wl.shapes
 	cpuFree, memFree := hostFree(ni)
-	var beforeBuf, afterBuf [maxSnapshotShapes]bool
-	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
-	if len(shapes) > maxSnapshotShapes {
-		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
-	}
-	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
-	for k := range shapes {
-		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
-		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
-	}
-	st := a.measured
-	if st == nil || len(a.placements) != 1 {
-		before := make([]usage, len(a.used))
-		copy(before, a.used)
-		for _, p := range a.placements {
-			for k, i := range p.devices {
-				before[i].memMiB -= p.memMiB[k]
-				before[i].cores -= p.cores
-				before[i].tenants--
-			}
+	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
+	st, ms := a.measured.base, &a.measured
+	// hostHolds is false when the node's CPU and memory hold back no shape, before or
+	// after the pod: every hostBefore and hostAfter below would be true.
+	hostHolds := wl.maxCPUMilli > min(cpuFree, cpuAfter) || wl.maxMemBytes > min(memFree, memAfter)
+	var delta, totalAfter float64
+	switch {
+	case st != nil && ms.picked && len(a.placements) == 1 && !hostHolds:
+		// Filter measured this placement: the measure below would give exactly this.
+		delta, totalAfter = ms.after-ms.before, ms.afterTotal
+	case !hostHolds:
+		if st == nil || len(a.placements) != 1 {
+			st = newFragStats(m, a.usageBefore(), wl, w)
 		}
-		st = newFragStats(m, before, wl, w)
+		after := st.placedInto(&a.after, m, a, wl, w)
+		delta, totalAfter = after.value(wl, nil)-st.value(wl, nil), after.total
+	default:
+		if st == nil || len(a.placements) != 1 {
+			st = newFragStats(m, a.usageBefore(), wl, w)
+		}
+		shapes := wl.shapes
+		var beforeBuf, afterBuf [maxSnapshotShapes]bool
+		hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
+		if len(shapes) > maxSnapshotShapes {
+			hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
+		}
+		hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
+		for k := range shapes {
+			hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+			hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
+		}
+		after := st.placedInto(&a.after, m, a, wl, w)
+		delta, totalAfter = after.value(wl, hostAfter)-st.value(wl, hostBefore), after.total
 	}
-	after := st.placedInto(&a.after, m, a, wl, w)
-	delta := after.value(wl, hostAfter) - st.value(wl, hostBefore)
 	feed := s.info.workloadFeed(m, w)
-	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
+	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(st.total, cpuFree, memFree)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -603,6 +678,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 		raw += w.topology * (a.topology - 1)
 	}
 	return int64(math.Round(raw * fragScale))
+}
+
+// usageBefore is the node's usage before allocation a.
+func (a *allocation) usageBefore() []usage {
+	before := make([]usage, len(a.used))
+	copy(before, a.used)
+	for _, p := range a.placements {
+		for k, i := range p.devices {
+			before[i].memMiB -= p.memMiB[k]
+			before[i].cores -= p.cores
+			before[i].tenants--
+		}
+	}
+	return before
 }
 
 // scoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave

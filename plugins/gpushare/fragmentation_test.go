@@ -456,7 +456,8 @@ func TestFragBaseConcurrent(t *testing.T) {
 
 // The statistics kept per class give each shape exactly the fragmentation measured
 // shape by shape (the definition), before and after a container is placed on any
-// device, for shapes that share GPU requests and differ in host requests.
+// device, for shapes that share GPU requests and differ in host requests; and the
+// device pick's measure after placing is bit for bit the node-level score's.
 func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
 	m := e.pl.cache.existing("n").model
@@ -519,9 +520,90 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 			after[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
 			after[i].cores += c.Cores
 			after[i].tenants++
-			if got, want := fragAfter(m, used, st, wl, c, i, w), perShape(after); math.Abs(got-want) > 1e-12 {
+			got, total := fragAfter(m, used, st, wl, c, i, w)
+			if want := perShape(after); math.Abs(got-want) > 1e-12 {
 				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
 			}
+			// Score takes the pick's figures for what placedInto and value give: they
+			// must be the same bits.
+			placed := st.placed(m, &allocation{placements: []placement{{devices: []int{i}}}, used: after}, wl, w)
+			if v := placed.value(wl, nil); got != v || total != placed.total {
+				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.total)
+			}
 		}
+	}
+}
+
+// Score takes the device pick's measure when the node's CPU and memory hold back no
+// learned shape; the score must be the one measuring the node again gives, on nodes
+// where that shortcut applies and where it does not.
+func TestFragScorePickedMatchesMeasured(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for n := 0; n < 12; n++ {
+		name := fmt.Sprintf("n%d", n)
+		node := h100(t, name)
+		if n%3 == 0 {
+			node = hostNode(t, name, 4, fmt.Sprint(8+4*rng.Intn(8)))
+		}
+		nodes = append(nodes, node)
+		for i := 0; i < 3; i++ {
+			pct := 10 + 10*rng.Intn(8)
+			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-b%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, int64(pct)*150, pct, rng.Intn(4))))
+		}
+	}
+	e := newEnv(t, fragArgs(), nodes, pods...)
+	for k := 0; k < 30; k++ {
+		pct := fmt.Sprint(5 + 5*rng.Intn(19))
+		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(6)), "1Gi")
+		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+	}
+	fast, slow := 0, 0
+	for k := 0; k < 20; k++ {
+		pct := fmt.Sprint(5 + 5*rng.Intn(19))
+		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(4)), "1Gi")
+		ctx, cs := context.Background(), framework.NewCycleState()
+		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		var feasible []fwk.NodeInfo
+		for _, ni := range e.infos {
+			if e.pl.Filter(ctx, cs, pod, ni).IsSuccess() {
+				feasible = append(feasible, ni)
+			}
+		}
+		if st := e.pl.PreScore(ctx, cs, pod, feasible); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		s, err := getState(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ni := range feasible {
+			e.pl.cache.existing(ni.Node().Name).withKept(s.id, func(a *allocation) {
+				kept := a.measured
+				got := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				a.measured.picked = false
+				want := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				a.measured = kept
+				if got != want {
+					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
+				}
+				cpu, mem := hostFree(ni)
+				if kept.picked && s.info.frag.maxCPUMilli <= cpu-s.info.cpuMilli && s.info.frag.maxMemBytes <= mem-s.info.memBytes {
+					fast++
+				} else {
+					slow++
+				}
+			})
+		}
+	}
+	if fast == 0 || slow == 0 {
+		t.Errorf("%d scores took the pick's measure and %d measured: the test wants both", fast, slow)
 	}
 }
