@@ -269,8 +269,15 @@ type workloadModel struct {
 	next   int
 	byUID  map[types.UID]bool
 	counts map[string]*shapeCount
-	last   *fragWorkload // cached result of snapshot; rebuilt when dirty
-	dirty  bool
+	// order holds counts' entries, most frequent first (then by key), kept sorted as
+	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
+	// on the openb trace), a tenth of Fragmentation's scheduling cycle in B2.
+	order []*shapeCount
+	last  *fragWorkload // cached result of snapshot; rebuilt when dirty
+	// lastKept are the entries last's shapes were taken from, in its order.
+	lastKept []*shapeCount
+	seen     map[string]bool // snapshot's scratch
+	dirty    bool
 }
 
 // fragGens numbers the workloads' sets of classes (fragWorkload.gen).
@@ -284,6 +291,28 @@ type ringEntry struct {
 type shapeCount struct {
 	shape fragShape
 	n     int
+	pos   int // in workloadModel.order
+}
+
+// before reports whether a comes before b in workloadModel.order.
+func (a *shapeCount) before(b *shapeCount) bool {
+	if a.n != b.n {
+		return a.n > b.n
+	}
+	return a.shape.key < b.shape.key
+}
+
+// reorder moves c to its place in w.order after its count changed by one.
+func (w *workloadModel) reorder(c *shapeCount) {
+	o := w.order
+	for c.pos > 0 && c.before(o[c.pos-1]) {
+		o[c.pos], o[c.pos-1] = o[c.pos-1], c
+		o[c.pos].pos, c.pos = c.pos, c.pos-1
+	}
+	for c.pos < len(o)-1 && o[c.pos+1].before(c) {
+		o[c.pos], o[c.pos+1] = o[c.pos+1], c
+		o[c.pos].pos, c.pos = c.pos, c.pos+1
+	}
 }
 
 func newWorkloadModel(window int) *workloadModel {
@@ -304,19 +333,27 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 		old := w.ring[w.next]
 		delete(w.byUID, old.uid)
 		if c := w.counts[old.key]; c != nil {
-			if c.n--; c.n == 0 {
+			c.n--
+			w.reorder(c)
+			if c.n == 0 {
+				// The only entry without pods, so the last.
 				delete(w.counts, old.key)
+				w.order = w.order[:len(w.order)-1]
 			}
 		}
 	}
 	w.ring[w.next] = ringEntry{uid: uid, key: s.key}
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
-	if c := w.counts[s.key]; c != nil {
+	c := w.counts[s.key]
+	if c != nil {
 		c.n++
 	} else {
-		w.counts[s.key] = &shapeCount{shape: s, n: 1}
+		c = &shapeCount{shape: s, n: 1, pos: len(w.order)}
+		w.counts[s.key] = c
+		w.order = append(w.order, c)
 	}
+	w.reorder(c)
 	w.dirty = true
 }
 
@@ -328,26 +365,20 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	if !w.dirty && w.last != nil {
 		return w.last
 	}
-	all := make([]*shapeCount, 0, len(w.counts))
-	for _, c := range w.counts {
-		all = append(all, c)
-	}
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].n != all[j].n {
-			return all[i].n > all[j].n
-		}
-		return all[i].shape.key < all[j].shape.key
-	})
+	all := append([]*shapeCount(nil), w.order...)
 	// The most frequent shapes, plus the most frequent of every GPU request the top
 	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
 	if len(all) > maxFragShapes {
-		seen := map[string]bool{}
-		kept := all[:0:0]
+		if w.seen == nil {
+			w.seen = map[string]bool{}
+		}
+		clear(w.seen)
+		kept := all[:0]
 		for i, c := range all {
 			g := c.shape.gpuKey()
-			if i < maxFragShapes || (!seen[g] && len(kept) < maxSnapshotShapes) {
+			if i < maxFragShapes || (!w.seen[g] && len(kept) < maxSnapshotShapes) {
 				kept = append(kept, c)
-				seen[g] = true
+				w.seen[g] = true
 			}
 		}
 		all = kept
@@ -357,18 +388,32 @@ func (w *workloadModel) snapshot() *fragWorkload {
 		total += c.n
 	}
 	out := make([]fragShape, len(all))
-	for i, c := range all {
-		out[i] = c.shape
-		out[i].weight = float64(c.n) / float64(total)
-	}
-	wl := newFragWorkload(out)
-	if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
-		// The same classes in the same order (by key): their indexes carry over.
-		wl.gen, wl.fit = w.last.gen, w.last.fit
+	var wl *fragWorkload
+	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
+		// The same shapes in the same order, other weights: their classes and
+		// indexes carry over, and only the terms are new.
+		copy(out, w.last.shapes)
+		prev := *w.last
+		wl = &prev
+		wl.shapes, wl.terms = out, make([]fragTerm, len(out))
+		for i, c := range all {
+			out[i].weight = float64(c.n) / float64(total)
+			wl.terms[i] = fragTerm{weight: out[i].weight, class: int32(out[i].class), gpus: int32(out[i].c.GPUs)}
+		}
 	} else {
-		wl.gen = fragGens.Add(1)
+		for i, c := range all {
+			out[i] = c.shape
+			out[i].weight = float64(c.n) / float64(total)
+		}
+		wl = newFragWorkload(out)
+		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
+			// The same classes in the same order (by key): their indexes carry over.
+			wl.gen, wl.fit = w.last.gen, w.last.fit
+		} else {
+			wl.gen = fragGens.Add(1)
+		}
 	}
-	w.last, w.dirty = wl, false
+	w.last, w.lastKept, w.dirty = wl, all, false
 	return wl
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"reflect"
+	"sort"
 	"sync"
 	"testing"
 
@@ -605,5 +606,78 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 	}
 	if fast == 0 || slow == 0 {
 		t.Errorf("%d scores took the pick's measure and %d measured: the test wants both", fast, slow)
+	}
+}
+
+// The workload model keeps its shapes ordered as pods come and leave the window; every
+// snapshot must be the one sorting all counts gives (most frequent first, then by
+// key; the top shapes and the most frequent of each GPU request they miss), with the
+// same weights, and the classes and their generation must follow the shapes.
+func TestWorkloadSnapshotMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	w := newWorkloadModel(300)
+	reference := func() []fragShape {
+		var all []*shapeCount
+		for _, c := range w.counts {
+			all = append(all, c)
+		}
+		sort.Slice(all, func(i, j int) bool {
+			if all[i].n != all[j].n {
+				return all[i].n > all[j].n
+			}
+			return all[i].shape.key < all[j].shape.key
+		})
+		if len(all) > maxFragShapes {
+			seen := map[string]bool{}
+			var kept []*shapeCount
+			for i, c := range all {
+				if g := c.shape.gpuKey(); i < maxFragShapes || (!seen[g] && len(kept) < maxSnapshotShapes) {
+					kept, seen[g] = append(kept, c), true
+				}
+			}
+			all = kept
+		}
+		total := 0
+		for _, c := range all {
+			total += c.n
+		}
+		out := make([]fragShape, len(all))
+		for i, c := range all {
+			out[i] = c.shape
+			out[i].weight = float64(c.n) / float64(total)
+		}
+		return out
+	}
+	var prev *fragWorkload
+	for i := 0; i < 5000; i++ {
+		g, pct := 1, 5*(1+rng.Intn(20))
+		if rng.Intn(40) == 0 {
+			g, pct = 2+rng.Intn(7), 100
+		}
+		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, order: []int{0},
+			cpuMilli: int64(1000 * rng.Intn(20)), memBytes: int64(rng.Intn(8)) << 30}
+		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
+		w.observe(uid, shapeOf(info))
+		if rng.Intn(3) == 0 {
+			continue // several pods between snapshots
+		}
+		got, want := w.snapshot(), reference()
+		if len(got.shapes) != len(want) {
+			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.shapes), len(want))
+		}
+		for k := range want {
+			s := &got.shapes[k]
+			if s.key != want[k].key || s.weight != want[k].weight || got.terms[k].weight != s.weight ||
+				got.classes[s.class].gpu != s.gpu || int(got.terms[k].class) != s.class {
+				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.key, s.weight, s.class, want[k].key, want[k].weight)
+			}
+		}
+		if ref := newFragWorkload(want); !sameClasses(ref, got) {
+			t.Fatalf("pod %d: classes differ from the shapes'", i)
+		}
+		if prev != nil && (got.gen == prev.gen) != sameClasses(prev, got) {
+			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.gen, prev.gen, sameClasses(prev, got))
+		}
+		prev = got
 	}
 }
