@@ -273,11 +273,20 @@ type workloadModel struct {
 	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
 	// on the openb trace), a tenth of Fragmentation's scheduling cycle in B2.
 	order []*shapeCount
-	last  *fragWorkload // cached result of snapshot; rebuilt when dirty
+	// gpus numbers the GPU requests (gpuKey) of counts' entries, so that a snapshot
+	// tells them apart by index; gpuFree lists numbers no longer in use.
+	gpus    map[string]*gpuCount
+	gpuFree []int
+	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
 	// lastKept are the entries last's shapes were taken from, in its order.
 	lastKept []*shapeCount
-	seen     map[string]bool // snapshot's scratch
+	seen     []bool // snapshot's scratch, by GPU request number
 	dirty    bool
+}
+
+// gpuCount is a GPU request's number and how many of counts' entries have it.
+type gpuCount struct {
+	id, shapes int
 }
 
 // fragGens numbers the workloads' sets of classes (fragWorkload.gen).
@@ -292,6 +301,7 @@ type shapeCount struct {
 	shape fragShape
 	n     int
 	pos   int // in workloadModel.order
+	gpu   int // the number of its GPU request (workloadModel.gpus)
 }
 
 // before reports whether a comes before b in workloadModel.order.
@@ -302,21 +312,51 @@ func (a *shapeCount) before(b *shapeCount) bool {
 	return a.shape.key < b.shape.key
 }
 
-// reorder moves c to its place in w.order after its count changed by one.
+// reorder moves c to its place in w.order after its count changed by one: found by
+// binary search among the entries it may pass (the rest of the order is sorted),
+// those shifted by one.
 func (w *workloadModel) reorder(c *shapeCount) {
-	o := w.order
-	for c.pos > 0 && c.before(o[c.pos-1]) {
-		o[c.pos], o[c.pos-1] = o[c.pos-1], c
-		o[c.pos].pos, c.pos = c.pos, c.pos-1
+	o, from := w.order, c.pos
+	to := from
+	if from > 0 && c.before(o[from-1]) {
+		to = sort.Search(from, func(j int) bool { return c.before(o[j]) })
+		copy(o[to+1:from+1], o[to:from])
+	} else if from < len(o)-1 && o[from+1].before(c) {
+		to = from + 1 + sort.Search(len(o)-from-1, func(j int) bool { return !o[from+1+j].before(c) }) - 1
+		copy(o[from:to], o[from+1:to+1])
 	}
-	for c.pos < len(o)-1 && o[c.pos+1].before(c) {
-		o[c.pos], o[c.pos+1] = o[c.pos+1], c
-		o[c.pos].pos, c.pos = c.pos, c.pos+1
+	o[to] = c
+	for j := min(from, to); j <= max(from, to); j++ {
+		o[j].pos = j
+	}
+}
+
+// gpuOf numbers the GPU request of a new entry of counts.
+func (w *workloadModel) gpuOf(key string) int {
+	g := w.gpus[key]
+	if g == nil {
+		g = &gpuCount{id: len(w.gpus)}
+		if n := len(w.gpuFree); n > 0 {
+			g.id, w.gpuFree = w.gpuFree[n-1], w.gpuFree[:n-1]
+		}
+		w.gpus[key] = g
+	}
+	g.shapes++
+	return g.id
+}
+
+// dropGPU forgets an entry of counts with the GPU request key.
+func (w *workloadModel) dropGPU(key string) {
+	if g := w.gpus[key]; g != nil {
+		if g.shapes--; g.shapes == 0 {
+			delete(w.gpus, key)
+			w.gpuFree = append(w.gpuFree, g.id)
+		}
 	}
 }
 
 func newWorkloadModel(window int) *workloadModel {
-	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}}
+	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{}}
 }
 
 // observe records a pod's shape once (a retried pod is not counted again while it is
@@ -339,6 +379,7 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 				// The only entry without pods, so the last.
 				delete(w.counts, old.key)
 				w.order = w.order[:len(w.order)-1]
+				w.dropGPU(c.shape.gpu)
 			}
 		}
 	}
@@ -349,7 +390,7 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 	if c != nil {
 		c.n++
 	} else {
-		c = &shapeCount{shape: s, n: 1, pos: len(w.order)}
+		c = &shapeCount{shape: s, n: 1, pos: len(w.order), gpu: w.gpuOf(s.gpu)}
 		w.counts[s.key] = c
 		w.order = append(w.order, c)
 	}
@@ -365,23 +406,19 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	if !w.dirty && w.last != nil {
 		return w.last
 	}
-	all := append([]*shapeCount(nil), w.order...)
 	// The most frequent shapes, plus the most frequent of every GPU request the top
 	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
-	if len(all) > maxFragShapes {
-		if w.seen == nil {
-			w.seen = map[string]bool{}
-		}
-		clear(w.seen)
-		kept := all[:0]
-		for i, c := range all {
-			g := c.shape.gpuKey()
-			if i < maxFragShapes || (!w.seen[g] && len(kept) < maxSnapshotShapes) {
-				kept = append(kept, c)
-				w.seen[g] = true
+	all := make([]*shapeCount, 0, min(len(w.order), maxSnapshotShapes))
+	if len(w.order) <= maxFragShapes {
+		all = append(all, w.order...)
+	} else {
+		w.seen = append(w.seen[:0], make([]bool, len(w.gpus)+len(w.gpuFree))...)
+		for i, c := range w.order {
+			if i < maxFragShapes || (!w.seen[c.gpu] && len(all) < maxSnapshotShapes) {
+				all = append(all, c)
+				w.seen[c.gpu] = true
 			}
 		}
-		all = kept
 	}
 	total := 0
 	for _, c := range all {
