@@ -41,7 +41,7 @@ type podRecord struct {
 // nodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
-// model, used, heartbeat, invErr, then keptMu and kept): Filter's cost on a large cluster is
+// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's cost on a large cluster is
 // mostly cache misses, one per line of the entry it touches.
 type nodeEntry struct {
 	mu   sync.RWMutex
@@ -61,6 +61,12 @@ type nodeEntry struct {
 	// usageGen changes whenever model or used does: it tells the fragmentation
 	// measure kept in frag whether it still describes the node.
 	usageGen uint64
+	// frag is the Fragmentation policy's measure of the node as it is, against the
+	// learned workload (fragMemo): kept across cycles, because only the node a pod
+	// goes to and the nodes informer events touch change from one cycle to the next.
+	// Read and replaced without a lock by Filter and Score (it is immutable once
+	// stored). Beside the fields Filter reads on every node: one cache line fewer.
+	frag atomic.Pointer[fragMemo]
 
 	// kept is the allocation Filter made on this node in the scheduling cycle
 	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
@@ -70,11 +76,6 @@ type nodeEntry struct {
 	keptCycle uint64
 	kept      allocation
 
-	// frag is the Fragmentation policy's measure of the node as it is, against the
-	// learned shapes (fragMemo): kept across cycles, because only the node a pod goes
-	// to and the nodes informer events touch change from one cycle to the next. Read
-	// and replaced without a lock by Filter and Score (it is immutable once stored).
-	frag atomic.Pointer[fragMemo]
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
