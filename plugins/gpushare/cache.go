@@ -41,8 +41,9 @@ type podRecord struct {
 // nodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
-// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's cost on a large cluster is
-// mostly cache misses, one per line of the entry it touches.
+// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
+// cost on a large cluster is mostly cache misses, one per line of the entry it
+// touches.
 type nodeEntry struct {
 	mu   sync.RWMutex
 	name string // compared by every lookup (nodeTable)
@@ -75,7 +76,6 @@ type nodeEntry struct {
 	keptMu    sync.Mutex
 	keptCycle uint64
 	kept      allocation
-
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
