@@ -33,10 +33,11 @@ func run(args []string) int {
 	}
 	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
 	var cfg agent.Config
-	var printInventory, printVersion bool
+	var printInventory, printCDI, printVersion bool
 	agent.BindFlags(fs, &cfg)
 	logging := agent.AddLoggingFlags(fs)
 	fs.BoolVar(&printInventory, "print-inventory", false, "print the GPU inventory the agent would publish, as JSON, and exit (needs no API server)")
+	fs.BoolVar(&printCDI, "print-cdi-spec", false, "write the node's CDI spec into --cdi-spec-dir, print what it holds as JSON, and exit (needs no API server)")
 	fs.BoolVar(&printVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -59,6 +60,13 @@ func run(args []string) int {
 	if printInventory {
 		if err := agent.PrintInventory(os.Stdout, &cfg, log); err != nil {
 			log.Error(err, "reading the GPU inventory")
+			return 1
+		}
+		return 0
+	}
+	if printCDI {
+		if err := agent.PrintCDISpec(os.Stdout, &cfg, log); err != nil {
+			log.Error(err, "writing the CDI spec")
 			return 1
 		}
 		return 0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/cdi"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
@@ -101,6 +103,26 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
 	HealthAddr string
+	// CDISpecDir is where the node's CDI spec is written; empty: no CDI (the binding
+	// adds device nodes itself and relies on the runtime for the driver's files).
+	CDISpecDir string
+	// CDIKind is the CDI devices' vendor/class.
+	CDIKind string
+	// CDIDriverRoot is where the agent sees the driver's root filesystem, and
+	// CDIHostDriverRoot the same directory on the host.
+	CDIDriverRoot, CDIHostDriverRoot string
+	// CDILibrarySearchPaths are the only directories searched for the driver's
+	// libraries (as the agent sees them); empty: the loader cache and the usual ones.
+	CDILibrarySearchPaths []string
+	// CDIHook is nvidia-cdi-hook's host path, "auto" or "none".
+	CDIHook string
+	// NRIUnavailable is what to do when NRI is asked for but the runtime has no NRI
+	// socket at start-up: refuse GPU containers, or fall back to the binding at the
+	// first CUDA call.
+	NRIUnavailable string
+	// CgroupRoot is where the host's cgroups are mounted.
+	CgroupRoot string
+
 	// StallTimeout is how long a loop (inventory poll, watchdog) may go without a
 	// completed pass, and NRI without a connection to the runtime, before /healthz
 	// fails and the kubelet restarts the agent.
@@ -151,6 +173,9 @@ func (c *Config) Validate() error {
 		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
 			return fmt.Errorf("--stall-timeout %s must be at least twice --poll and --watchdog-interval", c.StallTimeout)
 		}
+	}
+	if err := c.validateCDI(); err != nil {
+		return err
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
@@ -217,6 +242,12 @@ type Agent struct {
 	Binder    *binding.Binder
 	NRI       *nriplugin.Plugin
 	Watchdog  *watchdog.Watchdog
+	// CDI writes the node's CDI spec (--cdi-spec-dir).
+	CDI *cdi.Generator
+	// req is what the node lacks of Tessera's requirements.
+	req requirements
+	// statfs reads a filesystem's type (unix.Statfs; tests replace it).
+	statfs func(string, *unix.Statfs_t) error
 	// Fallback is the binding at the first CUDA call (--bind-fallback).
 	Fallback *fallback
 	// pods is this node's pods, for the bindings.
@@ -234,7 +265,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder}
+	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder, statfs: unix.Statfs}
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -247,7 +278,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
 			ResourceName: string(names.GPU), Dir: cfg.DevicePluginDir, Replicas: cfg.DevicePluginReplicas,
-			Log: log.WithName("deviceplugin"), Allocate: a.fallbackAllocate,
+			Log: log.WithName("deviceplugin"), Allocate: a.allocate,
 		})
 		if err != nil {
 			return nil, err
@@ -266,18 +297,30 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			return nil, err
 		}
 	}
+	if cfg.CDISpecDir != "" {
+		g, err := a.newCDI()
+		if err != nil {
+			return nil, err
+		}
+		a.CDI = g
+	}
 	if cfg.NRI || cfg.BindFallback {
 		pods, err := newPodCache(client, cfg.NodeName)
 		if err != nil {
 			return nil, err
 		}
 		a.pods = pods
-		b, err := binding.New(binding.Config{
+		bc := binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
 			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
-		})
+			Unmet: a.req.bindRefusal,
+		}
+		if a.CDI != nil {
+			bc.CDI = a.CDI
+		}
+		b, err := binding.New(bc)
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +328,10 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	if cfg.NRI {
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
+		if a.CDI != nil {
+			a.NRI.ResolveCDI = a.CDI.Resolve
+			a.NRI.CDIKind = a.CDI.Kind()
+		}
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
 			a.Metrics.ContainerRefused()
 			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)
@@ -380,6 +427,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			Ready: func(now time.Time) error { return state(now, 0) },
 		})
 	}
+	// Not ready while the node lacks what Tessera needs (GPU containers are refused
+	// meanwhile); a restart cures none of it, so liveness is not affected.
+	c.Add(health.Check{Name: "node-requirements", Ready: func(time.Time) error {
+		if l := a.req.list(); len(l) > 0 {
+			return errors.New(strings.Join(l, "; "))
+		}
+		return nil
+	}})
 	if a.Plugin != nil {
 		c.Add(health.Check{Name: "device-plugin", Ready: func(time.Time) error {
 			if ok, _, err := a.Plugin.Registered(); !ok {
@@ -443,6 +498,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.recorder = bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "tessera-node-agent", Host: a.cfg.NodeName})
 	}
 	a.Publisher.Recorder = a.recorder
+	// Checked before anything is served: a GPU container is refused while the node
+	// lacks what Tessera needs.
+	a.checkStatic()
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -466,6 +524,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	})
 	start("inventory", func(ctx context.Context) error { a.Publisher.Run(ctx); return nil })
+	start("requirements", a.watchRequirements)
 	if a.Plugin != nil {
 		start("device plugin", a.Plugin.Run)
 	}

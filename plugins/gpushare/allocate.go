@@ -35,6 +35,9 @@ type podInfo struct {
 	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
+	// pressure is the workload's model pressure when the pod was prepared (nil:
+	// none), which Fragmentation charges placements with (pressure.go).
+	pressure *modelPressure
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).

@@ -140,8 +140,14 @@ func (x *fitIndexes) fitMask(m *nodeModel, used []usage, i int, w *weights) uint
 	}
 	ix := x.forMemory(d.memoryMiB)
 	fit := ix.memPrefix[atMost(ix.memNeed, d.memoryMiB-u.memMiB)] & ix.corePrefix[atMost(ix.coreNeed, int64(100-u.cores))]
+	return fit & x.eligibleMask(m, i)
+}
+
+// eligibleMask is the set of classes whose model selection admits device i of m,
+// whatever its health and usage.
+func (x *fitIndexes) eligibleMask(m *nodeModel, i int) uint64 {
 	var eligible uint64
-	if !d.mig {
+	if !m.hot[i].mig {
 		eligible = x.plain
 	}
 	for _, k := range x.selective {
@@ -149,5 +155,5 @@ func (x *fitIndexes) fitMask(m *nodeModel, used []usage, i int, w *weights) uint
 			eligible |= 1 << uint(k)
 		}
 	}
-	return fit & eligible
+	return eligible
 }

@@ -65,6 +65,7 @@ func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
 	info.cpuMilli, info.memBytes = podHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
 	info.frag = f.workload.snapshot()
+	info.pressure = f.workload.pressureNow()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
@@ -214,6 +215,24 @@ func (wl *fragWorkload) fitsAt(mask uint64, m *nodeModel, used []usage, k, i int
 	return shapeFits(m, used, &wl.classes[k], i, w)
 }
 
+// eligibleAt reports whether class k's model selection admits device i of m; mask is
+// the fit index's answer for the device (eligibleMask), read when there is an index.
+func (wl *fragWorkload) eligibleAt(mask uint64, m *nodeModel, k, i int) bool {
+	if wl.fit != nil {
+		return mask>>uint(k)&1 != 0
+	}
+	return wl.classes[k].eligibleAt(m, i)
+}
+
+// eligibleMask is the fit index's set of classes that device i admits (0 without
+// an index).
+func (wl *fragWorkload) eligibleMask(m *nodeModel, i int) uint64 {
+	if wl.fit == nil {
+		return 0
+	}
+	return wl.fit.eligibleMask(m, i)
+}
+
 // fitMask is the fit index's set of classes that fit device i (0 without an index).
 func (wl *fragWorkload) fitMask(m *nodeModel, used []usage, i int, w *weights) uint64 {
 	if wl.fit == nil {
@@ -282,6 +301,17 @@ type workloadModel struct {
 	lastKept []*shapeCount
 	seen     []bool // snapshot's scratch, by GPU request number
 	dirty    bool
+
+	// Model pressure (pressure.go): the cluster and weights it is measured with
+	// (bind), how many pods of the window have a model selection, and the pressure
+	// last computed with how many pods were observed since and how many the window
+	// held then.
+	cluster     *Cache
+	weights     *weights
+	selective   int
+	pressure    *modelPressure
+	pressureAge int
+	pressureLen int
 }
 
 // gpuCount is a GPU request's number and how many of counts' entries have it.
@@ -293,8 +323,9 @@ type gpuCount struct {
 var fragGens atomic.Uint64
 
 type ringEntry struct {
-	uid types.UID
-	key string
+	uid       types.UID
+	key       string
+	selective bool
 }
 
 type shapeCount struct {
@@ -356,7 +387,8 @@ func (w *workloadModel) dropGPU(key string) {
 }
 
 func newWorkloadModel(window int) *workloadModel {
-	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{}}
+	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{},
+		pressureAge: pressureEvery}
 }
 
 // observe records a pod's shape once (a retried pod is not counted again while it is
@@ -372,6 +404,9 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 	} else {
 		old := w.ring[w.next]
 		delete(w.byUID, old.uid)
+		if old.selective {
+			w.selective--
+		}
 		if c := w.counts[old.key]; c != nil {
 			c.n--
 			w.reorder(c)
@@ -383,7 +418,11 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 			}
 		}
 	}
-	w.ring[w.next] = ringEntry{uid: uid, key: s.key}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.key, selective: s.hasSelection()}
+	if s.hasSelection() {
+		w.selective++
+	}
+	w.pressureAge++
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
 	c := w.counts[s.key]
@@ -464,15 +503,29 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // fragStats is a node's fragmentation statistics per class of the expected workload
 // (fragClass), kept in parts so that the effect of changing one device can be
 // computed without rescanning the node. A shape's fragmentation is its class's.
+//
+// A class is measured on the devices its model selection admits (eligible): a pod
+// that requires a T4 strands nothing on a node of other GPUs, whatever is free there,
+// and that node's fragmentation does not count it. Where no device of the node is
+// eligible the class adds nothing to the node's fragmentation; keeping the GPU models
+// that constrained pods need free for them is the separate model pressure term
+// (modelPressure).
 type fragStats struct {
 	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	total float64
 	fits  []int     // per class, devices it fits on
-	small []float64 // per class, free share of the devices it does not fit on
+	small []float64 // per class, free share of the eligible devices it does not fit on
 	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
-	// classFits is per device the classes that fit it (bit k for class k), when the
-	// workload has a fit index (at most 64 classes).
-	classFits []uint64
+	// elig is per class the free share of its eligible devices, emask the eligible
+	// devices (bit i, devices < 64) and eligible how many there are: eligibility
+	// depends on the node's devices only, never on their usage.
+	elig     []float64
+	emask    []uint64
+	eligible []int
+	// classFits and classElig are per device the classes that fit it and that it
+	// admits (bit k for class k), when the workload has a fit index (at most 64
+	// classes).
+	classFits, classElig []uint64
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -502,11 +555,13 @@ func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fra
 func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *weights) {
 	n, classes := len(m.devices), wl.classes
 	k := len(classes)
-	floats := make([]float64, n+k)
-	words := make([]uint64, k+n)
-	*st = fragStats{free: floats[:n:n], small: floats[n:], fits: make([]int, k), mask: words[:k:k]}
+	floats := make([]float64, n+2*k)
+	words := make([]uint64, 2*k+2*n)
+	ints := make([]int, 2*k)
+	*st = fragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
+		fits: ints[:k:k], eligible: ints[k:], mask: words[:k:k], emask: words[k : 2*k : 2*k]}
 	if wl.fit != nil {
-		st.classFits = words[k:]
+		st.classFits, st.classElig = words[2*k:2*k+n:2*k+n], words[2*k+n:]
 	}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
@@ -514,11 +569,19 @@ func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *we
 	}
 	// Device by device: each class's sums still run in device order.
 	for i := 0; i < n; i++ {
-		fm := wl.fitMask(m, used, i, w)
+		em, fm := wl.eligibleMask(m, i), wl.fitMask(m, used, i, w)
 		if st.classFits != nil {
-			st.classFits[i] = fm
+			st.classFits[i], st.classElig[i] = fm, em
 		}
 		for k := range classes {
+			if !wl.eligibleAt(em, m, k, i) {
+				continue
+			}
+			st.eligible[k]++
+			st.elig[k] += st.free[i]
+			if i < 64 {
+				st.emask[k] |= 1 << uint(i)
+			}
 			if wl.fitsAt(fm, m, used, k, i, w) {
 				st.fits[k]++
 				if i < 64 {
@@ -550,10 +613,13 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 	out.fits = append(out.fits[:0], st.fits...)
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
+	out.elig = append(out.elig[:0], st.elig...)
 	out.classFits = append(out.classFits[:0], st.classFits...)
 	if st.classFits == nil {
 		out.classFits = nil
 	}
+	// Eligibility does not depend on usage: out shares st's, which neither changes.
+	out.emask, out.eligible, out.classElig = st.emask, st.eligible, st.classElig
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -570,6 +636,10 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 				out.classFits[i] = fm
 			}
 			for k := range classes {
+				if st.emask[k]&bit == 0 {
+					continue // the class cannot use device i, before or after
+				}
+				out.elig[k] += now - was
 				if st.mask[k]&bit != 0 {
 					out.fits[k]--
 				} else {
@@ -588,14 +658,18 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 	return out
 }
 
-// value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
-// the node's free CPU and host memory (nil: all do).
+// value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
+// weighted by its share of the workload, the free capacity of its eligible devices it
+// cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
+// memory (nil: all do).
 func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 	var f float64
 	for k, t := range wl.terms {
-		if (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus) {
-			f += t.weight * st.total
-		} else {
+		switch {
+		case st.eligible[t.class] == 0:
+		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus):
+			f += t.weight * st.elig[t.class]
+		default:
 			f += t.weight * st.small[t.class]
 		}
 	}
@@ -668,39 +742,46 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 	used[i].tenants++
 	fi := deviceFree(m, used, i, w)
 	total = st.total + (fi - was)
-	// The classes that fit device i before and after, as bit masks over classes.
-	var before, now uint64
+	// The classes device i admits, and those that fit it before and after, as bit
+	// masks over classes.
+	var admits, before, now uint64
+	bit := uint64(1) << uint(i)
 	indexed := wl.fit != nil && st.classFits != nil
 	if indexed {
-		before, now = st.classFits[i], wl.fit.fitMask(m, used, i, w)
+		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
 	for k, t := range wl.terms {
 		x := t.class
-		var fitBefore, fitAfter bool
-		if indexed {
-			fitBefore, fitAfter = before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
-		} else {
-			fitBefore, fitAfter = st.mask[x]&(1<<uint(i)) != 0, shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
-		}
-		n := st.fits[x]
-		if fitBefore {
-			n--
-		}
-		if fitAfter {
-			n++
-		}
-		if n < int(t.gpus) {
-			after += t.weight * total
+		if st.eligible[x] == 0 {
 			continue
 		}
-		small := st.small[x]
-		if !fitBefore {
-			small -= was
+		n, small, elig := st.fits[x], st.small[x], st.elig[x]
+		var onDevice, fitBefore, fitAfter bool
+		if indexed {
+			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
+		} else {
+			onDevice = st.emask[x]&bit != 0
+			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
 		}
-		if !fitAfter {
-			small += fi
+		if onDevice {
+			// As placedInto: the free share changes by (fi - was).
+			elig += fi - was
+			if fitBefore {
+				n--
+			} else {
+				small -= was
+			}
+			if fitAfter {
+				n++
+			} else {
+				small += fi
+			}
 		}
-		after += t.weight * small
+		if n < int(t.gpus) {
+			after += t.weight * elig
+		} else {
+			after += t.weight * small
+		}
 	}
 	used[i] = u
 	return after, total
@@ -763,6 +844,7 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	}
 	feed := s.info.workloadFeed(m, w)
 	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(st.total, cpuFree, memFree)
+	delta += s.info.pressure.cost(m, a, w)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -810,7 +892,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
 		if before && !after && st.fits[s.class] >= s.c.GPUs {
-			delta += s.weight * (st.total - st.small[s.class])
+			delta += s.weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)

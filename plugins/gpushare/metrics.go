@@ -150,20 +150,29 @@ var wholeGPU = fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}
 
 // wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
 // whole GPU cannot use (newFragStats and value for that one class, without
-// allocating: the collector measures every node on every scrape).
+// allocating: the collector measures every node on every scrape). MIG instances are
+// not eligible for such pods.
 func wholeGPUFragmentation(m *nodeModel, used []usage, w *weights) (free, frag float64) {
-	fit, small := 0, 0.0
+	fit, eligible, small, elig := 0, 0, 0.0, 0.0
 	for i := range m.devices {
 		f := deviceFree(m, used, i, w)
 		free += f
+		if !wholeGPU.eligibleAt(m, i) {
+			continue
+		}
+		eligible++
+		elig += f
 		if shapeFits(m, used, &wholeGPU, i, w) {
 			fit++
 		} else {
 			small += f
 		}
 	}
-	if fit < wholeGPU.c.GPUs {
-		return free, free
+	switch {
+	case eligible == 0:
+		return free, 0
+	case fit < wholeGPU.c.GPUs:
+		return free, elig
 	}
 	return free, small
 }

@@ -103,7 +103,7 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
 	workload := newWorkloadModel(args.FragmentationWindow)
 	placers := newPlacers(workload)
-	return &Plugin{
+	pl := &Plugin{
 		handle: h,
 		args:   args,
 		names:  *args.ResourceNames,
@@ -120,6 +120,8 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() 
 		placers:   placers,
 		node:      placers[args.NodePolicy],
 	}
+	workload.bind(c, &pl.w)
+	return pl
 }
 
 // The profiles of one scheduler share one informer factory; they must share one
