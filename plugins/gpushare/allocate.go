@@ -26,13 +26,11 @@ type podInfo struct {
 	topology     api.Topology
 	// device is the GPU-level placer: the profile's, or the pod's by annotation.
 	device placer
-	// cpuMilli and memBytes are the pod's host requests, and fragShapes the expected
+	// cpuMilli and memBytes are the pod's host requests, and frag the expected
 	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
 	cpuMilli, memBytes int64
-	fragShapes         []fragShape
-	// fragGen identifies fragShapes for the measures the cache keeps (fragMemo).
-	fragGen fragGen
-	// feed is fragShapes' workloadFeed for the GPU size last asked for: the same for
+	frag               *fragWorkload
+	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
 	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.
@@ -141,9 +139,9 @@ type allocation struct {
 	used []usage
 	// model is the node the allocation was made on.
 	model *nodeModel
-	// measured is the node before the pod as the GPU-level placer measured it to
-	// place a one-container pod (see placer.pickDevice), for the node-level score to
-	// reuse instead of measuring the node again. nil otherwise.
+	// measured is what the GPU-level placer measured of the node to place a
+	// one-container pod (see placer.pickDevice), for the node-level score to reuse
+	// instead of measuring the node again. Zero otherwise.
 	measured nodeMeasure
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
@@ -171,7 +169,7 @@ func (a *allocation) reset(used []usage) {
 	a.placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.model, a.measured = nil, nil
+	a.model, a.measured = nil, nodeMeasure{}
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
@@ -213,7 +211,7 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 // allocateInto is allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
-func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	ci, fail := place(a, m, used, p, w, base)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
@@ -233,12 +231,12 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
 // kept in the cache: nodeEntry.frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
-func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base nodeMeasure) (int, *allocFailure) {
+func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base *fragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
 	if len(p.order) == 1 {
-		a.measured = base
+		a.measured.base = base
 	}
 	used := a.used
 	free := freeIslands(m, used)

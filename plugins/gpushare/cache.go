@@ -41,8 +41,9 @@ type podRecord struct {
 // nodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
-// model, used, heartbeat, invErr, then keptMu and kept): Filter's cost on a large cluster is
-// mostly cache misses, one per line of the entry it touches.
+// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
+// cost on a large cluster is mostly cache misses, one per line of the entry it
+// touches.
 type nodeEntry struct {
 	mu   sync.RWMutex
 	name string // compared by every lookup (nodeTable)
@@ -61,6 +62,12 @@ type nodeEntry struct {
 	// usageGen changes whenever model or used does: it tells the fragmentation
 	// measure kept in frag whether it still describes the node.
 	usageGen uint64
+	// frag is the Fragmentation policy's measure of the node as it is, against the
+	// learned workload (fragMemo): kept across cycles, because only the node a pod
+	// goes to and the nodes informer events touch change from one cycle to the next.
+	// Read and replaced without a lock by Filter and Score (it is immutable once
+	// stored). Beside the fields Filter reads on every node: one cache line fewer.
+	frag atomic.Pointer[fragMemo]
 
 	// kept is the allocation Filter made on this node in the scheduling cycle
 	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
@@ -69,12 +76,6 @@ type nodeEntry struct {
 	keptMu    sync.Mutex
 	keptCycle uint64
 	kept      allocation
-
-	// frag is the Fragmentation policy's measure of the node as it is, against the
-	// learned shapes (fragMemo): kept across cycles, because only the node a pod goes
-	// to and the nodes informer events touch change from one cycle to the next. Read
-	// and replaced without a lock by Filter and Score (it is immutable once stored).
-	frag atomic.Pointer[fragMemo]
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
@@ -284,7 +285,7 @@ func (c *Cache) existing(name string) *nodeEntry {
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle. base is the node's measure before the
 // pod, or nil (see place).
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
@@ -574,10 +575,16 @@ func (c *Cache) stats(s *cacheStats) {
 // eachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
 func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
+	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
+}
+
+// eachView is eachModel with the node's entry and view.
+func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			f(e.model, e.used)
+			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
+			f(e, &v, e.used)
 		}
 		e.mu.RUnlock()
 	})

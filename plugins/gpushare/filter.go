@@ -31,7 +31,7 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	// The node's kept fragmentation measure (nil unless a placer learned shapes for
 	// the pod) serves one-container pods on the node as the cache has it, not under
 	// preemption's what-if changes.
-	var base nodeMeasure
+	var base *fragStats
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.model, used, d, pl.cache, node.Name)
 	} else if len(s.info.order) == 1 {

@@ -37,24 +37,26 @@ func mixedNode(t testing.TB, name string) *v1.Node {
 func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "mixed"), makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))})
 	w := &e.pl.w
-	shapes := []fragShape{
-		{c: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}, weight: 0.5},
-		{c: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}, weight: 0.5},
-	}
+	wl := newFragWorkload([]fragShape{
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}, weight: 0.5},
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}, weight: 0.5},
+	})
+	t4 := wl.shapes[0].class // the other shape's class is 1-t4
 	m := e.pl.cache.existing("mixed").model
 	used := make([]usage, 4)
 	used[0] = usage{memMiB: t4Mem * 60 / 100, cores: 60, tenants: 1}
 	used[2] = used[0]
-	st := newFragStats(m, used, shapes, w)
-	if got := st.value(shapes, nil); math.Abs(got-0.6) > 1e-9 {
+	st := newFragStats(m, used, wl, w)
+	if got := st.value(wl, nil); math.Abs(got-0.6) > 1e-9 {
 		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.elig, st.small)
 	}
-	if st.eligible[0] != 2 || st.emask[0] != 0b0011 || st.eligible[1] != 4 {
+	if st.eligible[t4] != 2 || st.emask[t4] != 0b0011 || st.eligible[1-t4] != 4 {
 		t.Errorf("eligible %v, masks %b", st.eligible, st.emask)
 	}
 	a10 := e.pl.cache.existing("a10").model
-	st = newFragStats(a10, make([]usage, 2), shapes[:1], w)
-	if got := st.value(shapes[:1], nil); got != 0 {
+	t4only := newFragWorkload(wl.shapes[t4 : t4+1 : t4+1])
+	st = newFragStats(a10, make([]usage, 2), t4only, w)
+	if got := st.value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
 }
@@ -71,8 +73,9 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	var shapes []fragShape
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, fragShape{c: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)], weight: 0.1})
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}, weight: 0.1})
 	}
+	wl := newFragWorkload(shapes)
 	for trial := 0; trial < 300; trial++ {
 		used := make([]usage, len(m.devices))
 		for i := range used {
@@ -88,21 +91,26 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		if fail != nil {
 			continue
 		}
-		before := newFragStats(m, used, shapes, w)
-		got := before.placed(m, a, shapes, w)
-		want := newFragStats(m, a.used, shapes, w)
-		if math.Abs(got.value(shapes, nil)-want.value(shapes, nil)) > 1e-9 {
-			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.value(shapes, nil), want.value(shapes, nil))
+		before := newFragStats(m, used, wl, w)
+		got := before.placed(m, a, wl, w)
+		want := newFragStats(m, a.used, wl, w)
+		if math.Abs(got.value(wl, nil)-want.value(wl, nil)) > 1e-9 {
+			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.value(wl, nil), want.value(wl, nil))
 		}
-		for k := range shapes {
+		for k := range wl.classes {
 			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || math.Abs(got.elig[k]-want.elig[k]) > 1e-9 || math.Abs(got.small[k]-want.small[k]) > 1e-9 {
-				t.Fatalf("trial %d shape %d: placed %d/%b/%v/%v, measured again %d/%b/%v/%v", trial, k,
+				t.Fatalf("trial %d class %d: placed %d/%b/%v/%v, measured again %d/%b/%v/%v", trial, k,
 					got.fits[k], got.mask[k], got.elig[k], got.small[k], want.fits[k], want.mask[k], want.elig[k], want.small[k])
 			}
 		}
 		i := a.placements[0].devices[0]
-		if after := fragAfter(m, used, before, shapes, &c, i, w); math.Abs(after-want.value(shapes, nil)) > 1e-9 {
-			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.value(shapes, nil))
+		after, total := fragAfter(m, used, before, wl, &c, i, w)
+		if math.Abs(after-want.value(wl, nil)) > 1e-9 {
+			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.value(wl, nil))
+		}
+		// Score takes the pick's figures for placedInto's and value's: the same bits.
+		if v := got.value(wl, nil); after != v || total != got.total {
+			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.total)
 		}
 	}
 }

@@ -28,7 +28,15 @@ type deviceHot struct {
 	island    int32
 	healthy   bool
 	mig       bool
+	// kind is the position of the node's first device of the same model, memory,
+	// health and MIG flag (capped at maxDeviceKind): devices of one kind with the
+	// same usage are interchangeable to Fragmentation (alikeDevices), which compared
+	// the model strings for it on every candidate.
+	kind uint16
 }
+
+// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
+const maxDeviceKind = 1<<16 - 1
 
 // nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
 type nodeModel struct {
@@ -146,7 +154,13 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		if d.healthy {
 			m.healthy++
 		}
-		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig}
+		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig, kind: uint16(min(i, maxDeviceKind))}
+		for j := 0; j < min(i, maxDeviceKind); j++ {
+			if o := &m.devices[j]; o.model == d.model && o.memoryMiB == d.memoryMiB && o.healthy == d.healthy && o.mig == d.mig {
+				m.hot[i].kind = uint16(j)
+				break
+			}
+		}
 	}
 
 	// Link table between physical GPUs.

@@ -800,17 +800,17 @@ func TestChartSchedulerName(t *testing.T) {
 
 	install()
 	chartWaitFor(t, c.ctx, "the scheduler-name policy to be applied", func() bool {
-		return admitted(pod("", nil, container{limits: gpu})) == "tessera-binpack"
+		return admitted(pod("", nil, container{limits: gpu})) == "tessera-fragmentation"
 	})
 	for _, tc := range []struct {
 		name string
 		pod  *v1.Pod
 		want string
 	}{
-		{"GPU pod naming no scheduler", pod("", nil, container{limits: gpu}), "tessera-binpack"},
-		{"GPU pod naming the default scheduler", pod("default-scheduler", nil, container{limits: gpu}), "tessera-binpack"},
-		{"memory percent only, in a second container", pod("", nil, container{limits: cpu}, container{limits: v1.ResourceList{"tessera.dev/gpu-memory-percent": q("50")}}), "tessera-binpack"},
-		{"GPU init container", pod("", nil, container{init: true, limits: gpu}, container{limits: cpu}), "tessera-binpack"},
+		{"GPU pod naming no scheduler", pod("", nil, container{limits: gpu}), "tessera-fragmentation"},
+		{"GPU pod naming the default scheduler", pod("default-scheduler", nil, container{limits: gpu}), "tessera-fragmentation"},
+		{"memory percent only, in a second container", pod("", nil, container{limits: cpu}, container{limits: v1.ResourceList{"tessera.dev/gpu-memory-percent": q("50")}}), "tessera-fragmentation"},
+		{"GPU init container", pod("", nil, container{init: true, limits: gpu}, container{limits: cpu}), "tessera-fragmentation"},
 		{"GPU pod naming another Tessera profile", pod("tessera-spread", nil, container{limits: gpu}), "tessera-spread"},
 		{"GPU pod naming another scheduler", pod("volcano", nil, container{limits: gpu}), "volcano"},
 		{"GPU pod that opts out", pod("", map[string]string{"tessera.dev/keep-scheduler-name": "true"}, container{limits: gpu}), "default-scheduler"},
@@ -826,10 +826,10 @@ func TestChartSchedulerName(t *testing.T) {
 	// resource names.
 	install("resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
 		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores",
-		"scheduler.setSchedulerName.schedulerName=tessera-fragmentation")
+		"scheduler.setSchedulerName.schedulerName=tessera-binpack")
 	hami := v1.ResourceList{"nvidia.com/gpu": q("1"), "nvidia.com/gpumem": q("4096")}
 	chartWaitFor(t, c.ctx, "the policy with HAMi names to be applied", func() bool {
-		return admitted(pod("", nil, container{limits: hami})) == "tessera-fragmentation"
+		return admitted(pod("", nil, container{limits: hami})) == "tessera-binpack"
 	})
 	if got := admitted(pod("", nil, container{limits: gpu})); got != "default-scheduler" {
 		t.Errorf("a tessera.dev pod under HAMi names: schedulerName %q, want default-scheduler", got)
