@@ -30,6 +30,7 @@ import (
 const fakeEnv = "TESSERA_FAKE_MPS_CONTROL"
 
 func TestMain(m *testing.M) {
+	RunExecHelper()
 	switch os.Getenv(fakeEnv) {
 	case "":
 		os.Exit(m.Run())
@@ -59,6 +60,14 @@ func fakeDaemon() int {
 	}
 	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return 1
+	}
+	if os.Getenv("TESSERA_FAKE_MPS_SHM_MARK") != "" {
+		// Where the daemon's /dev/shm is, for the exec helper's test.
+		mark := fmt.Sprintf("/dev/shm/tessera-fake-mps-%d", os.Getpid())
+		if err := os.WriteFile(mark, nil, 0o644); err != nil {
+			return 1
+		}
+		defer os.Remove(mark)
 	}
 	logf := func(format string, a ...any) {
 		f, err := os.OpenFile(filepath.Join(logDir, "control.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

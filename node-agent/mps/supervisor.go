@@ -51,6 +51,10 @@ type Config struct {
 	Root string
 	// GPUs are the UUIDs of the GPUs to serve in mps mode.
 	GPUs []string
+	// Helper is the exec helper (see RunExecHelper), normally the node agent's own
+	// binary: the daemon then runs in its own mount namespace with the GPU's shm
+	// directory as /dev/shm. Empty: the daemon shares the agent's /dev/shm (tests).
+	Helper string
 	// Env is added to the agent's environment for the daemon and the control
 	// commands (e.g. PATH or LD_LIBRARY_PATH for the driver's files).
 	Env []string
@@ -159,6 +163,9 @@ func New(cfg Config) (*Supervisor, error) {
 
 // PipeDir is the GPU's CUDA_MPS_PIPE_DIRECTORY on the host.
 func (s *Supervisor) PipeDir(uuid string) string { return filepath.Join(s.cfg.Root, uuid, "pipe") }
+
+// ShmDir is the directory the GPU's daemon and clients see as /dev/shm.
+func (s *Supervisor) ShmDir(uuid string) string { return filepath.Join(s.cfg.Root, uuid, "shm") }
 
 // LogDir is the GPU's CUDA_MPS_LOG_DIRECTORY on the host.
 func (s *Supervisor) LogDir(uuid string) string { return filepath.Join(s.cfg.Root, uuid, "log") }
@@ -371,13 +378,17 @@ func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 // one and waits until it answers.
 func (s *Supervisor) start(ctx context.Context, uuid string) (*daemon, error) {
 	pipe, logDir := s.PipeDir(uuid), s.LogDir(uuid)
-	for _, d := range []string{pipe, logDir} {
+	for _, d := range []string{pipe, logDir, s.ShmDir(uuid)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
-		// The pipe directory is mounted into containers whose processes may run as
-		// any user; the daemon's own pipes carry its permissions.
-		if err := os.Chmod(d, 0o755); err != nil {
+		// The pipe and shm directories are mounted into containers whose processes
+		// may run as any user; /dev/shm is world-writable and sticky everywhere.
+		mode := os.FileMode(0o755)
+		if d == s.ShmDir(uuid) {
+			mode = 0o777 | os.ModeSticky
+		}
+		if err := os.Chmod(d, mode); err != nil {
 			return nil, err
 		}
 	}
@@ -399,15 +410,20 @@ func (s *Supervisor) start(ctx context.Context, uuid string) (*daemon, error) {
 	}
 	cmd := exec.Command(s.cfg.Control, "-f")
 	cmd.Env = s.env(uuid)
+	// Its own process group, so that stopping it reaches the servers it started and
+	// a signal meant for the agent's terminal does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if s.cfg.Helper != "" {
+		cmd = exec.Command(s.cfg.Helper, s.cfg.Control, "-f")
+		cmd.Env = append(s.env(uuid), execEnv+"="+s.ShmDir(uuid))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
+	}
 	lf, err := os.OpenFile(filepath.Join(logDir, "tessera-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer lf.Close()
 	cmd.Stdout, cmd.Stderr = lf, lf
-	// Its own process group, so that stopping it reaches the servers it started and
-	// a signal meant for the agent's terminal does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}

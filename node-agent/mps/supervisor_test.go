@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -330,5 +331,34 @@ func TestPids(t *testing.T) {
 		if _, err := pids(bad); err == nil {
 			t.Errorf("pids(%q) accepted", bad)
 		}
+	}
+}
+
+func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a mount namespace needs root")
+	}
+	root := t.TempDir()
+	s, err := New(Config{Control: os.Args[0], Helper: os.Args[0], Root: root, GPUs: []string{"GPU-a"},
+		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "up", func() bool { return s.Status()[0].Up })
+	pid := s.Status()[0].PID
+	mark := "tessera-fake-mps-" + strconv.Itoa(pid)
+	if _, err := os.Stat(filepath.Join(s.ShmDir("GPU-a"), mark)); err != nil {
+		t.Errorf("the daemon's /dev/shm is not the GPU's shm directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/dev/shm", mark)); err == nil {
+		t.Error("the daemon wrote into the host's /dev/shm")
+	}
+	if fi, err := os.Stat(s.ShmDir("GPU-a")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("shm directory mode: %v %v", fi.Mode(), err)
 	}
 }
