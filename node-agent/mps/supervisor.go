@@ -360,7 +360,12 @@ func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 				backoff = s.cfg.MinBackoff
 			}
 			s.stop(uuid, d)
-			s.update(uuid, func(st *Status) { st.Up, st.PID, st.Adopted, st.LastError = false, 0, false, why; st.Restarts++ })
+			// The failure event speaks for the servers that went with the daemon; the
+			// new daemon's servers are compared afresh.
+			s.update(uuid, func(st *Status) {
+				st.Up, st.PID, st.Adopted, st.LastError, st.Servers = false, 0, false, why, map[int][]int{}
+				st.Restarts++
+			})
 			s.emit(Event{GPU: uuid, Kind: DaemonFailed, Message: fmt.Sprintf("MPS control daemon for GPU %s failed: %s; its clients lost their MPS server. Restarting in %s", uuid, why, backoff)})
 			failed = true
 		}
@@ -509,6 +514,13 @@ func exitText(err error) string {
 // stop asks the daemon to quit and kills it (with its process group, or by its PID
 // when adopted) if it has not gone after the timeout.
 func (s *Supervisor) stop(uuid string, d *daemon) {
+	defer func() {
+		// Servers the daemon started are in its process group; one left behind by a
+		// daemon that died would hold its GPU context beside the next daemon's.
+		if d.cmd != nil {
+			_ = syscall.Kill(-d.pid, syscall.SIGKILL)
+		}
+	}()
 	if !d.alive() {
 		return
 	}

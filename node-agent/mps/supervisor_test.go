@@ -96,6 +96,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
+// running is alive, not counting a zombie that no one has reaped yet.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
 func (h *harness) touch(gpu, name, content string) {
 	if err := os.WriteFile(filepath.Join(h.s.PipeDir(gpu), name), []byte(content), 0o644); err != nil {
 		h.t.Fatal(err)
@@ -219,6 +230,15 @@ func TestCrashedDaemonIsRestarted(t *testing.T) {
 	h := start(t, "GPU-a")
 	waitFor(t, "up", func() bool { return h.status("GPU-a").Up })
 	first := h.status("GPU-a").PID
+	h.touch("GPU-a", "fake-clients", "4242\n")
+	var server int
+	waitFor(t, "a server", func() bool {
+		for p := range h.status("GPU-a").Servers {
+			server = p
+			return true
+		}
+		return false
+	})
 	h.touch("GPU-a", "fake-crash", "")
 	waitFor(t, "failure event", func() bool { return len(h.eventsOf(DaemonFailed)) >= 1 })
 	if e := h.eventsOf(DaemonFailed)[0]; !strings.Contains(e.Message, "exit status 3") && !strings.Contains(e.Message, "is gone") {
@@ -229,6 +249,12 @@ func TestCrashedDaemonIsRestarted(t *testing.T) {
 	waitFor(t, "recovered", func() bool { return len(h.eventsOf(Recovered)) == 1 && h.status("GPU-a").Up })
 	if st := h.status("GPU-a"); st.PID == first || !alive(st.PID) || st.Adopted {
 		t.Errorf("status after restart: %+v (first pid %d)", st, first)
+	}
+	// The dead daemon's server was not left holding the GPU, and its loss was told
+	// by the daemon's failure alone.
+	waitFor(t, "the orphaned server gone", func() bool { return !running(server) })
+	if n := len(h.eventsOf(ServerLost)); n != 0 {
+		t.Errorf("%d ServerLost events beside the daemon's failure", n)
 	}
 }
 
