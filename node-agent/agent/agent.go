@@ -34,6 +34,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	"github.com/tessera-dev/tessera/node-agent/metrics"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
 	"github.com/tessera-dev/tessera/node-agent/serving"
@@ -101,6 +102,9 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
 	HealthAddr string
+	// MPS selects the GPUs served in mps sharing mode.
+	MPS MPSConfig
+
 	// StallTimeout is how long a loop (inventory poll, watchdog) may go without a
 	// completed pass, and NRI without a connection to the runtime, before /healthz
 	// fails and the kubelet restarts the agent.
@@ -151,6 +155,9 @@ func (c *Config) Validate() error {
 		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
 			return fmt.Errorf("--stall-timeout %s must be at least twice --poll and --watchdog-interval", c.StallTimeout)
 		}
+	}
+	if err := c.MPS.validate(c.NRI); err != nil {
+		return err
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
@@ -226,6 +233,8 @@ type Agent struct {
 	// Auth guards the metrics endpoint (with --metrics-secure): New delegates it to the
 	// API server; tests may replace it before Run.
 	Auth *serving.Auth
+	// MPS supervises the MPS control daemons (--mps-gpus); nil when none.
+	MPS *mps.Supervisor
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -235,6 +244,11 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder}
+	source, err := a.setupMPS(source)
+	if err != nil {
+		return nil, err
+	}
+	a.source = source
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -276,7 +290,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
-			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
+			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory, MPS: a.mpsDirs,
 		})
 		if err != nil {
 			return nil, err
@@ -315,6 +329,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Watchdog = w
 	}
 	a.Publisher.OnPublish = a.onPublish
+	if a.MPS != nil {
+		a.Metrics.Registry.MustRegister(a.MPS)
+	}
 	a.Health = a.healthChecks()
 	a.Metrics.SetReadiness(func() bool { return a.Health.Ready().OK })
 	if cfg.MetricsAddr != "" && cfg.MetricsSecure {
@@ -399,6 +416,9 @@ func (a *Agent) healthChecks() *health.Checker {
 			return nil
 		}})
 	}
+	if a.MPS != nil {
+		c.Add(a.mpsHealth())
+	}
 	if a.Watchdog != nil {
 		c.Add(health.Check{Name: "watchdog", Live: func(now time.Time) error {
 			return a.Watchdog.Progress().Stalled(now, stall, "watchdog loop")
@@ -481,6 +501,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)
+	}
+	if a.MPS != nil {
+		start("MPS", a.runMPS)
 	}
 	if err := a.serve(ctx, start); err != nil {
 		a.cancel()
