@@ -15,6 +15,10 @@ type device struct {
 	healthy   bool
 	health    string
 	mig       bool
+	// mps is set for a GPU in mps sharing mode, whose MPS server takes mpsClients
+	// containers (sharing.go).
+	mps        bool
+	mpsClients int
 	// island is the NVLink island (connected component over NVLink) of the physical
 	// GPU, or -1 when the GPU has no NVLink peer.
 	island int
@@ -28,6 +32,7 @@ type deviceHot struct {
 	island    int32
 	healthy   bool
 	mig       bool
+	mps       bool
 }
 
 // nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
@@ -136,6 +141,7 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		m.devices = append(m.devices, device{
 			uuid: g.UUID, index: g.Index, model: g.Model, memoryMiB: g.MemoryMiB,
 			numa: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
+			mps: g.Mode() == api.SharingMPS, mpsClients: g.MPSClients,
 		})
 		gpuOf = append(gpuOf, i)
 	}
@@ -146,7 +152,7 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		if d.healthy {
 			m.healthy++
 		}
-		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig}
+		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig, mps: d.mps}
 	}
 
 	// Link table between physical GPUs.
