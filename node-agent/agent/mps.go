@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
@@ -25,8 +26,9 @@ import (
 // MPSConfig selects the GPUs the agent serves in mps sharing mode (see package mps
 // and docs/node-agent.md).
 type MPSConfig struct {
-	// GPUs is "" (none), "all" (every GPU not in MIG mode) or a comma-separated
-	// list of GPU indexes and UUIDs.
+	// GPUs is "" (none), "all" (every GPU not in MIG mode), "node-label" (all when
+	// the Node carries LabelSharing=mps, none otherwise) or a comma-separated list of
+	// GPU indexes and UUIDs.
 	GPUs    string
 	Control string
 	Root    string
@@ -43,6 +45,7 @@ type MPSConfig struct {
 
 func bindMPSFlags(fs *flag.FlagSet, c *MPSConfig) {
 	fs.StringVar(&c.GPUs, "mps-gpus", "", `GPUs served in mps sharing mode, each by an MPS control daemon the agent runs: "all" (every GPU not in MIG mode), `+
+		`"node-label" (all when the Node is labelled `+LabelSharing+`=mps, read at start), `+
 		`a comma-separated list of GPU indexes or UUIDs, or empty (none: every GPU is time-sliced)`)
 	fs.StringVar(&c.Control, "mps-control", mps.DefaultControl, "the nvidia-cuda-mps-control program (nvidia-cuda-mps-server must be beside it or on PATH)")
 	fs.StringVar(&c.Root, "mps-root", mps.DefaultRoot, "host directory holding each MPS GPU's pipe, shm and log directories")
@@ -68,6 +71,13 @@ func (c *MPSConfig) validate(nri bool) error {
 	}
 	return nil
 }
+
+// LabelSharing is the Node label that --mps-gpus=node-label reads: "mps" serves
+// every GPU of the node in mps mode. An administrator sets it per node pool.
+const LabelSharing = api.DefaultDomain + "/gpu-sharing"
+
+// MPSFromNodeLabel is the --mps-gpus value that reads LabelSharing.
+const MPSFromNodeLabel = "node-label"
 
 // selectMPSGPUs resolves --mps-gpus against the node's inventory.
 func selectMPSGPUs(spec string, inv *api.NodeInventory) ([]string, error) {
@@ -130,6 +140,21 @@ func (s *mpsSource) Inventory() (*api.NodeInventory, error) {
 // returns the source that publishes their mode.
 func (a *Agent) setupMPS(source gpu.Source) (gpu.Source, error) {
 	c := a.cfg.MPS
+	if c.GPUs == MPSFromNodeLabel {
+		node, err := a.client.CoreV1().Nodes().Get(context.Background(), a.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("--mps-gpus=%s: reading Node %s: %w", MPSFromNodeLabel, a.cfg.NodeName, err)
+		}
+		switch v := node.Labels[LabelSharing]; v {
+		case "", string(api.SharingTimeSliced):
+			c.GPUs = ""
+		case string(api.SharingMPS):
+			c.GPUs = "all"
+		default:
+			return nil, fmt.Errorf("Node %s: label %s=%q is not one of mps, time-sliced", a.cfg.NodeName, LabelSharing, v)
+		}
+		a.log.Info("GPU sharing mode from the Node's label", "label", LabelSharing, "value", node.Labels[LabelSharing])
+	}
 	if c.GPUs == "" {
 		return source, nil
 	}

@@ -138,3 +138,39 @@ func TestSimulatedAgentServesMPS(t *testing.T) {
 		}
 	}
 }
+
+func TestMPSFromNodeLabel(t *testing.T) {
+	dir := t.TempDir()
+	control := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte(fakeControl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for label, want := range map[string]int{"": 0, "time-sliced": 0, "mps": 8, "MPS": -1} {
+		c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused",
+			"--nri", "--state-dir", dir, "--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "node-label",
+			"--mps-control", control, "--mps-root", filepath.Join(dir, "mps"))
+		c.MPS.NoHelper = true
+		src, err := OpenSource(&c, logr.Discard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0", Labels: map[string]string{}}}
+		if label != "" {
+			node.Labels[LabelSharing] = label
+		}
+		a, err := New(c, logr.Discard(), fake.NewClientset(node), src, record.NewFakeRecorder(10))
+		switch {
+		case want < 0:
+			if err == nil || !strings.Contains(err.Error(), "is not one of mps, time-sliced") {
+				t.Errorf("label %q: error %v", label, err)
+			}
+		case err != nil:
+			t.Errorf("label %q: %v", label, err)
+		case want == 0 && a.MPS != nil:
+			t.Errorf("label %q: MPS served", label)
+		case want > 0 && (a.MPS == nil || len(a.MPS.GPUs()) != want):
+			t.Errorf("label %q: MPS GPUs %v", label, a.MPS)
+		}
+		src.Close()
+	}
+}
