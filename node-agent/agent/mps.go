@@ -18,6 +18,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/mps"
@@ -212,19 +213,25 @@ func (a *Agent) onMPSEvent(e mps.Event) {
 	if a.recorder == nil || a.Binder == nil {
 		return
 	}
-	type key struct{ ns, pod, uid string }
-	seen := map[key]bool{}
-	for _, rec := range a.Binder.Records() {
+	for _, ref := range podsOnGPU(a.Binder.Records(), e.GPU) {
+		a.recorder.Event(ref, typ, reason, e.Message)
+	}
+}
+
+// podsOnGPU returns each pod with a container bound to the GPU, once.
+func podsOnGPU(recs []checkpoint.Record, uuid string) []*corev1.ObjectReference {
+	var out []*corev1.ObjectReference
+	seen := map[string]bool{}
+	for _, rec := range recs {
 		for _, d := range rec.Devices {
-			k := key{rec.Namespace, rec.Pod, rec.PodUID}
-			if d.UUID != e.GPU || seen[k] {
+			if d.UUID != uuid || seen[rec.PodUID] {
 				continue
 			}
-			seen[k] = true
-			ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.Namespace, Name: rec.Pod, UID: types.UID(rec.PodUID)}
-			a.recorder.Event(ref, typ, reason, e.Message)
+			seen[rec.PodUID] = true
+			out = append(out, &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: rec.Namespace, Name: rec.Pod, UID: types.UID(rec.PodUID)})
 		}
 	}
+	return out
 }
 
 // mpsHealth fails readiness while a daemon does not answer; liveness does not

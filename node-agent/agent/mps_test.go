@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 )
 
 func TestSelectMPSGPUs(t *testing.T) {
@@ -172,5 +173,24 @@ func TestMPSFromNodeLabel(t *testing.T) {
 			t.Errorf("label %q: MPS GPUs %v", label, a.MPS)
 		}
 		src.Close()
+	}
+}
+
+func TestMPSEventsGoToThePodsOnTheGPU(t *testing.T) {
+	recs := []checkpoint.Record{
+		{ContainerID: "1", PodUID: "u1", Namespace: "a", Pod: "p1", Container: "c1", Devices: []api.DeviceGrant{{UUID: "GPU-0"}}},
+		{ContainerID: "2", PodUID: "u1", Namespace: "a", Pod: "p1", Container: "c2", Devices: []api.DeviceGrant{{UUID: "GPU-0"}}},
+		{ContainerID: "3", PodUID: "u2", Namespace: "b", Pod: "p2", Container: "c", Devices: []api.DeviceGrant{{UUID: "GPU-1"}}},
+		{ContainerID: "4", PodUID: "u3", Namespace: "b", Pod: "p3", Container: "c", Devices: []api.DeviceGrant{{UUID: "GPU-1"}, {UUID: "GPU-0"}}},
+	}
+	var got []string
+	for _, r := range podsOnGPU(recs, "GPU-0") {
+		got = append(got, r.Namespace+"/"+r.Name+"/"+string(r.UID))
+	}
+	if strings.Join(got, ",") != "a/p1/u1,b/p3/u3" {
+		t.Errorf("pods on GPU-0: %v", got)
+	}
+	if len(podsOnGPU(recs, "GPU-9")) != 0 {
+		t.Error("pods on a GPU nobody uses")
 	}
 }
