@@ -317,7 +317,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		w, err := watchdog.New(watchdog.Config{
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
-			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance,
+			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)

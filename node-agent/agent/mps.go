@@ -191,6 +191,9 @@ func (a *Agent) setupMPS(source gpu.Source) (gpu.Source, error) {
 	return &mpsSource{Source: source, served: served, clients: c.Clients}, nil
 }
 
+// servesMPS is the watchdog's view of the supervisor.
+func (a *Agent) servesMPS(uuid string) bool { return a.MPS != nil && a.MPS.Serves(uuid) }
+
 // mpsDirs is the binding's view of the supervisor.
 func (a *Agent) mpsDirs(uuid string) (binding.MPSDirs, bool) {
 	if a.MPS == nil || !a.MPS.Serves(uuid) {
