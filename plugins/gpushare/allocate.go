@@ -89,7 +89,7 @@ func (p *podInfo) eligible(d *device) bool {
 // device's MIG flag, from m.hot.
 func (p *podInfo) eligibleAt(m *nodeModel, i int) bool {
 	if !p.hasSelection() {
-		return !m.hot[i].mig && m.hot[i].mps == p.mps
+		return !m.hot[i].mig && modeMatches(m, p, i)
 	}
 	return p.eligible(&m.devices[i])
 }
@@ -360,7 +360,7 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.hot[i]
 	u := &used[i]
-	if u.tenants >= maxTenants || (d.mps && !mpsRoom(m, u, i)) {
+	if u.tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
 	if d.memoryMiB-u.memMiB < c.MemoryOn(d.memoryMiB) {
@@ -582,7 +582,7 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
 			k.roomCores++
 		}
-		if u.tenants < w.maxTenants && (!d.mps || mpsRoom(m, u, i)) {
+		if u.tenants < w.maxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
 			k.roomTenants++
 		}
 	}

@@ -29,9 +29,19 @@ func parseSharing(pod *v1.Pod, info *podInfo) error {
 	return nil
 }
 
-// mpsRoom reports whether device i, in mps mode, has a client slot left.
+// modeMatches reports whether device i is in the pod's sharing mode. Nodes without
+// MPS GPUs answer from the pod alone, without reading the device.
+func modeMatches(m *nodeModel, p *podInfo, i int) bool {
+	if !m.hasMPS {
+		return !p.mps
+	}
+	return m.devices[i].mps == p.mps
+}
+
+// mpsRoom reports whether device i has a client slot left: always for a
+// time-sliced device (whose tenants the profile's maxTenantsPerGPU bounds).
 func mpsRoom(m *nodeModel, u *usage, i int) bool {
-	return u.tenants < m.devices[i].mpsClients
+	return !m.devices[i].mps || u.tenants < m.devices[i].mpsClients
 }
 
 // sharingMiss explains a node none of whose GPUs matched the pod when some would

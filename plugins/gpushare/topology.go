@@ -32,7 +32,6 @@ type deviceHot struct {
 	island    int32
 	healthy   bool
 	mig       bool
-	mps       bool
 }
 
 // nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
@@ -49,6 +48,9 @@ type nodeModel struct {
 	nvlinked [][]bool
 	// healthy counts the healthy devices (PreScore reads it for every feasible node).
 	healthy int
+	// hasMPS is set when a device is in mps sharing mode (sharing.go); the hot loops
+	// read devices[i].mps only then.
+	hasMPS bool
 }
 
 // Pair affinities, from the strongest connection to the weakest. NVLink beats any PCIe
@@ -143,6 +145,7 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 			numa: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
 			mps: g.Mode() == api.SharingMPS, mpsClients: g.MPSClients,
 		})
+		m.hasMPS = m.hasMPS || g.Mode() == api.SharingMPS
 		gpuOf = append(gpuOf, i)
 	}
 	m.hot = make([]deviceHot, len(m.devices))
@@ -152,7 +155,7 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		if d.healthy {
 			m.healthy++
 		}
-		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig, mps: d.mps}
+		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig}
 	}
 
 	// Link table between physical GPUs.
