@@ -73,6 +73,8 @@ type Config struct {
 	HookLibrary  string
 	DevDir       string
 	ContextMiB   int64
+	// MPS selects the GPUs served in mps sharing mode.
+	MPS MPSConfig
 
 	Watchdog             bool
 	WatchdogInterval     time.Duration
@@ -102,9 +104,6 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
 	HealthAddr string
-	// MPS selects the GPUs served in mps sharing mode.
-	MPS MPSConfig
-
 	// StallTimeout is how long a loop (inventory poll, watchdog) may go without a
 	// completed pass, and NRI without a connection to the runtime, before /healthz
 	// fails and the kubelet restarts the agent.
@@ -139,6 +138,9 @@ func (c *Config) Validate() error {
 	if err := c.validateFallback(); err != nil {
 		return err
 	}
+	if err := c.MPS.validate(c.NRI); err != nil {
+		return err
+	}
 	if (c.NRI || c.Watchdog || c.BindFallback) && c.StateDir == "" {
 		return errors.New("--state-dir is required with --nri or --watchdog")
 	}
@@ -155,9 +157,6 @@ func (c *Config) Validate() error {
 		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
 			return fmt.Errorf("--stall-timeout %s must be at least twice --poll and --watchdog-interval", c.StallTimeout)
 		}
-	}
-	if err := c.MPS.validate(c.NRI); err != nil {
-		return err
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
@@ -244,11 +243,6 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder}
-	source, err := a.setupMPS(source)
-	if err != nil {
-		return nil, err
-	}
-	a.source = source
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -257,6 +251,14 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		_, at := a.Publisher.Last()
 		return time.Since(at), !at.IsZero()
 	})
+	// The GPUs served in mps mode are published so: every reader of the inventory
+	// goes through the wrapped source.
+	source, err := a.setupMPS(source)
+	if err != nil {
+		return nil, err
+	}
+	a.source, a.Publisher.Source = source, source
+
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
@@ -289,8 +291,8 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		b, err := binding.New(binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
-			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
-			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory, MPS: a.mpsDirs,
+			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
+			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 		})
 		if err != nil {
 			return nil, err
