@@ -177,6 +177,11 @@ bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profil
 bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)
 	$(MAKE) -C cuda-hook bench-gpu
 
+.PHONY: bench-b7
+bench-b7: ## B7 co-located throughput on a real GPU: no limits, hook pacing, MPS (root)
+	$(MAKE) -C cuda-hook
+	cuda-hook/gpu/run-b7.sh cuda-hook/build
+
 ##@ Verify
 
 .PHONY: lint

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-dev/tessera/node-agent/agent"
 	"github.com/tessera-dev/tessera/node-agent/hookinstall"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 )
 
 // version and revision are set at link time (make agent, make images).
@@ -22,6 +23,8 @@ var (
 )
 
 func main() {
+	// The agent's binary also starts each MPS control daemon in its mount namespace.
+	mps.RunExecHelper()
 	os.Exit(run(os.Args[1:]))
 }
 

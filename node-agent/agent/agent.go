@@ -36,6 +36,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	"github.com/tessera-dev/tessera/node-agent/metrics"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
 	"github.com/tessera-dev/tessera/node-agent/serving"
@@ -74,6 +75,8 @@ type Config struct {
 	HookLibrary  string
 	DevDir       string
 	ContextMiB   int64
+	// MPS selects the GPUs served in mps sharing mode.
+	MPS MPSConfig
 
 	Watchdog             bool
 	WatchdogInterval     time.Duration
@@ -155,6 +158,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.validateFallback(); err != nil {
+		return err
+	}
+	if err := c.MPS.validate(c.NRI); err != nil {
 		return err
 	}
 	if (c.NRI || c.Watchdog || c.BindFallback) && c.StateDir == "" {
@@ -262,6 +268,8 @@ type Agent struct {
 	// Auth guards the metrics endpoint (with --metrics-secure): New delegates it to the
 	// API server; tests may replace it before Run.
 	Auth *serving.Auth
+	// MPS supervises the MPS control daemons (--mps-gpus); nil when none.
+	MPS *mps.Supervisor
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -279,6 +287,14 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		_, at := a.Publisher.Last()
 		return time.Since(at), !at.IsZero()
 	})
+	// The GPUs served in mps mode are published so: every reader of the inventory
+	// goes through the wrapped source.
+	source, err := a.setupMPS(source)
+	if err != nil {
+		return nil, err
+	}
+	a.source, a.Publisher.Source = source, source
+
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
@@ -318,7 +334,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		bc := binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
-			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
+			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
 			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal,
 		}
@@ -355,7 +371,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		w, err := watchdog.New(watchdog.Config{
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
-			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance,
+			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
@@ -367,6 +383,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Watchdog = w
 	}
 	a.Publisher.OnPublish = a.onPublish
+	if a.MPS != nil {
+		a.Metrics.Registry.MustRegister(a.MPS)
+	}
 	a.Health = a.healthChecks()
 	a.Metrics.SetReadiness(func() bool { return a.Health.Ready().OK })
 	if cfg.MetricsAddr != "" && cfg.MetricsSecure {
@@ -459,6 +478,9 @@ func (a *Agent) healthChecks() *health.Checker {
 			return nil
 		}})
 	}
+	if a.MPS != nil {
+		c.Add(a.mpsHealth())
+	}
 	if a.Watchdog != nil {
 		c.Add(health.Check{Name: "watchdog", Live: func(now time.Time) error {
 			return a.Watchdog.Progress().Stalled(now, stall, "watchdog loop")
@@ -545,6 +567,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)
+	}
+	if a.MPS != nil {
+		start("MPS", a.runMPS)
 	}
 	if err := a.serve(ctx, start); err != nil {
 		a.cancel()

@@ -96,6 +96,7 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 		"whose SM use averaged over --watchdog-compute-window stays above its gpu-cores grant: off, event or kill")
 	fs.DurationVar(&c.WatchdogComputeWindow, "watchdog-compute-window", watchdog.DefaultComputeWindow, "the span SM use is averaged over")
 	fs.IntVar(&c.WatchdogComputeTolerance, "watchdog-compute-tolerance", watchdog.DefaultComputeTolerance, "percentage points of the GPU tolerated above the gpu-cores grant")
+	bindMPSFlags(fs, &c.MPS)
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint /metrics (empty: none)")

@@ -84,6 +84,9 @@ type Request struct {
 	CgroupsPath string
 	// Env is the container's environment, KEY=VALUE.
 	Env []string
+	// Started is set when the container already runs (the fallback binding at its
+	// first CUDA call): its environment and mounts can no longer be changed.
+	Started bool
 }
 
 // RefusedError is a container that must not start, with the reason a user can act on.
@@ -135,7 +138,10 @@ type Config struct {
 	Inventory func() (*api.NodeInventory, error)
 	// ContextMiB overrides api.DefaultContextMiB in the limits files.
 	ContextMiB int64
-	Now        func() time.Time
+	// MPS returns the MPS directories of a GPU the agent serves in mps mode, and
+	// false for any other GPU; nil when no GPU is served so (see mps.go).
+	MPS func(uuid string) (MPSDirs, bool)
+	Now func() time.Time
 }
 
 // CDI names the CDI devices of the node's spec.
@@ -364,6 +370,9 @@ func (b *Binder) verify(r *Request, raw string, ca *api.ContainerAssignment) str
 	if err := api.CheckGrant(*cr, ca, inv.SchedulableMemoryMiB); err != nil {
 		return fmt.Sprintf("its GPU assignment does not match its request: %v", err)
 	}
+	if why := b.checkSharing(r, pod, req, ca, inv); why != "" {
+		return why
+	}
 	return b.checkRoom(r, ca, inv)
 }
 
@@ -443,6 +452,10 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
+	mpsEnv, mpsMounts, err := b.mpsEdits(&r, grants, limits)
+	if err != nil {
+		return refuse("%v", err)
+	}
 	phases := map[string]int{}
 	for i := range limits.GPUs {
 		g := &limits.GPUs[i]
@@ -493,6 +506,8 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		e.Env = append(e.Env, [2]string{EnvLibraryPath, appendPath(r.Env, dir)})
 	}
 	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
+	e.Env = append(e.Env, mpsEnv...)
+	e.Mounts = append(e.Mounts, mpsMounts...)
 	if b.cfg.HookLibrary != "" {
 		e.Mounts = append(e.Mounts,
 			Mount{Source: b.cfg.HookLibrary, Destination: b.cfg.HookLibrary, ReadOnly: true},

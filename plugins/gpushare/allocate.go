@@ -24,6 +24,9 @@ type podInfo struct {
 	uuidInclude  []string
 	uuidExclude  []string
 	topology     api.Topology
+	// mps is set for a pod asking for MPS sharing: it may use only GPUs in mps mode,
+	// and any other pod only GPUs in time-sliced mode (sharing.go).
+	mps bool
 	// device is the GPU-level placer: the profile's, or the pod's by annotation.
 	device placer
 	// cpuMilli and memBytes are the pod's host requests, and frag the expected
@@ -47,6 +50,9 @@ type podInfo struct {
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
 func (p *podInfo) eligible(d *device) bool {
+	if d.mps != p.mps {
+		return false
+	}
 	if d.mig && !p.wantsMIG() {
 		return false
 	}
@@ -84,7 +90,7 @@ func (p *podInfo) eligible(d *device) bool {
 // device's MIG flag, from m.hot.
 func (p *podInfo) eligibleAt(m *nodeModel, i int) bool {
 	if !p.hasSelection() {
-		return !m.hot[i].mig
+		return !m.hot[i].mig && modeMatches(m, p, i)
 	}
 	return p.eligible(&m.devices[i])
 }
@@ -355,7 +361,7 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.hot[i]
 	u := &used[i]
-	if u.tenants >= maxTenants {
+	if u.tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
 	if d.memoryMiB-u.memMiB < c.MemoryOn(d.memoryMiB) {
@@ -577,7 +583,7 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
 			k.roomCores++
 		}
-		if u.tenants < w.maxTenants {
+		if u.tenants < w.maxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
 			k.roomTenants++
 		}
 	}
@@ -613,6 +619,11 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 		return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, kind, tenants, later)}
 	}
 	n := c.GPUs
+	if k.matching == 0 {
+		if why := sharingMiss(m, p); why != "" {
+			return unresolvable("%s", why)
+		}
+	}
 	switch {
 	case k.matching == 0 && p.hasSelection():
 		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", modelSummary(m))
@@ -626,6 +637,8 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
 	case k.roomCores < n:
 		return unschedulable(missUnreserved, 0)
+	case k.roomTenants < n && p.mps:
+		return &allocFailure{code: fwk.Unschedulable, msg: mpsTenantsReason(c)}
 	case k.roomTenants < n:
 		return unschedulable(missTenants, w.maxTenants)
 	default:

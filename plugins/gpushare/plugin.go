@@ -263,7 +263,7 @@ type signature struct {
 	Annotations map[string]string      `json:"a,omitempty"`
 }
 
-var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology}
+var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology, api.AnnotationSharing}
 
 // SignPod lets the scheduler batch pods with identical GPU requests and selection.
 func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
@@ -322,6 +322,9 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
 	info.uuidInclude = splitList(ann[api.AnnotationUUIDInclude], false)
 	info.uuidExclude = splitList(ann[api.AnnotationUUIDExclude], false)
 	if info.topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
+		return nil, err
+	}
+	if err := parseSharing(pod, info); err != nil {
 		return nil, err
 	}
 	if v, ok := ann[api.AnnotationDevicePolicy]; ok {
