@@ -47,11 +47,13 @@ func TestB6PodStart(t *testing.T) {
 		s := podSpec{name: fmt.Sprintf("b6-%s-%03d", kind, i), scheduler: tesseraScheduler}
 		if kind == "gpu" {
 			s.gpus, s.memMiB = 1, 4096
-		} else if n.gpu {
-			// On a real GPU a pod without GPU requests has no device node and its
-			// CUDA call fails: the baseline is then a privileged pod, which sees the
-			// host's devices as a whole-GPU pod of NVIDIA's device plugin would.
-			s.privileged = true
+		} else {
+			// A pod without GPU requests gets no driver from Tessera's CDI spec: the
+			// baseline mounts the node's driver itself. On a real GPU it has no
+			// device node either and its CUDA call would fail: it is then a
+			// privileged pod, which sees the host's devices as a whole-GPU pod of
+			// NVIDIA's device plugin would.
+			s.hostDriver, s.privileged = true, n.gpu
 		}
 		return s
 	}

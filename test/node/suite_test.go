@@ -150,7 +150,27 @@ type podSpec struct {
 	scheduler string
 	// privileged: the container sees every host device (B6's baseline on a GPU).
 	privileged bool
+	// hostDriver: the node's driver libraries are mounted from the host by the pod
+	// itself (B6's baseline: a CUDA pod without GPU requests, which Tessera's CDI
+	// spec does not serve).
+	hostDriver bool
 	args       []string
+}
+
+// cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
+// container (no nvidia-cdi-hook on the suite's nodes).
+const cdiLibraryDir = "/usr/local/nvidia/lib64"
+
+// driverDir is the host directory of the node's driver libraries: the fake driver that
+// node.sh installs, or the machine's (TESSERA_NODE_DRIVER_DIR).
+func (n *node) driverDir() string {
+	if !n.gpu {
+		return filepath.Join(n.dir, "driver", "usr", "local", "nvidia", "lib64")
+	}
+	if dir := os.Getenv("TESSERA_NODE_DRIVER_DIR"); dir != "" {
+		return dir
+	}
+	return "/usr/local/nvidia/lib64"
 }
 
 func (n *node) pod(s podSpec) *v1.Pod {
@@ -189,8 +209,14 @@ func (n *node) pod(s podSpec) *v1.Pod {
 	if s.privileged {
 		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: &s.privileged}
 	}
-	if n.gpu {
-		gpuPodSetup(p)
+	switch {
+	case s.hostDriver:
+		hostDriverSetup(p, n.driverDir())
+	case n.mode == "fallback":
+		// Without NRI nothing sets the loader's path for the driver the CDI spec
+		// mounts: images must have it (NVIDIA's CUDA images do), as this pod does.
+		c := &p.Spec.Containers[0]
+		c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir})
 	}
 	return p
 }
