@@ -55,7 +55,7 @@ node-images: $(NODE_OUT)/images.tar ## Build the real-node suite's test images (
 
 # The node's fake NVIDIA driver (make test-node): node.sh installs it in NODE_DIR/driver.
 .PHONY: node-fake-driver
-node-fake-driver:
+node-fake-driver: ## Build the fake NVIDIA driver (libcuda, libnvidia-ml of cuda-hook/fake) that make test-node installs as its node's driver
 	$(MAKE) --no-print-directory -C cuda-hook build/plain/fake/libcuda.so.1 build/plain/fake/libnvidia-ml.so.1
 
 NODE_DEPS := node-binaries node-images node-fake-driver scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl

@@ -33,13 +33,15 @@ func modes() []string {
 	return []string{"nri", "fallback"}
 }
 
-// hostDriverSetup makes a pod mount the node's driver libraries from dir itself and
-// put them first on the loader's path (the test image has no driver).
-func hostDriverSetup(p *v1.Pod, dir string) {
+// hostDriverSetup makes a pod mount the node's driver libraries from dir itself and,
+// with onPath, put them first on the loader's path (the test image has no driver).
+func hostDriverSetup(p *v1.Pod, dir string, onPath bool) {
 	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "driver", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: dir}}})
 	c := &p.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "driver", MountPath: "/opt/host-driver", ReadOnly: true})
-	c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: "/opt/host-driver"})
+	if onPath {
+		c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: "/opt/host-driver"})
+	}
 }
 
 func (n *node) with(t *testing.T) *node {

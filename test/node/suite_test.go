@@ -151,10 +151,12 @@ type podSpec struct {
 	// privileged: the container sees every host device (B6's baseline on a GPU).
 	privileged bool
 	// hostDriver: the node's driver libraries are mounted from the host by the pod
-	// itself (B6's baseline: a CUDA pod without GPU requests, which Tessera's CDI
-	// spec does not serve).
-	hostDriver bool
-	args       []string
+	// itself and put on its loader path (B6's baseline: a CUDA pod without GPU
+	// requests, which Tessera's CDI spec does not serve); driverVolume: the same
+	// volume, not on the loader path (B6's GPU pods, so that both kinds have the
+	// same volumes).
+	hostDriver, driverVolume bool
+	args                     []string
 }
 
 // cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
@@ -209,10 +211,10 @@ func (n *node) pod(s podSpec) *v1.Pod {
 	if s.privileged {
 		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: &s.privileged}
 	}
-	switch {
-	case s.hostDriver:
-		hostDriverSetup(p, n.driverDir())
-	case n.mode == "fallback":
+	if s.hostDriver || s.driverVolume {
+		hostDriverSetup(p, n.driverDir(), s.hostDriver)
+	}
+	if !s.hostDriver && n.mode == "fallback" {
 		// Without NRI nothing sets the loader's path for the driver the CDI spec
 		// mounts: images must have it (NVIDIA's CUDA images do), as this pod does.
 		c := &p.Spec.Containers[0]
