@@ -4,8 +4,9 @@
 // and runc on this machine, started by test/node/node.sh with the control plane, the
 // Tessera scheduler, a default scheduler and the node agent, and real pods that run
 // test/node/probe (a CUDA program) against the fake libcuda.so.1 (make test-node) or
-// the machine's GPUs (make test-node-gpu). Every pass (NRI binding, then the fallback
-// binding at the first CUDA call) starts its own node.
+// the machine's GPUs (make test-node-gpu), the driver reaching GPU containers through
+// the node agent's CDI spec only. Every pass (NRI binding, then the fallback binding
+// at the first CUDA call) starts its own node.
 //
 // The tests run only with TESSERA_NODE_SUITE=1 (the make targets set it and build
 // everything first): they need root, and they start kubelet and containerd.
