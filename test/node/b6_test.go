@@ -45,13 +45,18 @@ func TestB6PodStart(t *testing.T) {
 		// Both kinds go through Tessera's scheduler, so that the difference is the
 		// GPU path alone (assignment, device plugin, NRI binding, the hook).
 		s := podSpec{name: fmt.Sprintf("b6-%s-%03d", kind, i), scheduler: tesseraScheduler}
+		// A pod without GPU requests gets no driver from Tessera's CDI spec: the
+		// baseline mounts the node's driver itself. The GPU pods get it through CDI
+		// but mount the same volume (unused), so that both kinds have the same
+		// volumes: kubelet's volume setup is a large part of a pod start (a
+		// hostPath volume on one kind only made the baseline twice as slow here).
 		if kind == "gpu" {
-			s.gpus, s.memMiB = 1, 4096
-		} else if n.gpu {
-			// On a real GPU a pod without GPU requests has no device node and its
-			// CUDA call fails: the baseline is then a privileged pod, which sees the
-			// host's devices as a whole-GPU pod of NVIDIA's device plugin would.
-			s.privileged = true
+			s.gpus, s.memMiB, s.driverVolume = 1, 4096, true
+		} else {
+			// On a real GPU the baseline has no device node either and its CUDA
+			// call would fail: it is then a privileged pod, which sees the host's
+			// devices as a whole-GPU pod of NVIDIA's device plugin would.
+			s.hostDriver, s.privileged = true, n.gpu
 		}
 		return s
 	}

@@ -30,7 +30,7 @@ build() {
   DIR=$(cd "$DIR" && pwd)
   cd "$ROOT"
   export CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
-  make --no-print-directory node-binaries node-images hook
+  make --no-print-directory node-binaries node-images node-fake-driver hook
   local ldf="-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
   # The Go linker marks a binary that imports "plugin" (some Kubernetes code does)
   # bind-now, which go-nvml's lazily resolved NVML symbols cannot survive.
@@ -40,6 +40,8 @@ build() {
   rmdir "$DIR/static"
   cp bin/node/containerd bin/node/containerd-shim-runc-v2 bin/node/ctr "$DIR/"
   cp _output/node-test/images.tar cuda-hook/build/libtessera-cuda.so "$DIR/"
+  mkdir -p "$DIR/fake"
+  cp cuda-hook/build/plain/fake/libcuda.so.1 cuda-hook/build/plain/fake/libnvidia-ml.so.1 "$DIR/fake/"
   rm -rf "$DIR/repo"
   mkdir -p "$DIR/repo/hack/lib" "$DIR/repo/config/scheduler" "$DIR/repo/test/node"
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
@@ -71,7 +73,7 @@ run() {
   export TESSERA_NODE_DRIVER_DIR=${TESSERA_NODE_DRIVER_DIR:-/usr/local/nvidia/lib64}
   # NVML for the agent.
   export LD_LIBRARY_PATH=$TESSERA_NODE_DRIVER_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so
+  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake
   export TESSERA_NODE_SUITE=1 TESSERA_NODE_GPU=${TESSERA_NODE_GPU:-1} TESSERA_NODE_MODES=${TESSERA_NODE_MODES:-nri} TESSERA_NODE_LOGS=$w/logs
   cd "$DIR/repo/test/node" || return 1
   timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1

@@ -13,6 +13,7 @@ NODE_DIR        ?= /tmp/tessera-node-$(firstword $(shell printf '%s' '$(CURDIR)'
 NODE_TEST_RUN   ?= .
 NODE_GO_TEST     = NODE_DIR=$(NODE_DIR) BIN_DIR=$(BIN) NODE_BIN_DIR=$(NODE_BIN) \
 	IMAGES_TAR=$(CURDIR)/$(NODE_OUT)/images.tar HOOK_LIBRARY=$(CURDIR)/cuda-hook/build/libtessera-cuda.so \
+	FAKE_DRIVER_DIR=$(CURDIR)/cuda-hook/build/plain/fake \
 	TESSERA_NODE_SUITE=1 $(GO) test -count=1 -timeout 30m -v -run '$(NODE_TEST_RUN)' ./test/node
 
 # runc with seccomp (kubelet asks for the runtime's default profile): libseccomp's
@@ -33,7 +34,8 @@ $(NODE_BIN)/kubelet: go.mod
 .PHONY: node-binaries
 node-binaries: $(NODE_BIN)/runc $(NODE_BIN)/containerd $(NODE_BIN)/kubelet ## Build runc, containerd 2.x (with ctr and the runc shim) and kubelet from Go modules into bin/node
 
-# The suite's images: the CUDA probe with the fake libcuda, and the pod sandbox.
+# The suite's images: the CUDA probe (no driver: GPU containers get it through the
+# agent's CDI spec), and the pod sandbox.
 $(NODE_OUT)/bin/tessera-probe: test/node/probe/probe.c cuda-hook/include/tessera_cuda.h
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -Icuda-hook/include -o $@ $< -ldl
@@ -43,8 +45,6 @@ $(NODE_OUT)/bin/pause: test/node/probe/pause.c
 	$(CC) -O2 -Wall -Werror -static -o $@ $<
 
 $(NODE_OUT)/images.tar: $(NODE_OUT)/bin/tessera-probe $(NODE_OUT)/bin/pause test/node/images/*.yaml imagebuilder hook
-	$(MAKE) --no-print-directory -C cuda-hook build/plain/fake/libcuda.so.1
-	cp cuda-hook/build/plain/fake/libcuda.so.1 $(NODE_OUT)/bin/libcuda.so.1
 	$(IMAGE_BUILDER) build -spec test/node/images/tessera-node-test.yaml -spec test/node/images/tessera-pause.yaml \
 		-archs $(HOST_ARCH) -out $(NODE_OUT)/images -registry tessera.local -tag test \
 		-source-date-epoch $(SOURCE_DATE_EPOCH) -apt-dir _output/apt $(if $(IMAGE_DEBS),-debs $(IMAGE_DEBS))
@@ -53,7 +53,12 @@ $(NODE_OUT)/images.tar: $(NODE_OUT)/bin/tessera-probe $(NODE_OUT)/bin/pause test
 .PHONY: node-images
 node-images: $(NODE_OUT)/images.tar ## Build the real-node suite's test images (CUDA probe, pod sandbox) as one OCI archive
 
-NODE_DEPS := node-binaries node-images scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl
+# The node's fake NVIDIA driver (make test-node): node.sh installs it in NODE_DIR/driver.
+.PHONY: node-fake-driver
+node-fake-driver: ## Build the fake NVIDIA driver (libcuda, libnvidia-ml of cuda-hook/fake) that make test-node installs as its node's driver
+	$(MAKE) --no-print-directory -C cuda-hook build/plain/fake/libcuda.so.1 build/plain/fake/libnvidia-ml.so.1
+
+NODE_DEPS := node-binaries node-images node-fake-driver scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl
 
 .PHONY: test-node
 test-node: $(NODE_DEPS) ## Real-node suite without a GPU: kubelet, containerd+NRI, runc, the agent (NRI, then fallback) and pods on the fake driver (root)

@@ -23,6 +23,16 @@
 #   GPU            0 (default): a simulated GPU topology (FAKE_TOPOLOGY) whose UUIDs are
 #                  the fake libcuda's; 1: the machine's GPUs through NVML
 #   FAKE_TOPOLOGY  simulated topology file (default test/node/fake-gpus.yaml)
+#   FAKE_DRIVER_DIR  with GPU=0: the fake libcuda.so.1 and libnvidia-ml.so.1
+#                  (cuda-hook/build/plain/fake), installed as the node's driver in
+#                  NODE_DIR/driver, from which the agent writes the node's CDI spec
+#   TESSERA_NODE_DRIVER_DIR  with GPU=1: where the machine's driver libraries are
+#                  (default /usr/local/nvidia/lib64), searched by the agent's CDI
+#                  discovery
+#
+# GPU containers get their GPUs and the driver's files through CDI: the agent writes
+# the node's spec into NODE_DIR/cdi (containerd's cdi_spec_dirs), never into the
+# host's /var/run/cdi.
 #
 # Pods must use hostNetwork: the node has no CNI plugin, so containerd reports the pod
 # network not ready and kubelet starts only host-network pods. Kubelet runs in a private
@@ -177,17 +187,26 @@ start_agent() {
     --device-plugin --device-plugin-dir "$NODE_DIR/device-plugins"
     --state-dir "$NODE_DIR/agent" --limits-root "$NODE_DIR/limits" --hook-library "$HOOK_LIBRARY"
     --metrics-addr "" --health-addr "127.0.0.1:$AGENT_HEALTH_PORT" --poll 1s --heartbeat 10s --logging-format text)
+  # CDI: the spec goes to containerd's cdi_spec_dirs, on this node only. No
+  # nvidia-cdi-hook: the spec mounts the libraries into /usr/local/nvidia/lib64.
+  args+=(--cdi-spec-dir "$NODE_DIR/cdi" --cdi-hook none)
+  local env=()
   if [[ $GPU == 1 ]]; then
-    args+=(--watchdog=true)
+    args+=(--watchdog=true --cdi-library-search-paths "${TESSERA_NODE_DRIVER_DIR:-/usr/local/nvidia/lib64}")
   else
-    args+=(--simulate "$FAKE_TOPOLOGY" --dev-dir "$NODE_DIR/dev" --watchdog=false)
+    # The fake driver in NODE_DIR/driver, as the host sees it too; NVIDIA's discovery
+    # asks its libnvidia-ml, which shows as many GPUs as the topology has.
+    args+=(--simulate "$FAKE_TOPOLOGY" --dev-dir "$NODE_DIR/dev" --watchdog=false
+      --cdi-driver-root "$NODE_DIR/driver" --cdi-host-driver-root "$NODE_DIR/driver"
+      --cdi-library-search-paths "$NODE_DIR/driver$FAKE_DRIVER_LIB_DIR")
+    env=(env "FAKE_CUDA_DEVICES=$(grep -c 'GPU-' "$FAKE_TOPOLOGY")" "FAKE_NVML_DRIVER_VERSION=$(fake_driver_version)")
   fi
   case $MODE in
   nri) args+=(--nri --nri-socket "$NRI_SOCK") ;;
   fallback) args+=(--nri=false --bind-fallback --bind-socket "$NODE_DIR/bind/bind.sock") ;;
   *) echo "MODE=$MODE: want nri or fallback" >&2 && return 1 ;;
   esac
-  tessera::spawn agent "$BIN_DIR/tessera-node-agent" "${args[@]}" || return 1
+  tessera::spawn agent "${env[@]}" "$BIN_DIR/tessera-node-agent" "${args[@]}" || return 1
   WAIT_PID=agent tessera::wait_until 60 "tessera-node-agent" tessera::http_ok "$AGENT_HEALTH_PORT" /readyz
 }
 
@@ -200,6 +219,30 @@ fake_devices() {
   for ((i = 0; i < n; i++)); do [[ -e $NODE_DIR/dev/nvidia$i ]] || mknod "$NODE_DIR/dev/nvidia$i" c 195 "$i"; done
   [[ -e $NODE_DIR/dev/nvidiactl ]] || mknod "$NODE_DIR/dev/nvidiactl" c 195 255
   [[ -e $NODE_DIR/dev/nvidia-uvm ]] || mknod "$NODE_DIR/dev/nvidia-uvm" c 510 0
+}
+
+# Where the fake driver's libraries are under NODE_DIR/driver: where the NVIDIA
+# driver is on the suite's GPU machine (and on GKE-style nodes), outside the loader's
+# cache.
+FAKE_DRIVER_LIB_DIR=/usr/local/nvidia/lib64
+
+fake_driver_version() { sed -n 's/^driver: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$FAKE_TOPOLOGY"; }
+
+# The fake driver as the node's NVIDIA driver: its libraries under their versioned
+# names (the version the fake NVML reports, the topology's) with the soname links a
+# driver install has. Containers get them through the agent's CDI spec only; the test
+# image holds no driver.
+fake_driver() {
+  local lib=$NODE_DIR/driver$FAKE_DRIVER_LIB_DIR v l
+  v=$(fake_driver_version)
+  [[ -n $v ]] || tessera::die "$FAKE_TOPOLOGY names no driver version"
+  [[ -n ${FAKE_DRIVER_DIR:-} && -f $FAKE_DRIVER_DIR/libcuda.so.1 && -f $FAKE_DRIVER_DIR/libnvidia-ml.so.1 ]] ||
+    tessera::die "FAKE_DRIVER_DIR: the fake libcuda.so.1 and libnvidia-ml.so.1 are needed (cuda-hook/build/plain/fake)"
+  mkdir -p "$lib"
+  for l in libcuda libnvidia-ml; do
+    cp "$FAKE_DRIVER_DIR/$l.so.1" "$lib/$l.so.$v"
+    ln -sf "$l.so.$v" "$lib/$l.so.1"
+  done
 }
 
 # --- schedulers ---------------------------------------------------------------------
@@ -244,6 +287,7 @@ up() {
   CGROUP_ROOT=/tessera-node-$(printf '%s' "$NODE_DIR" | cksum | cut -d' ' -f1)
   save_node_env
   [[ $GPU == 1 ]] || tessera::step "fake GPU device nodes" fake_devices
+  [[ $GPU == 1 ]] || tessera::step "fake driver in $NODE_DIR/driver" fake_driver
   # B6's baseline on a GPU is a privileged pod (test/node/b6_test.go).
   [[ $GPU != 1 ]] || export APISERVER_ALLOW_PRIVILEGED=true
   tessera::step "etcd ready" tessera::start_etcd

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	cdiapi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
@@ -31,18 +33,15 @@ func modes() []string {
 	return []string{"nri", "fallback"}
 }
 
-// gpuPodSetup makes a pod use the machine's NVIDIA driver instead of the image's fake
-// one: the host's driver libraries are mounted (TESSERA_NODE_DRIVER_DIR, default
-// /usr/local/nvidia/lib64) and put first on the loader's path.
-func gpuPodSetup(p *v1.Pod) {
-	dir := os.Getenv("TESSERA_NODE_DRIVER_DIR")
-	if dir == "" {
-		dir = "/usr/local/nvidia/lib64"
-	}
+// hostDriverSetup makes a pod mount the node's driver libraries from dir itself and,
+// with onPath, put them first on the loader's path (the test image has no driver).
+func hostDriverSetup(p *v1.Pod, dir string, onPath bool) {
 	p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: "driver", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: dir}}})
 	c := &p.Spec.Containers[0]
 	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "driver", MountPath: "/opt/host-driver", ReadOnly: true})
-	c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: "/opt/host-driver"})
+	if onPath {
+		c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: "/opt/host-driver"})
+	}
 }
 
 func (n *node) with(t *testing.T) *node {
@@ -61,6 +60,7 @@ func TestNode(t *testing.T) {
 				run  func(*node)
 			}{
 				{"MemoryLimit", testMemoryLimit},
+				{"CDIDevices", testCDIDevices},
 				{"PlainPodUntouched", testPlainPodUntouched},
 				{"DefaultSchedulerRefused", testDefaultSchedulerRefused},
 				{"DeleteFreesGrant", testDeleteFreesGrant},
@@ -116,8 +116,96 @@ func testMemoryLimit(n *node) {
 	n.t.Logf("4096 MiB pod: total %d, free after context %d, filled %d MiB, then err %s", mem.int(n.t, "total_mib"), free, filled, fill.fields["err"])
 }
 
+// A GPU container gets its GPUs and the driver through the node agent's CDI spec: the
+// spec the agent wrote into the node's CDI directory (containerd's cdi_spec_dirs) loads
+// through the CDI library, which validates it, with one device per GPU of the node's
+// inventory. A pod granted one GPU then has exactly that device's node with NRI (the
+// agent names the container's CDI device; containerd resolves it) and every GPU's
+// with the fallback binding (the device plugin names them all; the hook shows the
+// container its own), and loads libcuda.so.1 from the spec's mounts: the image has
+// no driver.
+func testCDIDevices(n *node) {
+	ctx := context.Background()
+	dir := filepath.Join(n.dir, "cdi")
+	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
+	if err != nil {
+		n.t.Fatalf("CDI cache of %s: %v", dir, err)
+	}
+	for path, errs := range cache.GetErrors() {
+		n.t.Errorf("CDI spec %s does not validate: %v", path, errs)
+	}
+	kind := api.DefaultDomain + "/gpu"
+	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
+	if err != nil {
+		n.t.Fatalf("node inventory: %v", err)
+	}
+	gpuNodes := map[string][]string{}
+	var all []string
+	for _, g := range inv.GPUs {
+		d := cache.GetDevice(kind + "=" + g.UUID)
+		if d == nil {
+			n.t.Fatalf("the CDI spec in %s has no device %s=%s: %v", dir, kind, g.UUID, cache.ListDevices())
+		}
+		for _, dn := range d.ContainerEdits.DeviceNodes {
+			if strings.HasPrefix(dn.Path, "/dev/nvidia") && strings.Trim(strings.TrimPrefix(dn.Path, "/dev/nvidia"), "0123456789") == "" {
+				gpuNodes[g.UUID] = append(gpuNodes[g.UUID], dn.Path)
+				all = append(all, dn.Path)
+			}
+		}
+		if len(gpuNodes[g.UUID]) != 1 {
+			n.t.Errorf("CDI device %s=%s has GPU device nodes %v, want one", kind, g.UUID, gpuNodes[g.UUID])
+		}
+	}
+	var ours []string
+	for _, name := range cache.ListDevices() {
+		if strings.HasPrefix(name, kind+"=") {
+			ours = append(ours, name)
+		}
+	}
+	if len(ours) != len(inv.GPUs) {
+		n.t.Errorf("the CDI spec has devices %v, the node's inventory %d GPUs", ours, len(inv.GPUs))
+	}
+
+	p := n.create(ctx, n.pod(podSpec{name: "cdi-1024", gpus: 1, memMiB: 1024, args: []string{"-fill", "-chunk", "256"}}))
+	p = n.waitPhase(ctx, p.Name, 90*time.Second, v1.PodSucceeded, v1.PodFailed)
+	lines := n.probeLines(p)
+	if p.Status.Phase != v1.PodSucceeded {
+		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
+	}
+	n.requireBound(p)
+	g := grant(n.t, p)
+	if g == nil || len(g.Devices) != 1 {
+		n.t.Fatalf("pod %s: assignment %+v, want one GPU", p.Name, g)
+	}
+	want := gpuNodes[g.Devices[0].UUID]
+	if n.mode == "fallback" {
+		want = all
+	}
+	want = slices.Clone(want)
+	slices.Sort(want)
+	c, _ := find(lines, "context")
+	got := strings.Split(c.fields["nodes"], ",")
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		n.t.Errorf("pod %s granted %s has GPU device nodes %v, want %v (%s binding)", p.Name, g.Devices[0].UUID, got, want, n.mode)
+	}
+	d, _ := find(lines, "driver")
+	if d.fields["path"] != cdiLibraryDir+"/libcuda.so.1" {
+		n.t.Errorf("pod %s loaded the driver from %q, want the CDI spec's %s/libcuda.so.1", p.Name, d.fields["path"], cdiLibraryDir)
+	}
+	if mem, ok := find(lines, "memory"); !ok || mem.int(n.t, "total_mib") != 1024 {
+		n.t.Errorf("pod %s: want 1024 MiB, probe printed %v", p.Name, lines)
+	}
+	n.t.Logf("pod %s granted %s: GPU device nodes %v, driver %s; CDI spec devices %d", p.Name, g.Devices[0].UUID, got, d.fields["path"], len(ours))
+}
+
 // A pod without GPU requests gets nothing from Tessera: no hook, no limits, no GPUs
-// named, and the (fake) driver's whole device.
+// named, no device node and no driver (the image has none; only the CDI spec of a GPU
+// container brings it), so it cannot run CUDA.
 func testPlainPodUntouched(n *node) {
 	ctx := context.Background()
 	p := n.create(ctx, n.pod(podSpec{name: "plain", args: []string{"-fill", "-chunk", "4096"}}))
@@ -133,19 +221,14 @@ func testPlainPodUntouched(n *node) {
 	if _, has := p.Annotations["tessera.dev/gpu-assignment"]; has {
 		n.t.Errorf("a pod without GPU requests has an assignment")
 	}
-	if n.gpu {
-		// No GPU device node: a real driver finds no device.
-		if _, ran := find(lines, "first-cuda"); ran {
-			n.t.Errorf("a pod without GPU requests used a GPU: %v", lines)
-		}
-		return
+	if d, loaded := find(lines, "driver"); loaded {
+		n.t.Errorf("a pod without GPU requests has a driver: %v", d.fields)
 	}
-	mem, ok2 := find(lines, "memory")
-	if p.Status.Phase != v1.PodSucceeded || !ok2 {
-		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
+	if _, ran := find(lines, "first-cuda"); ran {
+		n.t.Errorf("a pod without GPU requests used a GPU: %v", lines)
 	}
-	if mem.int(n.t, "total_mib") != mem.int(n.t, "device_total_mib") {
-		n.t.Errorf("a pod without GPU requests sees a limit: %v", mem.fields)
+	if e, _ := find(lines, "error"); e.fields["call"] != "dlopen" {
+		n.t.Errorf("a pod without GPU requests: want the driver not found (dlopen), probe printed %v", lines)
 	}
 }
 
@@ -356,7 +439,7 @@ func testRestart(n *node, component string) {
 		})
 	}
 
-	ran, unbound, failed := 0, 0, 0
+	ran, failed := 0, 0
 	for _, name := range during {
 		p := n.waitPhase(ctx, name, 3*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 		if p.Status.Phase == v1.PodRunning {
@@ -374,12 +457,6 @@ func testRestart(n *node, component string) {
 		switch {
 		case ok && mem.fields["total_mib"] == "1024":
 			ran++
-		case ok && c.fields["limits"] == "no" && c.fields["preload"] == "no" && c.fields["gpu_nodes"] == "0":
-			// Created while no binding was possible (NRI disconnected): the container
-			// was given no GPU device node and no hook, so it cannot use a GPU. Only
-			// the fake driver, which needs no device node, answers its CUDA calls.
-			unbound++
-			n.t.Logf("pod %s created during the %s restart was not bound and has no GPU device node: %v", name, component, c.fields)
 		case ok:
 			n.t.Errorf("pod %s created during the %s restart runs without its limit: %v %v", name, component, c.fields, mem.fields)
 		case c.fields["limits"] == "no" && c.fields["gpu_nodes"] != "" && c.fields["gpu_nodes"] != "0" && n.mode == "nri":
@@ -391,8 +468,7 @@ func testRestart(n *node, component string) {
 				name, component, p.Status.Phase, p.Status.Reason, p.Status.Message, c.fields, e.fields)
 		}
 	}
-	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d did not run CUDA, %d ran CUDA unbound without GPU device nodes (fake driver only)",
-		component, len(during), ran, failed, unbound)
+	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d did not run CUDA", component, len(during), ran, failed)
 
 	after := n.create(ctx, n.pod(podSpec{name: component + "-after", gpus: 1, memMiB: 3072, args: []string{"-fill", "-chunk", "256"}}))
 	p := n.waitPhase(ctx, after.Name, 3*time.Minute, v1.PodSucceeded, v1.PodFailed)

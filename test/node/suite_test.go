@@ -4,8 +4,9 @@
 // and runc on this machine, started by test/node/node.sh with the control plane, the
 // Tessera scheduler, a default scheduler and the node agent, and real pods that run
 // test/node/probe (a CUDA program) against the fake libcuda.so.1 (make test-node) or
-// the machine's GPUs (make test-node-gpu). Every pass (NRI binding, then the fallback
-// binding at the first CUDA call) starts its own node.
+// the machine's GPUs (make test-node-gpu), the driver reaching GPU containers through
+// the node agent's CDI spec only. Every pass (NRI binding, then the fallback binding
+// at the first CUDA call) starts its own node.
 //
 // The tests run only with TESSERA_NODE_SUITE=1 (the make targets set it and build
 // everything first): they need root, and they start kubelet and containerd.
@@ -150,7 +151,29 @@ type podSpec struct {
 	scheduler string
 	// privileged: the container sees every host device (B6's baseline on a GPU).
 	privileged bool
-	args       []string
+	// hostDriver: the node's driver libraries are mounted from the host by the pod
+	// itself and put on its loader path (B6's baseline: a CUDA pod without GPU
+	// requests, which Tessera's CDI spec does not serve); driverVolume: the same
+	// volume, not on the loader path (B6's GPU pods, so that both kinds have the
+	// same volumes).
+	hostDriver, driverVolume bool
+	args                     []string
+}
+
+// cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
+// container (no nvidia-cdi-hook on the suite's nodes).
+const cdiLibraryDir = "/usr/local/nvidia/lib64"
+
+// driverDir is the host directory of the node's driver libraries: the fake driver that
+// node.sh installs, or the machine's (TESSERA_NODE_DRIVER_DIR).
+func (n *node) driverDir() string {
+	if !n.gpu {
+		return filepath.Join(n.dir, "driver", "usr", "local", "nvidia", "lib64")
+	}
+	if dir := os.Getenv("TESSERA_NODE_DRIVER_DIR"); dir != "" {
+		return dir
+	}
+	return "/usr/local/nvidia/lib64"
 }
 
 func (n *node) pod(s podSpec) *v1.Pod {
@@ -189,8 +212,14 @@ func (n *node) pod(s podSpec) *v1.Pod {
 	if s.privileged {
 		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: &s.privileged}
 	}
-	if n.gpu {
-		gpuPodSetup(p)
+	if s.hostDriver || s.driverVolume {
+		hostDriverSetup(p, n.driverDir(), s.hostDriver)
+	}
+	if !s.hostDriver && n.mode == "fallback" {
+		// Without NRI nothing sets the loader's path for the driver the CDI spec
+		// mounts: images must have it (NVIDIA's CUDA images do), as this pod does.
+		c := &p.Spec.Containers[0]
+		c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir})
 	}
 	return p
 }

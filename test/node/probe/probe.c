@@ -7,10 +7,12 @@
  * the container's log:
  *
  *   start       unix_ns      the process started
- *   context     preload limits visible gpu_nodes   whether /etc/ld.so.preload and
- *                            the limits file /run/tessera/limits exist (yes/no),
- *                            NVIDIA_VISIBLE_DEVICES ("-" when unset), and how many
- *                            GPU device nodes (/dev/nvidia<N>) the container has
+ *   context     preload limits visible gpu_nodes nodes   whether /etc/ld.so.preload
+ *                            and the limits file /run/tessera/limits exist (yes/no),
+ *                            NVIDIA_VISIBLE_DEVICES ("-" when unset), how many GPU
+ *                            device nodes (/dev/nvidia<N>) the container has and
+ *                            which (comma-separated paths, "-" when none)
+ *   driver      path         the file libcuda.so.1 was loaded from
  *   first-cuda  unix_ns      cuInit, a context and a 1 MiB cuMemAlloc succeeded
  *   memory      total_mib free_mib   cuDeviceTotalMem and cuMemGetInfo of device 0
  *   fill        filled_mib err       cuMemAlloc of -chunk MiB until it failed (-fill)
@@ -24,6 +26,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <glob.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +79,17 @@ int main(int argc, char **argv)
 	const char *visible = getenv("NVIDIA_VISIBLE_DEVICES");
 	glob_t nodes;
 	size_t gpu_nodes = 0;
+	char names[1024] = "-";
 	if (glob("/dev/nvidia[0-9]*", 0, NULL, &nodes) == 0) {
 		gpu_nodes = nodes.gl_pathc;
+		size_t off = 0;
+		for (size_t i = 0; i < nodes.gl_pathc && off < sizeof(names); i++)
+			off += (size_t)snprintf(names + off, sizeof(names) - off, "%s%s", i ? "," : "", nodes.gl_pathv[i]);
 		globfree(&nodes);
 	}
-	printf("tessera-probe context preload=%s limits=%s visible=%s gpu_nodes=%zu\n",
+	printf("tessera-probe context preload=%s limits=%s visible=%s gpu_nodes=%zu nodes=%s\n",
 	       access("/etc/ld.so.preload", F_OK) == 0 ? "yes" : "no", access("/run/tessera/limits", F_OK) == 0 ? "yes" : "no",
-	       visible != NULL && *visible != '\0' ? visible : "-", gpu_nodes);
+	       visible != NULL && *visible != '\0' ? visible : "-", gpu_nodes, names);
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-fill") == 0)
 			fill = 1;
@@ -106,6 +113,9 @@ int main(int argc, char **argv)
 		printf("tessera-probe error call=dlopen err=-1 msg=\"%s\"\n", dlerror());
 		return 1;
 	}
+	struct link_map *lm = NULL;
+	if (dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL)
+		printf("tessera-probe driver path=%s\n", lm->l_name);
 	init_fn cuInit_ = (init_fn)sym(lib, "cuInit");
 	devget_fn cuDeviceGet_ = (devget_fn)sym(lib, "cuDeviceGet");
 	totalmem_fn cuDeviceTotalMem_ = (totalmem_fn)sym(lib, "cuDeviceTotalMem_v2");
