@@ -528,6 +528,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Checked before anything is served: a GPU container is refused while the node
 	// lacks what Tessera needs.
 	a.checkStatic()
+	// The first CDI spec is written before the NRI plugin and the device plugin serve:
+	// a GPU container arriving in their first milliseconds would otherwise be refused
+	// for want of a spec (in the fallback mode kubelet then fails its pod for good).
+	if a.CDI != nil {
+		a.syncCDI()
+	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
