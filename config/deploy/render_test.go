@@ -236,7 +236,7 @@ func TestRenderCDI(t *testing.T) {
 			t.Errorf("agent args lack %s: %s", a, args)
 		}
 	}
-	for _, m := range []string{"mountPath:/var/run/cdi name:cdi", "mountPath:/host/driver name:driver readOnly:true", "hostPath:map[path:/ type:Directory] name:driver"} {
+	for _, m := range []string{"mountPath:/var/run/cdi name:cdi", "mountPath:/host/driver name:cdi-driver-root readOnly:true", "hostPath:map[path:/ type:Directory] name:cdi-driver-root"} {
 		if !strings.Contains(mounts, m) {
 			t.Errorf("mounts lack %s: %s", m, mounts)
 		}
@@ -256,7 +256,7 @@ func TestRenderCDI(t *testing.T) {
 		t.Errorf("NRI fallback: args %s, mounts %s", args, mounts)
 	}
 	args, mounts = agent("agent.cdi.enabled=false")
-	if !strings.Contains(args, "--cdi-spec-dir= ") || strings.Contains(args, "--cdi-kind") || strings.Contains(mounts, "name:driver") || strings.Contains(mounts, "name:cdi") {
+	if !strings.Contains(args, "--cdi-spec-dir= ") || strings.Contains(args, "--cdi-kind") || strings.Contains(mounts, "name:cdi-driver-root") || strings.Contains(mounts, "name:cdi") {
 		t.Errorf("CDI off: args %s, mounts %s", args, mounts)
 	}
 }
