@@ -9,11 +9,7 @@ package node
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
@@ -26,8 +22,8 @@ import (
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 
+	agentapp "github.com/tessera-dev/tessera/cmd/tessera-node-agent/app"
 	scheduler "github.com/tessera-dev/tessera/cmd/tessera-scheduler/app"
-	"github.com/tessera-dev/tessera/node-agent/agent"
 )
 
 func init() { boxMain = runBox }
@@ -52,37 +48,7 @@ func runBox(name string, args []string) (int, bool) {
 		}
 		return 0, true
 	case "tessera-node-agent":
-		return runAgent(args), true
+		return agentapp.Run(args, "nodebox", "unknown"), true
 	}
 	return 0, false
-}
-
-// runAgent is cmd/tessera-node-agent's main without its install-hook and
-// print-inventory modes, which the suite does not use.
-func runAgent(args []string) int {
-	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
-	var cfg agent.Config
-	agent.BindFlags(fs, &cfg)
-	logging := agent.AddLoggingFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	agent.ApplySimulateDefaults(fs, &cfg)
-	log, flush, err := agent.ApplyLogging(logging)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer flush()
-	if err := cfg.Validate(); err != nil {
-		log.Error(err, "invalid configuration")
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := agent.Main(ctx, cfg, log); err != nil {
-		log.Error(err, "node agent failed")
-		return 1
-	}
-	return 0
 }
