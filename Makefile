@@ -139,8 +139,9 @@ B2_NODES = $(if $(FULL),5000,500)
 B2_PODS  = $(if $(FULL),10000,2000)
 B2_ROUNDS ?= 3
 # B2_PROFILE: the Tessera profile of config/scheduler/tessera-scheduler.yaml measured
-# against the default one (tessera-binpack; e.g. tessera-fragmentation).
-B2_PROFILE ?= tessera-binpack
+# against the default one (tessera-fragmentation, the first and default profile; e.g.
+# tessera-binpack).
+B2_PROFILE ?= tessera-fragmentation
 
 .PHONY: bench
 bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size); the hook's B3 CPU microbenchmark
