@@ -17,11 +17,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // AnnotationRequirements is where the agent states, on its Node, whether the node
 // meets what Tessera needs: "met", or one "<requirement>: <what is wrong>" per line.
-const AnnotationRequirements = "tessera.dev/node-requirements"
+const AnnotationRequirements = api.AnnotationRequirements
 
 // NRI fallback policies (--nri-unavailable).
 const (
@@ -260,7 +262,7 @@ func (a *Agent) requirementsValue() string {
 	if l := a.req.list(); len(l) > 0 {
 		return strings.Join(l, "\n")
 	}
-	return "met"
+	return api.RequirementsMet
 }
 
 // markNode writes the requirements annotation on the Node (a merge patch of that key

@@ -47,7 +47,7 @@ type podRecord struct {
 type nodeEntry struct {
 	mu   sync.RWMutex
 	name string // compared by every lookup (nodeTable)
-	// seen is a node object whose annotation is raw, or nil. Informer objects are
+	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
@@ -59,6 +59,9 @@ type nodeEntry struct {
 	// inventory object is one more cache miss per node.
 	heartbeat time.Time
 	invErr    error
+	// reqErr is why the node's agent refuses GPU containers (its
+	// api.AnnotationRequirements), or nil; reqRaw is that annotation.
+	reqErr error
 	// usageGen changes whenever model or used does: it tells the fragmentation
 	// measure kept in frag whether it still describes the node.
 	usageGen uint64
@@ -79,6 +82,7 @@ type nodeEntry struct {
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
+	reqRaw    string
 	pods      map[types.UID]*podRecord
 	unmatched int // grants naming a UUID the inventory does not have
 }
@@ -163,6 +167,25 @@ func (c *Cache) SetInventory(nodeName, raw string) {
 	}
 }
 
+// SetRequirements records the node's requirements annotation (raw may be empty).
+func (c *Cache) SetRequirements(nodeName, raw string) {
+	e := c.node(nodeName)
+	e.mu.RLock()
+	same := e.reqRaw == raw
+	e.mu.RUnlock()
+	if same {
+		return
+	}
+	e.mu.Lock()
+	e.setRequirementsLocked(raw)
+	e.mu.Unlock()
+}
+
+func (e *nodeEntry) setRequirementsLocked(raw string) {
+	e.reqRaw, e.reqErr = raw, api.RequirementsError(raw)
+	e.seen.Store(nil)
+}
+
 func (e *nodeEntry) setInventoryLocked(raw string) {
 	e.raw = raw
 	e.seen.Store(nil)
@@ -233,6 +256,7 @@ type nodeView struct {
 	model     *nodeModel
 	heartbeat time.Time
 	invErr    error
+	reqErr    error
 	// usageGen is the entry's usage generation when the view was taken.
 	usageGen uint64
 }
@@ -252,23 +276,26 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 	e := c.node(node.Name)
 	e.mu.RLock()
 	if e.seen.Load() != node {
-		raw := node.Annotations[api.AnnotationInventory]
-		if e.raw != raw {
+		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
+		if e.raw != raw || e.reqRaw != req {
 			e.mu.RUnlock()
 			e.mu.Lock()
 			if e.raw != raw {
 				e.setInventoryLocked(raw)
 				c.noteModel(e.model)
 			}
+			if e.reqRaw != req {
+				e.setRequirementsLocked(req)
+			}
 			e.mu.Unlock()
 			e.mu.RLock()
 		}
-		// raw cannot change while the read lock is held.
-		if e.raw == raw {
+		// raw and reqRaw cannot change while the read lock is held.
+		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
 		}
 	}
-	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
+	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
 	var used []usage
 	if e.model != nil {
 		used = append(into[:0], e.used...)
@@ -583,7 +610,7 @@ func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
+			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
 			f(e, &v, e.used)
 		}
 		e.mu.RUnlock()

@@ -43,10 +43,14 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	return nil
 }
 
-// usable rejects nodes whose inventory is missing, malformed or stale at now.
+// usable rejects nodes whose inventory is missing, malformed or stale at now, and
+// nodes whose agent refuses GPU containers for want of a requirement.
 func (pl *Plugin) usable(v *nodeView, now time.Time) *fwk.Status {
 	if v.model == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
+	}
+	if v.reqErr != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.reqErr.Error())
 	}
 	if age, old := stale(v.heartbeat, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(

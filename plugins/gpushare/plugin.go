@@ -152,11 +152,13 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
 			}
 		},
 		UpdateFunc: func(_, obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -239,7 +241,8 @@ func (pl *Plugin) hintPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any)
 	return fwk.QueueSkip, nil
 }
 
-// hintNodeChanged queues when a node appears with an inventory or its inventory changes.
+// hintNodeChanged queues when a node appears with an inventory, its inventory
+// changes, or its agent's requirements become met.
 func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*v1.Node)
 	if !ok {
@@ -249,10 +252,18 @@ func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	if !has {
 		return fwk.QueueSkip, nil
 	}
-	if old, ok := oldObj.(*v1.Node); ok && old != nil && old.Annotations[api.AnnotationInventory] == raw {
-		return fwk.QueueSkip, nil
+	req := n.Annotations[api.AnnotationRequirements]
+	old, _ := oldObj.(*v1.Node)
+	if old != nil && old.Annotations[api.AnnotationInventory] == raw {
+		if old.Annotations[api.AnnotationRequirements] == req || api.RequirementsError(req) != nil {
+			return fwk.QueueSkip, nil
+		}
+		pl.cache.SetRequirements(n.Name, req)
+		logger.V(5).Info("A node now meets Tessera's requirements", "pod", klog.KObj(pod), "node", klog.KObj(n))
+		return fwk.Queue, nil
 	}
 	pl.cache.SetInventory(n.Name, raw)
+	pl.cache.SetRequirements(n.Name, req)
 	logger.V(5).Info("A node's GPU inventory appeared or changed", "pod", klog.KObj(pod), "node", klog.KObj(n))
 	return fwk.Queue, nil
 }
