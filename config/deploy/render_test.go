@@ -50,8 +50,9 @@ func TestRenderDefaults(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
-		// The agent's own-node policy and the scheduler's assignment policy.
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		// The agent's own-node and CDI-annotation policies and the scheduler's
+		// assignment policy.
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
 		// GPU pods get a Tessera schedulerName.
 		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	}
@@ -258,6 +259,27 @@ func TestRenderCDI(t *testing.T) {
 	args, mounts = agent("agent.cdi.enabled=false")
 	if !strings.Contains(args, "--cdi-spec-dir= ") || strings.Contains(args, "--cdi-kind") || strings.Contains(mounts, "name:cdi-driver-root") || strings.Contains(mounts, "name:cdi") {
 		t.Errorf("CDI off: args %s, mounts %s", args, mounts)
+	}
+	// The CDI-annotation policy names the configured kind, and goes with CDI or its switch.
+	policy := func(set ...string) string {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Kind == "ValidatingAdmissionPolicy" && m.Name == "gpu-node-agent-cdi-annotations" {
+				return m.YAML
+			}
+		}
+		return ""
+	}
+	if p := policy("agent.cdi.kind=example.com/gpu"); !strings.Contains(p, `contains("example.com/gpu")`) {
+		t.Errorf("CDI-annotation policy for another kind:\n%s", p)
+	}
+	for _, off := range []string{"agent.cdi.enabled=false", "agent.cdi.annotationPolicy=false"} {
+		if p := policy(off); p != "" {
+			t.Errorf("%s: CDI-annotation policy still rendered", off)
+		}
 	}
 }
 
