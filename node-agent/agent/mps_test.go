@@ -81,15 +81,8 @@ func TestSimulatedAgentServesMPS(t *testing.T) {
 		"--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "0,1", "--mps-control", control, "--mps-root", filepath.Join(dir, "mps"),
 		"--mps-clients", "16", "--mps-health-interval", "100ms")
 	c.MPS.NoHelper = true
-	src, err := OpenSource(&c, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0"}})
-	a, err := New(c, logr.Discard(), client, src, record.NewFakeRecorder(10))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestAgent(t, c, client, record.NewFakeRecorder(10))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()

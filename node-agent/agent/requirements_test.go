@@ -147,16 +147,9 @@ func unmetAgent(t *testing.T, extra ...string) (*Agent, *fake.Clientset, *record
 		"--nri", "--nri-socket", filepath.Join(dir, "nri.sock"), "--device-plugin", "--device-plugin-dir", dir,
 		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits")}, extra...)
 	c := parse(t, args...)
-	src, err := OpenSource(&c, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	rec := record.NewFakeRecorder(20)
-	a, err := New(c, logr.Discard(), client, src, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestAgent(t, c, client, rec)
 	return a, client, rec, dir
 }
 
