@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../test/fake_stats.h"
+#include "../test/fake_mps.h"
 #include "tessera_cuda.h"
 
 #define MAXDEV 8
@@ -254,11 +255,46 @@ static int visible_entry(const char *t, int nphys)
 	return found;
 }
 
+/* MPS, as a client sees it: the driver reads the MPS variables when it initialises and
+ * connects to the control daemon through CUDA_MPS_PIPE_DIRECTORY; here "connected"
+ * means that the directory holds a "control" entry. The SM counts that contexts were
+ * created with are kept for the tests. */
+static struct fake_cuda_mps mps_seen;
+
+void fake_cuda_mps(struct fake_cuda_mps *out)
+{
+	pthread_mutex_lock(&mu);
+	*out = mps_seen;
+	pthread_mutex_unlock(&mu);
+}
+
+static void mps_init(void)
+{
+	const char *names[3] = {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"};
+	char *vals[3] = {mps_seen.pipe, mps_seen.percent, mps_seen.pinned};
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(names[i]);
+		snprintf(vals[i], sizeof(mps_seen.pipe), "%s", v != NULL ? v : "(unset)");
+	}
+	char control[300];
+	const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	snprintf(control, sizeof(control), "%s/control", pipe != NULL ? pipe : "/tmp/nvidia-mps");
+	mps_seen.enabled = access(control, F_OK) == 0;
+}
+
+static void mps_affinity(const CUexecAffinityParam *p, int n)
+{
+	for (int i = 0; p != NULL && i < n; i++)
+		if (p[i].type == CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+			mps_seen.ctx_sms = p[i].param.smCount.val;
+}
+
 CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
 	pthread_mutex_lock(&mu);
 	if (!initialized) {
+		mps_init();
 		/* Like the driver: CUDA_VISIBLE_DEVICES, read once at initialisation, lists the
 		 * devices the process sees, in its order, up to the first entry that names no
 		 * device or one already listed. */
@@ -405,8 +441,9 @@ static CUresult destroy_ctx(uintptr_t h)
 
 CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d)
 {
-	(void)p;
 	(void)flags;
+	if (p != NULL)
+		mps_affinity(p->execAffinityParams, p->numExecAffinityParams);
 	uintptr_t h;
 	CUresult rc = make_ctx(&h, d);
 	if (rc == CUDA_SUCCESS) {
@@ -419,6 +456,12 @@ CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, 
 
 CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
 {
+	return cuCtxCreate_v4(c, NULL, flags, d);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, unsigned int flags, CUdevice d)
+{
+	mps_affinity(p, n);
 	return cuCtxCreate_v4(c, NULL, flags, d);
 }
 
@@ -470,6 +513,8 @@ CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 		*v = 132;
 	else if (a == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
 		*v = 2048;
+	else if (a == CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
+		*v = mps_seen.enabled;
 	else
 		return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;

@@ -1,0 +1,129 @@
+/*
+ * MPS clients: see mps.h. What the driver reads and when was checked on a GPU
+ * (docs/cuda-hook.md, "MPS clients").
+ */
+#define _GNU_SOURCE
+#include <math.h> /* isfinite */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "mps.h"
+#include "state.h"
+
+#define ENV_PIPE "CUDA_MPS_PIPE_DIRECTORY"
+#define ENV_PERCENT "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+#define ENV_PINNED "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+/* The share in effect, in percent: the grant, or the tenant's lower value. */
+static _Atomic double share;
+
+/* The tenant's percentage if it is a plain decimal (digits, an optional fraction) in
+ * (0, 100], else -1. MPS reads the variable as a number; anything else is replaced. */
+static double tenant_percent(const char *v)
+{
+	if (v == NULL || v[0] < '0' || v[0] > '9')
+		return -1;
+	char *end;
+	double d = strtod(v, &end);
+	if (*end != '\0' || !isfinite(d) || d <= 0 || d > 100)
+		return -1;
+	for (const char *p = v; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || *p == '.'))
+			return -1; /* no exponents, hex or signs */
+	return d;
+}
+
+static void set(const char *name, const char *value)
+{
+	const char *now = getenv(name);
+	if (now != NULL && strcmp(now, value) == 0)
+		return;
+	if (setenv(name, value, 1) != 0)
+		tessera_log(TESSERA_LOG_ERROR, "cannot set %s=%s", name, value);
+	else if (now != NULL)
+		tessera_log(TESSERA_LOG_INFO, "MPS client: %s=%s replaces the environment's %s", name, value, now);
+}
+
+void tessera_mps_env(void)
+{
+	const struct tessera_limits *l = &tessera.limits;
+	if (l->mps_percent <= 0)
+		return;
+	set(ENV_PIPE, l->mps_pipe);
+	const char *mine = getenv(ENV_PERCENT);
+	double t = tenant_percent(mine);
+	if (t > 0 && t <= l->mps_percent) {
+		atomic_store(&share, t);
+	} else {
+		char v[8];
+		snprintf(v, sizeof(v), "%d", l->mps_percent);
+		set(ENV_PERCENT, v);
+		atomic_store(&share, (double)l->mps_percent);
+	}
+	/* The client numbers its GPUs in the limits' order (visible_devices.c). */
+	char pinned[TESSERA_MAX_GPUS * 24];
+	size_t off = 0;
+	for (int i = 0; i < l->ngpus && off < sizeof(pinned); i++)
+		off += (size_t)snprintf(pinned + off, sizeof(pinned) - off, "%s%d=%lluM", i ? "," : "", i,
+					(unsigned long long)l->gpus[i].memory_mib);
+	set(ENV_PINNED, pinned);
+}
+
+CUresult tessera_mps_check(void)
+{
+	if (tessera.limits.mps_percent <= 0)
+		return CUDA_SUCCESS;
+	HOOK_REAL(cuDeviceGetAttribute);
+	for (int i = 0; i < tessera.nvis; i++) {
+		int g = tessera.vis[i], on = 0;
+		CUresult rc = REAL(cuDeviceGetAttribute)(&on, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, tessera.real_dev[g]);
+		if (rc != CUDA_SUCCESS || !on) {
+			snprintf(tessera.why, sizeof(tessera.why),
+				 "GPU %s is granted as an MPS client, but the driver did not connect to an MPS server through %s "
+				 "(%s): the MPS control daemon is not serving it; refusing CUDA rather than running outside MPS",
+				 tessera.limits.gpus[g].uuid, tessera.limits.mps_pipe,
+				 rc != CUDA_SUCCESS ? "the driver cannot tell" : "MPS is not enabled for this process");
+			tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
+			/* Every later call is refused too: the driver is up, outside MPS. */
+			tessera.status = CUDA_ERROR_MPS_CONNECTION_FAILED;
+			return CUDA_ERROR_MPS_CONNECTION_FAILED;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+unsigned int tessera_mps_sm_cap(CUdevice dev)
+{
+	if (tessera.limits.mps_percent <= 0 || REAL(cuDeviceGetAttribute) == NULL)
+		return 0;
+	int sms = 0;
+	if (REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS || sms <= 0)
+		return 0;
+	unsigned int cap = (unsigned int)((double)sms * atomic_load(&share) / 100.0);
+	return cap < 1 ? 1 : cap;
+}
+
+CUresult tessera_mps_affinity(CUdevice dev, CUexecAffinityParam *in, int n, CUexecAffinityParam *copy, int max,
+			      CUexecAffinityParam **use)
+{
+	*use = in;
+	unsigned int cap = tessera_mps_sm_cap(dev);
+	if (cap == 0 || in == NULL || n <= 0)
+		return CUDA_SUCCESS;
+	if (n > max) {
+		tessera_log(TESSERA_LOG_ERROR, "a context with %d execution-affinity parameters: refused", n);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	memcpy(copy, in, (size_t)n * sizeof(*in));
+	for (int i = 0; i < n; i++) {
+		if (copy[i].type == CU_EXEC_AFFINITY_TYPE_SM_COUNT && copy[i].param.smCount.val > cap) {
+			tessera_log(TESSERA_LOG_INFO, "MPS client: a context asking for %u SMs gets %u (its share)",
+				    copy[i].param.smCount.val, cap);
+			copy[i].param.smCount.val = cap;
+		}
+	}
+	*use = copy;
+	return CUDA_SUCCESS;
+}
