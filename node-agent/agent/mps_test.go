@@ -38,19 +38,26 @@ func TestSelectMPSGPUs(t *testing.T) {
 
 func TestValidateMPS(t *testing.T) {
 	for args, want := range map[string]string{
-		"--mps-gpus=all --nri=false":                "--mps-gpus needs --nri",
-		"--mps-gpus=all --mps-clients=49":           "--mps-clients 49",
-		"--mps-gpus=all --mps-control=bin/x":        "must be absolute",
-		"--mps-gpus=all --mps-health-interval=1ms":  "--mps-health-interval",
-		"--mps-gpus=0 --mps-root=relative/mps/root": "must be absolute",
+		"--mps-gpus=all --nri=false":                                 "--mps-gpus needs --nri",
+		"--mps-gpus=all --mps-clients=49":                            "--mps-clients 49",
+		"--mps-gpus=all --mps-control=bin/x":                         "must be absolute",
+		"--mps-gpus=all --mps-health-interval=1ms":                   "--mps-health-interval",
+		"--mps-gpus=0 --mps-root=relative/mps/root":                  "must be absolute",
+		"--mps-gpus=all --mps-cgroup=/tessera-mps":                   "with --mps-keep-daemons",
+		"--mps-gpus=all --mps-keep-daemons --mps-cgroup=tessera-mps": "clean absolute path",
+		"--mps-gpus=all --mps-keep-daemons --mps-cgroup=/":           "clean absolute path",
 	} {
 		c := parse(t, append([]string{"--node-name", "n"}, strings.Fields(args)...)...)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", args, err, want)
 		}
 	}
-	if c := parse(t, "--node-name", "n", "--mps-gpus", "all"); c.Validate() != nil || c.MPS.Clients != 48 || c.MPS.Control != "/usr/bin/nvidia-cuda-mps-control" {
+	if c := parse(t, "--node-name", "n", "--mps-gpus", "all"); c.Validate() != nil || c.MPS.Clients != 48 || c.MPS.Control != "/usr/bin/nvidia-cuda-mps-control" ||
+		c.MPS.KeepDaemons || c.MPS.Cgroup != "" {
 		t.Errorf("defaults: %+v %v", c.MPS, c.Validate())
+	}
+	if c := parse(t, "--node-name", "n", "--mps-gpus", "all", "--mps-keep-daemons", "--mps-cgroup", "/tessera-mps"); c.Validate() != nil {
+		t.Errorf("kept daemons in a cgroup: %v", c.Validate())
 	}
 }
 
