@@ -29,8 +29,17 @@ import (
 //	fake-hang     the client never answers
 const fakeEnv = "TESSERA_FAKE_MPS_CONTROL"
 
+// agentEnv makes the test binary an agent of the real-GPU tests (gpu_test.go): a
+// supervisor of kept daemons until it is killed.
+const agentEnv = "TESSERA_MPS_TEST_AGENT"
+
+var agentMain func() int
+
 func TestMain(m *testing.M) {
 	RunExecHelper()
+	if agentMain != nil && os.Getenv(agentEnv) != "" {
+		os.Exit(agentMain())
+	}
 	switch os.Getenv(fakeEnv) {
 	case "":
 		os.Exit(m.Run())
