@@ -42,15 +42,23 @@ client() {
 		"$L" "$pre" "$@" 2>&1
 }
 share() { awk -v r="$1" -v b="$SOLO" 'BEGIN{ if (r == "") print "FAILED"; else printf "%.1f", 100*r/b }'; }
+# Each client's whole output (the hook's log at info level included) goes to
+# $RES/mps-clients.log.
+: >"$RES/mps-clients.log"
 run() {
 	local label=$1
 	shift
 	local out
-	out=$(client "$label" "$@" "$G/b7" mm "$D" 0)
-	say "$label: share $(share "$(echo "$out" | field rate)") % of solo ($(echo "$out" | tail -1))"
+	out=$(TESSERA_HOOK_LOG=info client "$label" "$@" "$G/b7" mm "$D" 0)
+	printf '== %s\n%s\n' "$label" "$out" >>"$RES/mps-clients.log"
+	say "$label: share $(share "$(echo "$out" | field rate | tail -1)") % of solo ($(echo "$out" | tail -1))"
 }
 P=$MPS/pipe
 CUDA_MPS_PIPE_DIRECTORY=$P CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 run "no hook, tenant sets 100 (the escape the hook closes)" 30 "$P" nohook
+# What the hook sets, without the hook: the percentage, then the pinned memory limit too.
+CUDA_MPS_PIPE_DIRECTORY=$P CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 run "no hook, environment 30" 30 "$P" nohook
+CUDA_MPS_PIPE_DIRECTORY=$P CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M \
+	run "no hook, environment 30 and pinned memory 0=40960M" 30 "$P" nohook
 (
 	unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MPS_PIPE_DIRECTORY
 	run "hook, granted 30, tenant sets nothing" 30 "$P" hook

@@ -171,22 +171,40 @@ static CUresult created_settle(struct ctx *slot, int gpu, CUresult rc, void *han
 /* An MPS client's execution affinity is held to its share of the SMs (mps.c). */
 #define MAX_AFFINITY 8
 
+/* A context without execution affinity: the MPS client's own share of the SMs. */
+static CUresult create_plain(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	if (REAL(cuCtxCreate_v4) != NULL)
+		return REAL(cuCtxCreate_v4)(pctx, NULL, flags, dev);
+	return REAL(cuCtxCreate_v2) != NULL ? REAL(cuCtxCreate_v2)(pctx, flags, dev) : CUDA_ERROR_NOT_FOUND;
+}
+
 static CUresult create_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
-	if (params == NULL || params->execAffinityParams == NULL)
+	if (params == NULL || params->execAffinityParams == NULL || params->numExecAffinityParams <= 0)
 		return REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
 	CUexecAffinityParam copy[MAX_AFFINITY];
 	CUctxCreateParams p = *params;
 	CUresult rc = tessera_mps_affinity(dev, params->execAffinityParams, params->numExecAffinityParams, copy,
 					   MAX_AFFINITY, &p.execAffinityParams);
-	return rc != CUDA_SUCCESS ? rc : REAL(cuCtxCreate_v4)(pctx, &p, flags, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = REAL(cuCtxCreate_v4)(pctx, &p, flags, dev);
+	if (rc == CUDA_SUCCESS && tessera_mps_too_wide(dev, *pctx))
+		rc = create_plain(pctx, flags, dev);
+	return rc;
 }
 
 static CUresult create_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags, CUdevice dev)
 {
 	CUexecAffinityParam copy[MAX_AFFINITY], *use;
 	CUresult rc = tessera_mps_affinity(dev, params, n, copy, MAX_AFFINITY, &use);
-	return rc != CUDA_SUCCESS ? rc : REAL(cuCtxCreate_v3)(pctx, use, n, flags, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = REAL(cuCtxCreate_v3)(pctx, use, n, flags, dev);
+	if (rc == CUDA_SUCCESS && params != NULL && n > 0 && tessera_mps_too_wide(dev, *pctx))
+		rc = create_plain(pctx, flags, dev);
+	return rc;
 }
 
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)

@@ -1,6 +1,9 @@
 /*
- * MPS clients: see mps.h. What the driver reads and when was checked on a GPU
- * (docs/cuda-hook.md, "MPS clients").
+ * MPS clients: see mps.h. What the driver reads and when was checked on an H200
+ * (docs/cuda-hook.md, "MPS clients"): the percentage is read at cuInit; an MPS
+ * client's CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT is already its share of the SMs;
+ * and a context created with an execution-affinity SM count of the client's whole
+ * share read back every SM of the GPU.
  */
 #define _GNU_SOURCE
 #include <math.h> /* isfinite */
@@ -15,9 +18,6 @@
 #define ENV_PIPE "CUDA_MPS_PIPE_DIRECTORY"
 #define ENV_PERCENT "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 #define ENV_PINNED "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-
-/* The share in effect, in percent: the grant, or the tenant's lower value. */
-static _Atomic double share;
 
 /* The tenant's percentage if it is a plain decimal (digits, an optional fraction) in
  * (0, 100], else -1. MPS reads the variable as a number; anything else is replaced. */
@@ -54,13 +54,10 @@ void tessera_mps_env(void)
 	set(ENV_PIPE, l->mps_pipe);
 	const char *mine = getenv(ENV_PERCENT);
 	double t = tenant_percent(mine);
-	if (t > 0 && t <= l->mps_percent) {
-		atomic_store(&share, t);
-	} else {
+	if (!(t > 0 && t <= l->mps_percent)) {
 		char v[8];
 		snprintf(v, sizeof(v), "%d", l->mps_percent);
 		set(ENV_PERCENT, v);
-		atomic_store(&share, (double)l->mps_percent);
 	}
 	/* The client numbers its GPUs in the limits' order (visible_devices.c). */
 	char pinned[TESSERA_MAX_GPUS * 24];
@@ -98,11 +95,30 @@ unsigned int tessera_mps_sm_cap(CUdevice dev)
 {
 	if (tessera.limits.mps_percent <= 0 || REAL(cuDeviceGetAttribute) == NULL)
 		return 0;
+	/* An MPS client's SM count is its share already (the driver applied the
+	 * percentage at cuInit). */
 	int sms = 0;
 	if (REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS || sms <= 0)
 		return 0;
-	unsigned int cap = (unsigned int)((double)sms * atomic_load(&share) / 100.0);
-	return cap < 1 ? 1 : cap;
+	return (unsigned int)sms;
+}
+
+int tessera_mps_too_wide(CUdevice dev, CUcontext ctx)
+{
+	unsigned int cap = tessera_mps_sm_cap(dev);
+	if (cap == 0)
+		return 0;
+	CUexecAffinityParam a;
+	memset(&a, 0, sizeof(a));
+	CUresult rc = REAL(cuCtxGetExecAffinity) == NULL ? CUDA_ERROR_NOT_FOUND
+							 : REAL(cuCtxGetExecAffinity)(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+	if (rc == CUDA_SUCCESS && a.param.smCount.val <= cap)
+		return 0;
+	tessera_log(TESSERA_LOG_INFO, "MPS client: a context with execution affinity has %u SMs (%s), more than the share's %u: "
+		    "made again without it", a.param.smCount.val, rc == CUDA_SUCCESS ? "read back" : "unreadable", cap);
+	if (REAL(cuCtxDestroy_v2) != NULL)
+		REAL(cuCtxDestroy_v2)(ctx);
+	return 1;
 }
 
 CUresult tessera_mps_affinity(CUdevice dev, CUexecAffinityParam *in, int n, CUexecAffinityParam *copy, int max,

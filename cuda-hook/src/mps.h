@@ -24,8 +24,14 @@ void tessera_mps_env(void);
 CUresult tessera_mps_check(void);
 
 /* The most SMs a context on the driver's device dev may ask for through execution
- * affinity; 0 means no bound (no mps line, or the count cannot be read). */
+ * affinity: the MPS client's own SM count; 0 means no bound (no mps line, or the
+ * count cannot be read). */
 unsigned int tessera_mps_sm_cap(CUdevice dev);
+
+/* After a context with execution affinity was created on dev (and made current):
+ * 1 when it has more SMs than tessera_mps_sm_cap, or its count cannot be read; the
+ * context is then destroyed and the caller makes a plain one. */
+int tessera_mps_too_wide(CUdevice dev, CUcontext ctx);
 
 /* The execution-affinity parameters a context on dev is created with: in itself, or
  * (for an MPS client) a copy in copy[0..max) whose SM counts are held to

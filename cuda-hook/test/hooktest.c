@@ -54,6 +54,8 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v4(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
 CUresult cuCtxCreate_v3(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *, CUexecAffinityType);
+CUresult cuDeviceGetAttribute(int *, CUdevice_attribute, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int);
 CUresult cuGreenCtxDestroy(CUgreenCtx);
@@ -987,19 +989,25 @@ static int mps_main(int argc, char **argv)
 	CHECK(strcmp(m.percent, argv[2]) == 0, "driver saw CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, want %s", m.percent, argv[2]);
 	CHECK(strcmp(m.pipe, argv[3]) == 0, "driver saw CUDA_MPS_PIPE_DIRECTORY=%s, want %s", m.pipe, argv[3]);
 	CHECK(strcmp(m.pinned, argv[4]) == 0, "driver saw CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s, want %s", m.pinned, argv[4]);
-	/* Every SM asked for: the share the driver was given (the fake has 132 SMs). */
+	/* The client's SMs are its share, in TPCs of 2 (the fake has 132 SMs). A context
+	 * asking for all of them through execution affinity would read back every SM of
+	 * the GPU, as on the H200: the hook makes it again without affinity. */
+	unsigned int want = 2 * (unsigned int)(132 * strtod(argv[2], NULL) / 200);
 	CUdevice d;
 	OK(cuDeviceGet(&d, 0));
-	CUexecAffinityParam a = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 132};
+	int sms = 0;
+	OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+	CHECK((unsigned int)sms == want, "the client has %d SMs, want %u", sms, want);
+	CUexecAffinityParam a = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 132}, got;
 	CUcontext c;
 	OK(cuCtxCreate_v3(&c, &a, 1, 0, d));
 	CHECK(a.param.smCount.val == 132, "the caller's parameters were changed");
 	seen(&m);
-	unsigned int want = (unsigned int)(132 * strtod(argv[2], NULL) / 100);
-	CHECK(m.ctx_sms == want, "cuCtxCreate_v3 asking for 132 SMs reached the driver with %u, want %u", m.ctx_sms, want);
+	CHECK(m.ctx_sms <= want, "cuCtxCreate_v3 asking for 132 SMs reached the driver with %u, more than %u", m.ctx_sms, want);
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(got.param.smCount.val == want, "the context asking for every SM has %u, want %u", got.param.smCount.val, want);
 	OK(cuCtxDestroy_v2(c));
-	/* The tenant raises its share after cuInit: set back to the grant before the next
-	 * context, and its SMs held to the grant. */
+	/* The tenant raises its share after cuInit: set back before the next context. */
 	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100", 1);
 	setenv("CUDA_MPS_PIPE_DIRECTORY", "/nowhere", 1);
 	CUctxCreateParams cp = {.execAffinityParams = &a, .numExecAffinityParams = 1};
@@ -1007,14 +1015,16 @@ static int mps_main(int argc, char **argv)
 	CHECK(strcmp(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), argv[5]) == 0 && strcmp(getenv("CUDA_MPS_PIPE_DIRECTORY"), argv[3]) == 0,
 	      "the environment was not set back before the context: %s %s", getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
 	      getenv("CUDA_MPS_PIPE_DIRECTORY"));
-	seen(&m);
-	want = (unsigned int)(132 * strtod(argv[5], NULL) / 100);
-	CHECK(m.ctx_sms == want, "cuCtxCreate_v4 asking for 132 SMs reached the driver with %u, want %u", m.ctx_sms, want);
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(got.param.smCount.val == want, "cuCtxCreate_v4 asking for every SM has %u, want %u", got.param.smCount.val, want);
 	OK(cuCtxDestroy_v2(c));
+	/* A smaller share than the client's is the caller's to take. */
 	a.param.smCount.val = 5;
 	OK(cuCtxCreate_v4(&c, &cp, 0, d));
 	seen(&m);
-	CHECK(m.ctx_sms == 5, "cuCtxCreate_v4 asking for 5 SMs reached the driver with %u", m.ctx_sms);
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(m.ctx_sms == 5 && got.param.smCount.val == 6, "asking for 5 SMs: %u reached the driver, the context has %u", m.ctx_sms,
+	      got.param.smCount.val);
 	OK(cuCtxDestroy_v2(c));
 	printf("ok mps percent=%s sms=%u\n", argv[2], want);
 	return 0;
