@@ -29,13 +29,15 @@ trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"' EXIT
 mkdir -p /run/tessera
 
 # client <label> <granted%> <pipe in the mps line> <hook|nohook> <program...>: env
-# comes from the caller; prints the program's output.
+# comes from the caller; prints the program's output. Each client has a limits
+# directory and a cgroup (the key of its accounting region) of its own, named by the
+# subshell's PID: the label is prose, and a cgroup path may not hold spaces.
 client() {
-	local label=$1 pct=$2 pipe=$3 hook=$4
+	local label=$1 pct=$2 pipe=$3 hook=$4 id=$BASHPID
 	shift 4
-	local L=$G/lim-$label
+	local L=$G/lim-$id
 	mkdir -p "$L"
-	printf 'version 1\ncgroup /gpu-test/mps-%s\ncontext-mib %s\ngpu %s 40960 0 0\nmps %s %s\n' "$label" $CTX "$UUID" "$pct" "$pipe" >"$L/limits"
+	printf 'version 1\ncgroup /gpu-test/mps-%s\ncontext-mib %s\ngpu %s 40960 0 0\nmps %s %s\n' "$id" $CTX "$UUID" "$pct" "$pipe" >"$L/limits"
 	local pre=""
 	[ "$hook" = hook ] && pre=$HOOK
 	unshare -m --propagation private sh -c 'l=$0 p=$1; shift; mount --bind "$l" /run/tessera || exit 1; [ -n "$p" ] && export LD_PRELOAD="$p"; exec "$@"' \

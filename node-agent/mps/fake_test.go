@@ -35,6 +35,16 @@ const agentEnv = "TESSERA_MPS_TEST_AGENT"
 
 var agentMain func() int
 
+// self is the test binary, as an absolute path (Config wants one; the binary may be
+// started as ./mps.test).
+var self = func() string {
+	p, err := os.Executable()
+	if err != nil {
+		p = os.Args[0]
+	}
+	return p
+}()
+
 func TestMain(m *testing.M) {
 	RunExecHelper()
 	if agentMain != nil && os.Getenv(agentEnv) != "" {

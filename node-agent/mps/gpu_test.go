@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 )
 
@@ -86,7 +87,7 @@ func TestRealMPSDaemon(t *testing.T) {
 	root := t.TempDir()
 	var mu sync.Mutex
 	var events []Event
-	s, err := New(Config{Control: control, Helper: os.Args[0], Root: root, GPUs: []string{uuid},
+	s, err := New(Config{Control: control, Helper: self, Root: root, GPUs: []string{uuid},
 		Env: []string{"PATH=" + filepath.Dir(control) + ":" + os.Getenv("PATH")}, Interval: 200 * time.Millisecond,
 		Timeout: 5 * time.Second, MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second, Log: testr.New(t),
 		OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
@@ -281,9 +282,10 @@ func init() { agentMain = testAgent }
 // the root $TESSERA_MPS_TEST_AGENT, until it is killed.
 func testAgent() int {
 	control := os.Getenv("TESSERA_MPS_CONTROL")
-	s, err := New(Config{Control: control, Helper: os.Args[0], Root: os.Getenv(agentEnv), GPUs: []string{os.Getenv("TESSERA_MPS_TEST_UUID")},
+	s, err := New(Config{Control: control, Helper: self, Root: os.Getenv(agentEnv), GPUs: []string{os.Getenv("TESSERA_MPS_TEST_UUID")},
 		Env: []string{"PATH=" + filepath.Dir(control) + ":" + os.Getenv("PATH")}, Detach: true, Cgroup: os.Getenv("TESSERA_MPS_TEST_CGROUP"),
-		Interval: 200 * time.Millisecond})
+		Interval: 200 * time.Millisecond,
+		Log:      funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, "test agent:", prefix, args) }, funcr.Options{})})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -309,7 +311,7 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 	}
 	defer os.Remove(agentCg)
 	startAgent := func(root, cg string) *exec.Cmd {
-		cmd := exec.Command("sh", "-c", `echo $$ >`+agentCg+`/cgroup.procs && exec "$0"`, os.Args[0])
+		cmd := exec.Command("sh", "-c", `echo $$ >`+agentCg+`/cgroup.procs && exec "$0"`, self)
 		cmd.Env = append(os.Environ(), agentEnv+"="+root, "TESSERA_MPS_TEST_UUID="+uuid, "TESSERA_MPS_CONTROL="+control,
 			"TESSERA_MPS_TEST_CGROUP="+cg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
@@ -327,36 +329,31 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 	env := []string{"PATH=" + filepath.Dir(control) + ":" + os.Getenv("PATH")}
 	daemonOf := func(obs *Supervisor) int {
 		var pid int
-		waitFor(t, "the agent's daemon", func() bool {
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if _, err := obs.Command(context.Background(), uuid, "get_server_list"); err != nil {
-				return false
+				continue
 			}
-			pid, _ = readPid(filepath.Join(obs.PipeDir(uuid), PidFile))
-			return pid > 0
-		})
-		return pid
-	}
-
-	// Without a cgroup of its own the kept daemon dies with the agent's cgroup.
-	rootC := t.TempDir()
-	obsC, _ := New(Config{Control: control, Root: rootC, GPUs: []string{uuid}, Env: env})
-	agent := startAgent(rootC, "")
-	d := daemonOf(obsC)
-	killAgent(agent)
-	time.Sleep(300 * time.Millisecond)
-	rep.say("kept daemon in the agent's cgroup: agent's cgroup killed, daemon %d running: %v", d, running(d))
-	if running(d) {
-		_ = syscall.Kill(-d, syscall.SIGKILL)
+			if pid, _ = readPid(filepath.Join(obs.PipeDir(uuid), PidFile)); pid > 0 {
+				return pid
+			}
+		}
+		logs, _ := filepath.Glob(filepath.Join(obs.LogDir(uuid), "*"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			rep.say("%s:\n%s", l, b)
+		}
+		t.Fatal("the agent's daemon did not answer within 20s")
+		return 0
 	}
 
 	root := t.TempDir()
 	obs, _ := New(Config{Control: control, Root: root, GPUs: []string{uuid}, Env: env})
-	agent = startAgent(root, "/tessera-test-mps")
+	agent := startAgent(root, "/tessera-test-mps")
 	defer func() {
 		_ = os.Remove("/sys/fs/cgroup/tessera-test-mps/" + uuid)
 		_ = os.Remove("/sys/fs/cgroup/tessera-test-mps")
 	}()
-	d = daemonOf(obs)
+	d := daemonOf(obs)
 	cg, _ := os.ReadFile("/proc/" + strconv.Itoa(d) + "/cgroup")
 	rep.say("kept daemon %d of the first agent in cgroup %s", d, strings.TrimSpace(string(cg)))
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c",
@@ -388,7 +385,7 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []Event
-	next, err := New(Config{Control: control, Helper: os.Args[0], Root: root, GPUs: []string{uuid}, Env: env, Detach: true,
+	next, err := New(Config{Control: control, Helper: self, Root: root, GPUs: []string{uuid}, Env: env, Detach: true,
 		Cgroup: "/tessera-test-mps", Interval: 200 * time.Millisecond, MinBackoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second,
 		Log: testr.New(t), OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
@@ -428,5 +425,17 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 	_ = syscall.Kill(-last.PID, syscall.SIGKILL)
 	if p, err := readPid(filepath.Join(next.PipeDir(uuid), PidFile)); err == nil {
 		_ = syscall.Kill(-p, syscall.SIGKILL)
+	}
+
+	// Without a cgroup of its own the kept daemon dies with the agent's cgroup.
+	rootC := t.TempDir()
+	obsC, _ := New(Config{Control: control, Root: rootC, GPUs: []string{uuid}, Env: env})
+	agent = startAgent(rootC, "")
+	d = daemonOf(obsC)
+	killAgent(agent)
+	time.Sleep(300 * time.Millisecond)
+	rep.say("kept daemon in the agent's cgroup: agent's cgroup killed, daemon %d running: %v", d, running(d))
+	if running(d) {
+		_ = syscall.Kill(-d, syscall.SIGKILL)
 	}
 }

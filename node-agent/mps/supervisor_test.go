@@ -31,7 +31,7 @@ func start(t *testing.T, gpus ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, done: make(chan struct{})}
 	s, err := New(Config{
-		Control: os.Args[0], Root: t.TempDir(), GPUs: gpus, Env: []string{fakeEnv + "=1"},
+		Control: self, Root: t.TempDir(), GPUs: gpus, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Log: testr.New(t),
@@ -292,7 +292,7 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
 
-	s, err := New(Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
+	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +365,7 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 		t.Skip("a mount namespace needs root")
 	}
 	root := t.TempDir()
-	s, err := New(Config{Control: os.Args[0], Helper: os.Args[0], Root: root, GPUs: []string{"GPU-a"},
+	s, err := New(Config{Control: self, Helper: self, Root: root, GPUs: []string{"GPU-a"},
 		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
@@ -394,7 +394,7 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 // daemon, sees the same server and its clients, and reports nothing lost.
 func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 	root := t.TempDir()
-	cfg := Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
+	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
 	var mu sync.Mutex
@@ -463,7 +463,7 @@ func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 // behind do not hold the GPU beside the next daemon's.
 func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 	root := t.TempDir()
-	cfg := Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
+	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
 	s1, err := New(cfg)
@@ -526,7 +526,7 @@ func TestOrphanDaemonIsSentQuit(t *testing.T) {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
-	s, err := New(Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
+	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -555,7 +555,7 @@ func TestHelperMovesTheDaemonIntoItsCgroup(t *testing.T) {
 		t.Skip("TESSERA_MPS_CGROUP_TEST is not set")
 	}
 	cg := "/tessera-mps-test-" + strconv.Itoa(os.Getpid())
-	s, err := New(Config{Control: os.Args[0], Helper: os.Args[0], Root: t.TempDir(), GPUs: []string{"GPU-a"},
+	s, err := New(Config{Control: self, Helper: self, Root: t.TempDir(), GPUs: []string{"GPU-a"},
 		Env: []string{fakeEnv + "=1"}, Detach: true, Cgroup: cg,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
