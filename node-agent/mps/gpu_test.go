@@ -84,7 +84,7 @@ func TestRealMPSDaemon(t *testing.T) {
 	control, client, uuid := gpuEnv(t)
 	rep := &report{t: t}
 	defer rep.save()
-	root := t.TempDir()
+	root := shortDir(t)
 	var mu sync.Mutex
 	var events []Event
 	s, err := New(Config{Control: control, Helper: self, Root: root, GPUs: []string{uuid},
@@ -346,7 +346,7 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 		return 0
 	}
 
-	root := t.TempDir()
+	root := shortDir(t)
 	obs, _ := New(Config{Control: control, Root: root, GPUs: []string{uuid}, Env: env})
 	agent := startAgent(root, "/tessera-test-mps")
 	defer func() {
@@ -428,7 +428,7 @@ func TestRealMPSDaemonOutlivesAnAgentRestart(t *testing.T) {
 	}
 
 	// Without a cgroup of its own the kept daemon dies with the agent's cgroup.
-	rootC := t.TempDir()
+	rootC := shortDir(t)
 	obsC, _ := New(Config{Control: control, Root: rootC, GPUs: []string{uuid}, Env: env})
 	agent = startAgent(rootC, "")
 	d = daemonOf(obsC)

@@ -33,6 +33,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // DefaultControl is where the NVIDIA driver installs the control program.
@@ -180,6 +182,12 @@ func New(cfg Config) (*Supervisor, error) {
 		}
 		if _, dup := s.state[u]; dup {
 			return nil, fmt.Errorf("mps: GPU %s listed twice", u)
+		}
+		// The daemon's and servers' Unix sockets live in the pipe directory, and a
+		// socket's path must fit sockaddr_un (108 bytes) with the socket's name.
+		if p := s.PipeDir(u); len(p) > api.MaxMPSPipeDirBytes {
+			return nil, fmt.Errorf("mps: the pipe directory %s is %d bytes, more than %d: MPS's sockets in it would not fit a socket address; choose a shorter root",
+				p, len(p), api.MaxMPSPipeDirBytes)
 		}
 		s.state[u] = &Status{GPU: u, PipeDir: s.PipeDir(u), LogDir: s.LogDir(u), Servers: map[int][]int{}}
 	}

@@ -31,7 +31,7 @@ func start(t *testing.T, gpus ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, done: make(chan struct{})}
 	s, err := New(Config{
-		Control: self, Root: t.TempDir(), GPUs: gpus, Env: []string{fakeEnv + "=1"},
+		Control: self, Root: shortDir(t), GPUs: gpus, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Log: testr.New(t),
@@ -273,7 +273,7 @@ func TestUnresponsiveDaemonIsKilledAndRestarted(t *testing.T) {
 }
 
 func TestAdoptsARunningDaemon(t *testing.T) {
-	root := t.TempDir()
+	root := shortDir(t)
 	pipe := filepath.Join(root, "GPU-a", "pipe")
 	logDir := filepath.Join(root, "GPU-a", "log")
 	for _, d := range []string{pipe, logDir} {
@@ -316,7 +316,7 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 func TestMissingControlProgram(t *testing.T) {
 	var mu sync.Mutex
 	var events []Event
-	s, err := New(Config{Control: "/nonexistent/nvidia-cuda-mps-control", Root: t.TempDir(), GPUs: []string{"GPU-a"},
+	s, err := New(Config{Control: "/nonexistent/nvidia-cuda-mps-control", Root: shortDir(t), GPUs: []string{"GPU-a"},
 		Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		Log: testr.New(t), OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
@@ -335,8 +335,22 @@ func TestMissingControlProgram(t *testing.T) {
 	}
 }
 
+// shortDir is a temporary directory with a short path: a GPU's pipe directory under it
+// must fit api.MaxMPSPipeDirBytes, which t.TempDir's paths (named after the test) may
+// not.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
 func TestNewRejects(t *testing.T) {
 	for _, c := range []Config{
+		{Root: "/" + strings.Repeat("r", 60), GPUs: []string{"GPU-6a3c1f2e-8d7b-4c1a-9e5f-2b3c4d5e6f70"}},
 		{Control: "relative/control", GPUs: []string{"GPU-a"}},
 		{Root: "relative", GPUs: []string{"GPU-a"}},
 		{GPUs: []string{"GPU-a", "GPU-a"}},
@@ -364,7 +378,7 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a mount namespace needs root")
 	}
-	root := t.TempDir()
+	root := shortDir(t)
 	s, err := New(Config{Control: self, Helper: self, Root: root, GPUs: []string{"GPU-a"},
 		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
@@ -393,7 +407,7 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 // clients) outlive the first supervisor, which sends no quit; the next one adopts the
 // daemon, sees the same server and its clients, and reports nothing lost.
 func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
-	root := t.TempDir()
+	root := shortDir(t)
 	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
@@ -462,7 +476,7 @@ func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 // An adopted daemon that fails goes with its process group: the servers it leaves
 // behind do not hold the GPU beside the next daemon's.
 func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
-	root := t.TempDir()
+	root := shortDir(t)
 	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
 		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
@@ -510,7 +524,7 @@ func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 
 // A daemon left for a GPU that is no longer served in mps mode is sent quit.
 func TestOrphanDaemonIsSentQuit(t *testing.T) {
-	root := t.TempDir()
+	root := shortDir(t)
 	pipe, logDir := filepath.Join(root, "GPU-old", "pipe"), filepath.Join(root, "GPU-old", "log")
 	for _, d := range []string{pipe, logDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -555,7 +569,7 @@ func TestHelperMovesTheDaemonIntoItsCgroup(t *testing.T) {
 		t.Skip("TESSERA_MPS_CGROUP_TEST is not set")
 	}
 	cg := "/tessera-mps-test-" + strconv.Itoa(os.Getpid())
-	s, err := New(Config{Control: self, Helper: self, Root: t.TempDir(), GPUs: []string{"GPU-a"},
+	s, err := New(Config{Control: self, Helper: self, Root: shortDir(t), GPUs: []string{"GPU-a"},
 		Env: []string{fakeEnv + "=1"}, Detach: true, Cgroup: cg,
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
