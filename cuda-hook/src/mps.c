@@ -105,14 +105,16 @@ unsigned int tessera_mps_sm_cap(CUdevice dev)
 
 int tessera_mps_too_wide(CUdevice dev, CUcontext ctx)
 {
-	unsigned int cap = tessera_mps_sm_cap(dev);
-	if (cap == 0)
+	if (tessera.limits.mps_percent <= 0)
 		return 0;
+	/* A count that cannot be read, the client's or the context's, counts as too wide:
+	 * the plain context that replaces it has the client's share whatever it is. */
+	unsigned int cap = tessera_mps_sm_cap(dev);
 	CUexecAffinityParam a;
 	memset(&a, 0, sizeof(a));
 	CUresult rc = REAL(cuCtxGetExecAffinity) == NULL ? CUDA_ERROR_NOT_FOUND
 							 : REAL(cuCtxGetExecAffinity)(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
-	if (rc == CUDA_SUCCESS && a.param.smCount.val <= cap)
+	if (cap > 0 && rc == CUDA_SUCCESS && a.param.smCount.val <= cap)
 		return 0;
 	tessera_log(TESSERA_LOG_INFO, "MPS client: a context with execution affinity has %u SMs (%s), more than the share's %u: "
 		    "made again without it", a.param.smCount.val, rc == CUDA_SUCCESS ? "read back" : "unreadable", cap);

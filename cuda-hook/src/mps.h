@@ -28,9 +28,9 @@ CUresult tessera_mps_check(void);
  * count cannot be read). */
 unsigned int tessera_mps_sm_cap(CUdevice dev);
 
-/* After a context with execution affinity was created on dev (and made current):
- * 1 when it has more SMs than tessera_mps_sm_cap, or its count cannot be read; the
- * context is then destroyed and the caller makes a plain one. */
+/* After an MPS client created a context with execution affinity on dev (and made it
+ * current): 1 when it has more SMs than tessera_mps_sm_cap, or either count cannot be
+ * read; the context is then destroyed and the caller makes a plain one. */
 int tessera_mps_too_wide(CUdevice dev, CUcontext ctx);
 
 /* The execution-affinity parameters a context on dev is created with: in itself, or
