@@ -130,9 +130,23 @@ func (n *node) hostPythonPod(h *hostPython, s podSpec, script string) (*v1.Pod, 
 		}
 		s.hostMounts[hostRoot+top] = top
 	}
+	// The loader's --library-path comes before the libraries' own RUNPATH: the
+	// directories those name (PyTorch's, the NVIDIA wheels' next to it, the Python
+	// build's) go first, so that the host's loader cache does not shadow them.
+	own := []string{filepath.Join(h.Torch, "lib"), filepath.Join(filepath.Dir(h.Exe), "..", "lib")}
+	wheels, _ := filepath.Glob(filepath.Join(filepath.Dir(h.Torch), "nvidia", "*", "lib"))
+	own = append(own, wheels...)
 	path := []string{cdiLibraryDir}
-	for _, d := range libs {
-		path = append(path, hostRoot+d)
+	for _, d := range append(own, libs...) {
+		d = filepath.Clean(d)
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			d = r
+		} else {
+			continue
+		}
+		if !slices.Contains(path, hostRoot+d) {
+			path = append(path, hostRoot+d)
+		}
 	}
 	home := hostRoot + h.BasePrefix
 	if h.BaseExecPrefix != h.BasePrefix {
