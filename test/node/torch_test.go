@@ -165,10 +165,16 @@ func (n *node) hostPythonPod(h *hostPython, s podSpec, script string) (*v1.Pod, 
 
 // torchScript trains a growing MLP (2048-wide layers added one at a time, Adam, a few
 // steps each: about 68 MiB more per layer) until PyTorch raises OutOfMemoryError, and
-// prints what it reached: the total and free memory CUDA reports (the hook's limit),
+// prints what it reached (after the probe's context line: the hook preloaded, the
+// limits file there): the total and free memory CUDA reports (the hook's limit),
 // PyTorch's peak reserved memory, the most the container held (total - free, as the
 // hook counts it) and the file libcuda.so.1 was loaded from.
 const torchScript = `
+import os
+# As the probe says it: whether the binding gave the container its hook and limits.
+print("tessera-probe context preload=%s limits=%s" % (
+    "yes" if os.path.exists("/etc/ld.so.preload") else "no",
+    "yes" if os.path.exists("/run/tessera/limits") else "no"), flush=True)
 import torch
 MIB = 1 << 20
 def mapped(name):
