@@ -133,7 +133,6 @@ func startNode(t *testing.T, mode string) *node {
 // validator reads: the plugins that must be connected for the container to be created.
 const requiredPluginsKey = "required-plugins.noderesource.dev/container."
 
-
 // sh runs test/node/node.sh with the node's settings; its output goes to the test log.
 func (n *node) sh(args ...string) error {
 	cmd := exec.Command(filepath.Join(repoRoot(n.t), "test", "node", "node.sh"), args...)
