@@ -107,6 +107,9 @@ type Cache struct {
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
 	mostHealthy atomic.Int64
+	// hints find an entry from the node object Filter and Score are given, without
+	// hashing its name (objectHints).
+	hints objectHints
 }
 
 // noteModel raises mostHealthy to m's healthy GPUs.
@@ -143,6 +146,7 @@ func (c *Cache) nodeLocked(name string) *nodeEntry {
 	if e == nil {
 		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
 		c.nodes.store(e)
+		c.hints.resize(c.nodes.live)
 	}
 	return e
 }
@@ -243,6 +247,8 @@ func (c *Cache) RemoveNode(nodeName string) {
 	}
 	if len(e.pods) == 0 {
 		c.nodes.remove(nodeName)
+		// A hint naming the entry no longer matches any object.
+		e.seen.Store(nil)
 		return
 	}
 	e.mu.Lock()
@@ -273,7 +279,10 @@ func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
 
 // entryView is view that also returns the node's entry.
 func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []usage) {
-	e := c.node(node.Name)
+	e := c.hints.load(node)
+	if e == nil {
+		e = c.node(node.Name)
+	}
 	e.mu.RLock()
 	if e.seen.Load() != node {
 		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
@@ -293,6 +302,7 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 		// raw and reqRaw cannot change while the read lock is held.
 		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
+			c.hints.store(node, e)
 		}
 	}
 	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
@@ -307,6 +317,15 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 // existing returns the entry for name, or nil.
 func (c *Cache) existing(name string) *nodeEntry {
 	return c.nodes.load(name)
+}
+
+// existingFor is existing for node's name, found from the object when it can be
+// (objectHints).
+func (c *Cache) existingFor(node *v1.Node) *nodeEntry {
+	if e := c.hints.load(node); e != nil {
+		return e
+	}
+	return c.nodes.load(node.Name)
 }
 
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,

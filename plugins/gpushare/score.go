@@ -68,7 +68,7 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 			continue
 		}
 		var m *nodeModel
-		if !pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { m = a.model }) {
+		if !pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { m = a.model }) {
 			var buf [16]usage
 			v, _ := pl.cache.view(node, buf[:0])
 			m = v.model
@@ -145,7 +145,7 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
 	// Filter did not run for this node in this cycle (batching): compute now.
