@@ -113,12 +113,12 @@ func (*fragmentation) needsFit() bool { return true }
 func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
 
 // fragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests.
+// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
+// shapes are shared by the snapshots of a model while only their weights change.
 type fragShape struct {
 	fragClass
 	cpuMilli int64
 	memBytes int64
-	weight   float64
 	key      string
 	// class is the position of the shape's GPU request in its workload's classes.
 	class int
@@ -175,8 +175,8 @@ func (s *fragClass) classKey() string {
 func (s *fragShape) gpuKey() string { return s.gpu }
 
 // fragWorkload is a snapshot of the expected workload: the shapes, most frequent
-// first, with weights summing to 1, and their GPU requests. Never modified once built,
-// so cycles may keep it.
+// first, with weights summing to 1 (terms), and their GPU requests. Never modified
+// once built, so cycles may keep it; snapshots of a model may share shapes.
 type fragWorkload struct {
 	shapes []fragShape
 	// classes are the shapes' distinct GPU requests, ordered by key: the same list
@@ -193,9 +193,29 @@ type fragWorkload struct {
 	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	maxCPUMilli, maxMemBytes int64
-	// terms are what the fragmentation sums read of each shape, in the shapes' order,
-	// packed (a fragShape spans three cache lines; these, four to one).
+	// terms are each shape's weight and what the fragmentation sums read of it, in
+	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
+	// one).
 	terms []fragTerm
+	// classTerms are terms summed per class, in the classes' order: a shape's term
+	// depends on its class alone unless host resources hold it back, so the sums
+	// that see no host limit (value with nil, fragAfter) run over the classes, about
+	// half as many as the shapes on the openb trace.
+	classTerms []fragTerm
+}
+
+// setTerms fills wl.terms and wl.classTerms from wl.shapes, their weights (in the
+// shapes' order) and wl.classes.
+func (wl *fragWorkload) setTerms(weights []float64) {
+	wl.terms, wl.classTerms = make([]fragTerm, len(wl.shapes)), make([]fragTerm, len(wl.classes))
+	for k := range wl.classes {
+		wl.classTerms[k] = fragTerm{class: int32(k), gpus: int32(wl.classes[k].c.GPUs)}
+	}
+	for k := range wl.shapes {
+		s := &wl.shapes[k]
+		wl.terms[k] = fragTerm{weight: weights[k], class: int32(s.class), gpus: int32(s.c.GPUs)}
+		wl.classTerms[s.class].weight += weights[k]
+	}
 }
 
 // fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
@@ -247,9 +267,16 @@ var noWorkload = &fragWorkload{}
 // empty reports whether no workload has been learned (wl may be nil).
 func (wl *fragWorkload) empty() bool { return wl == nil || len(wl.shapes) == 0 }
 
-// newFragWorkload builds the workload of shapes (weights as given), numbering their
-// classes (and keying those not yet keyed), with generation 0.
-func newFragWorkload(shapes []fragShape) *fragWorkload {
+// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// numbering their classes (and keying those not yet keyed), with generation 0.
+func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
+	wl := buildFragWorkload(shapes, weights)
+	wl.fit = newFitIndexes(wl.classes)
+	return wl
+}
+
+// buildFragWorkload is newFragWorkload without the fit index.
+func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	wl := &fragWorkload{shapes: shapes}
 	keys := make([]string, 0, len(shapes))
 	for k := range shapes {
@@ -267,11 +294,7 @@ func newFragWorkload(shapes []fragShape) *fragWorkload {
 		shapes[k].class = x
 		wl.classes[x] = shapes[k].fragClass
 	}
-	wl.terms = make([]fragTerm, len(shapes))
-	for k := range shapes {
-		wl.terms[k] = fragTerm{weight: shapes[k].weight, class: int32(shapes[k].class), gpus: int32(shapes[k].c.GPUs)}
-	}
-	wl.fit = newFitIndexes(wl.classes)
+	wl.setTerms(weights)
 	return wl
 }
 
@@ -299,7 +322,8 @@ type workloadModel struct {
 	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
 	// lastKept are the entries last's shapes were taken from, in its order.
 	lastKept []*shapeCount
-	seen     []bool // snapshot's scratch, by GPU request number
+	seen     []bool    // snapshot's scratch, by GPU request number
+	shares   []float64 // snapshot's scratch, the kept shapes' weights
 	dirty    bool
 
 	// Model pressure (pressure.go): the cluster and weights it is measured with
@@ -463,30 +487,30 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	for _, c := range all {
 		total += c.n
 	}
-	out := make([]fragShape, len(all))
+	weights := w.shares[:0]
+	for _, c := range all {
+		weights = append(weights, float64(c.n)/float64(total))
+	}
+	w.shares = weights
 	var wl *fragWorkload
 	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
-		// The same shapes in the same order, other weights: their classes and
-		// indexes carry over, and only the terms are new.
-		copy(out, w.last.shapes)
+		// The same shapes in the same order, other weights: the shapes, their
+		// classes and indexes carry over (shared, not copied: most pods change
+		// only the weights), and only the terms are new.
 		prev := *w.last
 		wl = &prev
-		wl.shapes, wl.terms = out, make([]fragTerm, len(out))
-		for i, c := range all {
-			out[i].weight = float64(c.n) / float64(total)
-			wl.terms[i] = fragTerm{weight: out[i].weight, class: int32(out[i].class), gpus: int32(out[i].c.GPUs)}
-		}
+		wl.setTerms(weights)
 	} else {
+		out := make([]fragShape, len(all))
 		for i, c := range all {
 			out[i] = c.shape
-			out[i].weight = float64(c.n) / float64(total)
 		}
-		wl = newFragWorkload(out)
+		wl = buildFragWorkload(out, weights)
 		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
 			// The same classes in the same order (by key): their indexes carry over.
 			wl.gen, wl.fit = w.last.gen, w.last.fit
 		} else {
-			wl.gen = fragGens.Add(1)
+			wl.gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.classes)
 		}
 	}
 	w.last, w.lastKept, w.dirty = wl, all, false
@@ -663,8 +687,12 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
 func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
+	terms := wl.classTerms
+	if hostFits != nil {
+		terms = wl.terms
+	}
 	var f float64
-	for k, t := range wl.terms {
+	for k, t := range terms {
 		switch {
 		case st.eligible[t.class] == 0:
 		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus):
@@ -731,9 +759,9 @@ func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
 // what placedInto and value (nil) give for that placement, which the node-level score
 // relies on (nodeMeasure.picked). used is restored before it returns.
 //
-// One pass over the shapes, each reading its class's statistics before and the
-// class's fit on device i after (the fit index's mask): a class's statistics after
-// cost no more than this, so they are not kept.
+// One pass over the classes (wl.classTerms), each reading its statistics before and
+// its fit on device i after (the fit index's mask): a class's statistics after cost
+// no more than this, so they are not kept.
 func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
@@ -750,7 +778,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 	if indexed {
 		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
-	for k, t := range wl.terms {
+	for _, t := range wl.classTerms {
 		x := t.class
 		if st.eligible[x] == 0 {
 			continue
@@ -761,7 +789,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
 			onDevice = st.emask[x]&bit != 0
-			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
+			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.classes[x], i, w)
 		}
 		if onDevice {
 			// As placedInto: the free share changes by (fi - was).
@@ -892,7 +920,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
 		if before && !after && st.fits[s.class] >= s.c.GPUs {
-			delta += s.weight * (st.elig[s.class] - st.small[s.class])
+			delta += info.frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)
@@ -923,11 +951,7 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	var shapes []fragShape
-	if p.frag != nil {
-		shapes = p.frag.shapes
-	}
-	r := workloadFeed(shapes, m, w)
+	r := workloadFeed(p.frag, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -935,7 +959,11 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
+func workloadFeed(wl *fragWorkload, m *nodeModel, w *weights) feedRatio {
+	if wl == nil {
+		return feedRatio{}
+	}
+	shapes := wl.shapes
 	var memMiB int64
 	if len(m.hot) > 0 {
 		memMiB = m.hot[0].memoryMiB
@@ -948,9 +976,10 @@ func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
 			memFrac = math.Min(1, float64(sh.c.MemoryOn(memMiB))/float64(memMiB))
 		}
 		share := float64(sh.c.GPUs) * (w.memory*memFrac + w.cores*float64(sh.c.Cores)/100) / (w.memory + w.cores)
-		cpu += sh.weight * float64(sh.cpuMilli)
-		mem += sh.weight * float64(sh.memBytes)
-		gpu += sh.weight * share
+		weight := wl.terms[k].weight
+		cpu += weight * float64(sh.cpuMilli)
+		mem += weight * float64(sh.memBytes)
+		gpu += weight * share
 	}
 	if gpu <= 0 {
 		return feedRatio{}
