@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -537,7 +538,7 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 type fragStats struct {
 	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	total float64
-	fits  []int     // per class, devices it fits on
+	fits  []int32   // per class, devices it fits on
 	small []float64 // per class, free share of the eligible devices it does not fit on
 	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
 	// elig is per class the free share of its eligible devices, emask the eligible
@@ -545,7 +546,7 @@ type fragStats struct {
 	// depends on the node's devices only, never on their usage.
 	elig     []float64
 	emask    []uint64
-	eligible []int
+	eligible []int32
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
@@ -573,19 +574,22 @@ func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fra
 	return st
 }
 
-// measure sets st to the statistics of the node under used. The per-device and
-// per-class figures share two arrays: a node's measure is read for every node of
-// every cycle, and on a large cluster each separate object is one more memory miss.
+// measure sets st to the statistics of the node under used. All its figures share
+// one array, those the fragmentation sums read first and together (free, small,
+// elig, fits, eligible, classFits, classElig; then mask and emask), the counts as
+// 32-bit integers: a node's measure is read for every node of every cycle, and on a
+// large cluster each separate object, and each further cache line, is one more
+// memory miss.
 func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *weights) {
 	n, classes := len(m.devices), wl.classes
 	k := len(classes)
-	floats := make([]float64, n+2*k)
-	words := make([]uint64, 2*k+2*n)
-	ints := make([]int, 2*k)
+	words := make([]uint64, 3*n+5*k)
+	floats, rest := float64s(words[:n+2*k]), words[n+2*k:]
+	counts, rest := int32s(rest[:k]), rest[k:]
 	*st = fragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
-		fits: ints[:k:k], eligible: ints[k:], mask: words[:k:k], emask: words[k : 2*k : 2*k]}
+		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
 	if wl.fit != nil {
-		st.classFits, st.classElig = words[2*k:2*k+n:2*k+n], words[2*k+n:]
+		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
 	}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
@@ -695,7 +699,7 @@ func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 	for k, t := range terms {
 		switch {
 		case st.eligible[t.class] == 0:
-		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus):
+		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < t.gpus:
 			f += t.weight * st.elig[t.class]
 		default:
 			f += t.weight * st.small[t.class]
@@ -805,7 +809,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 				small += fi
 			}
 		}
-		if n < int(t.gpus) {
+		if n < t.gpus {
 			after += t.weight * elig
 		} else {
 			after += t.weight * small
@@ -919,7 +923,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
-		if before && !after && st.fits[s.class] >= s.c.GPUs {
+		if before && !after && int(st.fits[s.class]) >= s.c.GPUs {
 			delta += info.frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
@@ -1074,4 +1078,21 @@ func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) 
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.frag.Store(memo)
 	return &memo.st
+}
+
+// float64s views words as float64s (the same size, no pointers): measure keeps a
+// node's floats and integers in one allocation.
+func float64s(words []uint64) []float64 {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&words[0])), len(words))
+}
+
+// int32s views words as twice as many int32s.
+func int32s(words []uint64) []int32 {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&words[0])), 2*len(words))
 }
