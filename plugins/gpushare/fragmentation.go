@@ -536,21 +536,25 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
 type fragStats struct {
-	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
+	// The fields come in the order the fragmentation sums read them (value,
+	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// cache line on a large cluster, and with its header (fragMemo) these first
+	// ones fill three.
 	total float64
-	fits  []int32   // per class, devices it fits on
-	small []float64 // per class, free share of the eligible devices it does not fit on
-	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
 	// elig is per class the free share of its eligible devices, emask the eligible
 	// devices (bit i, devices < 64) and eligible how many there are: eligibility
 	// depends on the node's devices only, never on their usage.
-	elig     []float64
-	emask    []uint64
 	eligible []int32
+	fits     []int32   // per class, devices it fits on
+	small    []float64 // per class, free share of the eligible devices it does not fit on
+	elig     []float64
+	free     []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
 	classFits, classElig []uint64
+	mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
+	emask                []uint64
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
