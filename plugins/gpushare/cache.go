@@ -624,13 +624,16 @@ func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
 	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
 }
 
-// eachView is eachModel with the node's entry and view.
+// eachView is eachModel with the node's entry and view (valid only during f).
 func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
+	// One view for all nodes: f is not known here, so a view per node would be a heap
+	// object per node (the metrics collector reads every node at each scrape).
+	v := new(nodeView)
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
-			f(e, &v, e.used)
+			*v = nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
+			f(e, v, e.used)
 		}
 		e.mu.RUnlock()
 	})
