@@ -78,7 +78,11 @@ type nodeEntry struct {
 	// a lock shared by all nodes. keptMu, not mu, guards both.
 	keptMu    sync.Mutex
 	keptCycle uint64
-	kept      allocation
+	// keptGen is the usage generation (usageGen) kept was made at, or 0 when it was
+	// made under preemption's what-if changes: Reserve takes kept as it is while the
+	// node's usage is still that generation (allocate is a pure function of it).
+	keptGen uint64
+	kept    allocation
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
@@ -329,17 +333,34 @@ func (c *Cache) existingFor(node *v1.Node) *nodeEntry {
 }
 
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
-// marks the allocation as the one of cycle. base is the node's measure before the
-// pod, or nil (see place).
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
+// marks the allocation as the one of cycle, made at usage generation gen (0: not
+// the cache's usage as it is). base is the node's measure before the pod, or nil
+// (see place).
+func (e *nodeEntry) keep(cycle, gen uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
 	fail := allocateInto(&e.kept, m, used, p, w, base)
 	if fail == nil {
-		e.keptCycle = cycle
+		e.keptCycle, e.keptGen = cycle, gen
 	}
 	return fail
+}
+
+// keptAt calls f with the allocation Filter kept on the node in cycle, when it was
+// made on model m at usage generation gen (the node as a view shows it now), and
+// returns true; otherwise it returns false. The allocation is valid only during f.
+func (e *nodeEntry) keptAt(cycle, gen uint64, m *nodeModel, f func(a *allocation)) bool {
+	if e == nil || cycle == 0 || gen == 0 {
+		return false
+	}
+	e.keptMu.Lock()
+	defer e.keptMu.Unlock()
+	if e.keptCycle != cycle || e.keptGen != gen || e.kept.model != m {
+		return false
+	}
+	f(&e.kept)
+	return true
 }
 
 // withKept calls f with the allocation Filter kept on the node in cycle and returns
