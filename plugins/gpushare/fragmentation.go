@@ -728,21 +728,32 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	before := st.value(wl, nil)
 	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
-	// equally fragmented: each kind is measured once, for its first candidate.
-	var measuredDev [16]int
-	var measuredAfter, measuredTotal [16]float64
-	nMeasured := 0
+	// equally fragmented: each kind is measured once, for its first candidate (the
+	// first eight kinds; others are measured each time, with the same result). Kept
+	// small: this frame is the deepest of Filter's, in worker goroutines that start on
+	// small stacks and grow them by copying.
+	var measuredDev [8]int8
+	var measuredAfter, measuredTotal [8]float64
+	nMeasured, prev := 0, -1
 	for _, i := range cand {
+		// A device that would be rated exactly as the best so far, or as the last one
+		// rated (which did not beat the best, or is it), cannot win: alike (the same
+		// measure), and as full with the same island term (packScore: an unused
+		// device in the same island, or a used one).
+		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
+			continue
+		}
+		prev = i
 		after, total, known := 0.0, 0.0, false
 		for x := 0; x < nMeasured && !known; x++ {
-			if alikeDevices(m, used, i, measuredDev[x]) {
+			if alikeDevices(m, used, i, int(measuredDev[x])) {
 				after, total, known = measuredAfter[x], measuredTotal[x], true
 			}
 		}
 		if !known {
 			after, total = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
-				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = i, after, total
+				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = int8(i), after, total
 				nMeasured++
 			}
 		}
@@ -753,6 +764,13 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 		}
 	}
 	return best, nodeMeasure{base: st, picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
+}
+
+// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same packScore, whose island term reads
+// only an unused device's island.
+func sameRating(m *nodeModel, used []usage, i, j int) bool {
+	return alikeDevices(m, used, i, j) && (used[i].tenants > 0 || m.hot[i].island == m.hot[j].island)
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
@@ -847,40 +865,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
 	st, ms := a.measured.base, &a.measured
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
-	// after the pod: every hostBefore and hostAfter below would be true.
+	// after the pod.
 	hostHolds := wl.maxCPUMilli > min(cpuFree, cpuAfter) || wl.maxMemBytes > min(memFree, memAfter)
-	var delta, totalAfter float64
-	switch {
-	case st != nil && ms.picked && len(a.placements) == 1 && !hostHolds:
-		// Filter measured this placement: the measure below would give exactly this.
-		delta, totalAfter = ms.after-ms.before, ms.afterTotal
-	case !hostHolds:
-		if st == nil || len(a.placements) != 1 {
-			st = newFragStats(m, a.usageBefore(), wl, w)
-		}
-		after := st.placedInto(&a.after, m, a, wl, w)
-		delta, totalAfter = after.value(wl, nil)-st.value(wl, nil), after.total
-	default:
-		if st == nil || len(a.placements) != 1 {
-			st = newFragStats(m, a.usageBefore(), wl, w)
-		}
-		shapes := wl.shapes
-		var beforeBuf, afterBuf [maxSnapshotShapes]bool
-		hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
-		if len(shapes) > maxSnapshotShapes {
-			hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
-		}
-		hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
-		for k := range shapes {
-			hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
-			hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
-		}
-		after := st.placedInto(&a.after, m, a, wl, w)
-		delta, totalAfter = after.value(wl, hostAfter)-st.value(wl, hostBefore), after.total
+	var delta, totalAfter, totalBefore float64
+	if st != nil && ms.picked && len(a.placements) == 1 && !hostHolds {
+		// Filter measured this placement: placementDelta would give exactly this.
+		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
+	} else {
+		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
 	feed := s.info.workloadFeed(m, w)
-	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(st.total, cpuFree, memFree)
-	delta += s.info.pressure.cost(m, a, w)
+	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
+	if p := s.info.pressure; p != nil {
+		delta += p.cost(m, a, w)
+	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -889,6 +887,37 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 		raw += w.topology * (a.topology - 1)
 	}
 	return int64(math.Round(raw * fragScale))
+}
+
+// placementDelta measures the node of allocation a before and after it: the change
+// of its fragmentation (shapes held back by the node's CPU and memory, before and
+// after the pod, count all their eligible capacity when hostHolds), and its free GPU
+// capacity after and before. Apart from scoreNode, whose common case (Filter measured
+// the placement) runs in the framework's worker goroutines on small stacks: its
+// frame stays small.
+//
+//go:noinline
+func placementDelta(a *allocation, wl *fragWorkload, w *weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+	m, st := a.model, a.measured.base
+	if st == nil || len(a.placements) != 1 {
+		st = newFragStats(m, a.usageBefore(), wl, w)
+	}
+	after := st.placedInto(&a.after, m, a, wl, w)
+	if !hostHolds {
+		return after.value(wl, nil) - st.value(wl, nil), after.total, st.total
+	}
+	shapes := wl.shapes
+	var beforeBuf, afterBuf [maxSnapshotShapes]bool
+	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
+	if len(shapes) > maxSnapshotShapes {
+		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
+	}
+	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
+	for k := range shapes {
+		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+		hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
+	}
+	return after.value(wl, hostAfter) - st.value(wl, hostBefore), after.total, st.total
 }
 
 // usageBefore is the node's usage before allocation a.

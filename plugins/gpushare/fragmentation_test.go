@@ -689,3 +689,62 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		prev = got
 	}
 }
+
+// The device pick skips devices it would rate exactly as one already rated; it must
+// choose what rating every candidate gives (the least added fragmentation, ties to
+// the fullest GPU, then the first), on nodes with repeated usages in both NVLink
+// islands.
+func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	m := e.pl.cache.existing("n").model
+	w := &e.pl.w
+	rng := rand.New(rand.NewSource(5))
+	var shapes []fragShape
+	var weights []float64
+	for k := 0; k < 10; k++ {
+		pct := 5 + 10*rng.Intn(10)
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		weights = append(weights, 0.1)
+	}
+	wl := newFragWorkload(shapes, weights)
+	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
+	picked := map[int]bool{}
+	for trial := 0; trial < 2000; trial++ {
+		used := make([]usage, len(m.devices))
+		for i := range used {
+			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
+				used[i] = usage{memMiB: m.devices[i].memoryMiB * int64(pct) / 100, cores: pct, tenants: 1}
+			}
+		}
+		pct := 5 + 5*rng.Intn(8)
+		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
+		var cand []int
+		for i := range m.devices {
+			if fits(m, used, c, i, w.maxTenants) {
+				cand = append(cand, i)
+			}
+		}
+		if len(cand) == 0 {
+			continue
+		}
+		p := &podInfo{frag: wl}
+		got, _ := pickByFragmentation(m, used, p, c, w, cand, nil)
+		st := newFragStats(m, used, wl, w)
+		before := st.value(wl, nil)
+		want, wantDelta, wantPack := -1, 0.0, 0.0
+		for _, i := range cand {
+			after, _ := fragAfter(m, used, st, wl, c, i, w)
+			delta, pack := after-before, packScore(m, used, c, i, w)
+			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
+				want, wantDelta, wantPack = i, delta, pack
+			}
+		}
+		if got != want {
+			t.Fatalf("trial %d (usage %v, %d%%): picked %d, rating every device gives %d", trial, used, pct, got, want)
+		}
+		picked[got] = true
+	}
+	if len(picked) < 4 {
+		t.Fatalf("picks cover devices %v only: the trials do not exercise the choice", picked)
+	}
+}
