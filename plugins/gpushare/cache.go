@@ -78,7 +78,11 @@ type nodeEntry struct {
 	// a lock shared by all nodes. keptMu, not mu, guards both.
 	keptMu    sync.Mutex
 	keptCycle uint64
-	kept      allocation
+	// keptGen is the usage generation (usageGen) kept was made at, or 0 when it was
+	// made under preemption's what-if changes: Reserve takes kept as it is while the
+	// node's usage is still that generation (allocate is a pure function of it).
+	keptGen uint64
+	kept    allocation
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
@@ -107,6 +111,9 @@ type Cache struct {
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
 	mostHealthy atomic.Int64
+	// hints find an entry from the node object Filter and Score are given, without
+	// hashing its name (objectHints).
+	hints objectHints
 }
 
 // noteModel raises mostHealthy to m's healthy GPUs.
@@ -143,6 +150,7 @@ func (c *Cache) nodeLocked(name string) *nodeEntry {
 	if e == nil {
 		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
 		c.nodes.store(e)
+		c.hints.resize(c.nodes.live)
 	}
 	return e
 }
@@ -243,6 +251,8 @@ func (c *Cache) RemoveNode(nodeName string) {
 	}
 	if len(e.pods) == 0 {
 		c.nodes.remove(nodeName)
+		// A hint naming the entry no longer matches any object.
+		e.seen.Store(nil)
 		return
 	}
 	e.mu.Lock()
@@ -273,7 +283,10 @@ func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
 
 // entryView is view that also returns the node's entry.
 func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []usage) {
-	e := c.node(node.Name)
+	e := c.hints.load(node)
+	if e == nil {
+		e = c.node(node.Name)
+	}
 	e.mu.RLock()
 	if e.seen.Load() != node {
 		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
@@ -293,6 +306,7 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 		// raw and reqRaw cannot change while the read lock is held.
 		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
+			c.hints.store(node, e)
 		}
 	}
 	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
@@ -309,18 +323,44 @@ func (c *Cache) existing(name string) *nodeEntry {
 	return c.nodes.load(name)
 }
 
+// existingFor is existing for node's name, found from the object when it can be
+// (objectHints).
+func (c *Cache) existingFor(node *v1.Node) *nodeEntry {
+	if e := c.hints.load(node); e != nil {
+		return e
+	}
+	return c.nodes.load(node.Name)
+}
+
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
-// marks the allocation as the one of cycle. base is the node's measure before the
-// pod, or nil (see place).
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
+// marks the allocation as the one of cycle, made at usage generation gen (0: not
+// the cache's usage as it is). base is the node's measure before the pod, or nil
+// (see place).
+func (e *nodeEntry) keep(cycle, gen uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
 	fail := allocateInto(&e.kept, m, used, p, w, base)
 	if fail == nil {
-		e.keptCycle = cycle
+		e.keptCycle, e.keptGen = cycle, gen
 	}
 	return fail
+}
+
+// keptAt calls f with the allocation Filter kept on the node in cycle, when it was
+// made on model m at usage generation gen (the node as a view shows it now), and
+// returns true; otherwise it returns false. The allocation is valid only during f.
+func (e *nodeEntry) keptAt(cycle, gen uint64, m *nodeModel, f func(a *allocation)) bool {
+	if e == nil || cycle == 0 || gen == 0 {
+		return false
+	}
+	e.keptMu.Lock()
+	defer e.keptMu.Unlock()
+	if e.keptCycle != cycle || e.keptGen != gen || e.kept.model != m {
+		return false
+	}
+	f(&e.kept)
+	return true
 }
 
 // withKept calls f with the allocation Filter kept on the node in cycle and returns
@@ -605,13 +645,16 @@ func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
 	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
 }
 
-// eachView is eachModel with the node's entry and view.
+// eachView is eachModel with the node's entry and view (valid only during f).
 func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
+	// One view for all nodes: f is not known here, so a view per node would be a heap
+	// object per node (the metrics collector reads every node at each scrape).
+	v := new(nodeView)
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
-			f(e, &v, e.used)
+			*v = nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
+			f(e, v, e.used)
 		}
 		e.mu.RUnlock()
 	})

@@ -32,12 +32,14 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	// the pod) serves one-container pods on the node as the cache has it, not under
 	// preemption's what-if changes.
 	var base *fragStats
+	gen := v.usageGen // what the allocation is made against (0: a what-if)
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.model, used, d, pl.cache, node.Name)
+		gen = 0
 	} else if len(s.info.order) == 1 {
 		base = e.fragBase(&v, used, s.info, &pl.w)
 	}
-	if fail := e.keep(s.id, v.model, used, s.info, &pl.w, base); fail != nil {
+	if fail := e.keep(s.id, gen, v.model, used, s.info, &pl.w, base); fail != nil {
 		return fail.status()
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -113,12 +114,12 @@ func (*fragmentation) needsFit() bool { return true }
 func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
 
 // fragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests.
+// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
+// shapes are shared by the snapshots of a model while only their weights change.
 type fragShape struct {
 	fragClass
 	cpuMilli int64
 	memBytes int64
-	weight   float64
 	key      string
 	// class is the position of the shape's GPU request in its workload's classes.
 	class int
@@ -175,8 +176,8 @@ func (s *fragClass) classKey() string {
 func (s *fragShape) gpuKey() string { return s.gpu }
 
 // fragWorkload is a snapshot of the expected workload: the shapes, most frequent
-// first, with weights summing to 1, and their GPU requests. Never modified once built,
-// so cycles may keep it.
+// first, with weights summing to 1 (terms), and their GPU requests. Never modified
+// once built, so cycles may keep it; snapshots of a model may share shapes.
 type fragWorkload struct {
 	shapes []fragShape
 	// classes are the shapes' distinct GPU requests, ordered by key: the same list
@@ -193,9 +194,29 @@ type fragWorkload struct {
 	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	maxCPUMilli, maxMemBytes int64
-	// terms are what the fragmentation sums read of each shape, in the shapes' order,
-	// packed (a fragShape spans three cache lines; these, four to one).
+	// terms are each shape's weight and what the fragmentation sums read of it, in
+	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
+	// one).
 	terms []fragTerm
+	// classTerms are terms summed per class, in the classes' order: a shape's term
+	// depends on its class alone unless host resources hold it back, so the sums
+	// that see no host limit (value with nil, fragAfter) run over the classes, about
+	// half as many as the shapes on the openb trace.
+	classTerms []fragTerm
+}
+
+// setTerms fills wl.terms and wl.classTerms from wl.shapes, their weights (in the
+// shapes' order) and wl.classes.
+func (wl *fragWorkload) setTerms(weights []float64) {
+	wl.terms, wl.classTerms = make([]fragTerm, len(wl.shapes)), make([]fragTerm, len(wl.classes))
+	for k := range wl.classes {
+		wl.classTerms[k] = fragTerm{class: int32(k), gpus: int32(wl.classes[k].c.GPUs)}
+	}
+	for k := range wl.shapes {
+		s := &wl.shapes[k]
+		wl.terms[k] = fragTerm{weight: weights[k], class: int32(s.class), gpus: int32(s.c.GPUs)}
+		wl.classTerms[s.class].weight += weights[k]
+	}
 }
 
 // fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
@@ -247,9 +268,16 @@ var noWorkload = &fragWorkload{}
 // empty reports whether no workload has been learned (wl may be nil).
 func (wl *fragWorkload) empty() bool { return wl == nil || len(wl.shapes) == 0 }
 
-// newFragWorkload builds the workload of shapes (weights as given), numbering their
-// classes (and keying those not yet keyed), with generation 0.
-func newFragWorkload(shapes []fragShape) *fragWorkload {
+// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// numbering their classes (and keying those not yet keyed), with generation 0.
+func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
+	wl := buildFragWorkload(shapes, weights)
+	wl.fit = newFitIndexes(wl.classes)
+	return wl
+}
+
+// buildFragWorkload is newFragWorkload without the fit index.
+func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	wl := &fragWorkload{shapes: shapes}
 	keys := make([]string, 0, len(shapes))
 	for k := range shapes {
@@ -267,11 +295,7 @@ func newFragWorkload(shapes []fragShape) *fragWorkload {
 		shapes[k].class = x
 		wl.classes[x] = shapes[k].fragClass
 	}
-	wl.terms = make([]fragTerm, len(shapes))
-	for k := range shapes {
-		wl.terms[k] = fragTerm{weight: shapes[k].weight, class: int32(shapes[k].class), gpus: int32(shapes[k].c.GPUs)}
-	}
-	wl.fit = newFitIndexes(wl.classes)
+	wl.setTerms(weights)
 	return wl
 }
 
@@ -299,7 +323,8 @@ type workloadModel struct {
 	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
 	// lastKept are the entries last's shapes were taken from, in its order.
 	lastKept []*shapeCount
-	seen     []bool // snapshot's scratch, by GPU request number
+	seen     []bool    // snapshot's scratch, by GPU request number
+	shares   []float64 // snapshot's scratch, the kept shapes' weights
 	dirty    bool
 
 	// Model pressure (pressure.go): the cluster and weights it is measured with
@@ -463,30 +488,30 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	for _, c := range all {
 		total += c.n
 	}
-	out := make([]fragShape, len(all))
+	weights := w.shares[:0]
+	for _, c := range all {
+		weights = append(weights, float64(c.n)/float64(total))
+	}
+	w.shares = weights
 	var wl *fragWorkload
 	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
-		// The same shapes in the same order, other weights: their classes and
-		// indexes carry over, and only the terms are new.
-		copy(out, w.last.shapes)
+		// The same shapes in the same order, other weights: the shapes, their
+		// classes and indexes carry over (shared, not copied: most pods change
+		// only the weights), and only the terms are new.
 		prev := *w.last
 		wl = &prev
-		wl.shapes, wl.terms = out, make([]fragTerm, len(out))
-		for i, c := range all {
-			out[i].weight = float64(c.n) / float64(total)
-			wl.terms[i] = fragTerm{weight: out[i].weight, class: int32(out[i].class), gpus: int32(out[i].c.GPUs)}
-		}
+		wl.setTerms(weights)
 	} else {
+		out := make([]fragShape, len(all))
 		for i, c := range all {
 			out[i] = c.shape
-			out[i].weight = float64(c.n) / float64(total)
 		}
-		wl = newFragWorkload(out)
+		wl = buildFragWorkload(out, weights)
 		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
 			// The same classes in the same order (by key): their indexes carry over.
 			wl.gen, wl.fit = w.last.gen, w.last.fit
 		} else {
-			wl.gen = fragGens.Add(1)
+			wl.gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.classes)
 		}
 	}
 	w.last, w.lastKept, w.dirty = wl, all, false
@@ -511,21 +536,25 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
 type fragStats struct {
-	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
+	// The fields come in the order the fragmentation sums read them (value,
+	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// cache line on a large cluster, and with its header (fragMemo) these first
+	// ones fill three.
 	total float64
-	fits  []int     // per class, devices it fits on
-	small []float64 // per class, free share of the eligible devices it does not fit on
-	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
 	// elig is per class the free share of its eligible devices, emask the eligible
 	// devices (bit i, devices < 64) and eligible how many there are: eligibility
 	// depends on the node's devices only, never on their usage.
+	eligible []int32
+	fits     []int32   // per class, devices it fits on
+	small    []float64 // per class, free share of the eligible devices it does not fit on
 	elig     []float64
-	emask    []uint64
-	eligible []int
+	free     []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
 	classFits, classElig []uint64
+	mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
+	emask                []uint64
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -549,19 +578,22 @@ func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fra
 	return st
 }
 
-// measure sets st to the statistics of the node under used. The per-device and
-// per-class figures share two arrays: a node's measure is read for every node of
-// every cycle, and on a large cluster each separate object is one more memory miss.
+// measure sets st to the statistics of the node under used. All its figures share
+// one array, those the fragmentation sums read first and together (free, small,
+// elig, fits, eligible, classFits, classElig; then mask and emask), the counts as
+// 32-bit integers: a node's measure is read for every node of every cycle, and on a
+// large cluster each separate object, and each further cache line, is one more
+// memory miss.
 func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *weights) {
 	n, classes := len(m.devices), wl.classes
 	k := len(classes)
-	floats := make([]float64, n+2*k)
-	words := make([]uint64, 2*k+2*n)
-	ints := make([]int, 2*k)
+	words := make([]uint64, 3*n+5*k)
+	floats, rest := float64s(words[:n+2*k]), words[n+2*k:]
+	counts, rest := int32s(rest[:k]), rest[k:]
 	*st = fragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
-		fits: ints[:k:k], eligible: ints[k:], mask: words[:k:k], emask: words[k : 2*k : 2*k]}
+		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
 	if wl.fit != nil {
-		st.classFits, st.classElig = words[2*k:2*k+n:2*k+n], words[2*k+n:]
+		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
 	}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
@@ -663,11 +695,15 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
 func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
+	terms := wl.classTerms
+	if hostFits != nil {
+		terms = wl.terms
+	}
 	var f float64
-	for k, t := range wl.terms {
+	for k, t := range terms {
 		switch {
 		case st.eligible[t.class] == 0:
-		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus):
+		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < t.gpus:
 			f += t.weight * st.elig[t.class]
 		default:
 			f += t.weight * st.small[t.class]
@@ -692,21 +728,32 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	before := st.value(wl, nil)
 	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
-	// equally fragmented: each kind is measured once, for its first candidate.
-	var measuredDev [16]int
-	var measuredAfter, measuredTotal [16]float64
-	nMeasured := 0
+	// equally fragmented: each kind is measured once, for its first candidate (the
+	// first eight kinds; others are measured each time, with the same result). Kept
+	// small: this frame is the deepest of Filter's, in worker goroutines that start on
+	// small stacks and grow them by copying.
+	var measuredDev [8]int8
+	var measuredAfter, measuredTotal [8]float64
+	nMeasured, prev := 0, -1
 	for _, i := range cand {
+		// A device that would be rated exactly as the best so far, or as the last one
+		// rated (which did not beat the best, or is it), cannot win: alike (the same
+		// measure), and as full with the same island term (packScore: an unused
+		// device in the same island, or a used one).
+		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
+			continue
+		}
+		prev = i
 		after, total, known := 0.0, 0.0, false
 		for x := 0; x < nMeasured && !known; x++ {
-			if alikeDevices(m, used, i, measuredDev[x]) {
+			if alikeDevices(m, used, i, int(measuredDev[x])) {
 				after, total, known = measuredAfter[x], measuredTotal[x], true
 			}
 		}
 		if !known {
 			after, total = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
-				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = i, after, total
+				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = int8(i), after, total
 				nMeasured++
 			}
 		}
@@ -717,6 +764,13 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 		}
 	}
 	return best, nodeMeasure{base: st, picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
+}
+
+// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same packScore, whose island term reads
+// only an unused device's island.
+func sameRating(m *nodeModel, used []usage, i, j int) bool {
+	return alikeDevices(m, used, i, j) && (used[i].tenants > 0 || m.hot[i].island == m.hot[j].island)
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
@@ -731,9 +785,9 @@ func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
 // what placedInto and value (nil) give for that placement, which the node-level score
 // relies on (nodeMeasure.picked). used is restored before it returns.
 //
-// One pass over the shapes, each reading its class's statistics before and the
-// class's fit on device i after (the fit index's mask): a class's statistics after
-// cost no more than this, so they are not kept.
+// One pass over the classes (wl.classTerms), each reading its statistics before and
+// its fit on device i after (the fit index's mask): a class's statistics after cost
+// no more than this, so they are not kept.
 func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
@@ -750,7 +804,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 	if indexed {
 		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
-	for k, t := range wl.terms {
+	for _, t := range wl.classTerms {
 		x := t.class
 		if st.eligible[x] == 0 {
 			continue
@@ -761,7 +815,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
 			onDevice = st.emask[x]&bit != 0
-			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
+			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.classes[x], i, w)
 		}
 		if onDevice {
 			// As placedInto: the free share changes by (fi - was).
@@ -777,7 +831,7 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 				small += fi
 			}
 		}
-		if n < int(t.gpus) {
+		if n < t.gpus {
 			after += t.weight * elig
 		} else {
 			after += t.weight * small
@@ -811,40 +865,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
 	st, ms := a.measured.base, &a.measured
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
-	// after the pod: every hostBefore and hostAfter below would be true.
+	// after the pod.
 	hostHolds := wl.maxCPUMilli > min(cpuFree, cpuAfter) || wl.maxMemBytes > min(memFree, memAfter)
-	var delta, totalAfter float64
-	switch {
-	case st != nil && ms.picked && len(a.placements) == 1 && !hostHolds:
-		// Filter measured this placement: the measure below would give exactly this.
-		delta, totalAfter = ms.after-ms.before, ms.afterTotal
-	case !hostHolds:
-		if st == nil || len(a.placements) != 1 {
-			st = newFragStats(m, a.usageBefore(), wl, w)
-		}
-		after := st.placedInto(&a.after, m, a, wl, w)
-		delta, totalAfter = after.value(wl, nil)-st.value(wl, nil), after.total
-	default:
-		if st == nil || len(a.placements) != 1 {
-			st = newFragStats(m, a.usageBefore(), wl, w)
-		}
-		shapes := wl.shapes
-		var beforeBuf, afterBuf [maxSnapshotShapes]bool
-		hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
-		if len(shapes) > maxSnapshotShapes {
-			hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
-		}
-		hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
-		for k := range shapes {
-			hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
-			hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
-		}
-		after := st.placedInto(&a.after, m, a, wl, w)
-		delta, totalAfter = after.value(wl, hostAfter)-st.value(wl, hostBefore), after.total
+	var delta, totalAfter, totalBefore float64
+	if st != nil && ms.picked && len(a.placements) == 1 && !hostHolds {
+		// Filter measured this placement: placementDelta would give exactly this.
+		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
+	} else {
+		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
 	feed := s.info.workloadFeed(m, w)
-	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(st.total, cpuFree, memFree)
-	delta += s.info.pressure.cost(m, a, w)
+	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
+	if p := s.info.pressure; p != nil {
+		delta += p.cost(m, a, w)
+	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -853,6 +887,37 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 		raw += w.topology * (a.topology - 1)
 	}
 	return int64(math.Round(raw * fragScale))
+}
+
+// placementDelta measures the node of allocation a before and after it: the change
+// of its fragmentation (shapes held back by the node's CPU and memory, before and
+// after the pod, count all their eligible capacity when hostHolds), and its free GPU
+// capacity after and before. Apart from scoreNode, whose common case (Filter measured
+// the placement) runs in the framework's worker goroutines on small stacks: its
+// frame stays small.
+//
+//go:noinline
+func placementDelta(a *allocation, wl *fragWorkload, w *weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+	m, st := a.model, a.measured.base
+	if st == nil || len(a.placements) != 1 {
+		st = newFragStats(m, a.usageBefore(), wl, w)
+	}
+	after := st.placedInto(&a.after, m, a, wl, w)
+	if !hostHolds {
+		return after.value(wl, nil) - st.value(wl, nil), after.total, st.total
+	}
+	shapes := wl.shapes
+	var beforeBuf, afterBuf [maxSnapshotShapes]bool
+	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
+	if len(shapes) > maxSnapshotShapes {
+		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
+	}
+	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
+	for k := range shapes {
+		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+		hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
+	}
+	return after.value(wl, hostAfter) - st.value(wl, hostBefore), after.total, st.total
 }
 
 // usageBefore is the node's usage before allocation a.
@@ -891,8 +956,8 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
-		if before && !after && st.fits[s.class] >= s.c.GPUs {
-			delta += s.weight * (st.elig[s.class] - st.small[s.class])
+		if before && !after && int(st.fits[s.class]) >= s.c.GPUs {
+			delta += info.frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)
@@ -923,11 +988,7 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	var shapes []fragShape
-	if p.frag != nil {
-		shapes = p.frag.shapes
-	}
-	r := workloadFeed(shapes, m, w)
+	r := workloadFeed(p.frag, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -935,7 +996,11 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
+func workloadFeed(wl *fragWorkload, m *nodeModel, w *weights) feedRatio {
+	if wl == nil {
+		return feedRatio{}
+	}
+	shapes := wl.shapes
 	var memMiB int64
 	if len(m.hot) > 0 {
 		memMiB = m.hot[0].memoryMiB
@@ -948,9 +1013,10 @@ func workloadFeed(shapes []fragShape, m *nodeModel, w *weights) feedRatio {
 			memFrac = math.Min(1, float64(sh.c.MemoryOn(memMiB))/float64(memMiB))
 		}
 		share := float64(sh.c.GPUs) * (w.memory*memFrac + w.cores*float64(sh.c.Cores)/100) / (w.memory + w.cores)
-		cpu += sh.weight * float64(sh.cpuMilli)
-		mem += sh.weight * float64(sh.memBytes)
-		gpu += sh.weight * share
+		weight := wl.terms[k].weight
+		cpu += weight * float64(sh.cpuMilli)
+		mem += weight * float64(sh.memBytes)
+		gpu += weight * share
 	}
 	if gpu <= 0 {
 		return feedRatio{}
@@ -1045,4 +1111,21 @@ func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) 
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.frag.Store(memo)
 	return &memo.st
+}
+
+// float64s views words as float64s (the same size, no pointers): measure keeps a
+// node's floats and integers in one allocation.
+func float64s(words []uint64) []float64 {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&words[0])), len(words))
+}
+
+// int32s views words as twice as many int32s.
+func int32s(words []uint64) []int32 {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&words[0])), 2*len(words))
 }

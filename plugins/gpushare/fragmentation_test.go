@@ -140,15 +140,17 @@ func TestWorkloadModelWindow(t *testing.T) {
 	w.observe("a", s(10)) // a retry is not counted twice
 	w.observe("b", s(20))
 	w.observe("c", s(20))
-	got := w.snapshot().shapes
-	if len(got) != 2 || got[0].c.MemoryPercent != 20 || math.Abs(got[0].weight-2.0/3) > 1e-9 {
-		t.Fatalf("snapshot %+v", got)
+	wl := w.snapshot()
+	got := wl.shapes
+	if len(got) != 2 || got[0].c.MemoryPercent != 20 || math.Abs(wl.terms[0].weight-2.0/3) > 1e-9 {
+		t.Fatalf("snapshot %+v, terms %+v", got, wl.terms)
 	}
 	w.observe("d", s(30)) // evicts "a"
-	got = w.snapshot().shapes
+	wl = w.snapshot()
+	got = wl.shapes
 	total := 0.0
-	for _, x := range got {
-		total += x.weight
+	for k, x := range got {
+		total += wl.terms[k].weight
 		if x.c.MemoryPercent == 10 {
 			t.Errorf("evicted shape still present: %+v", got)
 		}
@@ -203,15 +205,17 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(7))
 	var shapes []fragShape
+	var weights []float64
 	for k := 0; k < 12; k++ {
 		g := 1
 		if k%5 == 4 {
 			g = 2 + rng.Intn(3)
 		}
 		pct := int64(5 + rng.Intn(95))
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}, weight: 1.0 / 12})
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
+		weights = append(weights, 1.0/12)
 	}
-	wl := newFragWorkload(shapes)
+	wl := newFragWorkload(shapes, weights)
 	for trial := 0; trial < 500; trial++ {
 		used := make([]usage, len(m.devices))
 		for i := range used {
@@ -256,10 +260,10 @@ func TestWorkloadFeed(t *testing.T) {
 	m := &nodeModel{hot: []deviceHot{{memoryMiB: 16000, healthy: true}}}
 	w := &weights{memory: 1, cores: 1}
 	shapes := []fragShape{
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30, weight: 0.5},                // a whole GPU
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30, weight: 0.5}, // half of one
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30},                // a whole GPU
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30}, // half of one
 	}
-	r := workloadFeed(shapes, m, w)
+	r := workloadFeed(newFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
 	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
 	if math.Abs(r.cpuMilli-12000) > 1e-6 || math.Abs(r.memBytes-float64(48<<30)) > 1 {
 		t.Fatalf("feed %+v, want 12000 millicores and 48 GiB per GPU", r)
@@ -455,25 +459,28 @@ func TestFragBaseConcurrent(t *testing.T) {
 	}
 }
 
-// The statistics kept per class give each shape exactly the fragmentation measured
-// shape by shape (the definition), before and after a container is placed on any
-// device, for shapes that share GPU requests and differ in host requests; and the
-// device pick's measure after placing is bit for bit the node-level score's.
+// The statistics kept per class give the fragmentation measured shape by shape (the
+// definition), before and after a container is placed on any device, for shapes that
+// share GPU requests and differ in host requests: the same up to rounding, since the
+// shapes of a class are summed as one term (the last bits of the sum may differ); and
+// the device pick's measure after placing is bit for bit the node-level score's.
 func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
 	m := e.pl.cache.existing("n").model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(11))
 	var shapes []fragShape
+	var weights []float64
 	for k := 0; k < 20; k++ {
 		g, pct := 1, 5+5*rng.Intn(19)
 		if k%7 == 6 {
 			g, pct = 2+rng.Intn(3), 100
 		}
 		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
-			cpuMilli: int64(1000 * (1 + rng.Intn(4))), weight: float64(1+rng.Intn(5)) / 60})
+			cpuMilli: int64(1000 * (1 + rng.Intn(4)))})
+		weights = append(weights, float64(1+rng.Intn(5))/60)
 	}
-	wl := newFragWorkload(shapes)
+	wl := newFragWorkload(shapes, weights)
 	if len(wl.classes) >= len(shapes) {
 		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.classes), len(shapes))
 	}
@@ -493,9 +500,9 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 				}
 			}
 			if fit < shapes[k].c.GPUs {
-				f += shapes[k].weight * total
+				f += weights[k] * total
 			} else {
-				f += shapes[k].weight * small
+				f += weights[k] * small
 			}
 		}
 		return f
@@ -510,7 +517,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 			}
 		}
 		st := newFragStats(m, used, wl, w)
-		if got, want := st.value(wl, nil), perShape(used); got != want {
+		if got, want := st.value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
 			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
 		}
 		for i := range m.devices {
@@ -616,7 +623,7 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
 	w := newWorkloadModel(300)
-	reference := func() []fragShape {
+	reference := func() ([]fragShape, []float64) {
 		var all []*shapeCount
 		for _, c := range w.counts {
 			all = append(all, c)
@@ -641,12 +648,12 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		for _, c := range all {
 			total += c.n
 		}
-		out := make([]fragShape, len(all))
+		out, weights := make([]fragShape, len(all)), make([]float64, len(all))
 		for i, c := range all {
 			out[i] = c.shape
-			out[i].weight = float64(c.n) / float64(total)
+			weights[i] = float64(c.n) / float64(total)
 		}
-		return out
+		return out, weights
 	}
 	var prev *fragWorkload
 	for i := 0; i < 5000; i++ {
@@ -661,23 +668,83 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		if rng.Intn(3) == 0 {
 			continue // several pods between snapshots
 		}
-		got, want := w.snapshot(), reference()
+		got := w.snapshot()
+		want, wantWeights := reference()
 		if len(got.shapes) != len(want) {
 			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.shapes), len(want))
 		}
 		for k := range want {
 			s := &got.shapes[k]
-			if s.key != want[k].key || s.weight != want[k].weight || got.terms[k].weight != s.weight ||
+			if s.key != want[k].key || got.terms[k].weight != wantWeights[k] ||
 				got.classes[s.class].gpu != s.gpu || int(got.terms[k].class) != s.class {
-				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.key, s.weight, s.class, want[k].key, want[k].weight)
+				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.key, got.terms[k].weight, s.class, want[k].key, wantWeights[k])
 			}
 		}
-		if ref := newFragWorkload(want); !sameClasses(ref, got) {
+		if ref := newFragWorkload(want, wantWeights); !sameClasses(ref, got) {
 			t.Fatalf("pod %d: classes differ from the shapes'", i)
 		}
 		if prev != nil && (got.gen == prev.gen) != sameClasses(prev, got) {
 			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.gen, prev.gen, sameClasses(prev, got))
 		}
 		prev = got
+	}
+}
+
+// The device pick skips devices it would rate exactly as one already rated; it must
+// choose what rating every candidate gives (the least added fragmentation, ties to
+// the fullest GPU, then the first), on nodes with repeated usages in both NVLink
+// islands.
+func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	m := e.pl.cache.existing("n").model
+	w := &e.pl.w
+	rng := rand.New(rand.NewSource(5))
+	var shapes []fragShape
+	var weights []float64
+	for k := 0; k < 10; k++ {
+		pct := 5 + 10*rng.Intn(10)
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		weights = append(weights, 0.1)
+	}
+	wl := newFragWorkload(shapes, weights)
+	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
+	picked := map[int]bool{}
+	for trial := 0; trial < 2000; trial++ {
+		used := make([]usage, len(m.devices))
+		for i := range used {
+			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
+				used[i] = usage{memMiB: m.devices[i].memoryMiB * int64(pct) / 100, cores: pct, tenants: 1}
+			}
+		}
+		pct := 5 + 5*rng.Intn(8)
+		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
+		var cand []int
+		for i := range m.devices {
+			if fits(m, used, c, i, w.maxTenants) {
+				cand = append(cand, i)
+			}
+		}
+		if len(cand) == 0 {
+			continue
+		}
+		p := &podInfo{frag: wl}
+		got, _ := pickByFragmentation(m, used, p, c, w, cand, nil)
+		st := newFragStats(m, used, wl, w)
+		before := st.value(wl, nil)
+		want, wantDelta, wantPack := -1, 0.0, 0.0
+		for _, i := range cand {
+			after, _ := fragAfter(m, used, st, wl, c, i, w)
+			delta, pack := after-before, packScore(m, used, c, i, w)
+			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
+				want, wantDelta, wantPack = i, delta, pack
+			}
+		}
+		if got != want {
+			t.Fatalf("trial %d (usage %v, %d%%): picked %d, rating every device gives %d", trial, used, pct, got, want)
+		}
+		picked[got] = true
+	}
+	if len(picked) < 4 {
+		t.Fatalf("picks cover devices %v only: the trials do not exercise the choice", picked)
 	}
 }

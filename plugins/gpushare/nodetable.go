@@ -3,6 +3,9 @@ package gpushare
 import (
 	"hash/maphash"
 	"sync/atomic"
+	"unsafe"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // nodeTable maps node names to cache entries for readers that take no lock: Filter,
@@ -139,4 +142,66 @@ func (t *nodeTable) each(f func(*nodeEntry)) {
 			f(e)
 		}
 	}
+}
+
+// objectHints finds a node's cache entry from the node object itself, without reading
+// its name: Filter and Score look up every node of every GPU pod, and hashing the
+// name meant a memory miss on the name's bytes (the node object's first line is read
+// by the framework's own Filter plugins; the name's bytes are elsewhere) and often a
+// second one comparing the entry's name. A slot is picked by the object's address and
+// holds an entry, a hint that the lookup confirms by the entry's seen object (which
+// entryView sets once the entry matches that object's annotations, and every change
+// of the entry clears): an object the entry's seen still references cannot be freed,
+// so its address names no other object meanwhile. Slots are overwritten freely by
+// concurrent readers (any entry stored is only a hint); the array grows with the
+// node table.
+type objectHints struct {
+	cur atomic.Pointer[hintArray]
+}
+
+type hintArray struct {
+	shift uint
+	slots []atomic.Pointer[nodeEntry]
+}
+
+// slot is the slot of node's address in a.
+func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[nodeEntry] {
+	// Fibonacci hashing of the address; objects are at least 8-byte aligned.
+	h := uint64(uintptr(unsafe.Pointer(node))) * 0x9E3779B97F4A7C15
+	return &a.slots[h>>a.shift]
+}
+
+// load returns the entry whose seen object is node, when the hint for node's
+// address names it; else nil.
+func (t *objectHints) load(node *v1.Node) *nodeEntry {
+	a := t.cur.Load()
+	if a == nil {
+		return nil
+	}
+	if e := a.slot(node).Load(); e != nil && e.seen.Load() == node {
+		return e
+	}
+	return nil
+}
+
+// store records e as the hint for node (e.seen is node).
+func (t *objectHints) store(node *v1.Node, e *nodeEntry) {
+	if a := t.cur.Load(); a != nil {
+		a.slot(node).Store(e)
+	}
+}
+
+// resize makes room for n nodes (four slots each, so that few objects share a slot)
+// when the array has less. Writers only (the cache's lock); the new array starts
+// empty and fills as lookups miss.
+func (t *objectHints) resize(n int) {
+	size, shift := 16, uint(60)
+	for size < 4*n {
+		size *= 2
+		shift--
+	}
+	if a := t.cur.Load(); a != nil && len(a.slots) >= size {
+		return
+	}
+	t.cur.Store(&hintArray{shift: shift, slots: make([]atomic.Pointer[nodeEntry], size)})
 }

@@ -5,6 +5,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // Readers without a lock always find every node that was added and not removed,
@@ -70,5 +74,58 @@ func TestNodeTable(t *testing.T) {
 	tab.remove("never-added")
 	if a := tab.cur.Load(); 2*tab.used > len(a.slots) {
 		t.Fatalf("%d of %d slots used: the table must keep half free", tab.used, len(a.slots))
+	}
+}
+
+// A node object finds its entry through the hints once the cache has matched the
+// entry to it, and a hint never names an entry for an object it no longer matches: a
+// newer object of the node (another annotation), or one whose node was removed.
+func TestObjectHints(t *testing.T) {
+	c := NewCache()
+	const n = 200
+	nodes := make([]*v1.Node, n)
+	for i := range nodes {
+		nodes[i] = h100(t, fmt.Sprintf("n%d", i))
+		c.SetInventory(nodes[i].Name, nodes[i].Annotations[api.AnnotationInventory])
+	}
+	for _, node := range nodes {
+		if c.hints.load(node) != nil {
+			t.Fatalf("%s: a hint before any view", node.Name)
+		}
+		e, _, _ := c.entryView(node, nil)
+		if e != c.existing(node.Name) || c.existingFor(node) != e {
+			t.Fatalf("%s: entryView and existingFor disagree with the name's entry", node.Name)
+		}
+	}
+	hits := 0
+	for _, node := range nodes {
+		if e := c.hints.load(node); e != nil {
+			if e.name != node.Name {
+				t.Fatalf("%s: hint names %s", node.Name, e.name)
+			}
+			hits++
+		}
+	}
+	// Objects sharing a slot evict each other's hints; with four slots a node, few do.
+	if hits < n*3/4 {
+		t.Fatalf("%d of %d nodes found through their hint", hits, n)
+	}
+	// A newer object with another inventory: the old object's hint no longer matches.
+	old := nodes[0]
+	newer := old.DeepCopy()
+	newer.Annotations[api.AnnotationInventory] = makeNode(t, old.Name, pcieInventory(old.Name, 2, "NVIDIA A10", t4Mem)).Annotations[api.AnnotationInventory]
+	e, v, _ := c.entryView(newer, nil)
+	if len(v.model.devices) != 2 || c.existingFor(newer) != e {
+		t.Fatalf("newer object: %d devices", len(v.model.devices))
+	}
+	if c.hints.load(old) != nil {
+		t.Fatal("the old object still finds the entry through its hint")
+	}
+	// A removed node: its object's hint no longer matches, and a lookup by that object
+	// finds what a lookup by name does.
+	gone := nodes[1]
+	c.RemoveNode(gone.Name)
+	if c.hints.load(gone) != nil || c.existingFor(gone) != nil {
+		t.Fatal("a removed node is still found through its object")
 	}
 }

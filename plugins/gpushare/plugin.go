@@ -148,25 +148,24 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 	}
 	c := NewCache()
 	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	// Node events are applied by the feed's goroutines (decoding inventories in
+	// parallel), each node's in order.
+	feed := newNodeFeed()
+	feed.run(ctx, c)
+	pushNode := func(obj any) {
+		if n, ok := obj.(*v1.Node); ok {
+			feed.push(nodeEvent{name: n.Name, inventory: n.Annotations[api.AnnotationInventory], requirements: n.Annotations[api.AnnotationRequirements]})
+		}
+	}
 	nodeReg, _ := f.Core().V1().Nodes().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if n, ok := obj.(*v1.Node); ok {
-				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
-				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
-			}
-		},
-		UpdateFunc: func(_, obj any) {
-			if n, ok := obj.(*v1.Node); ok {
-				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
-				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
-			}
-		},
+		AddFunc:    pushNode,
+		UpdateFunc: func(_, obj any) { pushNode(obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
 			if n, ok := obj.(*v1.Node); ok {
-				c.RemoveNode(n.Name)
+				feed.push(nodeEvent{name: n.Name, deleted: true})
 			}
 		},
 	})
@@ -191,8 +190,14 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 			}
 		},
 	})
+	// Synced once both registrations have seen the initial lists and the feed has
+	// applied every node event they brought.
 	synced := func() bool {
-		return (nodeReg == nil || nodeReg.HasSynced()) && (podReg == nil || podReg.HasSynced())
+		if !(nodeReg == nil || nodeReg.HasSynced()) || !(podReg == nil || podReg.HasSynced()) {
+			return false
+		}
+		feed.mark()
+		return feed.caughtUp()
 	}
 	sharedCaches[f] = &sharedEntry{cache: c, synced: synced}
 	// The scheduler's informers stop with ctx; so does the cache's use. Forgetting it

@@ -629,3 +629,49 @@ func TestSignPodGroupsIdenticalRequests(t *testing.T) {
 		t.Error("invalid pod signed")
 	}
 }
+
+// Reserve takes Filter's allocation on the chosen node while the node's usage is the
+// one Filter saw, and allocates again once it changed: here another pod took the GPU
+// Filter had picked between the pod's Filter and its Reserve.
+func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
+	node := makeNode(t, "two", pcieInventory("two", 2, "Tesla T4", t4Mem))
+	e := newEnv(t, nil, []*v1.Node{node})
+	ctx := context.Background()
+	p := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	r := e.cycle(p)
+	if r.best != "two" {
+		t.Fatalf("Filter: %v", r.filter)
+	}
+	s, err := getState(r.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, v, used := e.pl.cache.entryView(node, nil)
+	want, fail := allocate(v.model, used, s.info, &e.pl.w)
+	if fail != nil {
+		t.Fatal(fail.msg)
+	}
+	var kept []grant
+	if !entry.keptAt(s.id, v.usageGen, v.model, func(a *allocation) { kept = grantsOf(v.model, s.info, a) }) {
+		t.Fatal("the node is unchanged since Filter, but its allocation is not offered to Reserve")
+	}
+	if !sameGrants(kept, grantsOf(v.model, s.info, want)) {
+		t.Fatalf("Filter kept %v, allocate gives %v", kept, grantsOf(v.model, s.info, want))
+	}
+	// Another pod takes the GPU Filter picked: 10,000 MiB of the T4's 15 GB, no room
+	// for this pod's 10,000 MiB beside it.
+	other := makePod("other", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	if err := e.pl.cache.Assume(other, "two", kept, e.pl.w.maxTenants); err != nil {
+		t.Fatal(err)
+	}
+	if _, v2, _ := e.pl.cache.entryView(node, nil); entry.keptAt(s.id, v2.usageGen, v2.model, func(*allocation) {}) {
+		t.Fatal("the node changed since Filter, but its allocation is still offered")
+	}
+	if st := e.pl.Reserve(ctx, r.state, p, "two"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	got := e.pl.cache.podGrants(p.UID, "two")
+	if len(got) != 1 || got[0].uuid == kept[0].uuid {
+		t.Fatalf("Reserve granted %v, beside the other pod's %v: it must take the other GPU", got, kept)
+	}
+}

@@ -38,9 +38,9 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "mixed"), makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))})
 	w := &e.pl.w
 	wl := newFragWorkload([]fragShape{
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}, weight: 0.5},
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}, weight: 0.5},
-	})
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}},
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
+	}, []float64{0.5, 0.5})
 	t4 := wl.shapes[0].class // the other shape's class is 1-t4
 	m := e.pl.cache.existing("mixed").model
 	used := make([]usage, 4)
@@ -54,7 +54,7 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 		t.Errorf("eligible %v, masks %b", st.eligible, st.emask)
 	}
 	a10 := e.pl.cache.existing("a10").model
-	t4only := newFragWorkload(wl.shapes[t4 : t4+1 : t4+1])
+	t4only := newFragWorkload(wl.shapes[t4:t4+1:t4+1], []float64{0.5})
 	st = newFragStats(a10, make([]usage, 2), t4only, w)
 	if got := st.value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
@@ -71,11 +71,13 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
 	var shapes []fragShape
+	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}, weight: 0.1})
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}})
+		weights = append(weights, 0.1)
 	}
-	wl := newFragWorkload(shapes)
+	wl := newFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
 		used := make([]usage, len(m.devices))
 		for i := range used {

@@ -29,20 +29,29 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
 	}
-	v, used := pl.cache.view(node, nil)
+	e, v, used := pl.cache.entryView(node, nil)
 	if st := pl.usable(&v, pl.now()); st != nil {
 		pl.decide(s.info.device.policy(), resultUnschedulable, reasonInventory)
 		return st
 	}
-	a, fail := allocate(v.model, used, s.info, &pl.w)
-	if fail != nil {
-		// Filter found room on this node in this cycle; it is gone now.
-		reserveConflicts.WithLabelValues(pl.profile).Inc()
-		pl.decide(s.info.device.policy(), resultUnschedulable, reasonReserveConflict)
-		return fail.status()
+	// Filter's allocation on this node, when the node's usage has not changed since:
+	// allocate would make the same one (a pure function of the model and usage), and
+	// this is the serial part of the cycle.
+	var assignment *api.PodAssignment
+	var grants []grant
+	if !e.keptAt(s.id, v.usageGen, v.model, func(a *allocation) {
+		assignment, grants = buildAssignment(v.model, s.info, a, nodeName), grantsOf(v.model, s.info, a)
+	}) {
+		a, fail := allocate(v.model, used, s.info, &pl.w)
+		if fail != nil {
+			// Filter found room on this node in this cycle; it is gone now.
+			reserveConflicts.WithLabelValues(pl.profile).Inc()
+			pl.decide(s.info.device.policy(), resultUnschedulable, reasonReserveConflict)
+			return fail.status()
+		}
+		assignment, grants = buildAssignment(v.model, s.info, a, nodeName), grantsOf(v.model, s.info, a)
 	}
-	assignment := buildAssignment(v.model, s.info, a, nodeName)
-	if err := pl.cache.Assume(pod, nodeName, grantsOf(v.model, s.info, a), pl.w.maxTenants); err != nil {
+	if err := pl.cache.Assume(pod, nodeName, grants, pl.w.maxTenants); err != nil {
 		// The node's usage changed between the view above and the check under the
 		// cache's lock (another writer took the capacity in that instant). That is
 		// transient: an error sends the pod to the backoff queue and it is retried in

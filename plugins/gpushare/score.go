@@ -68,7 +68,7 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 			continue
 		}
 		var m *nodeModel
-		if !pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { m = a.model }) {
+		if !pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { m = a.model }) {
 			var buf [16]usage
 			v, _ := pl.cache.view(node, buf[:0])
 			m = v.model
@@ -145,20 +145,28 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.existing(node.Name).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
-	// Filter did not run for this node in this cycle (batching): compute now.
+	return pl.scoreUnfiltered(s, nodeInfo), nil
+}
+
+// scoreUnfiltered scores a node Filter did not run on in this cycle (batching): it
+// allocates now. Apart from Score, whose frame then stays small: Score runs in the
+// framework's worker goroutines, which start on small stacks and grow them by copying.
+//
+//go:noinline
+func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
 	var buf [16]usage
-	v, used := pl.cache.view(node, buf[:0])
+	v, used := pl.cache.view(nodeInfo.Node(), buf[:0])
 	if v.model == nil {
-		return 0, nil
+		return 0
 	}
 	a, fail := allocate(v.model, used, s.info, &pl.w)
 	if fail != nil {
-		return 0, nil
+		return 0
 	}
-	return pl.node.scoreNode(s, a, nodeInfo, f, &pl.w), nil
+	return pl.node.scoreNode(s, a, nodeInfo, s.fit, &pl.w)
 }
 
 func clampScore(s int64) int64 {
