@@ -46,9 +46,11 @@ func RunExecHelper() {
 	// namespace, and it is the thread that execs.
 	runtime.LockOSThread()
 	if cg := os.Getenv(execCgroupEnv); cg != "" {
+		// A daemon outside the host's cgroup still serves its GPU; it only ends with
+		// the agent's container. Serving matters more than outliving a restart, so
+		// the helper goes on (the supervisor warned at start, HostCgroupReachable).
 		if err := enterHostCgroup(cg); err != nil {
-			fmt.Fprintf(os.Stderr, "MPS exec helper: moving into cgroup %s: %v\n", cg, err)
-			os.Exit(2)
+			fmt.Fprintf(os.Stderr, "MPS exec helper: cannot move into cgroup %s (%v); the daemon stays in the node agent's cgroup and ends with the agent's container\n", cg, err)
 		}
 	}
 	if err := syscall.Mount(shm, "/dev/shm", "", syscall.MS_BIND, ""); err != nil {
@@ -64,6 +66,18 @@ func RunExecHelper() {
 	err := syscall.Exec(os.Args[1], os.Args[1:], env)
 	fmt.Fprintf(os.Stderr, "MPS exec helper: exec %s: %v\n", os.Args[1], err)
 	os.Exit(2)
+}
+
+// HostCgroupReachable says whether this process can join the host's cgroup
+// namespace, which the exec helper needs to move a daemon out of the agent's
+// cgroup (Config.Cgroup). It fails where the agent does not share the host's PID
+// namespace or lacks the privilege to enter PID 1's namespaces.
+func HostCgroupReachable() error {
+	ns, err := os.Open("/proc/1/ns/cgroup")
+	if err != nil {
+		return err
+	}
+	return ns.Close()
 }
 
 // enterHostCgroup moves the process into cg (a path below the host's cgroup v2

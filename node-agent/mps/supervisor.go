@@ -245,6 +245,12 @@ func (s *Supervisor) emit(e Event) {
 // with Detach, leaves them to the next supervisor) and returns. First it sends quit
 // to any daemon left under the root for a GPU it no longer serves.
 func (s *Supervisor) Run(ctx context.Context) error {
+	if s.cfg.Cgroup != "" {
+		if err := HostCgroupReachable(); err != nil {
+			s.cfg.Log.Error(err, "the MPS control daemons cannot be moved out of the node agent's cgroup: they serve their GPUs, but an agent restart ends them and their clients' contexts (drain MPS GPUs before restarting or upgrading the agent)",
+				"cgroup", s.cfg.Cgroup)
+		}
+	}
 	s.quitOrphans(ctx)
 	var wg sync.WaitGroup
 	for _, u := range s.cfg.GPUs {
