@@ -77,6 +77,7 @@ static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
 /* Simulated GPU: one in-order queue per process. */
 static int64_t busy_until_ns;
 static uint64_t busy_ns, syncs, bad_syncs, launches;
+static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
 
 struct alloc {
@@ -222,6 +223,7 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 	out->syncs = syncs;
 	out->bad_syncs = bad_syncs;
 	out->launches = launches;
+	out->event_calls = atomic_load(&event_calls);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -756,6 +758,106 @@ static CUresult run(uint64_t us)
 	return CUDA_SUCCESS;
 }
 
+/* Events: each completes when the simulated queue reaches the point where it was
+ * recorded (the queue's end then, or the time of recording if it was idle), as the
+ * driver's do; elapsed time is the difference of those points. */
+struct fevent {
+	uint32_t magic;
+	int recorded;
+	int64_t at_ns;
+};
+#define EVENT_MAGIC 0x45564e54u
+
+CUresult cuEventCreate(CUevent *e, unsigned int flags)
+{
+	(void)flags;
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fevent *v = calloc(1, sizeof(*v));
+	if (v == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	v->magic = EVENT_MAGIC;
+	*e = (CUevent)v;
+	return CUDA_SUCCESS;
+}
+static struct fevent *event_of(CUevent e)
+{
+	struct fevent *v = (struct fevent *)e;
+	return v != NULL && v->magic == EVENT_MAGIC ? v : NULL;
+}
+CUresult cuEventDestroy_v2(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	v->magic = 0;
+	free(v);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent e, CUstream s)
+{
+	(void)s;
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED; /* the hook must never record into a capture */
+	atomic_fetch_add(&event_calls, 1);
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	v->at_ns = busy_until_ns > now ? busy_until_ns : now;
+	v->recorded = 1;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventQuery(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	atomic_fetch_add(&event_calls, 1);
+	pthread_mutex_lock(&mu);
+	int done = !v->recorded || v->at_ns <= now_ns();
+	pthread_mutex_unlock(&mu);
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventSynchronize(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mu);
+	int64_t until = v->recorded ? v->at_ns : 0;
+	pthread_mutex_unlock(&mu);
+	struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+	if (until > now_ns())
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
+{
+	struct fevent *va = event_of(a), *vb = event_of(b);
+	if (va == NULL || vb == NULL || ms == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	CUresult rc = CUDA_SUCCESS;
+	if (!va->recorded || !vb->recorded)
+		rc = CUDA_ERROR_INVALID_VALUE; /* the driver's CUDA_ERROR_INVALID_HANDLE */
+	else if (va->at_ns > now || vb->at_ns > now)
+		rc = CUDA_ERROR_NOT_READY;
+	else
+		*ms = (float)((double)(vb->at_ns - va->at_ns) / 1e6);
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			unsigned shm, CUstream s, void **p, void **e)
 {
@@ -1250,6 +1352,12 @@ static const struct {
 	{"cuLibraryUnload", (void *)cuLibraryUnload, NULL},
 	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
+	{"cuEventCreate", (void *)cuEventCreate, NULL},
+	{"cuEventDestroy", (void *)cuEventDestroy_v2, NULL},
+	{"cuEventRecord", (void *)cuEventRecord, NULL},
+	{"cuEventQuery", (void *)cuEventQuery, NULL},
+	{"cuEventSynchronize", (void *)cuEventSynchronize, NULL},
+	{"cuEventElapsedTime", (void *)cuEventElapsedTime_v2, NULL},
 	{"cuMemGetInfo", (void *)cuMemGetInfo_v2, NULL},
 	{"cuMemAlloc", (void *)cuMemAlloc_v2, NULL},
 	{"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, NULL},

@@ -27,22 +27,15 @@
 #define TESSERA_REGION_MAX_USED (TESSERA_MAX_MEMORY_MIB * 1024ULL * 1024ULL)
 
 /* Compute pacing of one GPU, shared by every process of the container: it lives in
- * the accounting region. budget and window_end are touched by every launch of every
- * process and sit on their own cache line; the rest belongs to the slow path, under
- * mu (robust, process-shared). */
+ * the accounting region. tokens is touched by launches of every process (one atomic
+ * operation per take of several launches) and sits on its own cache line; the rest
+ * belongs to the slow path, under mu (robust, process-shared). */
 struct tessera_shared_pacer {
-	_Atomic int64_t budget;      /* launches left in the open window */
-	_Atomic uint64_t window_end; /* in clock ticks (the region's clock) */
-	char pad_[48];
+	_Atomic int64_t tokens; /* GPU ns the container may still charge; negative: owed */
+	char pad_[56];
 	pthread_mutex_t mu;
-	int32_t open;
-	int32_t pad2_;
-	int64_t allow_start_ns; /* start of the slot the allowance is for */
-	int64_t allow_end_ns;   /* end of that slot's allowance */
-	int64_t debt_ns;        /* overrun still to be taken from later slots */
-	int64_t drained_ns;     /* latest drain end already counted as overrun */
-	int64_t win_open_ns, win_budget;
-	double ns_per_launch; /* estimated GPU time per launch, from drains */
+	int64_t refill_k; /* 1 + the period whose allowance tokens last received (0: none) */
+	int64_t pad2_[3];
 } __attribute__((aligned(64)));
 
 /* One process's usage. */

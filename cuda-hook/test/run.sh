@@ -253,11 +253,14 @@ limits 0 "$U1 81920 30 0"
 for p in kernel kernel-ptsz ex coop graph; do
 	t pace $p 30 0.6
 done
+t pace long 30 1.2                     # kernels longer than the allowance: owed, not free
+t pace mixed 30 0.8                    # kernels of two lengths charged their mean
 t capture
 limits 0 "$U1 81920 60 20"
 t pace kernel 60 0.6
 limits 0 "$U1 81920 50 0"
 t pace-procs 2 50 0.8                  # two processes of one container share its 50%
+t light 50 0.6                         # a program needing 20% is not slowed at 50%
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 
