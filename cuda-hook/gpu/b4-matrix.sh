@@ -89,7 +89,7 @@ row() {
 	verdict=$(awk -v s="$share" -v c="$3" -v n="$need" 'BEGIN{
 		if (s == "nan") { print "FAIL no rate"; exit }
 		if (n >= 90 || n < 0) { e = s - c; printf "%s err %+.1f (cap %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; exit }
-		if (n <= c - 5) { printf "%s not slowed (needs %.0f%%, cap %d, want >= 95)", s >= 95 ? "ok  " : "FAIL", n, c; exit }
+		if (n <= c - 5) { printf "%s not slowed (needs %.0f%%, cap %d, want >= 95)", (s >= 95) ? "ok  " : "FAIL", n, c; exit }
 		printf "info held: expect about %.0f (needs %.0f%%, cap %d)", 100 * c / n, n, c }')
 	case $verdict in FAIL*) fails=$((fails + 1)) ;; esac
 	say "$(printf '%-26s %-14s share %6s%%  %s' "$1" "$2" "$share" "$verdict")"

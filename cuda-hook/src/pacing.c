@@ -65,6 +65,7 @@ static int64_t tessera_now_ns(void)
 #define EST_WINDOW 32
 static _Atomic int64_t est_ns[2];
 static _Atomic int64_t est_samples[2]; /* samples taken so far */
+static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
 
@@ -176,6 +177,13 @@ static void settle_sample(void)
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	/* A sample far above the estimate most likely waited for another context's
+	 * time slice between its events; three in a row mean the work changed. */
+	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 4 * e && rejected[smp.cls] < 3) {
+		rejected[smp.cls]++;
+		return;
+	}
+	rejected[smp.cls] = 0;
 	int64_t n = atomic_fetch_add(&est_samples[smp.cls], 1) + 1;
 	if (n > EST_WINDOW)
 		n = EST_WINDOW;
@@ -290,6 +298,7 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&est_ns[1], 0);
 	atomic_store(&est_samples[0], 0);
 	atomic_store(&est_samples[1], 0);
+	rejected[0] = rejected[1] = 0;
 	atomic_store(&charged_ns, 0);
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
@@ -398,7 +407,7 @@ static int capturing(CUstream stream)
 static __thread int began_burst TLS_IE;
 
 /* A burst begins (caller holds s->mu): event S before its first launch. */
-static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now)
+static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int64_t charged0, int64_t all0)
 {
 	p->burst_started = 0;
 	if (!events_usable())
@@ -416,7 +425,8 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now)
 		began_burst = 1;
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		p->burst_t0_ns = now;
-		p->burst_charged0 = atomic_load(&charged_ns);
+		p->burst_charged0 = charged0;
+		p->burst_all0 = all0;
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
@@ -435,6 +445,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 		p->chained = chain;
 		p->f_host_ns = now - p->burst_t0_ns;
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
+		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
 		p->f_samples = atomic_exchange(&p->burst_samples, 0);
 		p->f_idle = atomic_exchange(&p->burst_idle, 0);
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
@@ -443,6 +454,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
 			p->burst_charged0 = atomic_load(&charged_ns);
+			p->burst_all0 = atomic_load(&p->s->charged);
 		} else {
 			p->burst_started = 0;
 			atomic_store(&p->burst_stream_tag, 0);
@@ -456,11 +468,11 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
  * is set (the container waited for a refill: a burst the GPU still runs then has
- * overrun its allowance). When the GPU ran the burst back to back, its elapsed time is
- * its GPU time, and the difference from its charge is owed or given back. The GPU ran
- * it back to back when no launch sample of the burst found the stream idle (after its
- * first launch) or, without samples, when the host issued it in less than half the
- * time the GPU took to run it. */
+ * overrun its allowance). When the GPU ran the burst back to back and nothing else of
+ * the container ran with it, its elapsed time is its GPU time, and the difference
+ * from its charge is owed or given back. The GPU ran it back to back when the host
+ * issued it in less than half the time the GPU took to run it, or when no launch
+ * sample of the burst found the stream idle (after its first launch). */
 static void settle_burst(struct tessera_pacer *p, int wait)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -485,8 +497,11 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		p->ev_s = p->ev_f;
 		p->ev_f = t;
 	}
-	int back_to_back = p->f_samples > 0 ? !p->f_idle : 2 * p->f_host_ns < e;
-	if (e < 0 || p->f_charged <= 0 || p->f_other || !back_to_back) {
+	int back_to_back = 2 * p->f_host_ns < e || (p->f_samples > 0 && !p->f_idle);
+	/* Another process of the container launched during the burst: its work ran
+	 * between this one's on the GPU, inside this burst's elapsed time. */
+	int alone = p->f_all - p->f_charged <= p->f_charged / 20;
+	if (e < 0 || p->f_charged <= 0 || p->f_other || !back_to_back || !alone) {
 		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld samples=%d idle=%d",
 			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, p->f_samples, p->f_idle);
 		return;
@@ -534,10 +549,11 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		if (atomic_load(&s->tokens) > 0) {
 			if (p->burst_started && refilled && !p->fence_pending)
 				end_burst(p, stream, now, 1);
-			atomic_fetch_add(&charged_ns, cost);
+			int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
+			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
 			if (!p->burst_started && !p->fence_pending)
-				begin_burst(p, stream, now);
+				begin_burst(p, stream, now, charged0, all0);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
 			return;
@@ -590,6 +606,7 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 		int64_t left = atomic_fetch_sub_explicit(&s->tokens, take, memory_order_relaxed);
 		if (left > 0) {
 			atomic_fetch_add_explicit(&charged_ns, take, memory_order_relaxed);
+			atomic_fetch_add_explicit(&s->charged, take, memory_order_relaxed);
 			local_left = have + take - cost;
 			local_pacer = s;
 		} else {

@@ -28,9 +28,10 @@ struct tessera_pacer {
 	void *burst_ctx;    /* the events (of one context) S was recorded with */
 	uint64_t burst_ctx_gen;
 	CUstream burst_stream;
-	int64_t burst_t0_ns, burst_charged0;
-	/* The ended burst, until F is read. */
-	int64_t f_host_ns, f_charged;
+	int64_t burst_t0_ns, burst_charged0, burst_all0;
+	/* The ended burst, until F is read: host time, this process's charges and the
+	 * container's. */
+	int64_t f_host_ns, f_charged, f_all;
 	int f_samples, f_idle, f_other;
 	/* Read by every launch: the open burst's stream + 1, or 0; and whether a launch of
 	 * the burst went to another stream. */

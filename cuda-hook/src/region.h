@@ -31,8 +31,9 @@
  * operation per take of several launches) and sits on its own cache line; the rest
  * belongs to the slow path, under mu (robust, process-shared). */
 struct tessera_shared_pacer {
-	_Atomic int64_t tokens; /* GPU ns the container may still charge; negative: owed */
-	char pad_[56];
+	_Atomic int64_t tokens;  /* GPU ns the container may still charge; negative: owed */
+	_Atomic int64_t charged; /* GPU ns its processes have charged, all together */
+	char pad_[48];
 	pthread_mutex_t mu;
 	int64_t refill_k; /* 1 + the period whose allowance tokens last received (0: none) */
 	int64_t pad2_[3];
