@@ -512,6 +512,20 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	if (over < -p->slot_len_ns)
 		over = -p->slot_len_ns;
 	atomic_fetch_sub(&s->tokens, over);
+	/* The burst's launches were charged r times too little: so is the estimate (once
+	 * it is past its first samples, whose bursts hold launches charged nothing). Half
+	 * the way there, so that samples and bursts settle together. */
+	double r = (double)e / (double)p->f_charged;
+	if (r < 0.5)
+		r = 0.5;
+	if (r > 2)
+		r = 2;
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t est = atomic_load(&est_ns[cls]);
+		int64_t scaled = (int64_t)((double)est * (1 + (r - 1) / 2));
+		if (est > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
+			atomic_store(&est_ns[cls], scaled);
+	}
 	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld", (long long)e,
 		    (long long)p->f_charged, (long long)p->f_host_ns);
 }

@@ -20,7 +20,7 @@
 #include "tessera_cuda.h"
 
 #define TESSERA_REGION_MAGIC 0x3141534553534554ULL /* "TESSERA1", little-endian */
-#define TESSERA_REGION_VERSION 3
+#define TESSERA_REGION_VERSION 4
 #define TESSERA_REGION_SLOTS 256
 /* No process can hold more than this on one GPU (api.MaxMemoryMiB); a slot that says
  * more is damaged. It also keeps the sum of all slots far from overflowing. */
@@ -64,6 +64,8 @@ struct tessera_region {
 	pthread_mutex_t lock;
 	/* Changed under lock, and covered by state_sum, rewritten with them. */
 	int32_t slots_hw; /* slots at or past this index have never been used */
+	/* The former pacer's launch clock (region version 3); unused since version 4,
+	 * which changed what the pacers hold. */
 	int32_t clock_ready;
 	int32_t use_tsc;
 	int32_t pad;
@@ -119,10 +121,6 @@ void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes);
 uint64_t tessera_region_used(struct tessera_region *r, int gpu);
 void tessera_region_forget_process(struct tessera_region *r);
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu);
-/* The container's launch clock: TSC ticks per ns and whether the TSC is used, measured
- * by calibrate once per region so that every process compares the same ticks. */
-void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
-			  int *use_tsc);
 void tessera_region_after_fork(void);
 
 #endif
