@@ -37,20 +37,32 @@ CNAMES="k10us k100us k1ms k20ms graph10x100us loop"
 TNAMES="mm2048 mm4096 mm8192 mlp"
 secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
 
-# Mean NVML GPU utilisation between two epoch-microsecond stamps.
+# NVML's mean GPU utilisation and SM clock (MHz) between two epoch-microsecond
+# stamps: "<util> <clock>", -1 for what NVML does not give.
 util() {
 	python3 - "$1" "$2" <<'EOF'
 import sys
+
+
+def mean(h, kind, t0, t1):
+    try:
+        _, samples = pynvml.nvmlDeviceGetSamples(h, kind, t0)
+        v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
+        return sum(v) / len(v) if v else -1
+    except Exception:
+        return -1
+
+
 try:
     import pynvml
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     t0, t1 = int(sys.argv[1]), int(sys.argv[2])
-    _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0)
-    v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
-    print(f"{sum(v) / len(v):.1f}" if v else "-1")
+    u = mean(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0, t1)
+    c = mean(h, getattr(pynvml, "NVML_PROCESSOR_CLK_SAMPLES", 6), t0, t1)
+    print(f"{u:.1f} {c:.0f}")
 except Exception:
-    print("-1")
+    print("-1 -1")
 EOF
 }
 # hk: hooked, with the hook's debug log (every burst's GPU time and charge) kept in
@@ -64,46 +76,51 @@ hk() {
 	fi
 }
 
-declare -A SOLO NEED
-# need <output-line>: NVML's utilisation over the line's measured interval.
-need() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
+declare -A SOLO NEED CLK
+# nvml <output-line>: NVML's utilisation and SM clock over the line's measured interval.
+nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
 # Solo, unhooked.
 for w in $CNAMES; do
 	out=$(${CW[$w]} "$(secs $w)")
 	SOLO[$w]=$(field rate <<<"$out")
-	NEED[$w]=$(need "$out")
+	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
 done
 $TW "$S" $TNAMES >"$G/torch.solo" || say "torch workloads failed"
 for w in $TNAMES; do
 	out=$(grep "^$w " "$G/torch.solo")
 	SOLO[$w]=$(field rate <<<"$out")
-	NEED[$w]=$(need "$out")
+	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
 done
-for w in $CNAMES $TNAMES; do say "solo $w: rate ${SOLO[$w]}/s, GPU utilisation ${NEED[$w]}%"; done
+for w in $CNAMES $TNAMES; do say "solo $w: rate ${SOLO[$w]}/s, GPU utilisation ${NEED[$w]}%, SM clock ${CLK[$w]} MHz"; done
 
 fails=0
-# row <label> <workload> <cap> <rate>
+# row <label> <workload> <cap> <output-line>: the share and its verdict, and beside
+# them what NVML saw over the run (utilisation of the whole GPU, so of every tenant
+# in the pair and trio rows, and the SM clock): a power-bound kernel does more work
+# per GPU-second at a higher clock, which a rate share counts and a time cap does not.
 row() {
-	local share need=${NEED[$2]} verdict
-	share=$(awk -v r="$4" -v b="${SOLO[$2]}" 'BEGIN{if (b > 0) printf "%.1f", 100*r/b; else print "nan"}')
+	local share need=${NEED[$2]} verdict rate gpu clk
+	rate=$(field rate <<<"$4")
+	read -r gpu clk <<<"$(nvml "$4")"
+	share=$(awk -v r="$rate" -v b="${SOLO[$2]}" 'BEGIN{if (b > 0) printf "%.1f", 100*r/b; else print "nan"}')
 	verdict=$(awk -v s="$share" -v c="$3" -v n="$need" 'BEGIN{
 		if (s == "nan") { print "FAIL no rate"; exit }
 		if (n >= 90 || n < 0) { e = s - c; printf "%s err %+.1f (cap %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; exit }
 		if (n <= c - 5) { printf "%s not slowed (needs %.0f%%, cap %d, want >= 95)", (s >= 95) ? "ok  " : "FAIL", n, c; exit }
 		printf "info held: expect about %.0f (needs %.0f%%, cap %d)", 100 * c / n, n, c }')
 	case $verdict in FAIL*) fails=$((fails + 1)) ;; esac
-	say "$(printf '%-26s %-14s share %6s%%  %s' "$1" "$2" "$share" "$verdict")"
+	say "$(printf '%-26s %-14s share %6s%%  %-52s [GPU busy %s%%, SM %s MHz]' "$1" "$2" "$share" "$verdict" "$gpu" "$clk")"
 }
 
 # Alone at 20/50/80.
 for c in 20 50 80; do
 	for w in $CNAMES; do
 		limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
-		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)" | field rate)"
+		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)")"
 	done
 	limits "$G/m$c" 130000 $c 0 "/b4/alone$c/torch"
 	hk "$G/m$c" $TW "$S" $TNAMES >"$G/torch.$c"
-	for w in $TNAMES; do row "alone cap $c" $w $c "$(grep "^$w " "$G/torch.$c" | field rate)"; done
+	for w in $TNAMES; do row "alone cap $c" $w $c "$(grep "^$w " "$G/torch.$c")"; done
 done
 
 # together <label> <cap:phase:workload>...: the tenants at once, each in its own container.
@@ -125,7 +142,7 @@ together() {
 	wait "${pids[@]}"
 	for i in "${!specs[@]}"; do
 		IFS=: read -r c ph w <<<"${specs[$i]}"
-		row "$label" "$w" "$c" "$(field rate <"$G/t$i.out")"
+		row "$label" "$w" "$c" "$(head -1 "$G/t$i.out")"
 	done
 }
 # unhooked <label> <workload> <workload>: the same pair without limits, for reference.
