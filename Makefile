@@ -16,7 +16,7 @@ AGENT_LDFLAGS  = -X main.version=$(IMAGE_TAG) -X main.revision=$(GIT_REVISION)
 
 # Packages whose tests need nothing but Go (and cgo): everything except the suites
 # that start an API server or a whole local cluster.
-UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e)
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e /test/integration -e /test/e2e -e /test/node)
 
 .PHONY: help
 help: ## Show this help
@@ -139,8 +139,9 @@ B2_NODES = $(if $(FULL),5000,500)
 B2_PODS  = $(if $(FULL),10000,2000)
 B2_ROUNDS ?= 3
 # B2_PROFILE: the Tessera profile of config/scheduler/tessera-scheduler.yaml measured
-# against the default one (tessera-binpack; e.g. tessera-fragmentation).
-B2_PROFILE ?= tessera-binpack
+# against the default one (tessera-fragmentation, the first and default profile; e.g.
+# tessera-binpack).
+B2_PROFILE ?= tessera-fragmentation
 
 .PHONY: bench
 bench: ## Scheduler benchmarks: Filter+Score per node, cache memory, then B1 and B2 (FULL=1 for full size); the hook's B3 CPU microbenchmark
@@ -176,6 +177,11 @@ bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profil
 .PHONY: bench-gpu
 bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)
 	$(MAKE) -C cuda-hook bench-gpu
+
+.PHONY: bench-b7
+bench-b7: ## B7 co-located throughput on a real GPU: no limits, hook pacing, MPS (root)
+	$(MAKE) -C cuda-hook
+	cuda-hook/gpu/run-b7.sh cuda-hook/build
 
 ##@ Verify
 
@@ -301,3 +307,6 @@ chart-readme: ## Write the values table of config/deploy/tessera/README.md from 
 .PHONY: verify-chart-readme
 verify-chart-readme: ## Check that the chart README's values table matches values.yaml
 	$(GO) run ./hack/chart-readme -verify
+
+# The real-node suite: make test-node, make test-node-gpu (test/node/README.md).
+include test/node/node.mk

@@ -12,7 +12,8 @@ import (
 
 func FuzzDecodeInventory(f *testing.F) {
 	s, _ := EncodeInventory(sampleInventory())
-	for _, seed := range []string{s, "", "{}", `{"version":1,"gpus":null}`, `{"version":1,"gpus":[{"index":0,"uuid":"GPU-x","memoryMiB":1,"links":[{"peer":0}]}]}`, `{"version":1e400}`} {
+	for _, seed := range []string{s, "", "{}", `{"version":1,"gpus":null}`, `{"version":1,"gpus":[{"index":0,"uuid":"GPU-x","memoryMiB":1,"links":[{"peer":0}]}]}`, `{"version":1e400}`,
+		`{"version":1,"gpus":[{"index":0,"uuid":"GPU-x","memoryMiB":1,"numaNode":0,"healthy":true,"sharing":"mps","mpsClients":48}]}`} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

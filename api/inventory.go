@@ -54,6 +54,11 @@ type GPU struct {
 	MIG *MIG `json:"mig,omitempty"`
 	// Links is the connection to every other GPU of the node, as NVML reports it.
 	Links []Link `json:"links,omitempty"`
+	// Sharing is the GPU's sharing mode; empty means SharingTimeSliced (see Mode).
+	Sharing Sharing `json:"sharing,omitempty"`
+	// MPSClients is how many MPS clients (containers) the GPU's MPS server takes;
+	// set only in mps mode.
+	MPSClients int `json:"mpsClients,omitempty"`
 }
 
 // MIG describes a GPU in MIG mode.
@@ -193,6 +198,9 @@ func (inv *NodeInventory) Validate() error {
 		}
 		if g.NUMANode < -1 {
 			return fmt.Errorf("%s: numaNode %d out of range (-1 means unknown)", p, g.NUMANode)
+		}
+		if err := g.validateSharing(p); err != nil {
+			return err
 		}
 		if g.MIG != nil {
 			var total int64

@@ -18,6 +18,10 @@ const DefaultDomain = "tessera.dev"
 const (
 	// AnnotationInventory is set on a Node by the node agent (NodeInventory, JSON).
 	AnnotationInventory = DefaultDomain + "/gpu-inventory"
+	// AnnotationRequirements is set on a Node by the node agent: "met", or one
+	// "<requirement>: <what is wrong>" per line while the node lacks something Tessera
+	// needs (the agent then refuses GPU containers; the scheduler places none there).
+	AnnotationRequirements = DefaultDomain + "/node-requirements"
 	// AnnotationAssignment is set on a Pod by the scheduler in PreBind (PodAssignment, JSON).
 	AnnotationAssignment = DefaultDomain + "/gpu-assignment"
 

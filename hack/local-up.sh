@@ -127,7 +127,7 @@ fi
 
 tessera::step "etcd ready on 127.0.0.1:$ETCD_PORT" tessera::start_etcd
 tessera::step "kube-apiserver ready on https://127.0.0.1:$APISERVER_PORT" tessera::start_apiserver
-tessera::step "tessera-scheduler ready (profiles tessera-binpack, tessera-spread; inventoryStaleness $INVENTORY_STALENESS)" tessera::start_scheduler
+tessera::step "tessera-scheduler ready (profiles tessera-fragmentation, tessera-binpack, tessera-spread; inventoryStaleness $INVENTORY_STALENESS)" tessera::start_scheduler
 tessera::step "kwok ready (node heartbeats and pod lifecycle)" tessera::start_kwok
 
 NODES=$(tessera::nodes | awk '{print $1}' | paste -sd, -)

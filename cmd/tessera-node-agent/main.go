@@ -4,15 +4,10 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/tessera-dev/tessera/node-agent/agent"
-	"github.com/tessera-dev/tessera/node-agent/hookinstall"
+	"github.com/tessera-dev/tessera/cmd/tessera-node-agent/app"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 )
 
 // version and revision are set at link time (make agent, make images).
@@ -22,56 +17,7 @@ var (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
-}
-
-func run(args []string) int {
-	// The DaemonSet's init container copies the CUDA hook to the host with this: the
-	// image has no shell.
-	if len(args) > 0 && args[0] == "install-hook" {
-		return hookinstall.Main(args[1:], os.Stdout, os.Stderr)
-	}
-	fs := flag.NewFlagSet("tessera-node-agent", flag.ContinueOnError)
-	var cfg agent.Config
-	var printInventory, printVersion bool
-	agent.BindFlags(fs, &cfg)
-	logging := agent.AddLoggingFlags(fs)
-	fs.BoolVar(&printInventory, "print-inventory", false, "print the GPU inventory the agent would publish, as JSON, and exit (needs no API server)")
-	fs.BoolVar(&printVersion, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if printVersion {
-		fmt.Printf("tessera-node-agent %s (revision %s)\n", version, revision)
-		return 0
-	}
-	agent.ApplySimulateDefaults(fs, &cfg)
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "unexpected arguments: %v\n", fs.Args())
-		return 2
-	}
-	log, flush, err := agent.ApplyLogging(logging)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	defer flush()
-	if printInventory {
-		if err := agent.PrintInventory(os.Stdout, &cfg, log); err != nil {
-			log.Error(err, "reading the GPU inventory")
-			return 1
-		}
-		return 0
-	}
-	if err := cfg.Validate(); err != nil {
-		log.Error(err, "invalid configuration")
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := agent.Main(ctx, cfg, log); err != nil {
-		log.Error(err, "node agent failed")
-		return 1
-	}
-	return 0
+	// The agent's binary also starts each MPS control daemon in its mount namespace.
+	mps.RunExecHelper()
+	os.Exit(app.Run(os.Args[1:], version, revision))
 }

@@ -211,6 +211,42 @@ func checkSpecs(t *testing.T, pods []tracePod, nodes []traceNode) {
 	}
 }
 
+// The model sets of a gpuspec variety follow specChoices' weights: on gpuspec33 of
+// the openb default list (about 2,300 constrained pods, nearly all of one GPU, which
+// every set serves), each set's share of the constrained pods is within 3 points of
+// its weight's share.
+func TestGPUSpecFollowsWeights(t *testing.T) {
+	load, ok := lists(t)["openb-default"]
+	if !ok {
+		t.Skip("openb trace not found")
+	}
+	rows, nodes := load()
+	v, _ := parseVariety("gpuspec33")
+	out, err := applyVariety(rows, nodes, v, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	n := 0
+	for _, r := range out {
+		if r["gpu_spec"] != "" && r["num_gpu"] == "1" {
+			got[r["gpu_spec"]]++
+			n++
+		}
+	}
+	total := 0
+	for _, c := range specChoices {
+		total += c.weight
+	}
+	for _, c := range specChoices {
+		want := 100 * float64(c.weight) / float64(total)
+		share := 100 * float64(got[strings.Join(c.models, "|")]) / float64(n)
+		if math.Abs(share-want) > 3 {
+			t.Errorf("%v: %.1f%% of %d one-GPU constrained pods, weight share %.1f%%", c.models, share, n, want)
+		}
+	}
+}
+
 // The same seed gives the same list; another seed another one; the default variety is
 // the list itself.
 func TestVarietyDeterministic(t *testing.T) {

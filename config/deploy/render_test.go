@@ -50,8 +50,9 @@ func TestRenderDefaults(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
-		// The agent's own-node policy and the scheduler's assignment policy.
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		// The agent's own-node and CDI-annotation policies and the scheduler's
+		// assignment policy.
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
 		// GPU pods get a Tessera schedulerName.
 		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
 	}
@@ -215,6 +216,73 @@ func TestRenderBindFallback(t *testing.T) {
 	}
 }
 
+// TestRenderCDI: by default the agent writes the CDI spec into the host's CDI
+// directory and reads the driver from the host's root, read-only; a driver root and
+// search paths are passed as the agent sees them; CDI off removes both mounts and
+// turns the agent's CDI off explicitly.
+func TestRenderCDI(t *testing.T) {
+	agent := func(set ...string) (string, string) {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := find(t, ms, "DaemonSet", "gpu-node-agent")["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		c := spec["containers"].([]any)[0].(map[string]any)
+		return fmt.Sprint(c["args"]), fmt.Sprint(c["volumeMounts"], spec["volumes"])
+	}
+	args, mounts := agent()
+	for _, a := range []string{"--cdi-spec-dir=/var/run/cdi", "--cdi-kind=tessera.dev/gpu", "--cdi-driver-root=/host/driver",
+		"--cdi-host-driver-root=/", "--cdi-hook=auto", "--nri-unavailable=refuse"} {
+		if !strings.Contains(args, a) {
+			t.Errorf("agent args lack %s: %s", a, args)
+		}
+	}
+	for _, m := range []string{"mountPath:/var/run/cdi name:cdi", "mountPath:/host/driver name:cdi-driver-root readOnly:true", "hostPath:map[path:/ type:Directory] name:cdi-driver-root"} {
+		if !strings.Contains(mounts, m) {
+			t.Errorf("mounts lack %s: %s", m, mounts)
+		}
+	}
+	args, _ = agent("agent.cdi.driverRoot=/run/nvidia/driver", "agent.cdi.librarySearchPaths={/usr/local/nvidia/lib64}",
+		"agent.cdi.hook=/usr/local/nvidia/toolkit/nvidia-cdi-hook")
+	for _, a := range []string{"--cdi-host-driver-root=/run/nvidia/driver", "--cdi-library-search-paths=/host/driver/usr/local/nvidia/lib64",
+		"--cdi-hook=/usr/local/nvidia/toolkit/nvidia-cdi-hook"} {
+		if !strings.Contains(args, a) {
+			t.Errorf("agent args lack %s: %s", a, args)
+		}
+	}
+	// NRI's stand-in needs the fallback socket's host directory mounted.
+	args, mounts = agent("agent.nri.unavailable=fallback")
+	if !strings.Contains(args, "--nri-unavailable=fallback") || !strings.Contains(args, "--bind-socket=/run/tessera/bind/bind.sock") ||
+		strings.Contains(args, "--bind-fallback=true") || !strings.Contains(mounts, "mountPath:/run/tessera/bind name:bind") {
+		t.Errorf("NRI fallback: args %s, mounts %s", args, mounts)
+	}
+	args, mounts = agent("agent.cdi.enabled=false")
+	if !strings.Contains(args, "--cdi-spec-dir= ") || strings.Contains(args, "--cdi-kind") || strings.Contains(mounts, "name:cdi-driver-root") || strings.Contains(mounts, "name:cdi") {
+		t.Errorf("CDI off: args %s, mounts %s", args, mounts)
+	}
+	// The CDI-annotation policy names the configured kind, and goes with CDI or its switch.
+	policy := func(set ...string) string {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Kind == "ValidatingAdmissionPolicy" && m.Name == "gpu-node-agent-cdi-annotations" {
+				return m.YAML
+			}
+		}
+		return ""
+	}
+	if p := policy("agent.cdi.kind=example.com/gpu"); !strings.Contains(p, `contains("example.com/gpu")`) {
+		t.Errorf("CDI-annotation policy for another kind:\n%s", p)
+	}
+	for _, off := range []string{"agent.cdi.enabled=false", "agent.cdi.annotationPolicy=false"} {
+		if p := policy(off); p != "" {
+			t.Errorf("%s: CDI-annotation policy still rendered", off)
+		}
+	}
+}
+
 // TestRenderAgentMetrics: the agent's /metrics is HTTPS with delegated authentication
 // and authorization (the agent may create token and access reviews), scraped with
 // Prometheus' token; a provided certificate is mounted and passed; without metrics the
@@ -284,6 +352,10 @@ func TestRenderRejects(t *testing.T) {
 		{"watchdog action", []string{"agent.watchdog.action=stop"}, "", "action"},
 		{"fallback binding with NRI", []string{"agent.bindFallback.enabled=true"}, "", "agent.nri.enabled=false"},
 		{"fallback binding without the hook", []string{"agent.bindFallback.enabled=true", "agent.nri.enabled=false", "agent.hook.enabled=false"}, "", "agent.hook.enabled"},
+		{"relative driver root", []string{"agent.cdi.driverRoot=run/nvidia/driver"}, "", "driverRoot"},
+		{"unknown NRI fallback", []string{"agent.nri.unavailable=ignore"}, "", "unavailable"},
+		{"NRI fallback without the hook", []string{"agent.nri.unavailable=fallback", "agent.hook.enabled=false"}, "", "agent.nri.unavailable=fallback needs"},
+		{"relative CDI directory", []string{"agent.hostPaths.cdiSpecDir=var/run/cdi"}, "", "cdiSpecDir"},
 		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

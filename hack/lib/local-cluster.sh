@@ -289,6 +289,7 @@ tessera::start_apiserver() {
     --endpoint-reconciler-type none \
     --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
     --enable-priority-and-fairness=false \
+    --allow-privileged="${APISERVER_ALLOW_PRIVILEGED:-false}" \
     --profiling=false || return 1
   # /readyz, not just a successful list: the API server serves lists before its
   # start-up hooks (bootstrap RBAC, system namespaces) have finished.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -28,12 +29,14 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/cdi"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	"github.com/tessera-dev/tessera/node-agent/metrics"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/nvmlsource"
 	"github.com/tessera-dev/tessera/node-agent/serving"
@@ -72,6 +75,8 @@ type Config struct {
 	HookLibrary  string
 	DevDir       string
 	ContextMiB   int64
+	// MPS selects the GPUs served in mps sharing mode.
+	MPS MPSConfig
 
 	Watchdog             bool
 	WatchdogInterval     time.Duration
@@ -101,6 +106,26 @@ type Config struct {
 	// HealthAddr serves /healthz and /readyz; equal to MetricsAddr, one server serves
 	// all three. Empty: no health endpoints.
 	HealthAddr string
+	// CDISpecDir is where the node's CDI spec is written; empty: no CDI (the binding
+	// adds device nodes itself and relies on the runtime for the driver's files).
+	CDISpecDir string
+	// CDIKind is the CDI devices' vendor/class.
+	CDIKind string
+	// CDIDriverRoot is where the agent sees the driver's root filesystem, and
+	// CDIHostDriverRoot the same directory on the host.
+	CDIDriverRoot, CDIHostDriverRoot string
+	// CDILibrarySearchPaths are the only directories searched for the driver's
+	// libraries (as the agent sees them); empty: the loader cache and the usual ones.
+	CDILibrarySearchPaths []string
+	// CDIHook is nvidia-cdi-hook's host path, "auto" or "none".
+	CDIHook string
+	// NRIUnavailable is what to do when NRI is asked for but the runtime has no NRI
+	// socket at start-up: refuse GPU containers, or fall back to the binding at the
+	// first CUDA call.
+	NRIUnavailable string
+	// CgroupRoot is where the host's cgroups are mounted.
+	CgroupRoot string
+
 	// StallTimeout is how long a loop (inventory poll, watchdog) may go without a
 	// completed pass, and NRI without a connection to the runtime, before /healthz
 	// fails and the kubelet restarts the agent.
@@ -135,6 +160,9 @@ func (c *Config) Validate() error {
 	if err := c.validateFallback(); err != nil {
 		return err
 	}
+	if err := c.MPS.validate(c.NRI); err != nil {
+		return err
+	}
 	if (c.NRI || c.Watchdog || c.BindFallback) && c.StateDir == "" {
 		return errors.New("--state-dir is required with --nri or --watchdog")
 	}
@@ -151,6 +179,9 @@ func (c *Config) Validate() error {
 		if c.StallTimeout < 2*c.Poll || (c.Watchdog && c.StallTimeout < 2*c.WatchdogInterval) {
 			return fmt.Errorf("--stall-timeout %s must be at least twice --poll and --watchdog-interval", c.StallTimeout)
 		}
+	}
+	if err := c.validateCDI(); err != nil {
+		return err
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
@@ -200,6 +231,11 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "tessera-node-agent"
+	// Kubelet's own defaults (kubeAPIQPS 50, kubeAPIBurst 100). client-go's 5/10 let a
+	// burst of pod deletions hold a container's binding, which re-reads pods from the
+	// API server, past the runtime's NRI timeout (2 s in containerd): the container was
+	// then created without its binding (test/node, RestartContainerd).
+	cfg.QPS, cfg.Burst = 50, 100
 	return kubernetes.NewForConfig(cfg)
 }
 
@@ -217,6 +253,12 @@ type Agent struct {
 	Binder    *binding.Binder
 	NRI       *nriplugin.Plugin
 	Watchdog  *watchdog.Watchdog
+	// CDI writes the node's CDI spec (--cdi-spec-dir).
+	CDI *cdi.Generator
+	// req is what the node lacks of Tessera's requirements.
+	req requirements
+	// statfs reads a filesystem's type (unix.Statfs; tests replace it).
+	statfs func(string, *unix.Statfs_t) error
 	// Fallback is the binding at the first CUDA call (--bind-fallback).
 	Fallback *fallback
 	// pods is this node's pods, for the bindings.
@@ -226,6 +268,8 @@ type Agent struct {
 	// Auth guards the metrics endpoint (with --metrics-secure): New delegates it to the
 	// API server; tests may replace it before Run.
 	Auth *serving.Auth
+	// MPS supervises the MPS control daemons (--mps-gpus); nil when none.
+	MPS *mps.Supervisor
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -234,7 +278,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder}
+	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder, statfs: unix.Statfs}
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -243,11 +287,19 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		_, at := a.Publisher.Last()
 		return time.Since(at), !at.IsZero()
 	})
+	// The GPUs served in mps mode are published so: every reader of the inventory
+	// goes through the wrapped source.
+	source, err := a.setupMPS(source)
+	if err != nil {
+		return nil, err
+	}
+	a.source, a.Publisher.Source = source, source
+
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
 	if cfg.DevicePlugin {
 		p, err := deviceplugin.New(deviceplugin.Config{
 			ResourceName: string(names.GPU), Dir: cfg.DevicePluginDir, Replicas: cfg.DevicePluginReplicas,
-			Log: log.WithName("deviceplugin"), Allocate: a.fallbackAllocate,
+			Log: log.WithName("deviceplugin"), Allocate: a.allocate,
 		})
 		if err != nil {
 			return nil, err
@@ -266,18 +318,30 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			return nil, err
 		}
 	}
+	if cfg.CDISpecDir != "" {
+		g, err := a.newCDI()
+		if err != nil {
+			return nil, err
+		}
+		a.CDI = g
+	}
 	if cfg.NRI || cfg.BindFallback {
 		pods, err := newPodCache(client, cfg.NodeName)
 		if err != nil {
 			return nil, err
 		}
 		a.pods = pods
-		b, err := binding.New(binding.Config{
+		bc := binding.Config{
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
-			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB,
+			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
 			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
-		})
+			Unmet: a.req.bindRefusal,
+		}
+		if a.CDI != nil {
+			bc.CDI = a.CDI
+		}
+		b, err := binding.New(bc)
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +349,10 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	}
 	if cfg.NRI {
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
+		if a.CDI != nil {
+			a.NRI.ResolveCDI = a.CDI.Resolve
+			a.NRI.CDIKind = a.CDI.Kind()
+		}
 		a.NRI.OnRefused = func(ns, pod, c, reason string) {
 			a.Metrics.ContainerRefused()
 			a.podEvent(ns, pod, "", "GPUContainerRefused", reason)
@@ -303,7 +371,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		w, err := watchdog.New(watchdog.Config{
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
-			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance,
+			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
@@ -315,6 +383,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Watchdog = w
 	}
 	a.Publisher.OnPublish = a.onPublish
+	if a.MPS != nil {
+		a.Metrics.Registry.MustRegister(a.MPS)
+	}
 	a.Health = a.healthChecks()
 	a.Metrics.SetReadiness(func() bool { return a.Health.Ready().OK })
 	if cfg.MetricsAddr != "" && cfg.MetricsSecure {
@@ -380,6 +451,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			Ready: func(now time.Time) error { return state(now, 0) },
 		})
 	}
+	// Not ready while the node lacks what Tessera needs (GPU containers are refused
+	// meanwhile); a restart cures none of it, so liveness is not affected.
+	c.Add(health.Check{Name: "node-requirements", Ready: func(time.Time) error {
+		if l := a.req.list(); len(l) > 0 {
+			return errors.New(strings.Join(l, "; "))
+		}
+		return nil
+	}})
 	if a.Plugin != nil {
 		c.Add(health.Check{Name: "device-plugin", Ready: func(time.Time) error {
 			if ok, _, err := a.Plugin.Registered(); !ok {
@@ -398,6 +477,9 @@ func (a *Agent) healthChecks() *health.Checker {
 			}
 			return nil
 		}})
+	}
+	if a.MPS != nil {
+		c.Add(a.mpsHealth())
 	}
 	if a.Watchdog != nil {
 		c.Add(health.Check{Name: "watchdog", Live: func(now time.Time) error {
@@ -443,6 +525,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.recorder = bc.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "tessera-node-agent", Host: a.cfg.NodeName})
 	}
 	a.Publisher.Recorder = a.recorder
+	// Checked before anything is served: a GPU container is refused while the node
+	// lacks what Tessera needs.
+	a.checkStatic()
+	// The first CDI spec is written before the NRI plugin and the device plugin serve:
+	// a GPU container arriving in their first milliseconds would otherwise be refused
+	// for want of a spec (in the fallback mode kubelet then fails its pod for good).
+	if a.CDI != nil {
+		a.syncCDI()
+	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -466,6 +557,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	})
 	start("inventory", func(ctx context.Context) error { a.Publisher.Run(ctx); return nil })
+	start("requirements", a.watchRequirements)
 	if a.Plugin != nil {
 		start("device plugin", a.Plugin.Run)
 	}
@@ -481,6 +573,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.Watchdog != nil {
 		start("watchdog", a.Watchdog.Run)
+	}
+	if a.MPS != nil {
+		start("MPS", a.runMPS)
 	}
 	if err := a.serve(ctx, start); err != nil {
 		a.cancel()

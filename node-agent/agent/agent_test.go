@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -42,15 +41,8 @@ func TestSimulatedAgentPublishes(t *testing.T) {
 	if c.DevicePlugin || c.NRI || c.Watchdog || c.MetricsAddr != "" || c.HealthAddr != "" {
 		t.Fatalf("simulate defaults not applied: %+v", c)
 	}
-	src, err := OpenSource(&c, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0"}})
-	a, err := New(c, logr.Discard(), client, src, record.NewFakeRecorder(10))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestAgent(t, c, client, record.NewFakeRecorder(10))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- a.Run(ctx) }()

@@ -97,6 +97,18 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 	if !a.cfg.BindFallback {
 		return nil
 	}
+	if a.CDI != nil {
+		// The runtime adds the GPUs' device nodes and the driver's files from the
+		// node's CDI spec (kubelet passes the names on through the CRI).
+		names, err := a.fallbackCDIDevices()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: n})
+		}
+		return a.fallbackMounts(r)
+	}
 	devs, err := a.source.Devices()
 	if err != nil {
 		return fmt.Errorf("listing the node's GPUs: %w", err)
@@ -129,6 +141,20 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 			return err
 		}
 	}
+	if err := a.fallbackMounts(r); err != nil {
+		return err
+	}
+	if r.Envs == nil {
+		r.Envs = map[string]string{}
+	}
+	// Under the NVIDIA container runtime this brings the driver's libraries; the
+	// devices it adds are the ones given above anyway.
+	r.Envs[binding.EnvVisibleDevices] = "all"
+	return nil
+}
+
+// fallbackMounts adds the hook, its preload file and the socket's directory.
+func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 	r.Mounts = append(r.Mounts,
 		// The socket's directory, read-only where the limits file would otherwise be:
 		// the hook finds the socket there and the tenant can add nothing beside it.
@@ -136,11 +162,5 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 		&pluginapi.Mount{ContainerPath: a.cfg.HookLibrary, HostPath: a.cfg.HookLibrary, ReadOnly: true},
 		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
 	)
-	if r.Envs == nil {
-		r.Envs = map[string]string{}
-	}
-	// Under the NVIDIA container runtime this brings the driver's libraries; the
-	// devices it adds are the ones given above anyway.
-	r.Envs[binding.EnvVisibleDevices] = "all"
 	return nil
 }

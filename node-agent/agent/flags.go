@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/bindserver"
+	"github.com/tessera-dev/tessera/node-agent/cdi"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
 	nriplugin "github.com/tessera-dev/tessera/node-agent/nri"
 	"github.com/tessera-dev/tessera/node-agent/watchdog"
@@ -60,6 +62,28 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DevDir, "dev-dir", "/dev", "where the host's NVIDIA device nodes are visible to the agent")
 	fs.Int64Var(&c.ContextMiB, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context against a container's memory limit")
 
+	fs.StringVar(&c.NRIUnavailable, "nri-unavailable", NRIUnavailableRefuse, "with --nri, when the runtime has no NRI socket at start-up: "+
+		"refuse (GPU containers are refused, with the reason, until NRI is there) or fallback (bind at the first CUDA call, as --bind-fallback; needs --hook-library)")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the host's cgroups are mounted (cgroup v2, or hybrid with v2 at <root>/unified)")
+	fs.StringVar(&c.CDISpecDir, "cdi-spec-dir", cdi.DefaultSpecDir, "write the node's CDI spec for its GPUs here and give containers their GPUs and the "+
+		"driver's files as CDI devices (empty: no CDI; device nodes only, the driver's files must come from the runtime)")
+	fs.StringVar(&c.CDIKind, "cdi-kind", cdi.DefaultKind, "vendor/class of Tessera's CDI devices (<kind>=<GPU or MIG UUID>)")
+	fs.StringVar(&c.CDIDriverRoot, "cdi-driver-root", "/", "where the agent sees the root filesystem that holds the NVIDIA driver's libraries and binaries")
+	fs.StringVar(&c.CDIHostDriverRoot, "cdi-host-driver-root", "/", "the same directory as the host (the runtime) sees it")
+	fs.Func("cdi-library-search-paths", "comma-separated directories (as the agent sees them) that alone are searched for the driver's libraries, "+
+		"for drivers outside the loader cache and the usual directories (e.g. /usr/local/nvidia/lib64)", func(v string) error {
+		c.CDILibrarySearchPaths = nil
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				c.CDILibrarySearchPaths = append(c.CDILibrarySearchPaths, p)
+			}
+		}
+		return nil
+	})
+	fs.StringVar(&c.CDIHook, "cdi-hook", cdi.HookAuto, "host path of the NVIDIA container toolkit's nvidia-cdi-hook for the spec to call "+
+		"(it updates the container's loader cache), auto (use it where installed under --cdi-driver-root) or none "+
+		"(never: libraries are mounted under their sonames in "+cdi.ContainerLibraryDir+", which is added to LD_LIBRARY_PATH)")
+
 	fs.BoolVar(&c.Watchdog, "watchdog", true, "watch NVML's per-process usage and act on containers above their memory or compute grant")
 	fs.DurationVar(&c.WatchdogInterval, "watchdog-interval", watchdog.DefaultInterval, "how often the watchdog samples usage")
 	fs.DurationVar(&c.WatchdogGrace, "watchdog-grace", watchdog.DefaultGrace, "time above its memory limit, within --watchdog-window, "+
@@ -72,6 +96,7 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 		"whose SM use averaged over --watchdog-compute-window stays above its gpu-cores grant: off, event or kill")
 	fs.DurationVar(&c.WatchdogComputeWindow, "watchdog-compute-window", watchdog.DefaultComputeWindow, "the span SM use is averaged over")
 	fs.IntVar(&c.WatchdogComputeTolerance, "watchdog-compute-tolerance", watchdog.DefaultComputeTolerance, "percentage points of the GPU tolerated above the gpu-cores grant")
+	bindMPSFlags(fs, &c.MPS)
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9464", "address of the Prometheus endpoint /metrics (empty: none)")
@@ -109,6 +134,9 @@ func ApplySimulateDefaults(fs *flag.FlagSet, c *Config) {
 	if !set["health-addr"] {
 		c.HealthAddr = ""
 	}
+	if !set["cdi-spec-dir"] {
+		c.CDISpecDir = ""
+	}
 }
 
 // Main opens the GPU source and the API client and runs the agent until ctx is done.
@@ -116,6 +144,9 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 	// The API machinery (client-go, the metrics endpoint's authentication) logs through
 	// klog: into the agent's log, in its format.
 	klog.SetLogger(log.WithName("k8s"))
+	if msg := NRIFallback(&cfg); msg != "" {
+		log.Error(errors.New(msg), "NRI unavailable at start-up")
+	}
 	src, err := OpenSource(&cfg, log)
 	if err != nil {
 		return err
@@ -130,7 +161,7 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 		return err
 	}
 	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
-		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr, "metricsSecure", cfg.MetricsSecure)
+		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "cdiSpecDir", cfg.CDISpecDir, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr, "metricsSecure", cfg.MetricsSecure)
 	return a.Run(ctx)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 )
@@ -57,15 +58,8 @@ func waitProbe(t *testing.T, url string, code int, want string) string {
 
 func startAgent(t *testing.T, c Config) (*Agent, func()) {
 	t.Helper()
-	src, err := OpenSource(&c, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.NodeName}})
-	a, err := New(c, logr.Discard(), client, src, record.NewFakeRecorder(100))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestAgent(t, c, client, record.NewFakeRecorder(100))
 	return a, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error)
@@ -168,4 +162,19 @@ func TestHealthNRIAndDevicePlugin(t *testing.T) {
 	if !strings.Contains(body, "for 2m") {
 		t.Errorf("healthz does not say for how long: %q", body)
 	}
+}
+
+// newTestAgent opens c's GPU source and builds an agent on client and rec, failing the
+// test on any error.
+func newTestAgent(t *testing.T, c Config, client kubernetes.Interface, rec record.EventRecorder) *Agent {
+	t.Helper()
+	src, err := OpenSource(&c, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(c, logr.Discard(), client, src, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -54,11 +54,19 @@ type Mount struct {
 	ReadOnly            bool
 }
 
+// EnvLibraryPath is the dynamic loader's search path.
+const EnvLibraryPath = "LD_LIBRARY_PATH"
+
 // Edits are the changes to a container's spec.
 type Edits struct {
+	// Devices are device nodes to add; empty when CDIDevices gives them.
 	Devices []DeviceNode
-	Env     [][2]string // ordered key/value pairs
-	Mounts  []Mount
+	// CDIDevices are fully qualified CDI device names (tessera.dev/gpu=<uuid>), one
+	// per granted GPU or MIG instance, in the grant's order: the runtime adds their
+	// device nodes and the driver's files from the node's CDI spec.
+	CDIDevices []string
+	Env        [][2]string // ordered key/value pairs
+	Mounts     []Mount
 	// Limits is the content of the limits file written for the container (the
 	// fallback binding hands it to the hook over the agent's socket).
 	Limits []byte
@@ -76,6 +84,9 @@ type Request struct {
 	CgroupsPath string
 	// Env is the container's environment, KEY=VALUE.
 	Env []string
+	// Started is set when the container already runs (the fallback binding at its
+	// first CUDA call): its environment and mounts can no longer be changed.
+	Started bool
 }
 
 // RefusedError is a container that must not start, with the reason a user can act on.
@@ -100,6 +111,13 @@ type Config struct {
 	// PreloadFile is the host file the agent writes with the hook's path, mounted at
 	// PreloadPath. Required with HookLibrary.
 	PreloadFile string
+	// CDI, when set, gives containers their GPUs and the driver's files through the
+	// node's CDI spec: the edits name CDI devices and carry no device nodes.
+	CDI CDI
+	// Unmet, when set, says why the node cannot take new GPU containers ("" when it
+	// can): a container bound for the first time is refused with it. (A container
+	// already bound keeps its grant.)
+	Unmet func() string
 	// DevDir is where the NVIDIA device nodes live on the host ("/dev").
 	DevDir string
 	// ProcRoot is the host's /proc ("/proc"): MIG capability minors are read from
@@ -120,7 +138,20 @@ type Config struct {
 	Inventory func() (*api.NodeInventory, error)
 	// ContextMiB overrides api.DefaultContextMiB in the limits files.
 	ContextMiB int64
-	Now        func() time.Time
+	// MPS returns the MPS directories of a GPU the agent serves in mps mode, and
+	// false for any other GPU; nil when no GPU is served so (see mps.go).
+	MPS func(uuid string) (MPSDirs, bool)
+	Now func() time.Time
+}
+
+// CDI names the CDI devices of the node's spec.
+type CDI interface {
+	// DeviceNames returns the fully qualified CDI names of these GPU or MIG UUIDs, or
+	// an error when the spec has no device for one of them.
+	DeviceNames(uuids []string) ([]string, error)
+	// LibraryDir is the container directory holding the driver's libraries that the
+	// loader must be told about (the spec uses no hook to update its cache), or "".
+	LibraryDir() string
 }
 
 // Binder binds containers. It is safe for concurrent use.
@@ -258,6 +289,11 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	if r.ContainerID == "" {
 		return refuse("the runtime gave no container id")
 	}
+	if b.cfg.Unmet != nil {
+		if why := b.cfg.Unmet(); why != "" {
+			return refuse("%s", why)
+		}
+	}
 	cgroup, err := ResolveCgroup(r.CgroupsPath)
 	if err != nil {
 		return refuse("%v", err)
@@ -334,6 +370,9 @@ func (b *Binder) verify(r *Request, raw string, ca *api.ContainerAssignment) str
 	if err := api.CheckGrant(*cr, ca, inv.SchedulableMemoryMiB); err != nil {
 		return fmt.Sprintf("its GPU assignment does not match its request: %v", err)
 	}
+	if why := b.checkSharing(r, pod, req, ca, inv); why != "" {
+		return why
+	}
 	return b.checkRoom(r, ca, inv)
 }
 
@@ -392,8 +431,20 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
 	}
 	ca := &api.ContainerAssignment{Name: r.Container, Devices: grants}
-	nodes, err := b.deviceNodes(ca)
-	if err != nil {
+	uuids := make([]string, len(grants))
+	for i, d := range grants {
+		uuids[i] = d.UUID
+	}
+	var nodes []DeviceNode
+	var cdiNames []string
+	var err error
+	if b.cfg.CDI != nil {
+		// Checked before anything is written: without its spec entry the container
+		// would start without the GPU it was granted.
+		if cdiNames, err = b.cfg.CDI.DeviceNames(uuids); err != nil {
+			return refuse("%v", err)
+		}
+	} else if nodes, err = b.deviceNodes(ca); err != nil {
 		return refuse("%v", err)
 	}
 	limits, err := api.NewContainerLimits(*ca, cgroup)
@@ -401,6 +452,10 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
+	mpsEnv, mpsMounts, err := b.mpsEdits(&r, grants, limits)
+	if err != nil {
+		return refuse("%v", err)
+	}
 	phases := map[string]int{}
 	for i := range limits.GPUs {
 		g := &limits.GPUs[i]
@@ -440,19 +495,38 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
 	}
 
-	e := &Edits{Devices: nodes, Limits: data}
-	uuids := make([]string, len(grants))
-	for i, d := range grants {
-		uuids[i] = d.UUID
+	e := &Edits{Devices: nodes, CDIDevices: cdiNames, Limits: data}
+	if b.cfg.CDI == nil {
+		e.Env = append(e.Env, [2]string{EnvVisibleDevices, strings.Join(uuids, ",")})
+	} else if dir := b.cfg.CDI.LibraryDir(); dir != "" {
+		// The spec sets NVIDIA_VISIBLE_DEVICES=void itself (so that an NVIDIA runtime
+		// adds nothing more). Without the toolkit's hook nothing updates the image's
+		// loader cache: the library directory goes at the end of the image's own
+		// search path, which is kept.
+		e.Env = append(e.Env, [2]string{EnvLibraryPath, appendPath(r.Env, dir)})
 	}
-	e.Env = append(e.Env, [2]string{EnvVisibleDevices, strings.Join(uuids, ",")})
 	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
+	e.Env = append(e.Env, mpsEnv...)
+	e.Mounts = append(e.Mounts, mpsMounts...)
 	if b.cfg.HookLibrary != "" {
 		e.Mounts = append(e.Mounts,
 			Mount{Source: b.cfg.HookLibrary, Destination: b.cfg.HookLibrary, ReadOnly: true},
 			Mount{Source: b.cfg.PreloadFile, Destination: PreloadPath, ReadOnly: true})
 	}
 	return e, nil
+}
+
+// appendPath returns the container's LD_LIBRARY_PATH with dir at its end (unless it
+// holds dir already).
+func appendPath(env []string, dir string) string {
+	cur, _ := envValue(env, EnvLibraryPath)
+	if cur == "" {
+		return dir
+	}
+	if slices.Contains(strings.Split(cur, ":"), dir) {
+		return cur
+	}
+	return cur + ":" + dir
 }
 
 // taken returns the compute windows already placed on a GPU by other containers.

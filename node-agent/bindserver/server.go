@@ -422,7 +422,8 @@ func (s *Server) bind(ctx context.Context, who caller) ([]byte, error) {
 		Container: name, ContainerID: id.ContainerID, CgroupsPath: id.Cgroup,
 		// The socket reaches only containers the device plugin's Allocate gave it,
 		// that is containers that asked for GPUs: one without a grant is refused.
-		Env: []string{deviceplugin.EnvRequested + "=1"},
+		Env:     []string{deviceplugin.EnvRequested + "=1"},
+		Started: true,
 	})
 	var refused *binding.RefusedError
 	if errors.As(err, &refused) {

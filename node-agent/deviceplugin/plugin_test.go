@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -218,5 +219,53 @@ func TestDevicesMIGAndConfig(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}
+	}
+}
+
+// Allocate over kubelet's gRPC API carries what the agent adds to each container (the
+// CDI devices on a node without NRI), and fails the allocation with the agent's
+// reason when it refuses (a node that lacks a requirement), so kubelet never starts
+// the container.
+func TestAllocateCDIDevicesAndRefusal(t *testing.T) {
+	dir, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	k := startKubelet(t, dir)
+	refuse := make(chan string, 1)
+	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 2, CheckInterval: 20 * time.Millisecond, Log: logr.Discard(),
+		Allocate: func(r *pluginapi.ContainerAllocateResponse) error {
+			select {
+			case why := <-refuse:
+				return errors.New(why)
+			default:
+			}
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: "tessera.dev/gpu=GPU-a"}, &pluginapi.CDIDevice{Name: "tessera.dev/gpu=GPU-b"})
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(inv(true, true))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	c := dialPlugin(t, dir, k.await(t).Endpoint)
+	resp, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-a::0"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range resp.ContainerResponses[0].CdiDevices {
+		names = append(names, d.Name)
+	}
+	if strings.Join(names, ",") != "tessera.dev/gpu=GPU-a,tessera.dev/gpu=GPU-b" || resp.ContainerResponses[0].Envs[EnvRequested] != "1" {
+		t.Fatalf("allocate: %+v", resp)
+	}
+	refuse <- "the node does not meet Tessera's requirements"
+	if _, err := c.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-a::1"}}}}); err == nil ||
+		!strings.Contains(err.Error(), "does not meet Tessera's requirements") {
+		t.Fatalf("refused allocation: %v", err)
 	}
 }

@@ -76,6 +76,9 @@ type ProcessUsage struct {
 	UsedMemoryMiB int64
 	// SMPercent is the process's share of the GPU's SMs; -1 when unknown.
 	SMPercent int
+	// MPSClient is set for a process whose CUDA work runs in the GPU's MPS server
+	// (NVML lists it among the MPS compute processes).
+	MPSClient bool
 }
 
 // HealthEvent changes the health of one GPU.

@@ -1,6 +1,7 @@
 // Package nri is the node agent's NRI plugin: the runtime (containerd or CRI-O) calls
 // it at every container creation, and it applies the binding package's decision to
-// the container's spec (device nodes and device cgroup, environment, read-only mounts)
+// the container's spec (CDI devices or device nodes and device cgroup, environment,
+// read-only mounts)
 // or fails the creation with the binding's reason.
 package nri
 
@@ -9,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
 	nriapi "github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/tessera-dev/tessera/node-agent/binding"
 )
@@ -37,6 +40,20 @@ type Plugin struct {
 	dial func(string) (net.Conn, error)
 	// connected is signalled after each synchronisation with the runtime, for tests.
 	connected chan struct{}
+	// ResolveCDI, when set, turns CDI device names into the edits a runtime makes
+	// for them (package cdi's Generator.Resolve). It is used for runtimes that do
+	// not apply the CDI devices an NRI plugin names (see cdiNative).
+	ResolveCDI func(names []string) (*rspec.Spec, error)
+
+	// CDIKind, when set, is the kind of Tessera's CDI devices (tessera.dev/gpu).
+	// Runtimes also inject the CDI devices that "cdi.k8s.io/" annotations name; a
+	// container whose pod or own annotations ask for a device of this kind is
+	// refused: only the binding gives them, with limits.
+	CDIKind string
+
+	// runtimeMu guards what the runtime said of itself at the last connection.
+	runtimeMu               sync.Mutex
+	runtimeName, runtimeVer string
 
 	// stateMu guards the connection state the health probes read.
 	stateMu  sync.Mutex
@@ -116,6 +133,72 @@ func (p *Plugin) Run(ctx context.Context) error {
 	return nil
 }
 
+// Configure learns which runtime the plugin talks to; the events are the default ones
+// (those the plugin implements).
+func (p *Plugin) Configure(_ context.Context, _, runtime, version string) (nriapi.EventMask, error) {
+	p.runtimeMu.Lock()
+	p.runtimeName, p.runtimeVer = runtime, version
+	p.runtimeMu.Unlock()
+	mode := "runtime resolves CDI devices"
+	if !cdiNative(runtime, version) {
+		mode = "the agent resolves CDI devices into device nodes, mounts, environment and hooks"
+	}
+	p.log.Info("connected to the runtime", "runtime", runtime, "version", version, "cdi", mode)
+	return 0, nil
+}
+
+// cdiNative says whether the runtime applies the CDI devices an NRI adjustment names:
+// containerd 2.1 and later do; containerd 2.0 and 1.7 (before the fix of containerd
+// PR 12650) drop them without an error, and other runtimes are not relied on for it.
+func cdiNative(runtime, version string) bool {
+	if runtime != "containerd" {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(version, "v"), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 1
+}
+
+// addCDI puts the container's CDI devices into the adjustment: by name where the
+// runtime applies them, otherwise as the edits they stand for.
+func (p *Plugin) addCDI(adj *nriapi.ContainerAdjustment, names []string) error {
+	p.runtimeMu.Lock()
+	native := cdiNative(p.runtimeName, p.runtimeVer)
+	p.runtimeMu.Unlock()
+	if native || p.ResolveCDI == nil {
+		for _, name := range names {
+			adj.AddCDIDevice(&nriapi.CDIDevice{Name: name})
+		}
+		return nil
+	}
+	spec, err := p.ResolveCDI(names)
+	if err != nil {
+		return err
+	}
+	if spec.Linux != nil {
+		for _, d := range nriapi.FromOCILinuxDevices(spec.Linux.Devices) {
+			adj.AddDevice(d)
+		}
+	}
+	for _, m := range nriapi.FromOCIMounts(spec.Mounts) {
+		if m.Type == "" {
+			m.Type = "bind"
+		}
+		adj.AddMount(m)
+	}
+	if spec.Process != nil {
+		for _, kv := range nriapi.FromOCIEnv(spec.Process.Env) {
+			adj.AddEnv(kv.Key, kv.Value)
+		}
+	}
+	if h := nriapi.FromOCIHooks(spec.Hooks); h != nil {
+		adj.AddHooks(h)
+	}
+	return nil
+}
+
 func request(pod *nriapi.PodSandbox, ctr *nriapi.Container) binding.Request {
 	r := binding.Request{ContainerID: ctr.GetId(), Container: ctr.GetName(), Env: ctr.GetEnv()}
 	if pod != nil {
@@ -155,10 +238,38 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 	return nil, nil
 }
 
+// CDIAnnotationPrefix is the annotation prefix through which containerd and CRI-O
+// inject CDI devices (the form before the CRI's CDIDevices field).
+const CDIAnnotationPrefix = "cdi.k8s.io/"
+
+// annotatedCDI returns why a container asks the runtime for one of Tessera's CDI
+// devices through an annotation, or "".
+func (p *Plugin) annotatedCDI(pod *nriapi.PodSandbox, ctr *nriapi.Container) string {
+	if p.CDIKind == "" {
+		return ""
+	}
+	for _, anns := range []map[string]string{pod.GetAnnotations(), ctr.GetAnnotations()} {
+		for k, v := range anns {
+			if strings.HasPrefix(k, CDIAnnotationPrefix) && strings.Contains(v, p.CDIKind+"=") {
+				return fmt.Sprintf("its annotation %s asks the runtime for %s devices (%s); only Tessera's binding gives those, "+
+					"with the limits of the pod's GPU assignment. Ask for %s in the container's resources instead", k, p.CDIKind, v, p.CDIKind)
+			}
+		}
+	}
+	return ""
+}
+
 // CreateContainer binds a Tessera container or refuses it; others pass untouched.
 func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) (*nriapi.ContainerAdjustment, []*nriapi.ContainerUpdate, error) {
+	start := time.Now()
 	r := request(pod, ctr)
-	e, err := p.binder.Bind(r)
+	var e *binding.Edits
+	var err error
+	if why := p.annotatedCDI(pod, ctr); why != "" {
+		err = &binding.RefusedError{Reason: fmt.Sprintf("container %q of pod %s/%s: %s", r.Container, r.Namespace, r.Pod, why)}
+	} else {
+		e, err = p.binder.Bind(r)
+	}
 	if err != nil {
 		var refused *binding.RefusedError
 		if errors.As(err, &refused) {
@@ -176,6 +287,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		return nil, nil, nil
 	}
 	adj := &nriapi.ContainerAdjustment{}
+	if len(e.CDIDevices) > 0 {
+		if err := p.addCDI(adj, e.CDIDevices); err != nil {
+			p.log.Error(err, "resolving CDI devices", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+			// The container must not start without its GPUs and driver.
+			return nil, nil, fmt.Errorf("Tessera could not resolve the container's CDI devices: %w", err)
+		}
+	}
 	for _, d := range e.Devices {
 		mode := d.FileMode
 		adj.AddDevice(&nriapi.LinuxDevice{
@@ -193,7 +311,8 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		}
 		adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}
-	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices))
+	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices),
+		"cdiDevices", e.CDIDevices, "took", time.Since(start).String())
 	return adj, nil, nil
 }
 

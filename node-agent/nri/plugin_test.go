@@ -33,6 +33,12 @@ type runtime struct {
 
 func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*nriapi.Container) *runtime {
 	t.Helper()
+	return startRuntimeVersion(t, dir, "v2.2.0", pods, ctrs)
+}
+
+// startRuntimeVersion is startRuntime as containerd of that version.
+func startRuntimeVersion(t *testing.T, dir, version string, pods []*nriapi.PodSandbox, ctrs []*nriapi.Container) *runtime {
+	t.Helper()
 	rt := &runtime{pods: pods, ctrs: ctrs}
 	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
 		rt.mu.Lock()
@@ -44,7 +50,7 @@ func startRuntime(t *testing.T, dir string, pods []*nriapi.PodSandbox, ctrs []*n
 	update := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
 		return nil, nil
 	}
-	r, err := adaptation.New("containerd", "v2.2.0", sync, update,
+	r, err := adaptation.New("containerd", version, sync, update,
 		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
 		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")),
 		adaptation.WithSocketPath(filepath.Join(dir, "nri.sock")))
@@ -85,6 +91,12 @@ func fakeDev(path string) (binding.DeviceNode, error) {
 
 func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 	t.Helper()
+	return newPluginWith(t, dir, nil)
+}
+
+// newPluginWith is newPlugin with the binder given the node's CDI spec.
+func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *binding.Binder) {
+	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "state", "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +106,7 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
 		},
-		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev,
+		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev, CDI: spec,
 		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
 	})

@@ -472,7 +472,7 @@ func (s *Source) processes(d devInfo) []gpu.ProcessUsage {
 	}
 	byPID := map[uint32]*gpu.ProcessUsage{}
 	var order []uint32
-	add := func(list []nvml.ProcessInfo) {
+	add := func(list []nvml.ProcessInfo, mps bool) {
 		for _, p := range list {
 			uuid := d.gpu.UUID
 			if m, ok := migByGI[p.GpuInstanceId]; ok {
@@ -490,17 +490,23 @@ func (s *Source) processes(d devInfo) []gpu.ProcessUsage {
 				if mib > prev.UsedMemoryMiB {
 					prev.UsedMemoryMiB = mib
 				}
+				prev.MPSClient = prev.MPSClient || mps
 				continue
 			}
-			byPID[p.Pid] = &gpu.ProcessUsage{PID: int(p.Pid), GPUUUID: uuid, UsedMemoryMiB: mib, SMPercent: -1}
+			byPID[p.Pid] = &gpu.ProcessUsage{PID: int(p.Pid), GPUUUID: uuid, UsedMemoryMiB: mib, SMPercent: -1, MPSClient: mps}
 			order = append(order, p.Pid)
 		}
 	}
 	if list, ret := d.dev.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-		add(list)
+		add(list, false)
 	}
 	if list, ret := d.dev.GetGraphicsRunningProcesses(); ret == nvml.SUCCESS {
-		add(list)
+		add(list, false)
+	}
+	// MPS clients (Volta and later) are listed apart from the processes with a
+	// context of their own; their memory is theirs, not their server's.
+	if list, ret := d.dev.GetMPSComputeRunningProcesses(); ret == nvml.SUCCESS {
+		add(list, true)
 	}
 	s.mu.Lock()
 	since := s.utilStamp[d.gpu.UUID]

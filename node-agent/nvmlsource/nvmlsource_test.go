@@ -263,6 +263,7 @@ func setIdleUsage(devs []*server.Device) {
 		d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 0}, nvml.SUCCESS }
 		d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 		d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.ERROR_NOT_SUPPORTED }
+		d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 		d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
@@ -281,6 +282,10 @@ func TestUsage(t *testing.T) {
 	d.GetGraphicsRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		return []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: 2 << 30}}, nvml.SUCCESS
 	}
+	// An MPS client: listed among the MPS compute processes only.
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 1 << 30}}, nvml.SUCCESS
+	}
 	var since []uint64
 	d.GetProcessUtilizationFunc = func(ts uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		since = append(since, ts)
@@ -298,6 +303,7 @@ func TestUsage(t *testing.T) {
 		want := []gpu.ProcessUsage{
 			{PID: 100, GPUUUID: d.UUID, UsedMemoryMiB: 2048, SMPercent: 50},
 			{PID: 200, GPUUUID: d.UUID, UsedMemoryMiB: 0, SMPercent: -1},
+			{PID: 300, GPUUUID: d.UUID, UsedMemoryMiB: 1024, SMPercent: -1, MPSClient: true},
 		}
 		if fmt.Sprint(u.Processes) != fmt.Sprint(want) {
 			t.Fatalf("processes %+v, want %+v", u.Processes, want)

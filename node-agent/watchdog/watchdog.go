@@ -122,6 +122,11 @@ type Config struct {
 	ComputeWindow time.Duration
 	// ComputeTolerance is allowed above the cores grant, in percentage points.
 	ComputeTolerance int
+	// MPSGPU reports whether the agent serves a GPU in mps sharing mode. There MPS
+	// holds each client to its share of the SMs, so the SM average is not checked;
+	// instead ComputeAction is taken on a container process that uses the GPU with a
+	// CUDA context of its own, outside the MPS server (mps.go). Nil: no MPS GPU.
+	MPSGPU func(uuid string) bool
 	// Event records an event on the container's pod (kind "Warning").
 	Event   func(rec checkpoint.Record, reason, message string)
 	Kill    func(pid int) error
@@ -140,6 +145,9 @@ type Usage struct {
 	// CoresLimit is the container's gpu-cores grant on this GPU; 0 when it has none.
 	CoresLimit int
 	PIDs       []int
+	// OwnContext lists the PIDs that use the GPU with a CUDA context of their own,
+	// not as MPS clients.
+	OwnContext []int
 }
 
 // Sample is the outcome of one pass.
@@ -176,6 +184,10 @@ type track struct {
 	// cpuActed marks a compute episode already acted on with an event: one event
 	// until the average falls to the grant plus tolerance again.
 	cpuActed bool
+	// ownContext is the last pass's OwnContext on an MPS GPU, and mpsActed marks an
+	// event already given for the processes in it (mps.go).
+	ownContext []int
+	mpsActed   bool
 }
 
 // Watchdog is the usage watchdog.
@@ -389,6 +401,9 @@ func (w *Watchdog) Check() (*Sample, error) {
 			cu.SMPercent += p.SMPercent
 		}
 		cu.PIDs = append(cu.PIDs, p.PID)
+		if !p.MPSClient {
+			cu.OwnContext = append(cu.OwnContext, p.PID)
+		}
 	}
 	// Containers with no process on a granted GPU still appear, at zero, so that the
 	// metrics show their limits and their windows see them under their limits.
@@ -509,6 +524,10 @@ func (w *Watchdog) pruneMemory(tr *track, now time.Time) {
 // compute records one pass's SM utilisation and acts when the average over a whole
 // compute window is above the cores grant plus the tolerance.
 func (w *Watchdog) compute(tr *track, cu *Usage, now time.Time, dur time.Duration) bool {
+	if w.cfg.MPSGPU != nil && w.cfg.MPSGPU(cu.GPU) {
+		tr.util, tr.since, tr.cpuActed = nil, now, false
+		return w.mpsBypass(tr, cu)
+	}
 	if w.cfg.ComputeAction == ActionOff || cu.CoresLimit <= 0 {
 		tr.util, tr.since, tr.cpuActed = nil, now, false
 		return false
@@ -554,7 +573,10 @@ func (w *Watchdog) compute(tr *track, cu *Usage, now time.Time, dur time.Duratio
 // on the GPU.
 func (w *Watchdog) act(cu *Usage, action Action, resource, reason, what string) {
 	r := cu.Record
-	msg := fmt.Sprintf("container %s %s (the CUDA hook was bypassed or failed)", r.Container, what)
+	msg := fmt.Sprintf("container %s %s", r.Container, what)
+	if resource != "mps" {
+		msg += " (the CUDA hook was bypassed or failed)"
+	}
 	var killed []string
 	if action == ActionKill {
 		for _, pid := range cu.PIDs {

@@ -24,19 +24,23 @@ type podInfo struct {
 	uuidInclude  []string
 	uuidExclude  []string
 	topology     api.Topology
+	// mps is set for a pod asking for MPS sharing: it may use only GPUs in mps mode,
+	// and any other pod only GPUs in time-sliced mode (sharing.go).
+	mps bool
 	// device is the GPU-level placer: the profile's, or the pod's by annotation.
 	device placer
-	// cpuMilli and memBytes are the pod's host requests, and fragShapes the expected
+	// cpuMilli and memBytes are the pod's host requests, and frag the expected
 	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
 	cpuMilli, memBytes int64
-	fragShapes         []fragShape
-	// fragGen identifies fragShapes for the measures the cache keeps (fragMemo).
-	fragGen fragGen
-	// feed is fragShapes' workloadFeed for the GPU size last asked for: the same for
+	frag               *fragWorkload
+	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
 	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
+	// pressure is the workload's model pressure when the pod was prepared (nil:
+	// none), which Fragmentation charges placements with (pressure.go).
+	pressure *modelPressure
 }
 
 // eligible reports whether device d passes the pod's static selection (model, UUID).
@@ -46,6 +50,9 @@ type podInfo struct {
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
 func (p *podInfo) eligible(d *device) bool {
+	if d.mps != p.mps {
+		return false
+	}
 	if d.mig && !p.wantsMIG() {
 		return false
 	}
@@ -83,7 +90,7 @@ func (p *podInfo) eligible(d *device) bool {
 // device's MIG flag, from m.hot.
 func (p *podInfo) eligibleAt(m *nodeModel, i int) bool {
 	if !p.hasSelection() {
-		return !m.hot[i].mig
+		return !m.hot[i].mig && modeMatches(m, p, i)
 	}
 	return p.eligible(&m.devices[i])
 }
@@ -138,9 +145,9 @@ type allocation struct {
 	used []usage
 	// model is the node the allocation was made on.
 	model *nodeModel
-	// measured is the node before the pod as the GPU-level placer measured it to
-	// place a one-container pod (see placer.pickDevice), for the node-level score to
-	// reuse instead of measuring the node again. nil otherwise.
+	// measured is what the GPU-level placer measured of the node to place a
+	// one-container pod (see placer.pickDevice), for the node-level score to reuse
+	// instead of measuring the node again. Zero otherwise.
 	measured nodeMeasure
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
@@ -168,7 +175,7 @@ func (a *allocation) reset(used []usage) {
 	a.placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.model, a.measured = nil, nil
+	a.model, a.measured = nil, nodeMeasure{}
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
@@ -210,7 +217,7 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 // allocateInto is allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
-func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	ci, fail := place(a, m, used, p, w, base)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
@@ -230,12 +237,12 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
 // kept in the cache: nodeEntry.frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
-func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base nodeMeasure) (int, *allocFailure) {
+func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base *fragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
 	if len(p.order) == 1 {
-		a.measured = base
+		a.measured.base = base
 	}
 	used := a.used
 	free := freeIslands(m, used)
@@ -354,7 +361,7 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.hot[i]
 	u := &used[i]
-	if u.tenants >= maxTenants {
+	if u.tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
 	if d.memoryMiB-u.memMiB < c.MemoryOn(d.memoryMiB) {
@@ -576,7 +583,7 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
 			k.roomCores++
 		}
-		if u.tenants < w.maxTenants {
+		if u.tenants < w.maxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
 			k.roomTenants++
 		}
 	}
@@ -612,6 +619,11 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 		return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, kind, tenants, later)}
 	}
 	n := c.GPUs
+	if k.matching == 0 {
+		if why := sharingMiss(m, p); why != "" {
+			return unresolvable("%s", why)
+		}
+	}
 	switch {
 	case k.matching == 0 && p.hasSelection():
 		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", modelSummary(m))
@@ -625,6 +637,8 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
 	case k.roomCores < n:
 		return unschedulable(missUnreserved, 0)
+	case k.roomTenants < n && p.mps:
+		return &allocFailure{code: fwk.Unschedulable, msg: mpsTenantsReason(c)}
 	case k.roomTenants < n:
 		return unschedulable(missTenants, w.maxTenants)
 	default:

@@ -41,12 +41,13 @@ type podRecord struct {
 // nodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
-// model, used, heartbeat, invErr, then keptMu and kept): Filter's cost on a large cluster is
-// mostly cache misses, one per line of the entry it touches.
+// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
+// cost on a large cluster is mostly cache misses, one per line of the entry it
+// touches.
 type nodeEntry struct {
 	mu   sync.RWMutex
 	name string // compared by every lookup (nodeTable)
-	// seen is a node object whose annotation is raw, or nil. Informer objects are
+	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
@@ -58,9 +59,18 @@ type nodeEntry struct {
 	// inventory object is one more cache miss per node.
 	heartbeat time.Time
 	invErr    error
+	// reqErr is why the node's agent refuses GPU containers (its
+	// api.AnnotationRequirements), or nil; reqRaw is that annotation.
+	reqErr error
 	// usageGen changes whenever model or used does: it tells the fragmentation
 	// measure kept in frag whether it still describes the node.
 	usageGen uint64
+	// frag is the Fragmentation policy's measure of the node as it is, against the
+	// learned workload (fragMemo): kept across cycles, because only the node a pod
+	// goes to and the nodes informer events touch change from one cycle to the next.
+	// Read and replaced without a lock by Filter and Score (it is immutable once
+	// stored). Beside the fields Filter reads on every node: one cache line fewer.
+	frag atomic.Pointer[fragMemo]
 
 	// kept is the allocation Filter made on this node in the scheduling cycle
 	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
@@ -70,14 +80,9 @@ type nodeEntry struct {
 	keptCycle uint64
 	kept      allocation
 
-	// frag is the Fragmentation policy's measure of the node as it is, against the
-	// learned shapes (fragMemo): kept across cycles, because only the node a pod goes
-	// to and the nodes informer events touch change from one cycle to the next. Read
-	// and replaced without a lock by Filter and Score (it is immutable once stored).
-	frag atomic.Pointer[fragMemo]
-
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
+	reqRaw    string
 	pods      map[types.UID]*podRecord
 	unmatched int // grants naming a UUID the inventory does not have
 }
@@ -162,6 +167,25 @@ func (c *Cache) SetInventory(nodeName, raw string) {
 	}
 }
 
+// SetRequirements records the node's requirements annotation (raw may be empty).
+func (c *Cache) SetRequirements(nodeName, raw string) {
+	e := c.node(nodeName)
+	e.mu.RLock()
+	same := e.reqRaw == raw
+	e.mu.RUnlock()
+	if same {
+		return
+	}
+	e.mu.Lock()
+	e.setRequirementsLocked(raw)
+	e.mu.Unlock()
+}
+
+func (e *nodeEntry) setRequirementsLocked(raw string) {
+	e.reqRaw, e.reqErr = raw, api.RequirementsError(raw)
+	e.seen.Store(nil)
+}
+
 func (e *nodeEntry) setInventoryLocked(raw string) {
 	e.raw = raw
 	e.seen.Store(nil)
@@ -232,6 +256,7 @@ type nodeView struct {
 	model     *nodeModel
 	heartbeat time.Time
 	invErr    error
+	reqErr    error
 	// usageGen is the entry's usage generation when the view was taken.
 	usageGen uint64
 }
@@ -251,23 +276,26 @@ func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []
 	e := c.node(node.Name)
 	e.mu.RLock()
 	if e.seen.Load() != node {
-		raw := node.Annotations[api.AnnotationInventory]
-		if e.raw != raw {
+		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
+		if e.raw != raw || e.reqRaw != req {
 			e.mu.RUnlock()
 			e.mu.Lock()
 			if e.raw != raw {
 				e.setInventoryLocked(raw)
 				c.noteModel(e.model)
 			}
+			if e.reqRaw != req {
+				e.setRequirementsLocked(req)
+			}
 			e.mu.Unlock()
 			e.mu.RLock()
 		}
-		// raw cannot change while the read lock is held.
-		if e.raw == raw {
+		// raw and reqRaw cannot change while the read lock is held.
+		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
 		}
 	}
-	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, usageGen: e.usageGen}
+	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
 	var used []usage
 	if e.model != nil {
 		used = append(into[:0], e.used...)
@@ -284,7 +312,7 @@ func (c *Cache) existing(name string) *nodeEntry {
 // keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle. base is the node's measure before the
 // pod, or nil (see place).
-func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base nodeMeasure) *allocFailure {
+func (e *nodeEntry) keep(cycle uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
@@ -574,10 +602,16 @@ func (c *Cache) stats(s *cacheStats) {
 // eachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
 func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
+	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
+}
+
+// eachView is eachModel with the node's entry and view.
+func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
 	c.nodes.each(func(e *nodeEntry) {
 		e.mu.RLock()
 		if e.model != nil {
-			f(e.model, e.used)
+			v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
+			f(e, &v, e.used)
 		}
 		e.mu.RUnlock()
 	})

@@ -31,7 +31,7 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	// The node's kept fragmentation measure (nil unless a placer learned shapes for
 	// the pod) serves one-container pods on the node as the cache has it, not under
 	// preemption's what-if changes.
-	var base nodeMeasure
+	var base *fragStats
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.model, used, d, pl.cache, node.Name)
 	} else if len(s.info.order) == 1 {
@@ -43,10 +43,14 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	return nil
 }
 
-// usable rejects nodes whose inventory is missing, malformed or stale at now.
+// usable rejects nodes whose inventory is missing, malformed or stale at now, and
+// nodes whose agent refuses GPU containers for want of a requirement.
 func (pl *Plugin) usable(v *nodeView, now time.Time) *fwk.Status {
 	if v.model == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
+	}
+	if v.reqErr != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.reqErr.Error())
 	}
 	if age, old := stale(v.heartbeat, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(

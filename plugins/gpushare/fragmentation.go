@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,6 +40,10 @@ import (
 // as many again are added so that every GPU request size is represented).
 const maxFragShapes = 32
 
+// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// maxFragShapes and as many again for the GPU requests they miss.
+const maxSnapshotShapes = 2 * maxFragShapes
+
 // defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
 const defaultFragmentationWindow = 2000
 
@@ -59,7 +64,8 @@ func (*fragmentation) policy() Policy { return Fragmentation }
 func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
 	info.cpuMilli, info.memBytes = podHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
-	info.fragShapes, info.fragGen = f.workload.snapshotGen()
+	info.frag = f.workload.snapshot()
+	info.pressure = f.workload.pressureNow()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
@@ -70,20 +76,20 @@ func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRe
 
 // pickDevice takes the device whose use adds the least fragmentation
 // (pickByFragmentation), and leaves its measure of the node in *measured for the
-// node-level score. A measure already in *measured (the cache's, see place) is the
-// node under used and is not taken again. Without a learned workload it places as
-// Binpack.
+// node-level score. A measure already in measured.base (the cache's, see place) is
+// the node under used and is not taken again. Without a learned workload it places
+// as Binpack.
 func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
-	if len(p.fragShapes) == 0 {
+	if p.frag.empty() {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
 	var base *fragStats
 	if measured != nil {
-		base = *measured
+		base = measured.base
 	}
-	i, st := pickByFragmentation(m, used, p, c, w, cand, base)
-	if measured != nil && st != nil {
-		*measured = st
+	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
+	if measured != nil && ms.base != nil {
+		*measured = ms
 	}
 	return i
 }
@@ -91,11 +97,11 @@ func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.
 // hostOnlyPod is the workload a pod without GPUs is scored against (see
 // scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
 func (f *fragmentation) hostOnlyPod(pod *v1.Pod) *podInfo {
-	shapes, gen := f.workload.snapshotGen()
-	if len(shapes) == 0 {
+	wl := f.workload.snapshot()
+	if wl.empty() {
 		return nil
 	}
-	h := &podInfo{fragShapes: shapes, fragGen: gen}
+	h := &podInfo{frag: wl}
 	h.cpuMilli, h.memBytes = podHostRequests(pod)
 	return h
 }
@@ -106,26 +112,37 @@ func (*fragmentation) needsFit() bool { return true }
 // scoreExtensions: Fragmentation's scores are raw and normalised per cycle.
 func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
 
-// fragShape is one kind of pod of the expected workload.
+// fragShape is one kind of pod of the expected workload: a GPU request (its class)
+// with host requests.
 type fragShape struct {
-	// c is the pod's most demanding GPU container (what decides where it fits).
+	fragClass
+	cpuMilli int64
+	memBytes int64
+	weight   float64
+	key      string
+	// class is the position of the shape's GPU request in its workload's classes.
+	class int
+}
+
+// fragClass is a GPU request of the expected workload: the pod's most demanding GPU
+// container and its model selection, all that decides which GPUs a shape fits. Shapes
+// that differ only in CPU and memory share one class, and a node's fit statistics are
+// kept per class: the openb trace's ~43 learned shapes are ~21 classes, and the set of
+// classes changes far less often than the set of shapes (a new host request size is a
+// new shape; a new GPU request size is rare).
+type fragClass struct {
 	c            api.ContainerRequest
 	modelInclude []string
 	modelExclude []string
-	cpuMilli     int64
-	memBytes     int64
-	weight       float64
-	key          string
-	// slot is the shape's place in its snapshot's shapes ordered by key: the same
-	// for the same set of shapes in any order (fragMemo.permuted).
-	slot int
+	// gpu is the class's key (gpuKey).
+	gpu string
 }
 
-// eligibleAt reports whether device i of m passes the shape's model selection. A shape
+// eligibleAt reports whether device i of m passes the class's model selection. A class
 // without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
-// runs shapes × devices times per node, and building the selection for it was half
+// runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
-func (s *fragShape) eligibleAt(m *nodeModel, i int) bool {
+func (s *fragClass) eligibleAt(m *nodeModel, i int) bool {
 	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
 		return !m.hot[i].mig
 	}
@@ -137,20 +154,130 @@ func (s *fragShape) eligibleAt(m *nodeModel, i int) bool {
 func shapeOf(info *podInfo) fragShape {
 	c := info.req.Containers[info.order[0]]
 	c.Name, c.Init = "", false
-	s := fragShape{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude,
+	s := fragShape{fragClass: fragClass{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude},
 		cpuMilli: info.cpuMilli, memBytes: info.memBytes}
 	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
 	cpu := (s.cpuMilli + 50) / 100 * 100
 	mem := (s.memBytes + 128<<20) >> 28 << 28
-	s.key = fmt.Sprintf("%d/%d/%d/%d|%s|%s|%d|%d", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
-		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","), cpu, mem)
+	s.gpu = s.classKey()
+	s.key = fmt.Sprintf("%s|%d|%d", s.gpu, cpu, mem)
 	return s
 }
 
-// gpuKey identifies the shape's GPU request, whatever its CPU and memory.
-func (s *fragShape) gpuKey() string {
-	k, _, _ := strings.Cut(s.key, "|")
-	return k + "|" + strings.Join(s.modelInclude, ",") + "|" + strings.Join(s.modelExclude, ",")
+// classKey is the key of the class's GPU request and model selection.
+func (s *fragClass) classKey() string {
+	c := &s.c
+	return fmt.Sprintf("%d/%d/%d/%d|%s|%s", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
+		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","))
+}
+
+// gpuKey identifies the shape's GPU request, whatever its CPU and memory: its class.
+func (s *fragShape) gpuKey() string { return s.gpu }
+
+// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// first, with weights summing to 1, and their GPU requests. Never modified once built,
+// so cycles may keep it.
+type fragWorkload struct {
+	shapes []fragShape
+	// classes are the shapes' distinct GPU requests, ordered by key: the same list
+	// for the same requests, whatever the shapes' order and weights.
+	classes []fragClass
+	// gen identifies classes for the measures the cache keeps per node (fragMemo):
+	// it changes only when a GPU request joins or leaves the workload. The numbers come
+	// from one counter for every workload model, so that the measures of two profiles
+	// sharing the cache never pass for each other's. 0 for a workload not from a
+	// model (tests): never kept.
+	gen uint64
+	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
+	fit *fitIndexes
+	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
+	// node with that much CPU and memory free holds back none of them.
+	maxCPUMilli, maxMemBytes int64
+	// terms are what the fragmentation sums read of each shape, in the shapes' order,
+	// packed (a fragShape spans three cache lines; these, four to one).
+	terms []fragTerm
+}
+
+// fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
+// the GPUs the class must fit.
+type fragTerm struct {
+	weight float64
+	class  int32
+	gpus   int32
+}
+
+// fitsAt reports whether class k fits device i of m under used; mask is the fit
+// index's answer for the device (fitMask), read when there is an index.
+func (wl *fragWorkload) fitsAt(mask uint64, m *nodeModel, used []usage, k, i int, w *weights) bool {
+	if wl.fit != nil {
+		return mask>>uint(k)&1 != 0
+	}
+	return shapeFits(m, used, &wl.classes[k], i, w)
+}
+
+// eligibleAt reports whether class k's model selection admits device i of m; mask is
+// the fit index's answer for the device (eligibleMask), read when there is an index.
+func (wl *fragWorkload) eligibleAt(mask uint64, m *nodeModel, k, i int) bool {
+	if wl.fit != nil {
+		return mask>>uint(k)&1 != 0
+	}
+	return wl.classes[k].eligibleAt(m, i)
+}
+
+// eligibleMask is the fit index's set of classes that device i admits (0 without
+// an index).
+func (wl *fragWorkload) eligibleMask(m *nodeModel, i int) uint64 {
+	if wl.fit == nil {
+		return 0
+	}
+	return wl.fit.eligibleMask(m, i)
+}
+
+// fitMask is the fit index's set of classes that fit device i (0 without an index).
+func (wl *fragWorkload) fitMask(m *nodeModel, used []usage, i int, w *weights) uint64 {
+	if wl.fit == nil {
+		return 0
+	}
+	return wl.fit.fitMask(m, used, i, w)
+}
+
+// noWorkload is the workload of nothing learned.
+var noWorkload = &fragWorkload{}
+
+// empty reports whether no workload has been learned (wl may be nil).
+func (wl *fragWorkload) empty() bool { return wl == nil || len(wl.shapes) == 0 }
+
+// newFragWorkload builds the workload of shapes (weights as given), numbering their
+// classes (and keying those not yet keyed), with generation 0.
+func newFragWorkload(shapes []fragShape) *fragWorkload {
+	wl := &fragWorkload{shapes: shapes}
+	keys := make([]string, 0, len(shapes))
+	for k := range shapes {
+		wl.maxCPUMilli, wl.maxMemBytes = max(wl.maxCPUMilli, shapes[k].cpuMilli), max(wl.maxMemBytes, shapes[k].memBytes)
+		if shapes[k].gpu == "" {
+			shapes[k].gpu = shapes[k].classKey()
+		}
+		keys = append(keys, shapes[k].gpu)
+	}
+	sort.Strings(keys)
+	keys = slices.Compact(keys)
+	wl.classes = make([]fragClass, len(keys))
+	for k := range shapes {
+		x, _ := slices.BinarySearch(keys, shapes[k].gpu)
+		shapes[k].class = x
+		wl.classes[x] = shapes[k].fragClass
+	}
+	wl.terms = make([]fragTerm, len(shapes))
+	for k := range shapes {
+		wl.terms[k] = fragTerm{weight: shapes[k].weight, class: int32(shapes[k].class), gpus: int32(shapes[k].c.GPUs)}
+	}
+	wl.fit = newFitIndexes(wl.classes)
+	return wl
+}
+
+// sameClasses reports whether a and b have the same classes.
+func sameClasses(a, b *fragWorkload) bool {
+	return slices.EqualFunc(a.classes, b.classes, func(x, y fragClass) bool { return x.gpu == y.gpu })
 }
 
 // workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
@@ -161,35 +288,107 @@ type workloadModel struct {
 	next   int
 	byUID  map[types.UID]bool
 	counts map[string]*shapeCount
-	shapes []fragShape // cached result of snapshot; rebuilt when dirty
-	dirty  bool
-	// gen identifies shapes for the measures the cache keeps per node (fragMemo).
-	gen fragGen
+	// order holds counts' entries, most frequent first (then by key), kept sorted as
+	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
+	// on the openb trace; 50 us a pod in B2's profile at 1,000 nodes).
+	order []*shapeCount
+	// gpus numbers the GPU requests (gpuKey) of counts' entries, so that a snapshot
+	// tells them apart by index; gpuFree lists numbers no longer in use.
+	gpus    map[string]*gpuCount
+	gpuFree []int
+	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
+	// lastKept are the entries last's shapes were taken from, in its order.
+	lastKept []*shapeCount
+	seen     []bool // snapshot's scratch, by GPU request number
+	dirty    bool
+
+	// Model pressure (pressure.go): the cluster and weights it is measured with
+	// (bind), how many pods of the window have a model selection, and the pressure
+	// last computed with how many pods were observed since and how many the window
+	// held then.
+	cluster     *Cache
+	weights     *weights
+	selective   int
+	pressure    *modelPressure
+	pressureAge int
+	pressureLen int
 }
 
-// fragGen identifies a snapshot's shapes for a node's kept measure: set changes when
-// shapes join or leave the snapshot, order when they change places. Weights are not
-// part of it: a node's statistics do not depend on them. The numbers come from one
-// counter for every workload model, so that the measures of two profiles sharing the
-// cache never pass for each other's.
-type fragGen struct {
-	set, order uint64
+// gpuCount is a GPU request's number and how many of counts' entries have it.
+type gpuCount struct {
+	id, shapes int
 }
 
+// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
-	uid types.UID
-	key string
+	uid       types.UID
+	key       string
+	selective bool
 }
 
 type shapeCount struct {
 	shape fragShape
 	n     int
+	pos   int // in workloadModel.order
+	gpu   int // the number of its GPU request (workloadModel.gpus)
+}
+
+// before reports whether a comes before b in workloadModel.order.
+func (a *shapeCount) before(b *shapeCount) bool {
+	if a.n != b.n {
+		return a.n > b.n
+	}
+	return a.shape.key < b.shape.key
+}
+
+// reorder moves c to its place in w.order after its count changed by one: found by
+// binary search among the entries it may pass (the rest of the order is sorted),
+// those shifted by one.
+func (w *workloadModel) reorder(c *shapeCount) {
+	o, from := w.order, c.pos
+	to := from
+	if from > 0 && c.before(o[from-1]) {
+		to = sort.Search(from, func(j int) bool { return c.before(o[j]) })
+		copy(o[to+1:from+1], o[to:from])
+	} else if from < len(o)-1 && o[from+1].before(c) {
+		to = from + 1 + sort.Search(len(o)-from-1, func(j int) bool { return !o[from+1+j].before(c) }) - 1
+		copy(o[from:to], o[from+1:to+1])
+	}
+	o[to] = c
+	for j := min(from, to); j <= max(from, to); j++ {
+		o[j].pos = j
+	}
+}
+
+// gpuOf numbers the GPU request of a new entry of counts.
+func (w *workloadModel) gpuOf(key string) int {
+	g := w.gpus[key]
+	if g == nil {
+		g = &gpuCount{id: len(w.gpus)}
+		if n := len(w.gpuFree); n > 0 {
+			g.id, w.gpuFree = w.gpuFree[n-1], w.gpuFree[:n-1]
+		}
+		w.gpus[key] = g
+	}
+	g.shapes++
+	return g.id
+}
+
+// dropGPU forgets an entry of counts with the GPU request key.
+func (w *workloadModel) dropGPU(key string) {
+	if g := w.gpus[key]; g != nil {
+		if g.shapes--; g.shapes == 0 {
+			delete(w.gpus, key)
+			w.gpuFree = append(w.gpuFree, g.id)
+		}
+	}
 }
 
 func newWorkloadModel(window int) *workloadModel {
-	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}}
+	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{},
+		pressureAge: pressureEvery}
 }
 
 // observe records a pod's shape once (a retried pod is not counted again while it is
@@ -205,111 +404,93 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 	} else {
 		old := w.ring[w.next]
 		delete(w.byUID, old.uid)
+		if old.selective {
+			w.selective--
+		}
 		if c := w.counts[old.key]; c != nil {
-			if c.n--; c.n == 0 {
+			c.n--
+			w.reorder(c)
+			if c.n == 0 {
+				// The only entry without pods, so the last.
 				delete(w.counts, old.key)
+				w.order = w.order[:len(w.order)-1]
+				w.dropGPU(c.shape.gpu)
 			}
 		}
 	}
-	w.ring[w.next] = ringEntry{uid: uid, key: s.key}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.key, selective: s.hasSelection()}
+	if s.hasSelection() {
+		w.selective++
+	}
+	w.pressureAge++
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
-	if c := w.counts[s.key]; c != nil {
+	c := w.counts[s.key]
+	if c != nil {
 		c.n++
 	} else {
-		w.counts[s.key] = &shapeCount{shape: s, n: 1}
+		c = &shapeCount{shape: s, n: 1, pos: len(w.order), gpu: w.gpuOf(s.gpu)}
+		w.counts[s.key] = c
+		w.order = append(w.order, c)
 	}
+	w.reorder(c)
 	w.dirty = true
 }
 
-// snapshot returns the most frequent shapes with weights summing to 1. The slice is
-// never modified afterwards, so cycles may keep it.
-func (w *workloadModel) snapshot() []fragShape {
-	s, _ := w.snapshotGen()
-	return s
-}
-
-// snapshotGen is snapshot with the shapes' generation.
-func (w *workloadModel) snapshotGen() ([]fragShape, fragGen) {
+// snapshot returns the most frequent shapes with weights summing to 1, and their
+// classes (never nil).
+func (w *workloadModel) snapshot() *fragWorkload {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.dirty {
-		return w.shapes, w.gen
+	if !w.dirty && w.last != nil {
+		return w.last
 	}
-	all := make([]*shapeCount, 0, len(w.counts))
-	for _, c := range w.counts {
-		all = append(all, c)
-	}
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].n != all[j].n {
-			return all[i].n > all[j].n
-		}
-		return all[i].shape.key < all[j].shape.key
-	})
 	// The most frequent shapes, plus the most frequent of every GPU request the top
 	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
-	if len(all) > maxFragShapes {
-		seen := map[string]bool{}
-		kept := all[:0:0]
-		for i, c := range all {
-			g := c.shape.gpuKey()
-			if i < maxFragShapes || (!seen[g] && len(kept) < 2*maxFragShapes) {
-				kept = append(kept, c)
-				seen[g] = true
+	all := make([]*shapeCount, 0, min(len(w.order), maxSnapshotShapes))
+	if len(w.order) <= maxFragShapes {
+		all = append(all, w.order...)
+	} else {
+		w.seen = append(w.seen[:0], make([]bool, len(w.gpus)+len(w.gpuFree))...)
+		for i, c := range w.order {
+			if i < maxFragShapes || (!w.seen[c.gpu] && len(all) < maxSnapshotShapes) {
+				all = append(all, c)
+				w.seen[c.gpu] = true
 			}
 		}
-		all = kept
 	}
 	total := 0
 	for _, c := range all {
 		total += c.n
 	}
 	out := make([]fragShape, len(all))
-	for i, c := range all {
-		out[i] = c.shape
-		out[i].weight = float64(c.n) / float64(total)
-	}
-	w.gen = nextFragGen(w.gen, w.shapes, out)
-	w.shapes, w.dirty = out, false
-	return out, w.gen
-}
-
-// nextFragGen numbers the slots of out and returns its generation, which keeps
-// prev's set and order numbers where out has prev's shapes and their order.
-func nextFragGen(gen fragGen, prev, out []fragShape) fragGen {
-	byKey := make([]int, len(out))
-	for i := range byKey {
-		byKey[i] = i
-	}
-	sort.Slice(byKey, func(i, j int) bool { return out[byKey[i]].key < out[byKey[j]].key })
-	for slot, k := range byKey {
-		out[k].slot = slot
-	}
-	sameSet, sameOrder := len(prev) == len(out) && gen.set != 0, true
-	if sameSet {
-		// Slots number a set by key: two sets are equal when their slots hold
-		// the same keys.
-		prevAt := make([]int, len(prev))
-		for k := range prev {
-			prevAt[prev[k].slot] = k
+	var wl *fragWorkload
+	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
+		// The same shapes in the same order, other weights: their classes and
+		// indexes carry over, and only the terms are new.
+		copy(out, w.last.shapes)
+		prev := *w.last
+		wl = &prev
+		wl.shapes, wl.terms = out, make([]fragTerm, len(out))
+		for i, c := range all {
+			out[i].weight = float64(c.n) / float64(total)
+			wl.terms[i] = fragTerm{weight: out[i].weight, class: int32(out[i].class), gpus: int32(out[i].c.GPUs)}
 		}
-		for slot, k := range byKey {
-			if out[k].key != prev[prevAt[slot]].key {
-				sameSet = false
-				break
-			}
+	} else {
+		for i, c := range all {
+			out[i] = c.shape
+			out[i].weight = float64(c.n) / float64(total)
+		}
+		wl = newFragWorkload(out)
+		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
+			// The same classes in the same order (by key): their indexes carry over.
+			wl.gen, wl.fit = w.last.gen, w.last.fit
+		} else {
+			wl.gen = fragGens.Add(1)
 		}
 	}
-	for k := 0; sameSet && sameOrder && k < len(out); k++ {
-		sameOrder = out[k].key == prev[k].key
-	}
-	switch {
-	case !sameSet:
-		gen = fragGen{set: fragGens.Add(1), order: fragGens.Add(1)}
-	case !sameOrder:
-		gen.order = fragGens.Add(1)
-	}
-	return gen
+	w.last, w.lastKept, w.dirty = wl, all, false
+	return wl
 }
 
 // podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
@@ -319,14 +500,32 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 	return r.Cpu().MilliValue(), r.Memory().Value()
 }
 
-// fragStats is a node's fragmentation for every shape, kept in parts so that the
-// effect of changing one device can be computed without rescanning the node.
+// fragStats is a node's fragmentation statistics per class of the expected workload
+// (fragClass), kept in parts so that the effect of changing one device can be
+// computed without rescanning the node. A shape's fragmentation is its class's.
+//
+// A class is measured on the devices its model selection admits (eligible): a pod
+// that requires a T4 strands nothing on a node of other GPUs, whatever is free there,
+// and that node's fragmentation does not count it. Where no device of the node is
+// eligible the class adds nothing to the node's fragmentation; keeping the GPU models
+// that constrained pods need free for them is the separate model pressure term
+// (modelPressure).
 type fragStats struct {
 	free  []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	total float64
-	fits  []int     // per shape, devices it fits on
-	small []float64 // per shape, free share of the devices it does not fit on
-	mask  []uint64  // per shape, bit i set when it fits device i (devices < 64)
+	fits  []int     // per class, devices it fits on
+	small []float64 // per class, free share of the eligible devices it does not fit on
+	mask  []uint64  // per class, bit i set when it fits device i (devices < 64)
+	// elig is per class the free share of its eligible devices, emask the eligible
+	// devices (bit i, devices < 64) and eligible how many there are: eligibility
+	// depends on the node's devices only, never on their usage.
+	elig     []float64
+	emask    []uint64
+	eligible []int
+	// classFits and classElig are per device the classes that fit it and that it
+	// admits (bit k for class k), when the workload has a fit index (at most 64
+	// classes).
+	classFits, classElig []uint64
 }
 
 // deviceFree is the free share of device i under used, by the plugin's weights.
@@ -340,21 +539,50 @@ func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
 	return math.Max(0, 1-util)
 }
 
-func shapeFits(m *nodeModel, used []usage, s *fragShape, i int, w *weights) bool {
+func shapeFits(m *nodeModel, used []usage, s *fragClass, i int, w *weights) bool {
 	return m.hot[i].healthy && s.eligibleAt(m, i) && fits(m, used, &s.c, i, w.maxTenants)
 }
 
-func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *fragStats {
-	n := len(m.devices)
-	st := &fragStats{free: make([]float64, n), fits: make([]int, len(shapes)), small: make([]float64, len(shapes)), mask: make([]uint64, len(shapes))}
+func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fragStats {
+	st := &fragStats{}
+	st.measure(m, used, wl, w)
+	return st
+}
+
+// measure sets st to the statistics of the node under used. The per-device and
+// per-class figures share two arrays: a node's measure is read for every node of
+// every cycle, and on a large cluster each separate object is one more memory miss.
+func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *weights) {
+	n, classes := len(m.devices), wl.classes
+	k := len(classes)
+	floats := make([]float64, n+2*k)
+	words := make([]uint64, 2*k+2*n)
+	ints := make([]int, 2*k)
+	*st = fragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
+		fits: ints[:k:k], eligible: ints[k:], mask: words[:k:k], emask: words[k : 2*k : 2*k]}
+	if wl.fit != nil {
+		st.classFits, st.classElig = words[2*k:2*k+n:2*k+n], words[2*k+n:]
+	}
 	for i := 0; i < n; i++ {
 		st.free[i] = deviceFree(m, used, i, w)
 		st.total += st.free[i]
 	}
-	for k := range shapes {
-		s := &shapes[k]
-		for i := 0; i < n; i++ {
-			if shapeFits(m, used, s, i, w) {
+	// Device by device: each class's sums still run in device order.
+	for i := 0; i < n; i++ {
+		em, fm := wl.eligibleMask(m, i), wl.fitMask(m, used, i, w)
+		if st.classFits != nil {
+			st.classFits[i], st.classElig[i] = fm, em
+		}
+		for k := range classes {
+			if !wl.eligibleAt(em, m, k, i) {
+				continue
+			}
+			st.eligible[k]++
+			st.elig[k] += st.free[i]
+			if i < 64 {
+				st.emask[k] |= 1 << uint(i)
+			}
+			if wl.fitsAt(fm, m, used, k, i, w) {
 				st.fits[k]++
 				if i < 64 {
 					st.mask[k] |= 1 << uint(i)
@@ -364,27 +592,34 @@ func newFragStats(m *nodeModel, used []usage, shapes []fragShape, w *weights) *f
 			}
 		}
 	}
-	return st
 }
 
 // placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
-// shapes × devices fits checks; Score needs them before and after every placement).
+// classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *fragStats) placed(m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
-	return st.placedInto(&fragStats{}, m, a, shapes, w)
+func (st *fragStats) placed(m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
+	return st.placedInto(&fragStats{}, m, a, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
 // each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, shapes []fragShape, w *weights) *fragStats {
+func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
 	if len(m.devices) > 64 {
-		return newFragStats(m, a.used, shapes, w)
+		return newFragStats(m, a.used, wl, w)
 	}
+	classes := wl.classes
 	out.free, out.total = append(out.free[:0], st.free...), st.total
 	out.fits = append(out.fits[:0], st.fits...)
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
+	out.elig = append(out.elig[:0], st.elig...)
+	out.classFits = append(out.classFits[:0], st.classFits...)
+	if st.classFits == nil {
+		out.classFits = nil
+	}
+	// Eligibility does not depend on usage: out shares st's, which neither changes.
+	out.emask, out.eligible, out.classElig = st.emask, st.eligible, st.classElig
 	var done uint64
 	for _, p := range a.placements {
 		for _, i := range p.devices {
@@ -396,13 +631,21 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 			was, now := st.free[i], deviceFree(m, a.used, i, w)
 			out.free[i] = now
 			out.total += now - was
-			for k := range shapes {
+			fm := wl.fitMask(m, a.used, i, w)
+			if out.classFits != nil {
+				out.classFits[i] = fm
+			}
+			for k := range classes {
+				if st.emask[k]&bit == 0 {
+					continue // the class cannot use device i, before or after
+				}
+				out.elig[k] += now - was
 				if st.mask[k]&bit != 0 {
 					out.fits[k]--
 				} else {
 					out.small[k] -= was
 				}
-				if shapeFits(m, a.used, &shapes[k], i, w) {
+				if wl.fitsAt(fm, m, a.used, k, i, w) {
 					out.fits[k]++
 					out.mask[k] |= bit
 				} else {
@@ -415,15 +658,19 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, sha
 	return out
 }
 
-// value is the node's fragmentation in GPUs. hostFits[k] reports whether shape k fits
-// the node's free CPU and host memory (nil: all do).
-func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
+// value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
+// weighted by its share of the workload, the free capacity of its eligible devices it
+// cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
+// memory (nil: all do).
+func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
 	var f float64
-	for k := range shapes {
-		if (hostFits != nil && !hostFits[k]) || st.fits[k] < shapes[k].c.GPUs {
-			f += shapes[k].weight * st.total
-		} else {
-			f += shapes[k].weight * st.small[k]
+	for k, t := range wl.terms {
+		switch {
+		case st.eligible[t.class] == 0:
+		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < int(t.gpus):
+			f += t.weight * st.elig[t.class]
+		default:
+			f += t.weight * st.small[t.class]
 		}
 	}
 	return f
@@ -431,85 +678,113 @@ func (st *fragStats) value(shapes []fragShape, hostFits []bool) float64 {
 
 // pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
-// returns the node's measure before the container (nil on nodes of over 64 devices):
-// st when not nil (the node under used, measured already), else measured here.
-func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, *fragStats) {
+// returns what it measured (zero on nodes of over 64 devices): the node's statistics
+// before the container (st when not nil: the node under used, measured already; else
+// measured here) and the fragmentation before and after the pick.
+func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, nodeMeasure) {
 	if len(m.devices) > 64 {
-		return pickBest(m, used, c, w, cand, packScore), nil
+		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
 	}
+	wl := p.frag
 	if st == nil {
-		st = newFragStats(m, used, p.fragShapes, w)
+		st = newFragStats(m, used, wl, w)
 	}
-	before := st.value(p.fragShapes, nil)
-	best, bestDelta, bestPack := -1, 0.0, 0.0
+	before := st.value(wl, nil)
+	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
 	// equally fragmented: each kind is measured once, for its first candidate.
 	var measuredDev [16]int
-	var measuredAfter [16]float64
+	var measuredAfter, measuredTotal [16]float64
 	nMeasured := 0
 	for _, i := range cand {
-		after, known := 0.0, false
+		after, total, known := 0.0, 0.0, false
 		for x := 0; x < nMeasured && !known; x++ {
 			if alikeDevices(m, used, i, measuredDev[x]) {
-				after, known = measuredAfter[x], true
+				after, total, known = measuredAfter[x], measuredTotal[x], true
 			}
 		}
 		if !known {
-			after = fragAfter(m, used, st, p.fragShapes, c, i, w)
+			after, total = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
-				measuredDev[nMeasured], measuredAfter[nMeasured] = i, after
+				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = i, after, total
 				nMeasured++
 			}
 		}
 		delta := after - before
 		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
-			best, bestDelta, bestPack = i, delta, pack
+			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
 	}
-	return best, st
+	return best, nodeMeasure{base: st, picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
-// alikeDevices reports whether devices i and j of m are interchangeable for every
-// shape's fit and free share: same usage, memory, health, MIG flag and model.
+// alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
+// for every shape's fit and free share: same usage, memory, health, MIG flag and
+// model (deviceHot.kind).
 func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
-	return used[i] == used[j] && m.hot[i].memoryMiB == m.hot[j].memoryMiB && m.hot[i].healthy == m.hot[j].healthy &&
-		m.hot[i].mig == m.hot[j].mig && m.devices[i].model == m.devices[j].model
+	return used[i] == used[j] && m.hot[i].kind == m.hot[j].kind
 }
 
 // fragAfter is the node's fragmentation after container c is placed on device i
-// (i < 64), for st measured under used. used is restored before it returns.
-func fragAfter(m *nodeModel, used []usage, st *fragStats, shapes []fragShape, c *api.ContainerRequest, i int, w *weights) float64 {
+// (i < 64), for st measured under used, and its free GPU capacity then: exactly
+// what placedInto and value (nil) give for that placement, which the node-level score
+// relies on (nodeMeasure.picked). used is restored before it returns.
+//
+// One pass over the shapes, each reading its class's statistics before and the
+// class's fit on device i after (the fit index's mask): a class's statistics after
+// cost no more than this, so they are not kept.
+func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) (after, total float64) {
 	u := used[i]
-	used[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+	was := st.free[i]
+	used[i].memMiB += c.MemoryOn(m.hot[i].memoryMiB)
 	used[i].cores += c.Cores
 	used[i].tenants++
 	fi := deviceFree(m, used, i, w)
-	total := st.total - st.free[i] + fi
-	var after float64
-	for k := range shapes {
-		s := &shapes[k]
-		fitsBefore := st.mask[k]&(1<<uint(i)) != 0
-		fitsAfter := shapeFits(m, used, s, i, w)
-		nfits, small := st.fits[k], st.small[k]
-		if fitsBefore {
-			nfits--
-		} else {
-			small -= st.free[i]
+	total = st.total + (fi - was)
+	// The classes device i admits, and those that fit it before and after, as bit
+	// masks over classes.
+	var admits, before, now uint64
+	bit := uint64(1) << uint(i)
+	indexed := wl.fit != nil && st.classFits != nil
+	if indexed {
+		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
+	}
+	for k, t := range wl.terms {
+		x := t.class
+		if st.eligible[x] == 0 {
+			continue
 		}
-		if fitsAfter {
-			nfits++
+		n, small, elig := st.fits[x], st.small[x], st.elig[x]
+		var onDevice, fitBefore, fitAfter bool
+		if indexed {
+			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
-			small += fi
+			onDevice = st.emask[x]&bit != 0
+			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.shapes[k].fragClass, i, w)
 		}
-		if nfits < s.c.GPUs {
-			after += s.weight * total
+		if onDevice {
+			// As placedInto: the free share changes by (fi - was).
+			elig += fi - was
+			if fitBefore {
+				n--
+			} else {
+				small -= was
+			}
+			if fitAfter {
+				n++
+			} else {
+				small += fi
+			}
+		}
+		if n < int(t.gpus) {
+			after += t.weight * elig
 		} else {
-			after += s.weight * small
+			after += t.weight * small
 		}
 	}
 	used[i] = u
-	return after
+	return after, total
 }
 
 // fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
@@ -528,31 +803,48 @@ const fragScale = 1000
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
 func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
-	shapes := s.info.fragShapes
+	wl := s.info.frag
+	if wl == nil {
+		wl = noWorkload
+	}
 	cpuFree, memFree := hostFree(ni)
-	hostBefore := make([]bool, len(shapes))
-	hostAfter := make([]bool, len(shapes))
-	for k := range shapes {
-		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
-		hostAfter[k] = shapes[k].cpuMilli <= cpuFree-s.info.cpuMilli && shapes[k].memBytes <= memFree-s.info.memBytes
-	}
-	st := a.measured
-	if st == nil || len(a.placements) != 1 {
-		before := make([]usage, len(a.used))
-		copy(before, a.used)
-		for _, p := range a.placements {
-			for k, i := range p.devices {
-				before[i].memMiB -= p.memMiB[k]
-				before[i].cores -= p.cores
-				before[i].tenants--
-			}
+	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
+	st, ms := a.measured.base, &a.measured
+	// hostHolds is false when the node's CPU and memory hold back no shape, before or
+	// after the pod: every hostBefore and hostAfter below would be true.
+	hostHolds := wl.maxCPUMilli > min(cpuFree, cpuAfter) || wl.maxMemBytes > min(memFree, memAfter)
+	var delta, totalAfter float64
+	switch {
+	case st != nil && ms.picked && len(a.placements) == 1 && !hostHolds:
+		// Filter measured this placement: the measure below would give exactly this.
+		delta, totalAfter = ms.after-ms.before, ms.afterTotal
+	case !hostHolds:
+		if st == nil || len(a.placements) != 1 {
+			st = newFragStats(m, a.usageBefore(), wl, w)
 		}
-		st = newFragStats(m, before, shapes, w)
+		after := st.placedInto(&a.after, m, a, wl, w)
+		delta, totalAfter = after.value(wl, nil)-st.value(wl, nil), after.total
+	default:
+		if st == nil || len(a.placements) != 1 {
+			st = newFragStats(m, a.usageBefore(), wl, w)
+		}
+		shapes := wl.shapes
+		var beforeBuf, afterBuf [maxSnapshotShapes]bool
+		hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
+		if len(shapes) > maxSnapshotShapes {
+			hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
+		}
+		hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
+		for k := range shapes {
+			hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+			hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
+		}
+		after := st.placedInto(&a.after, m, a, wl, w)
+		delta, totalAfter = after.value(wl, hostAfter)-st.value(wl, hostBefore), after.total
 	}
-	after := st.placedInto(&a.after, m, a, shapes, w)
-	delta := after.value(shapes, hostAfter) - st.value(shapes, hostBefore)
 	feed := s.info.workloadFeed(m, w)
-	delta += feed.unfed(after.total, cpuFree-s.info.cpuMilli, memFree-s.info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
+	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(st.total, cpuFree, memFree)
+	delta += s.info.pressure.cost(m, a, w)
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
@@ -561,6 +853,20 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 		raw += w.topology * (a.topology - 1)
 	}
 	return int64(math.Round(raw * fragScale))
+}
+
+// usageBefore is the node's usage before allocation a.
+func (a *allocation) usageBefore() []usage {
+	before := make([]usage, len(a.used))
+	copy(before, a.used)
+	for _, p := range a.placements {
+		for k, i := range p.devices {
+			before[i].memMiB -= p.memMiB[k]
+			before[i].cores -= p.cores
+			before[i].tenants--
+		}
+	}
+	return before
 }
 
 // scoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
@@ -577,7 +883,7 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 	if v.model == nil || len(v.model.devices) == 0 {
 		return 0
 	}
-	shapes := info.fragShapes
+	shapes := info.frag.shapes
 	cpuFree, memFree := hostFree(ni)
 	st := e.fragBase(&v, used, info, w)
 	var delta float64
@@ -585,8 +891,8 @@ func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f 
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
-		if before && !after && st.fits[k] >= s.c.GPUs {
-			delta += s.weight * (st.total - st.small[k])
+		if before && !after && st.fits[s.class] >= s.c.GPUs {
+			delta += s.weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.model, w)
@@ -617,7 +923,11 @@ func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := workloadFeed(p.fragShapes, m, w)
+	var shapes []fragShape
+	if p.frag != nil {
+		shapes = p.frag.shapes
+	}
+	r := workloadFeed(shapes, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -698,60 +1008,41 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (nodeEntry.frag): the node's usage generation and the shapes' generation they were
-// measured at, and the statistics, indexed by the shapes of that snapshot. Only the
-// GPU state matters: CPU and host memory, which Score reads from the scheduler's
+// (nodeEntry.frag): the node's usage generation and the workload's class generation
+// they were measured at, and the statistics, indexed by that workload's classes. Only
+// the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
 type fragMemo struct {
 	usageGen uint64
-	gen      fragGen
-	// at[slot] is the index in st of the shape in slot.
-	at []int
-	st *fragStats
+	gen      uint64
+	// st is kept in the memo rather than beside it: one object fewer to reach.
+	st fragStats
 }
 
 // fragBase is the node's fragmentation statistics under used (the usage of view v)
-// for the pod's shapes: kept from an earlier cycle when neither the node's usage nor
-// the set of shapes has changed since (reordered when the shapes' order has), else
-// measured now and kept. It is nil for a pod without learned shapes.
+// for the pod's workload: kept from an earlier cycle when neither the node's usage
+// nor the workload's classes have changed since, else measured now and kept. It is
+// nil for a pod without a learned workload from a model.
 //
-// Measuring a node costs shapes × devices fit checks and was most of Fragmentation's
+// Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (nodeEntry.usageGen), and the learned set of
-// shapes changes for a few cycles in a hundred (fragGen). The statistics are
-// exactly those newFragStats would compute, so no score moves.
+// informer events touched, change (nodeEntry.usageGen), and the learned GPU
+// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
+// their host requests, changed on a few in a hundred and their order on a quarter,
+// which is why statistics are kept per class). The statistics are exactly those
+// newFragStats would compute, so no score moves.
 func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) *fragStats {
-	if p == nil || len(p.fragShapes) == 0 || p.fragGen.set == 0 {
+	if p == nil || p.frag.empty() || p.frag.gen == 0 {
 		return nil
 	}
-	shapes := p.fragShapes
 	old := e.frag.Load()
-	if old != nil && old.usageGen == v.usageGen && old.gen == p.fragGen {
-		return old.st
+	if old != nil && old.usageGen == v.usageGen && old.gen == p.frag.gen {
+		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.usageGen, gen: p.fragGen, at: make([]int, len(shapes))}
-	if old != nil && old.usageGen == v.usageGen && old.gen.set == p.fragGen.set {
-		memo.st = old.permuted(shapes)
-	} else {
-		memo.st = newFragStats(v.model, used, shapes, w)
-	}
-	for k := range shapes {
-		memo.at[shapes[k].slot] = k
-	}
+	memo := &fragMemo{usageGen: v.usageGen, gen: p.frag.gen}
+	memo.st.measure(v.model, used, p.frag, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.frag.Store(memo)
-	return memo.st
-}
-
-// permuted is the memo's statistics for shapes, the memo's set in another order.
-func (memo *fragMemo) permuted(shapes []fragShape) *fragStats {
-	old := memo.st
-	n := len(shapes)
-	st := &fragStats{free: old.free, total: old.total, fits: make([]int, n), small: make([]float64, n), mask: make([]uint64, n)}
-	for k := range shapes {
-		j := memo.at[shapes[k].slot]
-		st.fits[k], st.small[k], st.mask[k] = old.fits[j], old.small[j], old.mask[j]
-	}
-	return st
+	return &memo.st
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"reflect"
+	"sort"
 	"sync"
 	"testing"
 
@@ -139,12 +140,12 @@ func TestWorkloadModelWindow(t *testing.T) {
 	w.observe("a", s(10)) // a retry is not counted twice
 	w.observe("b", s(20))
 	w.observe("c", s(20))
-	got := w.snapshot()
+	got := w.snapshot().shapes
 	if len(got) != 2 || got[0].c.MemoryPercent != 20 || math.Abs(got[0].weight-2.0/3) > 1e-9 {
 		t.Fatalf("snapshot %+v", got)
 	}
 	w.observe("d", s(30)) // evicts "a"
-	got = w.snapshot()
+	got = w.snapshot().shapes
 	total := 0.0
 	for _, x := range got {
 		total += x.weight
@@ -156,8 +157,8 @@ func TestWorkloadModelWindow(t *testing.T) {
 		t.Errorf("weights %v", got)
 	}
 	w.observe("a", s(10)) // "a" left the window, so it counts again
-	if len(w.snapshot()) != 3 {
-		t.Errorf("re-observed pod not counted: %+v", w.snapshot())
+	if len(w.snapshot().shapes) != 3 {
+		t.Errorf("re-observed pod not counted: %+v", w.snapshot().shapes)
 	}
 	// 100 shapes that differ only in CPU: the top ones are kept.
 	many := newWorkloadModel(1000)
@@ -165,13 +166,13 @@ func TestWorkloadModelWindow(t *testing.T) {
 		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, order: []int{0}, cpuMilli: int64(1000 * (i + 1))}
 		many.observe(types.UID(fmt.Sprint(i)), shapeOf(info))
 	}
-	if n := len(many.snapshot()); n != maxFragShapes {
+	if n := len(many.snapshot().shapes); n != maxFragShapes {
 		t.Errorf("%d shapes kept, want %d", n, maxFragShapes)
 	}
 	// A rare GPU request beyond the top shapes is still represented.
 	many.observe("big", shapeOf(&podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, order: []int{0}}))
 	found := false
-	for _, x := range many.snapshot() {
+	for _, x := range many.snapshot().shapes {
 		found = found || x.c.GPUs == 8
 	}
 	if !found {
@@ -208,8 +209,9 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 			g = 2 + rng.Intn(3)
 		}
 		pct := int64(5 + rng.Intn(95))
-		shapes = append(shapes, fragShape{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}, weight: 1.0 / 12})
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}, weight: 1.0 / 12})
 	}
+	wl := newFragWorkload(shapes)
 	for trial := 0; trial < 500; trial++ {
 		used := make([]usage, len(m.devices))
 		for i := range used {
@@ -225,14 +227,14 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		if fail != nil {
 			continue
 		}
-		got := newFragStats(m, used, shapes, w).placed(m, a, shapes, w)
-		want := newFragStats(m, a.used, shapes, w)
-		if math.Abs(got.value(shapes, nil)-want.value(shapes, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
-			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.value(shapes, nil), got.total, want.value(shapes, nil), want.total)
+		got := newFragStats(m, used, wl, w).placed(m, a, wl, w)
+		want := newFragStats(m, a.used, wl, w)
+		if math.Abs(got.value(wl, nil)-want.value(wl, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
+			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.value(wl, nil), got.total, want.value(wl, nil), want.total)
 		}
-		for k := range shapes {
+		for k := range wl.classes {
 			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] {
-				t.Fatalf("trial %d shape %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
+				t.Fatalf("trial %d class %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
 			}
 		}
 	}
@@ -254,8 +256,8 @@ func TestWorkloadFeed(t *testing.T) {
 	m := &nodeModel{hot: []deviceHot{{memoryMiB: 16000, healthy: true}}}
 	w := &weights{memory: 1, cores: 1}
 	shapes := []fragShape{
-		{c: api.ContainerRequest{GPUs: 1, Cores: 100}, cpuMilli: 12000, memBytes: 48 << 30, weight: 0.5},                // a whole GPU
-		{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}, cpuMilli: 6000, memBytes: 24 << 30, weight: 0.5}, // half of one
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30, weight: 0.5},                // a whole GPU
+		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30, weight: 0.5}, // half of one
 	}
 	r := workloadFeed(shapes, m, w)
 	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
@@ -310,7 +312,7 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 	}
 }
 
-// A shape's eligibility (with its fast path for shapes without a model selection)
+// A class's eligibility (with its fast path for classes without a model selection)
 // agrees with the pod selection it was learned from, on MIG and whole devices.
 func TestFragShapeEligibleMatchesPod(t *testing.T) {
 	m := &nodeModel{
@@ -321,7 +323,7 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
 	} {
 		p := podInfo{modelInclude: sel.include, modelExclude: sel.exclude}
-		s := fragShape{modelInclude: sel.include, modelExclude: sel.exclude}
+		s := fragClass{modelInclude: sel.include, modelExclude: sel.exclude}
 		for i := range m.devices {
 			if got, want := s.eligibleAt(m, i), p.eligible(&m.devices[i]); got != want {
 				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.devices[i].model, got, want)
@@ -331,8 +333,9 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 }
 
 // TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
-// reused while neither the node's usage nor the learned shapes change, and after
-// every kind of change it is exactly what measuring the node again gives.
+// reused while neither the node's usage nor the learned GPU requests change (the
+// shapes' order, weights and host requests may), and after every kind of change it is
+// exactly what measuring the node again gives.
 func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
 	c, w := e.pl.cache, &e.pl.w
@@ -346,10 +349,10 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 	check := func(step string) *fragStats {
 		t.Helper()
-		shapes, gen := e.pl.workload.snapshotGen()
+		wl := e.pl.workload.snapshot()
 		ent, v, used := c.entryView(e.nodes[0], nil)
-		got := ent.fragBase(&v, used, &podInfo{fragShapes: shapes, fragGen: gen}, w)
-		want := newFragStats(v.model, used, shapes, w)
+		got := ent.fragBase(&v, used, &podInfo{frag: wl}, w)
+		want := newFragStats(v.model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
 		}
@@ -381,19 +384,36 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	c.OnPodDelete(types.UID("uid-bound"))
 	check("after an informer pod delete")
 
-	// The same shapes in another order: the kept measure is reordered, not retaken.
-	_, before := e.pl.workload.snapshotGen()
+	// The same shapes in another order, then a new shape of a known GPU request (other
+	// host requests): the kept measure serves both.
+	kept := check("before the shapes change")
+	before := e.pl.workload.snapshot()
 	learn("c2", 4, ctr{name: "c", gpu: "2", cores: "100"})
-	_, after := e.pl.workload.snapshotGen()
-	if after.set != before.set || after.order == before.order {
-		t.Fatalf("generations %+v then %+v: want the same set in another order", before, after)
+	after := e.pl.workload.snapshot()
+	if after.gen != before.gen || after.shapes[0].key == before.shapes[0].key {
+		t.Fatalf("shapes %v (generation %d) then %v (%d): want the same classes, another order", before.shapes, before.gen, after.shapes, after.gen)
 	}
-	check("after the shapes' order changed")
+	if check("after the shapes' order changed") != kept {
+		t.Error("the node was measured again for the same GPU requests in another order")
+	}
+	host := makePod("host", nil, ctr{name: "c", gpu: "2", cores: "100"})
+	host.Spec.Containers[0].Resources.Requests = withHost("8", "16Gi")
+	if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), host, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if wl := e.pl.workload.snapshot(); wl.gen != after.gen || len(wl.shapes) != len(after.shapes)+1 {
+		t.Fatalf("a shape of a known GPU request: %d shapes, generation %d; want %d shapes, generation %d", len(wl.shapes), wl.gen, len(after.shapes)+1, after.gen)
+	}
+	if check("after a new shape of a known GPU request") != kept {
+		t.Error("the node was measured again for a shape of a known GPU request")
+	}
 	learn("d", 1, ctr{name: "c", gpu: "1", pct: "5", cores: "5"})
-	if _, g := e.pl.workload.snapshotGen(); g.set == after.set {
-		t.Fatalf("a new shape kept the set generation %+v", g)
+	if wl := e.pl.workload.snapshot(); wl.gen == after.gen {
+		t.Fatalf("a new GPU request kept the class generation %d", wl.gen)
 	}
-	check("after a new shape")
+	if check("after a new GPU request") == kept {
+		t.Error("the measure of the old GPU requests was kept for a new one")
+	}
 }
 
 // TestFragBaseConcurrent measures one node from many goroutines, as the parallel
@@ -405,8 +425,8 @@ func TestFragBaseConcurrent(t *testing.T) {
 	c, w := e.pl.cache, &e.pl.w
 	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
 	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
-	shapes, gen := e.pl.workload.snapshotGen()
-	p := &podInfo{fragShapes: shapes, fragGen: gen}
+	wl := e.pl.workload.snapshot()
+	p := &podInfo{frag: wl}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -421,7 +441,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 					continue
 				}
 				ent, v, used := c.entryView(e.nodes[0], nil)
-				if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+				if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, wl, w)) {
 					t.Errorf("measure of usage generation %d differs from the node's", v.usageGen)
 					return
 				}
@@ -430,7 +450,234 @@ func TestFragBaseConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	ent, v, used := c.entryView(e.nodes[0], nil)
-	if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, shapes, w)) {
+	if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
+	}
+}
+
+// The statistics kept per class give each shape exactly the fragmentation measured
+// shape by shape (the definition), before and after a container is placed on any
+// device, for shapes that share GPU requests and differ in host requests; and the
+// device pick's measure after placing is bit for bit the node-level score's.
+func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
+	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
+	m := e.pl.cache.existing("n").model
+	w := &e.pl.w
+	rng := rand.New(rand.NewSource(11))
+	var shapes []fragShape
+	for k := 0; k < 20; k++ {
+		g, pct := 1, 5+5*rng.Intn(19)
+		if k%7 == 6 {
+			g, pct = 2+rng.Intn(3), 100
+		}
+		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
+			cpuMilli: int64(1000 * (1 + rng.Intn(4))), weight: float64(1+rng.Intn(5)) / 60})
+	}
+	wl := newFragWorkload(shapes)
+	if len(wl.classes) >= len(shapes) {
+		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.classes), len(shapes))
+	}
+	// perShape is the fragmentation of the node under used, shape by shape.
+	perShape := func(used []usage) float64 {
+		var total, f float64
+		for i := range m.devices {
+			total += deviceFree(m, used, i, w)
+		}
+		for k := range shapes {
+			fit, small := 0, 0.0
+			for i := range m.devices {
+				if shapeFits(m, used, &shapes[k].fragClass, i, w) {
+					fit++
+				} else {
+					small += deviceFree(m, used, i, w)
+				}
+			}
+			if fit < shapes[k].c.GPUs {
+				f += shapes[k].weight * total
+			} else {
+				f += shapes[k].weight * small
+			}
+		}
+		return f
+	}
+	c := &api.ContainerRequest{GPUs: 1, MemoryPercent: 10, Cores: 10}
+	for trial := 0; trial < 300; trial++ {
+		used := make([]usage, len(m.devices))
+		for i := range used {
+			if rng.Intn(3) > 0 {
+				pct := int64(rng.Intn(95))
+				used[i] = usage{memMiB: m.devices[i].memoryMiB * pct / 100, cores: int(pct), tenants: 1}
+			}
+		}
+		st := newFragStats(m, used, wl, w)
+		if got, want := st.value(wl, nil), perShape(used); got != want {
+			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
+		}
+		for i := range m.devices {
+			if !fits(m, used, c, i, w.maxTenants) {
+				continue
+			}
+			after := append([]usage(nil), used...)
+			after[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
+			after[i].cores += c.Cores
+			after[i].tenants++
+			got, total := fragAfter(m, used, st, wl, c, i, w)
+			if want := perShape(after); math.Abs(got-want) > 1e-12 {
+				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
+			}
+			// Score takes the pick's figures for what placedInto and value give: they
+			// must be the same bits.
+			placed := st.placed(m, &allocation{placements: []placement{{devices: []int{i}}}, used: after}, wl, w)
+			if v := placed.value(wl, nil); got != v || total != placed.total {
+				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.total)
+			}
+		}
+	}
+}
+
+// Score takes the device pick's measure when the node's CPU and memory hold back no
+// learned shape; the score must be the one measuring the node again gives, on nodes
+// where that shortcut applies and where it does not.
+func TestFragScorePickedMatchesMeasured(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	var nodes []*v1.Node
+	var pods []*v1.Pod
+	for n := 0; n < 12; n++ {
+		name := fmt.Sprintf("n%d", n)
+		node := h100(t, name)
+		if n%3 == 0 {
+			node = hostNode(t, name, 4, fmt.Sprint(8+4*rng.Intn(8)))
+		}
+		nodes = append(nodes, node)
+		for i := 0; i < 3; i++ {
+			pct := 10 + 10*rng.Intn(8)
+			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-b%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, int64(pct)*150, pct, rng.Intn(4))))
+		}
+	}
+	e := newEnv(t, fragArgs(), nodes, pods...)
+	for k := 0; k < 30; k++ {
+		pct := fmt.Sprint(5 + 5*rng.Intn(19))
+		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(6)), "1Gi")
+		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+	}
+	fast, slow := 0, 0
+	for k := 0; k < 20; k++ {
+		pct := fmt.Sprint(5 + 5*rng.Intn(19))
+		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(4)), "1Gi")
+		ctx, cs := context.Background(), framework.NewCycleState()
+		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		var feasible []fwk.NodeInfo
+		for _, ni := range e.infos {
+			if e.pl.Filter(ctx, cs, pod, ni).IsSuccess() {
+				feasible = append(feasible, ni)
+			}
+		}
+		if st := e.pl.PreScore(ctx, cs, pod, feasible); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		s, err := getState(cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ni := range feasible {
+			e.pl.cache.existing(ni.Node().Name).withKept(s.id, func(a *allocation) {
+				kept := a.measured
+				got := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				a.measured.picked = false
+				want := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				a.measured = kept
+				if got != want {
+					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
+				}
+				cpu, mem := hostFree(ni)
+				if kept.picked && s.info.frag.maxCPUMilli <= cpu-s.info.cpuMilli && s.info.frag.maxMemBytes <= mem-s.info.memBytes {
+					fast++
+				} else {
+					slow++
+				}
+			})
+		}
+	}
+	if fast == 0 || slow == 0 {
+		t.Errorf("%d scores took the pick's measure and %d measured: the test wants both", fast, slow)
+	}
+}
+
+// The workload model keeps its shapes ordered as pods come and leave the window; every
+// snapshot must be the one sorting all counts gives (most frequent first, then by
+// key; the top shapes and the most frequent of each GPU request they miss), with the
+// same weights, and the classes and their generation must follow the shapes.
+func TestWorkloadSnapshotMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	w := newWorkloadModel(300)
+	reference := func() []fragShape {
+		var all []*shapeCount
+		for _, c := range w.counts {
+			all = append(all, c)
+		}
+		sort.Slice(all, func(i, j int) bool {
+			if all[i].n != all[j].n {
+				return all[i].n > all[j].n
+			}
+			return all[i].shape.key < all[j].shape.key
+		})
+		if len(all) > maxFragShapes {
+			seen := map[string]bool{}
+			var kept []*shapeCount
+			for i, c := range all {
+				if g := c.shape.gpuKey(); i < maxFragShapes || (!seen[g] && len(kept) < maxSnapshotShapes) {
+					kept, seen[g] = append(kept, c), true
+				}
+			}
+			all = kept
+		}
+		total := 0
+		for _, c := range all {
+			total += c.n
+		}
+		out := make([]fragShape, len(all))
+		for i, c := range all {
+			out[i] = c.shape
+			out[i].weight = float64(c.n) / float64(total)
+		}
+		return out
+	}
+	var prev *fragWorkload
+	for i := 0; i < 5000; i++ {
+		g, pct := 1, 5*(1+rng.Intn(20))
+		if rng.Intn(40) == 0 {
+			g, pct = 2+rng.Intn(7), 100
+		}
+		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, order: []int{0},
+			cpuMilli: int64(1000 * rng.Intn(20)), memBytes: int64(rng.Intn(8)) << 30}
+		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
+		w.observe(uid, shapeOf(info))
+		if rng.Intn(3) == 0 {
+			continue // several pods between snapshots
+		}
+		got, want := w.snapshot(), reference()
+		if len(got.shapes) != len(want) {
+			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.shapes), len(want))
+		}
+		for k := range want {
+			s := &got.shapes[k]
+			if s.key != want[k].key || s.weight != want[k].weight || got.terms[k].weight != s.weight ||
+				got.classes[s.class].gpu != s.gpu || int(got.terms[k].class) != s.class {
+				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.key, s.weight, s.class, want[k].key, want[k].weight)
+			}
+		}
+		if ref := newFragWorkload(want); !sameClasses(ref, got) {
+			t.Fatalf("pod %d: classes differ from the shapes'", i)
+		}
+		if prev != nil && (got.gen == prev.gen) != sameClasses(prev, got) {
+			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.gen, prev.gen, sameClasses(prev, got))
+		}
+		prev = got
 	}
 }

@@ -145,8 +145,37 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	}
 }
 
-// wholeGPU is the shape of a pod of one whole GPU, the workload-independent measure.
-var wholeGPU = []fragShape{{c: api.ContainerRequest{GPUs: 1, Cores: 100}, weight: 1}}
+// wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
+var wholeGPU = fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}
+
+// wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
+// whole GPU cannot use (newFragStats and value for that one class, without
+// allocating: the collector measures every node on every scrape). MIG instances are
+// not eligible for such pods.
+func wholeGPUFragmentation(m *nodeModel, used []usage, w *weights) (free, frag float64) {
+	fit, eligible, small, elig := 0, 0, 0.0, 0.0
+	for i := range m.devices {
+		f := deviceFree(m, used, i, w)
+		free += f
+		if !wholeGPU.eligibleAt(m, i) {
+			continue
+		}
+		eligible++
+		elig += f
+		if shapeFits(m, used, &wholeGPU, i, w) {
+			fit++
+		} else {
+			small += f
+		}
+	}
+	switch {
+	case eligible == 0:
+		return free, 0
+	case fit < wholeGPU.c.GPUs:
+		return free, elig
+	}
+	return free, small
+}
 
 func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	pls := c.plugins()
@@ -162,19 +191,21 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			seen[pl.cache] = true
 			pl.cache.stats(&cs)
 		}
-		learned := pl.workload.snapshot()
+		learned := &podInfo{frag: pl.workload.snapshot()}
 		var whole, fromWorkload, total float64
-		pl.cache.eachModel(func(m *nodeModel, used []usage) {
-			st := newFragStats(m, used, wholeGPU, &pl.w)
-			total += st.total
-			whole += st.value(wholeGPU, nil)
-			if len(learned) > 0 {
-				fromWorkload += newFragStats(m, used, learned, &pl.w).value(learned, nil)
+		pl.cache.eachView(func(e *nodeEntry, v *nodeView, used []usage) {
+			f, wf := wholeGPUFragmentation(v.model, used, &pl.w)
+			total += f
+			whole += wf
+			if !learned.frag.empty() {
+				// The node's kept measure where Filter has it (measured and kept
+				// here otherwise).
+				fromWorkload += e.fragBase(v, used, learned, &pl.w).value(learned.frag, nil)
 			}
 		})
 		free[pl.profile] += total
 		frag[key{pl.profile, "whole_gpu"}] += whole
-		if len(learned) > 0 {
+		if !learned.frag.empty() {
 			frag[key{pl.profile, "learned"}] += fromWorkload
 		}
 	}

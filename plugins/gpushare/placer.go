@@ -30,8 +30,9 @@ type placer interface {
 	deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64
 	// pickDevice chooses, for a one-GPU container, one device of cand (devices that
 	// fit it, never empty). measured, when not nil, receives what the placer
-	// measured of the node before the container, if anything: the per-node state it
-	// keeps with the allocation for its node-level score (nodeMeasure).
+	// measured of the node, if anything: the per-node state it keeps with the
+	// allocation for its node-level score (nodeMeasure); its base on entry is the
+	// cache's measure of the node under used, or nil.
 	pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int
 
 	// hostOnlyPod is what the node-level placer scores a pod without GPUs by
@@ -52,8 +53,17 @@ type placer interface {
 
 // nodeMeasure is what a GPU-level placer measured of a node while picking a device,
 // kept with the allocation so that its node-level score need not measure the node
-// again: Fragmentation's per-shape statistics; nil for the others.
-type nodeMeasure = *fragStats
+// again: Fragmentation's; zero for the others.
+type nodeMeasure struct {
+	// base is the node's statistics before the pod (fragStats), or nil.
+	base *fragStats
+	// picked is set when the placer measured the container on the device it picked:
+	// the node's fragmentation before and after, and its free GPU capacity after,
+	// with no shape held back by host resources (fragStats.value(wl, nil)): what the
+	// node-level score computes when the node's CPU and memory hold back none.
+	picked                    bool
+	before, after, afterTotal float64
+}
 
 // policies lists the placement policies in the order messages name them.
 var policies = []Policy{Binpack, Spread, Fragmentation}

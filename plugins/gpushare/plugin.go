@@ -103,7 +103,7 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
 	workload := newWorkloadModel(args.FragmentationWindow)
 	placers := newPlacers(workload)
-	return &Plugin{
+	pl := &Plugin{
 		handle: h,
 		args:   args,
 		names:  *args.ResourceNames,
@@ -120,6 +120,8 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() 
 		placers:   placers,
 		node:      placers[args.NodePolicy],
 	}
+	workload.bind(c, &pl.w)
+	return pl
 }
 
 // The profiles of one scheduler share one informer factory; they must share one
@@ -150,11 +152,13 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 		AddFunc: func(obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
 			}
 		},
 		UpdateFunc: func(_, obj any) {
 			if n, ok := obj.(*v1.Node); ok {
 				c.SetInventory(n.Name, n.Annotations[api.AnnotationInventory])
+				c.SetRequirements(n.Name, n.Annotations[api.AnnotationRequirements])
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -237,7 +241,8 @@ func (pl *Plugin) hintPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any)
 	return fwk.QueueSkip, nil
 }
 
-// hintNodeChanged queues when a node appears with an inventory or its inventory changes.
+// hintNodeChanged queues when a node appears with an inventory, its inventory
+// changes, or its agent's requirements become met.
 func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	n, ok := newObj.(*v1.Node)
 	if !ok {
@@ -247,10 +252,18 @@ func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	if !has {
 		return fwk.QueueSkip, nil
 	}
-	if old, ok := oldObj.(*v1.Node); ok && old != nil && old.Annotations[api.AnnotationInventory] == raw {
-		return fwk.QueueSkip, nil
+	req := n.Annotations[api.AnnotationRequirements]
+	old, _ := oldObj.(*v1.Node)
+	if old != nil && old.Annotations[api.AnnotationInventory] == raw {
+		if old.Annotations[api.AnnotationRequirements] == req || api.RequirementsError(req) != nil {
+			return fwk.QueueSkip, nil
+		}
+		pl.cache.SetRequirements(n.Name, req)
+		logger.V(5).Info("A node now meets Tessera's requirements", "pod", klog.KObj(pod), "node", klog.KObj(n))
+		return fwk.Queue, nil
 	}
 	pl.cache.SetInventory(n.Name, raw)
+	pl.cache.SetRequirements(n.Name, req)
 	logger.V(5).Info("A node's GPU inventory appeared or changed", "pod", klog.KObj(pod), "node", klog.KObj(n))
 	return fwk.Queue, nil
 }
@@ -261,7 +274,7 @@ type signature struct {
 	Annotations map[string]string      `json:"a,omitempty"`
 }
 
-var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology}
+var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology, api.AnnotationSharing}
 
 // SignPod lets the scheduler batch pods with identical GPU requests and selection.
 func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
@@ -320,6 +333,9 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
 	info.uuidInclude = splitList(ann[api.AnnotationUUIDInclude], false)
 	info.uuidExclude = splitList(ann[api.AnnotationUUIDExclude], false)
 	if info.topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
+		return nil, err
+	}
+	if err := parseSharing(pod, info); err != nil {
 		return nil, err
 	}
 	if v, ok := ann[api.AnnotationDevicePolicy]; ok {

@@ -106,6 +106,10 @@ func TestFilterReasons(t *testing.T) {
 	staleInv.UpdatedAt = time.Now().Add(-time.Hour)
 	malformed := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad", Annotations: map[string]string{api.AnnotationInventory: `{"version":1,"gpus":[{"index":0}]}`}}}
 	future := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "future", Annotations: map[string]string{api.AnnotationInventory: `{"version":9}`}}}
+	withRequirements := func(n *v1.Node, raw string) *v1.Node {
+		n.Annotations[api.AnnotationRequirements] = raw
+		return n
+	}
 
 	tests := []struct {
 		name string
@@ -160,6 +164,11 @@ func TestFilterReasons(t *testing.T) {
 			code: fwk.UnschedulableAndUnresolvable, want: `version 9 is not supported`},
 		{name: "stale inventory", node: makeNode(t, "old", staleInv), pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `node's GPU inventory is stale: last heartbeat 1h0m`},
+		{name: "node requirement not met", node: withRequirements(h100(t, "nonri"), "nri: no NRI socket at /var/run/nri/nri.sock"),
+			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.UnschedulableAndUnresolvable,
+			want: `node does not meet Tessera's requirements, and its node agent refuses GPU containers until it does: nri: no NRI socket at /var/run/nri/nri.sock`},
+		{name: "node requirements met", node: withRequirements(h100(t, "ok"), api.RequirementsMet),
+			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.Success},
 		{name: "stale check disabled", node: makeNode(t, "old", staleInv), args: &TesseraGPUShareArgs{InventoryStaleness: &metav1.Duration{}},
 			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.Success},
 		{name: "two containers share one GPU", node: makeNode(t, "one", pcieInventory("one", 1, "Tesla T4", t4Mem)),
@@ -513,10 +522,17 @@ func TestQueueingHints(t *testing.T) {
 		{"node added without inventory", e.pl.hintNodeChanged, nil, makeNode(t, "n", nil), fwk.QueueSkip},
 		{"inventory changed", e.pl.hintNodeChanged, t4(t, "n"), h100(t, "n"), fwk.Queue},
 		{"inventory unchanged", e.pl.hintNodeChanged, h100(t, "n"), h100(t, "n"), fwk.QueueSkip},
+		{"requirements became met", e.pl.hintNodeChanged, nil, nil, fwk.Queue},
+		{"requirements no longer met", e.pl.hintNodeChanged, nil, nil, fwk.QueueSkip},
 	}
 	// Two h100() calls give different heartbeats; make "unchanged" really unchanged.
 	same := h100(t, "n")
-	tests[len(tests)-1].old, tests[len(tests)-1].new = same, same.DeepCopy()
+	tests[5].old, tests[5].new = same, same.DeepCopy()
+	unmet, met := same.DeepCopy(), same.DeepCopy()
+	unmet.Annotations[api.AnnotationRequirements] = "cdi: the node's CDI spec could not be written"
+	met.Annotations[api.AnnotationRequirements] = api.RequirementsMet
+	tests[6].old, tests[6].new = unmet, met
+	tests[7].old, tests[7].new = met, unmet
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.fn(logger, pod, tc.old, tc.new)

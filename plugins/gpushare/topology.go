@@ -15,6 +15,10 @@ type device struct {
 	healthy   bool
 	health    string
 	mig       bool
+	// mps is set for a GPU in mps sharing mode, whose MPS server takes mpsClients
+	// containers (sharing.go).
+	mps        bool
+	mpsClients int
 	// island is the NVLink island (connected component over NVLink) of the physical
 	// GPU, or -1 when the GPU has no NVLink peer.
 	island int
@@ -28,7 +32,15 @@ type deviceHot struct {
 	island    int32
 	healthy   bool
 	mig       bool
+	// kind is the position of the node's first device of the same model, memory,
+	// health, MIG flag and sharing mode (capped at maxDeviceKind): devices of one kind with the
+	// same usage are interchangeable to Fragmentation (alikeDevices), which compared
+	// the model strings for it on every candidate.
+	kind uint16
 }
+
+// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
+const maxDeviceKind = 1<<16 - 1
 
 // nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
 type nodeModel struct {
@@ -44,6 +56,9 @@ type nodeModel struct {
 	nvlinked [][]bool
 	// healthy counts the healthy devices (PreScore reads it for every feasible node).
 	healthy int
+	// hasMPS is set when a device is in mps sharing mode (sharing.go); the hot loops
+	// read devices[i].mps only then.
+	hasMPS bool
 }
 
 // Pair affinities, from the strongest connection to the weakest. NVLink beats any PCIe
@@ -136,7 +151,9 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		m.devices = append(m.devices, device{
 			uuid: g.UUID, index: g.Index, model: g.Model, memoryMiB: g.MemoryMiB,
 			numa: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
+			mps: g.Mode() == api.SharingMPS, mpsClients: g.MPSClients,
 		})
+		m.hasMPS = m.hasMPS || g.Mode() == api.SharingMPS
 		gpuOf = append(gpuOf, i)
 	}
 	m.hot = make([]deviceHot, len(m.devices))
@@ -146,7 +163,13 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		if d.healthy {
 			m.healthy++
 		}
-		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig}
+		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig, kind: uint16(min(i, maxDeviceKind))}
+		for j := 0; j < min(i, maxDeviceKind); j++ {
+			if o := &m.devices[j]; o.model == d.model && o.memoryMiB == d.memoryMiB && o.healthy == d.healthy && o.mig == d.mig && o.mps == d.mps && o.mpsClients == d.mpsClients {
+				m.hot[i].kind = uint16(j)
+				break
+			}
+		}
 	}
 
 	// Link table between physical GPUs.

@@ -5,8 +5,8 @@ package integration
 // One API server, three phases in the same process:
 //  1. baseline: plain CPU pods for a scheduler whose only profile is default-scheduler;
 //  2. Tessera: GPU pods drawn from the Alibaba openb trace's mix (fractions, whole
-//     GPUs, multi-GPU pods) for the tessera-binpack profile of the sample config
-//     (TESSERA_B2_PROFILE names another of its profiles, e.g. tessera-fragmentation);
+//     GPUs, multi-GPU pods) for the tessera-fragmentation profile of the sample config,
+//     its default (TESSERA_B2_PROFILE names another of its profiles, e.g. tessera-binpack);
 //  3. the same with the assignment written in PreBind (assignmentWrite: PreBind), the
 //     write path before the plugin bound pods itself (TESSERA_B2_PHASE3=0 skips it).
 //
@@ -572,7 +572,7 @@ func TestB2SchedulingThroughput(t *testing.T) {
 	nodes, pods := b2Env("TESSERA_B2_NODES", 500), b2Env("TESSERA_B2_PODS", 2000)
 	rounds := b2Env("TESSERA_B2_ROUNDS", 1)
 	trace := os.Getenv("TESSERA_B2_TRACE")
-	tprof := binpack
+	tprof := "tessera-fragmentation" // the sample config's first profile, the default
 	if v := os.Getenv("TESSERA_B2_PROFILE"); v != "" {
 		tprof = v
 	}

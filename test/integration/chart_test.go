@@ -517,6 +517,56 @@ func TestChartRBAC(t *testing.T) {
 	t.Run("assignment annotation", func(t *testing.T) {
 		testAssignmentPolicy(t, parent.withT(t), schedulerConfig)
 	})
+	t.Run("CDI annotations", func(t *testing.T) {
+		testCDIAnnotationPolicy(t, parent.withT(t))
+	})
+}
+
+// TestChartRBAC's "CDI annotations" part: no one, a cluster administrator included,
+// creates or edits a pod whose cdi.k8s.io/ annotations name a Tessera CDI device (the
+// runtime would inject that GPU without limits); other CDI annotations pass.
+func testCDIAnnotationPolicy(t *testing.T, c *cluster) {
+	ns := c.ns
+	pods := c.client.CoreV1().Pods(ns)
+	named := map[string]string{"cdi.k8s.io/gpu": "vendor.example/dev=a,tessera.dev/gpu=GPU-00000000-0000-0000-0000-000000000001"}
+	denied := func(err error) bool {
+		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
+			strings.Contains(err.Error(), "the annotation cdi.k8s.io/gpu names a tessera.dev/gpu CDI device")
+	}
+	create := func(name string, ann map[string]string) error {
+		_, err := pods.Create(c.ctx, newPod(ns, name, "no-such-scheduler", ann, gpuLimits{name: "c", gpu: "1"}), metav1.CreateOptions{})
+		return err
+	}
+	probes := 0
+	var last error
+	chartWaitFor(t, c.ctx, "the CDI annotation policy to be enforced", func() bool {
+		probes++
+		name := fmt.Sprintf("cdi-probe-%d", probes)
+		if last = create(name, named); last == nil {
+			_ = pods.Delete(c.ctx, name, metav1.DeleteOptions{})
+		}
+		return denied(last)
+	})
+	if err := create("cdi-named", map[string]string{"cdi.k8s.io/x": "tessera.dev/gpu=GPU-00000000-0000-0000-0000-000000000002"}); !denied(err) && !strings.Contains(fmt.Sprint(err), "cdi.k8s.io/x names") {
+		t.Errorf("creating a pod that names a Tessera CDI device: %v", err)
+	}
+	if err := create("cdi-other", map[string]string{"cdi.k8s.io/x": "vendor.example/dev=a"}); err != nil {
+		t.Errorf("another vendor's CDI annotation was refused: %v", err)
+	}
+	if err := create("cdi-plain", nil); err != nil {
+		t.Fatalf("a plain pod was refused: %v", err)
+	}
+	body := `{"metadata":{"annotations":{"cdi.k8s.io/gpu":"tessera.dev/gpu=GPU-00000000-0000-0000-0000-000000000001"}}}`
+	if _, err := pods.Patch(c.ctx, "cdi-plain", types.MergePatchType, []byte(body), metav1.PatchOptions{}); !denied(err) {
+		t.Errorf("adding an annotation that names a Tessera CDI device: %v", err)
+	}
+	vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-node-agent-cdi-annotations", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+		t.Errorf("the CDI annotation policy does not type-check: %+v", tc.ExpressionWarnings)
+	}
 }
 
 // TestChartRBAC's "assignment annotation" part: a tenant who can create, edit and even
@@ -800,17 +850,17 @@ func TestChartSchedulerName(t *testing.T) {
 
 	install()
 	chartWaitFor(t, c.ctx, "the scheduler-name policy to be applied", func() bool {
-		return admitted(pod("", nil, container{limits: gpu})) == "tessera-binpack"
+		return admitted(pod("", nil, container{limits: gpu})) == "tessera-fragmentation"
 	})
 	for _, tc := range []struct {
 		name string
 		pod  *v1.Pod
 		want string
 	}{
-		{"GPU pod naming no scheduler", pod("", nil, container{limits: gpu}), "tessera-binpack"},
-		{"GPU pod naming the default scheduler", pod("default-scheduler", nil, container{limits: gpu}), "tessera-binpack"},
-		{"memory percent only, in a second container", pod("", nil, container{limits: cpu}, container{limits: v1.ResourceList{"tessera.dev/gpu-memory-percent": q("50")}}), "tessera-binpack"},
-		{"GPU init container", pod("", nil, container{init: true, limits: gpu}, container{limits: cpu}), "tessera-binpack"},
+		{"GPU pod naming no scheduler", pod("", nil, container{limits: gpu}), "tessera-fragmentation"},
+		{"GPU pod naming the default scheduler", pod("default-scheduler", nil, container{limits: gpu}), "tessera-fragmentation"},
+		{"memory percent only, in a second container", pod("", nil, container{limits: cpu}, container{limits: v1.ResourceList{"tessera.dev/gpu-memory-percent": q("50")}}), "tessera-fragmentation"},
+		{"GPU init container", pod("", nil, container{init: true, limits: gpu}, container{limits: cpu}), "tessera-fragmentation"},
 		{"GPU pod naming another Tessera profile", pod("tessera-spread", nil, container{limits: gpu}), "tessera-spread"},
 		{"GPU pod naming another scheduler", pod("volcano", nil, container{limits: gpu}), "volcano"},
 		{"GPU pod that opts out", pod("", map[string]string{"tessera.dev/keep-scheduler-name": "true"}, container{limits: gpu}), "default-scheduler"},
@@ -826,10 +876,10 @@ func TestChartSchedulerName(t *testing.T) {
 	// resource names.
 	install("resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
 		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores",
-		"scheduler.setSchedulerName.schedulerName=tessera-fragmentation")
+		"scheduler.setSchedulerName.schedulerName=tessera-binpack")
 	hami := v1.ResourceList{"nvidia.com/gpu": q("1"), "nvidia.com/gpumem": q("4096")}
 	chartWaitFor(t, c.ctx, "the policy with HAMi names to be applied", func() bool {
-		return admitted(pod("", nil, container{limits: hami})) == "tessera-fragmentation"
+		return admitted(pod("", nil, container{limits: hami})) == "tessera-binpack"
 	})
 	if got := admitted(pod("", nil, container{limits: gpu})); got != "default-scheduler" {
 		t.Errorf("a tessera.dev pod under HAMi names: schedulerName %q, want default-scheduler", got)

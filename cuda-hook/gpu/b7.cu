@@ -1,0 +1,131 @@
+// One tenant of the co-located throughput benchmark (B7).
+//
+//   b7 mm <seconds> <start>      bf16 8192x8192 matmuls (cuBLAS) back to back;
+//                                prints matmuls per second
+//   b7 launch <seconds> <start>  a launch-bound loop: small element-wise kernels,
+//                                a stream synchronisation every 32 (a training
+//                                step's shape); prints kernels per second
+//
+// <start> is a CLOCK_REALTIME second at which to begin measuring (0: at once), so
+// that tenants started together measure the same window after their set-up.
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#ifndef NO_CUBLAS
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#endif
+
+#define CK(x)                                                                    \
+	do {                                                                     \
+		cudaError_t e_ = (x);                                            \
+		if (e_ != cudaSuccess) {                                         \
+			fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
+			exit(1);                                                 \
+		}                                                                \
+	} while (0)
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__global__ void axpy(float *y, const float *x, int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		y[i] = 0.999f * y[i] + 1e-3f * x[i];
+}
+
+#ifdef NO_CUBLAS
+// Without cuBLAS: a compute-bound kernel of fixed arithmetic stands in for a matmul.
+__global__ void fma_work(float *out, int iters)
+{
+	float a = threadIdx.x * 1e-3f, b = 1.0001f;
+	for (int i = 0; i < iters; i++)
+		a = fmaf(a, b, 1e-7f);
+	if (a == 12345.f)
+		out[0] = a;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	if (argc != 4 || (strcmp(argv[1], "mm") && strcmp(argv[1], "launch"))) {
+		fprintf(stderr, "usage: b7 <mm|launch> <seconds> <start-epoch>\n");
+		return 2;
+	}
+	int mm = strcmp(argv[1], "mm") == 0;
+	double seconds = atof(argv[2]), start = atof(argv[3]);
+	cudaStream_t s;
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	long done = 0;
+	double t0, t1;
+	if (mm) {
+#ifndef NO_CUBLAS
+		const int n = 8192;
+		__nv_bfloat16 *a, *b, *c;
+		CK(cudaMalloc(&a, (size_t)n * n * 2));
+		CK(cudaMalloc(&b, (size_t)n * n * 2));
+		CK(cudaMalloc(&c, (size_t)n * n * 2));
+		CK(cudaMemsetAsync(a, 0, (size_t)n * n * 2, s));
+		CK(cudaMemsetAsync(b, 0, (size_t)n * n * 2, s));
+		cublasHandle_t h;
+		if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) {
+			fprintf(stderr, "cublas init failed\n");
+			return 1;
+		}
+		float one = 1, zero = 0;
+#define STEP()                                                                                              \
+	cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c, \
+		     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+#else
+		float *o;
+		CK(cudaMalloc(&o, 4));
+#define STEP() fma_work<<<1024, 256, 0, s>>>(o, 1 << 16)
+#endif
+		for (int i = 0; i < 3; i++)
+			STEP();
+		CK(cudaStreamSynchronize(s));
+		while (start > 0 && now() < start)
+			usleep(1000);
+		t0 = now();
+		for (;;) {
+			for (int i = 0; i < 4; i++)
+				STEP();
+			CK(cudaStreamSynchronize(s));
+			done += 4;
+			if ((t1 = now()) - t0 >= seconds)
+				break;
+		}
+	} else {
+		const int n = 1 << 16;
+		float *x, *y;
+		CK(cudaMalloc(&x, n * 4));
+		CK(cudaMalloc(&y, n * 4));
+		CK(cudaMemsetAsync(x, 0, n * 4, s));
+		CK(cudaMemsetAsync(y, 0, n * 4, s));
+		for (int i = 0; i < 32; i++)
+			axpy<<<n / 256, 256, 0, s>>>(y, x, n);
+		CK(cudaStreamSynchronize(s));
+		while (start > 0 && now() < start)
+			usleep(1000);
+		t0 = now();
+		for (;;) {
+			for (int i = 0; i < 32; i++)
+				axpy<<<n / 256, 256, 0, s>>>(y, x, n);
+			CK(cudaStreamSynchronize(s));
+			done += 32;
+			if ((t1 = now()) - t0 >= seconds)
+				break;
+		}
+	}
+	CK(cudaGetLastError());
+	printf("mode=%s n=%ld seconds=%.3f rate=%.1f\n", argv[1], done, t1 - t0, done / (t1 - t0));
+	return 0;
+}

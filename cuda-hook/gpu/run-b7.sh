@@ -1,0 +1,91 @@
+#!/bin/bash
+# B7, co-located throughput on a real GPU (make bench-b7): two to four tenants run
+# together on one GPU with no limits, with the CUDA hook's pacing (gpu-cores as
+# cores, non-overlapping phases, as the node agent places them) and under MPS (one
+# MPS control daemon for the GPU, gpu-cores as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, the
+# hook enforcing memory only, as Tessera binds an MPS container). Each tenant's share
+# is its rate over the solo rate of one unhooked process of its kind, measured in the
+# same run; the aggregate is the sum of the shares. Results: $OUT (or build/gpu)/b7.txt.
+. "$(dirname "$0")/common.sh" "$1"
+LOG=$RES/b7.txt
+: >"$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+D=${B7_SECONDS:-2}
+CUDA_LIB=$(dirname "$(command -v nvcc)")/../lib64
+[ "$G/b7" -nt "$HERE/gpu/b7.cu" ] || nvcc -O2 -arch=sm_90 "$HERE/gpu/b7.cu" -o "$G/b7" -lcublas -Xlinker -rpath,"$CUDA_LIB" 2>"$G/b7.build" ||
+	{ say "no cuBLAS: the mm tenant is a compute-bound FMA kernel"; nvcc -O2 -arch=sm_90 -DNO_CUBLAS "$HERE/gpu/b7.cu" -o "$G/b7"; } ||
+	{ say "building b7 failed"; cat "$G/b7.build"; exit 1; }
+"$G/b7" launch 0.2 0 >/dev/null 2>&1 || { say "the cuBLAS build does not run: the mm tenant is a compute-bound FMA kernel"; nvcc -O2 -arch=sm_90 -DNO_CUBLAS "$HERE/gpu/b7.cu" -o "$G/b7"; }
+[ -n "${B7_BUILD_ONLY:-}" ] && exit 0
+MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
+PATH=$(dirname "$MPSCTL"):$PATH
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
+say "B7 machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); ${D}s windows"
+
+declare -A SOLO
+SOLO[mm]=$("$G/b7" mm "$D" 0 | field rate)
+SOLO[launch]=$("$G/b7" launch "$D" 0 | field rate)
+say "B7 solo rates (one unhooked process): mm ${SOLO[mm]}/s launch ${SOLO[launch]}/s"
+
+MPS=$G/mps
+mkdir -p "$MPS/pipe" "$MPS/log"
+mps_env() { echo "CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log"; }
+env $(mps_env) "$MPSCTL" -d || { say "MPS control daemon did not start"; exit 1; }
+
+# mix <mode> <kind:share>...: the tenants start together and measure one window.
+mix() {
+	local mode=$1 i=0 phase=0 pids=() names=() shares=() total=0 start
+	shift
+	start=$(awk -v t="$(date +%s.%N)" 'BEGIN{printf "%.3f", t + 1.5}')
+	for t in "$@"; do
+		local kind=${t%%:*} share=${t##*:}
+		case $mode in
+		none) "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 & ;;
+		hook)
+			limits "$G/l$i" 20000 "$share" "$phase" "/b7/$i"
+			hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
+			;;
+		mps)
+			limits "$G/l$i" 20000 0 0 "/b7/$i"
+			CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$share \
+				hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
+			;;
+		esac
+		pids+=($!)
+		names+=("$kind")
+		phase=$((phase + share))
+		i=$((i + 1))
+	done
+	wait "${pids[@]}"
+	local out=""
+	for ((j = 0; j < i; j++)); do
+		local r
+		r=$(field rate <"$G/t$j.out")
+		if [ -z "$r" ]; then
+			say "B7 mode=$mode mix=$(
+				IFS=+
+				echo "$*"
+			) tenant $j FAILED: $(tail -2 "$G/t$j.out" | tr '\n' ' ')"
+			return
+		fi
+		local s
+		s=$(awk -v r="$r" -v b="${SOLO[${names[$j]}]}" 'BEGIN{printf "%.1f", 100*r/b}')
+		out="$out${out:+ }$s"
+		total=$(awk -v a="$total" -v s="$s" 'BEGIN{printf "%.1f", a+s}')
+	done
+	say "B7 mode=$mode mix=$(
+		IFS=+
+		echo "$*"
+	) shares=${out// /,} aggregate=$total"
+}
+
+# B7_MIXES overrides the mixes: "mm:30 mm:70;mm:50 launch:50".
+MIXES=("mm:30 mm:70" "mm:50 launch:50" "mm:25 mm:25 launch:25 launch:25" "mm:25 mm:25 mm:25 mm:25")
+[ -n "${B7_MIXES:-}" ] && IFS=';' read -ra MIXES <<<"$B7_MIXES"
+for m in "${MIXES[@]}"; do
+	for mode in none hook mps; do
+		# shellcheck disable=SC2086
+		mix $mode $m
+	done
+done
+echo quit | env $(mps_env) "$MPSCTL"

@@ -1,0 +1,390 @@
+package mps
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type harness struct {
+	t      *testing.T
+	s      *Supervisor
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	events []Event
+}
+
+func start(t *testing.T, gpus ...string) *harness {
+	t.Helper()
+	h := &harness{t: t, done: make(chan struct{})}
+	s, err := New(Config{
+		Control: os.Args[0], Root: t.TempDir(), GPUs: gpus, Env: []string{fakeEnv + "=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Log: testr.New(t),
+		OnEvent: func(e Event) {
+			h.mu.Lock()
+			h.events = append(h.events, e)
+			h.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.s = s
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { _ = s.Run(ctx); close(h.done) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case <-h.done:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("supervisor did not stop")
+	}
+}
+
+func (h *harness) status(gpu string) Status {
+	for _, st := range h.s.Status() {
+		if st.GPU == gpu {
+			return st
+		}
+	}
+	h.t.Fatalf("no status for %s", gpu)
+	return Status{}
+}
+
+func (h *harness) eventsOf(kind EventKind) []Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Event
+	for _, e := range h.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// running is alive, not counting a zombie that no one has reaped yet.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func (h *harness) touch(gpu, name, content string) {
+	if err := os.WriteFile(filepath.Join(h.s.PipeDir(gpu), name), []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestStartsOneDaemonPerGPUAndQuitsOnStop(t *testing.T) {
+	h := start(t, "GPU-a", "GPU-b")
+	var pids []int
+	for _, g := range []string{"GPU-a", "GPU-b"} {
+		waitFor(t, g+" up", func() bool { return h.status(g).Up })
+		st := h.status(g)
+		if st.Adopted || !alive(st.PID) {
+			t.Fatalf("%s: %+v", g, st)
+		}
+		if fi, err := os.Stat(st.PipeDir); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("pipe directory %s: %v %v", st.PipeDir, fi, err)
+		}
+		pids = append(pids, st.PID)
+	}
+	if pids[0] == pids[1] {
+		t.Fatal("both GPUs share one daemon")
+	}
+	if !h.s.Serves("GPU-a") || h.s.Serves("GPU-c") {
+		t.Error("Serves")
+	}
+	h.stop()
+	for i, p := range pids {
+		if alive(p) {
+			t.Errorf("daemon %d still runs after stop", p)
+		}
+		g := []string{"GPU-a", "GPU-b"}[i]
+		if _, err := os.Stat(filepath.Join(h.s.PipeDir(g), PidFile)); !os.IsNotExist(err) {
+			t.Errorf("%s: the daemon did not quit cleanly (pid file left): %v", g, err)
+		}
+		if log, _ := os.ReadFile(filepath.Join(h.s.LogDir(g), "control.log")); !strings.Contains(string(log), "quit") {
+			t.Errorf("%s: daemon was not sent quit: %q", g, log)
+		}
+	}
+	if n := len(h.eventsOf(DaemonFailed)); n != 0 {
+		t.Errorf("%d failure events for a clean run", n)
+	}
+}
+
+func TestServerLostWithClientsIsReportedAndRecovered(t *testing.T) {
+	h := start(t, "GPU-a")
+	waitFor(t, "up", func() bool { return h.status("GPU-a").Up })
+	h.touch("GPU-a", "fake-clients", "4242\n4343\n")
+	var server int
+	waitFor(t, "a server with clients", func() bool {
+		for p, c := range h.status("GPU-a").Servers {
+			if len(c) == 2 {
+				server = p
+				return true
+			}
+		}
+		return false
+	})
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "ServerLost", func() bool { return len(h.eventsOf(ServerLost)) == 1 })
+	e := h.eventsOf(ServerLost)[0]
+	if e.ServerPID != server || len(e.Clients) != 2 || e.Clients[0] != 4242 || !strings.Contains(e.Message, "lost their CUDA contexts") {
+		t.Errorf("event %+v", e)
+	}
+	// The daemon starts a new server for the waiting clients; the daemon itself was
+	// never restarted.
+	pid := h.status("GPU-a").PID
+	waitFor(t, "a new server", func() bool {
+		for p := range h.status("GPU-a").Servers {
+			if p != server {
+				return true
+			}
+		}
+		return false
+	})
+	if st := h.status("GPU-a"); st.PID != pid || st.Restarts != 0 || st.ServerFailures != 1 {
+		t.Errorf("status %+v", st)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h.s)
+	if n, err := testutil.GatherAndCount(reg, "tessera_mps_server_failures_total"); err != nil || n != 1 {
+		t.Errorf("metric: %d %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP tessera_mps_server_failures_total MPS servers on the GPU that exited while they had clients.
+# TYPE tessera_mps_server_failures_total counter
+tessera_mps_server_failures_total{UUID="GPU-a"} 1
+`), "tessera_mps_server_failures_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestIdleServerExitIsNoFailure(t *testing.T) {
+	h := start(t, "GPU-a")
+	waitFor(t, "up", func() bool { return h.status("GPU-a").Up })
+	// A server with no clients (say, shut down by the daemon to switch users) going
+	// away is normal.
+	h.touch("GPU-a", "fake-clients", "\n \n")
+	h.touch("GPU-a", "fake-clients", "1\n")
+	var server int
+	waitFor(t, "a server", func() bool {
+		for p := range h.status("GPU-a").Servers {
+			server = p
+			return true
+		}
+		return false
+	})
+	h.touch("GPU-a", "fake-clients", "")
+	waitFor(t, "no clients seen", func() bool { c, ok := h.status("GPU-a").Servers[server]; return ok && len(c) == 0 })
+	_ = syscall.Kill(server, syscall.SIGKILL)
+	waitFor(t, "server gone", func() bool { return len(h.status("GPU-a").Servers) == 0 })
+	time.Sleep(100 * time.Millisecond)
+	if n := len(h.eventsOf(ServerLost)); n != 0 {
+		t.Errorf("%d ServerLost events for a server without clients", n)
+	}
+}
+
+func TestCrashedDaemonIsRestarted(t *testing.T) {
+	h := start(t, "GPU-a")
+	waitFor(t, "up", func() bool { return h.status("GPU-a").Up })
+	first := h.status("GPU-a").PID
+	h.touch("GPU-a", "fake-clients", "4242\n")
+	var server int
+	waitFor(t, "a server", func() bool {
+		for p := range h.status("GPU-a").Servers {
+			server = p
+			return true
+		}
+		return false
+	})
+	h.touch("GPU-a", "fake-crash", "")
+	waitFor(t, "failure event", func() bool { return len(h.eventsOf(DaemonFailed)) >= 1 })
+	if e := h.eventsOf(DaemonFailed)[0]; !strings.Contains(e.Message, "exit status 3") && !strings.Contains(e.Message, "is gone") {
+		t.Errorf("failure event: %+v", e)
+	}
+	// The restart clears the dead daemon's files (its stale pid file and the crash
+	// marker with them) before starting a new one.
+	waitFor(t, "recovered", func() bool { return len(h.eventsOf(Recovered)) == 1 && h.status("GPU-a").Up })
+	if st := h.status("GPU-a"); st.PID == first || !alive(st.PID) || st.Adopted {
+		t.Errorf("status after restart: %+v (first pid %d)", st, first)
+	}
+	// The dead daemon's server was not left holding the GPU, and its loss was told
+	// by the daemon's failure alone.
+	waitFor(t, "the orphaned server gone", func() bool { return !running(server) })
+	if n := len(h.eventsOf(ServerLost)); n != 0 {
+		t.Errorf("%d ServerLost events beside the daemon's failure", n)
+	}
+}
+
+func TestUnresponsiveDaemonIsKilledAndRestarted(t *testing.T) {
+	h := start(t, "GPU-a")
+	waitFor(t, "up", func() bool { return h.status("GPU-a").Up })
+	first := h.status("GPU-a").PID
+	h.touch("GPU-a", "fake-hang", "")
+	waitFor(t, "failure event", func() bool { return len(h.eventsOf(DaemonFailed)) >= 1 })
+	if e := h.eventsOf(DaemonFailed)[0]; !strings.Contains(e.Message, "stopped answering") {
+		t.Errorf("failure event: %+v", e)
+	}
+	waitFor(t, "old daemon killed", func() bool { return !alive(first) })
+	os.Remove(filepath.Join(h.s.PipeDir("GPU-a"), "fake-hang"))
+	waitFor(t, "recovered", func() bool { return h.status("GPU-a").Up && len(h.eventsOf(Recovered)) == 1 })
+}
+
+func TestAdoptsARunningDaemon(t *testing.T) {
+	root := t.TempDir()
+	pipe := filepath.Join(root, "GPU-a", "pipe")
+	logDir := filepath.Join(root, "GPU-a", "log")
+	for _, d := range []string{pipe, logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A daemon left by an earlier agent process.
+	cmd := exec.Command(os.Args[0], "-f")
+	cmd.Env = append(os.Environ(), fakeEnv+"=1", "CUDA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
+
+	s, err := New(Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	waitFor(t, "adopted", func() bool { st := s.Status()[0]; return st.Up && st.Adopted })
+	if st := s.Status()[0]; st.PID != cmd.Process.Pid {
+		t.Errorf("adopted pid %d, the running daemon is %d", st.PID, cmd.Process.Pid)
+	}
+	cancel()
+	<-done
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Error("the adopted daemon was not stopped")
+	}
+}
+
+func TestMissingControlProgram(t *testing.T) {
+	var mu sync.Mutex
+	var events []Event
+	s, err := New(Config{Control: "/nonexistent/nvidia-cuda-mps-control", Root: t.TempDir(), GPUs: []string{"GPU-a"},
+		Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Log: testr.New(t), OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = s.Run(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 2 || events[0].Kind != DaemonFailed || !strings.Contains(events[0].Message, "could not start") {
+		t.Errorf("events %+v", events)
+	}
+	if st := s.Status()[0]; st.Up || st.Restarts < 2 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	for _, c := range []Config{
+		{Control: "relative/control", GPUs: []string{"GPU-a"}},
+		{Root: "relative", GPUs: []string{"GPU-a"}},
+		{GPUs: []string{"GPU-a", "GPU-a"}},
+		{GPUs: []string{"../x"}},
+		{GPUs: []string{""}},
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%+v) accepted", c)
+		}
+	}
+}
+
+func TestPids(t *testing.T) {
+	if p, err := pids("12\n 34 \n\n"); err != nil || len(p) != 2 || p[1] != 34 {
+		t.Errorf("pids = %v, %v", p, err)
+	}
+	for _, bad := range []string{"Server 12 not found\n", "-3\n", "0\n"} {
+		if _, err := pids(bad); err == nil {
+			t.Errorf("pids(%q) accepted", bad)
+		}
+	}
+}
+
+func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a mount namespace needs root")
+	}
+	root := t.TempDir()
+	s, err := New(Config{Control: os.Args[0], Helper: os.Args[0], Root: root, GPUs: []string{"GPU-a"},
+		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "up", func() bool { return s.Status()[0].Up })
+	pid := s.Status()[0].PID
+	mark := "tessera-fake-mps-" + strconv.Itoa(pid)
+	if _, err := os.Stat(filepath.Join(s.ShmDir("GPU-a"), mark)); err != nil {
+		t.Errorf("the daemon's /dev/shm is not the GPU's shm directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/dev/shm", mark)); err == nil {
+		t.Error("the daemon wrote into the host's /dev/shm")
+	}
+	if fi, err := os.Stat(s.ShmDir("GPU-a")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("shm directory mode: %v %v", fi.Mode(), err)
+	}
+}

@@ -1,0 +1,79 @@
+package gpushare
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// The fit index gives, for every device state, exactly the classes that shapeFits
+// accepts one by one: over MIG and unhealthy devices, GPUs of several sizes, model
+// selections, requests by percent, MiB and whole memory, with and without cores, and
+// the tenant limit.
+func TestFitIndexMatchesShapeFits(t *testing.T) {
+	m := &nodeModel{
+		devices: []device{
+			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
+			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
+			{model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", memoryMiB: 40192, healthy: true, mig: true},
+			{model: "Tesla T4", memoryMiB: 15360, healthy: true},
+			{model: "Tesla T4", memoryMiB: 15360, healthy: false},
+			{model: "NVIDIA A100-SXM4-40GB", memoryMiB: 40960, healthy: true},
+		},
+	}
+	for _, d := range m.devices {
+		m.hot = append(m.hot, deviceHot{memoryMiB: d.memoryMiB, healthy: d.healthy, mig: d.mig})
+	}
+	rng := rand.New(rand.NewSource(5))
+	selections := [][2][]string{{}, {{"h100"}, nil}, {{"mig 3g"}, nil}, {nil, {"t4"}}, {{"a100", "t4"}, {"mig"}}}
+	var classes []fragClass
+	for k := 0; k < 40; k++ {
+		c := api.ContainerRequest{GPUs: 1 + rng.Intn(2)}
+		switch rng.Intn(4) {
+		case 0:
+			c.MemoryPercent = 1 + rng.Intn(100)
+		case 1:
+			c.MemoryMiB = int64(1 + rng.Intn(50000))
+		case 2: // whole memory
+		}
+		if rng.Intn(4) > 0 {
+			c.Cores = 1 + rng.Intn(100)
+		}
+		sel := selections[0]
+		if rng.Intn(5) == 0 {
+			sel = selections[1+rng.Intn(len(selections)-1)]
+		}
+		classes = append(classes, fragClass{c: c, modelInclude: sel[0], modelExclude: sel[1], gpu: fmt.Sprint(k)})
+	}
+	x := newFitIndexes(classes)
+	w := &weights{memory: 1, cores: 1, maxTenants: 4}
+	for trial := 0; trial < 2000; trial++ {
+		used := make([]usage, len(m.devices))
+		for i := range used {
+			switch rng.Intn(4) {
+			case 0: // free
+			case 1:
+				used[i] = usage{memMiB: m.devices[i].memoryMiB, cores: 100, tenants: 1}
+			default:
+				used[i] = usage{memMiB: rng.Int63n(m.devices[i].memoryMiB + 1), cores: rng.Intn(101), tenants: rng.Intn(5)}
+			}
+		}
+		for i := range m.devices {
+			got := x.fitMask(m, used, i, w)
+			for k := range classes {
+				if want := shapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
+					t.Fatalf("trial %d, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
+						trial, i, m.devices[i].model, used[i], classes[k], !want, want)
+				}
+			}
+		}
+	}
+	if n := len(*x.bySize.Load()); n != 4 {
+		t.Errorf("%d memory sizes indexed, want the 4 of the node", n)
+	}
+	if newFitIndexes(make([]fragClass, 65)) != nil {
+		t.Error("an index over 65 classes: fit masks hold 64")
+	}
+}

@@ -1,0 +1,65 @@
+package gpushare
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// A GPU's sharing mode (api.Sharing) is what its node agent publishes; a pod's is its
+// tessera.dev/gpu-sharing annotation. A pod is placed only on GPUs of its own mode, so
+// MPS clients and time-sliced tenants never share a GPU (podInfo.eligible and
+// eligibleAt), and an MPS GPU takes no more containers than its MPS server's client
+// limit (fits). The node agent checks both again when it binds the container.
+
+// parseSharing reads the pod's sharing mode into info.
+func parseSharing(pod *v1.Pod, info *podInfo) error {
+	mode, err := api.PodSharing(pod)
+	if err != nil {
+		return err
+	}
+	if mode == api.SharingMPS {
+		if err := api.CheckMPSRequest(info.req); err != nil {
+			return err
+		}
+		info.mps = true
+	}
+	return nil
+}
+
+// modeMatches reports whether device i is in the pod's sharing mode. Nodes without
+// MPS GPUs answer from the pod alone, without reading the device.
+func modeMatches(m *nodeModel, p *podInfo, i int) bool {
+	if !m.hasMPS {
+		return !p.mps
+	}
+	return m.devices[i].mps == p.mps
+}
+
+// mpsRoom reports whether device i has a client slot left: always for a
+// time-sliced device (whose tenants the profile's maxTenantsPerGPU bounds).
+func mpsRoom(m *nodeModel, u *usage, i int) bool {
+	return !m.devices[i].mps || u.tenants < m.devices[i].mpsClients
+}
+
+// sharingMiss explains a node none of whose GPUs matched the pod when some would
+// have but for their sharing mode; "" otherwise.
+func sharingMiss(m *nodeModel, p *podInfo) string {
+	other := podInfo{modelInclude: p.modelInclude, modelExclude: p.modelExclude, uuidInclude: p.uuidInclude, uuidExclude: p.uuidExclude, mps: !p.mps}
+	for i := range m.devices {
+		if other.eligible(&m.devices[i]) {
+			if p.mps {
+				return fmt.Sprintf("node has no GPU in mps sharing mode (the pod's %s is mps); see the node agent's --mps-gpus", api.AnnotationSharing)
+			}
+			return fmt.Sprintf("node's GPUs are in mps sharing mode; only pods with %s: mps are placed on them", api.AnnotationSharing)
+		}
+	}
+	return ""
+}
+
+// mpsTenantsReason is the reason a node's MPS GPUs are full of clients.
+func mpsTenantsReason(c *api.ContainerRequest) string {
+	return fmt.Sprintf("node(s) had no MPS GPU with a client slot left for container %q", c.Name)
+}
