@@ -69,6 +69,14 @@ static int rejected[2];                 /* samples set aside in a row (under ev_
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
 
+/* What pacing did in this process, for the debug log at exit (all on slow paths). */
+static struct {
+	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
+	_Atomic int64_t waits, wait_syncs, holds, held_ns;
+	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, envelope_ns;
+} pstat;
+#define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
+
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
  * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
 #define NCTX 4
@@ -179,11 +187,19 @@ static void settle_sample(void)
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
 	/* A sample far above the estimate most likely waited for another context's
 	 * time slice between its events; three in a row mean the work changed. */
-	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 4 * e && rejected[smp.cls] < 3) {
+	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
 		rejected[smp.cls]++;
+		PSTAT_ADD(set_aside, 1);
 		return;
 	}
 	rejected[smp.cls] = 0;
+	PSTAT_ADD(samples[smp.cls], 1);
+	if (smp.host_gap_ns > 0) {
+		PSTAT_ADD(idle[smp.cls], 1);
+		PSTAT_ADD(idle_ns[smp.cls], ns);
+	} else {
+		PSTAT_ADD(busy_ns[smp.cls], ns);
+	}
 	int64_t n = atomic_fetch_add(&est_samples[smp.cls], 1) + 1;
 	if (n > EST_WINDOW)
 		n = EST_WINDOW;
@@ -222,8 +238,10 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 	 * sample is waited for, so that a program cannot queue far ahead uncharged; so is
 	 * one queued behind more work than a period or two. */
 	if (atomic_load(&smp.state) == SAMPLE_FLYING && smp.c->gen == smp.gen && smp.c->ctx != NULL &&
-	    (cost == 0 || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS))
+	    (cost == 0 || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS)) {
+		PSTAT_ADD(wait_syncs, 1);
 		REAL(cuEventSynchronize)(smp.c->ev[1]);
+	}
 	settle_sample();
 	if (atomic_load(&smp.state) == SAMPLE_FREE) {
 		struct ctx_events *c = events_current();
@@ -266,11 +284,6 @@ void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult 
 	int64_t now = tessera_now_ns();
 	smp.host_gap_ns = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS ? now - t->t_start_ns : 0;
 	smp.launched_ns = now;
-	if (atomic_load_explicit(&t->p->burst_stream_tag, memory_order_relaxed) != 0) {
-		atomic_fetch_add_explicit(&t->p->burst_samples, 1, memory_order_relaxed);
-		if (smp.host_gap_ns > 0 && !t->burst_first)
-			atomic_store_explicit(&t->p->burst_idle, 1, memory_order_relaxed);
-	}
 	atomic_store(&smp.state, SAMPLE_FLYING);
 }
 
@@ -300,11 +313,41 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&est_samples[1], 0);
 	rejected[0] = rejected[1] = 0;
 	atomic_store(&charged_ns, 0);
+	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
+		p->nratios = 0;
 		atomic_store(&p->burst_stream_tag, 0);
 	}
+}
+
+/* What pacing did, in the debug log when the process ends: where a program's time
+ * went (holds), what its launches were measured at (samples that found the stream
+ * idle against those queued behind other work) and what bursts owed or gave back. */
+__attribute__((destructor)) static void pacing_summary(void)
+{
+	if (!tessera.pacing_any)
+		return;
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t n = atomic_load(&pstat.samples[cls]), idle = atomic_load(&pstat.idle[cls]);
+		if (n == 0)
+			continue;
+		tessera_log(TESSERA_LOG_DEBUG,
+			    "pacing summary class=%d estimate_ns=%lld samples=%lld idle=%lld idle_mean_ns=%lld busy_mean_ns=%lld",
+			    cls, (long long)atomic_load(&est_ns[cls]), (long long)n, (long long)idle,
+			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
+			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
+	}
+	tessera_log(TESSERA_LOG_DEBUG,
+		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
+		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld not_owed_ns=%lld",
+		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
+		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
+		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
+		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
+		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
+		    (long long)atomic_load(&pstat.envelope_ns));
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -403,9 +446,6 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* Set by begin_burst for the launch that began a burst. */
-static __thread int began_burst TLS_IE;
-
 /* A burst begins (caller holds s->mu): event S before its first launch. */
 static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int64_t charged0, int64_t all0)
 {
@@ -420,10 +460,10 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, i
 		p->burst_ctx_gen = c->gen;
 		p->burst_stream = stream;
 		atomic_store(&p->other_stream, 0);
-		atomic_store(&p->burst_samples, 0);
-		atomic_store(&p->burst_idle, 0);
-		began_burst = 1;
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
+		/* The container waited for this refill with nothing of this burst's stream
+		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
+		p->lag_s_ns = 0;
 		p->burst_t0_ns = now;
 		p->burst_charged0 = charged0;
 		p->burst_all0 = all0;
@@ -446,10 +486,11 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 		p->f_host_ns = now - p->burst_t0_ns;
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
-		p->f_samples = atomic_exchange(&p->burst_samples, 0);
-		p->f_idle = atomic_exchange(&p->burst_idle, 0);
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
+		p->f_lag_s_ns = p->lag_s_ns;
 		if (chain) {
+			/* Known once this burst's F is read (settle_burst). */
+			p->lag_s_ns = -1;
 			p->burst_stream = stream;
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
@@ -466,13 +507,46 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 	pthread_mutex_unlock(&ev_mu);
 }
 
+/* The median of n (at most TESSERA_BURST_RATIOS) ratios plus twice their median
+ * absolute deviation plus 0.02: above it, a burst stands out of the others. */
+static double ratios_median_cap(const double *v, int n)
+{
+	double a[TESSERA_BURST_RATIOS], d[TESSERA_BURST_RATIOS];
+	for (int i = 0; i < n; i++)
+		a[i] = v[i];
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && a[j - 1] > a[j]; j--) {
+			double t = a[j];
+			a[j] = a[j - 1];
+			a[j - 1] = t;
+		}
+	double med = n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2;
+	for (int i = 0; i < n; i++)
+		d[i] = a[i] > med ? a[i] - med : med - a[i];
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
+			double t = d[j];
+			d[j] = d[j - 1];
+			d[j - 1] = t;
+		}
+	double mad = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+	return med + 2 * mad + 0.02;
+}
+
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
  * is set (the container waited for a refill: a burst the GPU still runs then has
- * overrun its allowance). When the GPU ran the burst back to back and nothing else of
- * the container ran with it, its elapsed time is its GPU time, and the difference
- * from its charge is owed or given back. The GPU ran it back to back when the host
- * issued it in less than half the time the GPU took to run it, or when no launch
- * sample of the burst found the stream idle (after its first launch). */
+ * overrun its allowance).
+ *
+ * A burst's elapsed time e (S to F on its stream) bounds from above the GPU time its
+ * launches took: when it is below their charge, they were charged too much, and the
+ * difference is given back. It equals their GPU time only when the GPU ran them back
+ * to back, with work of the burst always queued: then what e runs over the charge is
+ * owed. The test for back to back is the queue's lag behind the host at F (how long
+ * after the host issued the burst's last launch the GPU finished it): e - host time,
+ * plus the lag at S for a burst that began at the previous one's F. A program whose
+ * GPU waits for its host (a launch-bound loop, a training step ending in a
+ * synchronize) has a lag of about one kernel at F; one that keeps the queue full has
+ * a lag of many kernels, or of a kernel longer than the host took to issue the burst. */
 static void settle_burst(struct tessera_pacer *p, int wait)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -483,51 +557,86 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	pthread_mutex_unlock(&ev_mu);
 	if (q == CUDA_ERROR_NOT_READY && !wait)
 		return;
-	if (q == CUDA_ERROR_NOT_READY)
+	if (q == CUDA_ERROR_NOT_READY) {
+		PSTAT_ADD(waits, 1);
 		q = REAL(cuEventSynchronize)(c->ev[p->ev_f]);
+	}
 	p->fence_pending = 0;
 	int64_t e = -1;
 	pthread_mutex_lock(&ev_mu);
 	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL)
 		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
 	pthread_mutex_unlock(&ev_mu);
+	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
+	if (lag < -1)
+		lag = 0; /* the clocks of host and GPU differ by a little */
 	if (p->chained) {
-		/* The open burst began at F: F's event is its S now. */
+		/* The open burst began at F: F's event is its S now, and F's lag is S's. */
 		int t = p->ev_s;
 		p->ev_s = p->ev_f;
 		p->ev_f = t;
+		p->lag_s_ns = lag;
 	}
-	int back_to_back = 2 * p->f_host_ns < e || (p->f_samples > 0 && !p->f_idle);
+	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
+	int64_t min_lag = 100000 + 2 * est;
+	int back_to_back = lag >= 0 && (lag >= min_lag || lag >= p->f_host_ns);
 	/* Another process of the container launched during the burst: its work ran
 	 * between this one's on the GPU, inside this burst's elapsed time. */
 	int alone = p->f_all - p->f_charged <= p->f_charged / 20;
-	if (e < 0 || p->f_charged <= 0 || p->f_other || !back_to_back || !alone) {
-		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld samples=%d idle=%d",
-			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, p->f_samples, p->f_idle);
+	if (e < 0 || p->f_charged <= 0 || p->f_other || (e > p->f_charged && !(back_to_back && alone))) {
+		PSTAT_ADD(bursts_skipped, 1);
+		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld alone=%d",
+			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone);
 		return;
 	}
-	int64_t over = e - p->f_charged;
+	/* A burst that ran under its charge gives the difference back: nothing makes a
+	 * burst's elapsed time shorter than its GPU time. One that ran over owes what it
+	 * ran over, unless its ratio of GPU time to charge stands out of the last
+	 * bursts' (above their median by more than twice their median deviation and 2 %):
+	 * a time-sliced GPU runs two busy contexts in turns, and the events of each then
+	 * span the other's turns (another container's, which this one cannot see, or work
+	 * of this container's other processes queued before the burst). Such an overlap
+	 * comes and goes from period to period; an estimate that is too low, or work that
+	 * varies, shows in the bursts' spread. */
+	double r = (double)e / (double)p->f_charged;
+	if (back_to_back && alone) {
+		p->ratios[p->nratios++ % TESSERA_BURST_RATIOS] = r;
+		int n = p->nratios < TESSERA_BURST_RATIOS ? p->nratios : TESSERA_BURST_RATIOS;
+		if (r > 1 && n >= TESSERA_BURST_RATIOS / 2) {
+			double cap = ratios_median_cap(p->ratios, n);
+			if (r > cap) {
+				cap = cap > 1 ? cap : 1;
+				PSTAT_ADD(envelope_ns, (int64_t)((r - cap) * (double)p->f_charged));
+				r = cap;
+			}
+		}
+	}
+	int64_t over = (int64_t)((r - 1) * (double)p->f_charged);
 	if (over > 50 * TESSERA_PACING_PERIOD_NS)
 		over = 50 * TESSERA_PACING_PERIOD_NS;
 	if (over < -p->slot_len_ns)
 		over = -p->slot_len_ns;
 	atomic_fetch_sub(&s->tokens, over);
+	PSTAT_ADD(bursts, 1);
+	if (over > 0)
+		PSTAT_ADD(owed_ns, over);
+	else
+		PSTAT_ADD(returned_ns, -over);
 	/* The burst's launches were charged r times too little: so is the estimate (once
 	 * it is past its first samples, whose bursts hold launches charged nothing). Half
 	 * the way there, so that samples and bursts settle together. */
-	double r = (double)e / (double)p->f_charged;
 	if (r < 0.5)
 		r = 0.5;
 	if (r > 2)
 		r = 2;
 	for (int cls = 0; cls < 2; cls++) {
-		int64_t est = atomic_load(&est_ns[cls]);
-		int64_t scaled = (int64_t)((double)est * (1 + (r - 1) / 2));
-		if (est > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
+		int64_t est_c = atomic_load(&est_ns[cls]);
+		int64_t scaled = (int64_t)((double)est_c * (1 + (r - 1) / 2));
+		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
 			atomic_store(&est_ns[cls], scaled);
 	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld", (long long)e,
-		    (long long)p->f_charged, (long long)p->f_host_ns);
+	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld", (long long)e,
+		    (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over);
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -575,6 +684,8 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		if (p->burst_started && !p->fence_pending)
 			end_burst(p, stream, now, 0);
 		pthread_mutex_unlock(&s->mu);
+		PSTAT_ADD(holds, 1);
+		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);
 		sleep_until(wake);
 		slept = 1;
 	}
@@ -590,7 +701,6 @@ static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
 void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 {
 	t->sampled = 0;
-	t->burst_first = 0;
 	int g = tessera.pacing_only;
 	if (!tessera.pacing_any)
 		return;
@@ -628,9 +738,7 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 			local_left = 0;
 			local_pacer = NULL;
 			/* The credit the thread held is given up: it was charged already. */
-			began_burst = 0;
 			slow_path(p, stream, cost);
-			t->burst_first = began_burst;
 		}
 	}
 	if (t->sampled)

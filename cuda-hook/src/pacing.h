@@ -9,6 +9,7 @@
 #include "tessera_cuda.h"
 
 #define TESSERA_PACING_PERIOD_NS 20000000LL /* api.PacingPeriodMicros */
+#define TESSERA_BURST_RATIOS 8
 
 /* This process's view of one GPU's pacing. The burst fields belong to the slow path
  * and are used under the shared pacer's lock. */
@@ -32,21 +33,24 @@ struct tessera_pacer {
 	/* The ended burst, until F is read: host time, this process's charges and the
 	 * container's. */
 	int64_t f_host_ns, f_charged, f_all;
-	int f_samples, f_idle, f_other;
+	int f_other;
+	/* How far the GPU was behind the host (ns) at the open burst's S and at the
+	 * ended burst's S; -1 when not known. */
+	int64_t lag_s_ns, f_lag_s_ns;
 	/* Read by every launch: the open burst's stream + 1, or 0; and whether a launch of
 	 * the burst went to another stream. */
 	_Atomic uintptr_t burst_stream_tag;
 	_Atomic int other_stream;
-	/* Launch samples taken during the open burst, and whether one found the stream
-	 * idle (the GPU waited for the host) other than at the burst's first launch. */
-	_Atomic int burst_samples, burst_idle;
+	/* The GPU time / charge ratios of the last measured bursts (ring), for their
+	 * lower envelope. */
+	double ratios[TESSERA_BURST_RATIOS];
+	int nratios;
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */
 struct tessera_pace_ticket {
 	int sampled;
 	int cls;
-	int burst_first; /* this launch began a burst: the stream is idle then */
 	struct tessera_pacer *p;
 	void *ev; /* the sample's events */
 	int64_t t_start_ns;
