@@ -317,7 +317,7 @@ void tessera_pacing_after_fork(void)
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
-		p->nratios = 0;
+		p->nratios = p->ratio_next = 0;
 		atomic_store(&p->burst_stream_tag, 0);
 	}
 }
@@ -600,8 +600,11 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	 * varies, shows in the bursts' spread. */
 	double r = (double)e / (double)p->f_charged;
 	if (back_to_back && alone) {
-		p->ratios[p->nratios++ % TESSERA_BURST_RATIOS] = r;
-		int n = p->nratios < TESSERA_BURST_RATIOS ? p->nratios : TESSERA_BURST_RATIOS;
+		p->ratios[p->ratio_next] = r;
+		p->ratio_next = (p->ratio_next + 1) % TESSERA_BURST_RATIOS;
+		if (p->nratios < TESSERA_BURST_RATIOS)
+			p->nratios++;
+		int n = p->nratios;
 		if (r > 1 && n >= TESSERA_BURST_RATIOS / 2) {
 			double cap = ratios_median_cap(p->ratios, n);
 			if (r > cap) {

@@ -44,7 +44,7 @@ struct tessera_pacer {
 	/* The GPU time / charge ratios of the last measured bursts (ring), for their
 	 * lower envelope. */
 	double ratios[TESSERA_BURST_RATIOS];
-	int nratios;
+	int nratios, ratio_next;
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */
