@@ -73,7 +73,7 @@ static _Atomic int64_t charged_ns;
 static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns;
-	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, envelope_ns;
+	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
 
@@ -317,7 +317,6 @@ void tessera_pacing_after_fork(void)
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
-		p->nratios = p->ratio_next = 0;
 		atomic_store(&p->burst_stream_tag, 0);
 	}
 }
@@ -341,13 +340,12 @@ __attribute__((destructor)) static void pacing_summary(void)
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
-		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld not_owed_ns=%lld",
+		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
 		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
 		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
 		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
-		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
-		    (long long)atomic_load(&pstat.envelope_ns));
+		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns));
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -507,32 +505,6 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int
 	pthread_mutex_unlock(&ev_mu);
 }
 
-/* The median of n (at most TESSERA_BURST_RATIOS) ratios plus twice their median
- * absolute deviation plus 0.02: above it, a burst stands out of the others. */
-static double ratios_median_cap(const double *v, int n)
-{
-	double a[TESSERA_BURST_RATIOS], d[TESSERA_BURST_RATIOS];
-	for (int i = 0; i < n; i++)
-		a[i] = v[i];
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && a[j - 1] > a[j]; j--) {
-			double t = a[j];
-			a[j] = a[j - 1];
-			a[j - 1] = t;
-		}
-	double med = n % 2 ? a[n / 2] : (a[n / 2 - 1] + a[n / 2]) / 2;
-	for (int i = 0; i < n; i++)
-		d[i] = a[i] > med ? a[i] - med : med - a[i];
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
-			double t = d[j];
-			d[j] = d[j - 1];
-			d[j - 1] = t;
-		}
-	double mad = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
-	return med + 2 * mad + 0.02;
-}
-
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
  * is set (the container waited for a refill: a burst the GPU still runs then has
  * overrun its allowance).
@@ -589,31 +561,9 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone);
 		return;
 	}
-	/* A burst that ran under its charge gives the difference back: nothing makes a
-	 * burst's elapsed time shorter than its GPU time. One that ran over owes what it
-	 * ran over, unless its ratio of GPU time to charge stands out of the last
-	 * bursts' (above their median by more than twice their median deviation and 2 %):
-	 * a time-sliced GPU runs two busy contexts in turns, and the events of each then
-	 * span the other's turns (another container's, which this one cannot see, or work
-	 * of this container's other processes queued before the burst). Such an overlap
-	 * comes and goes from period to period; an estimate that is too low, or work that
-	 * varies, shows in the bursts' spread. */
+	/* A burst that ran under its charge gives the difference back, whether or not it
+	 * ran back to back: nothing makes its elapsed time shorter than its GPU time. */
 	double r = (double)e / (double)p->f_charged;
-	if (back_to_back && alone) {
-		p->ratios[p->ratio_next] = r;
-		p->ratio_next = (p->ratio_next + 1) % TESSERA_BURST_RATIOS;
-		if (p->nratios < TESSERA_BURST_RATIOS)
-			p->nratios++;
-		int n = p->nratios;
-		if (r > 1 && n >= TESSERA_BURST_RATIOS / 2) {
-			double cap = ratios_median_cap(p->ratios, n);
-			if (r > cap) {
-				cap = cap > 1 ? cap : 1;
-				PSTAT_ADD(envelope_ns, (int64_t)((r - cap) * (double)p->f_charged));
-				r = cap;
-			}
-		}
-	}
 	int64_t over = (int64_t)((r - 1) * (double)p->f_charged);
 	if (over > 50 * TESSERA_PACING_PERIOD_NS)
 		over = 50 * TESSERA_PACING_PERIOD_NS;

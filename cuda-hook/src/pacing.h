@@ -9,7 +9,6 @@
 #include "tessera_cuda.h"
 
 #define TESSERA_PACING_PERIOD_NS 20000000LL /* api.PacingPeriodMicros */
-#define TESSERA_BURST_RATIOS 8
 
 /* This process's view of one GPU's pacing. The burst fields belong to the slow path
  * and are used under the shared pacer's lock. */
@@ -41,10 +40,6 @@ struct tessera_pacer {
 	 * the burst went to another stream. */
 	_Atomic uintptr_t burst_stream_tag;
 	_Atomic int other_stream;
-	/* The GPU time / charge ratios of the last measured bursts (ring), for their
-	 * lower envelope. */
-	double ratios[TESSERA_BURST_RATIOS];
-	int nratios, ratio_next;
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */
