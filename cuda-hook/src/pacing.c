@@ -17,10 +17,11 @@
  *    is charged. Sampling at random over launches, not over time, keeps a program of
  *    mixed kernels charged their mean.
  *  - the launches between two waits for a refill (a burst) are bracketed by events too;
- *    when the host issued them well ahead of the GPU (the GPU ran them back to back),
- *    the burst's GPU time is exact, and what it ran over or under its charge is taken
- *    from or given back to the next allowance. A burst still running at the next refill
- *    is waited for, and its overrun is owed.
+ *    their elapsed time bounds their GPU time from above, so what a burst ran under its
+ *    charge is given back to the next allowance; when the GPU was still well behind
+ *    the host at the burst's end (it ran the burst back to back), the elapsed time is
+ *    exact, and what it ran over is taken from the next allowance. A burst still
+ *    running at the next refill is waited for, and its overrun is owed.
  *
  * The tokens belong to the container, not to a process: they live in the container's
  * accounting region (region.c), so two processes at 50% share one 50% allowance. A
