@@ -445,14 +445,19 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* A burst begins (caller holds s->mu): event S before its first launch. */
-static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int64_t charged0, int64_t all0)
+/* A burst begins (caller holds s->mu): event S before its first launch. The host's
+ * clock is read right before S is recorded and right after F is (not when the slow
+ * path began, which may be milliseconds earlier if the thread was descheduled or
+ * waited meanwhile), so that the burst's host time is never short and the lag
+ * settle_burst computes from it is never overstated. */
+static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0)
 {
 	p->burst_started = 0;
 	if (!events_usable())
 		return;
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = events_current();
+	int64_t t0 = tessera_now_ns();
 	if (c != NULL && REAL(cuEventRecord)(c->ev[p->ev_s], stream) == CUDA_SUCCESS) {
 		p->burst_started = 1;
 		p->burst_ctx = c;
@@ -463,7 +468,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, i
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
 		p->lag_s_ns = 0;
-		p->burst_t0_ns = now;
+		p->burst_t0_ns = t0;
 		p->burst_charged0 = charged0;
 		p->burst_all0 = all0;
 	}
@@ -473,13 +478,14 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t now, i
 /* The open burst ends here (caller holds s->mu): event F after its last launch. When
  * the container goes on without waiting (a refill came while it launched), the next
  * burst starts at F (chained). */
-static void end_burst(struct tessera_pacer *p, CUstream stream, int64_t now, int chain)
+static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 {
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = p->burst_ctx;
 	CUcontext cur = NULL;
 	if (c->gen == p->burst_ctx_gen && c->ctx != NULL && REAL(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS &&
 	    cur == c->ctx && REAL(cuEventRecord)(c->ev[p->ev_f], stream) == CUDA_SUCCESS) {
+		int64_t now = tessera_now_ns();
 		p->fence_pending = 1;
 		p->chained = chain;
 		p->f_host_ns = now - p->burst_t0_ns;
@@ -625,18 +631,18 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		}
 		if (atomic_load(&s->tokens) > 0) {
 			if (p->burst_started && refilled && !p->fence_pending)
-				end_burst(p, stream, now, 1);
+				end_burst(p, stream, 1);
 			int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
 			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
 			if (!p->burst_started && !p->fence_pending)
-				begin_burst(p, stream, now, charged0, all0);
+				begin_burst(p, stream, charged0, all0);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
 		if (p->burst_started && !p->fence_pending)
-			end_burst(p, stream, now, 0);
+			end_burst(p, stream, 0);
 		pthread_mutex_unlock(&s->mu);
 		PSTAT_ADD(holds, 1);
 		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);

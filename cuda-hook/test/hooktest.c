@@ -1038,7 +1038,8 @@ static int pace_main(int argc, char **argv)
 
 /* A program that needs less GPU time than its share is not slowed: 100 us kernels
  * with 400 us of host work between them need 20% of the GPU. Under a cap of 50% it
- * must run at the rate its host work allows. The host work spins on the clock, so a
+ * must run at the rate its host work allows; under a cap below 20% it is held, and
+ * must still get its cap. The host work spins on the clock, so a
  * descheduled thread slows it alike with or without pacing; the bound still tells a
  * pacer that holds it to its share's wall time (half the rate) apart. */
 static int light_main(int argc, char **argv)
@@ -1064,7 +1065,13 @@ static int light_main(int argc, char **argv)
 	/* The rate against what the spinning alone allows. */
 	double rate = spun / wall * 100.0;
 	printf("light: cores %d, %ld launches, GPU %.1f%%, host work %.1f%% of the time\n", cores, n, share, rate);
-	CHECK(rate >= 80, "the host work got %.1f%% of the time, want at least 80%%: held under its share", rate);
+	if (cores >= 25)
+		CHECK(rate >= 80, "the host work got %.1f%% of the time, want at least 80%%: held under its share", rate);
+	else
+		/* Held at its cap, it still gets its cap: the wall time its bursts span
+		 * (mostly its own host work) is not owed as GPU time. Charging it took the
+		 * program to 4-12% at cap 15 on a loaded machine. */
+		CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: held below its cap", share, cores);
 	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
 	return 0;
 }

@@ -261,6 +261,8 @@ t pace kernel 60 0.6
 limits 0 "$U1 81920 50 0"
 t pace-procs 2 50 0.8                  # two processes of one container share its 50%
 t light 50 0.6                         # a program needing 20% is not slowed at 50%
+limits 0 "$U1 81920 15 0"
+t light 15 0.8                         # held at 15%, it gets 15%: its host time is not owed
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 
