@@ -30,6 +30,7 @@ import (
 //	  cgroup <path>                     absolute, at most 4096 bytes
 //	  context-mib <n>                   0..65536
 //	  gpu <uuid> <memory-mib> <cores> <phase>   1 to 64 lines, one per GPU
+//	  mps <percent> <pipe-directory>    optional, at most once, after the gpu lines
 //
 // Numbers are decimal with no sign and no leading zeros. A uuid is 1-128 characters
 // of [A-Za-z0-9-]. The gpu lines are in the order the container sees the GPUs (CUDA
@@ -37,6 +38,16 @@ import (
 // where in each pacing period the container's share starts, in percent, so that the
 // containers sharing one GPU can be given windows that do not overlap (cores+phase <=
 // 100). The hook reads at most MaxLimitsBytes.
+//
+// An mps line says that the container is an MPS client (docs/node-agent.md, "MPS"):
+// percent (1..100) is its share of each GPU's SMs, and pipe-directory (absolute,
+// printable ASCII without spaces, at most MaxMPSPipeDirBytes) is where its GPU's MPS
+// pipe directory is mounted. The hook then sets the MPS client's environment from this
+// line before the driver starts, whatever the tenant's environment says (a lower
+// percentage of the tenant's own stands), so the share cannot be talked up. MPS divides
+// the SMs, so with an mps line every gpu line has cores 0: the hook does not also pace.
+// A hook that predates the mps line rejects the file, and with it CUDA: an MPS client
+// never runs unlimited under an older hook.
 
 // LimitsVersion is the version of the limits file this package writes and reads.
 const LimitsVersion = 1
@@ -62,6 +73,10 @@ const MaxLimitsBytes = 64 << 10
 
 // MaxCgroupPathBytes bounds the cgroup field (PATH_MAX).
 const MaxCgroupPathBytes = 4096
+
+// MaxMPSPipeDirBytes bounds the mps line's pipe directory: MPS clients connect to Unix
+// sockets in it, whose paths must fit sockaddr_un's 108 bytes with the socket's name.
+const MaxMPSPipeDirBytes = 80
 
 // MaxContextMiB bounds the per-context charge.
 const MaxContextMiB = 64 << 10
@@ -91,6 +106,18 @@ type ContainerLimits struct {
 	ContextMiB int64
 	// GPUs are the container's GPUs, in the order the container sees them.
 	GPUs []GPULimit
+	// MPS is set when the container is an MPS client; nil otherwise.
+	MPS *MPSLimit
+}
+
+// MPSLimit is what an MPS client container may use of its GPUs' MPS servers.
+type MPSLimit struct {
+	// ThreadPercent is the share of each GPU's SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
+	// 1..100.
+	ThreadPercent int
+	// PipeDir is the MPS pipe directory as the container sees it
+	// (CUDA_MPS_PIPE_DIRECTORY).
+	PipeDir string
 }
 
 // GPULimit is what the container may use of one GPU.
@@ -198,6 +225,27 @@ func (l *ContainerLimits) Validate() error {
 		if g.Cores+g.Phase > 100 {
 			return fmt.Errorf("%s: cores %d + phase %d exceed the period (100)", p, g.Cores, g.Phase)
 		}
+		if l.MPS != nil && g.Cores != 0 {
+			return fmt.Errorf("%s: cores %d with an mps line (MPS divides the SMs; the hook does not pace)", p, g.Cores)
+		}
+	}
+	if l.MPS != nil {
+		if l.MPS.ThreadPercent < 1 || l.MPS.ThreadPercent > 100 {
+			return fmt.Errorf("limits: mps: percent %d out of range 1..100", l.MPS.ThreadPercent)
+		}
+		if err := checkMPSPipeDir(l.MPS.PipeDir); err != nil {
+			return fmt.Errorf("limits: mps: %w", err)
+		}
+	}
+	return nil
+}
+
+func checkMPSPipeDir(d string) error {
+	if len(d) > MaxMPSPipeDirBytes {
+		return fmt.Errorf("pipe directory is %d bytes, more than %d", len(d), MaxMPSPipeDirBytes)
+	}
+	if err := checkCgroup(d); err != nil {
+		return fmt.Errorf("pipe directory: %w", err)
 	}
 	return nil
 }
@@ -253,6 +301,9 @@ func EncodeLimits(l *ContainerLimits) ([]byte, error) {
 	for _, g := range l.GPUs {
 		fmt.Fprintf(&b, "gpu %s %d %d %d\n", g.UUID, g.MemoryMiB, g.Cores, g.Phase)
 	}
+	if l.MPS != nil {
+		fmt.Fprintf(&b, "mps %d %s\n", l.MPS.ThreadPercent, l.MPS.PipeDir)
+	}
 	return b.Bytes(), nil
 }
 
@@ -277,6 +328,7 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 		wantCgroup
 		wantContext
 		wantGPU
+		done
 	)
 	state := wantVersion
 	l := &ContainerLimits{}
@@ -324,9 +376,27 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			}
 			l.ContextMiB = v
 			state = wantGPU
+		case state == done:
+			return nil, fmt.Errorf("limits: line %d: nothing may follow the mps line", ln)
+		case f[0] == "mps" && len(l.GPUs) > 0:
+			if len(f) != 3 {
+				return nil, fmt.Errorf("limits: line %d: want \"mps <percent> <pipe-directory>\"", ln)
+			}
+			v, err := limitsNumber(f[1], 100)
+			if err != nil {
+				return nil, fmt.Errorf("limits: line %d: mps percent: %w", ln, err)
+			}
+			if v == 0 {
+				return nil, fmt.Errorf("limits: line %d: mps percent 0 is not in 1..100", ln)
+			}
+			if err := checkMPSPipeDir(f[2]); err != nil {
+				return nil, fmt.Errorf("limits: line %d: mps: %w", ln, err)
+			}
+			l.MPS = &MPSLimit{ThreadPercent: int(v), PipeDir: f[2]}
+			state = done
 		default:
 			if f[0] != "gpu" || len(f) != 5 {
-				return nil, fmt.Errorf("limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\"", ln)
+				return nil, fmt.Errorf("limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\"", ln)
 			}
 			if len(l.GPUs) == MaxGPUsPerContainer {
 				return nil, fmt.Errorf("limits: line %d: more than %d gpus", ln, MaxGPUsPerContainer)
@@ -348,7 +418,7 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			l.GPUs = append(l.GPUs, g)
 		}
 	}
-	if state != wantGPU || len(l.GPUs) == 0 {
+	if state < wantGPU || len(l.GPUs) == 0 {
 		return nil, errors.New("limits: incomplete: want version, cgroup, context-mib and at least one gpu line")
 	}
 	if err := l.Validate(); err != nil {

@@ -70,10 +70,35 @@ func TestDecodeLimitsErrorsNameTheProblem(t *testing.T) {
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 01 0 0\n", "line 4: memory-mib: \"01\" has a leading zero"},
 		{"version 1\ncgroup a\ncontext-mib 0\ngpu G 1 0 0\n", "line 2: cgroup \"a\" must be an absolute path"},
 		{"version 1\ncgroup /a\ncontext-mib 0\n", "incomplete"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nmps 30 /p\n", "cores 30 with an mps line"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 30 /p\ngpu H 1 0 0\n", "line 6: nothing may follow the mps line"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 0 /p\n", "line 5: mps percent 0"},
 	} {
 		_, err := DecodeLimits([]byte(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("DecodeLimits(%q) = %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestMPSLimitsRoundTrip(t *testing.T) {
+	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480}},
+		MPS: &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}}
+	b, err := EncodeLimits(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "gpu GPU-1 20480 0 0\nmps 30 /run/tessera-mps\n") {
+		t.Errorf("encoded %q, want the mps line after the gpu line", b)
+	}
+	got, err := DecodeLimits(b)
+	if err != nil || !reflect.DeepEqual(got, l) {
+		t.Errorf("DecodeLimits(EncodeLimits(l)) = %+v, %v; want %+v", got, err, l)
+	}
+	for _, bad := range []MPSLimit{{0, "/p"}, {101, "/p"}, {30, "p"}, {30, "/" + strings.Repeat("p", MaxMPSPipeDirBytes)}} {
+		l.MPS = &bad
+		if _, err := EncodeLimits(l); err == nil {
+			t.Errorf("EncodeLimits with mps %+v: no error", bad)
 		}
 	}
 }

@@ -41,6 +41,9 @@ func ParseLimits(p unsafe.Pointer, n int) (*api.ContainerLimits, error) {
 			Phase:     int(g.phase),
 		})
 	}
+	if out.mps_percent > 0 {
+		l.MPS = &api.MPSLimit{ThreadPercent: int(out.mps_percent), PipeDir: C.GoString(&out.mps_pipe[0])}
+	}
 	return l, nil
 }
 
@@ -63,6 +66,13 @@ func FormatLimits(l *api.ContainerLimits) ([]byte, error) {
 		in.gpus[i].memory_mib = C.uint64_t(g.MemoryMiB)
 		in.gpus[i].cores = C.int(g.Cores)
 		in.gpus[i].phase = C.int(g.Phase)
+	}
+	if l.MPS != nil {
+		if len(l.MPS.PipeDir) > C.TESSERA_MAX_MPS_PIPE {
+			return nil, errors.New("mps pipe directory does not fit the C struct")
+		}
+		in.mps_percent = C.int(l.MPS.ThreadPercent)
+		copyString(in.mps_pipe[:], l.MPS.PipeDir)
 	}
 	const size = 1 << 17
 	buf := (*C.char)(C.malloc(size))

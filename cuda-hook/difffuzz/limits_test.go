@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -129,5 +130,19 @@ func FuzzLimitsFields(f *testing.F) {
 			b.WriteString("gpu " + u + " " + mem + " " + cores + " " + phase + "\n")
 		}
 		compare(t, b.Bytes())
+	})
+}
+
+// FuzzLimitsMPS builds a well-formed file with an mps line around arbitrary values of
+// the gpu line's cores, the mps line's fields and what follows it.
+func FuzzLimitsMPS(f *testing.F) {
+	f.Add("0", "30", "/run/tessera-mps", "")
+	f.Add("30", "100", "/p", "")
+	f.Add("0", "0", "run/tessera-mps", "# after\n")
+	f.Add("0", "101", "/"+strings.Repeat("p", 80), "gpu GPU-2 1 0 0\n")
+	f.Add("0", "30", "/p q", "mps 30 /p\n")
+	f.Fuzz(func(t *testing.T, cores, percent, pipe, tail string) {
+		b := "version 1\ncgroup /a\ncontext-mib 576\ngpu GPU-1 4096 " + cores + " 0\nmps " + percent + " " + pipe + "\n" + tail
+		compare(t, []byte(b))
 	})
 }

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../test/fake_stats.h"
+#include "../test/fake_mps.h"
 #include "tessera_cuda.h"
 
 #define MAXDEV 8
@@ -256,11 +257,67 @@ static int visible_entry(const char *t, int nphys)
 	return found;
 }
 
+/* MPS, as a client sees it: the driver reads the MPS variables when it initialises and
+ * connects to the control daemon through CUDA_MPS_PIPE_DIRECTORY; here "connected"
+ * means that the directory holds a "control" entry. As measured on an H200 (132 SMs):
+ * the client's SM count is its percentage of the SMs, in whole TPCs of 2 SMs; a
+ * context's execution affinity is rounded up to a TPC, and one asking for the client's
+ * whole share or more reads back every SM of the GPU. The SM counts that contexts were
+ * created with are kept for the tests. */
+static struct fake_cuda_mps mps_seen;
+static int mps_partition = 132;              /* the client's SMs */
+static __thread unsigned int current_affinity; /* the current context's, 0: the client's */
+
+void fake_cuda_mps(struct fake_cuda_mps *out)
+{
+	pthread_mutex_lock(&mu);
+	*out = mps_seen;
+	pthread_mutex_unlock(&mu);
+}
+
+static void mps_init(void)
+{
+	const char *names[3] = {"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"};
+	char *vals[3] = {mps_seen.pipe, mps_seen.percent, mps_seen.pinned};
+	for (int i = 0; i < 3; i++) {
+		const char *v = getenv(names[i]);
+		snprintf(vals[i], sizeof(mps_seen.pipe), "%s", v != NULL ? v : "(unset)");
+	}
+	char control[300];
+	const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	snprintf(control, sizeof(control), "%s/control", pipe != NULL ? pipe : "/tmp/nvidia-mps");
+	mps_seen.enabled = access(control, F_OK) == 0;
+	double p = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") ? atof(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) : 100;
+	if (mps_seen.enabled && p > 0 && p < 100)
+		mps_partition = 2 * (int)(132 * p / 200) < 2 ? 2 : 2 * (int)(132 * p / 200);
+}
+
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *a, CUexecAffinityType type)
+{
+	if (!mps_seen.enabled || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	a->type = type;
+	a->param.smCount.val = current_affinity ? current_affinity : (unsigned int)mps_partition;
+	return CUDA_SUCCESS;
+}
+
+static void mps_affinity(const CUexecAffinityParam *p, int n)
+{
+	current_affinity = 0;
+	for (int i = 0; p != NULL && i < n; i++)
+		if (p[i].type == CU_EXEC_AFFINITY_TYPE_SM_COUNT) {
+			unsigned int v = p[i].param.smCount.val;
+			mps_seen.ctx_sms = v;
+			current_affinity = v >= (unsigned int)mps_partition ? 132 : (v + 1) / 2 * 2;
+		}
+}
+
 CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
 	pthread_mutex_lock(&mu);
 	if (!initialized) {
+		mps_init();
 		/* Like the driver: CUDA_VISIBLE_DEVICES, read once at initialisation, lists the
 		 * devices the process sees, in its order, up to the first entry that names no
 		 * device or one already listed. */
@@ -407,8 +464,8 @@ static CUresult destroy_ctx(uintptr_t h)
 
 CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, CUdevice d)
 {
-	(void)p;
 	(void)flags;
+	mps_affinity(p != NULL ? p->execAffinityParams : NULL, p != NULL ? p->numExecAffinityParams : 0);
 	uintptr_t h;
 	CUresult rc = make_ctx(&h, d);
 	if (rc == CUDA_SUCCESS) {
@@ -422,6 +479,12 @@ CUresult cuCtxCreate_v4(CUcontext *c, CUctxCreateParams *p, unsigned int flags, 
 CUresult cuCtxCreate_v2(CUcontext *c, unsigned int flags, CUdevice d)
 {
 	return cuCtxCreate_v4(c, NULL, flags, d);
+}
+
+CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, unsigned int flags, CUdevice d)
+{
+	CUctxCreateParams cp = {.execAffinityParams = p, .numExecAffinityParams = n};
+	return cuCtxCreate_v4(c, &cp, flags, d);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext c) { return destroy_ctx((uintptr_t)c); }
@@ -446,6 +509,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 
 CUresult cuCtxSetCurrent(CUcontext c)
 {
+	current_affinity = 0;
 	current = c == NULL ? -1 : CTX_DEV(c);
 	current_handle = (uintptr_t)c;
 	return CUDA_SUCCESS;
@@ -469,9 +533,11 @@ CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 	if (d < 0 || d >= ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (a == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-		*v = 132;
+		*v = mps_partition;
 	else if (a == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
 		*v = 2048;
+	else if (a == CU_DEVICE_ATTRIBUTE_MPS_ENABLED)
+		*v = mps_seen.enabled;
 	else
 		return CUDA_ERROR_INVALID_VALUE;
 	return CUDA_SUCCESS;

@@ -37,6 +37,9 @@ int main(void)
 	SZ(CUmemLocation); OFF(CUmemLocation, id);
 	SZ(CUmemAllocationProp); OFF(CUmemAllocationProp, location); OFF(CUmemAllocationProp, win32HandleMetaData);
 	OFF(CUmemAllocationProp, allocFlags);
+	SZ(CUexecAffinityParam); OFF(CUexecAffinityParam, param); OFF(CUexecAffinityParam, param.smCount.val);
+	SZ(CUctxCreateParams); OFF(CUctxCreateParams, numExecAffinityParams); OFF(CUctxCreateParams, cigParams);
+	VAL(CU_EXEC_AFFINITY_TYPE_SM_COUNT); VAL(CU_DEVICE_ATTRIBUTE_MPS_ENABLED); VAL(CUDA_ERROR_MPS_CONNECTION_FAILED);
 	SZ(CUlaunchConfig); OFF(CUlaunchConfig, sharedMemBytes); OFF(CUlaunchConfig, hStream); OFF(CUlaunchConfig, attrs);
 	OFF(CUlaunchConfig, numAttrs);
 	SZ(CUmemPoolProps); OFF(CUmemPoolProps, location); OFF(CUmemPoolProps, win32SecurityAttributes);

@@ -23,6 +23,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
+	CUDA_ERROR_MPS_CONNECTION_FAILED = 805,
 	CUDA_ERROR_UNKNOWN = 999
 } CUresult;
 
@@ -44,9 +45,23 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUlib_st *CUlibrary;
 typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+/* Execution affinity: read, and its SM count clamped, for MPS clients (mps.c). */
+typedef enum CUexecAffinityType_enum { CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0 } CUexecAffinityType;
+typedef struct CUexecAffinitySmCount_st {
+	unsigned int val;
+} CUexecAffinitySmCount;
+typedef struct CUexecAffinityParam_st {
+	CUexecAffinityType type;
+	union {
+		CUexecAffinitySmCount smCount;
+	} param;
+} CUexecAffinityParam;
+typedef struct CUctxCreateParams_st {
+	CUexecAffinityParam *execAffinityParams;
+	int numExecAffinityParams;
+	struct CUctxCigParam_st *cigParams;
+} CUctxCreateParams;
 /* Passed through by pointer only. */
-typedef struct CUctxCreateParams_st CUctxCreateParams;
-typedef struct CUexecAffinityParam_st CUexecAffinityParam;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 
@@ -58,7 +73,8 @@ typedef enum CUlimit_enum {
 
 typedef enum CUdevice_attribute_enum {
 	CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
-	CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
+	CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+	CU_DEVICE_ATTRIBUTE_MPS_ENABLED = 133
 } CUdevice_attribute;
 
 /* Passed through only. */

@@ -22,6 +22,7 @@
 #include "devices.h"
 #include "log.h"
 #include "memory.h"
+#include "mps.h"
 #include "state.h"
 
 #define NLIMITS 3 /* CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE, _MALLOC_HEAP_SIZE */
@@ -120,6 +121,7 @@ static CUresult device_gpu(CUdevice dev, int *gpu)
 /* Charges a new context on dev and takes an entry for it; *slot is the entry. */
 static CUresult created_admit(CUdevice dev, int *gpu, struct ctx **slot)
 {
+	tessera_mps_env();
 	CUresult rc = device_gpu(dev, gpu);
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -166,14 +168,53 @@ static CUresult created_settle(struct ctx *slot, int gpu, CUresult rc, void *han
 	rc = call;                                                                  \
 	return created_settle(slot, gpu, rc, rc == CUDA_SUCCESS && (out) ? (void *)*(out) : NULL, green)
 
+/* An MPS client's execution affinity is held to its share of the SMs (mps.c). */
+#define MAX_AFFINITY 8
+
+/* A context without execution affinity: the MPS client's own share of the SMs. */
+static CUresult create_plain(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	if (REAL(cuCtxCreate_v4) != NULL)
+		return REAL(cuCtxCreate_v4)(pctx, NULL, flags, dev);
+	return REAL(cuCtxCreate_v2) != NULL ? REAL(cuCtxCreate_v2)(pctx, flags, dev) : CUDA_ERROR_NOT_FOUND;
+}
+
+static CUresult create_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+	if (params == NULL || params->execAffinityParams == NULL || params->numExecAffinityParams <= 0)
+		return REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
+	CUexecAffinityParam copy[MAX_AFFINITY];
+	CUctxCreateParams p = *params;
+	CUresult rc = tessera_mps_affinity(dev, params->execAffinityParams, params->numExecAffinityParams, copy,
+					   MAX_AFFINITY, &p.execAffinityParams);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = REAL(cuCtxCreate_v4)(pctx, &p, flags, dev);
+	if (rc == CUDA_SUCCESS && tessera_mps_too_wide(dev, *pctx))
+		rc = create_plain(pctx, flags, dev);
+	return rc;
+}
+
+static CUresult create_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags, CUdevice dev)
+{
+	CUexecAffinityParam copy[MAX_AFFINITY], *use;
+	CUresult rc = tessera_mps_affinity(dev, params, n, copy, MAX_AFFINITY, &use);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = REAL(cuCtxCreate_v3)(pctx, use, n, flags, dev);
+	if (rc == CUDA_SUCCESS && params != NULL && n > 0 && tessera_mps_too_wide(dev, *pctx))
+		rc = create_plain(pctx, flags, dev);
+	return rc;
+}
+
 CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
-	CREATE_HOOK(cuCtxCreate_v4, dev, pctx, REAL(cuCtxCreate_v4)(pctx, params, flags, dev), 0);
+	CREATE_HOOK(cuCtxCreate_v4, dev, pctx, create_v4(pctx, params, flags, dev), 0);
 }
 
 CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags, CUdevice dev)
 {
-	CREATE_HOOK(cuCtxCreate_v3, dev, pctx, REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev), 0);
+	CREATE_HOOK(cuCtxCreate_v3, dev, pctx, create_v3(pctx, paramsArray, numParams, flags, dev), 0);
 }
 
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -219,6 +260,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
 	HOOK_ENTER();
 	HOOK_REAL(cuDevicePrimaryCtxRetain);
+	tessera_mps_env();
 	int gpu;
 	CUresult rc = device_gpu(dev, &gpu);
 	if (rc != CUDA_SUCCESS)

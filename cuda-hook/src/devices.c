@@ -10,6 +10,7 @@
 
 #include "devices.h"
 #include "log.h"
+#include "mps.h"
 #include "state.h"
 
 const char *tessera_uuid_body(const char *u)
@@ -106,7 +107,9 @@ CUresult cuInit(unsigned int flags)
 		return rc;
 	if ((rc = tessera_devices()) != CUDA_SUCCESS)
 		return rc;
-	return tessera.nvis == 0 ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+	if (tessera.nvis == 0)
+		return CUDA_ERROR_NO_DEVICE;
+	return tessera_mps_check();
 }
 
 CUresult cuDeviceGetCount(int *count)

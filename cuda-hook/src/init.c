@@ -17,6 +17,7 @@
 #include "limits_source.h"
 #include "log.h"
 #include "memory.h"
+#include "mps.h"
 #include "state.h"
 
 struct tessera_state tessera = {
@@ -56,6 +57,7 @@ static void init(void)
 		return;
 	}
 	tessera_narrow_visible_devices();
+	tessera_mps_env(); /* before the driver reads it */
 	tessera.libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (tessera.libcuda == NULL) {
 		snprintf(tessera.why, sizeof(tessera.why), "cannot load libcuda.so.1: %s", dlerror());

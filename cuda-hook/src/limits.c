@@ -79,7 +79,7 @@ static int is(const struct field *f, const char *word)
 
 int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out, char *err, size_t errlen)
 {
-	enum { WANT_VERSION, WANT_CGROUP, WANT_CONTEXT, WANT_GPU } state = WANT_VERSION;
+	enum { WANT_VERSION, WANT_CGROUP, WANT_CONTEXT, WANT_GPU, DONE } state = WANT_VERSION;
 	memset(out, 0, sizeof(*out));
 	if (len == 0)
 		return tessera_fail(err, errlen, "limits: empty file");
@@ -136,9 +136,29 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 				return tessera_fail(err, errlen, "limits: line %d: context-mib is not a number 0..%d", ln, TESSERA_MAX_CONTEXT_MIB);
 			state = WANT_GPU;
 			break;
+		case DONE:
+			return tessera_fail(err, errlen, "limits: line %d: nothing may follow the mps line", ln);
 		case WANT_GPU: {
+			if (is(&f[0], "mps") && out->ngpus > 0) {
+				if (nf != 3)
+					return tessera_fail(err, errlen, "limits: line %d: want \"mps <percent> <pipe-directory>\"", ln);
+				if (number(f[1].p, f[1].n, 100, &v) < 0 || v == 0)
+					return tessera_fail(err, errlen, "limits: line %d: mps percent is not a number 1..100", ln);
+				if (f[2].p[0] != '/' || f[2].n > TESSERA_MAX_MPS_PIPE)
+					return tessera_fail(err, errlen, "limits: line %d: mps pipe directory must be an absolute path of at most %d bytes",
+							    ln, TESSERA_MAX_MPS_PIPE);
+				for (int i = 0; i < out->ngpus; i++)
+					if (out->gpus[i].cores != 0)
+						return tessera_fail(err, errlen, "limits: line %d: mps line with cores on gpu %d (MPS divides the SMs)", ln, i);
+				out->mps_percent = (int)v;
+				memcpy(out->mps_pipe, f[2].p, f[2].n);
+				out->mps_pipe[f[2].n] = '\0';
+				state = DONE;
+				break;
+			}
 			if (nf != 5 || !is(&f[0], "gpu"))
-				return tessera_fail(err, errlen, "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\"", ln);
+				return tessera_fail(err, errlen,
+						    "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\"", ln);
 			if (out->ngpus == TESSERA_MAX_GPUS)
 				return tessera_fail(err, errlen, "limits: line %d: more than %d gpus", ln, TESSERA_MAX_GPUS);
 			struct tessera_gpu_limit *g = &out->gpus[out->ngpus];
@@ -168,7 +188,7 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 		}
 		}
 	}
-	if (state != WANT_GPU || out->ngpus == 0)
+	if (state < WANT_GPU || out->ngpus == 0)
 		return tessera_fail(err, errlen, "limits: incomplete: want version, cgroup, context-mib and at least one gpu line");
 	return 0;
 }
@@ -226,6 +246,12 @@ int tessera_limits_format(const struct tessera_limits *l, char *buf, size_t len)
 		const struct tessera_gpu_limit *g = &l->gpus[i];
 		r = snprintf(buf + off, len - off, "gpu %s %llu %d %d\n", g->uuid, (unsigned long long)g->memory_mib,
 			     g->cores, g->phase);
+		if (r < 0 || (size_t)r >= len - off)
+			return -1;
+		off += (size_t)r;
+	}
+	if (l->mps_percent > 0) {
+		r = snprintf(buf + off, len - off, "mps %d %s\n", l->mps_percent, l->mps_pipe);
 		if (r < 0 || (size_t)r >= len - off)
 			return -1;
 		off += (size_t)r;

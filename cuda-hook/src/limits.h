@@ -16,6 +16,7 @@
 #define TESSERA_MAX_LIMITS_BYTES 65536  /* api.MaxLimitsBytes */
 #define TESSERA_MAX_MEMORY_MIB (16ULL << 20)  /* api.MaxMemoryMiB */
 #define TESSERA_MAX_CONTEXT_MIB 65536   /* api.MaxContextMiB */
+#define TESSERA_MAX_MPS_PIPE 80         /* api.MaxMPSPipeDirBytes */
 
 struct tessera_gpu_limit {
 	char uuid[TESSERA_MAX_UUID + 1];
@@ -29,6 +30,10 @@ struct tessera_limits {
 	uint64_t context_mib;
 	int ngpus;
 	struct tessera_gpu_limit gpus[TESSERA_MAX_GPUS];
+	/* The mps line: 0 when there is none, else the client's share of the SMs in
+	 * percent (1..100), and its MPS pipe directory as the container sees it. */
+	int mps_percent;
+	char mps_pipe[TESSERA_MAX_MPS_PIPE + 1];
 };
 
 /* Writes a diagnostic to err[0..errlen), cut short where it does not fit (a message

@@ -25,6 +25,7 @@
  *   hooktest pace-procs <procs> <cores> <seconds>
  *   hooktest light <cores> <seconds>
  *   hooktest capture
+ *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fake_mps.h"
 #include "fake_stats.h"
 #include "tessera_cuda.h"
 
@@ -52,6 +54,9 @@ CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxCreate_v4(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
+CUresult cuCtxCreate_v3(CUcontext *, CUexecAffinityParam *, int, unsigned int, CUdevice);
+CUresult cuCtxGetExecAffinity(CUexecAffinityParam *, CUexecAffinityType);
+CUresult cuDeviceGetAttribute(int *, CUdevice_attribute, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
 CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int);
 CUresult cuGreenCtxDestroy(CUgreenCtx);
@@ -959,6 +964,73 @@ static int refused_main(int argc, char **argv)
 	return 0;
 }
 
+/* An MPS client: the driver saw the MPS variables from the limits file at cuInit
+ * whatever the tenant had set; the tenant raising its share after cuInit is undone
+ * before a context is created; execution affinity is held to the share; without an
+ * MPS server CUDA is refused, and stays refused. */
+static int mps_main(int argc, char **argv)
+{
+	CHECK(argc == 3 || argc == 6, "usage: mps <percent> <pipe> <pinned> <granted> | mps refused");
+	if (argc == 3) {
+		CUdeviceptr p;
+		CHECK(cuInit(0) == CUDA_ERROR_MPS_CONNECTION_FAILED, "cuInit without an MPS server did not fail with 805");
+		CUdevice d = 0;
+		CUcontext c;
+		CHECK(cuCtxCreate_v4(&c, NULL, 0, d) == CUDA_ERROR_MPS_CONNECTION_FAILED, "a context was created outside MPS");
+		CHECK(cuMemAlloc_v2(&p, MIB) == CUDA_ERROR_MPS_CONNECTION_FAILED, "memory was allocated outside MPS");
+		printf("ok mps refused\n");
+		return 0;
+	}
+	OK(cuInit(0));
+	fake_cuda_mps_fn seen = (fake_cuda_mps_fn)dlsym(libcuda(), "fake_cuda_mps");
+	CHECK(seen != NULL, "the fake driver has no fake_cuda_mps");
+	struct fake_cuda_mps m;
+	seen(&m);
+	CHECK(m.enabled, "the driver did not connect to the MPS server");
+	CHECK(strcmp(m.percent, argv[2]) == 0, "driver saw CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, want %s", m.percent, argv[2]);
+	CHECK(strcmp(m.pipe, argv[3]) == 0, "driver saw CUDA_MPS_PIPE_DIRECTORY=%s, want %s", m.pipe, argv[3]);
+	CHECK(strcmp(m.pinned, argv[4]) == 0, "driver saw CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s, want %s", m.pinned, argv[4]);
+	/* The client's SMs are its share, in TPCs of 2 (the fake has 132 SMs). A context
+	 * asking for all of them through execution affinity would read back every SM of
+	 * the GPU, as on the H200: the hook makes it again without affinity. */
+	unsigned int want = 2 * (unsigned int)(132 * strtod(argv[2], NULL) / 200);
+	CUdevice d;
+	OK(cuDeviceGet(&d, 0));
+	int sms = 0;
+	OK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+	CHECK((unsigned int)sms == want, "the client has %d SMs, want %u", sms, want);
+	CUexecAffinityParam a = {.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT, .param.smCount.val = 132}, got;
+	CUcontext c;
+	OK(cuCtxCreate_v3(&c, &a, 1, 0, d));
+	CHECK(a.param.smCount.val == 132, "the caller's parameters were changed");
+	seen(&m);
+	CHECK(m.ctx_sms <= want, "cuCtxCreate_v3 asking for 132 SMs reached the driver with %u, more than %u", m.ctx_sms, want);
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(got.param.smCount.val == want, "the context asking for every SM has %u, want %u", got.param.smCount.val, want);
+	OK(cuCtxDestroy_v2(c));
+	/* The tenant raises its share after cuInit: set back before the next context. */
+	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "100", 1);
+	setenv("CUDA_MPS_PIPE_DIRECTORY", "/nowhere", 1);
+	CUctxCreateParams cp = {.execAffinityParams = &a, .numExecAffinityParams = 1};
+	OK(cuCtxCreate_v4(&c, &cp, 0, d));
+	CHECK(strcmp(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), argv[5]) == 0 && strcmp(getenv("CUDA_MPS_PIPE_DIRECTORY"), argv[3]) == 0,
+	      "the environment was not set back before the context: %s %s", getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+	      getenv("CUDA_MPS_PIPE_DIRECTORY"));
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(got.param.smCount.val == want, "cuCtxCreate_v4 asking for every SM has %u, want %u", got.param.smCount.val, want);
+	OK(cuCtxDestroy_v2(c));
+	/* A smaller share than the client's is the caller's to take. */
+	a.param.smCount.val = 5;
+	OK(cuCtxCreate_v4(&c, &cp, 0, d));
+	seen(&m);
+	OK(cuCtxGetExecAffinity(&got, CU_EXEC_AFFINITY_TYPE_SM_COUNT));
+	CHECK(m.ctx_sms == 5 && got.param.smCount.val == 6, "asking for 5 SMs: %u reached the driver, the context has %u", m.ctx_sms,
+	      got.param.smCount.val);
+	OK(cuCtxDestroy_v2(c));
+	printf("ok mps percent=%s sms=%u\n", argv[2], want);
+	return 0;
+}
+
 static int total_is_main(int argc, char **argv)
 {
 	CHECK(argc == 3, "usage: total-is <mib>");
@@ -1184,6 +1256,8 @@ int main(int argc, char **argv)
 		return tally_main(argc, argv);
 	if (strcmp(scenario, "refused") == 0)
 		return refused_main(argc, argv);
+	if (strcmp(scenario, "mps") == 0)
+		return mps_main(argc, argv);
 	if (strcmp(scenario, "total-is") == 0)
 		return total_is_main(argc, argv);
 	if (strcmp(scenario, "pace") == 0)

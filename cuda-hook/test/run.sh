@@ -198,6 +198,22 @@ mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 1024 0 0"
 tenv $ENV_LIMITS total-is 1024                                      # the container's file wins
 
+echo "== $variant: an MPS client's share comes from the limits file, not the environment"
+reset
+mkdir -p "$ROOT/mps" && : >"$ROOT/mps/control"
+limits 0 "$U1 1024 0 0"
+echo "mps 30 $ROOT/mps" >>"$ROOT/run/tessera/limits"
+t mps 30 "$ROOT/mps" 0=1024M 30                                          # nothing set: the grant
+tenv CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 mps 30 "$ROOT/mps" 0=1024M 30   # raised: the grant
+tenv CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=1e2 mps 30 "$ROOT/mps" 0=1024M 30
+tenv CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=-5 mps 30 "$ROOT/mps" 0=1024M 30
+tenv CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20 mps 20 "$ROOT/mps" 0=1024M 30    # lower: the tenant's
+tenv CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=12.5 mps 12.5 "$ROOT/mps" 0=1024M 30
+tenv CUDA_MPS_PIPE_DIRECTORY=/elsewhere mps 30 "$ROOT/mps" 0=1024M 30      # no other server
+tenv CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G mps 30 "$ROOT/mps" 0=1024M 30
+rm "$ROOT/mps/control"
+t mps refused 2>/dev/null                                               # no MPS server: no CUDA
+
 echo "== $variant: limits from the node agent's socket (no NRI); every failure fails closed"
 SOCK=$ROOT/run/tessera/bind.sock
 # agent <mode> [arg]: a stand-in for the agent's socket, answering every caller alike.

@@ -37,6 +37,11 @@ type MPSConfig struct {
 	Clients int
 	// Interval is how often each daemon's health is read.
 	Interval time.Duration
+	// KeepDaemons leaves the daemons (and their clients' CUDA contexts) running when
+	// the agent stops, for the next agent to adopt; Cgroup is the host cgroup they
+	// run under, outside the agent container's (see mps.Config).
+	KeepDaemons bool
+	Cgroup      string
 	// Helper is the MPS exec helper (see mps.RunExecHelper); empty: the agent's own
 	// binary. NoHelper runs the daemons without it, sharing the agent's /dev/shm
 	// (tests that cannot make mount namespaces). Neither is a flag.
@@ -52,6 +57,10 @@ func bindMPSFlags(fs *flag.FlagSet, c *MPSConfig) {
 	fs.StringVar(&c.Root, "mps-root", mps.DefaultRoot, "host directory holding each MPS GPU's pipe, shm and log directories")
 	fs.IntVar(&c.Clients, "mps-clients", api.DefaultMPSClientLimit, "MPS clients (containers) the scheduler may place on one MPS GPU, at most 48")
 	fs.DurationVar(&c.Interval, "mps-health-interval", 5*time.Second, "how often each MPS control daemon's health is read")
+	fs.BoolVar(&c.KeepDaemons, "mps-keep-daemons", false, "leave the MPS control daemons, and their clients' CUDA contexts, running when the agent stops "+
+		"(an upgrade or restart); the next agent adopts them. In a container, needs --mps-cgroup")
+	fs.StringVar(&c.Cgroup, "mps-cgroup", "", "host cgroup (cgroup v2, relative to the host's cgroup root) under which kept MPS daemons run, "+
+		"outside the agent container's cgroup; needs --mps-keep-daemons, the host's PID namespace and CAP_SYS_ADMIN")
 }
 
 func (c *MPSConfig) validate(nri bool) error {
@@ -69,6 +78,12 @@ func (c *MPSConfig) validate(nri bool) error {
 	}
 	if c.Interval < 100*time.Millisecond {
 		return fmt.Errorf("--mps-health-interval %s is below 100ms", c.Interval)
+	}
+	if c.Cgroup != "" && (!c.KeepDaemons || !filepath.IsAbs(c.Cgroup) || filepath.Clean(c.Cgroup) != c.Cgroup || c.Cgroup == "/") {
+		return fmt.Errorf("--mps-cgroup %q must be a clean absolute path below the cgroup root, with --mps-keep-daemons", c.Cgroup)
+	}
+	if c.Cgroup != "" && c.NoHelper {
+		return errors.New("--mps-cgroup needs the MPS exec helper")
 	}
 	return nil
 }
@@ -178,6 +193,7 @@ func (a *Agent) setupMPS(source gpu.Source) (gpu.Source, error) {
 		}
 	}
 	s, err := mps.New(mps.Config{Control: c.Control, Root: c.Root, GPUs: uuids, Helper: helper, Interval: c.Interval,
+		Detach: c.KeepDaemons, Cgroup: c.Cgroup,
 		Log: a.log.WithName("mps"), OnEvent: a.onMPSEvent})
 	if err != nil {
 		return nil, err

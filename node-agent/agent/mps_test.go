@@ -38,19 +38,26 @@ func TestSelectMPSGPUs(t *testing.T) {
 
 func TestValidateMPS(t *testing.T) {
 	for args, want := range map[string]string{
-		"--mps-gpus=all --nri=false":                "--mps-gpus needs --nri",
-		"--mps-gpus=all --mps-clients=49":           "--mps-clients 49",
-		"--mps-gpus=all --mps-control=bin/x":        "must be absolute",
-		"--mps-gpus=all --mps-health-interval=1ms":  "--mps-health-interval",
-		"--mps-gpus=0 --mps-root=relative/mps/root": "must be absolute",
+		"--mps-gpus=all --nri=false":                                 "--mps-gpus needs --nri",
+		"--mps-gpus=all --mps-clients=49":                            "--mps-clients 49",
+		"--mps-gpus=all --mps-control=bin/x":                         "must be absolute",
+		"--mps-gpus=all --mps-health-interval=1ms":                   "--mps-health-interval",
+		"--mps-gpus=0 --mps-root=relative/mps/root":                  "must be absolute",
+		"--mps-gpus=all --mps-cgroup=/tessera-mps":                   "with --mps-keep-daemons",
+		"--mps-gpus=all --mps-keep-daemons --mps-cgroup=tessera-mps": "clean absolute path",
+		"--mps-gpus=all --mps-keep-daemons --mps-cgroup=/":           "clean absolute path",
 	} {
 		c := parse(t, append([]string{"--node-name", "n"}, strings.Fields(args)...)...)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", args, err, want)
 		}
 	}
-	if c := parse(t, "--node-name", "n", "--mps-gpus", "all"); c.Validate() != nil || c.MPS.Clients != 48 || c.MPS.Control != "/usr/bin/nvidia-cuda-mps-control" {
+	if c := parse(t, "--node-name", "n", "--mps-gpus", "all"); c.Validate() != nil || c.MPS.Clients != 48 || c.MPS.Control != "/usr/bin/nvidia-cuda-mps-control" ||
+		c.MPS.KeepDaemons || c.MPS.Cgroup != "" {
 		t.Errorf("defaults: %+v %v", c.MPS, c.Validate())
+	}
+	if c := parse(t, "--node-name", "n", "--mps-gpus", "all", "--mps-keep-daemons", "--mps-cgroup", "/tessera-mps"); c.Validate() != nil {
+		t.Errorf("kept daemons in a cgroup: %v", c.Validate())
 	}
 }
 
@@ -71,14 +78,14 @@ exit 0
 `
 
 func TestSimulatedAgentServesMPS(t *testing.T) {
-	dir := t.TempDir()
+	dir, mpsRoot := t.TempDir(), shortMPSRoot(t)
 	control := filepath.Join(dir, "nvidia-cuda-mps-control")
 	if err := os.WriteFile(control, []byte(fakeControl), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused",
 		"--poll", "100ms", "--heartbeat", "1s", "--nri", "--nri-socket", filepath.Join(dir, "nri.sock"), "--state-dir", dir,
-		"--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "0,1", "--mps-control", control, "--mps-root", filepath.Join(dir, "mps"),
+		"--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "0,1", "--mps-control", control, "--mps-root", mpsRoot,
 		"--mps-clients", "16", "--mps-health-interval", "100ms")
 	c.MPS.NoHelper = true
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0"}})
@@ -108,7 +115,7 @@ func TestSimulatedAgentServesMPS(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if dirs, ok := a.mpsDirs(a.MPS.GPUs()[0]); !ok || dirs.Pipe != filepath.Join(dir, "mps", a.MPS.GPUs()[0], "pipe") {
+	if dirs, ok := a.mpsDirs(a.MPS.GPUs()[0]); !ok || dirs.Pipe != filepath.Join(mpsRoot, a.MPS.GPUs()[0], "pipe") {
 		t.Errorf("binding's MPS directories: %+v %v", dirs, ok)
 	}
 	if _, ok := a.mpsDirs("GPU-none"); ok {
@@ -142,7 +149,7 @@ func TestMPSFromNodeLabel(t *testing.T) {
 	for label, want := range map[string]int{"": 0, "time-sliced": 0, "mps": 8, "MPS": -1} {
 		c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused",
 			"--nri", "--state-dir", dir, "--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "node-label",
-			"--mps-control", control, "--mps-root", filepath.Join(dir, "mps"))
+			"--mps-control", control, "--mps-root", shortMPSRoot(t))
 		c.MPS.NoHelper = true
 		src, err := OpenSource(&c, logr.Discard())
 		if err != nil {
@@ -186,4 +193,16 @@ func TestMPSEventsGoToThePodsOnTheGPU(t *testing.T) {
 	if len(podsOnGPU(recs, "GPU-9")) != 0 {
 		t.Error("pods on a GPU nobody uses")
 	}
+}
+
+// shortMPSRoot is a temporary --mps-root with a short path: each GPU's pipe directory
+// under it must fit api.MaxMPSPipeDirBytes, which t.TempDir's paths may not.
+func shortMPSRoot(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
 }

@@ -16,7 +16,9 @@ import (
 // gpu-memory grants become CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. Its limits file carries cores 0 for that GPU:
 // MPS divides the SMs, so the hook must not also time-slice the container, and the
-// hook still enforces the memory grant.
+// hook still enforces the memory grant. The limits file's mps line carries the SM
+// share and the pipe directory: the environment is the tenant's to change, so the hook
+// sets the MPS client's variables from that line before the driver starts.
 const (
 	// ContainerMPSPipeDir is where the GPU's MPS pipe directory is mounted in the
 	// container.
@@ -133,6 +135,12 @@ func (b *Binder) mpsEdits(r *Request, grants []api.DeviceGrant, limits *api.Cont
 				"the container is being bound at its first CUDA call", d.UUID)
 		}
 		limits.GPUs[i].Cores, limits.GPUs[i].Phase = 0, 0
+		// Without a gpu-cores grant the client may use every SM, as the environment
+		// (which then has no percentage) says.
+		limits.MPS = &api.MPSLimit{ThreadPercent: 100, PipeDir: ContainerMPSPipeDir}
+		if d.Cores > 0 {
+			limits.MPS.ThreadPercent = d.Cores
+		}
 		env = append(env, [2]string{EnvMPSPipeDirectory, ContainerMPSPipeDir})
 		if d.Cores > 0 {
 			env = append(env, [2]string{EnvMPSThreadPercentage, strconv.Itoa(d.Cores)})

@@ -85,6 +85,11 @@ func TestBindMPSContainer(t *testing.T) {
 	if l.GPUs[0] != (api.GPULimit{UUID: "GPU-0", MemoryMiB: 4096}) {
 		t.Errorf("limits %+v", l.GPUs[0])
 	}
+	// The SM share and the pipe directory are in the read-only limits file too, where
+	// the hook takes them from: the environment is the tenant's.
+	if l.MPS == nil || *l.MPS != (api.MPSLimit{ThreadPercent: 30, PipeDir: ContainerMPSPipeDir}) {
+		t.Errorf("limits' mps line %+v, want 30%% and %s", l.MPS, ContainerMPSPipeDir)
+	}
 	// The record keeps the grant (cores included) for accounting.
 	if rec, _ := b.cfg.Store.Get("c1"); rec.Devices[0].Cores != 30 {
 		t.Errorf("record %+v", rec)
@@ -156,6 +161,30 @@ func TestBindMPSNeedsNRIAndAServedGPU(t *testing.T) {
 	refusedWith(t, err, "GPU GPU-0 is in mps mode in the node's inventory, but the node agent does not serve it so")
 }
 
+func TestBindMPSContainerWithoutCores(t *testing.T) {
+	b, ps, _ := mpsBinder(t, 48)
+	grants := []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 4096}}
+	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "c", Devices: grants})
+	ann[api.AnnotationSharing] = "mps"
+	ps.byUID["u1"] = pod("u1", "all", ann, ctr("c", gpuLimits(1, 4096, 0)))
+	e, err := b.Bind(mpsReq("u1", "all", "c1", ann))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range e.Env {
+		if kv[0] == EnvMPSThreadPercentage {
+			t.Errorf("no gpu-cores grant, yet %v", kv)
+		}
+	}
+	l, err := api.DecodeLimits(e.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.MPS == nil || l.MPS.ThreadPercent != 100 {
+		t.Errorf("limits' mps line %+v, want every SM (100)", l.MPS)
+	}
+}
+
 func TestTimeSlicedBindingUnchangedByMPS(t *testing.T) {
 	b, ps, _ := mpsBinder(t, 48)
 	ann := mpsPod(t, ps, "u1", "ts", "time-sliced", 1, "GPU-1")
@@ -168,7 +197,7 @@ func TestTimeSlicedBindingUnchangedByMPS(t *testing.T) {
 			t.Errorf("time-sliced container got %v", kv)
 		}
 	}
-	if l, _ := api.DecodeLimits(e.Limits); l.GPUs[0].Cores != 30 {
-		t.Errorf("a time-sliced container is paced by the hook: %+v", l.GPUs[0])
+	if l, _ := api.DecodeLimits(e.Limits); l.GPUs[0].Cores != 30 || l.MPS != nil {
+		t.Errorf("a time-sliced container is paced by the hook and has no mps line: %+v %+v", l.GPUs[0], l.MPS)
 	}
 }

@@ -3,12 +3,20 @@ package mps
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // execEnv carries the GPU's shared-memory directory to the exec helper.
 const execEnv = "TESSERA_MPS_EXEC_SHM"
+
+// execCgroupEnv carries the host cgroup the helper moves the daemon into
+// (Config.Cgroup).
+const execCgroupEnv = "TESSERA_MPS_EXEC_CGROUP"
 
 // MPS clients and their server exchange shared memory through /dev/shm, so a client
 // must see the same /dev/shm as its server. Each GPU therefore has its own shm
@@ -34,17 +42,55 @@ func RunExecHelper() {
 		fmt.Fprintln(os.Stderr, "MPS exec helper: no program to run")
 		os.Exit(2)
 	}
+	// Before anything else: from here on the thread is in the host's cgroup
+	// namespace, and it is the thread that execs.
+	runtime.LockOSThread()
+	if cg := os.Getenv(execCgroupEnv); cg != "" {
+		if err := enterHostCgroup(cg); err != nil {
+			fmt.Fprintf(os.Stderr, "MPS exec helper: moving into cgroup %s: %v\n", cg, err)
+			os.Exit(2)
+		}
+	}
 	if err := syscall.Mount(shm, "/dev/shm", "", syscall.MS_BIND, ""); err != nil {
 		fmt.Fprintf(os.Stderr, "MPS exec helper: mounting %s at /dev/shm: %v\n", shm, err)
 		os.Exit(2)
 	}
 	env := make([]string, 0, len(os.Environ()))
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, execEnv+"=") {
+		if !strings.HasPrefix(e, execEnv+"=") && !strings.HasPrefix(e, execCgroupEnv+"=") {
 			env = append(env, e)
 		}
 	}
 	err := syscall.Exec(os.Args[1], os.Args[1:], env)
 	fmt.Fprintf(os.Stderr, "MPS exec helper: exec %s: %v\n", os.Args[1], err)
 	os.Exit(2)
+}
+
+// enterHostCgroup moves the process into cg (a path below the host's cgroup v2
+// root), made if missing. A container's cgroup namespace hides every cgroup outside
+// its own, so the helper joins the cgroup namespace of PID 1 (the host's init, where
+// the agent shares the host's PID namespace) and mounts that hierarchy in its private
+// mount namespace, which the exec leaves behind unused.
+func enterHostCgroup(cg string) error {
+	ns, err := os.Open("/proc/1/ns/cgroup")
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("joining the host's cgroup namespace: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "tessera-mps-cgroup-")
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount("cgroup2", dir, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting the host's cgroup2 hierarchy: %w", err)
+	}
+	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH); _ = os.Remove(dir) }()
+	target := filepath.Join(dir, filepath.Clean("/"+cg))
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(target, "cgroup.procs"), []byte("0"), 0)
 }

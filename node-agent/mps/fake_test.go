@@ -29,8 +29,27 @@ import (
 //	fake-hang     the client never answers
 const fakeEnv = "TESSERA_FAKE_MPS_CONTROL"
 
+// agentEnv makes the test binary an agent of the real-GPU tests (gpu_test.go): a
+// supervisor of kept daemons until it is killed.
+const agentEnv = "TESSERA_MPS_TEST_AGENT"
+
+var agentMain func() int
+
+// self is the test binary, as an absolute path (Config wants one; the binary may be
+// started as ./mps.test).
+var self = func() string {
+	p, err := os.Executable()
+	if err != nil {
+		p = os.Args[0]
+	}
+	return p
+}()
+
 func TestMain(m *testing.M) {
 	RunExecHelper()
+	if agentMain != nil && os.Getenv(agentEnv) != "" {
+		os.Exit(agentMain())
+	}
 	switch os.Getenv(fakeEnv) {
 	case "":
 		os.Exit(m.Run())

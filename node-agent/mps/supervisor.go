@@ -10,7 +10,9 @@
 // reads it. A daemon that exits or stops answering is restarted with exponential
 // backoff; an MPS server that disappears while it had clients is reported as a
 // failure (its clients lost their CUDA contexts), and the daemon starts a fresh server
-// for the next client by itself. Stopping sends the daemon "quit".
+// for the next client by itself. Stopping sends the daemon "quit", unless the
+// supervisor detaches its daemons (Config.Detach): they then outlive it, with their
+// clients, and the next supervisor adopts them through their pipe directories.
 package mps
 
 import (
@@ -21,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -30,6 +33,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // DefaultControl is where the NVIDIA driver installs the control program.
@@ -58,6 +63,20 @@ type Config struct {
 	// Env is added to the agent's environment for the daemon and the control
 	// commands (e.g. PATH or LD_LIBRARY_PATH for the driver's files).
 	Env []string
+	// Detach leaves the daemons running when Run returns (an agent restart or
+	// upgrade): each daemon starts in a session of its own, so no signal to the
+	// agent's process group reaches it, and the next supervisor adopts it (its health
+	// answers through the same pipe directory). Without Cgroup a daemon still dies
+	// with the agent's container, whose runtime kills every process in the
+	// container's cgroup.
+	Detach bool
+	// Cgroup is a cgroup v2 directory of the host, relative to its cgroup root
+	// (e.g. /tessera-mps), under which each daemon runs in <Cgroup>/<uuid>, outside
+	// the agent's cgroup, so that the runtime's cleanup of the agent's container
+	// spares it. The exec helper moves the daemon there through the cgroup namespace
+	// of the host's PID 1 (the agent needs the host's PID namespace and
+	// CAP_SYS_ADMIN). Needs Helper and Detach.
+	Cgroup string
 	// Interval is how often each daemon's health is read (5s when zero).
 	Interval time.Duration
 	// Timeout bounds one control command (5s when zero).
@@ -136,6 +155,14 @@ func New(cfg Config) (*Supervisor, error) {
 	if !filepath.IsAbs(cfg.Control) || !filepath.IsAbs(cfg.Root) {
 		return nil, fmt.Errorf("mps: the control program %q and the root %q must be absolute paths", cfg.Control, cfg.Root)
 	}
+	if cfg.Cgroup != "" {
+		if !filepath.IsAbs(cfg.Cgroup) || filepath.Clean(cfg.Cgroup) != cfg.Cgroup || cfg.Cgroup == "/" {
+			return nil, fmt.Errorf("mps: the cgroup %q must be a clean absolute path below the cgroup root", cfg.Cgroup)
+		}
+		if cfg.Helper == "" || !cfg.Detach {
+			return nil, fmt.Errorf("mps: a cgroup for the daemons (%s) needs the exec helper and detached daemons", cfg.Cgroup)
+		}
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
@@ -150,11 +177,17 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s := &Supervisor{cfg: cfg, state: map[string]*Status{}}
 	for _, u := range cfg.GPUs {
-		if u == "" || strings.ContainsAny(u, "/\x00") || u == "." || u == ".." {
-			return nil, fmt.Errorf("mps: GPU UUID %q cannot name a directory", u)
+		if err := checkUUID(u); err != nil {
+			return nil, err
 		}
 		if _, dup := s.state[u]; dup {
 			return nil, fmt.Errorf("mps: GPU %s listed twice", u)
+		}
+		// The daemon's and servers' Unix sockets live in the pipe directory, and a
+		// socket's path must fit sockaddr_un (108 bytes) with the socket's name.
+		if p := s.PipeDir(u); len(p) > api.MaxMPSPipeDirBytes {
+			return nil, fmt.Errorf("mps: the pipe directory %s is %d bytes, more than %d: MPS's sockets in it would not fit a socket address; choose a shorter root",
+				p, len(p), api.MaxMPSPipeDirBytes)
 		}
 		s.state[u] = &Status{GPU: u, PipeDir: s.PipeDir(u), LogDir: s.LogDir(u), Servers: map[int][]int{}}
 	}
@@ -208,9 +241,11 @@ func (s *Supervisor) emit(e Event) {
 	}
 }
 
-// Run supervises every GPU's daemon until ctx is done, then stops the daemons it
-// started and returns.
+// Run supervises every GPU's daemon until ctx is done, then stops the daemons (or,
+// with Detach, leaves them to the next supervisor) and returns. First it sends quit
+// to any daemon left under the root for a GPU it no longer serves.
 func (s *Supervisor) Run(ctx context.Context) error {
+	s.quitOrphans(ctx)
 	var wg sync.WaitGroup
 	for _, u := range s.cfg.GPUs {
 		wg.Add(1)
@@ -353,6 +388,10 @@ func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 		} else {
 			healthySince, why := s.watch(ctx, uuid, d, &failed)
 			if ctx.Err() != nil {
+				if s.cfg.Detach {
+					log.Info("leaving the MPS control daemon running for the next node agent", "pid", d.pid)
+					return
+				}
 				s.stop(uuid, d)
 				return
 			}
@@ -416,12 +455,18 @@ func (s *Supervisor) start(ctx context.Context, uuid string) (*daemon, error) {
 	cmd := exec.Command(s.cfg.Control, "-f")
 	cmd.Env = s.env(uuid)
 	// Its own process group, so that stopping it reaches the servers it started and
-	// a signal meant for the agent's terminal does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// a signal meant for the agent's terminal does not reach it; detached, its own
+	// session too (which also makes it a process group of its own).
+	attr := &syscall.SysProcAttr{Setpgid: !s.cfg.Detach, Setsid: s.cfg.Detach}
+	cmd.SysProcAttr = attr
 	if s.cfg.Helper != "" {
 		cmd = exec.Command(s.cfg.Helper, s.cfg.Control, "-f")
 		cmd.Env = append(s.env(uuid), execEnv+"="+s.ShmDir(uuid))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Unshareflags: syscall.CLONE_NEWNS}
+		if s.cfg.Cgroup != "" {
+			cmd.Env = append(cmd.Env, execCgroupEnv+"="+path.Join(s.cfg.Cgroup, uuid))
+		}
+		attr.Unshareflags = syscall.CLONE_NEWNS
+		cmd.SysProcAttr = attr
 	}
 	lf, err := os.OpenFile(filepath.Join(logDir, "tessera-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -516,9 +561,15 @@ func exitText(err error) string {
 func (s *Supervisor) stop(uuid string, d *daemon) {
 	defer func() {
 		// Servers the daemon started are in its process group; one left behind by a
-		// daemon that died would hold its GPU context beside the next daemon's.
+		// daemon that died would hold its GPU context beside the next daemon's. An
+		// adopted daemon that an earlier supervisor started leads a process group of
+		// its own too (the group outlives its leader while its servers live).
 		if d.cmd != nil {
 			_ = syscall.Kill(-d.pid, syscall.SIGKILL)
+		} else if d.pid > 0 {
+			if pg, err := syscall.Getpgid(d.pid); err != nil || pg == d.pid {
+				_ = syscall.Kill(-d.pid, syscall.SIGKILL)
+			}
 		}
 	}()
 	if !d.alive() {
@@ -540,6 +591,39 @@ func (s *Supervisor) stop(uuid string, d *daemon) {
 		}
 	}
 	s.update(uuid, func(st *Status) { st.Up, st.PID = false, 0 })
+}
+
+// quitOrphans sends quit to a daemon that answers under the root for a GPU the
+// supervisor does not serve (one a detached daemon of an earlier configuration was
+// left for): its GPU is time-sliced now.
+func (s *Supervisor) quitOrphans(ctx context.Context) {
+	entries, err := os.ReadDir(s.cfg.Root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		u := e.Name()
+		if !e.IsDir() || s.Serves(u) || checkUUID(u) != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(s.PipeDir(u), PidFile)); err != nil {
+			continue
+		}
+		if _, err := s.Command(ctx, u, "get_server_list"); err != nil {
+			continue
+		}
+		s.cfg.Log.Info("sending quit to the MPS control daemon of a GPU no longer served in mps mode", "gpu", u)
+		if _, err := s.Command(ctx, u, "quit"); err != nil {
+			s.cfg.Log.Error(err, "the MPS control daemon of a GPU no longer served did not take quit", "gpu", u)
+		}
+	}
+}
+
+func checkUUID(u string) error {
+	if u == "" || strings.ContainsAny(u, "/\x00") || u == "." || u == ".." {
+		return fmt.Errorf("mps: GPU UUID %q cannot name a directory", u)
+	}
+	return nil
 }
 
 func readPid(path string) (int, error) {

@@ -31,7 +31,7 @@ func start(t *testing.T, gpus ...string) *harness {
 	t.Helper()
 	h := &harness{t: t, done: make(chan struct{})}
 	s, err := New(Config{
-		Control: os.Args[0], Root: t.TempDir(), GPUs: gpus, Env: []string{fakeEnv + "=1"},
+		Control: self, Root: shortDir(t), GPUs: gpus, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Log: testr.New(t),
@@ -273,7 +273,7 @@ func TestUnresponsiveDaemonIsKilledAndRestarted(t *testing.T) {
 }
 
 func TestAdoptsARunningDaemon(t *testing.T) {
-	root := t.TempDir()
+	root := shortDir(t)
 	pipe := filepath.Join(root, "GPU-a", "pipe")
 	logDir := filepath.Join(root, "GPU-a", "log")
 	for _, d := range []string{pipe, logDir} {
@@ -292,7 +292,7 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
 
-	s, err := New(Config{Control: os.Args[0], Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
+	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 func TestMissingControlProgram(t *testing.T) {
 	var mu sync.Mutex
 	var events []Event
-	s, err := New(Config{Control: "/nonexistent/nvidia-cuda-mps-control", Root: t.TempDir(), GPUs: []string{"GPU-a"},
+	s, err := New(Config{Control: "/nonexistent/nvidia-cuda-mps-control", Root: shortDir(t), GPUs: []string{"GPU-a"},
 		Interval: 20 * time.Millisecond, Timeout: 200 * time.Millisecond, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		Log: testr.New(t), OnEvent: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
@@ -335,8 +335,22 @@ func TestMissingControlProgram(t *testing.T) {
 	}
 }
 
+// shortDir is a temporary directory with a short path: a GPU's pipe directory under it
+// must fit api.MaxMPSPipeDirBytes, which t.TempDir's paths (named after the test) may
+// not.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	return d
+}
+
 func TestNewRejects(t *testing.T) {
 	for _, c := range []Config{
+		{Root: "/" + strings.Repeat("r", 60), GPUs: []string{"GPU-6a3c1f2e-8d7b-4c1a-9e5f-2b3c4d5e6f70"}},
 		{Control: "relative/control", GPUs: []string{"GPU-a"}},
 		{Root: "relative", GPUs: []string{"GPU-a"}},
 		{GPUs: []string{"GPU-a", "GPU-a"}},
@@ -364,8 +378,8 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a mount namespace needs root")
 	}
-	root := t.TempDir()
-	s, err := New(Config{Control: os.Args[0], Helper: os.Args[0], Root: root, GPUs: []string{"GPU-a"},
+	root := shortDir(t)
+	s, err := New(Config{Control: self, Helper: self, Root: root, GPUs: []string{"GPU-a"},
 		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
@@ -387,4 +401,193 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 	if fi, err := os.Stat(s.ShmDir("GPU-a")); err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
 		t.Errorf("shm directory mode: %v %v", fi.Mode(), err)
 	}
+}
+
+// An agent restart with detached daemons: the daemon and its server (with its
+// clients) outlive the first supervisor, which sends no quit; the next one adopts the
+// daemon, sees the same server and its clients, and reports nothing lost.
+func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
+	root := shortDir(t)
+	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
+	var mu sync.Mutex
+	var events []Event
+	cfg.OnEvent = func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	run := func(cfg Config) (*Supervisor, func()) {
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = s.Run(ctx); close(done) }()
+		return s, func() { cancel(); <-done }
+	}
+	first, stopFirst := run(cfg)
+	waitFor(t, "up", func() bool { return first.Status()[0].Up })
+	daemon := first.Status()[0].PID
+	t.Cleanup(func() { _ = syscall.Kill(-daemon, syscall.SIGKILL) })
+	if pg, err := syscall.Getpgid(daemon); err != nil || pg != daemon {
+		t.Errorf("detached daemon %d leads process group %d (%v), want its own", daemon, pg, err)
+	}
+	if sid, _, _ := syscall.RawSyscall(syscall.SYS_GETSID, uintptr(daemon), 0, 0); int(sid) != daemon {
+		t.Errorf("detached daemon %d is in session %d, want its own", daemon, sid)
+	}
+	if err := os.WriteFile(filepath.Join(first.PipeDir("GPU-a"), "fake-clients"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var server int
+	waitFor(t, "a server with a client", func() bool {
+		for p, c := range first.Status()[0].Servers {
+			if len(c) == 1 {
+				server = p
+				return true
+			}
+		}
+		return false
+	})
+	stopFirst()
+	if !running(daemon) || !running(server) {
+		t.Fatalf("after the supervisor stopped: daemon running %v, server running %v", running(daemon), running(server))
+	}
+	if log, _ := os.ReadFile(filepath.Join(first.LogDir("GPU-a"), "control.log")); strings.Contains(string(log), "quit") {
+		t.Errorf("a detached daemon was sent quit: %q", log)
+	}
+
+	cfg.Detach = false // the next supervisor stops what it adopted, for the test's cleanup
+	second, stopSecond := run(cfg)
+	waitFor(t, "adopted with its server", func() bool {
+		st := second.Status()[0]
+		return st.Up && st.Adopted && len(st.Servers[server]) == 1
+	})
+	if st := second.Status()[0]; st.PID != daemon || st.Restarts != 0 {
+		t.Errorf("adopted %+v, want daemon %d and no restart", st, daemon)
+	}
+	mu.Lock()
+	if len(events) != 0 {
+		t.Errorf("events across the restart: %+v", events)
+	}
+	mu.Unlock()
+	stopSecond()
+	waitFor(t, "the adopted daemon quit", func() bool { return !running(daemon) })
+}
+
+// An adopted daemon that fails goes with its process group: the servers it leaves
+// behind do not hold the GPU beside the next daemon's.
+func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
+	root := shortDir(t)
+	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
+		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
+	s1, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	done1 := make(chan struct{})
+	go func() { _ = s1.Run(ctx1); close(done1) }()
+	waitFor(t, "up", func() bool { return s1.Status()[0].Up })
+	daemon := s1.Status()[0].PID
+	t.Cleanup(func() { _ = syscall.Kill(-daemon, syscall.SIGKILL) })
+	if err := os.WriteFile(filepath.Join(s1.PipeDir("GPU-a"), "fake-clients"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var server int
+	waitFor(t, "a server", func() bool {
+		for p := range s1.Status()[0].Servers {
+			server = p
+			return true
+		}
+		return false
+	})
+	cancel1()
+	<-done1
+
+	cfg.Detach = false
+	h := &harness{t: t, done: make(chan struct{})}
+	cfg.OnEvent = func(e Event) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() }
+	if h.s, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { _ = h.s.Run(ctx); close(h.done) }()
+	t.Cleanup(h.stop)
+	waitFor(t, "adopted", func() bool { st := h.status("GPU-a"); return st.Up && st.Adopted })
+	h.touch("GPU-a", "fake-crash", "")
+	waitFor(t, "failure", func() bool { return len(h.eventsOf(DaemonFailed)) == 1 })
+	waitFor(t, "the old server gone", func() bool { return !running(server) })
+	_ = os.Remove(filepath.Join(h.s.PipeDir("GPU-a"), "fake-crash"))
+	waitFor(t, "a new daemon", func() bool { st := h.status("GPU-a"); return st.Up && !st.Adopted && st.PID != daemon })
+}
+
+// A daemon left for a GPU that is no longer served in mps mode is sent quit.
+func TestOrphanDaemonIsSentQuit(t *testing.T) {
+	root := shortDir(t)
+	pipe, logDir := filepath.Join(root, "GPU-old", "pipe"), filepath.Join(root, "GPU-old", "log")
+	for _, d := range []string{pipe, logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-f")
+	cmd.Env = append(os.Environ(), fakeEnv+"=1", "CUDA_VISIBLE_DEVICES=GPU-old", "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
+	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the orphan daemon was not sent quit")
+	}
+	if log, _ := os.ReadFile(filepath.Join(logDir, "control.log")); !strings.Contains(string(log), "quit") {
+		t.Errorf("orphan daemon's log %q", log)
+	}
+	waitFor(t, "GPU-a up", func() bool { return s.Status()[0].Up })
+}
+
+// The helper moves a detached daemon into its cgroup below the host's cgroup root,
+// out of the agent's cgroup, whose processes the container runtime kills when the
+// agent's container ends. It makes cgroups on the machine it runs on, so it runs only
+// where TESSERA_MPS_CGROUP_TEST is set (the GPU machine's run).
+func TestHelperMovesTheDaemonIntoItsCgroup(t *testing.T) {
+	if os.Getenv("TESSERA_MPS_CGROUP_TEST") == "" {
+		t.Skip("TESSERA_MPS_CGROUP_TEST is not set")
+	}
+	cg := "/tessera-mps-test-" + strconv.Itoa(os.Getpid())
+	s, err := New(Config{Control: self, Helper: self, Root: shortDir(t), GPUs: []string{"GPU-a"},
+		Env: []string{fakeEnv + "=1"}, Detach: true, Cgroup: cg,
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	waitFor(t, "up", func() bool { return s.Status()[0].Up })
+	pid := s.Status()[0].PID
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if want := "0::" + cg + "/GPU-a\n"; err != nil || string(b) != want {
+		t.Errorf("the daemon's cgroup: %q %v, want %q", b, err, want)
+	}
+	cancel()
+	<-done
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	waitFor(t, "daemon gone", func() bool { return !running(pid) })
+	_ = os.Remove("/sys/fs/cgroup" + cg + "/GPU-a")
+	_ = os.Remove("/sys/fs/cgroup" + cg)
 }
