@@ -53,8 +53,9 @@ func TestRenderDefaults(t *testing.T) {
 		// The agent's own-node and CDI-annotation policies and the scheduler's
 		// assignment policy.
 		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
-		// GPU pods get a Tessera schedulerName.
-		"MutatingAdmissionPolicy": 1, "MutatingAdmissionPolicyBinding": 1,
+		// GPU pods get a Tessera schedulerName, and their GPU containers require the
+		// agent's NRI plugin.
+		"MutatingAdmissionPolicy": 2, "MutatingAdmissionPolicyBinding": 2,
 	}
 	got := kinds(ms)
 	for k, n := range want {

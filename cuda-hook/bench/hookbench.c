@@ -119,9 +119,10 @@ static void setup(const char *op)
 		(CUresult(*)(CUfunction *, void *, const char *))driver("cuModuleGetFunction");
 	CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long) =
 		(CUresult(*)(CUgraphExec *, CUgraph, unsigned long long))driver("cuGraphInstantiateWithFlags");
-	if (load == NULL || getfn == NULL) {
-		/* The fake: a kernel "runs" for gridDimX microseconds, a graph for its handle's
-		 * value; zero is an empty kernel. */
+	if (load == NULL || getfn == NULL || driver("fake_cuda_stats") != NULL) {
+		/* The fake (which loads PTX modules too, but runs no kernel): a kernel "runs"
+		 * for gridDimX microseconds, a graph for its handle's value; zero is an empty
+		 * kernel. */
 		grid = 0;
 		cfg.gridDimX = 0;
 		graph = NULL;

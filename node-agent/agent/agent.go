@@ -335,7 +335,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
-			Pods: pods.Get, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
+			Pods: pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal,
 		}
 		if a.CDI != nil {

@@ -54,6 +54,15 @@ func (c *podCache) synced(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced)
 }
 
+// Cached returns the cached pod with this UID (nil when there is none), and false
+// while the cache is not synchronised.
+func (c *podCache) Cached(uid string) (*corev1.Pod, bool) {
+	if !c.informer.HasSynced() {
+		return nil, false
+	}
+	return c.PodByUID(uid), true
+}
+
 // PodByUID returns the cached pod with this UID, or nil.
 func (c *podCache) PodByUID(uid string) *corev1.Pod {
 	objs, err := c.informer.GetIndexer().ByIndex(byUID, uid)

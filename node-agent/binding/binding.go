@@ -130,6 +130,12 @@ type Config struct {
 	// namespace, name and UID exists. The binder checks every assignment against its
 	// pod's spec with it.
 	Pods func(namespace, name, uid string, fresh bool) (*corev1.Pod, error)
+	// CachedPod, when set, reads a pod of this node from the cache only (no API
+	// request): false while the cache is not synchronised. Phase placement uses it to
+	// free the compute windows of containers whose pod has finished or is gone but
+	// that the runtime has not removed yet (NRI's RemoveContainer comes later, the
+	// fallback binding forgets them at its next reconcile).
+	CachedPod func(uid string) (*corev1.Pod, bool)
 	// SchedulerNames are the Tessera schedulers (profiles) whose assignments are
 	// enforced: a pod naming another scheduler is never bound.
 	SchedulerNames []string
@@ -529,11 +535,12 @@ func appendPath(env []string, dir string) string {
 	return cur + ":" + dir
 }
 
-// taken returns the compute windows already placed on a GPU by other containers.
+// taken returns the compute windows already placed on a GPU by other containers that
+// may still compute.
 func (b *Binder) taken(uuid, except string) []api.PhaseSpan {
 	var out []api.PhaseSpan
 	for _, r := range b.cfg.Store.List() {
-		if r.ContainerID == except {
+		if r.ContainerID == except || b.windowFree(r) {
 			continue
 		}
 		for _, d := range r.Devices {
@@ -543,6 +550,29 @@ func (b *Binder) taken(uuid, except string) []api.PhaseSpan {
 		}
 	}
 	return out
+}
+
+// windowLag is how long after its binding a record's pod may be missing from the
+// pod cache without its window being freed: a container can be bound from a pod read
+// from the API server before the cache has it.
+const windowLag = 10 * time.Second
+
+// windowFree reports whether the record's container no longer computes although the
+// runtime has not removed it yet: its pod has finished, or is gone from the
+// (synchronised) pod cache and was bound more than windowLag ago.
+func (b *Binder) windowFree(r checkpoint.Record) bool {
+	if b.cfg.CachedPod == nil {
+		return false
+	}
+	p, synced := b.cfg.CachedPod(r.PodUID)
+	switch {
+	case !synced:
+		return false
+	case p == nil:
+		return b.cfg.Now().Sub(r.BoundAt) > windowLag
+	default:
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}
 }
 
 // controlNodes are the NVIDIA nodes every CUDA process needs besides its GPUs'; the

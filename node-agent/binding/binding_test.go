@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -320,5 +321,64 @@ func TestResolveCgroup(t *testing.T) {
 		if got, err := ResolveCgroup(bad); err == nil {
 			t.Errorf("ResolveCgroup(%q) = %q, want error", bad, got)
 		}
+	}
+}
+
+// A container whose pod has finished, or is gone from the pod cache, no longer
+// computes: its window is free for phase placement before the runtime removes it (a
+// pod just bound may be missing from the cache for a moment, and an unsynchronised
+// cache knows nothing).
+func TestPhaseFreesFinishedWindows(t *testing.T) {
+	b, ps := newBinderWithPods(t, t.TempDir())
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	b.cfg.Now = func() time.Time { return now }
+	synced := true
+	cached := map[string]*corev1.Pod{}
+	b.cfg.CachedPod = func(uid string) (*corev1.Pod, bool) {
+		if !synced {
+			return nil, false
+		}
+		return cached[uid], true
+	}
+	grant := func(cores int) api.ContainerAssignment {
+		return api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 1024, Cores: cores}}}
+	}
+	bind := func(uid, id string, cores int) int {
+		t.Helper()
+		ann := assignment(t, "node-1", grant(cores))
+		p := pod(uid, "p-"+uid, ann, ctr("main", gpuLimits(1, 1024, int64(cores))))
+		ps.byUID[uid] = p
+		if _, err := b.Bind(Request{PodUID: uid, Namespace: "team", Pod: p.Name, PodAnnotations: ann, Container: "main",
+			ContainerID: id, CgroupsPath: "kubepods-burstable-pod" + uid + ".slice:cri-containerd:" + id}); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := b.cfg.Store.Get(id)
+		return r.Phases["GPU-1"]
+	}
+	old := bind("old", "c-old", 30)
+	cached["old"] = ps.byUID["old"]
+	if old != 0 {
+		t.Fatalf("first window at %d", old)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func()
+		phase int
+	}{
+		{"its pod running", func() {}, 30},
+		{"its pod succeeded", func() { p := *ps.byUID["old"]; p.Status.Phase = corev1.PodSucceeded; cached["old"] = &p }, 0},
+		{"its pod failed", func() { p := *ps.byUID["old"]; p.Status.Phase = corev1.PodFailed; cached["old"] = &p }, 0},
+		{"its pod gone, bound a moment ago", func() { delete(cached, "old"); now = now.Add(time.Second) }, 30},
+		{"its pod gone, bound long ago", func() { delete(cached, "old"); now = now.Add(time.Minute) }, 0},
+		{"the cache not synchronised", func() { delete(cached, "old"); synced = false }, 30},
+	} {
+		tc.setup()
+		if got := bind("new", "c-new", 70); got != tc.phase {
+			t.Errorf("%s: the 70%% window at %d, want %d", tc.name, got, tc.phase)
+		}
+		if err := b.Unbind("c-new"); err != nil {
+			t.Fatal(err)
+		}
+		cached["old"], synced = ps.byUID["old"], true
 	}
 }

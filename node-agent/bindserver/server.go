@@ -417,6 +417,7 @@ func (s *Server) bind(ctx context.Context, who caller) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.forgetDeletedPods()
 	e, err := s.cfg.Binder.Bind(binding.Request{
 		PodUID: id.PodUID, Namespace: pod.Namespace, Pod: pod.Name, PodAnnotations: pod.Annotations,
 		Container: name, ContainerID: id.ContainerID, CgroupsPath: id.Cgroup,
@@ -501,6 +502,25 @@ func (s *Server) Reconcile() []error {
 		s.cfg.Log.V(1).Info("forgot a container that is gone", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID)
 	}
 	return errs
+}
+
+// forgetDeletedPods forgets the bound containers of pods that are no longer on this
+// node, before a container is bound: until the periodic Reconcile they would still
+// hold their compute windows, and the new container's window would be placed around
+// them (in the worst case over a running container's, when they leave no room). Only
+// deleted pods: a container of a pod that is still there may just not be in the
+// cache's status yet, which Reconcile's later pass judges.
+func (s *Server) forgetDeletedPods() {
+	for _, r := range s.cfg.Binder.Records() {
+		if s.cfg.Pods.PodByUID(r.PodUID) != nil {
+			continue
+		}
+		if err := s.cfg.Binder.Unbind(r.ContainerID); err != nil {
+			s.cfg.Log.Error(err, "forgetting a container of a deleted pod", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+			continue
+		}
+		s.cfg.Log.V(1).Info("forgot a container of a deleted pod", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID)
+	}
 }
 
 // peerCredentials returns the peer's PID and, where the kernel has SO_PEERPIDFD

@@ -25,6 +25,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/binding"
 	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
 
@@ -224,6 +225,45 @@ func TestBindAtFirstCall(t *testing.T) {
 	}
 	if recs := e.binder.Records(); len(recs) != 0 {
 		t.Fatalf("records after restart %+v", recs)
+	}
+}
+
+// A container of a deleted pod holds its compute window until it is forgotten: a
+// bind forgets it first, so that the new container's window is placed among the
+// containers still there (here: at 0, not after the gone pod's 70%).
+func TestBindForgetsDeletedPods(t *testing.T) {
+	e := newEnv(t, 5*time.Second)
+	gone := bindingtest.Placed("team", "gone", uid2, &api.PodAssignment{Version: api.AssignmentVersion, Node: "node-1",
+		Containers: []api.ContainerAssignment{{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 70}}}}})
+	e.pods.set(gone)
+	if _, err := e.binder.Bind(binding.Request{PodUID: uid2, Namespace: "team", Pod: "gone", PodAnnotations: gone.Annotations,
+		Container: "main", ContainerID: cid2, CgroupsPath: "/kubepods/pod" + uid2 + "/" + cid2,
+		Env: []string{deviceplugin.EnvRequested + "=1"}, Started: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Deleted: gone from the pod cache, its record still there.
+	e.pods.mu.Lock()
+	delete(e.pods.pods, uid2)
+	e.pods.mu.Unlock()
+	if recs := e.binder.Records(); len(recs) != 1 || recs[0].Phases["GPU-1"] != 0 {
+		t.Fatalf("records %+v", recs)
+	}
+
+	e.caller("0::" + cg + "\n")
+	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
+	data, err := Fetch(e.socket, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := api.DecodeLimits(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.GPUs) != 1 || l.GPUs[0].Cores != 30 || l.GPUs[0].Phase != 0 {
+		t.Errorf("limits %+v: want 30%% at phase 0, the deleted pod's window free", l.GPUs)
+	}
+	if recs := e.binder.Records(); len(recs) != 1 || recs[0].ContainerID != cid {
+		t.Errorf("records %+v: want the new container's only", recs)
 	}
 }
 

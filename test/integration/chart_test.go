@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -883,5 +884,104 @@ func TestChartSchedulerName(t *testing.T) {
 	})
 	if got := admitted(pod("", nil, container{limits: gpu})); got != "default-scheduler" {
 		t.Errorf("a tessera.dev pod under HAMi names: schedulerName %q, want default-scheduler", got)
+	}
+}
+
+// The chart's require-nri-plugin policy annotates each GPU container of a pod, and only
+// those, with required-plugins.noderesource.dev/container.<name>: ["tessera"] (what
+// containerd's NRI default validator reads), on create and again on update, replacing
+// a tenant's value; it is not rendered when the agent runs without NRI or when turned
+// off.
+func TestChartRequireNRIPlugin(t *testing.T) {
+	c := startCluster(t)
+	a := c.applier()
+	const policy = "tessera-node-agent-require-nri-plugin"
+	has := func(set ...string) bool {
+		for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: set}) {
+			if m.Kind == "MutatingAdmissionPolicy" && m.Name == policy {
+				return true
+			}
+		}
+		return false
+	}
+	if has("agent.nri.requirePlugin=false") || has("agent.nri.enabled=false", "agent.bindFallback.enabled=true") {
+		t.Errorf("the %s policy is rendered with agent.nri.requirePlugin=false or the fallback binding", policy)
+	}
+	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns}) {
+		if (m.Kind == "MutatingAdmissionPolicy" || m.Kind == "MutatingAdmissionPolicyBinding") && m.Name == policy {
+			if err := a.apply(m.YAML, false); err != nil {
+				t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
+			}
+		}
+	}
+	const key = "required-plugins.noderesource.dev/container."
+	q := resource.MustParse
+	gpu := v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory": q("4096")}
+	cpu := v1.ResourceList{v1.ResourceCPU: q("1")}
+	pod := func(annotations map[string]string, init, main []v1.ResourceList) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: c.ns, Annotations: annotations},
+			Spec: v1.PodSpec{SchedulerName: "tessera-binpack"}}
+		for i, l := range init {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: fmt.Sprintf("init%d", i), Image: "registry.k8s.io/pause:3.10",
+				Resources: v1.ResourceRequirements{Limits: l}})
+		}
+		for i, l := range main {
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10",
+				Resources: v1.ResourceRequirements{Limits: l}})
+		}
+		return p
+	}
+	required := func(p *v1.Pod) map[string]string {
+		out := map[string]string{}
+		for k, v := range p.Annotations {
+			if strings.HasPrefix(k, "required-plugins.noderesource.dev") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	dryRun := func(p *v1.Pod) map[string]string {
+		got, err := c.client.CoreV1().Pods(c.ns).Create(c.ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("creating a pod (dry run): %v", err)
+		}
+		return required(got)
+	}
+	chartWaitFor(t, c.ctx, "the require-nri-plugin policy to be applied", func() bool {
+		return len(dryRun(pod(nil, nil, []v1.ResourceList{gpu}))) == 1
+	})
+	tessera := `["tessera"]`
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		init, main  []v1.ResourceList
+		want        map[string]string
+	}{
+		{"one GPU container", nil, nil, []v1.ResourceList{gpu}, map[string]string{key + "c0": tessera}},
+		{"a GPU container beside a CPU one", map[string]string{"a": "b"}, nil, []v1.ResourceList{cpu, gpu}, map[string]string{key + "c1": tessera}},
+		{"a GPU init container", nil, []v1.ResourceList{gpu}, []v1.ResourceList{cpu}, map[string]string{key + "init0": tessera}},
+		{"memory percent only", nil, nil, []v1.ResourceList{{"tessera.dev/gpu-memory-percent": q("50")}}, map[string]string{key + "c0": tessera}},
+		{"the tenant's empty list replaced", map[string]string{key + "c0": "[]", "required-plugins.noderesource.dev/pod": "[]"}, nil, []v1.ResourceList{gpu},
+			map[string]string{key + "c0": tessera, "required-plugins.noderesource.dev/pod": "[]"}},
+		{"a pod without GPUs", nil, nil, []v1.ResourceList{cpu}, map[string]string{}},
+		{"another vendor's GPU", nil, nil, []v1.ResourceList{{"nvidia.com/gpu": q("1")}}, map[string]string{}},
+	} {
+		if got := dryRun(pod(tc.annotations, tc.init, tc.main)); !maps.Equal(got, tc.want) {
+			t.Errorf("%s: annotations %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// An update that removes the annotation gets it back.
+	p, err := c.client.CoreV1().Pods(c.ns).Create(c.ctx, pod(nil, nil, []v1.ResourceList{gpu}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(p.Annotations, key+"c0")
+	p, err = c.client.CoreV1().Pods(c.ns).Update(c.ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("updating the pod: %v", err)
+	}
+	if got := required(p); got[key+"c0"] != tessera {
+		t.Errorf("after an update removing it: annotations %v, want %s: %s", got, key+"c0", tessera)
 	}
 }

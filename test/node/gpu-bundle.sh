@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real-node suite for a GPU machine without Go, a container runtime or a network.
 #
-#   test/node/gpu-bundle.sh build DIR   build everything into DIR (xz-compressed binaries)
+#   test/node/gpu-bundle.sh build DIR   build everything into DIR (the binaries in one bin.tar.xz)
 #   test/node/gpu-bundle.sh run DIR     run make test-node-gpu's tests and B6 from DIR
 #
 # build needs what make test-node needs. The Kubernetes components and the node agent
@@ -46,10 +46,16 @@ build() {
   mkdir -p "$DIR/repo/hack/lib" "$DIR/repo/config/scheduler" "$DIR/repo/test/node"
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
   cp config/scheduler/tessera-scheduler.yaml "$DIR/repo/config/scheduler/"
+  mkdir -p "$DIR/repo/config/deploy/manifests"
+  cp config/deploy/manifests/tessera.yaml "$DIR/repo/config/deploy/manifests/"
   cp test/node/node.sh test/node/with-fake-dev.sh test/node/fake-gpus.yaml test/node/gpu-bundle.sh "$DIR/repo/test/node/"
-  # -9e, one thread (no block split): the whole bundle must fit in 64 MiB.
-  for f in nodebox containerd containerd-shim-runc-v2 ctr runc; do xz -f -T1 -9e "$DIR/$f" & done
-  wait
+  # One xz stream, one thread (no block split), with a dictionary larger than the
+  # five binaries together: containerd, its shim and ctr share most of their code, and
+  # the whole bundle must fit in 64 MiB. Compressing needs about 3 GB of memory,
+  # unpacking 256 MiB.
+  local bins=(nodebox containerd containerd-shim-runc-v2 ctr runc)
+  tar -C "$DIR" -cf - "${bins[@]}" | xz -T1 --lzma2=preset=9e,dict=256MiB >"$DIR/bin.tar.xz"
+  (cd "$DIR" && rm -f "${bins[@]}")
   set +e
   ls -l "$DIR"
   du -sh "$DIR"
@@ -61,7 +67,7 @@ run() {
   w=$(mktemp -d /tmp/tnode.XXXX)
   b=$w/bin
   mkdir -p "$res" "$b"
-  for f in "$DIR"/*.xz; do xz -dc -T0 "$f" >"$b/$(basename "$f" .xz)"; done
+  xz -dc "$DIR/bin.tar.xz" | tar -x -C "$b" || { echo "unpacking $DIR/bin.tar.xz failed" >&2; return 1; }
   chmod +x "$b"/*
   for n in kube-apiserver etcd kubelet kubectl tessera-scheduler tessera-node-agent; do ln -s nodebox "$b/$n"; done
   local S=$res/summary.txt
@@ -78,7 +84,7 @@ run() {
   cd "$DIR/repo/test/node" || return 1
   timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
   say "== TestNode (rc=$?)"
-  grep -E '^\s*(--- |ok|FAIL|PASS)|node_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
+  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
   if [[ ${B6_PODS:-20} != 0 ]]; then
     TESSERA_NODE_B6=1 TESSERA_B6_PODS=${B6_PODS:-20} TESSERA_B6_OUT=$res/b6.txt NODE_DIR=$w/b6node TESSERA_NODE_LOGS=$w/b6logs \
       timeout "${B6_LIMIT_S:-60}" "$b/nodebox" -test.v -test.count=1 -test.run '^TestB6PodStart$' >"$w/b6.txt" 2>&1

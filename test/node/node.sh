@@ -29,6 +29,12 @@
 #   TESSERA_NODE_DRIVER_DIR  with GPU=1: where the machine's driver libraries are
 #                  (default /usr/local/nvidia/lib64), searched by the agent's CDI
 #                  discovery
+#   NRI_VALIDATOR  with MODE=nri, 1 (default): containerd's NRI default validator is
+#                  on, so a GPU container whose pod requires the agent's NRI plugin
+#                  (the chart's require-nri-plugin policy, applied to the API server
+#                  here from config/deploy/manifests/tessera.yaml) is refused while
+#                  the plugin is not connected; 0: off. Never on in the fallback mode,
+#                  whose agent does not connect to NRI.
 #
 # GPU containers get their GPUs and the driver's files through CDI: the agent writes
 # the node's spec into NODE_DIR/cdi (containerd's cdi_spec_dirs), never into the
@@ -108,6 +114,14 @@ state = '$NODE_DIR/containerd/state'
     plugin_path = '$NODE_DIR/nri-plugins'
     plugin_config_path = '$NODE_DIR/nri-conf'
 EOF
+  if [[ $MODE == nri && ${NRI_VALIDATOR:-1} == 1 ]]; then
+    cat >>"$NODE_DIR/containerd.toml" <<EOF
+    # Refuse a container whose pod's required-plugins.noderesource.dev annotations
+    # name a plugin that is not connected (the node agent's, for GPU containers).
+    [plugins.'io.containerd.nri.v1.nri'.default_validator]
+      enable = true
+EOF
+  fi
 }
 
 start_containerd() {
@@ -160,7 +174,13 @@ EOF
 }
 
 start_kubelet() {
-  mkdir -p "$NODE_DIR/kubelet" "$NODE_DIR/pod-logs" "$NODE_DIR/device-plugins" /var/lib/kubelet/device-plugins
+  # The mount point of kubelet's device-plugin directory on the host: what node.sh
+  # creates there, it removes at down (created.txt).
+  local p
+  for p in /var/lib/kubelet /var/lib/kubelet/device-plugins; do
+    [[ -e $p ]] || { mkdir "$p" && echo "$p" >>"$NODE_DIR/created.txt"; }
+  done
+  mkdir -p "$NODE_DIR/kubelet" "$NODE_DIR/pod-logs" "$NODE_DIR/device-plugins"
   local d c
   if ! cgroup_v1; then
     # Pure cgroup v2: the controllers kubelet needs must be enabled below the root
@@ -264,6 +284,36 @@ EOF
   WAIT_PID=default-scheduler tessera::wait_until 60 "default scheduler" tessera::port_open "$DEFAULT_SCHEDULER_PORT"
 }
 
+# --- the chart's admission policies --------------------------------------------------
+
+# The chart's require-nri-plugin MutatingAdmissionPolicy and its binding, from the
+# rendered default install: GPU pods get the annotation that containerd's NRI default
+# validator reads, as in a cluster with the chart.
+apply_policies() {
+  local m=$ROOT/config/deploy/manifests/tessera.yaml
+  [[ -f $m ]] || tessera::die "$m: the chart's rendered manifests are needed"
+  local doc="" line
+  : >"$NODE_DIR/policies.yaml"
+  while IFS= read -r line || [[ -n $line ]]; do
+    if [[ $line == --- ]]; then
+      policy_doc "$doc"
+      doc=""
+    else
+      doc+=$line$'\n'
+    fi
+  done <"$m"
+  policy_doc "$doc"
+  [[ $(grep -c '^kind: MutatingAdmissionPolicy' "$NODE_DIR/policies.yaml") == 2 ]] ||
+    tessera::die "$m: no require-nri-plugin MutatingAdmissionPolicy and binding"
+  tessera::kubectl apply -f "$NODE_DIR/policies.yaml" >/dev/null
+}
+
+policy_doc() {
+  [[ $1 =~ (^|$'\n')kind:\ MutatingAdmissionPolicy(Binding)?$'\n' && $1 =~ $'\n'\ \ name:\ [a-z0-9-]*-require-nri-plugin$'\n' ]] &&
+    printf -- '---\n%s' "$1" >>"$NODE_DIR/policies.yaml"
+  return 0
+}
+
 # --- whole node ---------------------------------------------------------------------
 
 save_node_env() {
@@ -294,6 +344,7 @@ up() {
   tessera::step "kube-apiserver ready" tessera::start_apiserver
   tessera::step "tessera-scheduler ready" tessera::start_scheduler
   tessera::step "default scheduler ready" start_default_scheduler
+  tessera::step "admission policies applied" apply_policies
   tessera::step "containerd ready" start_containerd
   tessera::step "test images imported" import_images
   tessera::step "kubelet ready, node registered" start_kubelet
@@ -334,6 +385,9 @@ down() {
     for t in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$t" >/dev/null 2>&1 || true; done
   fi
   tessera::stop containerd
+  # The shims outlive containerd (that is what they are for): stop this node's, found
+  # by the socket address on their command line.
+  stop_shims
   tessera::stop default-scheduler
   tessera::stop_all
   unmount_under "$NODE_DIR"
@@ -343,7 +397,39 @@ down() {
       [[ -d $d$CGROUP_ROOT ]] && find "$d$CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done < <(cgroup_dirs)
   fi
+  remove_created
   rm -rf "$NODE_DIR"
+}
+
+# stop_shims kills the runc shims of this node's containerd (their command line names
+# its socket), by PID.
+stop_shims() {
+  local f pid pids=()
+  for f in /proc/[0-9]*/cmdline; do
+    pid=${f#/proc/}
+    pid=${pid%/cmdline}
+    if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "-address $CTR_SOCK "; then
+      pids+=("$pid")
+    fi
+  done
+  ((${#pids[@]} == 0)) && return 0
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+  local i
+  for i in $(seq 1 50); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.1
+  done
+}
+
+# remove_created removes the host directories start_kubelet created, deepest first,
+# unless another node's kubelet still has its device-plugin directory mounted there.
+remove_created() {
+  [[ -f $NODE_DIR/created.txt ]] || return 0
+  if grep -qs ' /var/lib/kubelet/device-plugins ' /proc/[0-9]*/mountinfo; then
+    return 0
+  fi
+  local p
+  while read -r p; do rmdir "$p" 2>/dev/null || true; done < <(sort -r "$NODE_DIR/created.txt")
 }
 
 case ${1:-} in

@@ -65,6 +65,9 @@ func TestNode(t *testing.T) {
 				{"DefaultSchedulerRefused", testDefaultSchedulerRefused},
 				{"DeleteFreesGrant", testDeleteFreesGrant},
 				{"FiftyPodsAtOnce", testFiftyPods},
+				{"CoresShares", testCoresShares},
+				{"TorchLimit", testTorchLimit},
+				{"AgentDownRefused", testAgentDownRefused},
 				{"RestartAgent", func(n *node) { testRestart(n, "agent") }},
 				{"RestartKubelet", func(n *node) { testRestart(n, "kubelet") }},
 				{"RestartContainerd", func(n *node) { testRestart(n, "containerd") }},
@@ -439,7 +442,7 @@ func testRestart(n *node, component string) {
 		})
 	}
 
-	ran, failed := 0, 0
+	ran, failed, refused := 0, 0, 0
 	for _, name := range during {
 		p := n.waitPhase(ctx, name, 3*time.Minute, v1.PodRunning, v1.PodFailed, v1.PodSucceeded)
 		if p.Status.Phase == v1.PodRunning {
@@ -452,8 +455,12 @@ func testRestart(n *node, component string) {
 			})
 		}
 		lines := n.probeLines(p)
-		c, _ := find(lines, "context")
+		c, started := find(lines, "context")
 		mem, ok := find(lines, "memory")
+		if r := n.validatorRefusals(ctx, name); r > 0 {
+			refused++
+			n.t.Logf("pod %s: containerd's NRI validator refused its container %d time(s) (the agent's plugin not connected); then %s", name, r, p.Status.Phase)
+		}
 		switch {
 		case ok && mem.fields["total_mib"] == "1024":
 			ran++
@@ -461,6 +468,10 @@ func testRestart(n *node, component string) {
 			n.t.Errorf("pod %s created during the %s restart runs without its limit: %v %v", name, component, c.fields, mem.fields)
 		case c.fields["limits"] == "no" && c.fields["gpu_nodes"] != "" && c.fields["gpu_nodes"] != "0" && n.mode == "nri":
 			n.t.Errorf("pod %s created during the %s restart has GPU device nodes but no limits: %v", name, component, c.fields)
+		case started && c.fields["limits"] == "no" && n.mode == "nri":
+			// With the validator on, containerd refuses a GPU container while the
+			// agent's NRI plugin is not connected: none starts unbound.
+			n.t.Errorf("pod %s created during the %s restart started without its binding: %v", name, component, c.fields)
 		default:
 			failed++
 			e, _ := find(lines, "error")
@@ -468,7 +479,8 @@ func testRestart(n *node, component string) {
 				name, component, p.Status.Phase, p.Status.Reason, p.Status.Message, c.fields, e.fields)
 		}
 	}
-	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d did not run CUDA", component, len(during), ran, failed)
+	n.t.Logf("%s restart: of %d pods created around it, %d ran with their limits, %d did not run CUDA; containerd refused the container of %d until the agent was back",
+		component, len(during), ran, failed, refused)
 
 	after := n.create(ctx, n.pod(podSpec{name: component + "-after", gpus: 1, memMiB: 3072, args: []string{"-fill", "-chunk", "256"}}))
 	p := n.waitPhase(ctx, after.Name, 3*time.Minute, v1.PodSucceeded, v1.PodFailed)
@@ -477,6 +489,24 @@ func testRestart(n *node, component string) {
 		n.t.Errorf("pod %s created after the %s restart: %s, probe printed %v", p.Name, component, p.Status.Phase, n.probeLines(p))
 	}
 	n.noDoubleGrant(ctx)
+}
+
+// validatorRefusals counts the pod's events in which the runtime refused to create its
+// container because a required NRI plugin was not present (NRI's default validator).
+func (n *node) validatorRefusals(ctx context.Context, pod string) int {
+	n.t.Helper()
+	evs, err := n.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String()})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	count := 0
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, "required plugin") {
+			count += int(max(e.Count, 1))
+		}
+	}
+	return count
 }
 
 // gpuCount is the number of GPUs in the node's published inventory.
@@ -513,4 +543,56 @@ func (n *node) requireBound(p *v1.Pod) {
 	}
 	n.t.Fatalf("pod %s started without its binding (%v): %s; containerd gives NRI plugins 2 s (plugin_request_timeout) and creates the container without a late plugin's adjustment",
 		p.Name, c.fields, took)
+}
+
+// With containerd's NRI default validator on and the chart's require-nri-plugin
+// policy, a GPU container created while the agent is down is refused by the runtime
+// (its pod requires the agent's NRI plugin, which is not connected), retried by
+// kubelet, and created with its binding once the agent is back. The GPU container
+// follows an init container that sleeps, so that its creation falls while the agent
+// is stopped: its devices were allocated at the pod's admission, before.
+func testAgentDownRefused(n *node) {
+	if n.mode != "nri" {
+		n.t.Skip("the fallback binding does not use NRI (its containerd has no validator)")
+	}
+	ctx := context.Background()
+	p := n.pod(podSpec{name: "agent-down", gpus: 1, memMiB: 1024, args: []string{"-fill", "-chunk", "256"}})
+	p.Spec.InitContainers = []v1.Container{{Name: "wait", Image: testImage, ImagePullPolicy: v1.PullNever, Args: []string{"-sleep", "3000"}}}
+	p = n.create(ctx, p)
+	if p.Annotations[requiredPluginsKey+"probe"] != `["tessera"]` || p.Annotations[requiredPluginsKey+"wait"] != "" {
+		n.t.Fatalf("pod %s: want the require-nri-plugin annotation on its GPU container only: %v", p.Name, p.Annotations)
+	}
+	waitFor(n.t, 90*time.Second, fmt.Sprintf("pod %s's init container running", p.Name), func() (bool, error) {
+		p = n.get(ctx, p.Name)
+		s := p.Status.InitContainerStatuses
+		if len(s) == 1 && s[0].State.Terminated != nil {
+			return false, fmt.Errorf("the init container ended before the agent was stopped: %+v", s[0].State.Terminated)
+		}
+		return len(s) == 1 && s[0].State.Running != nil, nil
+	})
+	if err := n.sh("stop", "agent"); err != nil {
+		n.t.Fatalf("stopping the agent: %v", err)
+	}
+	stopped := time.Now()
+	waitFor(n.t, 60*time.Second, fmt.Sprintf("containerd refusing pod %s's GPU container", p.Name), func() (bool, error) {
+		return n.validatorRefusals(ctx, p.Name) > 0, nil
+	})
+	refusedAt := time.Since(stopped)
+	if _, started := find(n.probeLines(p), "start"); started {
+		n.t.Errorf("pod %s's GPU container started while the agent was down", p.Name)
+	}
+	if err := n.sh("start", "agent"); err != nil {
+		n.t.Fatalf("starting the agent: %v", err)
+	}
+	back := time.Now()
+	p = n.waitPhase(ctx, p.Name, 3*time.Minute, v1.PodSucceeded, v1.PodFailed)
+	lines := n.probeLines(p)
+	mem, ok := find(lines, "memory")
+	if p.Status.Phase != v1.PodSucceeded || !ok || mem.fields["total_mib"] != "1024" {
+		n.t.Fatalf("pod %s after the agent came back: %s, probe printed %v", p.Name, p.Status.Phase, lines)
+	}
+	n.requireBound(p)
+	first, _ := find(lines, "start")
+	n.t.Logf("pod %s: its GPU container refused %d time(s) while the agent was down (first %.1fs after the stop), then bound and ran with 1024 MiB %.1fs after the agent's start",
+		p.Name, n.validatorRefusals(ctx, p.Name), refusedAt.Seconds(), first.logged.Sub(back).Seconds())
 }

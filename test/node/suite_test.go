@@ -16,9 +16,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -114,8 +116,22 @@ func startNode(t *testing.T, mode string) *node {
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	n.client = kubernetes.NewForConfigOrDie(cfg)
+	// node.sh applied the chart's require-nri-plugin policy: wait until the API
+	// server uses it.
+	waitFor(t, 30*time.Second, "the require-nri-plugin admission policy in effect", func() (bool, error) {
+		p, err := n.client.CoreV1().Pods(namespace).Create(context.Background(), n.pod(podSpec{name: "policy-check", gpus: 1}),
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err
+		}
+		return p.Annotations[requiredPluginsKey+"probe"] == `["tessera"]`, nil
+	})
 	return n
 }
+
+// requiredPluginsKey (+ the container's name) is the pod annotation that NRI's default
+// validator reads: the plugins that must be connected for the container to be created.
+const requiredPluginsKey = "required-plugins.noderesource.dev/container."
 
 // sh runs test/node/node.sh with the node's settings; its output goes to the test log.
 func (n *node) sh(args ...string) error {
@@ -158,6 +174,11 @@ type podSpec struct {
 	// same volumes).
 	hostDriver, driverVolume bool
 	args                     []string
+	// command replaces the image's entrypoint; env is added to the container's.
+	command []string
+	env     []v1.EnvVar
+	// hostMounts are host directories mounted read-only, by container path.
+	hostMounts map[string]string
 }
 
 // cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
@@ -208,6 +229,14 @@ func (n *node) pod(s podSpec) *v1.Pod {
 				Resources: v1.ResourceRequirements{Limits: limits},
 			}},
 		},
+	}
+	c := &p.Spec.Containers[0]
+	c.Command = s.command
+	c.Env = append(c.Env, s.env...)
+	for _, dst := range slices.Sorted(maps.Keys(s.hostMounts)) {
+		name := fmt.Sprintf("host-%d", len(p.Spec.Volumes))
+		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: name, VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: s.hostMounts[dst]}}})
+		c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: name, MountPath: dst, ReadOnly: true})
 	}
 	if s.privileged {
 		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: &s.privileged}

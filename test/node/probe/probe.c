@@ -19,9 +19,18 @@
  *   check       unix_ns total_mib over   every -interval while holding (-hold): one
  *                                        more chunk past the filled memory was
  *                                        "refused" or "granted"
+ *   rate        kernels seconds per_s late_ms   with -compute: compute-bound kernels
+ *                            (a hand-written PTX FMA loop, one 256-thread block per
+ *                            SM, about 92 us each alone on an H200) launched back to
+ *                            back with cuLaunchKernel for -compute ms, then
+ *                            synchronized; per_s is kernels per second. With -start-at
+ *                            the launches begin at that wall-clock time (unix ms), so
+ *                            that pods started apart run together; late_ms is how
+ *                            late the probe was for it (0: it waited)
  *   error       call err     a call failed; the program exits 1
  *
- *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms]
+ *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms]
+ *   tessera-probe -sleep ms      sleep, then exit 0 without touching CUDA (an init container)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -43,11 +52,60 @@ typedef CUresult (*setcur_fn)(CUcontext);
 typedef CUresult (*meminfo_fn)(size_t *, size_t *);
 typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*free_fn)(CUdeviceptr);
+typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
+typedef CUresult (*modload_fn)(CUmodule *, const void *);
+typedef CUresult (*getfn_fn)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+			      void **, void **);
+typedef CUresult (*sync_fn)(void);
+
+/* The compute kernel, as nvcc would write pace.cu's "work" (cuda-hook/gpu): each
+ * thread runs iters dependent FMAs and stores the result only if it is 12345 (never),
+ * so that the loop is not optimized away. PTX, JIT-compiled by the driver for the
+ * GPU at hand: no CUDA compiler is needed to build the probe. */
+static const char work_ptx[] =
+	".version 7.0\n"
+	".target sm_52\n"
+	".address_size 64\n"
+	".visible .entry work(.param .u64 out, .param .u32 iters)\n"
+	"{\n"
+	"\t.reg .pred %p<3>;\n"
+	"\t.reg .f32 %f<3>;\n"
+	"\t.reg .b32 %r<4>;\n"
+	"\t.reg .b64 %rd<3>;\n"
+	"\tld.param.u64 %rd1, [out];\n"
+	"\tld.param.u32 %r2, [iters];\n"
+	"\tmov.u32 %r1, %tid.x;\n"
+	"\tcvt.rn.f32.u32 %f1, %r1;\n"
+	"\tmul.f32 %f2, %f1, 0f3A83126F;\n" /* 1e-3 */
+	"\tmov.u32 %r3, 0;\n"
+	"\tsetp.le.s32 %p1, %r2, 0;\n"
+	"\t@%p1 bra DONE;\n"
+	"LOOP:\n"
+	"\tfma.rn.f32 %f2, %f2, 0f3F800347, 0f33D6BF95;\n" /* a = a * 1.0001 + 1e-7 */
+	"\tadd.s32 %r3, %r3, 1;\n"
+	"\tsetp.lt.s32 %p2, %r3, %r2;\n"
+	"\t@%p2 bra LOOP;\n"
+	"DONE:\n"
+	"\tsetp.neu.f32 %p1, %f2, 0f4640E400;\n" /* 12345 */
+	"\t@%p1 bra END;\n"
+	"\tcvta.to.global.u64 %rd2, %rd1;\n"
+	"\tst.global.f32 [%rd2], %f2;\n"
+	"END:\n"
+	"\tret;\n"
+	"}\n";
 
 static long long now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -73,7 +131,8 @@ static void *sym(void *lib, const char *name)
 int main(int argc, char **argv)
 {
 	int fill = 0, hold = 0;
-	long chunk_mib = 256, interval_ms = 500;
+	long chunk_mib = 256, interval_ms = 500, compute_ms = 0;
+	long long start_at_ms = 0, sleep_ms = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("tessera-probe start unix_ns=%lld\n", now_ns());
 	const char *visible = getenv("NVIDIA_VISIBLE_DEVICES");
@@ -99,14 +158,25 @@ int main(int argc, char **argv)
 			chunk_mib = atol(argv[++i]);
 		else if (strcmp(argv[i], "-interval") == 0 && i + 1 < argc)
 			interval_ms = atol(argv[++i]);
+		else if (strcmp(argv[i], "-compute") == 0 && i + 1 < argc)
+			compute_ms = atol(argv[++i]);
+		else if (strcmp(argv[i], "-start-at") == 0 && i + 1 < argc)
+			start_at_ms = atoll(argv[++i]);
+		else if (strcmp(argv[i], "-sleep") == 0 && i + 1 < argc)
+			sleep_ms = atoll(argv[++i]);
 		else {
-			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms]\n");
+			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-sleep ms]\n");
 			return 2;
 		}
 	}
-	if (chunk_mib <= 0 || interval_ms <= 0) {
-		fprintf(stderr, "tessera-probe: -chunk and -interval must be positive\n");
+	if (chunk_mib <= 0 || interval_ms <= 0 || compute_ms < 0 || start_at_ms < 0 || sleep_ms < 0) {
+		fprintf(stderr, "tessera-probe: -chunk and -interval must be positive, -compute, -start-at and -sleep not negative\n");
 		return 2;
+	}
+	if (sleep_ms > 0) {
+		struct timespec ts = {(time_t)(sleep_ms / 1000), (long)(sleep_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+		return 0;
 	}
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (lib == NULL) {
@@ -140,6 +210,46 @@ int main(int argc, char **argv)
 	CALL("cuDeviceTotalMem", cuDeviceTotalMem_(&card, dev));
 	CALL("cuMemGetInfo", cuMemGetInfo_(&free_b, &total));
 	printf("tessera-probe memory total_mib=%zu free_mib=%zu device_total_mib=%zu\n", total >> 20, free_b >> 20, card >> 20);
+
+	if (compute_ms > 0) {
+		attr_fn cuDeviceGetAttribute_ = (attr_fn)sym(lib, "cuDeviceGetAttribute");
+		modload_fn cuModuleLoadData_ = (modload_fn)sym(lib, "cuModuleLoadData");
+		getfn_fn cuModuleGetFunction_ = (getfn_fn)sym(lib, "cuModuleGetFunction");
+		launch_fn cuLaunchKernel_ = (launch_fn)sym(lib, "cuLaunchKernel");
+		sync_fn cuCtxSynchronize_ = (sync_fn)sym(lib, "cuCtxSynchronize");
+		int sms = 0, iters = 40000;
+		CUmodule mod;
+		CUfunction fn;
+		CUdeviceptr out;
+		CALL("cuDeviceGetAttribute", cuDeviceGetAttribute_(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+		CALL("cuModuleLoadData", cuModuleLoadData_(&mod, work_ptx));
+		CALL("cuModuleGetFunction", cuModuleGetFunction_(&fn, mod, "work"));
+		CALL("cuMemAlloc", cuMemAlloc_(&out, 4));
+		void *params[] = {&out, &iters};
+		/* One kernel first: the JIT and first-launch costs stay out of the rate. */
+		CALL("cuLaunchKernel", cuLaunchKernel_(fn, (unsigned)sms, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+		CALL("cuCtxSynchronize", cuCtxSynchronize_());
+		long long late_ms = 0;
+		if (start_at_ms > 0) {
+			long long wait_ns = start_at_ms * 1000000LL - now_ns();
+			if (wait_ns > 0) {
+				struct timespec ts = {(time_t)(wait_ns / 1000000000LL), (long)(wait_ns % 1000000000LL)};
+				nanosleep(&ts, NULL);
+			} else {
+				late_ms = -wait_ns / 1000000LL;
+			}
+		}
+		long long kernels = 0, t0 = mono_ns(), end = t0 + compute_ms * 1000000LL;
+		while (mono_ns() < end) {
+			CALL("cuLaunchKernel", cuLaunchKernel_(fn, (unsigned)sms, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+			kernels++;
+		}
+		CALL("cuCtxSynchronize", cuCtxSynchronize_());
+		double secs = (double)(mono_ns() - t0) / 1e9;
+		printf("tessera-probe rate kernels=%lld seconds=%.3f per_s=%.1f late_ms=%lld sms=%d\n", kernels, secs,
+		       (double)kernels / secs, late_ms, sms);
+		CALL("cuMemFree", cuMemFree_(out));
+	}
 
 	size_t chunk = (size_t)chunk_mib << 20, filled = 0;
 	if (fill) {
