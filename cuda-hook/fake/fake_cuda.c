@@ -77,6 +77,10 @@ static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
 
 /* Simulated GPU: one in-order queue per process. */
 static int64_t busy_until_ns;
+/* FAKE_CUDA_OTHER=<start_us>,<len_us>,<period_us>: another context holds the GPU from
+ * start to start + len of every period of the monotonic clock (a time-sliced GPU's
+ * turn of another container), when this process's queue does not advance. */
+static int64_t other_start_ns, other_len_ns, other_period_ns;
 static uint64_t busy_ns, syncs, bad_syncs, launches;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
@@ -111,6 +115,13 @@ __attribute__((constructor)) static void setup(void)
 		ctx_mib = strtoull(s, NULL, 10);
 	if ((s = getenv("FAKE_CUDA_MEM_MIB")))
 		mem_bytes = strtoull(s, NULL, 10) << 20;
+	long long os, ol, op;
+	if ((s = getenv("FAKE_CUDA_OTHER")) && sscanf(s, "%lld,%lld,%lld", &os, &ol, &op) == 3 && op > 0 && ol >= 0 &&
+	    ol < op && os >= 0 && os + ol <= op) {
+		other_start_ns = os * 1000;
+		other_len_ns = ol * 1000;
+		other_period_ns = op * 1000;
+	}
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
 		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
@@ -806,6 +817,26 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r
 
 /* ---- the simulated GPU ------------------------------------------------------------- */
 
+/* When work of work_ns queued to start at t ends; with work_ns 0, when an event
+ * queued at t completes. The other context's turns (FAKE_CUDA_OTHER) are skipped. */
+static int64_t gpu_advance(int64_t t, int64_t work_ns)
+{
+	if (other_len_ns == 0)
+		return t + work_ns;
+	for (;;) {
+		int64_t ph = t % other_period_ns;
+		if (ph >= other_start_ns && ph < other_start_ns + other_len_ns) {
+			t += other_start_ns + other_len_ns - ph;
+			continue;
+		}
+		int64_t free_ns = ph < other_start_ns ? other_start_ns - ph : other_period_ns - ph + other_start_ns;
+		if (work_ns <= free_ns)
+			return t + work_ns;
+		work_ns -= free_ns;
+		t += free_ns;
+	}
+}
+
 static void capture_us(uint64_t us);
 static CUresult run(uint64_t us)
 {
@@ -828,7 +859,7 @@ static CUresult run(uint64_t us)
 		now = now_ns();
 	}
 	int64_t start = busy_until_ns > now ? busy_until_ns : now;
-	busy_until_ns = start + (int64_t)us * 1000;
+	busy_until_ns = gpu_advance(start, (int64_t)us * 1000);
 	busy_ns += us * 1000;
 	launches++;
 	pthread_mutex_unlock(&mu);
@@ -884,7 +915,7 @@ CUresult cuEventRecord(CUevent e, CUstream s)
 	atomic_fetch_add(&event_calls, 1);
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
-	v->at_ns = busy_until_ns > now ? busy_until_ns : now;
+	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, 0);
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;

@@ -67,6 +67,10 @@ static int64_t tessera_now_ns(void)
 static _Atomic int64_t est_ns[2];
 static _Atomic int64_t est_samples[2]; /* samples taken so far */
 static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
+/* Per class (under ev_mu): the last sample was set aside, the last sample counted
+ * with the estimate it was counted against, and when it was read. */
+static int grew[2];
+static int64_t last_ns[2], last_est_ns[2], last_at_ns[2];
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
 
@@ -74,7 +78,7 @@ static _Atomic int64_t charged_ns;
 static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns;
-	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns;
+	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
 
@@ -177,6 +181,7 @@ static void settle_sample(void)
 	atomic_store(&smp.state, SAMPLE_FREE);
 	if (ns < 0)
 		return;
+	last_at_ns[smp.cls] = tessera_now_ns();
 	/* The start event found the stream idle: it completed when it was recorded, and
 	 * the host's time to issue the launch after it is not the kernel's. */
 	if (smp.host_gap_ns > 0)
@@ -190,10 +195,14 @@ static void settle_sample(void)
 	 * time slice between its events; three in a row mean the work changed. */
 	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
 		rejected[smp.cls]++;
+		grew[smp.cls] = 1;
 		PSTAT_ADD(set_aside, 1);
 		return;
 	}
 	rejected[smp.cls] = 0;
+	grew[smp.cls] = 0;
+	last_ns[smp.cls] = ns;
+	last_est_ns[smp.cls] = e;
 	PSTAT_ADD(samples[smp.cls], 1);
 	if (smp.host_gap_ns > 0) {
 		PSTAT_ADD(idle[smp.cls], 1);
@@ -313,6 +322,8 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&est_samples[0], 0);
 	atomic_store(&est_samples[1], 0);
 	rejected[0] = rejected[1] = 0;
+	grew[0] = grew[1] = 0;
+	last_ns[0] = last_ns[1] = last_est_ns[0] = last_est_ns[1] = last_at_ns[0] = last_at_ns[1] = 0;
 	atomic_store(&charged_ns, 0);
 	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
@@ -341,12 +352,13 @@ __attribute__((destructor)) static void pacing_summary(void)
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
-		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld",
+		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
 		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
 		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
 		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
-		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns));
+		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
+		    (long long)atomic_load(&pstat.sliced_ns));
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -512,6 +524,33 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 	pthread_mutex_unlock(&ev_mu);
 }
 
+/* How much of a burst's overrun may be another context's turn: the driver's time
+ * slice between busy contexts is of this order (ms). */
+#define TIME_SLICE_NS 2000000LL
+
+/* How far above their estimate the launch samples say a burst's launches ran, as a
+ * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
+ * last 25 periods), its last sample against the estimate it was counted against. -1
+ * (the overrun is all owed) while a class rests on its first few samples or its last
+ * sample was set aside. */
+#define AGREE_SAMPLES 8
+static double samples_excess(void)
+{
+	double x = 0;
+	int64_t now = tessera_now_ns();
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t n = atomic_load(&est_samples[cls]);
+		if (n == 0 || now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
+			continue;
+		if (n < AGREE_SAMPLES || grew[cls] || last_est_ns[cls] <= 0)
+			return -1;
+		double r = (double)last_ns[cls] / (double)last_est_ns[cls] - 1;
+		if (r > x)
+			x = r;
+	}
+	return x;
+}
+
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
  * is set (the container waited for a refill: a burst the GPU still runs then has
  * overrun its allowance).
@@ -545,6 +584,7 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	pthread_mutex_lock(&ev_mu);
 	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL)
 		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
+	double excess = samples_excess();
 	pthread_mutex_unlock(&ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
 	if (lag < -1)
@@ -567,6 +607,23 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld alone=%d",
 			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone);
 		return;
+	}
+	/* Another context's turns on a time-sliced GPU run inside a burst's elapsed time
+	 * where the two containers' work meets, and the events of each bill them to both.
+	 * What the burst ran over its charge beyond what its launch samples explain (their
+	 * excess over the estimate) is taken for that, up to one time slice, and neither
+	 * owed nor read as launches charged too little. The rest is owed: all of it while
+	 * the samples say the launches changed (a sample set aside). */
+	int64_t sliced = 0;
+	if (excess >= 0 && e > p->f_charged) {
+		int64_t explained = (int64_t)(excess * (double)p->f_charged);
+		sliced = e - p->f_charged - explained;
+		if (sliced > TIME_SLICE_NS)
+			sliced = TIME_SLICE_NS;
+		if (sliced < 0)
+			sliced = 0;
+		e -= sliced;
+		PSTAT_ADD(sliced_ns, sliced);
 	}
 	/* A burst that ran under its charge gives the difference back, whether or not it
 	 * ran back to back: nothing makes its elapsed time shorter than its GPU time. */
@@ -595,8 +652,9 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
 			atomic_store(&est_ns[cls], scaled);
 	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld", (long long)e,
-		    (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over);
+	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld",
+		    (long long)e + sliced, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over,
+		    (long long)sliced);
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching

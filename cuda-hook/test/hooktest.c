@@ -24,6 +24,7 @@
  *   hooktest pace <path> <cores> <seconds>
  *   hooktest pace-procs <procs> <cores> <seconds>
  *   hooktest light <cores> <seconds>
+ *   hooktest pace-turns <cores> <seconds>
  *   hooktest capture
  *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
@@ -1108,6 +1109,23 @@ static int pace_main(int argc, char **argv)
 	return 0;
 }
 
+/* Another container's turns on the GPU (the fake's FAKE_CUDA_OTHER) run inside this
+ * one's bursts: a saturating program still gets its share of the GPU's time, not its
+ * share less the other's turns. Billing those turns as its own took a 30% tenant to
+ * 25% of the GPU on an H200 next to a 70% one. */
+static int pace_turns_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: pace-turns <cores> <seconds>");
+	int cores = atoi(argv[2]);
+	setup();
+	run_launches("kernel", 0.3); /* past the estimate's first samples */
+	double share = run_launches("kernel", atof(argv[3]));
+	printf("pace-turns: cores %d, share %.1f%% with another context's turns\n", cores, share);
+	CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: billed the other context's turns", share, cores);
+	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
+	return 0;
+}
+
 /* A program that needs less GPU time than its share is not slowed: 100 us kernels
  * with 400 us of host work between them need 20% of the GPU. Under a cap of 50% it
  * must run at the rate its host work allows; under a cap below 20% it is held, and
@@ -1266,6 +1284,8 @@ int main(int argc, char **argv)
 		return pace_procs_main(argc, argv);
 	if (strcmp(scenario, "light") == 0)
 		return light_main(argc, argv);
+	if (strcmp(scenario, "pace-turns") == 0)
+		return pace_turns_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

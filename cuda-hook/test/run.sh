@@ -279,6 +279,9 @@ t pace-procs 2 50 0.8                  # two processes of one container share it
 t light 50 0.6                         # a program needing 20% is not slowed at 50%
 limits 0 "$U1 81920 15 0"
 t light 15 0.8                         # held at 15%, it gets 15%: its host time is not owed
+limits 0 "$U1 81920 30 0"
+# Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
+tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 
