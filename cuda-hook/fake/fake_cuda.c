@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +83,10 @@ static int64_t busy_until_ns;
  * start to start + len of every period of the monotonic clock (a time-sliced GPU's
  * turn of another container), when this process's queue does not advance. */
 static int64_t other_start_ns, other_len_ns, other_period_ns;
+static void sg_setup(const char *path);
+static void sg_push(int64_t work_ns, int ev);
+static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
+static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
 static uint64_t busy_ns, syncs, bad_syncs, launches;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
@@ -122,6 +128,10 @@ __attribute__((constructor)) static void setup(void)
 		other_len_ns = ol * 1000;
 		other_period_ns = op * 1000;
 	}
+	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
+		sg_slice_ns = atoll(s) * 1000;
+	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
+		sg_setup(s);
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
 		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
@@ -846,6 +856,14 @@ static CUresult run(uint64_t us)
 		capture_us(us);
 		return CUDA_SUCCESS; /* recorded into the graph, not run */
 	}
+	if (sg != NULL) {
+		sg_push((int64_t)us * 1000, -1);
+		pthread_mutex_lock(&mu);
+		busy_ns += us * 1000;
+		launches++;
+		pthread_mutex_unlock(&mu);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
 	/* A real driver blocks a launch when its queue is full; model a queue that holds
@@ -866,6 +884,170 @@ static CUresult run(uint64_t us)
 	return CUDA_SUCCESS;
 }
 
+/* FAKE_CUDA_SHARED_GPU=<file>: the processes naming one file share one simulated GPU
+ * that runs their contexts in turns, as a time-sliced GPU does: the context whose
+ * turn it is runs its queue for up to a time slice (2 ms, or FAKE_CUDA_SLICE_US) while another has work, then the
+ * next with work gets a turn (after SG_SWITCH_NS); a context alone runs on. Events
+ * complete when their context's queue reaches them in its turn. The simulation is
+ * advanced lazily to the present by every call that looks at the GPU. */
+#define SG_SLOTS 4
+#define SG_ITEMS 8192
+#define SG_EVENTS 256
+#define SG_SWITCH_NS 25000LL
+struct sg_item {
+	int64_t left_ns;
+	int32_t ev; /* an event (no work), or -1 */
+	uint32_t gen;
+};
+struct sg_slot {
+	int32_t pid;
+	uint32_t head, tail;
+	int64_t queued_ns;
+	struct sg_item q[SG_ITEMS];
+	int64_t ev_at[SG_EVENTS]; /* completion time, -1 while pending */
+	uint32_t ev_gen[SG_EVENTS];
+	uint8_t ev_used[SG_EVENTS];
+};
+struct sg {
+	pthread_mutex_t mu;
+	int init;
+	int cur;
+	int64_t t, slice_end;
+	struct sg_slot s[SG_SLOTS];
+};
+static int sg_me = -1;
+
+static void sg_setup(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0 || ftruncate(fd, sizeof(struct sg)) != 0) {
+		fprintf(stderr, "fake libcuda: cannot open the shared GPU %s\n", path);
+		abort();
+	}
+	sg = mmap(NULL, sizeof(struct sg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (sg == MAP_FAILED) {
+		fprintf(stderr, "fake libcuda: cannot map the shared GPU %s\n", path);
+		abort();
+	}
+	if (!sg->init) {
+		pthread_mutexattr_t a;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutex_init(&sg->mu, &a);
+		sg->cur = 0;
+		sg->init = 1;
+	}
+	pthread_mutex_lock(&sg->mu);
+	for (int i = 0; i < SG_SLOTS && sg_me < 0; i++)
+		if (sg->s[i].pid == 0 || kill(sg->s[i].pid, 0) != 0) {
+			memset(&sg->s[i], 0, sizeof(sg->s[i]));
+			sg->s[i].pid = getpid();
+			sg_me = i;
+		}
+	pthread_mutex_unlock(&sg->mu);
+	flock(fd, LOCK_UN);
+	close(fd);
+	if (sg_me < 0) {
+		fprintf(stderr, "fake libcuda: the shared GPU %s has no free slot\n", path);
+		abort();
+	}
+}
+
+/* Runs the shared GPU up to now (caller holds sg->mu). */
+static void sg_advance(int64_t now)
+{
+	while (sg->t < now) {
+		struct sg_slot *c = &sg->s[sg->cur];
+		if (c->head == c->tail || sg->t >= sg->slice_end) {
+			int next = -1;
+			for (int i = 1; i <= SG_SLOTS && next < 0; i++) {
+				int k = (sg->cur + i) % SG_SLOTS;
+				if (sg->s[k].pid != 0 && sg->s[k].head != sg->s[k].tail)
+					next = k;
+			}
+			if (next < 0) {
+				sg->t = now; /* idle */
+				return;
+			}
+			if (next != sg->cur)
+				sg->t += SG_SWITCH_NS;
+			sg->cur = next;
+			sg->slice_end = sg->t + sg_slice_ns;
+			continue;
+		}
+		struct sg_item *it = &c->q[c->head % SG_ITEMS];
+		if (it->ev >= 0) {
+			if (c->ev_gen[it->ev] == it->gen)
+				c->ev_at[it->ev] = sg->t;
+			c->head++;
+			continue;
+		}
+		int64_t run = it->left_ns;
+		if (run > sg->slice_end - sg->t)
+			run = sg->slice_end - sg->t;
+		if (run > now - sg->t)
+			run = now - sg->t;
+		it->left_ns -= run;
+		c->queued_ns -= run;
+		sg->t += run;
+		if (it->left_ns == 0)
+			c->head++;
+	}
+}
+
+/* Queues work (ev < 0) or an event on this process's context, waiting while its queue
+ * holds 50 ms of work or is full. */
+static void sg_push(int64_t work_ns, int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	struct sg_slot *me = &sg->s[sg_me];
+	for (;;) {
+		sg_advance(now_ns());
+		if (me->queued_ns <= 50000000LL && me->tail - me->head < SG_ITEMS)
+			break;
+		pthread_mutex_unlock(&sg->mu);
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&sg->mu);
+	}
+	struct sg_item *it = &me->q[me->tail % SG_ITEMS];
+	it->left_ns = work_ns;
+	it->ev = ev;
+	if (ev >= 0) {
+		it->gen = ++me->ev_gen[ev];
+		me->ev_at[ev] = -1;
+	}
+	me->queued_ns += work_ns;
+	me->tail++;
+	pthread_mutex_unlock(&sg->mu);
+}
+
+/* When the event completed, or -1 while it is pending. */
+static int64_t sg_event_at(int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	sg_advance(now_ns());
+	int64_t at = sg->s[sg_me].ev_at[ev];
+	pthread_mutex_unlock(&sg->mu);
+	return at;
+}
+
+/* Waits until this process's queue is empty (ev < 0) or the event has completed. */
+static void sg_wait(int ev)
+{
+	for (;;) {
+		pthread_mutex_lock(&sg->mu);
+		sg_advance(now_ns());
+		struct sg_slot *me = &sg->s[sg_me];
+		int done = ev >= 0 ? me->ev_at[ev] >= 0 : me->head == me->tail;
+		pthread_mutex_unlock(&sg->mu);
+		if (done)
+			return;
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Events: each completes when the simulated queue reaches the point where it was
  * recorded (the queue's end then, or the time of recording if it was idle), as the
  * driver's do; elapsed time is the difference of those points. */
@@ -873,6 +1055,7 @@ struct fevent {
 	uint32_t magic;
 	int recorded;
 	int64_t at_ns;
+	int sg_ev; /* its slot on the shared GPU */
 };
 #define EVENT_MAGIC 0x45564e54u
 
@@ -885,6 +1068,21 @@ CUresult cuEventCreate(CUevent *e, unsigned int flags)
 	if (v == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	v->magic = EVENT_MAGIC;
+	v->sg_ev = -1;
+	if (sg != NULL) {
+		pthread_mutex_lock(&sg->mu);
+		for (int i = 0; i < SG_EVENTS && v->sg_ev < 0; i++)
+			if (!sg->s[sg_me].ev_used[i]) {
+				sg->s[sg_me].ev_used[i] = 1;
+				sg->s[sg_me].ev_at[i] = 0;
+				v->sg_ev = i;
+			}
+		pthread_mutex_unlock(&sg->mu);
+		if (v->sg_ev < 0) {
+			free(v);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
 	*e = (CUevent)v;
 	return CUDA_SUCCESS;
 }
@@ -899,6 +1097,11 @@ CUresult cuEventDestroy_v2(CUevent e)
 	if (v == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	v->magic = 0;
+	if (sg != NULL) {
+		pthread_mutex_lock(&sg->mu);
+		sg->s[sg_me].ev_used[v->sg_ev] = 0;
+		pthread_mutex_unlock(&sg->mu);
+	}
 	free(v);
 	return CUDA_SUCCESS;
 }
@@ -913,6 +1116,11 @@ CUresult cuEventRecord(CUevent e, CUstream s)
 	if (atomic_load(&capturing))
 		return CUDA_ERROR_NOT_SUPPORTED; /* the hook must never record into a capture */
 	atomic_fetch_add(&event_calls, 1);
+	if (sg != NULL) {
+		v->recorded = 1;
+		sg_push(0, v->sg_ev);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
 	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, 0);
@@ -928,6 +1136,8 @@ CUresult cuEventQuery(CUevent e)
 	if (atomic_load(&capturing))
 		return CUDA_ERROR_NOT_SUPPORTED;
 	atomic_fetch_add(&event_calls, 1);
+	if (sg != NULL)
+		return !v->recorded || sg_event_at(v->sg_ev) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 	pthread_mutex_lock(&mu);
 	int done = !v->recorded || v->at_ns <= now_ns();
 	pthread_mutex_unlock(&mu);
@@ -940,6 +1150,11 @@ CUresult cuEventSynchronize(CUevent e)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (atomic_load(&capturing))
 		return CUDA_ERROR_NOT_SUPPORTED;
+	if (sg != NULL) {
+		if (v->recorded)
+			sg_wait(v->sg_ev);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_lock(&mu);
 	int64_t until = v->recorded ? v->at_ns : 0;
 	pthread_mutex_unlock(&mu);
@@ -953,6 +1168,15 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
 	struct fevent *va = event_of(a), *vb = event_of(b);
 	if (va == NULL || vb == NULL || ms == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (sg != NULL) {
+		if (!va->recorded || !vb->recorded)
+			return CUDA_ERROR_INVALID_VALUE;
+		int64_t at_a = sg_event_at(va->sg_ev), at_b = sg_event_at(vb->sg_ev);
+		if (at_a < 0 || at_b < 0)
+			return CUDA_ERROR_NOT_READY;
+		*ms = (float)((double)(at_b - at_a) / 1e6);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
 	CUresult rc = CUDA_SUCCESS;
@@ -1381,6 +1605,8 @@ CUresult cuCtxSynchronize(void)
 		pool_cached[d] = 0;
 	}
 	pthread_mutex_unlock(&mu);
+	if (sg != NULL)
+		sg_wait(-1);
 	int64_t now = now_ns();
 	if (until > now) {
 		struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};

@@ -282,6 +282,24 @@ t light 15 0.8                         # held at 15%, it gets 15%: its host time
 limits 0 "$U1 81920 30 0"
 # Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
 tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
+# Two containers at 30/70 on one GPU that runs them in 2 ms turns (the fake's
+# FAKE_CUDA_SHARED_GPU), and two at 50/50: each gets its share.
+rm -rf "$ROOT/run/tessera"
+config "allow-env-limits yes"
+for pair in "30 0 70 30" "50 0 50 50"; do
+	set -- $pair
+	printf 'version 1\ncgroup /pair/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $1 $2 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $3 $4 >"$ROOT/b.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $1 2 &
+	a=$!
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $3 2 &
+	b=$!
+	wait $a
+	wait $b
+	pass=$((pass + 2))
+done
+mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 
