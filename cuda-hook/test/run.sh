@@ -283,7 +283,8 @@ limits 0 "$U1 81920 30 0"
 # Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
 tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
 # Two containers at 30/70 on one GPU that runs them in 2 ms turns (the fake's
-# FAKE_CUDA_SHARED_GPU), and two at 50/50: each gets its share.
+# FAKE_CUDA_SHARED_GPU), and two at 50/50: each gets its share (4 points allowed for
+# a loaded machine; billing the other's turns gave 25 / 65.5).
 rm -rf "$ROOT/run/tessera"
 config "allow-env-limits yes"
 for pair in "30 0 70 30" "50 0 50 50"; do
