@@ -22,6 +22,9 @@
  *    the host at the burst's end (it ran the burst back to back), the elapsed time is
  *    exact, and what it ran over is taken from the next allowance. A burst still
  *    running at the next refill is waited for, and its overrun is owed.
+ *  - on a time-sliced GPU, another container's turn runs inside a burst where the two
+ *    containers' work meets: what a burst ran over its charge beyond what its launch
+ *    samples explain is taken for that, up to one time slice, and not owed.
  *
  * The tokens belong to the container, not to a process: they live in the container's
  * accounting region (region.c), so two processes at 50% share one 50% allowance. A
