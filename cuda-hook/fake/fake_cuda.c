@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,7 +79,16 @@ static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
 
 /* Simulated GPU: one in-order queue per process. */
 static int64_t busy_until_ns;
+/* FAKE_CUDA_OTHER=<start_us>,<len_us>,<period_us>: another context holds the GPU from
+ * start to start + len of every period of the monotonic clock (a time-sliced GPU's
+ * turn of another container), when this process's queue does not advance. */
+static int64_t other_start_ns, other_len_ns, other_period_ns;
+static void sg_setup(const char *path);
+static void sg_push(int64_t work_ns, int ev);
+static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
+static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
 static uint64_t busy_ns, syncs, bad_syncs, launches;
+static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
 
 struct alloc {
@@ -110,6 +121,17 @@ __attribute__((constructor)) static void setup(void)
 		ctx_mib = strtoull(s, NULL, 10);
 	if ((s = getenv("FAKE_CUDA_MEM_MIB")))
 		mem_bytes = strtoull(s, NULL, 10) << 20;
+	long long os, ol, op;
+	if ((s = getenv("FAKE_CUDA_OTHER")) && sscanf(s, "%lld,%lld,%lld", &os, &ol, &op) == 3 && op > 0 && ol >= 0 &&
+	    ol < op && os >= 0 && os + ol <= op) {
+		other_start_ns = os * 1000;
+		other_len_ns = ol * 1000;
+		other_period_ns = op * 1000;
+	}
+	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
+		sg_slice_ns = atoll(s) * 1000;
+	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
+		sg_setup(s);
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
 		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
@@ -223,6 +245,7 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 	out->syncs = syncs;
 	out->bad_syncs = bad_syncs;
 	out->launches = launches;
+	out->event_calls = atomic_load(&event_calls);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -804,6 +827,26 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *r
 
 /* ---- the simulated GPU ------------------------------------------------------------- */
 
+/* When work of work_ns queued to start at t ends; with work_ns 0, when an event
+ * queued at t completes. The other context's turns (FAKE_CUDA_OTHER) are skipped. */
+static int64_t gpu_advance(int64_t t, int64_t work_ns)
+{
+	if (other_len_ns == 0)
+		return t + work_ns;
+	for (;;) {
+		int64_t ph = t % other_period_ns;
+		if (ph >= other_start_ns && ph < other_start_ns + other_len_ns) {
+			t += other_start_ns + other_len_ns - ph;
+			continue;
+		}
+		int64_t free_ns = ph < other_start_ns ? other_start_ns - ph : other_period_ns - ph + other_start_ns;
+		if (work_ns <= free_ns)
+			return t + work_ns;
+		work_ns -= free_ns;
+		t += free_ns;
+	}
+}
+
 static void capture_us(uint64_t us);
 static CUresult run(uint64_t us)
 {
@@ -812,6 +855,14 @@ static CUresult run(uint64_t us)
 	if (atomic_load(&capturing)) {
 		capture_us(us);
 		return CUDA_SUCCESS; /* recorded into the graph, not run */
+	}
+	if (sg != NULL) {
+		sg_push((int64_t)us * 1000, -1);
+		pthread_mutex_lock(&mu);
+		busy_ns += us * 1000;
+		launches++;
+		pthread_mutex_unlock(&mu);
+		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
@@ -826,11 +877,317 @@ static CUresult run(uint64_t us)
 		now = now_ns();
 	}
 	int64_t start = busy_until_ns > now ? busy_until_ns : now;
-	busy_until_ns = start + (int64_t)us * 1000;
+	busy_until_ns = gpu_advance(start, (int64_t)us * 1000);
 	busy_ns += us * 1000;
 	launches++;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+
+/* FAKE_CUDA_SHARED_GPU=<file>: the processes naming one file share one simulated GPU
+ * that runs their contexts in turns, as a time-sliced GPU does: the context whose
+ * turn it is runs its queue for up to a time slice (2 ms, or FAKE_CUDA_SLICE_US) while another has work, then the
+ * next with work gets a turn (after SG_SWITCH_NS); a context alone runs on. Events
+ * complete when their context's queue reaches them in its turn. The simulation is
+ * advanced lazily to the present by every call that looks at the GPU. */
+#define SG_SLOTS 4
+#define SG_ITEMS 8192
+#define SG_EVENTS 256
+#define SG_SWITCH_NS 25000LL
+struct sg_item {
+	int64_t left_ns;
+	int32_t ev; /* an event (no work), or -1 */
+	uint32_t gen;
+};
+struct sg_slot {
+	int32_t pid;
+	uint32_t head, tail;
+	int64_t queued_ns;
+	struct sg_item q[SG_ITEMS];
+	int64_t ev_at[SG_EVENTS]; /* completion time, -1 while pending */
+	uint32_t ev_gen[SG_EVENTS];
+	uint8_t ev_used[SG_EVENTS];
+};
+struct sg {
+	pthread_mutex_t mu;
+	int init;
+	int cur;
+	int64_t t, slice_end;
+	struct sg_slot s[SG_SLOTS];
+};
+static int sg_me = -1;
+
+static void sg_setup(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) != 0 || ftruncate(fd, sizeof(struct sg)) != 0) {
+		fprintf(stderr, "fake libcuda: cannot open the shared GPU %s\n", path);
+		abort();
+	}
+	sg = mmap(NULL, sizeof(struct sg), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (sg == MAP_FAILED) {
+		fprintf(stderr, "fake libcuda: cannot map the shared GPU %s\n", path);
+		abort();
+	}
+	if (!sg->init) {
+		pthread_mutexattr_t a;
+		pthread_mutexattr_init(&a);
+		pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+		pthread_mutex_init(&sg->mu, &a);
+		sg->cur = 0;
+		sg->init = 1;
+	}
+	pthread_mutex_lock(&sg->mu);
+	for (int i = 0; i < SG_SLOTS && sg_me < 0; i++)
+		if (sg->s[i].pid == 0 || kill(sg->s[i].pid, 0) != 0) {
+			memset(&sg->s[i], 0, sizeof(sg->s[i]));
+			sg->s[i].pid = getpid();
+			sg_me = i;
+		}
+	pthread_mutex_unlock(&sg->mu);
+	flock(fd, LOCK_UN);
+	close(fd);
+	if (sg_me < 0) {
+		fprintf(stderr, "fake libcuda: the shared GPU %s has no free slot\n", path);
+		abort();
+	}
+}
+
+/* Runs the shared GPU up to now (caller holds sg->mu). */
+static void sg_advance(int64_t now)
+{
+	while (sg->t < now) {
+		struct sg_slot *c = &sg->s[sg->cur];
+		if (c->head == c->tail || sg->t >= sg->slice_end) {
+			int next = -1;
+			for (int i = 1; i <= SG_SLOTS && next < 0; i++) {
+				int k = (sg->cur + i) % SG_SLOTS;
+				if (sg->s[k].pid != 0 && sg->s[k].head != sg->s[k].tail)
+					next = k;
+			}
+			if (next < 0) {
+				sg->t = now; /* idle */
+				return;
+			}
+			if (next != sg->cur)
+				sg->t += SG_SWITCH_NS;
+			sg->cur = next;
+			sg->slice_end = sg->t + sg_slice_ns;
+			continue;
+		}
+		struct sg_item *it = &c->q[c->head % SG_ITEMS];
+		if (it->ev >= 0) {
+			if (c->ev_gen[it->ev] == it->gen)
+				c->ev_at[it->ev] = sg->t;
+			c->head++;
+			continue;
+		}
+		int64_t run = it->left_ns;
+		if (run > sg->slice_end - sg->t)
+			run = sg->slice_end - sg->t;
+		if (run > now - sg->t)
+			run = now - sg->t;
+		it->left_ns -= run;
+		c->queued_ns -= run;
+		sg->t += run;
+		if (it->left_ns == 0)
+			c->head++;
+	}
+}
+
+/* Queues work (ev < 0) or an event on this process's context, waiting while its queue
+ * holds 50 ms of work or is full. */
+static void sg_push(int64_t work_ns, int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	struct sg_slot *me = &sg->s[sg_me];
+	for (;;) {
+		sg_advance(now_ns());
+		if (me->queued_ns <= 50000000LL && me->tail - me->head < SG_ITEMS)
+			break;
+		pthread_mutex_unlock(&sg->mu);
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&sg->mu);
+	}
+	struct sg_item *it = &me->q[me->tail % SG_ITEMS];
+	it->left_ns = work_ns;
+	it->ev = ev;
+	if (ev >= 0) {
+		it->gen = ++me->ev_gen[ev];
+		me->ev_at[ev] = -1;
+	}
+	me->queued_ns += work_ns;
+	me->tail++;
+	pthread_mutex_unlock(&sg->mu);
+}
+
+/* When the event completed, or -1 while it is pending. */
+static int64_t sg_event_at(int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	sg_advance(now_ns());
+	int64_t at = sg->s[sg_me].ev_at[ev];
+	pthread_mutex_unlock(&sg->mu);
+	return at;
+}
+
+/* Waits until this process's queue is empty (ev < 0) or the event has completed. */
+static void sg_wait(int ev)
+{
+	for (;;) {
+		pthread_mutex_lock(&sg->mu);
+		sg_advance(now_ns());
+		struct sg_slot *me = &sg->s[sg_me];
+		int done = ev >= 0 ? me->ev_at[ev] >= 0 : me->head == me->tail;
+		pthread_mutex_unlock(&sg->mu);
+		if (done)
+			return;
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Events: each completes when the simulated queue reaches the point where it was
+ * recorded (the queue's end then, or the time of recording if it was idle), as the
+ * driver's do; elapsed time is the difference of those points. */
+struct fevent {
+	uint32_t magic;
+	int recorded;
+	int64_t at_ns;
+	int sg_ev; /* its slot on the shared GPU */
+};
+#define EVENT_MAGIC 0x45564e54u
+
+CUresult cuEventCreate(CUevent *e, unsigned int flags)
+{
+	(void)flags;
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fevent *v = calloc(1, sizeof(*v));
+	if (v == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	v->magic = EVENT_MAGIC;
+	v->sg_ev = -1;
+	if (sg != NULL) {
+		pthread_mutex_lock(&sg->mu);
+		for (int i = 0; i < SG_EVENTS && v->sg_ev < 0; i++)
+			if (!sg->s[sg_me].ev_used[i]) {
+				sg->s[sg_me].ev_used[i] = 1;
+				sg->s[sg_me].ev_at[i] = 0;
+				v->sg_ev = i;
+			}
+		pthread_mutex_unlock(&sg->mu);
+		if (v->sg_ev < 0) {
+			free(v);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	}
+	*e = (CUevent)v;
+	return CUDA_SUCCESS;
+}
+static struct fevent *event_of(CUevent e)
+{
+	struct fevent *v = (struct fevent *)e;
+	return v != NULL && v->magic == EVENT_MAGIC ? v : NULL;
+}
+CUresult cuEventDestroy_v2(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	v->magic = 0;
+	if (sg != NULL) {
+		pthread_mutex_lock(&sg->mu);
+		sg->s[sg_me].ev_used[v->sg_ev] = 0;
+		pthread_mutex_unlock(&sg->mu);
+	}
+	free(v);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent e, CUstream s)
+{
+	(void)s;
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED; /* the hook must never record into a capture */
+	atomic_fetch_add(&event_calls, 1);
+	if (sg != NULL) {
+		v->recorded = 1;
+		sg_push(0, v->sg_ev);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, 0);
+	v->recorded = 1;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventQuery(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	atomic_fetch_add(&event_calls, 1);
+	if (sg != NULL)
+		return !v->recorded || sg_event_at(v->sg_ev) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	pthread_mutex_lock(&mu);
+	int done = !v->recorded || v->at_ns <= now_ns();
+	pthread_mutex_unlock(&mu);
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult cuEventSynchronize(CUevent e)
+{
+	struct fevent *v = event_of(e);
+	if (v == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (atomic_load(&capturing))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (sg != NULL) {
+		if (v->recorded)
+			sg_wait(v->sg_ev);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&mu);
+	int64_t until = v->recorded ? v->at_ns : 0;
+	pthread_mutex_unlock(&mu);
+	struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
+	if (until > now_ns())
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	return CUDA_SUCCESS;
+}
+CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
+{
+	struct fevent *va = event_of(a), *vb = event_of(b);
+	if (va == NULL || vb == NULL || ms == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (sg != NULL) {
+		if (!va->recorded || !vb->recorded)
+			return CUDA_ERROR_INVALID_VALUE;
+		int64_t at_a = sg_event_at(va->sg_ev), at_b = sg_event_at(vb->sg_ev);
+		if (at_a < 0 || at_b < 0)
+			return CUDA_ERROR_NOT_READY;
+		*ms = (float)((double)(at_b - at_a) / 1e6);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&mu);
+	int64_t now = now_ns();
+	CUresult rc = CUDA_SUCCESS;
+	if (!va->recorded || !vb->recorded)
+		rc = CUDA_ERROR_INVALID_VALUE; /* the driver's CUDA_ERROR_INVALID_HANDLE */
+	else if (va->at_ns > now || vb->at_ns > now)
+		rc = CUDA_ERROR_NOT_READY;
+	else
+		*ms = (float)((double)(vb->at_ns - va->at_ns) / 1e6);
+	pthread_mutex_unlock(&mu);
+	return rc;
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -1248,6 +1605,8 @@ CUresult cuCtxSynchronize(void)
 		pool_cached[d] = 0;
 	}
 	pthread_mutex_unlock(&mu);
+	if (sg != NULL)
+		sg_wait(-1);
 	int64_t now = now_ns();
 	if (until > now) {
 		struct timespec ts = {.tv_sec = until / 1000000000LL, .tv_nsec = until % 1000000000LL};
@@ -1328,6 +1687,12 @@ static const struct {
 	{"cuLibraryUnload", (void *)cuLibraryUnload, NULL},
 	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
+	{"cuEventCreate", (void *)cuEventCreate, NULL},
+	{"cuEventDestroy", (void *)cuEventDestroy_v2, NULL},
+	{"cuEventRecord", (void *)cuEventRecord, NULL},
+	{"cuEventQuery", (void *)cuEventQuery, NULL},
+	{"cuEventSynchronize", (void *)cuEventSynchronize, NULL},
+	{"cuEventElapsedTime", (void *)cuEventElapsedTime_v2, NULL},
 	{"cuMemGetInfo", (void *)cuMemGetInfo_v2, NULL},
 	{"cuMemAlloc", (void *)cuMemAlloc_v2, NULL},
 	{"cuMemAllocPitch", (void *)cuMemAllocPitch_v2, NULL},

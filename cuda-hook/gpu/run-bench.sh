@@ -87,6 +87,12 @@ b=$!
 wait $a $b
 say "B4 two tenants, same phase: A(30%) share=$(awk -v r="$(field rate <"$G/a.out")" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}') B(70%) share=$(awk -v r="$(field rate <"$G/b.out")" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')"
 
+# B4 on real work: kernels from 10 us to 20 ms, a CUDA graph, a launch-bound loop,
+# PyTorch matmuls of three sizes and a small-MLP training loop; alone at 20/50/80, in
+# pairs at 30/70 and 50/50, three tenants (gpu/b4-matrix.sh, its own table).
+"$HERE/gpu/b4-matrix.sh" "$B"
+cat "$RES/b4-matrix.txt" >>"$LOG"
+
 # The driver's graph memory pool, step by step, without the hook (gpu/graph_pool.c).
 gcc -O2 -I"$CUDA_INC" "$HERE/gpu/graph_pool.c" -o "$G/graph_pool" -L"$LIBCUDA_DIR" -l:libcuda.so.1 &&
 	"$G/graph_pool" | sed 's/^/graph pool: /' | tee -a "$LOG"

@@ -97,9 +97,11 @@ for c in 25 50; do
 done
 limits "$G/a30" 130000 30 0 /gpu-test/a
 limits "$G/b70" 130000 70 30 /gpu-test/b
-hooked "$G/a30" "$G/pace" rate kernel 6 >"$G/a30.out" &
+# With the hook's debug log (every burst's GPU time, charge and lag, and what pacing
+# did at exit) kept beside the results, to see where a pair's shares go.
+TESSERA_HOOK_LOG=debug hooked "$G/a30" "$G/pace" rate kernel 6 >"$G/a30.out" 2>"$RES/pair-debug-a30.log" &
 a=$!
-hooked "$G/b70" "$G/pace" rate kernel 6 >"$G/b70.out" &
+TESSERA_HOOK_LOG=debug hooked "$G/b70" "$G/pace" rate kernel 6 >"$G/b70.out" 2>"$RES/pair-debug-b70.log" &
 b=$!
 wait $a $b
 share_ok "tenant A of 30/70" "$(rate <"$G/a30.out")" 30

@@ -20,6 +20,7 @@ typedef enum cudaError_enum {
 	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_OPERATING_SYSTEM = 304,
 	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_MPS_CONNECTION_FAILED = 805,
@@ -33,6 +34,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
@@ -106,6 +108,10 @@ typedef enum CUstreamCaptureStatus_enum {
 	CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
 	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 } CUstreamCaptureStatus;
+
+typedef enum CUevent_flags_enum {
+	CU_EVENT_DEFAULT = 0x0
+} CUevent_flags;
 
 typedef enum CUarray_format_enum {
 	CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,

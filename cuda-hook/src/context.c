@@ -231,6 +231,7 @@ static CUresult destroyed(void *handle, CUresult rc)
 {
 	if (rc != CUDA_SUCCESS || handle == NULL)
 		return rc;
+	tessera_pacing_forget_ctx((CUcontext)handle);
 	pthread_mutex_lock(&mu);
 	struct ctx *c = ctx_find(handle);
 	if (c != NULL && !c->primary)
@@ -298,8 +299,10 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	if (rc == CUDA_SUCCESS && primary_refs[gpu] > 0 && --primary_refs[gpu] == 0) {
 		/* The driver destroys the primary context with its last release. */
 		for (int i = 0; i < MAX_CTX; i++)
-			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu)
+			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu) {
+				tessera_pacing_forget_ctx((CUcontext)ctxs[i].handle);
 				ctx_drop(&ctxs[i]);
+			}
 		uncharge(gpu, context_bytes());
 	}
 	pthread_mutex_unlock(&mu);

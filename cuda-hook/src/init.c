@@ -38,6 +38,7 @@ static void fork_child(void)
 	tessera_memory_after_fork();
 	tessera_context_after_fork();
 	tessera_graph_after_fork();
+	tessera_pacing_after_fork();
 }
 
 static void process_exit(void)

@@ -241,6 +241,9 @@ void tessera_resolve(void *handle, enum tessera_lib lib)
 	for (size_t i = 0; i < NSYMBOLS; i++)
 		if (symbols[i].lib == lib)
 			*real_slot(&symbols[i]) = real_dlsym(handle, symbols[i].name);
+	/* Drivers before CUDA 12.8 have only the first ABI, with the same signature. */
+	if (lib == TESSERA_LIB_CUDA && tessera.real.cuEventElapsedTime_v2 == NULL)
+		*(void **)&tessera.real.cuEventElapsedTime_v2 = real_dlsym(handle, "cuEventElapsedTime");
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------- */

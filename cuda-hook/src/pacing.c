@@ -1,24 +1,40 @@
 /*
- * Compute pacing: a container with cores = c% of a GPU may keep the GPU busy for c% of
- * every pacing period, inside its own window of the period (phase .. phase+c), which
- * the node agent places so that the windows of the containers on one GPU do not
- * overlap. docs/cuda-hook.md gives the reasoning and the measurements.
+ * Compute pacing: a container with cores = c% of a GPU may keep the GPU busy with its
+ * kernels for at most c% of the GPU's time, and a container whose work needs less is
+ * never held. docs/cuda-hook.md gives the reasoning and the measurements.
  *
- * The window and its launch budget belong to the container, not to a process: they
- * live in the container's accounting region (region.c), so two processes at 50% share
- * one 50% window. While a window is open, a thread takes 16 launches at a time from
- * the shared budget (one at a time near the budget's end) with one atomic operation
- * and a clock read, and spends them with thread-local decrements: the window closes
- * when its time is up or when the launches issued would, at the estimated GPU time per
- * launch, fill it. Closing drains
- * the closing process's work (cuCtxSynchronize), which tells how long the work really
- * took; time past the window's end is owed and taken off the next windows. Then the
- * launching threads of the container sleep until its next window.
- * Counting launches as well as time keeps a program that queues far ahead of the GPU
- * from running past its window by the length of its queue.
+ * The container's allowance is GPU time: every pacing period it receives c% of the
+ * period in tokens (nanoseconds), at its refill point (phase% into the period, so the
+ * refills of the containers on one GPU are spread over the period), keeping at most one
+ * period's allowance. Each launch is charged its estimated GPU time up front; a launch
+ * that finds the tokens spent waits for the next refill. Nothing else ever holds a
+ * launch: a tenant that needs less than its share never waits.
+ *
+ * GPU time is measured, never assumed, with events on the launching stream:
+ *  - per launch class (kernels, graphs), a random sample of launches (one in n, n chosen
+ *    so that samples cost well under 1% of the GPU time they measure) is bracketed by an
+ *    event pair, read later without blocking; the mean of the samples is what a launch
+ *    is charged. Sampling at random over launches, not over time, keeps a program of
+ *    mixed kernels charged their mean.
+ *  - the launches between two waits for a refill (a burst) are bracketed by events too;
+ *    their elapsed time bounds their GPU time from above, so what a burst ran under its
+ *    charge is given back to the next allowance; when the GPU was still well behind
+ *    the host at the burst's end (it ran the burst back to back), the elapsed time is
+ *    exact, and what it ran over is taken from the next allowance. A burst still
+ *    running at the next refill is waited for, and its overrun is owed.
+ *  - on a time-sliced GPU, another container's turn runs inside a burst where the two
+ *    containers' work meets: what a burst ran over its charge beyond what its launch
+ *    samples explain is taken for that, up to one time slice, and not owed.
+ *
+ * The tokens belong to the container, not to a process: they live in the container's
+ * accounting region (region.c), so two processes at 50% share one 50% allowance. A
+ * thread takes 16 launches' worth at a time with one atomic operation while many are
+ * left, and spends them with thread-local subtractions.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <string.h>
 #include <time.h>
 
 #include "devices.h"
@@ -35,50 +51,320 @@ static int64_t tessera_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* The launch clock. All processes of a container read the same clock with the same
- * scale (the region keeps it), since they compare against one shared window end. */
-static double ticks_per_ns = 1.0;
-static int use_tsc;
+/* A thread takes this many launches' worth of tokens at a time while the tokens hold
+ * more than four times as many. */
+#define TAKE_EVERY 16
+/* One sample per this much estimated GPU time (a sample costs the host a few
+ * microseconds: two event records, a query and an elapsed-time read). */
+#define SAMPLE_EVERY_NS 200000LL
+#define SAMPLE_MAX_GAP 256
+/* No estimate of one launch beyond this (ten periods): a sample that says more is
+ * not a kernel's time. */
+#define MAX_EST_NS (10 * TESSERA_PACING_PERIOD_NS)
 
-#if defined(__x86_64__)
-#include <x86intrin.h>
-/* The TSC: clock_gettime costs about 40 ns in some VMs, which alone would be most of
- * the per-launch budget. */
-static inline uint64_t ticks(void)
+/* ---- per-process measurement state -------------------------------------------- */
+
+/* Estimated GPU ns per launch, per class (0: kernels, 1: graphs); 0 until measured.
+ * The mean of the first EST_WINDOW samples, then a moving average over about as many. */
+#define EST_WINDOW 32
+static _Atomic int64_t est_ns[2];
+static _Atomic int64_t est_samples[2]; /* samples taken so far */
+static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
+/* Per class (under ev_mu): the last sample was set aside, the last sample counted
+ * with the estimate it was counted against, and when it was read. */
+static int grew[2];
+static int64_t last_ns[2], last_est_ns[2], last_at_ns[2];
+/* Everything this process has charged, in GPU ns. */
+static _Atomic int64_t charged_ns;
+
+/* What pacing did in this process, for the debug log at exit (all on slow paths). */
+static struct {
+	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
+	_Atomic int64_t waits, wait_syncs, holds, held_ns;
+	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns;
+} pstat;
+#define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
+
+/* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
+ * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
+#define NCTX 4
+struct ctx_events {
+	CUcontext ctx;
+	uint64_t gen; /* changes whenever the events are made anew or lost */
+	CUevent ev[4];
+};
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ctx_events evc[NCTX];
+static uint64_t ev_gen;
+static int evc_next;
+
+/* The one launch sample in flight in this process. */
+enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
+static struct {
+	_Atomic int state;
+	struct ctx_events *c;
+	uint64_t gen;
+	int cls;
+	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
+	int64_t launched_ns; /* when its launch was issued */
+} smp;
+/* A sample still running this long after its launch was queued behind more work than
+ * the container was charged for: the launching thread waits for it. This bounds how
+ * far a program whose launches are charged too little can run ahead of the GPU. */
+#define MAX_AHEAD_NS (2 * TESSERA_PACING_PERIOD_NS)
+
+static int events_usable(void)
 {
-	return use_tsc ? __rdtsc() : (uint64_t)tessera_now_ns();
+	return REAL(cuEventCreate) && REAL(cuEventRecord) && REAL(cuEventQuery) && REAL(cuEventSynchronize) &&
+	       REAL(cuEventDestroy_v2) && REAL(cuEventElapsedTime_v2) && REAL(cuCtxGetCurrent);
 }
-static void calibrate(double *tpn, int *tsc)
+
+/* The events of the current context, made on first use (caller holds ev_mu); NULL if
+ * there is no current context or they cannot be made. An entry a sample or a burst
+ * still uses is not replaced. */
+static struct ctx_events *events_current(void)
 {
-	int64_t t0 = tessera_now_ns();
-	uint64_t c0 = __rdtsc();
-	while (tessera_now_ns() - t0 < 2000000)
-		;
-	int64_t t1 = tessera_now_ns();
-	uint64_t c1 = __rdtsc();
-	*tpn = 1.0;
-	*tsc = 0;
-	if (c1 > c0 && t1 > t0) {
-		*tpn = (double)(c1 - c0) / (double)(t1 - t0);
-		*tsc = 1;
+	CUcontext ctx = NULL;
+	if (REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || ctx == NULL)
+		return NULL;
+	for (int i = 0; i < NCTX; i++)
+		if (evc[i].ctx == ctx)
+			return &evc[i];
+	for (int tries = 0; tries < NCTX; tries++) {
+		struct ctx_events *c = &evc[evc_next];
+		evc_next = (evc_next + 1) % NCTX;
+		int busy = atomic_load(&smp.state) != SAMPLE_FREE && smp.c == c;
+		for (int g = 0; g < tessera.limits.ngpus && !busy; g++)
+			busy = (tessera.pacers[g].burst_started || tessera.pacers[g].fence_pending) &&
+			       tessera.pacers[g].burst_ctx == c;
+		if (busy)
+			continue;
+		if (c->ctx != NULL)
+			for (int e = 0; e < 4; e++)
+				REAL(cuEventDestroy_v2)(c->ev[e]);
+		c->ctx = NULL;
+		c->gen = ++ev_gen;
+		for (int e = 0; e < 4; e++) {
+			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+				while (e-- > 0)
+					REAL(cuEventDestroy_v2)(c->ev[e]);
+				return NULL;
+			}
+		}
+		c->ctx = ctx;
+		return c;
+	}
+	return NULL;
+}
+
+/* GPU ns between two completed events; -1 if they cannot tell. */
+static int64_t elapsed_ns(CUevent a, CUevent b)
+{
+	float ms = 0;
+	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms >= 0) || ms > 3.6e6f)
+		return -1;
+	return (int64_t)((double)ms * 1e6);
+}
+
+/* Reads the sample in flight if its kernel has finished (caller holds ev_mu), and
+ * folds it into its class's estimate. */
+static void settle_sample(void)
+{
+	if (atomic_load(&smp.state) != SAMPLE_FLYING)
+		return;
+	struct ctx_events *c = smp.c;
+	if (c->gen != smp.gen || c->ctx == NULL) {
+		atomic_store(&smp.state, SAMPLE_FREE);
+		return;
+	}
+	CUresult q = REAL(cuEventQuery)(c->ev[1]);
+	if (q == CUDA_ERROR_NOT_READY)
+		return;
+	int64_t ns = q == CUDA_SUCCESS ? elapsed_ns(c->ev[0], c->ev[1]) : -1;
+	atomic_store(&smp.state, SAMPLE_FREE);
+	if (ns < 0)
+		return;
+	last_at_ns[smp.cls] = tessera_now_ns();
+	/* The start event found the stream idle: it completed when it was recorded, and
+	 * the host's time to issue the launch after it is not the kernel's. */
+	if (smp.host_gap_ns > 0)
+		ns = ns - smp.host_gap_ns > ns / 10 ? ns - smp.host_gap_ns : ns / 10;
+	if (ns < 1)
+		ns = 1;
+	if (ns > MAX_EST_NS)
+		ns = MAX_EST_NS;
+	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	/* A sample far above the estimate most likely waited for another context's
+	 * time slice between its events; three in a row mean the work changed. */
+	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
+		rejected[smp.cls]++;
+		grew[smp.cls] = 1;
+		PSTAT_ADD(set_aside, 1);
+		return;
+	}
+	rejected[smp.cls] = 0;
+	grew[smp.cls] = 0;
+	last_ns[smp.cls] = ns;
+	last_est_ns[smp.cls] = e;
+	PSTAT_ADD(samples[smp.cls], 1);
+	if (smp.host_gap_ns > 0) {
+		PSTAT_ADD(idle[smp.cls], 1);
+		PSTAT_ADD(idle_ns[smp.cls], ns);
+	} else {
+		PSTAT_ADD(busy_ns[smp.cls], ns);
+	}
+	int64_t n = atomic_fetch_add(&est_samples[smp.cls], 1) + 1;
+	if (n > EST_WINDOW)
+		n = EST_WINDOW;
+	atomic_store_explicit(&est_ns[smp.cls], e + (ns - e) / n, memory_order_relaxed);
+}
+
+/* Per-thread sampling: launches left until the next sample, and a random generator
+ * (xorshift) that spaces samples at random so that no launch pattern aliases them. */
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+static __thread int64_t sample_countdown TLS_IE;
+static __thread uint32_t rng TLS_IE;
+
+static uint32_t next_random(void)
+{
+	if (rng == 0)
+		rng = (uint32_t)tessera_now_ns() ^ (uint32_t)(uintptr_t)&rng ^ 0x9e3779b9u;
+	rng ^= rng << 13;
+	rng ^= rng >> 17;
+	rng ^= rng << 5;
+	return rng;
+}
+
+/* A sample is due: read the one in flight, and claim the next for this launch. */
+static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
+{
+	int64_t m = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
+	if (m < 1 || atomic_load_explicit(&est_samples[cls], memory_order_relaxed) < EST_WINDOW)
+		m = 1;
+	if (m > SAMPLE_MAX_GAP)
+		m = SAMPLE_MAX_GAP;
+	sample_countdown = m == 1 ? 1 : 1 + (int64_t)(next_random() % (uint32_t)(2 * m - 1));
+	/* An event call during a capture could join the capture or break it. */
+	if (atomic_load(&tessera.captures) > 0 || !events_usable() || pthread_mutex_trylock(&ev_mu) != 0)
+		return;
+	/* Until a class has an estimate its launches are charged nothing: the first
+	 * sample is waited for, so that a program cannot queue far ahead uncharged; so is
+	 * one queued behind more work than a period or two. */
+	if (atomic_load(&smp.state) == SAMPLE_FLYING && smp.c->gen == smp.gen && smp.c->ctx != NULL &&
+	    (cost == 0 || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS)) {
+		PSTAT_ADD(wait_syncs, 1);
+		REAL(cuEventSynchronize)(smp.c->ev[1]);
+	}
+	settle_sample();
+	if (atomic_load(&smp.state) == SAMPLE_FREE) {
+		struct ctx_events *c = events_current();
+		if (c != NULL) {
+			smp.c = c;
+			smp.gen = c->gen;
+			smp.cls = cls;
+			atomic_store(&smp.state, SAMPLE_CLAIMED);
+			t->sampled = 1;
+			t->cls = cls;
+			t->ev = c;
+		}
+	}
+	pthread_mutex_unlock(&ev_mu);
+}
+
+/* Records the sample's start event, right before the driver's launch. */
+static void sample_start(CUstream stream, struct tessera_pace_ticket *t)
+{
+	struct ctx_events *c = t->ev;
+	if (REAL(cuEventRecord)(c->ev[0], stream) != CUDA_SUCCESS) {
+		t->sampled = 0;
+		atomic_store(&smp.state, SAMPLE_FREE);
+		return;
+	}
+	t->t_start_ns = tessera_now_ns();
+}
+
+void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
+{
+	if (!t->sampled)
+		return;
+	struct ctx_events *c = t->ev;
+	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
+		atomic_store(&smp.state, SAMPLE_FREE);
+		return;
+	}
+	/* A start event already complete after the launch was issued found the stream
+	 * idle: the kernel began only when the launch reached the GPU. */
+	int64_t now = tessera_now_ns();
+	smp.host_gap_ns = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS ? now - t->t_start_ns : 0;
+	smp.launched_ns = now;
+	atomic_store(&smp.state, SAMPLE_FLYING);
+}
+
+void tessera_pacing_forget_ctx(CUcontext ctx)
+{
+	if (ctx == NULL)
+		return;
+	pthread_mutex_lock(&ev_mu);
+	for (int i = 0; i < NCTX; i++)
+		if (evc[i].ctx == ctx) {
+			/* Its events went with it. */
+			evc[i].ctx = NULL;
+			evc[i].gen = ++ev_gen;
+		}
+	pthread_mutex_unlock(&ev_mu);
+}
+
+void tessera_pacing_after_fork(void)
+{
+	/* The child has none of the parent's contexts or events. */
+	pthread_mutex_init(&ev_mu, NULL);
+	memset(evc, 0, sizeof(evc));
+	atomic_store(&smp.state, SAMPLE_FREE);
+	atomic_store(&est_ns[0], 0);
+	atomic_store(&est_ns[1], 0);
+	atomic_store(&est_samples[0], 0);
+	atomic_store(&est_samples[1], 0);
+	rejected[0] = rejected[1] = 0;
+	grew[0] = grew[1] = 0;
+	last_ns[0] = last_ns[1] = last_est_ns[0] = last_est_ns[1] = last_at_ns[0] = last_at_ns[1] = 0;
+	atomic_store(&charged_ns, 0);
+	memset(&pstat, 0, sizeof(pstat));
+	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
+		struct tessera_pacer *p = &tessera.pacers[g];
+		p->slept = p->burst_started = p->fence_pending = 0;
+		atomic_store(&p->burst_stream_tag, 0);
 	}
 }
-#else
-static inline uint64_t ticks(void) { return (uint64_t)tessera_now_ns(); }
-static void calibrate(double *tpn, int *tsc)
-{
-	*tpn = 1.0;
-	*tsc = 0;
-}
-#endif
 
-#define MAX_WINDOW_LAUNCHES 65536
-/* The fast path reads the clock on one launch in this many while the window has more
- * launches left than that. */
-#define CLOCK_EVERY 16
-/* A drain that took longer than this means the GPU was still busy with the window's
- * work when it closed. */
-#define DRAIN_WAITED_NS 20000
+/* What pacing did, in the debug log when the process ends: where a program's time
+ * went (holds), what its launches were measured at (samples that found the stream
+ * idle against those queued behind other work) and what bursts owed or gave back. */
+__attribute__((destructor)) static void pacing_summary(void)
+{
+	if (!tessera.pacing_any)
+		return;
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t n = atomic_load(&pstat.samples[cls]), idle = atomic_load(&pstat.idle[cls]);
+		if (n == 0)
+			continue;
+		tessera_log(TESSERA_LOG_DEBUG,
+			    "pacing summary class=%d estimate_ns=%lld samples=%lld idle=%lld idle_mean_ns=%lld busy_mean_ns=%lld",
+			    cls, (long long)atomic_load(&est_ns[cls]), (long long)n, (long long)idle,
+			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
+			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
+	}
+	tessera_log(TESSERA_LOG_DEBUG,
+		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
+		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld",
+		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
+		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
+		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
+		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
+		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
+		    (long long)atomic_load(&pstat.sliced_ns));
+}
+
+/* ---- the container's allowance ------------------------------------------------- */
 
 void tessera_pacing_setup(void)
 {
@@ -87,6 +373,8 @@ void tessera_pacing_setup(void)
 		struct tessera_pacer *p = &tessera.pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
 		p->s = tessera_region_pacer(tessera.region, g);
+		p->ev_s = 2;
+		p->ev_f = 3;
 		p->enabled = l->cores > 0 && l->cores < 100;
 		p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
 		p->slot_len_ns = TESSERA_PACING_PERIOD_NS * l->cores / 100;
@@ -97,16 +385,16 @@ void tessera_pacing_setup(void)
 	}
 	tessera.pacing_any = paced > 0;
 	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
-	if (paced > 0)
-		tessera_region_clock(tessera.region, calibrate, &ticks_per_ns, &use_tsc);
+	if (paced > 0 && !events_usable())
+		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
+					      "launches are paced by count only");
 }
 
 static int pacer_lock(struct tessera_shared_pacer *s)
 {
 	int rc = pthread_mutex_lock(&s->mu);
 	if (rc == EOWNERDEAD) {
-		/* A process died holding it, most likely in a drain: the state is whole, and
-		 * a window it was closing is opened by the next launch. */
+		/* A process died holding it: the tokens are whole. */
 		pthread_mutex_consistent(&s->mu);
 		return 0;
 	}
@@ -115,32 +403,45 @@ static int pacer_lock(struct tessera_shared_pacer *s)
 
 /*
  * The pacer lives in the container's region, which any of its processes can write.
- * Values no pacer reaches (a debt or estimate out of range, a window in the future, a
- * budget past the most a window gives) are reset to a closed window with no history
- * before they are used (caller holds s->mu), so that no arithmetic on them overflows
- * and no sleep is computed from them. A tenant gains nothing by this that rewriting
- * the pacer consistently would not give it (docs/cuda-hook.md).
+ * Values no pacer reaches (more tokens than two periods, more debt than a thousand
+ * periods, a refill in the future) are reset to a fresh pacer before they are used
+ * (caller holds s->mu), so that no arithmetic on them overflows and no sleep is
+ * computed from them. A tenant gains nothing by this that rewriting the pacer
+ * consistently would not give it (docs/cuda-hook.md).
  */
 static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
 {
-	const int64_t P = TESSERA_PACING_PERIOD_NS, far = 3600LL * 1000000000LL;
-	int64_t budget = atomic_load(&s->budget);
-	int ok = (s->open == 0 || s->open == 1) && s->debt_ns >= 0 && s->debt_ns <= far && s->allow_start_ns >= 0 &&
-		 s->allow_start_ns <= now + P && s->allow_end_ns >= s->allow_start_ns - P &&
-		 s->allow_end_ns <= s->allow_start_ns + P && s->drained_ns >= 0 && s->drained_ns <= now + far &&
-		 s->win_open_ns >= 0 && s->win_open_ns <= now + far && s->win_budget >= 0 &&
-		 s->win_budget <= MAX_WINDOW_LAUNCHES && budget >= -((int64_t)1 << 40) && budget <= MAX_WINDOW_LAUNCHES &&
-		 s->ns_per_launch >= 0 && s->ns_per_launch <= (double)far;
-	if (ok)
+	const int64_t P = TESSERA_PACING_PERIOD_NS;
+	int64_t tokens = atomic_load(&s->tokens);
+	if (tokens >= -1000 * P && tokens <= 2 * P && s->refill_k >= 0 && s->refill_k <= now / P + 2)
 		return;
 	static _Atomic int logged;
 	if (atomic_exchange(&logged, 1) == 0)
 		tessera_log(TESSERA_LOG_ERROR, "the container's compute pacer was damaged; starting it afresh");
-	atomic_store(&s->budget, 0);
-	atomic_store(&s->window_end, 0);
-	s->open = 0;
-	s->allow_start_ns = s->allow_end_ns = s->debt_ns = s->drained_ns = s->win_open_ns = s->win_budget = 0;
-	s->ns_per_launch = 0;
+	atomic_store(&s->tokens, 0);
+	s->refill_k = 0;
+}
+
+/* Adds the allowance of every refill point passed since the last (caller holds s->mu),
+ * keeping at most one period's, and returns the next refill point. */
+static int64_t refill(struct tessera_pacer *p, int64_t now)
+{
+	struct tessera_shared_pacer *s = p->s;
+	const int64_t P = TESSERA_PACING_PERIOD_NS, len = p->slot_len_ns;
+	int64_t k = (now - p->slot_off_ns) / P;
+	if (now < p->slot_off_ns + k * P)
+		k--;
+	int64_t r = k + 1; /* refill points are off + (r-1) P */
+	if (s->refill_k == 0 || r > s->refill_k) {
+		int64_t n = s->refill_k == 0 ? 1 : r - s->refill_k;
+		int64_t add = n > 1000 ? 1000 * len : n * len;
+		int64_t t = atomic_load(&s->tokens);
+		int64_t want = t + add < len ? t + add : len;
+		if (want > t)
+			atomic_fetch_add(&s->tokens, want - t);
+		s->refill_k = r;
+	}
+	return p->slot_off_ns + (k + 1) * P;
 }
 
 static void sleep_until(int64_t t)
@@ -148,46 +449,6 @@ static void sleep_until(int64_t t)
 	struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
-}
-
-/* Opens a window at now (caller holds s->mu) in the slot that contains now and returns
- * 1, or returns 0 with *wake set to the start of the next slot when this one has no
- * allowance left. Debt is paid by the slots that pass: a slot the container leaves
- * unused pays its whole length, a slot it uses pays from its start. */
-static int open_window(struct tessera_pacer *p, int64_t now, int64_t *wake)
-{
-	struct tessera_shared_pacer *s = p->s;
-	const int64_t P = TESSERA_PACING_PERIOD_NS, len = p->slot_len_ns;
-	int64_t k = (now - p->slot_off_ns) / P;
-	if (now < p->slot_off_ns + k * P)
-		k--;
-	int64_t start = k * P + p->slot_off_ns;
-	if (s->allow_start_ns != start) {
-		if (s->allow_start_ns != 0 && start > s->allow_start_ns) {
-			int64_t skipped = (start - s->allow_start_ns) / P - 1;
-			s->debt_ns = skipped * len >= s->debt_ns ? 0 : s->debt_ns - skipped * len;
-		}
-		int64_t pay = s->debt_ns < len ? s->debt_ns : len;
-		s->debt_ns -= pay;
-		s->allow_start_ns = start;
-		s->allow_end_ns = start + len - pay;
-	}
-	if (now >= s->allow_end_ns) {
-		*wake = start + P;
-		return 0;
-	}
-	int64_t left = s->allow_end_ns - now;
-	int64_t n = s->ns_per_launch > 0 ? (int64_t)((double)left / s->ns_per_launch) : 1;
-	if (n < 1)
-		n = 1;
-	if (n > MAX_WINDOW_LAUNCHES)
-		n = MAX_WINDOW_LAUNCHES;
-	s->open = 1;
-	s->win_open_ns = now;
-	s->win_budget = n;
-	atomic_store(&s->budget, n);
-	atomic_store_explicit(&s->window_end, ticks() + (uint64_t)((double)left * ticks_per_ns), memory_order_release);
-	return 1;
 }
 
 static int capturing(CUstream stream)
@@ -199,87 +460,268 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* Closes the open window (caller holds s->mu): drains this process's work, which tells
- * how long the window's work really took, and counts what ran past the allowance. */
-static int64_t close_window(struct tessera_shared_pacer *s)
+/* A burst begins (caller holds s->mu): event S before its first launch. The host's
+ * clock is read right before S is recorded and right after F is (not when the slow
+ * path began, which may be milliseconds earlier if the thread was descheduled or
+ * waited meanwhile), so that the burst's host time is never short and the lag
+ * settle_burst computes from it is never overstated. */
+static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0)
 {
-	int64_t launched = s->win_budget - atomic_load(&s->budget);
-	atomic_store(&s->budget, 0);
-	atomic_store(&s->window_end, 0);
-	s->open = 0;
+	p->burst_started = 0;
+	if (!events_usable())
+		return;
+	pthread_mutex_lock(&ev_mu);
+	struct ctx_events *c = events_current();
 	int64_t t0 = tessera_now_ns();
-	if (REAL(cuCtxSynchronize) != NULL)
-		REAL(cuCtxSynchronize)();
-	int64_t now = tessera_now_ns();
-	if (now - t0 > DRAIN_WAITED_NS) {
-		/* The GPU was busy until now: what ran past the allowance is owed, counted once
-		 * however many drains reach past it. */
-		int64_t from = s->allow_end_ns > s->drained_ns ? s->allow_end_ns : s->drained_ns;
-		if (now > from)
-			s->debt_ns += now - from;
-		if (launched > 0) {
-			double sample = (double)(now - s->win_open_ns) / (double)launched;
-			s->ns_per_launch = s->ns_per_launch > 0 ? 0.7 * s->ns_per_launch + 0.3 * sample : sample;
-		}
-	} else if (launched > 0) {
-		/* The GPU went idle at some unknown earlier time: no debt, and the window's wall
-		 * time per launch is only an upper bound of the GPU time per launch. It still
-		 * bounds the estimate, so that a program of short kernels gets windows of many
-		 * launches rather than a drain on every launch. */
-		double bound = (double)(now - s->win_open_ns) / (double)launched;
-		if (s->ns_per_launch <= 0 || bound < s->ns_per_launch)
-			s->ns_per_launch = bound;
+	if (c != NULL && REAL(cuEventRecord)(c->ev[p->ev_s], stream) == CUDA_SUCCESS) {
+		p->burst_started = 1;
+		p->burst_ctx = c;
+		p->burst_ctx_gen = c->gen;
+		p->burst_stream = stream;
+		atomic_store(&p->other_stream, 0);
+		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
+		/* The container waited for this refill with nothing of this burst's stream
+		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
+		p->lag_s_ns = 0;
+		p->burst_t0_ns = t0;
+		p->burst_charged0 = charged0;
+		p->burst_all0 = all0;
 	}
-	if (now > s->drained_ns)
-		s->drained_ns = now;
-	return now;
+	pthread_mutex_unlock(&ev_mu);
 }
 
-/* Waits (asleep, without the lock, so that every launching thread of the container
- * gets its turn when the window opens) until a window is open, and takes a launch. */
-static void slow_path(struct tessera_pacer *p, CUstream stream)
+/* The open burst ends here (caller holds s->mu): event F after its last launch. When
+ * the container goes on without waiting (a refill came while it launched), the next
+ * burst starts at F (chained). */
+static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
+{
+	pthread_mutex_lock(&ev_mu);
+	struct ctx_events *c = p->burst_ctx;
+	CUcontext cur = NULL;
+	if (c->gen == p->burst_ctx_gen && c->ctx != NULL && REAL(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS &&
+	    cur == c->ctx && REAL(cuEventRecord)(c->ev[p->ev_f], stream) == CUDA_SUCCESS) {
+		int64_t now = tessera_now_ns();
+		p->fence_pending = 1;
+		p->chained = chain;
+		p->f_host_ns = now - p->burst_t0_ns;
+		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
+		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
+		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
+		p->f_lag_s_ns = p->lag_s_ns;
+		if (chain) {
+			/* Known once this burst's F is read (settle_burst). */
+			p->lag_s_ns = -1;
+			p->burst_stream = stream;
+			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
+			p->burst_t0_ns = now;
+			p->burst_charged0 = atomic_load(&charged_ns);
+			p->burst_all0 = atomic_load(&p->s->charged);
+		} else {
+			p->burst_started = 0;
+			atomic_store(&p->burst_stream_tag, 0);
+		}
+	} else {
+		p->burst_started = 0;
+		atomic_store(&p->burst_stream_tag, 0);
+	}
+	pthread_mutex_unlock(&ev_mu);
+}
+
+/* How much of a burst's overrun may be another context's turn: the driver's time
+ * slice between busy contexts is of this order (ms). */
+#define TIME_SLICE_NS 2000000LL
+
+/* How far above their estimate the launch samples say a burst's launches ran, as a
+ * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
+ * last 25 periods), its last sample against the estimate it was counted against. -1
+ * (the overrun is all owed) while a class rests on its first few samples or its last
+ * sample was set aside. */
+#define AGREE_SAMPLES 8
+static double samples_excess(void)
+{
+	double x = 0;
+	int64_t now = tessera_now_ns();
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t n = atomic_load(&est_samples[cls]);
+		if (n == 0 || now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
+			continue;
+		if (n < AGREE_SAMPLES || grew[cls] || last_est_ns[cls] <= 0)
+			return -1;
+		double r = (double)last_ns[cls] / (double)last_est_ns[cls] - 1;
+		if (r > x)
+			x = r;
+	}
+	return x;
+}
+
+/* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
+ * is set (the container waited for a refill: a burst the GPU still runs then has
+ * overrun its allowance).
+ *
+ * A burst's elapsed time e (S to F on its stream) bounds from above the GPU time its
+ * launches took: when it is below their charge, they were charged too much, and the
+ * difference is given back. It equals their GPU time only when the GPU ran them back
+ * to back, with work of the burst always queued: then what e runs over the charge is
+ * owed. The test for back to back is the queue's lag behind the host at F (how long
+ * after the host issued the burst's last launch the GPU finished it): e - host time,
+ * plus the lag at S for a burst that began at the previous one's F. A program whose
+ * GPU waits for its host (a launch-bound loop, a training step ending in a
+ * synchronize) has a lag of about one kernel at F; one that keeps the queue full has
+ * a lag of many kernels, or of a kernel longer than the host took to issue the burst. */
+static void settle_burst(struct tessera_pacer *p, int wait)
 {
 	struct tessera_shared_pacer *s = p->s;
-	/* Give back the launch the fast path took: budget counts issued launches exactly. */
-	atomic_fetch_add(&s->budget, 1);
+	pthread_mutex_lock(&ev_mu);
+	struct ctx_events *c = p->burst_ctx;
+	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
+	CUresult q = ok ? REAL(cuEventQuery)(c->ev[p->ev_f]) : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&ev_mu);
+	if (q == CUDA_ERROR_NOT_READY && !wait)
+		return;
+	if (q == CUDA_ERROR_NOT_READY) {
+		PSTAT_ADD(waits, 1);
+		q = REAL(cuEventSynchronize)(c->ev[p->ev_f]);
+	}
+	p->fence_pending = 0;
+	int64_t e = -1;
+	pthread_mutex_lock(&ev_mu);
+	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL)
+		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
+	double excess = samples_excess();
+	pthread_mutex_unlock(&ev_mu);
+	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
+	if (lag < -1)
+		lag = 0; /* the clocks of host and GPU differ by a little */
+	if (p->chained) {
+		/* The open burst began at F: F's event is its S now, and F's lag is S's. */
+		int t = p->ev_s;
+		p->ev_s = p->ev_f;
+		p->ev_f = t;
+		p->lag_s_ns = lag;
+	}
+	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
+	int64_t min_lag = 100000 + 2 * est;
+	int back_to_back = lag >= 0 && (lag >= min_lag || lag >= p->f_host_ns);
+	/* Another process of the container launched during the burst: its work ran
+	 * between this one's on the GPU, inside this burst's elapsed time. */
+	int alone = p->f_all - p->f_charged <= p->f_charged / 20;
+	if (e < 0 || p->f_charged <= 0 || p->f_other || (e > p->f_charged && !(back_to_back && alone))) {
+		PSTAT_ADD(bursts_skipped, 1);
+		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld alone=%d",
+			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone);
+		return;
+	}
+	/* Another context's turns on a time-sliced GPU run inside a burst's elapsed time
+	 * where the two containers' work meets, and the events of each bill them to both.
+	 * What the burst ran over its charge beyond what its launch samples explain (their
+	 * excess over the estimate) is taken for that, up to one time slice, and neither
+	 * owed nor read as launches charged too little. The rest is owed: all of it while
+	 * the samples say the launches changed (a sample set aside). */
+	int64_t sliced = 0;
+	if (excess >= 0 && e > p->f_charged) {
+		int64_t explained = (int64_t)(excess * (double)p->f_charged);
+		sliced = e - p->f_charged - explained;
+		if (sliced > TIME_SLICE_NS)
+			sliced = TIME_SLICE_NS;
+		if (sliced < 0)
+			sliced = 0;
+		e -= sliced;
+		PSTAT_ADD(sliced_ns, sliced);
+	}
+	/* A burst that ran under its charge gives the difference back, whether or not it
+	 * ran back to back: nothing makes its elapsed time shorter than its GPU time. */
+	double r = (double)e / (double)p->f_charged;
+	int64_t over = (int64_t)((r - 1) * (double)p->f_charged);
+	if (over > 50 * TESSERA_PACING_PERIOD_NS)
+		over = 50 * TESSERA_PACING_PERIOD_NS;
+	if (over < -p->slot_len_ns)
+		over = -p->slot_len_ns;
+	atomic_fetch_sub(&s->tokens, over);
+	PSTAT_ADD(bursts, 1);
+	if (over > 0)
+		PSTAT_ADD(owed_ns, over);
+	else
+		PSTAT_ADD(returned_ns, -over);
+	/* The burst's launches were charged r times too little: so is the estimate (once
+	 * it is past its first samples, whose bursts hold launches charged nothing). Half
+	 * the way there, so that samples and bursts settle together. */
+	if (r < 0.5)
+		r = 0.5;
+	if (r > 2)
+		r = 2;
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t est_c = atomic_load(&est_ns[cls]);
+		int64_t scaled = (int64_t)((double)est_c * (1 + (r - 1) / 2));
+		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
+			atomic_store(&est_ns[cls], scaled);
+	}
+	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld",
+		    (long long)e + sliced, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over,
+		    (long long)sliced);
+}
+
+/* The tokens are spent: wait (asleep, without the lock, so that every launching
+ * thread of the container gets its turn) for a refill, and charge this launch. */
+static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
+{
+	struct tessera_shared_pacer *s = p->s;
+	int slept = 0;
 	for (;;) {
 		if (pacer_lock(s) != 0)
 			return; /* cannot happen with a robust mutex made consistent; do not block */
-		if (atomic_load(&s->budget) > 0 && ticks() < atomic_load(&s->window_end)) {
-			/* Another thread or process opened a new window. */
-			atomic_fetch_sub(&s->budget, 1);
-			pthread_mutex_unlock(&s->mu);
-			return;
-		}
-		/* Work captured into a graph does not run now (its graph launch is paced), and a
-		 * synchronize would break the capture. */
+		/* Work captured into a graph does not run now (its graph launch is paced), and
+		 * an event call could join the capture. */
 		if (capturing(stream)) {
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
-		pacer_check(s, tessera_now_ns());
-		int64_t now = s->open ? close_window(s) : tessera_now_ns(), wake;
-		if (open_window(p, now, &wake)) {
-			atomic_fetch_sub(&s->budget, 1);
+		int64_t now = tessera_now_ns();
+		pacer_check(s, now);
+		if (slept)
+			p->slept = 1;
+		int64_t r0 = s->refill_k;
+		int64_t wake = refill(p, now);
+		int refilled = s->refill_k != r0;
+		if (p->fence_pending)
+			settle_burst(p, p->slept);
+		if (p->slept && p->burst_started) {
+			/* A chained burst that could not end before the wait: it spans the wait,
+			 * when the GPU idled, and is not measured. */
+			p->burst_started = 0;
+			atomic_store(&p->burst_stream_tag, 0);
+		}
+		if (atomic_load(&s->tokens) > 0) {
+			if (p->burst_started && refilled && !p->fence_pending)
+				end_burst(p, stream, 1);
+			int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
+			int64_t all0 = atomic_fetch_add(&s->charged, cost);
+			atomic_fetch_sub(&s->tokens, cost);
+			if (!p->burst_started && !p->fence_pending)
+				begin_burst(p, stream, charged0, all0);
+			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
 			return;
 		}
+		if (p->burst_started && !p->fence_pending)
+			end_burst(p, stream, 0);
 		pthread_mutex_unlock(&s->mu);
+		PSTAT_ADD(holds, 1);
+		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);
 		sleep_until(wake);
+		slept = 1;
 	}
 }
 
-/* Launches a thread took from the open window's budget ahead of use, and which window
- * (its end, which no two windows share) and pacer they came from. Initial-exec TLS: a
- * plain load from the thread pointer, not a __tls_get_addr call; the hook is loaded at
- * process start (LD_PRELOAD or /etc/ld.so.preload), where static TLS has room. */
-#define TLS_IE __attribute__((tls_model("initial-exec")))
+/* Tokens a thread took ahead of use, in GPU ns, and which pacer they came from.
+ * Initial-exec TLS: a plain load from the thread pointer, not a __tls_get_addr call;
+ * the hook is loaded at process start (LD_PRELOAD or /etc/ld.so.preload), where static
+ * TLS has room. */
 static __thread int64_t local_left TLS_IE;
-static __thread uint64_t local_window TLS_IE;
 static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
 
-void tessera_pace(CUstream stream)
+void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 {
+	t->sampled = 0;
 	int g = tessera.pacing_only;
 	if (!tessera.pacing_any)
 		return;
@@ -289,44 +731,51 @@ void tessera_pace(CUstream stream)
 	if (!p->enabled)
 		return;
 	struct tessera_shared_pacer *s = p->s;
-	/* No locked instruction per launch: after the driver has written a launch to the
-	 * GPU's command buffer, one waits for those writes to drain (measured +40 ns per
-	 * launch on an H200 host). A thread takes CLOCK_EVERY launches at a time while
-	 * the window has many left, and spends them with plain thread-local decrements. */
-	if (local_left > 0 && local_pacer == s &&
-	    local_window == atomic_load_explicit(&s->window_end, memory_order_relaxed)) {
-		local_left--;
-		return;
-	}
-	local_left = 0;
-	int64_t take = atomic_load_explicit(&s->budget, memory_order_relaxed) > 4 * CLOCK_EVERY ? CLOCK_EVERY : 1;
-	int64_t left = atomic_fetch_sub_explicit(&s->budget, take, memory_order_relaxed);
-	if (left >= take) {
-		/* The clock is read once per take: with many launches left, a window that ends
-		 * by time runs over by fewer than CLOCK_EVERY launches per launching thread,
-		 * each estimated at under 1/(4 CLOCK_EVERY) of the window's GPU time; near the
-		 * budget's end, on every launch. */
-		uint64_t end = atomic_load_explicit(&s->window_end, memory_order_acquire);
-		if (ticks() < end) {
-			local_left = take - 1;
-			local_window = end;
+	t->p = p;
+	int64_t cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+	if (--sample_countdown <= 0)
+		sample_due(t, cls, cost);
+	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
+	if (tag != 0 && tag != (uintptr_t)stream + 1)
+		atomic_store_explicit(&p->other_stream, 1, memory_order_relaxed);
+	/* No locked instruction on most launches: after the driver has written a launch
+	 * to the GPU's command buffer, one waits for those writes to drain (measured +40 ns
+	 * per launch on an H200 host). A thread takes TAKE_EVERY launches' worth at a time
+	 * while many are left, and spends them with thread-local subtractions. */
+	if (local_pacer == s && local_left >= cost) {
+		local_left -= cost;
+	} else {
+		int64_t have = local_pacer == s ? local_left : 0;
+		int64_t tokens = atomic_load_explicit(&s->tokens, memory_order_relaxed);
+		int64_t take = tokens > 4 * TAKE_EVERY * cost ? TAKE_EVERY * cost - have : cost - have;
+		int64_t left = atomic_fetch_sub_explicit(&s->tokens, take, memory_order_relaxed);
+		if (left > 0) {
+			atomic_fetch_add_explicit(&charged_ns, take, memory_order_relaxed);
+			atomic_fetch_add_explicit(&s->charged, take, memory_order_relaxed);
+			local_left = have + take - cost;
 			local_pacer = s;
-			return;
+		} else {
+			atomic_fetch_add_explicit(&s->tokens, take, memory_order_relaxed);
+			local_left = 0;
+			local_pacer = NULL;
+			/* The credit the thread held is given up: it was charged already. */
+			slow_path(p, stream, cost);
 		}
 	}
-	/* The slow path gives back the one launch it was taken for. */
-	if (take > 1)
-		atomic_fetch_add_explicit(&s->budget, take - 1, memory_order_relaxed);
-	slow_path(p, stream);
+	if (t->sampled)
+		sample_start(stream, t);
 }
 
 /* ---- the launch hooks ------------------------------------------------------- */
 
-#define LAUNCH_HOOK(name, stream, args) \
-	HOOK_ENTER();                   \
-	HOOK_REAL(name);                \
-	tessera_pace(stream);           \
-	return REAL(name) args
+#define LAUNCH_HOOK(name, stream, args)            \
+	HOOK_ENTER();                              \
+	HOOK_REAL(name);                           \
+	struct tessera_pace_ticket pt_;            \
+	tessera_pace(stream, 0, &pt_);             \
+	CUresult lrc_ = REAL(name) args;           \
+	tessera_pace_done(stream, &pt_, lrc_);     \
+	return lrc_
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
 			unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
@@ -371,8 +820,10 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
 	CUresult rc = tessera_graph_admit(g, &t_);                     \
 	if (rc != CUDA_SUCCESS)                                        \
 		return rc;                                             \
-	tessera_pace(s);                                               \
+	struct tessera_pace_ticket pt_;                                \
+	tessera_pace(s, 1, &pt_);                                      \
 	rc = REAL(name)(g, s);                                         \
+	tessera_pace_done(s, &pt_, rc);                                \
 	tessera_graph_admitted(&t_, rc);                               \
 	return rc
 

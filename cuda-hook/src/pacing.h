@@ -2,6 +2,7 @@
 #ifndef TESSERA_PACING_H
 #define TESSERA_PACING_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "region.h"
@@ -9,13 +10,53 @@
 
 #define TESSERA_PACING_PERIOD_NS 20000000LL /* api.PacingPeriodMicros */
 
-/* This process's view of one GPU's pacing. */
+/* This process's view of one GPU's pacing. The burst fields belong to the slow path
+ * and are used under the shared pacer's lock. */
 struct tessera_pacer {
 	struct tessera_shared_pacer *s;
 	int enabled;
-	int64_t slot_off_ns, slot_len_ns; /* the container's window in each period */
+	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
+
+	/* The launches between two waits for a refill, or between two refills (a burst):
+	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against
+	 * what they were charged. */
+	int slept;          /* this process waited for a refill since the last burst began */
+	int burst_started;  /* S is recorded: a burst is open */
+	int fence_pending;  /* F is recorded and not yet read */
+	int chained;        /* the open burst began at F */
+	int ev_s, ev_f;     /* which of the context's events are S and F */
+	void *burst_ctx;    /* the events (of one context) S was recorded with */
+	uint64_t burst_ctx_gen;
+	CUstream burst_stream;
+	int64_t burst_t0_ns, burst_charged0, burst_all0;
+	/* The ended burst, until F is read: host time, this process's charges and the
+	 * container's. */
+	int64_t f_host_ns, f_charged, f_all;
+	int f_other;
+	/* How far the GPU was behind the host (ns) at the open burst's S and at the
+	 * ended burst's S; -1 when not known. */
+	int64_t lag_s_ns, f_lag_s_ns;
+	/* Read by every launch: the open burst's stream + 1, or 0; and whether a launch of
+	 * the burst went to another stream. */
+	_Atomic uintptr_t burst_stream_tag;
+	_Atomic int other_stream;
 };
+
+/* What the launch hook needs after the driver's launch: whether it is a sample. */
+struct tessera_pace_ticket {
+	int sampled;
+	int cls;
+	struct tessera_pacer *p;
+	void *ev; /* the sample's events */
+	int64_t t_start_ns;
+};
+
 void tessera_pacing_setup(void);
-void tessera_pace(CUstream stream);
+/* cls: 0 kernel launches, 1 graph launches (their GPU time is estimated apart). */
+void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t);
+void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
+/* A context is gone: its events with it. */
+void tessera_pacing_forget_ctx(CUcontext ctx);
+void tessera_pacing_after_fork(void);
 
 #endif

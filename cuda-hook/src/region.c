@@ -443,29 +443,3 @@ struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int 
 {
 	return &r->pacers[gpu_ok(gpu) ? gpu : 0];
 }
-
-void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
-			  int *use_tsc)
-{
-	if (lock(r) != 0) {
-		calibrate(ticks_per_ns, use_tsc); /* still paced, on this process's own clock */
-		return;
-	}
-	if (!r->clock_ready) {
-		double t;
-		int u;
-		calibrate(&t, &u);
-		r->ticks_per_ns = t;
-		r->use_tsc = u;
-		r->clock_ready = 1;
-		seal(r);
-	}
-	*ticks_per_ns = r->ticks_per_ns;
-	*use_tsc = r->use_tsc;
-	unlock(r);
-	/* A scale no calibration gives: this process paces on its own clock. */
-	if (!(*ticks_per_ns > 0.01 && *ticks_per_ns < 100.0) || (*use_tsc != 0 && *use_tsc != 1)) {
-		set_damaged("clock scale out of range");
-		calibrate(ticks_per_ns, use_tsc);
-	}
-}

@@ -20,29 +20,23 @@
 #include "tessera_cuda.h"
 
 #define TESSERA_REGION_MAGIC 0x3141534553534554ULL /* "TESSERA1", little-endian */
-#define TESSERA_REGION_VERSION 3
+#define TESSERA_REGION_VERSION 4
 #define TESSERA_REGION_SLOTS 256
 /* No process can hold more than this on one GPU (api.MaxMemoryMiB); a slot that says
  * more is damaged. It also keeps the sum of all slots far from overflowing. */
 #define TESSERA_REGION_MAX_USED (TESSERA_MAX_MEMORY_MIB * 1024ULL * 1024ULL)
 
 /* Compute pacing of one GPU, shared by every process of the container: it lives in
- * the accounting region. budget and window_end are touched by every launch of every
- * process and sit on their own cache line; the rest belongs to the slow path, under
- * mu (robust, process-shared). */
+ * the accounting region. tokens is touched by launches of every process (one atomic
+ * operation per take of several launches) and sits on its own cache line; the rest
+ * belongs to the slow path, under mu (robust, process-shared). */
 struct tessera_shared_pacer {
-	_Atomic int64_t budget;      /* launches left in the open window */
-	_Atomic uint64_t window_end; /* in clock ticks (the region's clock) */
+	_Atomic int64_t tokens;  /* GPU ns the container may still charge; negative: owed */
+	_Atomic int64_t charged; /* GPU ns its processes have charged, all together */
 	char pad_[48];
 	pthread_mutex_t mu;
-	int32_t open;
-	int32_t pad2_;
-	int64_t allow_start_ns; /* start of the slot the allowance is for */
-	int64_t allow_end_ns;   /* end of that slot's allowance */
-	int64_t debt_ns;        /* overrun still to be taken from later slots */
-	int64_t drained_ns;     /* latest drain end already counted as overrun */
-	int64_t win_open_ns, win_budget;
-	double ns_per_launch; /* estimated GPU time per launch, from drains */
+	int64_t refill_k; /* 1 + the period whose allowance tokens last received (0: none) */
+	int64_t pad2_[3];
 } __attribute__((aligned(64)));
 
 /* One process's usage. */
@@ -70,6 +64,8 @@ struct tessera_region {
 	pthread_mutex_t lock;
 	/* Changed under lock, and covered by state_sum, rewritten with them. */
 	int32_t slots_hw; /* slots at or past this index have never been used */
+	/* The former pacer's launch clock (region version 3); unused since version 4,
+	 * which changed what the pacers hold. */
 	int32_t clock_ready;
 	int32_t use_tsc;
 	int32_t pad;
@@ -125,10 +121,6 @@ void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes);
 uint64_t tessera_region_used(struct tessera_region *r, int gpu);
 void tessera_region_forget_process(struct tessera_region *r);
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu);
-/* The container's launch clock: TSC ticks per ns and whether the TSC is used, measured
- * by calibrate once per region so that every process compares the same ticks. */
-void tessera_region_clock(struct tessera_region *r, void (*calibrate)(double *, int *), double *ticks_per_ns,
-			  int *use_tsc);
 void tessera_region_after_fork(void);
 
 #endif

@@ -13,6 +13,7 @@ struct fake_cuda_stats {
 	uint64_t syncs;        /* cuCtxSynchronize calls */
 	uint64_t bad_syncs;    /* cuCtxSynchronize calls made during a stream capture */
 	uint64_t launches;     /* launches executed (not captured) */
+	uint64_t event_calls;  /* cuEventRecord and cuEventQuery calls */
 };
 
 /* Exported by the fake libcuda.so.1 under this name; not a driver function. */

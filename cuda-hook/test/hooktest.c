@@ -23,6 +23,9 @@
  *   hooktest total-is <mib>
  *   hooktest pace <path> <cores> <seconds>
  *   hooktest pace-procs <procs> <cores> <seconds>
+ *   hooktest light <cores> <seconds>
+ *   hooktest pace-turns <cores> <seconds>
+ *   hooktest pace-share <cores> <seconds>
  *   hooktest capture
  *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
@@ -1075,6 +1078,10 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchCooperativeKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL);
 		else if (strcmp(path, "graph") == 0)
 			rc = cuGraphLaunch((CUgraphExec)(uintptr_t)200, NULL);
+		else if (strcmp(path, "long") == 0) /* 20 ms kernels: one period each */
+			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (strcmp(path, "mixed") == 0) /* 20 us and 1 ms kernels, mixed at random */
+			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else
 			CHECK(0, "unknown launch path %s", path);
 		CHECK(rc == CUDA_SUCCESS, "launch gave %d", rc);
@@ -1100,6 +1107,80 @@ static int pace_main(int argc, char **argv)
 		 * threads per core it got 1% of 30%). The floor only catches pacing that lets
 		 * nothing through. */
 		CHECK(share <= cores + 8 && share > 0, "share %.1f%%, want at most %d%% + 8 and some", share, cores);
+	return 0;
+}
+
+/* Another container's turns on the GPU (the fake's FAKE_CUDA_OTHER) run inside this
+ * one's bursts: a saturating program still gets its share of the GPU's time, not its
+ * share less the other's turns. Billing those turns as its own took a 30% tenant to
+ * 25% of the GPU on an H200 next to a 70% one. */
+static int pace_turns_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: pace-turns <cores> <seconds>");
+	int cores = atoi(argv[2]);
+	setup();
+	run_launches("kernel", 0.3); /* past the estimate's first samples */
+	double share = run_launches("kernel", atof(argv[3]));
+	printf("pace-turns: cores %d, share %.1f%% with another context's turns\n", cores, share);
+	CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: billed the other context's turns", share, cores);
+	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
+	return 0;
+}
+
+/* One of two containers on the fake's time-sliced GPU (FAKE_CUDA_SHARED_GPU), both
+ * saturating: each gets its share of the GPU's time. Where their work meets, each
+ * one's bursts span the other's turns; billing those as its own took 30/70 to 25/65.5
+ * here and 24.9/69.3 on an H200. */
+static int pace_share_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: pace-share <cores> <seconds>");
+	int cores = atoi(argv[2]);
+	setup();
+	run_launches("kernel", 0.3); /* past the estimate's first samples */
+	double share = run_launches("kernel", atof(argv[3]));
+	printf("pace-share: cores %d, share %.1f%% beside another container\n", cores, share);
+	CHECK(share >= cores - 4, "share %.1f%%, want at least %d%% - 4: billed the other container's turns", share, cores);
+	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
+	return 0;
+}
+
+/* A program that needs less GPU time than its share is not slowed: 100 us kernels
+ * with 400 us of host work between them need 20% of the GPU. Under a cap of 50% it
+ * must run at the rate its host work allows; under a cap below 20% it is held, and
+ * must still get its cap. The host work spins on the clock, so a
+ * descheduled thread slows it alike with or without pacing; the bound still tells a
+ * pacer that holds it to its share's wall time (half the rate) apart. */
+static int light_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: light <cores> <seconds>");
+	int cores = atoi(argv[2]);
+	double seconds = atof(argv[3]);
+	setup();
+	double t0 = now_s(), spun = 0;
+	long n = 0;
+	uint64_t busy0 = stats().busy_ns;
+	while (now_s() - t0 < seconds) {
+		OK(cuLaunchKernel(NULL, 100, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+		double s0 = now_s();
+		while (now_s() - s0 < 400e-6)
+			;
+		spun += now_s() - s0;
+		n++;
+	}
+	OK(cuCtxSynchronize());
+	double wall = now_s() - t0;
+	double share = (double)(stats().busy_ns - busy0) / 1e9 / wall * 100.0;
+	/* The rate against what the spinning alone allows. */
+	double rate = spun / wall * 100.0;
+	printf("light: cores %d, %ld launches, GPU %.1f%%, host work %.1f%% of the time\n", cores, n, share, rate);
+	if (cores >= 25)
+		CHECK(rate >= 80, "the host work got %.1f%% of the time, want at least 80%%: held under its share", rate);
+	else
+		/* Held at its cap, it still gets its cap: the wall time its bursts span
+		 * (mostly its own host work) is not owed as GPU time. Charging it took the
+		 * program to 4-12% at cap 15 on a loaded machine. */
+		CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: held below its cap", share, cores);
+	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
 	return 0;
 }
 
@@ -1219,6 +1300,12 @@ int main(int argc, char **argv)
 		return pace_main(argc, argv);
 	if (strcmp(scenario, "pace-procs") == 0)
 		return pace_procs_main(argc, argv);
+	if (strcmp(scenario, "light") == 0)
+		return light_main(argc, argv);
+	if (strcmp(scenario, "pace-turns") == 0)
+		return pace_turns_main(argc, argv);
+	if (strcmp(scenario, "pace-share") == 0)
+		return pace_share_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

@@ -73,14 +73,8 @@ int main(int argc, char **argv)
 			b[i] = (unsigned char)rand();
 	} else if (strcmp(mode, "pacer") == 0) {
 		struct tessera_shared_pacer *p = &r->pacers[0];
-		p->open = 7;
-		p->allow_start_ns = INT64_MAX;
-		p->allow_end_ns = INT64_MIN;
-		p->debt_ns = INT64_MAX;
-		p->drained_ns = INT64_MIN;
-		p->win_open_ns = INT64_MAX;
-		p->win_budget = INT64_MIN;
-		p->ns_per_launch = NAN;
+		atomic_store(&p->tokens, INT64_MIN);
+		p->refill_k = INT64_MAX;
 	} else {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;

@@ -269,11 +269,38 @@ limits 0 "$U1 81920 30 0"
 for p in kernel kernel-ptsz ex coop graph; do
 	t pace $p 30 0.6
 done
+t pace long 30 1.2                     # kernels longer than the allowance: owed, not free
+t pace mixed 30 0.8                    # kernels of two lengths charged their mean
 t capture
 limits 0 "$U1 81920 60 20"
 t pace kernel 60 0.6
 limits 0 "$U1 81920 50 0"
 t pace-procs 2 50 0.8                  # two processes of one container share its 50%
+t light 50 0.6                         # a program needing 20% is not slowed at 50%
+limits 0 "$U1 81920 15 0"
+t light 15 0.8                         # held at 15%, it gets 15%: its host time is not owed
+limits 0 "$U1 81920 30 0"
+# Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
+tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
+# Two containers at 30/70 on one GPU that runs them in 2 ms turns (the fake's
+# FAKE_CUDA_SHARED_GPU), and two at 50/50: each gets its share (4 points allowed for
+# a loaded machine; billing the other's turns gave 25 / 65.5).
+rm -rf "$ROOT/run/tessera"
+config "allow-env-limits yes"
+for pair in "30 0 70 30" "50 0 50 50"; do
+	set -- $pair
+	printf 'version 1\ncgroup /pair/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $1 $2 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $3 $4 >"$ROOT/b.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $1 2 &
+	a=$!
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $3 2 &
+	b=$!
+	wait $a
+	wait $b
+	pass=$((pass + 2))
+done
+mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
 

@@ -1,0 +1,176 @@
+#!/bin/bash
+# B4 on real work (make bench-gpu, or on its own: gpu/b4-matrix.sh <build-dir>): each
+# workload's rate under the hook as a share of its own unhooked solo rate, measured in
+# the same run, alone at caps 20/50/80, in pairs at 30/70 and 50/50, and three tenants
+# at 20/30/50. Results go to $OUT (or build/gpu)/b4-matrix.txt.
+#
+# A row's target depends on how much of the GPU the workload needs (its GPU
+# utilisation alone, from NVML's samples over its measured interval):
+#   need >= 90%            saturating: share within +-3 points of the cap
+#   need <= cap - 5        not slowed: share >= 95%
+#   otherwise              held to its cap: share about 100 * cap / need (shown, no verdict,
+#                          since NVML's utilisation is too coarse to score it to 3 points)
+. "$(dirname "$0")/common.sh" "$1"
+M=$RES/b4-matrix.txt
+: >"$M"
+say() { echo "$*" | tee -a "$M"; }
+S=${B4_SECONDS:-1.5}
+LONG_S=${B4_LONG_SECONDS:-3}
+nvcc -O2 -arch=sm_90 "$HERE/gpu/work.cu" -o "$G/work" -lcuda || { say "building gpu/work.cu failed"; exit 1; }
+W=$G/work
+TW="python3 $HERE/gpu/torch_work.py"
+field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
+declare -A IT
+for us in 5 10 100 1000 20000; do IT[$us]=$("$W" calib $us | field iters); done
+say "B4 matrix $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); FMA iterations per kernel: 5us=${IT[5]} 10us=${IT[10]} 100us=${IT[100]} 1ms=${IT[1000]} 20ms=${IT[20000]}"
+
+# The C workloads: name -> command (without the seconds).
+declare -A CW=(
+	[k10us]="$W kernel ${IT[10]}"
+	[k100us]="$W kernel ${IT[100]}"
+	[k1ms]="$W kernel ${IT[1000]}"
+	[k20ms]="$W kernel ${IT[20000]}"
+	[graph10x100us]="$W graph ${IT[100]}"
+	[loop]="$W loop ${IT[5]} 300"
+)
+CNAMES="k10us k100us k1ms k20ms graph10x100us loop"
+TNAMES="mm2048 mm4096 mm8192 mlp"
+secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
+
+# NVML's mean GPU utilisation and SM clock (MHz) between two epoch-microsecond
+# stamps: "<util> <clock>", -1 for what NVML does not give.
+util() {
+	python3 - "$1" "$2" <<'EOF'
+import sys
+
+
+def mean(h, kind, t0, t1):
+    try:
+        _, samples = pynvml.nvmlDeviceGetSamples(h, kind, t0)
+        v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
+        return sum(v) / len(v) if v else -1
+    except Exception:
+        return -1
+
+
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    t0, t1 = int(sys.argv[1]), int(sys.argv[2])
+    u = mean(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0, t1)
+    c = mean(h, getattr(pynvml, "NVML_PROCESSOR_CLK_SAMPLES", 6), t0, t1)
+    print(f"{u:.1f} {c:.0f}")
+except Exception:
+    print("-1 -1")
+EOF
+}
+# hk: hooked, with the hook's debug log (every burst's GPU time and charge) kept in
+# b4-debug.log when B4_DEBUG is set.
+hk() {
+	if [ -n "${B4_DEBUG:-}" ]; then
+		echo "== $*" >>"$RES/b4-debug.log"
+		TESSERA_HOOK_LOG=debug hooked "$@" 2>>"$RES/b4-debug.log"
+	else
+		hooked "$@"
+	fi
+}
+
+declare -A SOLO NEED CLK
+# nvml <output-line>: NVML's utilisation and SM clock over the line's measured interval.
+nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
+# Solo, unhooked.
+for w in $CNAMES; do
+	out=$(${CW[$w]} "$(secs $w)")
+	SOLO[$w]=$(field rate <<<"$out")
+	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
+done
+$TW "$S" $TNAMES >"$G/torch.solo" || say "torch workloads failed"
+for w in $TNAMES; do
+	out=$(grep "^$w " "$G/torch.solo")
+	SOLO[$w]=$(field rate <<<"$out")
+	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
+done
+for w in $CNAMES $TNAMES; do say "solo $w: rate ${SOLO[$w]}/s, GPU utilisation ${NEED[$w]}%, SM clock ${CLK[$w]} MHz"; done
+
+fails=0
+# row <label> <workload> <cap> <output-line>: the share and its verdict, and beside
+# them what NVML saw over the run (utilisation of the whole GPU, so of every tenant
+# in the pair and trio rows, and the SM clock): a power-bound kernel does more work
+# per GPU-second at a higher clock, which a rate share counts and a time cap does not.
+row() {
+	local share need=${NEED[$2]} verdict rate gpu clk
+	rate=$(field rate <<<"$4")
+	read -r gpu clk <<<"$(nvml "$4")"
+	share=$(awk -v r="$rate" -v b="${SOLO[$2]}" 'BEGIN{if (b > 0) printf "%.1f", 100*r/b; else print "nan"}')
+	verdict=$(awk -v s="$share" -v c="$3" -v n="$need" 'BEGIN{
+		if (s == "nan") { print "FAIL no rate"; exit }
+		if (n >= 90 || n < 0) { e = s - c; printf "%s err %+.1f (cap %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; exit }
+		if (n <= c - 5) { printf "%s not slowed (needs %.0f%%, cap %d, want >= 95)", (s >= 95) ? "ok  " : "FAIL", n, c; exit }
+		printf "info held: expect about %.0f (needs %.0f%%, cap %d)", 100 * c / n, n, c }')
+	case $verdict in FAIL*) fails=$((fails + 1)) ;; esac
+	say "$(printf '%-26s %-14s share %6s%%  %-52s [GPU busy %s%%, SM %s MHz]' "$1" "$2" "$share" "$verdict" "$gpu" "$clk")"
+}
+
+# together <label> <cap:phase:workload>...: the tenants at once, each in its own container.
+together() {
+	local label=$1 i=0 pids=() specs=()
+	shift
+	for t in "$@"; do
+		IFS=: read -r c ph w <<<"$t"
+		limits "$G/t$i" 130000 "$c" "$ph" "/b4/${label//[ \/]/_}/$w/$i"
+		if [ -n "${CW[$w]:-}" ]; then
+			hk "$G/t$i" ${CW[$w]} "$(secs $w)" >"$G/t$i.out" &
+		else
+			hk "$G/t$i" $TW "$S" "$w" >"$G/t$i.out" &
+		fi
+		pids+=($!)
+		specs+=("$t")
+		i=$((i + 1))
+	done
+	wait "${pids[@]}"
+	for i in "${!specs[@]}"; do
+		IFS=: read -r c ph w <<<"${specs[$i]}"
+		row "$label" "$w" "$c" "$(head -1 "$G/t$i.out")"
+	done
+}
+# unhooked <label> <workload> <workload>: the same pair without limits, for reference.
+unhooked() {
+	local label=$1 a=$2 b=$3
+	if [ -n "${CW[$a]:-}" ]; then
+		${CW[$a]} "$S" >"$G/u0.out" &
+		p=$!
+		${CW[$b]} "$S" >"$G/u1.out"
+	else
+		$TW "$S" "$a" >"$G/u0.out" &
+		p=$!
+		$TW "$S" "$b" >"$G/u1.out"
+	fi
+	wait $p
+	say "$(printf '%-26s %-14s share %6s%% + %s%% (no limits, for reference)' "$label" "$a+$b" \
+		"$(awk -v r="$(field rate <"$G/u0.out")" -v b="${SOLO[$a]}" 'BEGIN{printf "%.1f", 100*r/b}')" \
+		"$(awk -v r="$(field rate <"$G/u1.out")" -v b="${SOLO[$b]}" 'BEGIN{printf "%.1f", 100*r/b}')")"
+}
+
+together "pair 30/70" 30:0:k1ms 70:30:k1ms
+together "pair 30/70" 30:0:mm8192 70:30:mm8192
+together "pair 50/50" 50:0:k100us 50:50:k100us
+together "pair 50/50" 50:0:mm2048 50:50:mm2048
+together "pair 30/70" 30:0:loop 70:30:loop
+unhooked "pair unhooked" loop loop
+together "pair 30/70" 30:0:mlp 70:30:mlp
+unhooked "pair unhooked" mlp mlp
+together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us
+
+# Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
+# limit would otherwise lose).
+for c in 20 50 80; do
+	for w in $CNAMES; do
+		limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
+		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)")"
+	done
+	limits "$G/m$c" 130000 $c 0 "/b4/alone$c/torch"
+	hk "$G/m$c" $TW "$S" $TNAMES >"$G/torch.$c"
+	for w in $TNAMES; do row "alone cap $c" $w $c "$(grep "^$w " "$G/torch.$c")"; done
+done
+say "B4 matrix: $fails rows failed"
