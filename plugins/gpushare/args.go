@@ -16,21 +16,6 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// Policy is a placement strategy, used independently at the node level (which node)
-// and at the GPU level (which GPUs of the chosen node).
-type Policy string
-
-const (
-	// Binpack fills the most-used node (or GPU) that still fits, keeping whole GPUs
-	// and whole nodes free for large requests.
-	Binpack Policy = "Binpack"
-	// Spread places on the least-used node (or GPU), minimising contention.
-	Spread Policy = "Spread"
-	// Fragmentation places where the pod makes the least GPU capacity unusable for the
-	// recent mix of GPU pods (fragmentation gradient descent; see fragmentation.go).
-	Fragmentation Policy = "Fragmentation"
-)
-
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
 	for _, p := range policies {

@@ -59,7 +59,7 @@ func (binpack) needsFit() bool { return true }
 // Absolute leftovers (not utilisation) fill small nodes before large ones, keeping
 // large nodes whole for the pods only they can take; counting CPU keeps CPU-heavy
 // pods from stranding the GPUs of a node with CPU to spare.
-func (binpack) scoreNode(_ *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
+func (binpack) scoreNode(_ *podInfo, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	score, ok := weightedScore(w, 1-leftover(a.model, a.used, ni, f, w), a)
 	if !ok {
 		return 0

@@ -855,14 +855,14 @@ const fragScale = 1000
 // scoreNode is the raw node score of allocation a: minus the increase of the node's
 // fragmentation (GPUs × fragScale), with GPU locality counted for multi-GPU pods.
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
-func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
+func (*fragmentation) scoreNode(info *podInfo, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
 	m := a.model
-	wl := s.info.frag
+	wl := info.frag
 	if wl == nil {
 		wl = noWorkload
 	}
 	cpuFree, memFree := hostFree(ni)
-	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
+	cpuAfter, memAfter := cpuFree-info.cpuMilli, memFree-info.memBytes
 	st, ms := a.measured.base, &a.measured
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
 	// after the pod.
@@ -874,9 +874,9 @@ func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f
 	} else {
 		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
-	feed := s.info.workloadFeed(m, w)
+	feed := info.workloadFeed(m, w)
 	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
-	if p := s.info.pressure; p != nil {
+	if p := info.pressure; p != nil {
 		delta += p.cost(m, a, w)
 	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs

@@ -226,7 +226,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		}
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, device: binpack{}}
+		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, device: placerFactories[Binpack](nil)}
 		a, fail := allocate(m, used, p, w)
 		if fail != nil {
 			continue
@@ -595,9 +595,9 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 		for _, ni := range feasible {
 			e.pl.cache.existing(ni.Node().Name).withKept(s.id, func(a *allocation) {
 				kept := a.measured
-				got := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				got := e.pl.node.scoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.measured.picked = false
-				want := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
+				want := e.pl.node.scoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.measured = kept
 				if got != want {
 					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)

@@ -1,10 +1,27 @@
 package gpushare
 
 import (
+	"math"
+
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+)
+
+// Policy is a placement strategy, used independently at the node level (which node)
+// and at the GPU level (which GPUs of the chosen node).
+type Policy string
+
+const (
+	// Binpack fills the most-used node (or GPU) that still fits, keeping whole GPUs
+	// and whole nodes free for large requests.
+	Binpack Policy = "Binpack"
+	// Spread places on the least-used node (or GPU), minimising contention.
+	Spread Policy = "Spread"
+	// Fragmentation places where the pod makes the least GPU capacity unusable for the
+	// recent mix of GPU pods (fragmentation gradient descent; see fragmentation.go).
+	Fragmentation Policy = "Fragmentation"
 )
 
 // placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
@@ -41,8 +58,8 @@ type placer interface {
 	// needsFit reports whether the node-level score uses the cycle's largest
 	// feasible node (fitScale), which PreScore then measures.
 	needsFit() bool
-	// scoreNode is the node-level score of allocation a of the cycle's pod on ni.
-	scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64
+	// scoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
+	scoreNode(info *podInfo, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64
 	// scoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
 	// that hostOnlyPod returned.
 	scoreHostOnly(c *Cache, h *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64
@@ -115,4 +132,51 @@ func weightedScore(w *weights, term float64, a *allocation) (score float64, ok b
 		return 0, false
 	}
 	return sum / total * float64(fwk.MaxNodeScore), true
+}
+
+// fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
+// healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
+type fitScale struct {
+	cpuMilli, gpus float64
+	podCPUMilli    int64
+}
+
+// leftover is what best fit minimises: the node's free GPU and CPU capacity after
+// placement, each measured against the largest node of the cycle and weighted ½
+// (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
+// did not run) the node is its own yardstick and the pod's CPU is not counted.
+func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
+	var gpuFree, gpus float64
+	for i := range m.hot {
+		if m.hot[i].healthy {
+			gpuFree += deviceFree(m, used, i, w)
+			gpus++
+		}
+	}
+	alloc := ni.GetAllocatable().GetMilliCPU()
+	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
+	cpuMax, gpuMax := float64(alloc), gpus
+	if f != nil {
+		cpuFree -= float64(f.podCPUMilli)
+		cpuMax, gpuMax = f.cpuMilli, f.gpus
+	}
+	var left float64
+	if cpuMax > 0 {
+		left += 0.5 * math.Max(0, cpuFree) / cpuMax
+	}
+	if gpuMax > 0 {
+		left += 0.5 * gpuFree / gpuMax
+	}
+	return math.Min(1, left)
+}
+
+// clampScore clamps s to the framework's range of node scores.
+func clampScore(s int64) int64 {
+	if s < fwk.MinNodeScore {
+		return fwk.MinNodeScore
+	}
+	if s > fwk.MaxNodeScore {
+		return fwk.MaxNodeScore
+	}
+	return s
 }

@@ -88,7 +88,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		}
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{c}}, order: []int{0}, device: binpack{}}
+		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{c}}, order: []int{0}, device: placerFactories[Binpack](nil)}
 		a, fail := allocate(m, used, p, w)
 		if fail != nil {
 			continue

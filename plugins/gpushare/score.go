@@ -2,18 +2,10 @@ package gpushare
 
 import (
 	"context"
-	"math"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
-
-// fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
-// healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
-type fitScale struct {
-	cpuMilli, gpus float64
-	podCPUMilli    int64
-}
 
 // largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
 // two chunks the nodes are measured in the calling goroutine.
@@ -81,35 +73,6 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 	return cpuMilli, gpus
 }
 
-// leftover is what best fit minimises: the node's free GPU and CPU capacity after
-// placement, each measured against the largest node of the cycle and weighted ½
-// (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
-// did not run) the node is its own yardstick and the pod's CPU is not counted.
-func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
-	var gpuFree, gpus float64
-	for i := range m.hot {
-		if m.hot[i].healthy {
-			gpuFree += deviceFree(m, used, i, w)
-			gpus++
-		}
-	}
-	alloc := ni.GetAllocatable().GetMilliCPU()
-	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
-	cpuMax, gpuMax := float64(alloc), gpus
-	if f != nil {
-		cpuFree -= float64(f.podCPUMilli)
-		cpuMax, gpuMax = f.cpuMilli, f.gpus
-	}
-	var left float64
-	if cpuMax > 0 {
-		left += 0.5 * math.Max(0, cpuFree) / cpuMax
-	}
-	if gpuMax > 0 {
-		left += 0.5 * gpuFree / gpuMax
-	}
-	return math.Min(1, left)
-}
-
 // PreScore skips pods without GPU requests whose node-level placer does not score
 // them (placer.hostOnlyPod), and measures the cycle's feasible nodes for best fit
 // when the placer uses it (placer.needsFit).
@@ -145,7 +108,7 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
 	return pl.scoreUnfiltered(s, nodeInfo), nil
@@ -166,17 +129,7 @@ func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
 	if fail != nil {
 		return 0
 	}
-	return pl.node.scoreNode(s, a, nodeInfo, s.fit, &pl.w)
-}
-
-func clampScore(s int64) int64 {
-	if s < fwk.MinNodeScore {
-		return fwk.MinNodeScore
-	}
-	if s > fwk.MaxNodeScore {
-		return fwk.MaxNodeScore
-	}
-	return s
+	return pl.node.scoreNode(s.info, a, nodeInfo, s.fit, &pl.w)
 }
 
 // ScoreExtensions is the node-level placer's: nil where its scores are already in the

@@ -39,7 +39,7 @@ func (spread) needsFit() bool { return false }
 // locality for multi-GPU pods (weightedScore). Occupied GPUs count as well as use: a
 // small fraction moves util by less than one score point on a large node, but always
 // occupies a GPU, so nodes stay apart.
-func (spread) scoreNode(_ *cycleState, a *allocation, _ fwk.NodeInfo, _ *fitScale, w *weights) int64 {
+func (spread) scoreNode(_ *podInfo, a *allocation, _ fwk.NodeInfo, _ *fitScale, w *weights) int64 {
 	util, occupied := nodeUtilisation(a.model, a.used, w)
 	score, ok := weightedScore(w, 1-(util+occupied)/2, a)
 	if !ok {
