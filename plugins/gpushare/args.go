@@ -18,7 +18,7 @@ import (
 
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range policies {
+	for _, p := range Policies {
 		if strings.EqualFold(s, string(p)) {
 			return p, nil
 		}
@@ -143,7 +143,7 @@ func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 		a.MaxTenantsPerGPU = defaultMaxTenants
 	}
 	if a.FragmentationWindow == 0 {
-		a.FragmentationWindow = defaultFragmentationWindow
+		a.FragmentationWindow = DefaultFragmentationWindow
 	}
 	if a.ResourceNames == nil {
 		domain := a.ResourceDomain
@@ -173,8 +173,8 @@ func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if _, ok := placerFactories[f.v]; !ok {
-			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, policies))
+		if _, ok := PlacerFactories[f.v]; !ok {
+			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, Policies))
 		}
 	}
 	weightsSet := true

@@ -13,27 +13,27 @@ import (
 // the requests that need them.
 type binpack struct{}
 
-var _ placer = binpack{}
+var _ Placer = binpack{}
 
-func (binpack) policy() Policy { return Binpack }
+func (binpack) Policy() Policy { return Binpack }
 
-func (binpack) preparePod(*v1.Pod, *podInfo) {}
+func (binpack) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (binpack) deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
-	return packScore(m, used, c, i, w)
+func (binpack) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+	return PackScore(m, used, c, i, w)
 }
 
-func (binpack) pickDevice(m *nodeModel, used []usage, _ *podInfo, c *api.ContainerRequest, w *weights, cand []int, _ *nodeMeasure) int {
-	return pickBest(m, used, c, w, cand, packScore)
+func (binpack) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
+	return pickBest(m, used, c, w, cand, PackScore)
 }
 
 // packScore is the Binpack device score: the device's weighted use after placing c.
 // Among equally full choices, it keeps whole NVLink islands free by preferring a GPU
 // that is already used or whose island is already broken.
-func packScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
+func PackScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	s := deviceUtil(m, used, c, i, w)
-	d := &m.hot[i]
-	if used[i].tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
+	d := &m.Hot[i]
+	if used[i].Tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
 		s -= 1e-3
 	}
 	return s
@@ -41,13 +41,13 @@ func packScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *we
 
 // hostOnlyFit is the hostOnlyPod of Binpack: pods without GPUs are scored by best fit
 // too, and need nothing of the pod beyond the cycle's fitScale. Shared, never written.
-var hostOnlyFit = &podInfo{}
+var hostOnlyFit = &PodInfo{}
 
 // hostOnlyPod scores pods without GPUs by best fit too: a CPU-only pod belongs on a
 // node whose GPUs are taken, not on one whose free GPUs its CPU request would strand.
-func (binpack) hostOnlyPod(*v1.Pod) *podInfo { return hostOnlyFit }
+func (binpack) HostOnlyPod(*v1.Pod) *PodInfo { return hostOnlyFit }
 
-func (binpack) needsFit() bool { return true }
+func (binpack) NeedsFit() bool { return true }
 
 // scoreNode is best fit over free GPU and CPU (leftover), with GPU locality for
 // multi-GPU pods (weightedScore), less islandWeight points for every fully free
@@ -59,27 +59,27 @@ func (binpack) needsFit() bool { return true }
 // Absolute leftovers (not utilisation) fill small nodes before large ones, keeping
 // large nodes whole for the pods only they can take; counting CPU keeps CPU-heavy
 // pods from stranding the GPUs of a node with CPU to spare.
-func (binpack) scoreNode(_ *podInfo, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
-	score, ok := weightedScore(w, 1-leftover(a.model, a.used, ni, f, w), a)
+func (binpack) ScoreNode(_ *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
+	score, ok := weightedScore(w, 1-leftover(a.Model, a.Used, ni, f, w), a)
 	if !ok {
 		return 0
 	}
 	if !a.multiGPU {
-		score -= w.island * float64(a.brokenIslands)
+		score -= w.Island * float64(a.brokenIslands)
 	}
 	return clampScore(int64(score + 0.5))
 }
 
 // scoreHostOnly is best fit over the node's free GPUs (unchanged by the pod) and its
 // CPU after placement. A node without GPUs has none to strand and scores by CPU alone.
-func (binpack) scoreHostOnly(c *Cache, _ *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
-	var buf [16]usage
-	v, used := c.view(ni.Node(), buf[:0])
-	m := v.model
+func (binpack) ScoreHostOnly(c *Cache, _ *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
+	var buf [16]Usage
+	v, used := c.View(ni.Node(), buf[:0])
+	m := v.Model
 	if m == nil {
-		m = &nodeModel{}
+		m = &NodeModel{}
 	}
 	return clampScore(int64((1-leftover(m, used, ni, f, w))*float64(fwk.MaxNodeScore) + 0.5))
 }
 
-func (binpack) scoreExtensions() fwk.ScoreExtensions { return nil }
+func (binpack) ScoreExtensions() fwk.ScoreExtensions { return nil }

@@ -28,7 +28,7 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 			rng := rand.New(rand.NewSource(int64(w)))
 			for i := 0; i < perWorker; i++ {
 				pod := makePod(fmt.Sprintf("w%d-%d", w, i), nil, ctr{name: "c", gpu: "1"})
-				g := []grant{{uuid: fmt.Sprintf("GPU-n-%d", rng.Intn(4)), memMiB: int64(1000 + rng.Intn(6000)), cores: rng.Intn(40)}}
+				g := []Grant{{UUID: fmt.Sprintf("GPU-n-%d", rng.Intn(4)), MemMiB: int64(1000 + rng.Intn(6000)), Cores: rng.Intn(40)}}
 				if err := c.Assume(pod, "n", g, 10); err != nil {
 					continue
 				}
@@ -53,14 +53,14 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 	}
 	// Recomputing from the records gives the same figures: the incremental
 	// accounting never drifted.
-	e := c.existing("n")
-	before := append([]usage(nil), e.used...)
-	e.mu.Lock()
-	e.recomputeLocked()
-	e.mu.Unlock()
+	e := c.Existing("n")
+	before := append([]Usage(nil), e.Used...)
+	e.Mu.Lock()
+	e.RecomputeLocked()
+	e.Mu.Unlock()
 	for i := range before {
-		if before[i] != e.used[i] {
-			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.used[i])
+		if before[i] != e.Used[i] {
+			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.Used[i])
 		}
 	}
 }
@@ -80,7 +80,7 @@ func TestStaleHeartbeat(t *testing.T) {
 		{time.Time{}, 0, false},
 		{now.Add(time.Minute), 5 * time.Minute, false}, // the agent's clock ahead of ours
 	} {
-		if _, old := stale(c.heartbeat, c.limit, now); old != c.old {
+		if _, old := Stale(c.heartbeat, c.limit, now); old != c.old {
 			t.Errorf("stale(%v, %v) = %v, want %v", c.heartbeat, c.limit, old, c.old)
 		}
 	}
@@ -93,7 +93,7 @@ func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
 	c := NewCache()
 	c.SetInventory("n", mustEncode(t, pcieInventory("n", 1, "Tesla T4", t4Mem)))
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1"})
-	g := []grant{{uuid: "GPU-n-0", memMiB: t4Mem, cores: 100}}
+	g := []Grant{{UUID: "GPU-n-0", MemMiB: t4Mem, Cores: 100}}
 	bound := bindPod(t, makePod("p", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", t4Mem, 100, 0))
 	bound.UID = pod.UID
 	if err := c.Assume(pod, "n", g, 10); err != nil {
@@ -112,9 +112,9 @@ func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
 				return
 			default:
 			}
-			_, used := c.view(node, nil)
+			_, used := c.View(node, nil)
 			reads++
-			if used[0].memMiB != t4Mem {
+			if used[0].MemMiB != t4Mem {
 				freeSeen++
 			}
 		}

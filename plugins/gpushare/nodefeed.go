@@ -50,7 +50,7 @@ func newNodeFeed() *nodeFeed {
 
 // push queues ev on its node's shard.
 func (f *nodeFeed) push(ev nodeEvent) {
-	s := &f.shards[hashNodeName(ev.name)%uint64(len(f.shards))]
+	s := &f.shards[HashNodeName(ev.name)%uint64(len(f.shards))]
 	s.mu.Lock()
 	s.queue = append(s.queue, ev)
 	s.pushed.Add(1)

@@ -34,38 +34,38 @@ const (
 // Placers are called for every node of every cycle, in parallel: they keep no
 // per-cycle state of their own, and the slices they are given may live on a caller's
 // stack only where noted.
-type placer interface {
+type Placer interface {
 	// policy is the placer's name in args, annotations and metrics.
-	policy() Policy
+	Policy() Policy
 
 	// preparePod records in info what the placer needs of a GPU pod for the cycle
 	// (PreFilter; called for the node-level and then, if another, the GPU-level placer).
-	preparePod(pod *v1.Pod, info *podInfo)
+	PreparePod(pod *v1.Pod, info *PodInfo)
 
 	// deviceScore rates placing container c on device i of m, in [0,1], higher is
 	// better: how multi-GPU sets are grown and compared (pickSet).
-	deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64
+	deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64
 	// pickDevice chooses, for a one-GPU container, one device of cand (devices that
 	// fit it, never empty). measured, when not nil, receives what the placer
 	// measured of the node, if anything: the per-node state it keeps with the
 	// allocation for its node-level score (nodeMeasure); its base on entry is the
 	// cache's measure of the node under used, or nil.
-	pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int
+	pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int
 
 	// hostOnlyPod is what the node-level placer scores a pod without GPUs by
 	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
-	hostOnlyPod(pod *v1.Pod) *podInfo
+	HostOnlyPod(pod *v1.Pod) *PodInfo
 	// needsFit reports whether the node-level score uses the cycle's largest
 	// feasible node (fitScale), which PreScore then measures.
-	needsFit() bool
+	NeedsFit() bool
 	// scoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
-	scoreNode(info *podInfo, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64
+	ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// scoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
 	// that hostOnlyPod returned.
-	scoreHostOnly(c *Cache, h *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64
+	ScoreHostOnly(c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// scoreExtensions normalises the node-level scores of a cycle, or is nil when
 	// scoreNode is already in the framework's range.
-	scoreExtensions() fwk.ScoreExtensions
+	ScoreExtensions() fwk.ScoreExtensions
 }
 
 // nodeMeasure is what a GPU-level placer measured of a node while picking a device,
@@ -73,39 +73,39 @@ type placer interface {
 // again: Fragmentation's; zero for the others.
 type nodeMeasure struct {
 	// base is the node's statistics before the pod (fragStats), or nil.
-	base *fragStats
+	base *FragStats
 	// picked is set when the placer measured the container on the device it picked:
 	// the node's fragmentation before and after, and its free GPU capacity after,
 	// with no shape held back by host resources (fragStats.value(wl, nil)): what the
 	// node-level score computes when the node's CPU and memory hold back none.
-	picked                    bool
+	Picked                    bool
 	before, after, afterTotal float64
 }
 
 // policies lists the placement policies in the order messages name them.
-var policies = []Policy{Binpack, Spread, Fragmentation}
+var Policies = []Policy{Binpack, Spread, Fragmentation}
 
 // placerFactories maps a policy to the constructor of its placer. A plugin builds one
 // placer per policy (newPlacers), so that a pod's GPU-level choice and the profile's
 // node-level one share what the policy learns.
-var placerFactories = map[Policy]func(workload *workloadModel) placer{
-	Binpack:       func(*workloadModel) placer { return binpack{} },
-	Spread:        func(*workloadModel) placer { return spread{} },
-	Fragmentation: func(wl *workloadModel) placer { return &fragmentation{workload: wl} },
+var PlacerFactories = map[Policy]func(workload *WorkloadModel) Placer{
+	Binpack:       func(*WorkloadModel) Placer { return binpack{} },
+	Spread:        func(*WorkloadModel) Placer { return spread{} },
+	Fragmentation: func(wl *WorkloadModel) Placer { return &fragmentation{workload: wl} },
 }
 
 // newPlacers builds every policy's placer over the plugin's workload model.
-func newPlacers(workload *workloadModel) map[Policy]placer {
-	out := make(map[Policy]placer, len(placerFactories))
-	for p, f := range placerFactories {
+func NewPlacers(workload *WorkloadModel) map[Policy]Placer {
+	out := make(map[Policy]Placer, len(PlacerFactories))
+	for p, f := range PlacerFactories {
 		out[p] = f(workload)
 	}
 	return out
 }
 
 // pickBest is the device of cand that score rates highest (the first of equals).
-func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, cand []int,
-	score func(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64) int {
+func pickBest(m *NodeModel, used []Usage, c *api.ContainerRequest, w *Weights, cand []int,
+	score func(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64) int {
 	best, bestScore := -1, 0.0
 	for _, i := range cand {
 		s := score(m, used, c, i, w)
@@ -122,11 +122,11 @@ func pickBest(m *nodeModel, used []usage, c *api.ContainerRequest, w *weights, c
 //	score = 100 × Σ weight·term / Σ weight
 //
 // ok is false when every weight that applies is 0.
-func weightedScore(w *weights, term float64, a *allocation) (score float64, ok bool) {
-	sum, total := w.policy*term, w.policy
+func weightedScore(w *Weights, term float64, a *Allocation) (score float64, ok bool) {
+	sum, total := w.Policy*term, w.Policy
 	if a.multiGPU {
-		sum += w.topology * a.topology
-		total += w.topology
+		sum += w.Topology * a.topology
+		total += w.Topology
 	}
 	if total == 0 {
 		return 0, false
@@ -136,20 +136,20 @@ func weightedScore(w *weights, term float64, a *allocation) (score float64, ok b
 
 // fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
 // healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
-type fitScale struct {
-	cpuMilli, gpus float64
-	podCPUMilli    int64
+type FitScale struct {
+	CPUMilli, GPUs float64
+	PodCPUMilli    int64
 }
 
 // leftover is what best fit minimises: the node's free GPU and CPU capacity after
 // placement, each measured against the largest node of the cycle and weighted ½
 // (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
 // did not run) the node is its own yardstick and the pod's CPU is not counted.
-func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
+func leftover(m *NodeModel, used []Usage, ni fwk.NodeInfo, f *FitScale, w *Weights) float64 {
 	var gpuFree, gpus float64
-	for i := range m.hot {
-		if m.hot[i].healthy {
-			gpuFree += deviceFree(m, used, i, w)
+	for i := range m.Hot {
+		if m.Hot[i].Healthy {
+			gpuFree += DeviceFree(m, used, i, w)
 			gpus++
 		}
 	}
@@ -157,8 +157,8 @@ func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weigh
 	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
 	cpuMax, gpuMax := float64(alloc), gpus
 	if f != nil {
-		cpuFree -= float64(f.podCPUMilli)
-		cpuMax, gpuMax = f.cpuMilli, f.gpus
+		cpuFree -= float64(f.PodCPUMilli)
+		cpuMax, gpuMax = f.CPUMilli, f.GPUs
 	}
 	var left float64
 	if cpuMax > 0 {

@@ -19,17 +19,17 @@ const largestNodeChunk = 128
 // their allocatable CPU read (largestOf). Otherwise the rest are measured in parallel
 // chunks: the maximum does not depend on the order. Starting workers for the cheap case
 // cost more than it saved on a busy machine.
-func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fitScale {
-	f := &fitScale{}
-	f.podCPUMilli, _ = podHostRequests(pod)
+func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *FitScale {
+	f := &FitScale{}
+	f.PodCPUMilli, _ = PodHostRequests(pod)
 	first := min(len(nodes), largestNodeChunk)
-	f.cpuMilli, f.gpus = pl.largestOf(s, nodes[:first], 0)
+	f.CPUMilli, f.GPUs = pl.largestOf(s, nodes[:first], 0)
 	rest := nodes[first:]
 	chunks := (len(rest) + largestNodeChunk - 1) / largestNodeChunk
-	bound := float64(pl.cache.mostHealthy.Load())
-	if chunks < 2 || (bound > 0 && f.gpus >= bound) || pl.handle == nil || pl.handle.Parallelizer() == nil {
-		cpu, gpus := pl.largestOf(s, rest, f.gpus)
-		f.cpuMilli, f.gpus = max(f.cpuMilli, cpu), max(f.gpus, gpus)
+	bound := float64(pl.cache.MostHealthy.Load())
+	if chunks < 2 || (bound > 0 && f.GPUs >= bound) || pl.handle == nil || pl.handle.Parallelizer() == nil {
+		cpu, gpus := pl.largestOf(s, rest, f.GPUs)
+		f.CPUMilli, f.GPUs = max(f.CPUMilli, cpu), max(f.GPUs, gpus)
 		return f
 	}
 	cpu, gpus := make([]float64, chunks), make([]float64, chunks)
@@ -37,7 +37,7 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 		cpu[i], gpus[i] = pl.largestOf(s, rest[i*largestNodeChunk:min(len(rest), (i+1)*largestNodeChunk)], 0)
 	}, Name)
 	for i := range cpu {
-		f.cpuMilli, f.gpus = max(f.cpuMilli, cpu[i]), max(f.gpus, gpus[i])
+		f.CPUMilli, f.GPUs = max(f.CPUMilli, cpu[i]), max(f.GPUs, gpus[i])
 	}
 	return f
 }
@@ -48,7 +48,7 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 // rest are not looked up in the cache (each lookup is a memory miss or two): in a
 // cluster of one node size, only the first is.
 func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float64) (cpuMilli, gpus float64) {
-	bound := float64(pl.cache.mostHealthy.Load())
+	bound := float64(pl.cache.MostHealthy.Load())
 	gpus = gpusSoFar
 	for _, ni := range nodes {
 		node := ni.Node()
@@ -59,16 +59,16 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 		if bound > 0 && gpus >= bound {
 			continue
 		}
-		var m *nodeModel
-		if !pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { m = a.model }) {
-			var buf [16]usage
-			v, _ := pl.cache.view(node, buf[:0])
-			m = v.model
+		var m *NodeModel
+		if !pl.cache.ExistingFor(node).WithKept(s.id, func(a *Allocation) { m = a.Model }) {
+			var buf [16]Usage
+			v, _ := pl.cache.View(node, buf[:0])
+			m = v.Model
 		}
 		if m == nil {
 			continue
 		}
-		gpus = max(gpus, float64(m.healthy))
+		gpus = max(gpus, float64(m.Healthy))
 	}
 	return cpuMilli, gpus
 }
@@ -84,7 +84,7 @@ func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if s.skip && s.hostOnly == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if pl.node.needsFit() {
+	if pl.node.NeedsFit() {
 		s.fit = pl.largestNode(ctx, s, pod, nodes)
 	}
 	return nil
@@ -104,11 +104,11 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		return 0, nil
 	}
 	if s.skip {
-		return pl.node.scoreHostOnly(pl.cache, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
+		return pl.node.ScoreHostOnly(pl.cache, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.ExistingFor(node).WithKept(s.id, func(a *Allocation) { score = pl.node.ScoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
 	return pl.scoreUnfiltered(s, nodeInfo), nil
@@ -120,20 +120,20 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 //
 //go:noinline
 func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
-	var buf [16]usage
-	v, used := pl.cache.view(nodeInfo.Node(), buf[:0])
-	if v.model == nil {
+	var buf [16]Usage
+	v, used := pl.cache.View(nodeInfo.Node(), buf[:0])
+	if v.Model == nil {
 		return 0
 	}
-	a, fail := allocate(v.model, used, s.info, &pl.w)
+	a, fail := Allocate(v.Model, used, s.info, &pl.w)
 	if fail != nil {
 		return 0
 	}
-	return pl.node.scoreNode(s.info, a, nodeInfo, s.fit, &pl.w)
+	return pl.node.ScoreNode(s.info, a, nodeInfo, s.fit, &pl.w)
 }
 
 // ScoreExtensions is the node-level placer's: nil where its scores are already in the
 // framework's range.
 func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions {
-	return pl.node.scoreExtensions()
+	return pl.node.ScoreExtensions()
 }

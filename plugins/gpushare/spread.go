@@ -11,36 +11,36 @@ import (
 // minimising contention.
 type spread struct{}
 
-var _ placer = spread{}
+var _ Placer = spread{}
 
-func (spread) policy() Policy { return Spread }
+func (spread) Policy() Policy { return Spread }
 
-func (spread) preparePod(*v1.Pod, *podInfo) {}
+func (spread) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (spread) deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
+func (spread) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return spreadScore(m, used, c, i, w)
 }
 
-func (spread) pickDevice(m *nodeModel, used []usage, _ *podInfo, c *api.ContainerRequest, w *weights, cand []int, _ *nodeMeasure) int {
+func (spread) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
 	return pickBest(m, used, c, w, cand, spreadScore)
 }
 
 // spreadScore is the Spread device score: the device's weighted room after placing c.
-func spreadScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
+func spreadScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return 1 - deviceUtil(m, used, c, i, w)
 }
 
 // hostOnlyPod: pods without GPUs leave GPU use as it is; Spread does not score them.
-func (spread) hostOnlyPod(*v1.Pod) *podInfo { return nil }
+func (spread) HostOnlyPod(*v1.Pod) *PodInfo { return nil }
 
-func (spread) needsFit() bool { return false }
+func (spread) NeedsFit() bool { return false }
 
 // scoreNode is 1 - (util+occupied)/2 over the node after placement, with GPU
 // locality for multi-GPU pods (weightedScore). Occupied GPUs count as well as use: a
 // small fraction moves util by less than one score point on a large node, but always
 // occupies a GPU, so nodes stay apart.
-func (spread) scoreNode(_ *podInfo, a *allocation, _ fwk.NodeInfo, _ *fitScale, w *weights) int64 {
-	util, occupied := nodeUtilisation(a.model, a.used, w)
+func (spread) ScoreNode(_ *PodInfo, a *Allocation, _ fwk.NodeInfo, _ *FitScale, w *Weights) int64 {
+	util, occupied := nodeUtilisation(a.Model, a.Used, w)
 	score, ok := weightedScore(w, 1-(util+occupied)/2, a)
 	if !ok {
 		return 0
@@ -49,29 +49,29 @@ func (spread) scoreNode(_ *podInfo, a *allocation, _ fwk.NodeInfo, _ *fitScale, 
 }
 
 // scoreHostOnly is never called: hostOnlyPod is nil, so PreScore skips such pods.
-func (spread) scoreHostOnly(*Cache, *podInfo, fwk.NodeInfo, *fitScale, *weights) int64 { return 0 }
+func (spread) ScoreHostOnly(*Cache, *PodInfo, fwk.NodeInfo, *FitScale, *Weights) int64 { return 0 }
 
-func (spread) scoreExtensions() fwk.ScoreExtensions { return nil }
+func (spread) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // nodeUtilisation returns the weighted GPU memory and cores share granted on the
 // node's healthy devices, and the share of them that have a tenant.
-func nodeUtilisation(m *nodeModel, used []usage, w *weights) (util, occupied float64) {
+func nodeUtilisation(m *NodeModel, used []Usage, w *Weights) (util, occupied float64) {
 	var mem, memTotal, cores, n, busy float64
-	for i := range m.devices {
-		d := &m.devices[i]
+	for i := range m.Devices {
+		d := &m.Devices[i]
 		if !d.healthy {
 			continue
 		}
-		mem += float64(used[i].memMiB)
-		memTotal += float64(d.memoryMiB)
-		cores += float64(used[i].cores)
+		mem += float64(used[i].MemMiB)
+		memTotal += float64(d.MemoryMiB)
+		cores += float64(used[i].Cores)
 		n++
-		if used[i].tenants > 0 {
+		if used[i].Tenants > 0 {
 			busy++
 		}
 	}
 	if n == 0 || memTotal == 0 {
 		return 0, 0
 	}
-	return (w.memory*mem/memTotal + w.cores*cores/(100*n)) / (w.memory + w.cores), busy / n
+	return (w.Memory*mem/memTotal + w.Cores*cores/(100*n)) / (w.Memory + w.Cores), busy / n
 }
