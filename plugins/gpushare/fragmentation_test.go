@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 func fragArgs() *TesseraGPUShareArgs {
@@ -95,12 +96,12 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
 	// the best-fit term charges what is left: one GPU of the largest node's two,
 	// weighted ½ (the test nodes publish no CPU).
-	wantHoley := int64(math.Round(FragScale * (0.5*20/21 - FragFitWeight*0.5*1/2)))
+	wantHoley := int64(math.Round(placement.FragScale * (0.5*20/21 - placement.FragFitWeight*0.5*1/2)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/FragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/placement.FragStep) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -131,10 +132,10 @@ func TestFragmentationMultiGPU(t *testing.T) {
 }
 
 func TestWorkloadModelWindow(t *testing.T) {
-	w := NewWorkloadModel(3)
-	s := func(pct int) FragShape {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
-		return ShapeOf(info)
+	w := placement.NewWorkloadModel(3)
+	s := func(pct int) placement.FragShape {
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
+		return placement.ShapeOf(info)
 	}
 	w.Observe("a", s(10))
 	w.Observe("a", s(10)) // a retry is not counted twice
@@ -163,16 +164,16 @@ func TestWorkloadModelWindow(t *testing.T) {
 		t.Errorf("re-observed pod not counted: %+v", w.Snapshot().Shapes)
 	}
 	// 100 shapes that differ only in CPU: the top ones are kept.
-	many := NewWorkloadModel(1000)
+	many := placement.NewWorkloadModel(1000)
 	for i := 0; i < 100; i++ {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
-		many.Observe(types.UID(fmt.Sprint(i)), ShapeOf(info))
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
+		many.Observe(types.UID(fmt.Sprint(i)), placement.ShapeOf(info))
 	}
-	if n := len(many.Snapshot().Shapes); n != MaxFragShapes {
-		t.Errorf("%d shapes kept, want %d", n, MaxFragShapes)
+	if n := len(many.Snapshot().Shapes); n != placement.MaxFragShapes {
+		t.Errorf("%d shapes kept, want %d", n, placement.MaxFragShapes)
 	}
 	// A rare GPU request beyond the top shapes is still represented.
-	many.Observe("big", ShapeOf(&PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
+	many.Observe("big", placement.ShapeOf(&placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
 	found := false
 	for _, x := range many.Snapshot().Shapes {
 		found = found || x.C.GPUs == 8
@@ -184,7 +185,7 @@ func TestWorkloadModelWindow(t *testing.T) {
 
 func TestFragmentationArgs(t *testing.T) {
 	a, err := DecodeArgs(fragArgs(), Defaults{})
-	if err != nil || a.FragmentationWindow != DefaultFragmentationWindow {
+	if err != nil || a.FragmentationWindow != placement.DefaultFragmentationWindow {
 		t.Fatalf("%+v %v", a, err)
 	}
 	if p, err := ParsePolicy("fragmentation"); err != nil || p != Fragmentation {
@@ -204,7 +205,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(7))
-	var shapes []FragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 12; k++ {
 		g := 1
@@ -212,27 +213,27 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 			g = 2 + rng.Intn(3)
 		}
 		pct := int64(5 + rng.Intn(95))
-		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
 		weights = append(weights, 1.0/12)
 	}
-	wl := NewFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	for trial := 0; trial < 500; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
-		a, fail := Allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: placement.PlacerFactories[Binpack](nil)}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
-		got := NewFragStats(m, used, wl, w).Placed(m, a, wl, w)
-		want := NewFragStats(m, a.Used, wl, w)
+		got := placement.NewFragStats(m, used, wl, w).Placed(m, a, wl, w)
+		want := placement.NewFragStats(m, a.Used, wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 || math.Abs(got.Total-want.Total) > 1e-9 {
 			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.Total, want.Value(wl, nil), want.Total)
 		}
@@ -257,13 +258,13 @@ func hostNode(t *testing.T, name string, gpus int, cpu string) *v1.Node {
 }
 
 func TestWorkloadFeed(t *testing.T) {
-	m := &NodeModel{Hot: []DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
-	w := &Weights{Memory: 1, Cores: 1}
-	shapes := []FragShape{
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, CPUMilli: 12000, MemBytes: 48 << 30},                // a whole GPU
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, CPUMilli: 6000, MemBytes: 24 << 30}, // half of one
+	m := &placement.NodeModel{Hot: []placement.DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
+	w := &placement.Weights{Memory: 1, Cores: 1}
+	shapes := []placement.FragShape{
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, CPUMilli: 12000, MemBytes: 48 << 30},                // a whole GPU
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, CPUMilli: 6000, MemBytes: 24 << 30}, // half of one
 	}
-	r := WorkloadFeed(NewFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
+	r := placement.WorkloadFeed(placement.NewFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
 	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
 	if math.Abs(r.CPUMilli-12000) > 1e-6 || math.Abs(r.MemBytes-float64(48<<30)) > 1 {
 		t.Fatalf("feed %+v, want 12000 millicores and 48 GiB per GPU", r)
@@ -284,7 +285,7 @@ func TestWorkloadFeed(t *testing.T) {
 			t.Errorf("%s: unfed = %v, want %v", tc.what, got, tc.want)
 		}
 	}
-	if got := WorkloadFeed(nil, m, w).Unfed(8, 0, 0); got != 0 {
+	if got := placement.WorkloadFeed(nil, m, w).Unfed(8, 0, 0); got != 0 {
 		t.Errorf("no workload learned: unfed = %v, want 0", got)
 	}
 }
@@ -319,15 +320,15 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 // A class's eligibility (with its fast path for classes without a model selection)
 // agrees with the pod selection it was learned from, on MIG and whole devices.
 func TestFragShapeEligibleMatchesPod(t *testing.T) {
-	m := &NodeModel{
-		Devices: []Device{{Model: "NVIDIA H100 80GB HBM3"}, {Model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MIG: true}, {Model: "Tesla T4"}},
-		Hot:     []DeviceHot{{}, {MIG: true}, {}},
+	m := &placement.NodeModel{
+		Devices: []placement.Device{{Model: "NVIDIA H100 80GB HBM3"}, {Model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MIG: true}, {Model: "Tesla T4"}},
+		Hot:     []placement.DeviceHot{{}, {MIG: true}, {}},
 	}
 	for _, sel := range []struct{ include, exclude []string }{
 		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
 	} {
-		p := PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
-		s := FragClass{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		p := placement.PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		s := placement.FragClass{ModelInclude: sel.include, ModelExclude: sel.exclude}
 		for i := range m.Devices {
 			if got, want := s.EligibleAt(m, i), p.Eligible(&m.Devices[i]); got != want {
 				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].Model, got, want)
@@ -351,12 +352,12 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 			}
 		}
 	}
-	check := func(step string) *FragStats {
+	check := func(step string) *placement.FragStats {
 		t.Helper()
 		wl := e.pl.workload.Snapshot()
 		ent, v, used := c.EntryView(e.nodes[0], nil)
-		got := ent.FragBase(&v, used, &PodInfo{Frag: wl}, w)
-		want := NewFragStats(v.Model, used, wl, w)
+		got := ent.FragBase(&v, used, &placement.PodInfo{Frag: wl}, w)
+		want := placement.NewFragStats(v.Model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
 		}
@@ -371,7 +372,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 
 	pod := makePod("placed", nil, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
-	if err := c.Assume(pod, "n", RecordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).Grants, 10); err != nil {
+	if err := c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).Grants, 10); err != nil {
 		t.Fatal(err)
 	}
 	if check("after Assume") == first {
@@ -430,7 +431,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
 	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
 	wl := e.pl.workload.Snapshot()
-	p := &PodInfo{Frag: wl}
+	p := &placement.PodInfo{Frag: wl}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -439,13 +440,13 @@ func TestFragBaseConcurrent(t *testing.T) {
 			for i := 0; i < 200; i++ {
 				if g == 0 {
 					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1"})
-					if c.Assume(pod, "n", RecordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
+					if c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
 						c.Forget(pod.UID)
 					}
 					continue
 				}
 				ent, v, used := c.EntryView(e.nodes[0], nil)
-				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, NewFragStats(v.Model, used, wl, w)) {
+				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, placement.NewFragStats(v.Model, used, wl, w)) {
 					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
 					return
 				}
@@ -454,7 +455,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	ent, v, used := c.EntryView(e.nodes[0], nil)
-	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, NewFragStats(v.Model, used, wl, w)) {
+	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, placement.NewFragStats(v.Model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
 	}
 }
@@ -469,34 +470,34 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(11))
-	var shapes []FragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 20; k++ {
 		g, pct := 1, 5+5*rng.Intn(19)
 		if k%7 == 6 {
 			g, pct = 2+rng.Intn(3), 100
 		}
-		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
 			CPUMilli: int64(1000 * (1 + rng.Intn(4)))})
 		weights = append(weights, float64(1+rng.Intn(5))/60)
 	}
-	wl := NewFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	if len(wl.Classes) >= len(shapes) {
 		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.Classes), len(shapes))
 	}
 	// perShape is the fragmentation of the node under used, shape by shape.
-	perShape := func(used []Usage) float64 {
+	perShape := func(used []placement.Usage) float64 {
 		var total, f float64
 		for i := range m.Devices {
-			total += DeviceFree(m, used, i, w)
+			total += placement.DeviceFree(m, used, i, w)
 		}
 		for k := range shapes {
 			fit, small := 0, 0.0
 			for i := range m.Devices {
-				if ShapeFits(m, used, &shapes[k].FragClass, i, w) {
+				if placement.ShapeFits(m, used, &shapes[k].FragClass, i, w) {
 					fit++
 				} else {
-					small += DeviceFree(m, used, i, w)
+					small += placement.DeviceFree(m, used, i, w)
 				}
 			}
 			if fit < shapes[k].C.GPUs {
@@ -509,32 +510,32 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	}
 	c := &api.ContainerRequest{GPUs: 1, MemoryPercent: 10, Cores: 10}
 	for trial := 0; trial < 300; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(95))
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
-		st := NewFragStats(m, used, wl, w)
+		st := placement.NewFragStats(m, used, wl, w)
 		if got, want := st.Value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
 			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
 		}
 		for i := range m.Devices {
-			if !Fits(m, used, c, i, w.MaxTenants) {
+			if !placement.Fits(m, used, c, i, w.MaxTenants) {
 				continue
 			}
-			after := append([]Usage(nil), used...)
+			after := append([]placement.Usage(nil), used...)
 			after[i].MemMiB += c.MemoryOn(m.Devices[i].MemoryMiB)
 			after[i].Cores += c.Cores
 			after[i].Tenants++
-			got, total := FragAfter(m, used, st, wl, c, i, w)
+			got, total := placement.FragAfter(m, used, st, wl, c, i, w)
 			if want := perShape(after); math.Abs(got-want) > 1e-12 {
 				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
 			}
 			// Score takes the pick's figures for what placedInto and value give: they
 			// must be the same bits.
-			placed := st.Placed(m, &Allocation{Placements: []Placement{{Devices: []int{i}}}, Used: after}, wl, w)
+			placed := st.Placed(m, &placement.Allocation{Placements: []placement.Placement{{Devices: []int{i}}}, Used: after}, wl, w)
 			if v := placed.Value(wl, nil); got != v || total != placed.Total {
 				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.Total)
 			}
@@ -593,7 +594,7 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ni := range feasible {
-			e.pl.cache.Existing(ni.Node().Name).WithKept(s.id, func(a *Allocation) {
+			e.pl.cache.Existing(ni.Node().Name).WithKept(s.id, func(a *placement.Allocation) {
 				kept := a.Measured
 				got := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.Measured.Picked = false
@@ -602,7 +603,7 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 				if got != want {
 					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
 				}
-				cpu, mem := HostFree(ni)
+				cpu, mem := placement.HostFree(ni)
 				if kept.Picked && s.info.Frag.MaxCPUMilli <= cpu-s.info.CPUMilli && s.info.Frag.MaxMemBytes <= mem-s.info.MemBytes {
 					fast++
 				} else {
@@ -622,9 +623,9 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 // same weights, and the classes and their generation must follow the shapes.
 func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
-	w := NewWorkloadModel(300)
-	reference := func() ([]FragShape, []float64) {
-		var all []*ShapeCount
+	w := placement.NewWorkloadModel(300)
+	reference := func() ([]placement.FragShape, []float64) {
+		var all []*placement.ShapeCount
 		for _, c := range w.Counts {
 			all = append(all, c)
 		}
@@ -634,11 +635,11 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 			}
 			return all[i].Shape.Key < all[j].Shape.Key
 		})
-		if len(all) > MaxFragShapes {
+		if len(all) > placement.MaxFragShapes {
 			seen := map[string]bool{}
-			var kept []*ShapeCount
+			var kept []*placement.ShapeCount
 			for i, c := range all {
-				if g := c.Shape.GPUKey(); i < MaxFragShapes || (!seen[g] && len(kept) < MaxSnapshotShapes) {
+				if g := c.Shape.GPUKey(); i < placement.MaxFragShapes || (!seen[g] && len(kept) < placement.MaxSnapshotShapes) {
 					kept, seen[g] = append(kept, c), true
 				}
 			}
@@ -648,23 +649,23 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		for _, c := range all {
 			total += c.N
 		}
-		out, weights := make([]FragShape, len(all)), make([]float64, len(all))
+		out, weights := make([]placement.FragShape, len(all)), make([]float64, len(all))
 		for i, c := range all {
 			out[i] = c.Shape
 			weights[i] = float64(c.N) / float64(total)
 		}
 		return out, weights
 	}
-	var prev *FragWorkload
+	var prev *placement.FragWorkload
 	for i := 0; i < 5000; i++ {
 		g, pct := 1, 5*(1+rng.Intn(20))
 		if rng.Intn(40) == 0 {
 			g, pct = 2+rng.Intn(7), 100
 		}
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
 			CPUMilli: int64(1000 * rng.Intn(20)), MemBytes: int64(rng.Intn(8)) << 30}
 		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
-		w.Observe(uid, ShapeOf(info))
+		w.Observe(uid, placement.ShapeOf(info))
 		if rng.Intn(3) == 0 {
 			continue // several pods between snapshots
 		}
@@ -680,11 +681,11 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.Key, got.Terms[k].Weight, s.Class, want[k].Key, wantWeights[k])
 			}
 		}
-		if ref := NewFragWorkload(want, wantWeights); !SameClasses(ref, got) {
+		if ref := placement.NewFragWorkload(want, wantWeights); !placement.SameClasses(ref, got) {
 			t.Fatalf("pod %d: classes differ from the shapes'", i)
 		}
-		if prev != nil && (got.Gen == prev.Gen) != SameClasses(prev, got) {
-			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.Gen, prev.Gen, SameClasses(prev, got))
+		if prev != nil && (got.Gen == prev.Gen) != placement.SameClasses(prev, got) {
+			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.Gen, prev.Gen, placement.SameClasses(prev, got))
 		}
 		prev = got
 	}
@@ -699,42 +700,42 @@ func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
 	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(5))
-	var shapes []FragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + 10*rng.Intn(10)
-		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
 		weights = append(weights, 0.1)
 	}
-	wl := NewFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
 	picked := map[int]bool{}
 	for trial := 0; trial < 2000; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
 			}
 		}
 		pct := 5 + 5*rng.Intn(8)
 		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
 		var cand []int
 		for i := range m.Devices {
-			if Fits(m, used, c, i, w.MaxTenants) {
+			if placement.Fits(m, used, c, i, w.MaxTenants) {
 				cand = append(cand, i)
 			}
 		}
 		if len(cand) == 0 {
 			continue
 		}
-		p := &PodInfo{Frag: wl}
-		got, _ := PickByFragmentation(m, used, p, c, w, cand, nil)
-		st := NewFragStats(m, used, wl, w)
+		p := &placement.PodInfo{Frag: wl}
+		got, _ := placement.PickByFragmentation(m, used, p, c, w, cand, nil)
+		st := placement.NewFragStats(m, used, wl, w)
 		before := st.Value(wl, nil)
 		want, wantDelta, wantPack := -1, 0.0, 0.0
 		for _, i := range cand {
-			after, _ := FragAfter(m, used, st, wl, c, i, w)
-			delta, pack := after-before, PackScore(m, used, c, i, w)
+			after, _ := placement.FragAfter(m, used, st, wl, c, i, w)
+			delta, pack := after-before, placement.PackScore(m, used, c, i, w)
 			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
 				want, wantDelta, wantPack = i, delta, pack
 			}

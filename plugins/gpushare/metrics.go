@@ -7,6 +7,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // The plugin's metrics live in component-base's legacy registry, which kube-scheduler
@@ -146,23 +147,23 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 // wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
-var wholeGPU = FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
+var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
 
 // wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
 // whole GPU cannot use (newFragStats and value for that one class, without
 // allocating: the collector measures every node on every scrape). MIG instances are
 // not eligible for such pods.
-func wholeGPUFragmentation(m *NodeModel, used []Usage, w *Weights) (free, frag float64) {
+func wholeGPUFragmentation(m *placement.NodeModel, used []placement.Usage, w *placement.Weights) (free, frag float64) {
 	fit, eligible, small, elig := 0, 0, 0.0, 0.0
 	for i := range m.Devices {
-		f := DeviceFree(m, used, i, w)
+		f := placement.DeviceFree(m, used, i, w)
 		free += f
 		if !wholeGPU.EligibleAt(m, i) {
 			continue
 		}
 		eligible++
 		elig += f
-		if ShapeFits(m, used, &wholeGPU, i, w) {
+		if placement.ShapeFits(m, used, &wholeGPU, i, w) {
 			fit++
 		} else {
 			small += f
@@ -181,8 +182,8 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	pls := c.plugins()
 	// Profiles of one scheduler share a cache: count each cache once. Schedulers in
 	// one process (tests) may repeat a profile name: their figures are added.
-	var cs CacheStats
-	seen := map[*Cache]bool{}
+	var cs placement.CacheStats
+	seen := map[*placement.Cache]bool{}
 	type key struct{ profile, workload string }
 	frag := map[key]float64{}
 	free := map[string]float64{}
@@ -191,9 +192,9 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			seen[pl.cache] = true
 			pl.cache.Stats(&cs)
 		}
-		learned := &PodInfo{Frag: pl.workload.Snapshot()}
+		learned := &placement.PodInfo{Frag: pl.workload.Snapshot()}
 		var whole, fromWorkload, total float64
-		pl.cache.EachView(func(e *NodeEntry, v *NodeView, used []Usage) {
+		pl.cache.EachView(func(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage) {
 			f, wf := wholeGPUFragmentation(v.Model, used, &pl.w)
 			total += f
 			whole += wf

@@ -9,19 +9,20 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Readers without a lock always find every node that was added and not removed,
 // never one that was removed, while a writer adds, removes and grows the table.
 func TestNodeTable(t *testing.T) {
-	var tab NodeTable
+	var tab placement.NodeTable
 	if tab.Load("none") != nil {
 		t.Fatal("an empty table found a node")
 	}
 	const n = 3000
-	entries := make([]*NodeEntry, n)
+	entries := make([]*placement.NodeEntry, n)
 	for i := range entries {
-		entries[i] = &NodeEntry{Name: fmt.Sprintf("node-%d", i)}
+		entries[i] = &placement.NodeEntry{Name: fmt.Sprintf("node-%d", i)}
 	}
 	// The first half is stored before the readers start and never removed.
 	for _, e := range entries[:n/2] {
@@ -81,7 +82,7 @@ func TestNodeTable(t *testing.T) {
 // entry to it, and a hint never names an entry for an object it no longer matches: a
 // newer object of the node (another annotation), or one whose node was removed.
 func TestObjectHints(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	const n = 200
 	nodes := make([]*v1.Node, n)
 	for i := range nodes {

@@ -23,6 +23,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -33,16 +34,16 @@ type Plugin struct {
 	handle    fwk.Handle
 	args      *TesseraGPUShareArgs
 	names     api.ResourceNames
-	w         Weights
+	w         placement.Weights
 	staleness time.Duration
-	cache     *Cache
+	cache     *placement.Cache
 	synced    func() bool
 	now       func() time.Time
 	// workload is the recent mix of GPU pods, for the Fragmentation policy.
-	workload *WorkloadModel
+	workload *placement.WorkloadModel
 	// placers holds one placer per policy; node is the profile's node-level one.
-	placers map[Policy]Placer
-	node    Placer
+	placers map[Policy]placement.Placer
+	node    placement.Placer
 	// bind records whether this profile binds GPU pods itself (see bindsPods).
 	bind bindMode
 	// profile is the scheduler profile's name, for the metrics.
@@ -100,14 +101,14 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 	}
 }
 
-func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
-	workload := NewWorkloadModel(args.FragmentationWindow)
-	placers := NewPlacers(workload)
+func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, synced func() bool) *Plugin {
+	workload := placement.NewWorkloadModel(args.FragmentationWindow)
+	placers := placement.NewPlacers(workload)
 	pl := &Plugin{
 		handle: h,
 		args:   args,
 		names:  *args.ResourceNames,
-		w: Weights{
+		w: placement.Weights{
 			Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight),
 			Policy: float64(*args.PolicyWeight), Topology: float64(*args.TopologyWeight), Island: float64(*args.IslandWeight),
 			MaxTenants: args.MaxTenantsPerGPU,
@@ -132,21 +133,21 @@ var (
 )
 
 type sharedEntry struct {
-	cache  *Cache
+	cache  *placement.Cache
 	synced func() bool
 }
 
-func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
+func sharedCache(ctx context.Context, h fwk.Handle) (*placement.Cache, func() bool) {
 	f := h.SharedInformerFactory()
 	if f == nil {
-		return NewCache(), func() bool { return true }
+		return placement.NewCache(), func() bool { return true }
 	}
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if e := sharedCaches[f]; e != nil {
 		return e.cache, e.synced
 	}
-	c := NewCache()
+	c := placement.NewCache()
 	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	// Node events are applied by the feed's goroutines (decoding inventories in
 	// parallel), each node's in order.
@@ -215,7 +216,7 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 }
 
 // Cache returns the plugin's cache (for tools that report allocation).
-func (pl *Plugin) Cache() *Cache { return pl.cache }
+func (pl *Plugin) Cache() *placement.Cache { return pl.cache }
 
 // EventsToRegister lists the events that can make a GPU-unschedulable pod schedulable.
 func (pl *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
@@ -326,12 +327,12 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 }
 
 // parsePod builds podInfo from the pod's resources and annotations.
-func (pl *Plugin) parsePod(pod *v1.Pod) (*PodInfo, error) {
+func (pl *Plugin) parsePod(pod *v1.Pod) (*placement.PodInfo, error) {
 	req, err := api.ParsePodRequest(pod, pl.names)
 	if err != nil {
 		return nil, err
 	}
-	info := &PodInfo{Req: req, Device: pl.placers[pl.args.DevicePolicy]}
+	info := &placement.PodInfo{Req: req, Device: pl.placers[pl.args.DevicePolicy]}
 	ann := pod.Annotations
 	info.ModelInclude = splitList(ann[api.AnnotationModelInclude], true)
 	info.ModelExclude = splitList(ann[api.AnnotationModelExclude], true)
@@ -340,7 +341,7 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*PodInfo, error) {
 	if info.Topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
 		return nil, err
 	}
-	if err := ParseSharing(pod, info); err != nil {
+	if err := placement.ParseSharing(pod, info); err != nil {
 		return nil, err
 	}
 	if v, ok := ann[api.AnnotationDevicePolicy]; ok {
@@ -426,7 +427,7 @@ func (pl *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToA
 		return nil
 	}
 	applyDelta(v.Model, used, d, pl.cache, node.Name)
-	a, fail := Allocate(v.Model, used, info, &pl.w)
+	a, fail := placement.Allocate(v.Model, used, info, &pl.w)
 	if fail != nil {
 		return nil
 	}
@@ -448,11 +449,11 @@ func (pl *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, pod
 }
 
 // applyDelta applies a preemption overlay to a copy of a node's usage.
-func applyDelta(m *NodeModel, used []Usage, d *nodeDelta, c *Cache, node string) {
+func applyDelta(m *placement.NodeModel, used []placement.Usage, d *nodeDelta, c *placement.Cache, node string) {
 	if d == nil {
 		return
 	}
-	apply := func(gs []Grant, sign int) {
+	apply := func(gs []placement.Grant, sign int) {
 		for _, g := range gs {
 			if i, ok := m.ByUUID[g.UUID]; ok {
 				used[i].MemMiB += int64(sign) * g.MemMiB
@@ -474,11 +475,11 @@ func applyDelta(m *NodeModel, used []Usage, d *nodeDelta, c *Cache, node string)
 }
 
 // grantsOf lists the grants of an allocation.
-func grantsOf(m *NodeModel, info *PodInfo, a *Allocation) []Grant {
-	var gs []Grant
+func grantsOf(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation) []placement.Grant {
+	var gs []placement.Grant
 	for _, pl := range a.Placements {
 		for k, i := range pl.Devices {
-			gs = append(gs, Grant{UUID: m.Devices[i].UUID, MemMiB: pl.MemMiB[k], Cores: pl.Cores})
+			gs = append(gs, placement.Grant{UUID: m.Devices[i].UUID, MemMiB: pl.MemMiB[k], Cores: pl.Cores})
 		}
 	}
 	return gs

@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 var _ fwk.PostFilterPlugin = &Plugin{}
@@ -48,7 +49,7 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 		if node == nil || statuses.Get(node.Name).Plugin() != Name {
 			continue
 		}
-		var buf [16]Usage
+		var buf [16]placement.Usage
 		v, used := pl.cache.View(node, buf[:0])
 		if v.Model == nil {
 			continue
@@ -99,7 +100,7 @@ type closest struct {
 }
 
 // add takes the healthy GPUs of a node that the pod may use into account.
-func (b *closest) add(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, maxTenants int, node string) {
+func (b *closest) add(m *placement.NodeModel, used []placement.Usage, p *placement.PodInfo, c *api.ContainerRequest, maxTenants int, node string) {
 	var roomBuf [16]int
 	room := roomBuf[:0]
 	for i := range m.Hot {
@@ -113,7 +114,7 @@ func (b *closest) add(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRe
 		if free := 100 - used[i].Cores; free > b.cores {
 			b.cores, b.coresNode = free, node
 		}
-		if (!d.MIG || c.GPUs == 1) && Fits(m, used, c, i, maxTenants) {
+		if (!d.MIG || c.GPUs == 1) && placement.Fits(m, used, c, i, maxTenants) {
 			room = append(room, i)
 		}
 	}
@@ -125,7 +126,7 @@ func (b *closest) add(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRe
 // largestGroup is how many of the devices in room the container could take together
 // under its required locality: all of them without one; otherwise the largest set
 // grown greedily from each device by the same rule Filter's placement uses (joinable).
-func largestGroup(m *NodeModel, t api.Topology, room []int) int {
+func largestGroup(m *placement.NodeModel, t api.Topology, room []int) int {
 	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
 		return len(room)
 	}
@@ -137,7 +138,7 @@ func largestGroup(m *NodeModel, t api.Topology, room []int) int {
 		}
 		set := append(setBuf[:0], i)
 		for _, j := range room {
-			if j != i && Joinable(m, t, set, j) {
+			if j != i && placement.Joinable(m, t, set, j) {
 				set = append(set, j)
 			}
 		}
@@ -147,7 +148,7 @@ func largestGroup(m *NodeModel, t api.Topology, room []int) int {
 }
 
 // reason is the closest-GPU line for container c (built only for pods no node took).
-func (b *closest) reason(c *api.ContainerRequest, p *PodInfo) string {
+func (b *closest) reason(c *api.ContainerRequest, p *placement.PodInfo) string {
 	head := fmt.Sprintf("closest for container %q: ", c.Name)
 	switch {
 	case c.GPUs > 1 && b.gpus == 0:
@@ -155,9 +156,9 @@ func (b *closest) reason(c *api.ContainerRequest, p *PodInfo) string {
 	case c.GPUs > 1:
 		where := "on one node"
 		if t := p.Topology; t == api.TopologyNVLinkRequired || t == api.TopologyNUMARequired {
-			where = LocalityWords(t)
+			where = placement.LocalityWords(t)
 		}
-		return head + fmt.Sprintf("%s with room for it %s (node %s), it asks %d", GPUs(b.gpus), where, b.gpusNode, c.GPUs)
+		return head + fmt.Sprintf("%s with room for it %s (node %s), it asks %d", placement.GPUs(b.gpus), where, b.gpusNode, c.GPUs)
 	}
 	line := head + fmt.Sprintf("%d MiB free on one GPU (node %s)", b.mem, b.memNode)
 	if c.Cores > 0 {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // mixedNode is a node of two T4s and two A10s (PCIe pairs), for shapes with model
@@ -37,16 +38,16 @@ func mixedNode(t testing.TB, name string) *v1.Node {
 func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "mixed"), makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))})
 	w := &e.pl.w
-	wl := NewFragWorkload([]FragShape{
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
+	wl := placement.NewFragWorkload([]placement.FragShape{
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
 	}, []float64{0.5, 0.5})
 	t4 := wl.Shapes[0].Class // the other shape's class is 1-t4
 	m := e.pl.cache.Existing("mixed").Model
-	used := make([]Usage, 4)
-	used[0] = Usage{MemMiB: t4Mem * 60 / 100, Cores: 60, Tenants: 1}
+	used := make([]placement.Usage, 4)
+	used[0] = placement.Usage{MemMiB: t4Mem * 60 / 100, Cores: 60, Tenants: 1}
 	used[2] = used[0]
-	st := NewFragStats(m, used, wl, w)
+	st := placement.NewFragStats(m, used, wl, w)
 	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
 		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.Elig, st.Small)
 	}
@@ -54,8 +55,8 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 		t.Errorf("eligible %v, masks %b", st.Eligible, st.Emask)
 	}
 	a10 := e.pl.cache.Existing("a10").Model
-	t4only := NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
-	st = NewFragStats(a10, make([]Usage, 2), t4only, w)
+	t4only := placement.NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
+	st = placement.NewFragStats(a10, make([]placement.Usage, 2), t4only, w)
 	if got := st.Value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
@@ -70,32 +71,32 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
-	var shapes []FragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
 		weights = append(weights, 0.1)
 	}
-	wl := NewFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
-		a, fail := Allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: placement.PlacerFactories[Binpack](nil)}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
-		before := NewFragStats(m, used, wl, w)
+		before := placement.NewFragStats(m, used, wl, w)
 		got := before.Placed(m, a, wl, w)
-		want := NewFragStats(m, a.Used, wl, w)
+		want := placement.NewFragStats(m, a.Used, wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
@@ -106,7 +107,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 			}
 		}
 		i := a.Placements[0].Devices[0]
-		after, total := FragAfter(m, used, before, wl, &c, i, w)
+		after, total := placement.FragAfter(m, used, before, wl, &c, i, w)
 		if math.Abs(after-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.Value(wl, nil))
 		}
@@ -123,18 +124,18 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 // put no pressure on any model. T4: 0.5, A10: 0.2. Demand beyond a model's capacity
 // is pressure 1.
 func TestComputePressure(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	c.SetInventory("t4", mustEncode(t, pcieInventory("t4", 4, "NVIDIA T4", t4Mem)))
 	c.SetInventory("a10", mustEncode(t, pcieInventory("a10", 8, "NVIDIA A10", t4Mem)))
-	w := &Weights{Memory: 1, Cores: 1}
-	wl := NewWorkloadModel(100)
+	w := &placement.Weights{Memory: 1, Cores: 1}
+	wl := placement.NewWorkloadModel(100)
 	wl.Bind(c, w)
-	shape := func(sel ...string) FragShape {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
-		return ShapeOf(info)
+	shape := func(sel ...string) placement.FragShape {
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
+		return placement.ShapeOf(info)
 	}
 	n := 0
-	add := func(count int, s FragShape) {
+	add := func(count int, s placement.FragShape) {
 		for i := 0; i < count; i++ {
 			wl.Observe(typesUID(n), s)
 			n++
@@ -156,9 +157,9 @@ func TestComputePressure(t *testing.T) {
 	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")
 	}
-	add(PressureEvery, shape("t4"))
+	add(placement.PressureEvery, shape("t4"))
 	if q := wl.PressureNow(); q == p || q.Of("NVIDIA T4") != 1 {
-		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", PressureEvery, q)
+		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", placement.PressureEvery, q)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Reserve chooses the exact GPUs on the chosen node against the cache's current
@@ -38,11 +39,11 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	// allocate would make the same one (a pure function of the model and usage), and
 	// this is the serial part of the cycle.
 	var assignment *api.PodAssignment
-	var grants []Grant
-	if !e.KeptAt(s.id, v.UsageGen, v.Model, func(a *Allocation) {
+	var grants []placement.Grant
+	if !e.KeptAt(s.id, v.UsageGen, v.Model, func(a *placement.Allocation) {
 		assignment, grants = buildAssignment(v.Model, s.info, a, nodeName), grantsOf(v.Model, s.info, a)
 	}) {
-		a, fail := Allocate(v.Model, used, s.info, &pl.w)
+		a, fail := placement.Allocate(v.Model, used, s.info, &pl.w)
 		if fail != nil {
 			// Filter found room on this node in this cycle; it is gone now.
 			reserveConflicts.WithLabelValues(pl.profile).Inc()
@@ -79,9 +80,9 @@ func (pl *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _
 }
 
 // buildAssignment turns an allocation into the wire format, containers in spec order.
-func buildAssignment(m *NodeModel, info *PodInfo, a *Allocation, node string) *api.PodAssignment {
+func buildAssignment(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation, node string) *api.PodAssignment {
 	out := &api.PodAssignment{Version: api.AssignmentVersion, Node: node}
-	byContainer := make(map[int]*Placement, len(a.Placements))
+	byContainer := make(map[int]*placement.Placement, len(a.Placements))
 	for i := range a.Placements {
 		byContainer[a.Placements[i].Container] = &a.Placements[i]
 	}

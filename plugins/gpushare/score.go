@@ -3,6 +3,7 @@ package gpushare
 import (
 	"context"
 
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -19,9 +20,9 @@ const largestNodeChunk = 128
 // their allocatable CPU read (largestOf). Otherwise the rest are measured in parallel
 // chunks: the maximum does not depend on the order. Starting workers for the cheap case
 // cost more than it saved on a busy machine.
-func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *FitScale {
-	f := &FitScale{}
-	f.PodCPUMilli, _ = PodHostRequests(pod)
+func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *placement.FitScale {
+	f := &placement.FitScale{}
+	f.PodCPUMilli, _ = placement.PodHostRequests(pod)
 	first := min(len(nodes), largestNodeChunk)
 	f.CPUMilli, f.GPUs = pl.largestOf(s, nodes[:first], 0)
 	rest := nodes[first:]
@@ -59,9 +60,9 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 		if bound > 0 && gpus >= bound {
 			continue
 		}
-		var m *NodeModel
-		if !pl.cache.ExistingFor(node).WithKept(s.id, func(a *Allocation) { m = a.Model }) {
-			var buf [16]Usage
+		var m *placement.NodeModel
+		if !pl.cache.ExistingFor(node).WithKept(s.id, func(a *placement.Allocation) { m = a.Model }) {
+			var buf [16]placement.Usage
 			v, _ := pl.cache.View(node, buf[:0])
 			m = v.Model
 		}
@@ -108,7 +109,7 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.ExistingFor(node).WithKept(s.id, func(a *Allocation) { score = pl.node.ScoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.ExistingFor(node).WithKept(s.id, func(a *placement.Allocation) { score = pl.node.ScoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
 	return pl.scoreUnfiltered(s, nodeInfo), nil
@@ -120,12 +121,12 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 //
 //go:noinline
 func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
-	var buf [16]Usage
+	var buf [16]placement.Usage
 	v, used := pl.cache.View(nodeInfo.Node(), buf[:0])
 	if v.Model == nil {
 		return 0
 	}
-	a, fail := Allocate(v.Model, used, s.info, &pl.w)
+	a, fail := placement.Allocate(v.Model, used, s.info, &pl.w)
 	if fail != nil {
 		return 0
 	}

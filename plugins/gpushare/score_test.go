@@ -11,6 +11,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // withCPU gives a test node allocatable CPU (millicores).
@@ -116,7 +117,7 @@ func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
 
 // preScored runs PreFilter and PreScore for pod over every node of e and returns the
 // largest-node measure PreScore wrote, with the cycle state.
-func preScored(t *testing.T, e *env, pod *v1.Pod) (*FitScale, fwk.CycleState) {
+func preScored(t *testing.T, e *env, pod *v1.Pod) (*placement.FitScale, fwk.CycleState) {
 	t.Helper()
 	ctx := context.Background()
 	cs := framework.NewCycleState()

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	v1 "k8s.io/api/core/v1"
