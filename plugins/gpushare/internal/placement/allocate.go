@@ -13,10 +13,10 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// podInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
+// PodInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
 type PodInfo struct {
 	Req api.PodRequest
-	// order is the placement order of req.Containers: most GPUs first, then most
+	// Order is the placement order of req.Containers: most GPUs first, then most
 	// memory, so that the hardest container gets first pick.
 	Order        []int
 	ModelInclude []string // lower-case substrings
@@ -27,7 +27,7 @@ type PodInfo struct {
 	// mps is set for a pod asking for MPS sharing: it may use only GPUs in mps mode,
 	// and any other pod only GPUs in time-sliced mode (sharing.go).
 	mps bool
-	// device is the GPU-level placer: the profile's, or the pod's by annotation.
+	// Device is the GPU-level placer: the profile's, or the pod's by annotation.
 	Device Placer
 	// cpuMilli and memBytes are the pod's host requests, and frag the expected
 	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
@@ -43,7 +43,7 @@ type PodInfo struct {
 	pressure *modelPressure
 }
 
-// eligible reports whether device d passes the pod's static selection (model, UUID).
+// Eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
@@ -86,7 +86,7 @@ func (p *PodInfo) Eligible(d *Device) bool {
 	return true
 }
 
-// eligibleAt is eligible for device i of m. A pod without selection reads only the
+// EligibleAt is eligible for device i of m. A pod without selection reads only the
 // device's MIG flag, from m.hot.
 func (p *PodInfo) EligibleAt(m *NodeModel, i int) bool {
 	if !p.hasSelection() {
@@ -117,14 +117,14 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// weights are the scoring knobs taken from TesseraGPUShareArgs.
+// Weights are the scoring knobs taken from TesseraGPUShareArgs.
 type Weights struct {
 	Memory, Cores            float64
 	Policy, Topology, Island float64
 	MaxTenants               int
 }
 
-// placement is where one container goes.
+// Placement is where one container goes.
 type Placement struct {
 	Container int   // index into podInfo.req.Containers
 	Devices   []int // device positions in nodeModel.devices
@@ -132,7 +132,7 @@ type Placement struct {
 	Cores     int
 }
 
-// allocation is the outcome of placing a whole pod on a node.
+// Allocation is the outcome of placing a whole pod on a node.
 type Allocation struct {
 	Placements []Placement
 	// topology is the mean pair affinity over multi-GPU containers (1 when none).
@@ -141,11 +141,11 @@ type Allocation struct {
 	multiGPU bool
 	// brokenIslands counts NVLink islands that were entirely free and no longer are.
 	brokenIslands, freeIslands int
-	// used is the node's usage after the pod is placed.
+	// Used is the node's usage after the pod is placed.
 	Used []Usage
-	// model is the node the allocation was made on.
+	// Model is the node the allocation was made on.
 	Model *NodeModel
-	// measured is what the GPU-level placer measured of the node to place a
+	// Measured is what the GPU-level placer measured of the node to place a
 	// one-container pod (see placer.pickDevice), for the node-level score to reuse
 	// instead of measuring the node again. Zero otherwise.
 	Measured nodeMeasure
@@ -203,7 +203,7 @@ type allocFailure struct {
 
 func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.Msg) }
 
-// allocate places every GPU container of p on the node described by m, starting from
+// Allocate places every GPU container of p on the node described by m, starting from
 // used. It is a pure function of its inputs (used is copied, not modified): Filter,
 // Reserve and preemption's AddPod all use it, so they always agree.
 func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
@@ -357,7 +357,7 @@ func freeIslands(m *NodeModel, used []Usage) islandSet {
 	return s
 }
 
-// fits reports whether container c fits device i given used.
+// Fits reports whether container c fits device i given used.
 func Fits(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.Hot[i]
 	u := &used[i]
@@ -646,7 +646,7 @@ func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerReques
 	}
 }
 
-// missKind is what a node lacks for a container, in missReason's words.
+// MissKind is what a node lacks for a container, in missReason's words.
 type MissKind uint8
 
 const (
@@ -657,7 +657,7 @@ const (
 	MissTogether                   // memory, cores and a tenant slot on one GPU at once
 )
 
-// missReason is the reason a node has fewer GPUs than container c asks with room of
+// MissReason is the reason a node has fewer GPUs than container c asks with room of
 // kind for it, in the words of the request, e.g.
 //
 //	node(s) had no GPU with 4096 MiB free for container "train"

@@ -27,7 +27,7 @@ func (binpack) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.Contain
 	return pickBest(m, used, c, w, cand, PackScore)
 }
 
-// packScore is the Binpack device score: the device's weighted use after placing c.
+// PackScore is the Binpack device score: the device's weighted use after placing c.
 // Among equally full choices, it keeps whole NVLink islands free by preferring a GPU
 // that is already used or whose island is already broken.
 func PackScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
@@ -43,13 +43,13 @@ func PackScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *We
 // too, and need nothing of the pod beyond the cycle's fitScale. Shared, never written.
 var hostOnlyFit = &PodInfo{}
 
-// hostOnlyPod scores pods without GPUs by best fit too: a CPU-only pod belongs on a
+// HostOnlyPod scores pods without GPUs by best fit too: a CPU-only pod belongs on a
 // node whose GPUs are taken, not on one whose free GPUs its CPU request would strand.
 func (binpack) HostOnlyPod(*v1.Pod) *PodInfo { return hostOnlyFit }
 
 func (binpack) NeedsFit() bool { return true }
 
-// scoreNode is best fit over free GPU and CPU (leftover), with GPU locality for
+// ScoreNode is best fit over free GPU and CPU (leftover), with GPU locality for
 // multi-GPU pods (weightedScore), less islandWeight points for every fully free
 // NVLink island the placement breaks up (pods without a multi-GPU container): a tie
 // breaker that keeps islands whole for the pods that need them. As a weighted term it
@@ -70,7 +70,7 @@ func (binpack) ScoreNode(_ *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale
 	return clampScore(int64(score + 0.5))
 }
 
-// scoreHostOnly is best fit over the node's free GPUs (unchanged by the pod) and its
+// ScoreHostOnly is best fit over the node's free GPUs (unchanged by the pod) and its
 // CPU after placement. A node without GPUs has none to strand and scores by CPU alone.
 func (binpack) ScoreHostOnly(c *Cache, _ *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
 	var buf [16]Usage

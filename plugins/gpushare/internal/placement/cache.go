@@ -12,14 +12,14 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// usage is what is granted on one device.
+// Usage is what is granted on one device.
 type Usage struct {
 	MemMiB  int64
 	Cores   int
 	Tenants int
 }
 
-// grant is one container's share of one device.
+// Grant is one container's share of one device.
 type Grant struct {
 	UUID   string
 	MemMiB int64
@@ -38,7 +38,7 @@ type podRecord struct {
 	assumed bool
 }
 
-// nodeEntry is the cache's view of one node. mu guards every field.
+// NodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
 // model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
@@ -107,11 +107,11 @@ type Cache struct {
 	// once, and a read lock shared by all of them made every lookup write the same
 	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
 	nodes NodeTable
-	// mostHealthy is at least the largest healthy-GPU count any node's inventory has
+	// MostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
 	MostHealthy atomic.Int64
-	// hints find an entry from the node object Filter and Score are given, without
+	// Hints find an entry from the node object Filter and Score are given, without
 	// hashing its name (objectHints).
 	Hints objectHints
 }
@@ -208,7 +208,7 @@ func (e *NodeEntry) setInventoryLocked(raw string) {
 	e.RecomputeLocked()
 }
 
-// recomputeLocked rebuilds per-device usage from the node's pod records.
+// RecomputeLocked rebuilds per-device usage from the node's pod records.
 func (e *NodeEntry) RecomputeLocked() {
 	e.usageGen++
 	e.unmatched = 0
@@ -260,18 +260,18 @@ func (c *Cache) RemoveNode(nodeName string) {
 	e.Mu.Unlock()
 }
 
-// nodeView is a consistent copy of what Filter needs from one node; view returns the
+// NodeView is a consistent copy of what Filter needs from one node; view returns the
 // node's usage beside it.
 type NodeView struct {
 	Model     *NodeModel
 	Heartbeat time.Time
 	InvErr    error
 	ReqErr    error
-	// usageGen is the entry's usage generation when the view was taken.
+	// UsageGen is the entry's usage generation when the view was taken.
 	UsageGen uint64
 }
 
-// view returns the node's model and a copy of its usage (in into's storage when it
+// View returns the node's model and a copy of its usage (in into's storage when it
 // has room, nil without a model), refreshing the inventory first when the node object
 // carries a different annotation than the cache saw (the scheduler's snapshot may be
 // ahead of this cache's informer handler). The usage is a separate result so that a
@@ -281,7 +281,7 @@ func (c *Cache) View(node *v1.Node, into []Usage) (NodeView, []Usage) {
 	return v, used
 }
 
-// entryView is view that also returns the node's entry.
+// EntryView is view that also returns the node's entry.
 func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []Usage) {
 	e := c.Hints.Load(node)
 	if e == nil {
@@ -318,12 +318,12 @@ func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []
 	return e, v, used
 }
 
-// existing returns the entry for name, or nil.
+// Existing returns the entry for name, or nil.
 func (c *Cache) Existing(name string) *NodeEntry {
 	return c.nodes.Load(name)
 }
 
-// existingFor is existing for node's name, found from the object when it can be
+// ExistingFor is existing for node's name, found from the object when it can be
 // (objectHints).
 func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
 	if e := c.Hints.Load(node); e != nil {
@@ -332,7 +332,7 @@ func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
 	return c.nodes.Load(node.Name)
 }
 
-// keep runs allocateInto on the node's kept allocation and, when it succeeds,
+// Keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle, made at usage generation gen (0: not
 // the cache's usage as it is). base is the node's measure before the pod, or nil
 // (see place).
@@ -347,7 +347,7 @@ func (e *NodeEntry) Keep(cycle, gen uint64, m *NodeModel, used []Usage, p *PodIn
 	return fail
 }
 
-// keptAt calls f with the allocation Filter kept on the node in cycle, when it was
+// KeptAt calls f with the allocation Filter kept on the node in cycle, when it was
 // made on model m at usage generation gen (the node as a view shows it now), and
 // returns true; otherwise it returns false. The allocation is valid only during f.
 func (e *NodeEntry) KeptAt(cycle, gen uint64, m *NodeModel, f func(a *Allocation)) bool {
@@ -363,7 +363,7 @@ func (e *NodeEntry) KeptAt(cycle, gen uint64, m *NodeModel, f func(a *Allocation
 	return true
 }
 
-// withKept calls f with the allocation Filter kept on the node in cycle and returns
+// WithKept calls f with the allocation Filter kept on the node in cycle and returns
 // true, or returns false when there is none. The allocation is valid only during f.
 func (e *NodeEntry) WithKept(cycle uint64, f func(a *Allocation)) bool {
 	if e == nil || cycle == 0 {
@@ -378,7 +378,7 @@ func (e *NodeEntry) WithKept(cycle uint64, f func(a *Allocation)) bool {
 	return true
 }
 
-// podGrants returns the grants of a recorded pod on node, or nil.
+// PodGrants returns the grants of a recorded pod on node, or nil.
 func (c *Cache) PodGrants(uid types.UID, node string) []Grant {
 	c.Mu.RLock()
 	defer c.Mu.RUnlock()
@@ -598,7 +598,7 @@ func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
 	return out, nil
 }
 
-// stale reports whether an inventory heartbeat is older than limit (0 disables). An
+// Stale reports whether an inventory heartbeat is older than limit (0 disables). An
 // inventory without one (zero) is as old as can be.
 func Stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Duration, bool) {
 	if limit <= 0 {
@@ -608,7 +608,7 @@ func Stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Durati
 	return age, age > limit
 }
 
-// cacheStats is what the cache holds, for the metrics.
+// CacheStats is what the cache holds, for the metrics.
 type CacheStats struct {
 	Nodes, GPUs, Healthy int
 	MemMiB, GrantedMiB   int64
@@ -616,7 +616,7 @@ type CacheStats struct {
 	Assumed, Bound       int
 }
 
-// stats adds the cache's figures to s. It takes each node's read lock in turn.
+// Stats adds the cache's figures to s. It takes each node's read lock in turn.
 func (c *Cache) Stats(s *CacheStats) {
 	c.eachModel(func(m *NodeModel, used []Usage) {
 		s.Nodes++
@@ -645,7 +645,7 @@ func (c *Cache) eachModel(f func(m *NodeModel, used []Usage)) {
 	c.EachView(func(_ *NodeEntry, v *NodeView, used []Usage) { f(v.Model, used) })
 }
 
-// eachView is eachModel with the node's entry and view (valid only during f).
+// EachView is eachModel with the node's entry and view (valid only during f).
 func (c *Cache) EachView(f func(e *NodeEntry, v *NodeView, used []Usage)) {
 	// One view for all nodes: f is not known here, so a view per node would be a heap
 	// object per node (the metrics collector reads every node at each scrape).

@@ -36,16 +36,16 @@ import (
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
 // the policy follows the cluster's mix as it changes.
 
-// maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
+// MaxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
 // a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
 // as many again are added so that every GPU request size is represented).
 const MaxFragShapes = 32
 
-// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// MaxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
 // maxFragShapes and as many again for the GPU requests they miss.
 const MaxSnapshotShapes = 2 * MaxFragShapes
 
-// defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
+// DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
 const DefaultFragmentationWindow = 2000
 
 // fragmentation is the Fragmentation policy's placer. Its workload model is the
@@ -59,7 +59,7 @@ var _ Placer = &fragmentation{}
 
 func (*fragmentation) Policy() Policy { return Fragmentation }
 
-// preparePod counts the pod's shape into the workload and gives the cycle the
+// PreparePod counts the pod's shape into the workload and gives the cycle the
 // workload as it is now. The node-level and GPU-level placers are one value when
 // both are Fragmentation, and then PreFilter calls this once.
 func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
@@ -95,7 +95,7 @@ func (*fragmentation) pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.
 	return i
 }
 
-// hostOnlyPod is the workload a pod without GPUs is scored against (see
+// HostOnlyPod is the workload a pod without GPUs is scored against (see
 // scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
 func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
 	wl := f.workload.Snapshot()
@@ -107,13 +107,13 @@ func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
 	return h
 }
 
-// needsFit: best fit breaks ties between placements that fragment alike.
+// NeedsFit: best fit breaks ties between placements that fragment alike.
 func (*fragmentation) NeedsFit() bool { return true }
 
-// scoreExtensions: Fragmentation's scores are raw and normalised per cycle.
+// ScoreExtensions: Fragmentation's scores are raw and normalised per cycle.
 func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
 
-// fragShape is one kind of pod of the expected workload: a GPU request (its class)
+// FragShape is one kind of pod of the expected workload: a GPU request (its class)
 // with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
 // shapes are shared by the snapshots of a model while only their weights change.
 type FragShape struct {
@@ -121,11 +121,11 @@ type FragShape struct {
 	CPUMilli int64
 	MemBytes int64
 	Key      string
-	// class is the position of the shape's GPU request in its workload's classes.
+	// Class is the position of the shape's GPU request in its workload's classes.
 	Class int
 }
 
-// fragClass is a GPU request of the expected workload: the pod's most demanding GPU
+// FragClass is a GPU request of the expected workload: the pod's most demanding GPU
 // container and its model selection, all that decides which GPUs a shape fits. Shapes
 // that differ only in CPU and memory share one class, and a node's fit statistics are
 // kept per class: the openb trace's ~43 learned shapes are ~21 classes, and the set of
@@ -139,7 +139,7 @@ type FragClass struct {
 	GPU string
 }
 
-// eligibleAt reports whether device i of m passes the class's model selection. A class
+// EligibleAt reports whether device i of m passes the class's model selection. A class
 // without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
@@ -151,7 +151,7 @@ func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
 	return p.Eligible(&m.Devices[i])
 }
 
-// shapeOf is the fragmentation shape of a parsed pod.
+// ShapeOf is the fragmentation shape of a parsed pod.
 func ShapeOf(info *PodInfo) FragShape {
 	c := info.Req.Containers[info.Order[0]]
 	c.Name, c.Init = "", false
@@ -175,15 +175,15 @@ func (s *FragClass) classKey() string {
 // gpuKey identifies the shape's GPU request, whatever its CPU and memory: its class.
 func (s *FragShape) GPUKey() string { return s.GPU }
 
-// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// FragWorkload is a snapshot of the expected workload: the shapes, most frequent
 // first, with weights summing to 1 (terms), and their GPU requests. Never modified
 // once built, so cycles may keep it; snapshots of a model may share shapes.
 type FragWorkload struct {
 	Shapes []FragShape
-	// classes are the shapes' distinct GPU requests, ordered by key: the same list
+	// Classes are the shapes' distinct GPU requests, ordered by key: the same list
 	// for the same requests, whatever the shapes' order and weights.
 	Classes []FragClass
-	// gen identifies classes for the measures the cache keeps per node (fragMemo):
+	// Gen identifies classes for the measures the cache keeps per node (fragMemo):
 	// it changes only when a GPU request joins or leaves the workload. The numbers come
 	// from one counter for every workload model, so that the measures of two profiles
 	// sharing the cache never pass for each other's. 0 for a workload not from a
@@ -191,10 +191,10 @@ type FragWorkload struct {
 	Gen uint64
 	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
 	fit *fitIndexes
-	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
+	// MaxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	MaxCPUMilli, MaxMemBytes int64
-	// terms are each shape's weight and what the fragmentation sums read of it, in
+	// Terms are each shape's weight and what the fragmentation sums read of it, in
 	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
 	// one).
 	Terms []fragTerm
@@ -236,7 +236,7 @@ func (wl *FragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int
 	return ShapeFits(m, used, &wl.Classes[k], i, w)
 }
 
-// eligibleAt reports whether class k's model selection admits device i of m; mask is
+// EligibleAt reports whether class k's model selection admits device i of m; mask is
 // the fit index's answer for the device (eligibleMask), read when there is an index.
 func (wl *FragWorkload) EligibleAt(mask uint64, m *NodeModel, k, i int) bool {
 	if wl.fit != nil {
@@ -265,10 +265,10 @@ func (wl *FragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) u
 // noWorkload is the workload of nothing learned.
 var noWorkload = &FragWorkload{}
 
-// empty reports whether no workload has been learned (wl may be nil).
+// Empty reports whether no workload has been learned (wl may be nil).
 func (wl *FragWorkload) Empty() bool { return wl == nil || len(wl.Shapes) == 0 }
 
-// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// NewFragWorkload builds the workload of shapes with weights (in the shapes' order),
 // numbering their classes (and keying those not yet keyed), with generation 0.
 func NewFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
 	wl := buildFragWorkload(shapes, weights)
@@ -299,12 +299,12 @@ func buildFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
 	return wl
 }
 
-// sameClasses reports whether a and b have the same classes.
+// SameClasses reports whether a and b have the same classes.
 func SameClasses(a, b *FragWorkload) bool {
 	return slices.EqualFunc(a.Classes, b.Classes, func(x, y FragClass) bool { return x.GPU == y.GPU })
 }
 
-// workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
+// WorkloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
 type WorkloadModel struct {
 	mu     sync.Mutex
 	window int
@@ -416,7 +416,7 @@ func NewWorkloadModel(window int) *WorkloadModel {
 		pressureAge: PressureEvery}
 }
 
-// observe records a pod's shape once (a retried pod is not counted again while it is
+// Observe records a pod's shape once (a retried pod is not counted again while it is
 // in the window).
 func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
 	w.mu.Lock()
@@ -462,7 +462,7 @@ func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
 	w.dirty = true
 }
 
-// snapshot returns the most frequent shapes with weights summing to 1, and their
+// Snapshot returns the most frequent shapes with weights summing to 1, and their
 // classes (never nil).
 func (w *WorkloadModel) Snapshot() *FragWorkload {
 	w.mu.Lock()
@@ -518,14 +518,14 @@ func (w *WorkloadModel) Snapshot() *FragWorkload {
 	return wl
 }
 
-// podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
+// PodHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
 // NodeResourcesFit counts it.
 func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 	r := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	return r.Cpu().MilliValue(), r.Memory().Value()
 }
 
-// fragStats is a node's fragmentation statistics per class of the expected workload
+// FragStats is a node's fragmentation statistics per class of the expected workload
 // (fragClass), kept in parts so that the effect of changing one device can be
 // computed without rescanning the node. A shape's fragmentation is its class's.
 //
@@ -557,7 +557,7 @@ type FragStats struct {
 	Emask                []uint64
 }
 
-// deviceFree is the free share of device i under used, by the plugin's weights.
+// DeviceFree is the free share of device i under used, by the plugin's weights.
 func DeviceFree(m *NodeModel, used []Usage, i int, w *Weights) float64 {
 	d := &m.Hot[i]
 	if !d.Healthy {
@@ -626,7 +626,7 @@ func (st *FragStats) measure(m *NodeModel, used []Usage, wl *FragWorkload, w *We
 	}
 }
 
-// placed returns the stats after allocation a, for st measured before it: only the
+// Placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
@@ -690,7 +690,7 @@ func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl 
 	return out
 }
 
-// value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
+// Value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
 // weighted by its share of the workload, the free capacity of its eligible devices it
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
@@ -712,7 +712,7 @@ func (st *FragStats) Value(wl *FragWorkload, hostFits []bool) float64 {
 	return f
 }
 
-// pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
+// PickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
@@ -780,7 +780,7 @@ func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
 	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
 }
 
-// fragAfter is the node's fragmentation after container c is placed on device i
+// FragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
 // what placedInto and value (nil) give for that placement, which the node-level score
 // relies on (nodeMeasure.picked). used is restored before it returns.
@@ -841,18 +841,18 @@ func FragAfter(m *NodeModel, used []Usage, st *FragStats, wl *FragWorkload, c *a
 	return after, total
 }
 
-// fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
+// FragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off
 // nodes whose GPUs are still free.
 const FragFitWeight = 0.16
 
-// fragScale turns a fragmentation change in GPUs into the raw score's integer units
+// FragScale turns a fragmentation change in GPUs into the raw score's integer units
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
 const FragScale = 1000
 
-// scoreNode is the raw node score of allocation a: minus the increase of the node's
+// ScoreNode is the raw node score of allocation a: minus the increase of the node's
 // fragmentation (GPUs × fragScale), with GPU locality counted for multi-GPU pods.
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
 func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
@@ -934,7 +934,7 @@ func (a *Allocation) usageBefore() []Usage {
 	return before
 }
 
-// scoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
+// ScoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
 // a node's free GPUs without the host capacity GPU pods need, which is as much
 // fragmentation as a badly placed fraction; best fit then prefers the node with the
 // least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
@@ -993,7 +993,7 @@ func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
 	return r
 }
 
-// workloadFeed is the expected workload's host request per GPU, for GPUs like the
+// WorkloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
 func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
@@ -1024,7 +1024,7 @@ func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
 	return feedRatio{CPUMilli: cpu / gpu, MemBytes: mem / gpu}
 }
 
-// unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
+// Unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
 // serve at the workload's ratio: GPU capacity on its way to being stranded by host
 // resources. Fragmentation's per-shape check sees a node's GPUs stranded only once
 // its CPU falls below a whole pod's request; on the Alibaba trace CPU, not GPU
@@ -1049,7 +1049,7 @@ func HostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
 	return a.GetMilliCPU() - r.GetMilliCPU(), a.GetMemory() - r.GetMemory()
 }
 
-// fragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
+// FragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
 // of the framework's score stands for after NormalizeScore: 0.01 GPU.
 const FragStep = 10
 
@@ -1085,7 +1085,7 @@ type fragMemo struct {
 	st FragStats
 }
 
-// fragBase is the node's fragmentation statistics under used (the usage of view v)
+// FragBase is the node's fragmentation statistics under used (the usage of view v)
 // for the pod's workload: kept from an earlier cycle when neither the node's usage
 // nor the workload's classes have changed since, else measured now and kept. It is
 // nil for a pod without a learned workload from a model.

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// nodeTable maps node names to cache entries for readers that take no lock: Filter,
+// NodeTable maps node names to cache entries for readers that take no lock: Filter,
 // Score and PreScore look up a node on every core at once, for every node of every
 // GPU pod. Writers (node added or removed) are serialised by the cache's lock.
 //
@@ -45,7 +45,7 @@ var nodeHashSeed = maphash.MakeSeed()
 
 func HashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
 
-// load returns the entry for name, or nil. Safe with concurrent writers.
+// Load returns the entry for name, or nil. Safe with concurrent writers.
 func (t *NodeTable) Load(name string) *NodeEntry {
 	a := t.Cur.Load()
 	if a == nil {
@@ -64,7 +64,7 @@ func (t *NodeTable) Load(name string) *NodeEntry {
 	}
 }
 
-// store adds e under its name, which the table must not hold. Writers only.
+// Store adds e under its name, which the table must not hold. Writers only.
 func (t *NodeTable) Store(e *NodeEntry) {
 	a := t.Cur.Load()
 	if a == nil || 2*(t.Used+1) > len(a.Slots) {
@@ -75,7 +75,7 @@ func (t *NodeTable) Store(e *NodeEntry) {
 	t.Live++
 }
 
-// remove deletes name's entry, if any. Writers only.
+// Remove deletes name's entry, if any. Writers only.
 func (t *NodeTable) Remove(name string) {
 	a := t.Cur.Load()
 	if a == nil {
@@ -171,7 +171,7 @@ func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[NodeEntry] {
 	return &a.slots[h>>a.shift]
 }
 
-// load returns the entry whose seen object is node, when the hint for node's
+// Load returns the entry whose seen object is node, when the hint for node's
 // address names it; else nil.
 func (t *objectHints) Load(node *v1.Node) *NodeEntry {
 	a := t.cur.Load()
@@ -184,7 +184,7 @@ func (t *objectHints) Load(node *v1.Node) *NodeEntry {
 	return nil
 }
 
-// store records e as the hint for node (e.seen is node).
+// Store records e as the hint for node (e.seen is node).
 func (t *objectHints) Store(node *v1.Node, e *NodeEntry) {
 	if a := t.cur.Load(); a != nil {
 		a.slot(node).Store(e)

@@ -24,7 +24,7 @@ const (
 	Fragmentation Policy = "Fragmentation"
 )
 
-// placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
+// Placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
 // Fragmentation (fragmentation.go). A profile uses one placer at the node level
 // (which node: Score) and one, possibly another, at the GPU level (which GPUs of a
 // node: Filter, Reserve and preemption's AddPod, through allocate); a pod may pick
@@ -35,10 +35,10 @@ const (
 // per-cycle state of their own, and the slices they are given may live on a caller's
 // stack only where noted.
 type Placer interface {
-	// policy is the placer's name in args, annotations and metrics.
+	// Policy is the placer's name in args, annotations and metrics.
 	Policy() Policy
 
-	// preparePod records in info what the placer needs of a GPU pod for the cycle
+	// PreparePod records in info what the placer needs of a GPU pod for the cycle
 	// (PreFilter; called for the node-level and then, if another, the GPU-level placer).
 	PreparePod(pod *v1.Pod, info *PodInfo)
 
@@ -52,18 +52,18 @@ type Placer interface {
 	// cache's measure of the node under used, or nil.
 	pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int
 
-	// hostOnlyPod is what the node-level placer scores a pod without GPUs by
+	// HostOnlyPod is what the node-level placer scores a pod without GPUs by
 	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
 	HostOnlyPod(pod *v1.Pod) *PodInfo
-	// needsFit reports whether the node-level score uses the cycle's largest
+	// NeedsFit reports whether the node-level score uses the cycle's largest
 	// feasible node (fitScale), which PreScore then measures.
 	NeedsFit() bool
-	// scoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
+	// ScoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
 	ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
-	// scoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
+	// ScoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
 	// that hostOnlyPod returned.
 	ScoreHostOnly(c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
-	// scoreExtensions normalises the node-level scores of a cycle, or is nil when
+	// ScoreExtensions normalises the node-level scores of a cycle, or is nil when
 	// scoreNode is already in the framework's range.
 	ScoreExtensions() fwk.ScoreExtensions
 }
@@ -74,7 +74,7 @@ type Placer interface {
 type nodeMeasure struct {
 	// base is the node's statistics before the pod (fragStats), or nil.
 	base *FragStats
-	// picked is set when the placer measured the container on the device it picked:
+	// Picked is set when the placer measured the container on the device it picked:
 	// the node's fragmentation before and after, and its free GPU capacity after,
 	// with no shape held back by host resources (fragStats.value(wl, nil)): what the
 	// node-level score computes when the node's CPU and memory hold back none.
@@ -82,10 +82,10 @@ type nodeMeasure struct {
 	before, after, afterTotal float64
 }
 
-// policies lists the placement policies in the order messages name them.
+// Policies lists the placement policies in the order messages name them.
 var Policies = []Policy{Binpack, Spread, Fragmentation}
 
-// placerFactories maps a policy to the constructor of its placer. A plugin builds one
+// PlacerFactories maps a policy to the constructor of its placer. A plugin builds one
 // placer per policy (newPlacers), so that a pod's GPU-level choice and the profile's
 // node-level one share what the policy learns.
 var PlacerFactories = map[Policy]func(workload *WorkloadModel) Placer{
@@ -94,7 +94,7 @@ var PlacerFactories = map[Policy]func(workload *WorkloadModel) Placer{
 	Fragmentation: func(wl *WorkloadModel) Placer { return &fragmentation{workload: wl} },
 }
 
-// newPlacers builds every policy's placer over the plugin's workload model.
+// NewPlacers builds every policy's placer over the plugin's workload model.
 func NewPlacers(workload *WorkloadModel) map[Policy]Placer {
 	out := make(map[Policy]Placer, len(PlacerFactories))
 	for p, f := range PlacerFactories {
@@ -134,7 +134,7 @@ func weightedScore(w *Weights, term float64, a *Allocation) (score float64, ok b
 	return sum / total * float64(fwk.MaxNodeScore), true
 }
 
-// fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
+// FitScale is the largest node among the cycle's feasible nodes (CPU millicores and
 // healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
 type FitScale struct {
 	CPUMilli, GPUs float64

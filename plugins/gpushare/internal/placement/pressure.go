@@ -32,7 +32,7 @@ import (
 // unconstrained pod goes where constrained pods are least likely to need the GPUs, a
 // pod that admits several models to the one least in demand.
 
-// pressureEvery is the most observed pods a computed pressure serves before it is
+// PressureEvery is the most observed pods a computed pressure serves before it is
 // computed again (the cluster's capacity is read from every node's inventory then).
 const PressureEvery = 128
 
@@ -43,7 +43,7 @@ type modelPressure struct {
 	rho    []float64
 }
 
-// of is model's pressure (0 for a model without).
+// Of is model's pressure (0 for a model without).
 func (p *modelPressure) Of(model string) float64 {
 	for i, m := range p.models {
 		if m == model {
@@ -193,7 +193,7 @@ func computePressure(counts map[string]*ShapeCount, capa modelCapacity, w *Weigh
 	return p
 }
 
-// bind gives the workload model the cluster whose capacity model pressure is measured
+// Bind gives the workload model the cluster whose capacity model pressure is measured
 // against and the plugin's weights. Without it there is no pressure.
 func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 	w.mu.Lock()
@@ -201,7 +201,7 @@ func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 	w.cluster, w.weights = c, wt
 }
 
-// pressureNow is the window's model pressure, computed again once as many pods have
+// PressureNow is the window's model pressure, computed again once as many pods have
 // been observed as the window held when it was last computed, at most pressureEvery
 // (a window still filling is followed closely); nil while no pod of the window has a
 // model selection.

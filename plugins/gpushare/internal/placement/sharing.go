@@ -14,7 +14,7 @@ import (
 // eligibleAt), and an MPS GPU takes no more containers than its MPS server's client
 // limit (fits). The node agent checks both again when it binds the container.
 
-// parseSharing reads the pod's sharing mode into info.
+// ParseSharing reads the pod's sharing mode into info.
 func ParseSharing(pod *v1.Pod, info *PodInfo) error {
 	mode, err := api.PodSharing(pod)
 	if err != nil {

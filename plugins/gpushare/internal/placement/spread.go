@@ -30,12 +30,12 @@ func spreadScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *
 	return 1 - deviceUtil(m, used, c, i, w)
 }
 
-// hostOnlyPod: pods without GPUs leave GPU use as it is; Spread does not score them.
+// HostOnlyPod: pods without GPUs leave GPU use as it is; Spread does not score them.
 func (spread) HostOnlyPod(*v1.Pod) *PodInfo { return nil }
 
 func (spread) NeedsFit() bool { return false }
 
-// scoreNode is 1 - (util+occupied)/2 over the node after placement, with GPU
+// ScoreNode is 1 - (util+occupied)/2 over the node after placement, with GPU
 // locality for multi-GPU pods (weightedScore). Occupied GPUs count as well as use: a
 // small fraction moves util by less than one score point on a large node, but always
 // occupies a GPU, so nodes stay apart.
@@ -48,7 +48,7 @@ func (spread) ScoreNode(_ *PodInfo, a *Allocation, _ fwk.NodeInfo, _ *FitScale, 
 	return clampScore(int64(score + 0.5))
 }
 
-// scoreHostOnly is never called: hostOnlyPod is nil, so PreScore skips such pods.
+// ScoreHostOnly is never called: hostOnlyPod is nil, so PreScore skips such pods.
 func (spread) ScoreHostOnly(*Cache, *PodInfo, fwk.NodeInfo, *FitScale, *Weights) int64 { return 0 }
 
 func (spread) ScoreExtensions() fwk.ScoreExtensions { return nil }

@@ -4,7 +4,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
+// Device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
 // in MIG mode. Devices are immutable once a nodeModel is built.
 type Device struct {
 	UUID      string
@@ -24,7 +24,7 @@ type Device struct {
 	island int
 }
 
-// deviceHot is what Filter and Score read of every device of every node they see,
+// DeviceHot is what Filter and Score read of every device of every node they see,
 // packed apart from device's strings: a node's eight devices fill two cache lines
 // here against twelve in devices, and on a busy scheduler each line is a miss.
 type DeviceHot struct {
@@ -42,10 +42,10 @@ type DeviceHot struct {
 // maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
 const maxDeviceKind = 1<<16 - 1
 
-// nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
+// NodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
 type NodeModel struct {
 	Devices []Device
-	// hot[i] holds device i's memory, island, health and MIG flag, as devices[i].
+	// Hot[i] holds device i's memory, island, health and MIG flag, as devices[i].
 	Hot    []DeviceHot
 	ByUUID map[string]int
 	// affinity[i][j] in [0,1]: how well devices i and j work together (1 = NVLink).
@@ -54,7 +54,7 @@ type NodeModel struct {
 	islands [][]int
 	// nvlinked[i][j] reports an NVLink between the physical GPUs of i and j.
 	nvlinked [][]bool
-	// healthy counts the healthy devices (PreScore reads it for every feasible node).
+	// Healthy counts the healthy devices (PreScore reads it for every feasible node).
 	Healthy int
 	// hasMPS is set when a device is in mps sharing mode (sharing.go); the hot loops
 	// read devices[i].mps only then.
