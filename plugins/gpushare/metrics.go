@@ -150,7 +150,7 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
 
 // wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
-// whole GPU cannot use (newFragStats and value for that one class, without
+// whole GPU cannot use (NewFragStats and value for that one class, without
 // allocating: the collector measures every node on every scrape). MIG instances are
 // not eligible for such pods.
 func wholeGPUFragmentation(m *placement.NodeModel, used []placement.Usage, w *placement.Weights) (free, frag float64) {

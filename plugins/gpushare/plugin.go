@@ -326,7 +326,7 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	return nil, nil
 }
 
-// parsePod builds podInfo from the pod's resources and annotations.
+// parsePod builds PodInfo from the pod's resources and annotations.
 func (pl *Plugin) parsePod(pod *v1.Pod) (*placement.PodInfo, error) {
 	req, err := api.ParsePodRequest(pod, pl.names)
 	if err != nil {

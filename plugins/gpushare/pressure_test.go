@@ -63,7 +63,7 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 }
 
 // On a node of mixed models with model-selective shapes, the measure after a
-// placement computed from the devices placed on (placed, fragAfter) equals measuring
+// placement computed from the devices placed on (placed, FragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "n")})
@@ -152,7 +152,7 @@ func TestComputePressure(t *testing.T) {
 		t.Fatalf("pressure %+v, want T4 0.5, A10 0.2", p)
 	}
 	// Not computed again before as many pods again as the window then held (10),
-	// at most pressureEvery: then with the new mix.
+	// at most PressureEvery: then with the new mix.
 	add(5, shape("t4"))
 	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")

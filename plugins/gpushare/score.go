@@ -75,8 +75,8 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 }
 
 // PreScore skips pods without GPU requests whose node-level placer does not score
-// them (placer.hostOnlyPod), and measures the cycle's feasible nodes for best fit
-// when the placer uses it (placer.needsFit).
+// them (placer.HostOnlyPod), and measures the cycle's feasible nodes for best fit
+// when the placer uses it (placer.NeedsFit).
 func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
@@ -92,9 +92,9 @@ func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 }
 
 // Score is the node-level placer's score of the node for the pod: for a GPU pod, of
-// the allocation Filter kept on the node in this cycle (placer.scoreNode); for a pod
+// the allocation Filter kept on the node in this cycle (placer.ScoreNode); for a pod
 // without GPUs, of the GPU capacity its CPU and memory would leave behind
-// (placer.scoreHostOnly).
+// (placer.ScoreHostOnly).
 func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {

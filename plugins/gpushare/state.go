@@ -21,7 +21,7 @@ type cycleState struct {
 	info *placement.PodInfo
 	// hostOnly is set, with skip, for a pod without GPUs that the node-level placer
 	// still scores (by the GPU capacity its CPU and memory would strand): what it
-	// returned from hostOnlyPod.
+	// returned from HostOnlyPod.
 	hostOnly *placement.PodInfo
 
 	// id numbers this cycle (a clone gets its own): Filter keeps its allocation on

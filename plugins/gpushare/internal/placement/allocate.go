@@ -30,12 +30,12 @@ type PodInfo struct {
 	// Device is the GPU-level placer: the profile's, or the pod's by annotation.
 	Device Placer
 	// cpuMilli and memBytes are the pod's host requests, and frag the expected
-	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
+	// workload, when a placer of the pod needs them (Fragmentation's PreparePod).
 	CPUMilli, MemBytes int64
 	Frag               *FragWorkload
 	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
-	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
+	// cluster of one GPU size (PodInfo.WorkloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
 	// pressure is the workload's model pressure when the pod was prepared (nil:
@@ -126,8 +126,8 @@ type Weights struct {
 
 // Placement is where one container goes.
 type Placement struct {
-	Container int   // index into podInfo.req.Containers
-	Devices   []int // device positions in nodeModel.devices
+	Container int   // index into PodInfo.Req.Containers
+	Devices   []int // device positions in NodeModel.Devices
 	MemMiB    []int64
 	Cores     int
 }
@@ -157,7 +157,7 @@ type Allocation struct {
 	memBuf   [inlineDevices]int64
 	usedBuf  [inlineDevices]Usage
 	// after is the node-level score's scratch measure of the node after the pod
-	// (Fragmentation's fragStats.placedInto), reused from cycle to cycle with the
+	// (Fragmentation's FragStats.placedInto), reused from cycle to cycle with the
 	// allocation the node's cache entry keeps.
 	after FragStats
 
@@ -235,7 +235,7 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, Msg: "too few GPUs fit the c
 // container that did not fit and a.used as that container found it.
 //
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
-// kept in the cache: nodeEntry.frag). A one-container pod starts from it: the
+// kept in the cache: NodeEntry.Frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
 func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
@@ -289,7 +289,7 @@ func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, 
 	return -1, nil
 }
 
-// islandSet is a set of NVLink islands by position in nodeModel.islands: a bit mask
+// islandSet is a set of NVLink islands by position in NodeModel.islands: a bit mask
 // for the first 64, a slice beyond.
 type islandSet struct {
 	mask uint64
@@ -646,7 +646,7 @@ func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerReques
 	}
 }
 
-// MissKind is what a node lacks for a container, in missReason's words.
+// MissKind is what a node lacks for a container, in MissReason's words.
 type MissKind uint8
 
 const (

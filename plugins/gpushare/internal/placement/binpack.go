@@ -39,8 +39,8 @@ func PackScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *We
 	return s
 }
 
-// hostOnlyFit is the hostOnlyPod of Binpack: pods without GPUs are scored by best fit
-// too, and need nothing of the pod beyond the cycle's fitScale. Shared, never written.
+// hostOnlyFit is the HostOnlyPod of Binpack: pods without GPUs are scored by best fit
+// too, and need nothing of the pod beyond the cycle's FitScale. Shared, never written.
 var hostOnlyFit = &PodInfo{}
 
 // HostOnlyPod scores pods without GPUs by best fit too: a CPU-only pod belongs on a

@@ -46,7 +46,7 @@ type podRecord struct {
 // touches.
 type NodeEntry struct {
 	Mu   sync.RWMutex
-	Name string // compared by every lookup (nodeTable)
+	Name string // compared by every lookup (NodeTable)
 	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
@@ -96,16 +96,16 @@ type NodeEntry struct {
 // Reserve assumes, Unreserve forgets.
 //
 // Locking: mu guards pods and every write to nodes, and is taken before any
-// nodeEntry.mu. Pod changes hold mu for their whole update so that a pod's grants move
+// NodeEntry.Mu. Pod changes hold mu for their whole update so that a pod's grants move
 // atomically between nodes. Filter, Score and PreScore find a node's entry in nodes
 // without mu, then take the node's read lock and its keptMu.
 type Cache struct {
 	Mu   sync.RWMutex
 	Pods map[types.UID]*podRecord
-	// nodes maps a node's name to its *nodeEntry. Written only under mu, read
+	// nodes maps a node's name to its *NodeEntry. Written only under mu, read
 	// without it: Filter, Score and PreScore look up every node on every core at
 	// once, and a read lock shared by all of them made every lookup write the same
-	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
+	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See NodeTable.
 	nodes NodeTable
 	// MostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
@@ -116,7 +116,7 @@ type Cache struct {
 	Hints objectHints
 }
 
-// noteModel raises mostHealthy to m's healthy GPUs.
+// noteModel raises MostHealthy to m's healthy GPUs.
 func (c *Cache) noteModel(m *NodeModel) {
 	if m == nil {
 		return

@@ -26,7 +26,7 @@ type fitIndex struct {
 }
 
 // fitIndexes are a workload's fit indexes per GPU memory size, built as sizes are
-// met and shared by the snapshots of one set of classes (fragWorkload.gen).
+// met and shared by the snapshots of one set of classes (FragWorkload.Gen).
 type fitIndexes struct {
 	classes []FragClass
 	// plain are the classes without a model selection (they fit any non-MIG
@@ -43,7 +43,7 @@ type fitIndexes struct {
 const maxFitSizes = 64
 
 // newFitIndexes indexes classes, or returns nil when there are more than 64 (fit
-// masks are 64 bits; snapshots never have more, see maxSnapshotShapes).
+// masks are 64 bits; snapshots never have more, see MaxSnapshotShapes).
 func newFitIndexes(classes []FragClass) *fitIndexes {
 	if len(classes) > 64 {
 		return nil
@@ -131,7 +131,7 @@ func atMost(needs []int64, v int64) int {
 }
 
 // fitMask is the set of classes (bit k for class k) that fit device i of m under
-// used: shapeFits for each class at once.
+// used: ShapeFits for each class at once.
 func (x *fitIndexes) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
 	d := &m.Hot[i]
 	u := &used[i]

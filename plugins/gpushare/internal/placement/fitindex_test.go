@@ -8,7 +8,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// The fit index gives, for every device state, exactly the classes that shapeFits
+// The fit index gives, for every device state, exactly the classes that ShapeFits
 // accepts one by one: over MIG and unhealthy devices, GPUs of several sizes, model
 // selections, requests by percent, MiB and whole memory, with and without cores, and
 // the tenant limit.

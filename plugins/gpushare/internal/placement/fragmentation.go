@@ -42,7 +42,7 @@ import (
 const MaxFragShapes = 32
 
 // MaxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
-// maxFragShapes and as many again for the GPU requests they miss.
+// MaxFragShapes and as many again for the GPU requests they miss.
 const MaxSnapshotShapes = 2 * MaxFragShapes
 
 // DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
@@ -76,7 +76,7 @@ func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRe
 }
 
 // pickDevice takes the device whose use adds the least fragmentation
-// (pickByFragmentation), and leaves its measure of the node in *measured for the
+// (PickByFragmentation), and leaves its measure of the node in *measured for the
 // node-level score. A measure already in measured.base (the cache's, see place) is
 // the node under used and is not taken again. Without a learned workload it places
 // as Binpack.
@@ -96,7 +96,7 @@ func (*fragmentation) pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.
 }
 
 // HostOnlyPod is the workload a pod without GPUs is scored against (see
-// scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
+// ScoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
 func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
 	wl := f.workload.Snapshot()
 	if wl.Empty() {
@@ -114,7 +114,7 @@ func (*fragmentation) NeedsFit() bool { return true }
 func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
 
 // FragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
+// with host requests. Its weight in a workload is the workload's (FragWorkload.Terms):
 // shapes are shared by the snapshots of a model while only their weights change.
 type FragShape struct {
 	FragClass
@@ -135,12 +135,12 @@ type FragClass struct {
 	C            api.ContainerRequest
 	ModelInclude []string
 	ModelExclude []string
-	// gpu is the class's key (gpuKey).
+	// gpu is the class's key (GPUKey).
 	GPU string
 }
 
 // EligibleAt reports whether device i of m passes the class's model selection. A class
-// without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
+// without one reads only the device's MIG flag (as PodInfo.EligibleAt): this check
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
 func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
@@ -172,7 +172,7 @@ func (s *FragClass) classKey() string {
 		strings.Join(s.ModelInclude, ","), strings.Join(s.ModelExclude, ","))
 }
 
-// gpuKey identifies the shape's GPU request, whatever its CPU and memory: its class.
+// GPUKey identifies the shape's GPU request, whatever its CPU and memory: its class.
 func (s *FragShape) GPUKey() string { return s.GPU }
 
 // FragWorkload is a snapshot of the expected workload: the shapes, most frequent
@@ -191,16 +191,16 @@ type FragWorkload struct {
 	Gen uint64
 	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
 	fit *fitIndexes
-	// MaxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
+	// MaxCPUMilli and MaxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	MaxCPUMilli, MaxMemBytes int64
 	// Terms are each shape's weight and what the fragmentation sums read of it, in
-	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
+	// the shapes' order, packed (a FragShape spans three cache lines; these, four to
 	// one).
 	Terms []fragTerm
 	// classTerms are terms summed per class, in the classes' order: a shape's term
 	// depends on its class alone unless host resources hold it back, so the sums
-	// that see no host limit (value with nil, fragAfter) run over the classes, about
+	// that see no host limit (value with nil, FragAfter) run over the classes, about
 	// half as many as the shapes on the openb trace.
 	classTerms []fragTerm
 }
@@ -276,7 +276,7 @@ func NewFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
 	return wl
 }
 
-// buildFragWorkload is newFragWorkload without the fit index.
+// buildFragWorkload is NewFragWorkload without the fit index.
 func buildFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
 	wl := &FragWorkload{Shapes: shapes}
 	keys := make([]string, 0, len(shapes))
@@ -316,7 +316,7 @@ type WorkloadModel struct {
 	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
 	// on the openb trace; 50 us a pod in B2's profile at 1,000 nodes).
 	order []*ShapeCount
-	// gpus numbers the GPU requests (gpuKey) of counts' entries, so that a snapshot
+	// gpus numbers the GPU requests (GPUKey) of counts' entries, so that a snapshot
 	// tells them apart by index; gpuFree lists numbers no longer in use.
 	gpus    map[string]*gpuCount
 	gpuFree []int
@@ -344,7 +344,7 @@ type gpuCount struct {
 	id, shapes int
 }
 
-// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
+// fragGens numbers the workloads' sets of classes (FragWorkload.Gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
@@ -356,11 +356,11 @@ type ringEntry struct {
 type ShapeCount struct {
 	Shape FragShape
 	N     int
-	pos   int // in workloadModel.order
-	gpu   int // the number of its GPU request (workloadModel.gpus)
+	pos   int // in WorkloadModel.Order
+	gpu   int // the number of its GPU request (WorkloadModel.GPUs)
 }
 
-// before reports whether a comes before b in workloadModel.order.
+// before reports whether a comes before b in WorkloadModel.Order.
 func (a *ShapeCount) before(b *ShapeCount) bool {
 	if a.N != b.N {
 		return a.N > b.N
@@ -526,7 +526,7 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 }
 
 // FragStats is a node's fragmentation statistics per class of the expected workload
-// (fragClass), kept in parts so that the effect of changing one device can be
+// (FragClass), kept in parts so that the effect of changing one device can be
 // computed without rescanning the node. A shape's fragmentation is its class's.
 //
 // A class is measured on the devices its model selection admits (eligible): a pod
@@ -537,7 +537,7 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // (modelPressure).
 type FragStats struct {
 	// The fields come in the order the fragmentation sums read them (value,
-	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// FragAfter), mask and emask last: a node's kept measure is a memory miss per
 	// cache line on a large cluster, and with its header (fragMemo) these first
 	// ones fill three.
 	Total float64
@@ -738,7 +738,7 @@ func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (packScore: an unused
+		// measure), and as full with the same island term (PackScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -766,8 +766,8 @@ func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
-// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same packScore, whose island term reads
+// sameRating reports whether PickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same PackScore, whose island term reads
 // only an unused device's island.
 func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].island == m.Hot[j].island)
@@ -775,7 +775,7 @@ func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
-// model (deviceHot.kind).
+// model (DeviceHot.kind).
 func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
 	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
 }
@@ -853,7 +853,7 @@ const FragFitWeight = 0.16
 const FragScale = 1000
 
 // ScoreNode is the raw node score of allocation a: minus the increase of the node's
-// fragmentation (GPUs × fragScale), with GPU locality counted for multi-GPU pods.
+// fragmentation (GPUs × FragScale), with GPU locality counted for multi-GPU pods.
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
 func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
 	m := a.Model
@@ -892,7 +892,7 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 // placementDelta measures the node of allocation a before and after it: the change
 // of its fragmentation (shapes held back by the node's CPU and memory, before and
 // after the pod, count all their eligible capacity when hostHolds), and its free GPU
-// capacity after and before. Apart from scoreNode, whose common case (Filter measured
+// capacity after and before. Apart from ScoreNode, whose common case (Filter measured
 // the placement) runs in the framework's worker goroutines on small stacks: its
 // frame stays small.
 //
@@ -1074,7 +1074,7 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (nodeEntry.frag): the node's usage generation and the workload's class generation
+// (NodeEntry.Frag): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
@@ -1092,11 +1092,11 @@ type fragMemo struct {
 //
 // Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (nodeEntry.usageGen), and the learned GPU
-// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
+// informer events touched, change (NodeEntry.UsageGen), and the learned GPU
+// requests change for a few cycles in a thousand (FragWorkload.Gen; the shapes, with
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
-// newFragStats would compute, so no score moves.
+// NewFragStats would compute, so no score moves.
 func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
 	if p == nil || p.Frag.Empty() || p.Frag.Gen == 0 {
 		return nil

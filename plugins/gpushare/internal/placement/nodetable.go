@@ -150,7 +150,7 @@ func (t *NodeTable) each(f func(*NodeEntry)) {
 // by the framework's own Filter plugins; the name's bytes are elsewhere) and often a
 // second one comparing the entry's name. A slot is picked by the object's address and
 // holds an entry, a hint that the lookup confirms by the entry's seen object (which
-// entryView sets once the entry matches that object's annotations, and every change
+// EntryView sets once the entry matches that object's annotations, and every change
 // of the entry clears): an object the entry's seen still references cannot be freed,
 // so its address names no other object meanwhile. Slots are overwritten freely by
 // concurrent readers (any entry stored is only a hint); the array grows with the

@@ -56,15 +56,15 @@ type Placer interface {
 	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
 	HostOnlyPod(pod *v1.Pod) *PodInfo
 	// NeedsFit reports whether the node-level score uses the cycle's largest
-	// feasible node (fitScale), which PreScore then measures.
+	// feasible node (FitScale), which PreScore then measures.
 	NeedsFit() bool
 	// ScoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
 	ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// ScoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
-	// that hostOnlyPod returned.
+	// that HostOnlyPod returned.
 	ScoreHostOnly(c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// ScoreExtensions normalises the node-level scores of a cycle, or is nil when
-	// scoreNode is already in the framework's range.
+	// ScoreNode is already in the framework's range.
 	ScoreExtensions() fwk.ScoreExtensions
 }
 
@@ -72,11 +72,11 @@ type Placer interface {
 // kept with the allocation so that its node-level score need not measure the node
 // again: Fragmentation's; zero for the others.
 type nodeMeasure struct {
-	// base is the node's statistics before the pod (fragStats), or nil.
+	// base is the node's statistics before the pod (FragStats), or nil.
 	base *FragStats
 	// Picked is set when the placer measured the container on the device it picked:
 	// the node's fragmentation before and after, and its free GPU capacity after,
-	// with no shape held back by host resources (fragStats.value(wl, nil)): what the
+	// with no shape held back by host resources (FragStats.Value(wl, nil)): what the
 	// node-level score computes when the node's CPU and memory hold back none.
 	Picked                    bool
 	before, after, afterTotal float64
@@ -86,7 +86,7 @@ type nodeMeasure struct {
 var Policies = []Policy{Binpack, Spread, Fragmentation}
 
 // PlacerFactories maps a policy to the constructor of its placer. A plugin builds one
-// placer per policy (newPlacers), so that a pod's GPU-level choice and the profile's
+// placer per policy (NewPlacers), so that a pod's GPU-level choice and the profile's
 // node-level one share what the policy learns.
 var PlacerFactories = map[Policy]func(workload *WorkloadModel) Placer{
 	Binpack:       func(*WorkloadModel) Placer { return binpack{} },

@@ -10,7 +10,7 @@ import (
 // model-constrained pods are expected to need.
 //
 // Fragmentation measures a node only against the shapes that may use its GPUs
-// (fragStats), so it does not see that a pod able to run anywhere takes, on a node of
+// (FragStats), so it does not see that a pod able to run anywhere takes, on a node of
 // a model that other pods require, capacity those pods cannot find elsewhere: on the
 // FGD paper's gpuspec workloads a third of the GPU pods require a model, half of them
 // a T4, whose pods alone ask more than the cluster's T4s hold. Each placement is
@@ -202,7 +202,7 @@ func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 }
 
 // PressureNow is the window's model pressure, computed again once as many pods have
-// been observed as the window held when it was last computed, at most pressureEvery
+// been observed as the window held when it was last computed, at most PressureEvery
 // (a window still filling is followed closely); nil while no pod of the window has a
 // model selection.
 func (w *WorkloadModel) PressureNow() *modelPressure {

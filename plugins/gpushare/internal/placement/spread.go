@@ -48,7 +48,7 @@ func (spread) ScoreNode(_ *PodInfo, a *Allocation, _ fwk.NodeInfo, _ *FitScale, 
 	return clampScore(int64(score + 0.5))
 }
 
-// ScoreHostOnly is never called: hostOnlyPod is nil, so PreScore skips such pods.
+// ScoreHostOnly is never called: HostOnlyPod is nil, so PreScore skips such pods.
 func (spread) ScoreHostOnly(*Cache, *PodInfo, fwk.NodeInfo, *FitScale, *Weights) int64 { return 0 }
 
 func (spread) ScoreExtensions() fwk.ScoreExtensions { return nil }

@@ -5,7 +5,7 @@ import (
 )
 
 // Device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
-// in MIG mode. Devices are immutable once a nodeModel is built.
+// in MIG mode. Devices are immutable once a NodeModel is built.
 type Device struct {
 	UUID      string
 	Index     int // NVML index of the physical GPU
@@ -39,7 +39,7 @@ type DeviceHot struct {
 	kind uint16
 }
 
-// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
+// maxDeviceKind caps DeviceHot.kind; the devices it is compared for are the first 64.
 const maxDeviceKind = 1<<16 - 1
 
 // NodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
