@@ -44,14 +44,28 @@ config() {
 	chmod 644 "$ROOT/etc/cuda-hook.conf"
 }
 t() {
-	LD_PRELOAD="$PRELOAD" "$T" "$@"
+	LD_PRELOAD="$PRELOAD" "$T" "$@" || return
 	pass=$((pass + 1))
+}
+# timed <command...>: a check of a share measured over wall time, which a loaded
+# machine (CI's two cores, other builds) can push past its margin by descheduling the
+# program at the wrong moment. It gets three tries: the faults these checks are for
+# miss on every try (billing another context's turns: 22.5 % where 25 is wanted),
+# noise on one.
+timed() {
+	for try in 1 2 3; do
+		if "$@"; then
+			return 0
+		fi
+		[ $try = 3 ] || echo "   (measured over wall time on a loaded machine: try $((try + 1)) of 3)"
+	done
+	return 1
 }
 # tenv <NAME=value> <scenario...>: t with one more variable in the environment.
 tenv() {
 	v=$1
 	shift
-	env "$v" LD_PRELOAD="$PRELOAD" "$T" "$@"
+	env "$v" LD_PRELOAD="$PRELOAD" "$T" "$@" || return
 	pass=$((pass + 1))
 }
 
@@ -278,17 +292,18 @@ limits 0 "$U1 81920 50 0"
 t pace-procs 2 50 0.8                  # two processes of one container share its 50%
 t light 50 0.6                         # a program needing 20% is not slowed at 50%
 limits 0 "$U1 81920 15 0"
-t light 15 0.8                         # held at 15%, it gets 15%: its host time is not owed
+timed t light 15 0.8                   # held at 15%, it gets 15%: its host time is not owed
 limits 0 "$U1 81920 30 0"
 # Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
-tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
+timed tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
 # Two containers at 30/70 on one GPU that runs them in 2 ms turns (the fake's
 # FAKE_CUDA_SHARED_GPU), and two at 50/50: each gets its share (4 points allowed for
 # a loaded machine; billing the other's turns gave 25 / 65.5).
 rm -rf "$ROOT/run/tessera"
 config "allow-env-limits yes"
-for pair in "30 0 70 30" "50 0 50 50"; do
-	set -- $pair
+# pair <cores a> <phase a> <cores b> <phase b>: both tenants at once; fails if either
+# misses its share.
+pair() {
 	printf 'version 1\ncgroup /pair/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $1 $2 >"$ROOT/a.limits"
 	printf 'version 1\ncgroup /pair/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $3 $4 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
@@ -296,8 +311,14 @@ for pair in "30 0 70 30" "50 0 50 50"; do
 	a=$!
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $3 2 &
 	b=$!
-	wait $a
-	wait $b
+	ra=0
+	rb=0
+	wait $a || ra=$?
+	wait $b || rb=$?
+	[ $ra = 0 ] && [ $rb = 0 ]
+}
+for p in "30 0 70 30" "50 0 50 50"; do
+	timed pair $p
 	pass=$((pass + 2))
 done
 mkdir -p "$ROOT/run/tessera"

@@ -272,25 +272,33 @@ func TestUnresponsiveDaemonIsKilledAndRestarted(t *testing.T) {
 	waitFor(t, "recovered", func() bool { return h.status("GPU-a").Up && len(h.eventsOf(Recovered)) == 1 })
 }
 
-func TestAdoptsARunningDaemon(t *testing.T) {
-	root := shortDir(t)
-	pipe := filepath.Join(root, "GPU-a", "pipe")
-	logDir := filepath.Join(root, "GPU-a", "log")
+// leftDaemon starts a fake control daemon for gpu under root, as an earlier agent
+// process would have left it, and waits for its pid file. exited is closed when it
+// ends.
+func leftDaemon(t *testing.T, root, gpu string) (cmd *exec.Cmd, exited chan struct{}) {
+	t.Helper()
+	pipe, logDir := filepath.Join(root, gpu, "pipe"), filepath.Join(root, gpu, "log")
 	for _, d := range []string{pipe, logDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A daemon left by an earlier agent process.
-	cmd := exec.Command(os.Args[0], "-f")
-	cmd.Env = append(os.Environ(), fakeEnv+"=1", "CUDA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir)
+	cmd = exec.Command(os.Args[0], "-f")
+	cmd.Env = append(os.Environ(), fakeEnv+"=1", "CUDA_VISIBLE_DEVICES="+gpu, "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
+	exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
+	return cmd, exited
+}
+
+func TestAdoptsARunningDaemon(t *testing.T) {
+	root := shortDir(t)
+	// A daemon left by an earlier agent process.
+	cmd, exited := leftDaemon(t, root, "GPU-a")
 
 	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
@@ -525,21 +533,7 @@ func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 // A daemon left for a GPU that is no longer served in mps mode is sent quit.
 func TestOrphanDaemonIsSentQuit(t *testing.T) {
 	root := shortDir(t)
-	pipe, logDir := filepath.Join(root, "GPU-old", "pipe"), filepath.Join(root, "GPU-old", "log")
-	for _, d := range []string{pipe, logDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(os.Args[0], "-f")
-	cmd.Env = append(os.Environ(), fakeEnv+"=1", "CUDA_VISIBLE_DEVICES=GPU-old", "CUDA_MPS_PIPE_DIRECTORY="+pipe, "CUDA_MPS_LOG_DIRECTORY="+logDir)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor(t, "pid file", func() bool { _, err := os.Stat(filepath.Join(pipe, PidFile)); return err == nil })
+	_, exited := leftDaemon(t, root, "GPU-old")
 	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
 		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
 	if err != nil {
@@ -554,7 +548,7 @@ func TestOrphanDaemonIsSentQuit(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the orphan daemon was not sent quit")
 	}
-	if log, _ := os.ReadFile(filepath.Join(logDir, "control.log")); !strings.Contains(string(log), "quit") {
+	if log, _ := os.ReadFile(filepath.Join(root, "GPU-old", "log", "control.log")); !strings.Contains(string(log), "quit") {
 		t.Errorf("orphan daemon's log %q", log)
 	}
 	waitFor(t, "GPU-a up", func() bool { return s.Status()[0].Up })
