@@ -14,26 +14,24 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)
-// and at the GPU level (which GPUs of the chosen node).
-type Policy string
+// and at the GPU level (which GPUs of the chosen node); the placers live in
+// internal/placement.
+type Policy = placement.Policy
 
+// The placement policies (internal/placement: binpack.go, spread.go, fragmentation.go).
 const (
-	// Binpack fills the most-used node (or GPU) that still fits, keeping whole GPUs
-	// and whole nodes free for large requests.
-	Binpack Policy = "Binpack"
-	// Spread places on the least-used node (or GPU), minimising contention.
-	Spread Policy = "Spread"
-	// Fragmentation places where the pod makes the least GPU capacity unusable for the
-	// recent mix of GPU pods (fragmentation gradient descent; see fragmentation.go).
-	Fragmentation Policy = "Fragmentation"
+	Binpack       = placement.Binpack
+	Spread        = placement.Spread
+	Fragmentation = placement.Fragmentation
 )
 
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range policies {
+	for _, p := range placement.Policies {
 		if strings.EqualFold(s, string(p)) {
 			return p, nil
 		}
@@ -158,7 +156,7 @@ func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 		a.MaxTenantsPerGPU = defaultMaxTenants
 	}
 	if a.FragmentationWindow == 0 {
-		a.FragmentationWindow = defaultFragmentationWindow
+		a.FragmentationWindow = placement.DefaultFragmentationWindow
 	}
 	if a.ResourceNames == nil {
 		domain := a.ResourceDomain
@@ -188,8 +186,8 @@ func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if _, ok := placerFactories[f.v]; !ok {
-			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, policies))
+		if _, ok := placement.PlacerFactories[f.v]; !ok {
+			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, placement.Policies))
 		}
 	}
 	weightsSet := true

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -173,7 +174,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c := NewCache()
+		c := placement.NewCache()
 		for n := 0; n < nodes; n++ {
 			c.SetInventory(fmt.Sprintf("node-%d", n), raw[n])
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -16,7 +17,7 @@ import (
 // TestConcurrentAssumeNeverOverGrants races many Assume, Forget and informer updates
 // on one node and checks the invariant that matters: grants on a GPU never exceed it.
 func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	inv := pcieInventory("n", 4, "Tesla T4", t4Mem)
 	c.SetInventory("n", mustEncode(t, inv))
 	const workers, perWorker = 8, 200
@@ -28,7 +29,7 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 			rng := rand.New(rand.NewSource(int64(w)))
 			for i := 0; i < perWorker; i++ {
 				pod := makePod(fmt.Sprintf("w%d-%d", w, i), nil, ctr{name: "c", gpu: "1"})
-				g := []grant{{uuid: fmt.Sprintf("GPU-n-%d", rng.Intn(4)), memMiB: int64(1000 + rng.Intn(6000)), cores: rng.Intn(40)}}
+				g := []placement.Grant{{UUID: fmt.Sprintf("GPU-n-%d", rng.Intn(4)), MemMiB: int64(1000 + rng.Intn(6000)), Cores: rng.Intn(40)}}
 				if err := c.Assume(pod, "n", g, 10); err != nil {
 					continue
 				}
@@ -53,14 +54,14 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 	}
 	// Recomputing from the records gives the same figures: the incremental
 	// accounting never drifted.
-	e := c.existing("n")
-	before := append([]usage(nil), e.used...)
-	e.mu.Lock()
-	e.recomputeLocked()
-	e.mu.Unlock()
+	e := c.Existing("n")
+	before := append([]placement.Usage(nil), e.Used...)
+	e.Mu.Lock()
+	e.RecomputeLocked()
+	e.Mu.Unlock()
 	for i := range before {
-		if before[i] != e.used[i] {
-			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.used[i])
+		if before[i] != e.Used[i] {
+			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.Used[i])
 		}
 	}
 }
@@ -80,7 +81,7 @@ func TestStaleHeartbeat(t *testing.T) {
 		{time.Time{}, 0, false},
 		{now.Add(time.Minute), 5 * time.Minute, false}, // the agent's clock ahead of ours
 	} {
-		if _, old := stale(c.heartbeat, c.limit, now); old != c.old {
+		if _, old := placement.Stale(c.heartbeat, c.limit, now); old != c.old {
 			t.Errorf("stale(%v, %v) = %v, want %v", c.heartbeat, c.limit, old, c.old)
 		}
 	}
@@ -90,10 +91,10 @@ func TestStaleHeartbeat(t *testing.T) {
 // usage (Filter, Reserve) must never see the pod's GPU free in between. It did, and a
 // pod placed on that GPU then failed Reserve and waited minutes for a retry (B2).
 func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	c.SetInventory("n", mustEncode(t, pcieInventory("n", 1, "Tesla T4", t4Mem)))
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1"})
-	g := []grant{{uuid: "GPU-n-0", memMiB: t4Mem, cores: 100}}
+	g := []placement.Grant{{UUID: "GPU-n-0", MemMiB: t4Mem, Cores: 100}}
 	bound := bindPod(t, makePod("p", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", t4Mem, 100, 0))
 	bound.UID = pod.UID
 	if err := c.Assume(pod, "n", g, 10); err != nil {
@@ -112,9 +113,9 @@ func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
 				return
 			default:
 			}
-			_, used := c.view(node, nil)
+			_, used := c.View(node, nil)
 			reads++
-			if used[0].memMiB != t4Mem {
+			if used[0].MemMiB != t4Mem {
 				freeSeen++
 			}
 		}

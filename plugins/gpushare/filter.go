@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -23,38 +24,38 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	if node == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	var buf [16]usage
-	e, v, used := pl.cache.entryView(node, buf[:0])
+	var buf [16]placement.Usage
+	e, v, used := pl.cache.EntryView(node, buf[:0])
 	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
 	// The node's kept fragmentation measure (nil unless a placer learned shapes for
 	// the pod) serves one-container pods on the node as the cache has it, not under
 	// preemption's what-if changes.
-	var base *fragStats
-	gen := v.usageGen // what the allocation is made against (0: a what-if)
+	var base *placement.FragStats
+	gen := v.UsageGen // what the allocation is made against (0: a what-if)
 	if d := s.overlay[node.Name]; d != nil {
-		applyDelta(v.model, used, d, pl.cache, node.Name)
+		applyDelta(v.Model, used, d, pl.cache, node.Name)
 		gen = 0
-	} else if len(s.info.order) == 1 {
-		base = e.fragBase(&v, used, s.info, &pl.w)
+	} else if len(s.info.Order) == 1 {
+		base = e.FragBase(&v, used, s.info, &pl.w)
 	}
-	if fail := e.keep(s.id, gen, v.model, used, s.info, &pl.w, base); fail != nil {
-		return fail.status()
+	if fail := e.Keep(s.id, gen, v.Model, used, s.info, &pl.w, base); fail != nil {
+		return fail.Status()
 	}
 	return nil
 }
 
 // usable rejects nodes whose inventory is missing, malformed or stale at now, and
 // nodes whose agent refuses GPU containers for want of a requirement.
-func (pl *Plugin) usable(v *nodeView, now time.Time) *fwk.Status {
-	if v.model == nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.invErr.Error())
+func (pl *Plugin) usable(v *placement.NodeView, now time.Time) *fwk.Status {
+	if v.Model == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.InvErr.Error())
 	}
-	if v.reqErr != nil {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.reqErr.Error())
+	if v.ReqErr != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.ReqErr.Error())
 	}
-	if age, old := stale(v.heartbeat, pl.staleness, now); old {
+	if age, old := placement.Stale(v.Heartbeat, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"node's GPU inventory is stale: last heartbeat %s ago, limit %s; check the Tessera node agent on this node",
 			age.Round(1e9), pl.staleness))

@@ -17,6 +17,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 func fragArgs() *TesseraGPUShareArgs {
@@ -95,12 +96,12 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
 	// the best-fit term charges what is left: one GPU of the largest node's two,
 	// weighted ½ (the test nodes publish no CPU).
-	wantHoley := int64(math.Round(fragScale * (0.5*20/21 - fragFitWeight*0.5*1/2)))
+	wantHoley := int64(math.Round(placement.FragScale * (0.5*20/21 - placement.FragFitWeight*0.5*1/2)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/placement.FragStep) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -131,51 +132,51 @@ func TestFragmentationMultiGPU(t *testing.T) {
 }
 
 func TestWorkloadModelWindow(t *testing.T) {
-	w := newWorkloadModel(3)
-	s := func(pct int) fragShape {
-		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, order: []int{0}}
-		return shapeOf(info)
+	w := placement.NewWorkloadModel(3)
+	s := func(pct int) placement.FragShape {
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
+		return placement.ShapeOf(info)
 	}
-	w.observe("a", s(10))
-	w.observe("a", s(10)) // a retry is not counted twice
-	w.observe("b", s(20))
-	w.observe("c", s(20))
-	wl := w.snapshot()
-	got := wl.shapes
-	if len(got) != 2 || got[0].c.MemoryPercent != 20 || math.Abs(wl.terms[0].weight-2.0/3) > 1e-9 {
-		t.Fatalf("snapshot %+v, terms %+v", got, wl.terms)
+	w.Observe("a", s(10))
+	w.Observe("a", s(10)) // a retry is not counted twice
+	w.Observe("b", s(20))
+	w.Observe("c", s(20))
+	wl := w.Snapshot()
+	got := wl.Shapes
+	if len(got) != 2 || got[0].C.MemoryPercent != 20 || math.Abs(wl.Terms[0].Weight-2.0/3) > 1e-9 {
+		t.Fatalf("snapshot %+v, terms %+v", got, wl.Terms)
 	}
-	w.observe("d", s(30)) // evicts "a"
-	wl = w.snapshot()
-	got = wl.shapes
+	w.Observe("d", s(30)) // evicts "a"
+	wl = w.Snapshot()
+	got = wl.Shapes
 	total := 0.0
 	for k, x := range got {
-		total += wl.terms[k].weight
-		if x.c.MemoryPercent == 10 {
+		total += wl.Terms[k].Weight
+		if x.C.MemoryPercent == 10 {
 			t.Errorf("evicted shape still present: %+v", got)
 		}
 	}
 	if math.Abs(total-1) > 1e-9 || len(got) != 2 {
 		t.Errorf("weights %v", got)
 	}
-	w.observe("a", s(10)) // "a" left the window, so it counts again
-	if len(w.snapshot().shapes) != 3 {
-		t.Errorf("re-observed pod not counted: %+v", w.snapshot().shapes)
+	w.Observe("a", s(10)) // "a" left the window, so it counts again
+	if len(w.Snapshot().Shapes) != 3 {
+		t.Errorf("re-observed pod not counted: %+v", w.Snapshot().Shapes)
 	}
 	// 100 shapes that differ only in CPU: the top ones are kept.
-	many := newWorkloadModel(1000)
+	many := placement.NewWorkloadModel(1000)
 	for i := 0; i < 100; i++ {
-		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, order: []int{0}, cpuMilli: int64(1000 * (i + 1))}
-		many.observe(types.UID(fmt.Sprint(i)), shapeOf(info))
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
+		many.Observe(types.UID(fmt.Sprint(i)), placement.ShapeOf(info))
 	}
-	if n := len(many.snapshot().shapes); n != maxFragShapes {
-		t.Errorf("%d shapes kept, want %d", n, maxFragShapes)
+	if n := len(many.Snapshot().Shapes); n != placement.MaxFragShapes {
+		t.Errorf("%d shapes kept, want %d", n, placement.MaxFragShapes)
 	}
 	// A rare GPU request beyond the top shapes is still represented.
-	many.observe("big", shapeOf(&podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, order: []int{0}}))
+	many.Observe("big", placement.ShapeOf(&placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
 	found := false
-	for _, x := range many.snapshot().shapes {
-		found = found || x.c.GPUs == 8
+	for _, x := range many.Snapshot().Shapes {
+		found = found || x.C.GPUs == 8
 	}
 	if !found {
 		t.Error("the 8-GPU shape was dropped")
@@ -184,7 +185,7 @@ func TestWorkloadModelWindow(t *testing.T) {
 
 func TestFragmentationArgs(t *testing.T) {
 	a, err := DecodeArgs(fragArgs(), Defaults{})
-	if err != nil || a.FragmentationWindow != defaultFragmentationWindow {
+	if err != nil || a.FragmentationWindow != placement.DefaultFragmentationWindow {
 		t.Fatalf("%+v %v", a, err)
 	}
 	if p, err := ParsePolicy("fragmentation"); err != nil || p != Fragmentation {
@@ -201,10 +202,10 @@ func TestFragmentationArgs(t *testing.T) {
 // devices placed on; that must equal measuring the whole node again.
 func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
-	m := e.pl.cache.existing("n").model
+	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(7))
-	var shapes []fragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 12; k++ {
 		g := 1
@@ -212,33 +213,33 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 			g = 2 + rng.Intn(3)
 		}
 		pct := int64(5 + rng.Intn(95))
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
 		weights = append(weights, 1.0/12)
 	}
-	wl := newFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	for trial := 0; trial < 500; trial++ {
-		used := make([]usage, len(m.devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = usage{memMiB: m.devices[i].memoryMiB * pct / 100, cores: int(pct), tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, order: []int{0}, device: binpack{}}
-		a, fail := allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: placement.PlacerFactories[Binpack](nil)}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
-		got := newFragStats(m, used, wl, w).placed(m, a, wl, w)
-		want := newFragStats(m, a.used, wl, w)
-		if math.Abs(got.value(wl, nil)-want.value(wl, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
-			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.value(wl, nil), got.total, want.value(wl, nil), want.total)
+		got := placement.NewFragStats(m, used, wl, w).Placed(m, a, wl, w)
+		want := placement.NewFragStats(m, a.Used, wl, w)
+		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 || math.Abs(got.Total-want.Total) > 1e-9 {
+			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.Total, want.Value(wl, nil), want.Total)
 		}
-		for k := range wl.classes {
-			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] {
-				t.Fatalf("trial %d class %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
+		for k := range wl.Classes {
+			if got.Fits[k] != want.Fits[k] || got.Mask[k] != want.Mask[k] {
+				t.Fatalf("trial %d class %d: fits %d/%b, measured again %d/%b", trial, k, got.Fits[k], got.Mask[k], want.Fits[k], want.Mask[k])
 			}
 		}
 	}
@@ -257,15 +258,15 @@ func hostNode(t *testing.T, name string, gpus int, cpu string) *v1.Node {
 }
 
 func TestWorkloadFeed(t *testing.T) {
-	m := &nodeModel{hot: []deviceHot{{memoryMiB: 16000, healthy: true}}}
-	w := &weights{memory: 1, cores: 1}
-	shapes := []fragShape{
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30},                // a whole GPU
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30}, // half of one
+	m := &placement.NodeModel{Hot: []placement.DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
+	w := &placement.Weights{Memory: 1, Cores: 1}
+	shapes := []placement.FragShape{
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, CPUMilli: 12000, MemBytes: 48 << 30},                // a whole GPU
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, CPUMilli: 6000, MemBytes: 24 << 30}, // half of one
 	}
-	r := workloadFeed(newFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
+	r := placement.WorkloadFeed(placement.NewFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
 	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
-	if math.Abs(r.cpuMilli-12000) > 1e-6 || math.Abs(r.memBytes-float64(48<<30)) > 1 {
+	if math.Abs(r.CPUMilli-12000) > 1e-6 || math.Abs(r.MemBytes-float64(48<<30)) > 1 {
 		t.Fatalf("feed %+v, want 12000 millicores and 48 GiB per GPU", r)
 	}
 	for _, tc := range []struct {
@@ -280,11 +281,11 @@ func TestWorkloadFeed(t *testing.T) {
 		{2, -5000, 400 << 30, 2, "CPU overcommitted"},
 		{0, 0, 0, 0, "no free GPU"},
 	} {
-		if got := r.unfed(tc.free, tc.cpu, tc.mem); math.Abs(got-tc.want) > 1e-9 {
+		if got := r.Unfed(tc.free, tc.cpu, tc.mem); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("%s: unfed = %v, want %v", tc.what, got, tc.want)
 		}
 	}
-	if got := workloadFeed(nil, m, w).unfed(8, 0, 0); got != 0 {
+	if got := placement.WorkloadFeed(nil, m, w).Unfed(8, 0, 0); got != 0 {
 		t.Errorf("no workload learned: unfed = %v, want 0", got)
 	}
 }
@@ -319,18 +320,18 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 // A class's eligibility (with its fast path for classes without a model selection)
 // agrees with the pod selection it was learned from, on MIG and whole devices.
 func TestFragShapeEligibleMatchesPod(t *testing.T) {
-	m := &nodeModel{
-		devices: []device{{model: "NVIDIA H100 80GB HBM3"}, {model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", mig: true}, {model: "Tesla T4"}},
-		hot:     []deviceHot{{}, {mig: true}, {}},
+	m := &placement.NodeModel{
+		Devices: []placement.Device{{Model: "NVIDIA H100 80GB HBM3"}, {Model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MIG: true}, {Model: "Tesla T4"}},
+		Hot:     []placement.DeviceHot{{}, {MIG: true}, {}},
 	}
 	for _, sel := range []struct{ include, exclude []string }{
 		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
 	} {
-		p := podInfo{modelInclude: sel.include, modelExclude: sel.exclude}
-		s := fragClass{modelInclude: sel.include, modelExclude: sel.exclude}
-		for i := range m.devices {
-			if got, want := s.eligibleAt(m, i), p.eligible(&m.devices[i]); got != want {
-				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.devices[i].model, got, want)
+		p := placement.PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		s := placement.FragClass{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		for i := range m.Devices {
+			if got, want := s.EligibleAt(m, i), p.Eligible(&m.Devices[i]); got != want {
+				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].Model, got, want)
 			}
 		}
 	}
@@ -351,12 +352,12 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 			}
 		}
 	}
-	check := func(step string) *fragStats {
+	check := func(step string) *placement.FragStats {
 		t.Helper()
-		wl := e.pl.workload.snapshot()
-		ent, v, used := c.entryView(e.nodes[0], nil)
-		got := ent.fragBase(&v, used, &podInfo{frag: wl}, w)
-		want := newFragStats(v.model, used, wl, w)
+		wl := e.pl.workload.Snapshot()
+		ent, v, used := c.EntryView(e.nodes[0], nil)
+		got := ent.FragBase(&v, used, &placement.PodInfo{Frag: wl}, w)
+		want := placement.NewFragStats(v.Model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
 		}
@@ -371,7 +372,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 
 	pod := makePod("placed", nil, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
-	if err := c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).grants, 10); err != nil {
+	if err := c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).Grants, 10); err != nil {
 		t.Fatal(err)
 	}
 	if check("after Assume") == first {
@@ -391,11 +392,11 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	// The same shapes in another order, then a new shape of a known GPU request (other
 	// host requests): the kept measure serves both.
 	kept := check("before the shapes change")
-	before := e.pl.workload.snapshot()
+	before := e.pl.workload.Snapshot()
 	learn("c2", 4, ctr{name: "c", gpu: "2", cores: "100"})
-	after := e.pl.workload.snapshot()
-	if after.gen != before.gen || after.shapes[0].key == before.shapes[0].key {
-		t.Fatalf("shapes %v (generation %d) then %v (%d): want the same classes, another order", before.shapes, before.gen, after.shapes, after.gen)
+	after := e.pl.workload.Snapshot()
+	if after.Gen != before.Gen || after.Shapes[0].Key == before.Shapes[0].Key {
+		t.Fatalf("shapes %v (generation %d) then %v (%d): want the same classes, another order", before.Shapes, before.Gen, after.Shapes, after.Gen)
 	}
 	if check("after the shapes' order changed") != kept {
 		t.Error("the node was measured again for the same GPU requests in another order")
@@ -405,15 +406,15 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), host, nil); !st.IsSuccess() {
 		t.Fatal(st)
 	}
-	if wl := e.pl.workload.snapshot(); wl.gen != after.gen || len(wl.shapes) != len(after.shapes)+1 {
-		t.Fatalf("a shape of a known GPU request: %d shapes, generation %d; want %d shapes, generation %d", len(wl.shapes), wl.gen, len(after.shapes)+1, after.gen)
+	if wl := e.pl.workload.Snapshot(); wl.Gen != after.Gen || len(wl.Shapes) != len(after.Shapes)+1 {
+		t.Fatalf("a shape of a known GPU request: %d shapes, generation %d; want %d shapes, generation %d", len(wl.Shapes), wl.Gen, len(after.Shapes)+1, after.Gen)
 	}
 	if check("after a new shape of a known GPU request") != kept {
 		t.Error("the node was measured again for a shape of a known GPU request")
 	}
 	learn("d", 1, ctr{name: "c", gpu: "1", pct: "5", cores: "5"})
-	if wl := e.pl.workload.snapshot(); wl.gen == after.gen {
-		t.Fatalf("a new GPU request kept the class generation %d", wl.gen)
+	if wl := e.pl.workload.Snapshot(); wl.Gen == after.Gen {
+		t.Fatalf("a new GPU request kept the class generation %d", wl.Gen)
 	}
 	if check("after a new GPU request") == kept {
 		t.Error("the measure of the old GPU requests was kept for a new one")
@@ -429,8 +430,8 @@ func TestFragBaseConcurrent(t *testing.T) {
 	c, w := e.pl.cache, &e.pl.w
 	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
 	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
-	wl := e.pl.workload.snapshot()
-	p := &podInfo{frag: wl}
+	wl := e.pl.workload.Snapshot()
+	p := &placement.PodInfo{Frag: wl}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -439,22 +440,22 @@ func TestFragBaseConcurrent(t *testing.T) {
 			for i := 0; i < 200; i++ {
 				if g == 0 {
 					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1"})
-					if c.Assume(pod, "n", recordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).grants, 10) == nil && i%2 == 0 {
+					if c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
 						c.Forget(pod.UID)
 					}
 					continue
 				}
-				ent, v, used := c.entryView(e.nodes[0], nil)
-				if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, wl, w)) {
-					t.Errorf("measure of usage generation %d differs from the node's", v.usageGen)
+				ent, v, used := c.EntryView(e.nodes[0], nil)
+				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, placement.NewFragStats(v.Model, used, wl, w)) {
+					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
 					return
 				}
 			}
 		}(g)
 	}
 	wg.Wait()
-	ent, v, used := c.entryView(e.nodes[0], nil)
-	if st := ent.fragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.model, used, wl, w)) {
+	ent, v, used := c.EntryView(e.nodes[0], nil)
+	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, placement.NewFragStats(v.Model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
 	}
 }
@@ -466,40 +467,40 @@ func TestFragBaseConcurrent(t *testing.T) {
 // the device pick's measure after placing is bit for bit the node-level score's.
 func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
-	m := e.pl.cache.existing("n").model
+	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(11))
-	var shapes []fragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 20; k++ {
 		g, pct := 1, 5+5*rng.Intn(19)
 		if k%7 == 6 {
 			g, pct = 2+rng.Intn(3), 100
 		}
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
-			cpuMilli: int64(1000 * (1 + rng.Intn(4)))})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
+			CPUMilli: int64(1000 * (1 + rng.Intn(4)))})
 		weights = append(weights, float64(1+rng.Intn(5))/60)
 	}
-	wl := newFragWorkload(shapes, weights)
-	if len(wl.classes) >= len(shapes) {
-		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.classes), len(shapes))
+	wl := placement.NewFragWorkload(shapes, weights)
+	if len(wl.Classes) >= len(shapes) {
+		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.Classes), len(shapes))
 	}
 	// perShape is the fragmentation of the node under used, shape by shape.
-	perShape := func(used []usage) float64 {
+	perShape := func(used []placement.Usage) float64 {
 		var total, f float64
-		for i := range m.devices {
-			total += deviceFree(m, used, i, w)
+		for i := range m.Devices {
+			total += placement.DeviceFree(m, used, i, w)
 		}
 		for k := range shapes {
 			fit, small := 0, 0.0
-			for i := range m.devices {
-				if shapeFits(m, used, &shapes[k].fragClass, i, w) {
+			for i := range m.Devices {
+				if placement.ShapeFits(m, used, &shapes[k].FragClass, i, w) {
 					fit++
 				} else {
-					small += deviceFree(m, used, i, w)
+					small += placement.DeviceFree(m, used, i, w)
 				}
 			}
-			if fit < shapes[k].c.GPUs {
+			if fit < shapes[k].C.GPUs {
 				f += weights[k] * total
 			} else {
 				f += weights[k] * small
@@ -509,34 +510,34 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	}
 	c := &api.ContainerRequest{GPUs: 1, MemoryPercent: 10, Cores: 10}
 	for trial := 0; trial < 300; trial++ {
-		used := make([]usage, len(m.devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(95))
-				used[i] = usage{memMiB: m.devices[i].memoryMiB * pct / 100, cores: int(pct), tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
-		st := newFragStats(m, used, wl, w)
-		if got, want := st.value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
+		st := placement.NewFragStats(m, used, wl, w)
+		if got, want := st.Value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
 			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
 		}
-		for i := range m.devices {
-			if !fits(m, used, c, i, w.maxTenants) {
+		for i := range m.Devices {
+			if !placement.Fits(m, used, c, i, w.MaxTenants) {
 				continue
 			}
-			after := append([]usage(nil), used...)
-			after[i].memMiB += c.MemoryOn(m.devices[i].memoryMiB)
-			after[i].cores += c.Cores
-			after[i].tenants++
-			got, total := fragAfter(m, used, st, wl, c, i, w)
+			after := append([]placement.Usage(nil), used...)
+			after[i].MemMiB += c.MemoryOn(m.Devices[i].MemoryMiB)
+			after[i].Cores += c.Cores
+			after[i].Tenants++
+			got, total := placement.FragAfter(m, used, st, wl, c, i, w)
 			if want := perShape(after); math.Abs(got-want) > 1e-12 {
 				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
 			}
 			// Score takes the pick's figures for what placedInto and value give: they
 			// must be the same bits.
-			placed := st.placed(m, &allocation{placements: []placement{{devices: []int{i}}}, used: after}, wl, w)
-			if v := placed.value(wl, nil); got != v || total != placed.total {
-				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.total)
+			placed := st.Placed(m, &placement.Allocation{Placements: []placement.Placement{{Devices: []int{i}}}, Used: after}, wl, w)
+			if v := placed.Value(wl, nil); got != v || total != placed.Total {
+				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.Total)
 			}
 		}
 	}
@@ -593,17 +594,17 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ni := range feasible {
-			e.pl.cache.existing(ni.Node().Name).withKept(s.id, func(a *allocation) {
-				kept := a.measured
-				got := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
-				a.measured.picked = false
-				want := e.pl.node.scoreNode(s, a, ni, s.fit, &e.pl.w)
-				a.measured = kept
+			e.pl.cache.Existing(ni.Node().Name).WithKept(s.id, func(a *placement.Allocation) {
+				kept := a.Measured
+				got := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
+				a.Measured.Picked = false
+				want := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
+				a.Measured = kept
 				if got != want {
 					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
 				}
-				cpu, mem := hostFree(ni)
-				if kept.picked && s.info.frag.maxCPUMilli <= cpu-s.info.cpuMilli && s.info.frag.maxMemBytes <= mem-s.info.memBytes {
+				cpu, mem := placement.HostFree(ni)
+				if kept.Picked && s.info.Frag.MaxCPUMilli <= cpu-s.info.CPUMilli && s.info.Frag.MaxMemBytes <= mem-s.info.MemBytes {
 					fast++
 				} else {
 					slow++
@@ -622,23 +623,23 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 // same weights, and the classes and their generation must follow the shapes.
 func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
-	w := newWorkloadModel(300)
-	reference := func() ([]fragShape, []float64) {
-		var all []*shapeCount
-		for _, c := range w.counts {
+	w := placement.NewWorkloadModel(300)
+	reference := func() ([]placement.FragShape, []float64) {
+		var all []*placement.ShapeCount
+		for _, c := range w.Counts {
 			all = append(all, c)
 		}
 		sort.Slice(all, func(i, j int) bool {
-			if all[i].n != all[j].n {
-				return all[i].n > all[j].n
+			if all[i].N != all[j].N {
+				return all[i].N > all[j].N
 			}
-			return all[i].shape.key < all[j].shape.key
+			return all[i].Shape.Key < all[j].Shape.Key
 		})
-		if len(all) > maxFragShapes {
+		if len(all) > placement.MaxFragShapes {
 			seen := map[string]bool{}
-			var kept []*shapeCount
+			var kept []*placement.ShapeCount
 			for i, c := range all {
-				if g := c.shape.gpuKey(); i < maxFragShapes || (!seen[g] && len(kept) < maxSnapshotShapes) {
+				if g := c.Shape.GPUKey(); i < placement.MaxFragShapes || (!seen[g] && len(kept) < placement.MaxSnapshotShapes) {
 					kept, seen[g] = append(kept, c), true
 				}
 			}
@@ -646,45 +647,45 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		}
 		total := 0
 		for _, c := range all {
-			total += c.n
+			total += c.N
 		}
-		out, weights := make([]fragShape, len(all)), make([]float64, len(all))
+		out, weights := make([]placement.FragShape, len(all)), make([]float64, len(all))
 		for i, c := range all {
-			out[i] = c.shape
-			weights[i] = float64(c.n) / float64(total)
+			out[i] = c.Shape
+			weights[i] = float64(c.N) / float64(total)
 		}
 		return out, weights
 	}
-	var prev *fragWorkload
+	var prev *placement.FragWorkload
 	for i := 0; i < 5000; i++ {
 		g, pct := 1, 5*(1+rng.Intn(20))
 		if rng.Intn(40) == 0 {
 			g, pct = 2+rng.Intn(7), 100
 		}
-		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, order: []int{0},
-			cpuMilli: int64(1000 * rng.Intn(20)), memBytes: int64(rng.Intn(8)) << 30}
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
+			CPUMilli: int64(1000 * rng.Intn(20)), MemBytes: int64(rng.Intn(8)) << 30}
 		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
-		w.observe(uid, shapeOf(info))
+		w.Observe(uid, placement.ShapeOf(info))
 		if rng.Intn(3) == 0 {
 			continue // several pods between snapshots
 		}
-		got := w.snapshot()
+		got := w.Snapshot()
 		want, wantWeights := reference()
-		if len(got.shapes) != len(want) {
-			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.shapes), len(want))
+		if len(got.Shapes) != len(want) {
+			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.Shapes), len(want))
 		}
 		for k := range want {
-			s := &got.shapes[k]
-			if s.key != want[k].key || got.terms[k].weight != wantWeights[k] ||
-				got.classes[s.class].gpu != s.gpu || int(got.terms[k].class) != s.class {
-				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.key, got.terms[k].weight, s.class, want[k].key, wantWeights[k])
+			s := &got.Shapes[k]
+			if s.Key != want[k].Key || got.Terms[k].Weight != wantWeights[k] ||
+				got.Classes[s.Class].GPU != s.GPU || int(got.Terms[k].Class) != s.Class {
+				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.Key, got.Terms[k].Weight, s.Class, want[k].Key, wantWeights[k])
 			}
 		}
-		if ref := newFragWorkload(want, wantWeights); !sameClasses(ref, got) {
+		if ref := placement.NewFragWorkload(want, wantWeights); !placement.SameClasses(ref, got) {
 			t.Fatalf("pod %d: classes differ from the shapes'", i)
 		}
-		if prev != nil && (got.gen == prev.gen) != sameClasses(prev, got) {
-			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.gen, prev.gen, sameClasses(prev, got))
+		if prev != nil && (got.Gen == prev.Gen) != placement.SameClasses(prev, got) {
+			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.Gen, prev.Gen, placement.SameClasses(prev, got))
 		}
 		prev = got
 	}
@@ -696,45 +697,45 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 // islands.
 func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
-	m := e.pl.cache.existing("n").model
+	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(5))
-	var shapes []fragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + 10*rng.Intn(10)
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
 		weights = append(weights, 0.1)
 	}
-	wl := newFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
 	picked := map[int]bool{}
 	for trial := 0; trial < 2000; trial++ {
-		used := make([]usage, len(m.devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
-				used[i] = usage{memMiB: m.devices[i].memoryMiB * int64(pct) / 100, cores: pct, tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
 			}
 		}
 		pct := 5 + 5*rng.Intn(8)
 		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
 		var cand []int
-		for i := range m.devices {
-			if fits(m, used, c, i, w.maxTenants) {
+		for i := range m.Devices {
+			if placement.Fits(m, used, c, i, w.MaxTenants) {
 				cand = append(cand, i)
 			}
 		}
 		if len(cand) == 0 {
 			continue
 		}
-		p := &podInfo{frag: wl}
-		got, _ := pickByFragmentation(m, used, p, c, w, cand, nil)
-		st := newFragStats(m, used, wl, w)
-		before := st.value(wl, nil)
+		p := &placement.PodInfo{Frag: wl}
+		got, _ := placement.PickByFragmentation(m, used, p, c, w, cand, nil)
+		st := placement.NewFragStats(m, used, wl, w)
+		before := st.Value(wl, nil)
 		want, wantDelta, wantPack := -1, 0.0, 0.0
 		for _, i := range cand {
-			after, _ := fragAfter(m, used, st, wl, c, i, w)
-			delta, pack := after-before, packScore(m, used, c, i, w)
+			after, _ := placement.FragAfter(m, used, st, wl, c, i, w)
+			delta, pack := after-before, placement.PackScore(m, used, c, i, w)
 			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
 				want, wantDelta, wantPack = i, delta, pack
 			}

@@ -7,6 +7,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // The plugin's metrics live in component-base's legacy registry, which kube-scheduler
@@ -146,23 +147,23 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 }
 
 // wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
-var wholeGPU = fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}}
+var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
 
 // wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
-// whole GPU cannot use (newFragStats and value for that one class, without
+// whole GPU cannot use (NewFragStats and value for that one class, without
 // allocating: the collector measures every node on every scrape). MIG instances are
 // not eligible for such pods.
-func wholeGPUFragmentation(m *nodeModel, used []usage, w *weights) (free, frag float64) {
+func wholeGPUFragmentation(m *placement.NodeModel, used []placement.Usage, w *placement.Weights) (free, frag float64) {
 	fit, eligible, small, elig := 0, 0, 0.0, 0.0
-	for i := range m.devices {
-		f := deviceFree(m, used, i, w)
+	for i := range m.Devices {
+		f := placement.DeviceFree(m, used, i, w)
 		free += f
-		if !wholeGPU.eligibleAt(m, i) {
+		if !wholeGPU.EligibleAt(m, i) {
 			continue
 		}
 		eligible++
 		elig += f
-		if shapeFits(m, used, &wholeGPU, i, w) {
+		if placement.ShapeFits(m, used, &wholeGPU, i, w) {
 			fit++
 		} else {
 			small += f
@@ -171,7 +172,7 @@ func wholeGPUFragmentation(m *nodeModel, used []usage, w *weights) (free, frag f
 	switch {
 	case eligible == 0:
 		return free, 0
-	case fit < wholeGPU.c.GPUs:
+	case fit < wholeGPU.C.GPUs:
 		return free, elig
 	}
 	return free, small
@@ -181,45 +182,45 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	pls := c.plugins()
 	// Profiles of one scheduler share a cache: count each cache once. Schedulers in
 	// one process (tests) may repeat a profile name: their figures are added.
-	var cs cacheStats
-	seen := map[*Cache]bool{}
+	var cs placement.CacheStats
+	seen := map[*placement.Cache]bool{}
 	type key struct{ profile, workload string }
 	frag := map[key]float64{}
 	free := map[string]float64{}
 	for _, pl := range pls {
 		if !seen[pl.cache] {
 			seen[pl.cache] = true
-			pl.cache.stats(&cs)
+			pl.cache.Stats(&cs)
 		}
-		learned := &podInfo{frag: pl.workload.snapshot()}
+		learned := &placement.PodInfo{Frag: pl.workload.Snapshot()}
 		var whole, fromWorkload, total float64
-		pl.cache.eachView(func(e *nodeEntry, v *nodeView, used []usage) {
-			f, wf := wholeGPUFragmentation(v.model, used, &pl.w)
+		pl.cache.EachView(func(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage) {
+			f, wf := wholeGPUFragmentation(v.Model, used, &pl.w)
 			total += f
 			whole += wf
-			if !learned.frag.empty() {
+			if !learned.Frag.Empty() {
 				// The node's kept measure where Filter has it (measured and kept
 				// here otherwise).
-				fromWorkload += e.fragBase(v, used, learned, &pl.w).value(learned.frag, nil)
+				fromWorkload += e.FragBase(v, used, learned, &pl.w).Value(learned.Frag, nil)
 			}
 		})
 		free[pl.profile] += total
 		frag[key{pl.profile, "whole_gpu"}] += whole
-		if !learned.frag.empty() {
+		if !learned.Frag.Empty() {
 			frag[key{pl.profile, "learned"}] += fromWorkload
 		}
 	}
 	gauge := func(d *metrics.Desc, v float64, labels ...string) {
 		ch <- metrics.NewLazyConstMetric(d, metrics.GaugeValue, v, labels...)
 	}
-	gauge(descCacheNodes, float64(cs.nodes))
-	gauge(descCacheGPUs, float64(cs.healthy), "healthy")
-	gauge(descCacheGPUs, float64(cs.gpus-cs.healthy), "unhealthy")
-	gauge(descCacheGrants, float64(cs.assumed), "assumed")
-	gauge(descCacheGrants, float64(cs.bound), "bound")
-	gauge(descCacheMemory, float64(cs.memMiB)*mib)
-	gauge(descCacheGrantedMemory, float64(cs.grantedMiB)*mib)
-	gauge(descCacheGrantedCores, float64(cs.grantedCores)/100)
+	gauge(descCacheNodes, float64(cs.Nodes))
+	gauge(descCacheGPUs, float64(cs.Healthy), "healthy")
+	gauge(descCacheGPUs, float64(cs.GPUs-cs.Healthy), "unhealthy")
+	gauge(descCacheGrants, float64(cs.Assumed), "assumed")
+	gauge(descCacheGrants, float64(cs.Bound), "bound")
+	gauge(descCacheMemory, float64(cs.MemMiB)*mib)
+	gauge(descCacheGrantedMemory, float64(cs.GrantedMiB)*mib)
+	gauge(descCacheGrantedCores, float64(cs.GrantedCores)/100)
 	for p, v := range free {
 		gauge(descFreeGPUs, v, p)
 	}

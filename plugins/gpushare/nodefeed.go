@@ -2,6 +2,7 @@ package gpushare
 
 import (
 	"context"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func newNodeFeed() *nodeFeed {
 
 // push queues ev on its node's shard.
 func (f *nodeFeed) push(ev nodeEvent) {
-	s := &f.shards[hashNodeName(ev.name)%uint64(len(f.shards))]
+	s := &f.shards[placement.HashNodeName(ev.name)%uint64(len(f.shards))]
 	s.mu.Lock()
 	s.queue = append(s.queue, ev)
 	s.pushed.Add(1)
@@ -62,13 +63,13 @@ func (f *nodeFeed) push(ev nodeEvent) {
 }
 
 // run applies the shards' events to c until ctx is done.
-func (f *nodeFeed) run(ctx context.Context, c *Cache) {
+func (f *nodeFeed) run(ctx context.Context, c *placement.Cache) {
 	for i := range f.shards {
 		go f.shards[i].run(ctx, c)
 	}
 }
 
-func (s *feedShard) run(ctx context.Context, c *Cache) {
+func (s *feedShard) run(ctx context.Context, c *placement.Cache) {
 	for {
 		select {
 		case <-ctx.Done():

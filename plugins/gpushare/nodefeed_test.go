@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // The feed applies each node's events in order, whatever shard they land on, and
@@ -14,7 +15,7 @@ import (
 func TestNodeFeedAppliesEachNodesEventsInOrder(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := NewCache()
+	c := placement.NewCache()
 	f := newNodeFeed()
 	const n = 300
 	inv := func(i, gpus int) string {

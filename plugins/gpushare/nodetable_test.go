@@ -9,23 +9,24 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Readers without a lock always find every node that was added and not removed,
 // never one that was removed, while a writer adds, removes and grows the table.
 func TestNodeTable(t *testing.T) {
-	var tab nodeTable
-	if tab.load("none") != nil {
+	var tab placement.NodeTable
+	if tab.Load("none") != nil {
 		t.Fatal("an empty table found a node")
 	}
 	const n = 3000
-	entries := make([]*nodeEntry, n)
+	entries := make([]*placement.NodeEntry, n)
 	for i := range entries {
-		entries[i] = &nodeEntry{name: fmt.Sprintf("node-%d", i)}
+		entries[i] = &placement.NodeEntry{Name: fmt.Sprintf("node-%d", i)}
 	}
 	// The first half is stored before the readers start and never removed.
 	for _, e := range entries[:n/2] {
-		tab.store(e)
+		tab.Store(e)
 	}
 	var stop atomic.Bool
 	var wrong atomic.Int64
@@ -36,10 +37,10 @@ func TestNodeTable(t *testing.T) {
 			defer wg.Done()
 			for k := 0; !stop.Load(); k++ {
 				e := entries[(k*7+r)%(n/2)]
-				if tab.load(e.name) != e {
+				if tab.Load(e.Name) != e {
 					wrong.Add(1)
 				}
-				if got := tab.load(fmt.Sprintf("absent-%d", k%50)); got != nil {
+				if got := tab.Load(fmt.Sprintf("absent-%d", k%50)); got != nil {
 					wrong.Add(1)
 				}
 			}
@@ -47,16 +48,16 @@ func TestNodeTable(t *testing.T) {
 	}
 	// The writer adds the second half, removes every other of it, and adds those again.
 	for _, e := range entries[n/2:] {
-		tab.store(e)
+		tab.Store(e)
 	}
 	for i := n / 2; i < n; i += 2 {
-		tab.remove(entries[i].name)
+		tab.Remove(entries[i].Name)
 	}
 	for i := n / 2; i < n; i += 2 {
-		if tab.load(entries[i].name) != nil {
-			t.Fatalf("%s found after its removal", entries[i].name)
+		if tab.Load(entries[i].Name) != nil {
+			t.Fatalf("%s found after its removal", entries[i].Name)
 		}
-		tab.store(entries[i])
+		tab.Store(entries[i])
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -64,16 +65,16 @@ func TestNodeTable(t *testing.T) {
 		t.Fatalf("%d lookups without a lock gave a wrong answer", w)
 	}
 	for _, e := range entries {
-		if tab.load(e.name) != e {
-			t.Fatalf("%s not found", e.name)
+		if tab.Load(e.Name) != e {
+			t.Fatalf("%s not found", e.Name)
 		}
 	}
-	if tab.live != n {
-		t.Fatalf("live %d, want %d", tab.live, n)
+	if tab.Live != n {
+		t.Fatalf("live %d, want %d", tab.Live, n)
 	}
-	tab.remove("never-added")
-	if a := tab.cur.Load(); 2*tab.used > len(a.slots) {
-		t.Fatalf("%d of %d slots used: the table must keep half free", tab.used, len(a.slots))
+	tab.Remove("never-added")
+	if a := tab.Cur.Load(); 2*tab.Used > len(a.Slots) {
+		t.Fatalf("%d of %d slots used: the table must keep half free", tab.Used, len(a.Slots))
 	}
 }
 
@@ -81,7 +82,7 @@ func TestNodeTable(t *testing.T) {
 // entry to it, and a hint never names an entry for an object it no longer matches: a
 // newer object of the node (another annotation), or one whose node was removed.
 func TestObjectHints(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	const n = 200
 	nodes := make([]*v1.Node, n)
 	for i := range nodes {
@@ -89,19 +90,19 @@ func TestObjectHints(t *testing.T) {
 		c.SetInventory(nodes[i].Name, nodes[i].Annotations[api.AnnotationInventory])
 	}
 	for _, node := range nodes {
-		if c.hints.load(node) != nil {
+		if c.Hints.Load(node) != nil {
 			t.Fatalf("%s: a hint before any view", node.Name)
 		}
-		e, _, _ := c.entryView(node, nil)
-		if e != c.existing(node.Name) || c.existingFor(node) != e {
+		e, _, _ := c.EntryView(node, nil)
+		if e != c.Existing(node.Name) || c.ExistingFor(node) != e {
 			t.Fatalf("%s: entryView and existingFor disagree with the name's entry", node.Name)
 		}
 	}
 	hits := 0
 	for _, node := range nodes {
-		if e := c.hints.load(node); e != nil {
-			if e.name != node.Name {
-				t.Fatalf("%s: hint names %s", node.Name, e.name)
+		if e := c.Hints.Load(node); e != nil {
+			if e.Name != node.Name {
+				t.Fatalf("%s: hint names %s", node.Name, e.Name)
 			}
 			hits++
 		}
@@ -114,18 +115,18 @@ func TestObjectHints(t *testing.T) {
 	old := nodes[0]
 	newer := old.DeepCopy()
 	newer.Annotations[api.AnnotationInventory] = makeNode(t, old.Name, pcieInventory(old.Name, 2, "NVIDIA A10", t4Mem)).Annotations[api.AnnotationInventory]
-	e, v, _ := c.entryView(newer, nil)
-	if len(v.model.devices) != 2 || c.existingFor(newer) != e {
-		t.Fatalf("newer object: %d devices", len(v.model.devices))
+	e, v, _ := c.EntryView(newer, nil)
+	if len(v.Model.Devices) != 2 || c.ExistingFor(newer) != e {
+		t.Fatalf("newer object: %d devices", len(v.Model.Devices))
 	}
-	if c.hints.load(old) != nil {
+	if c.Hints.Load(old) != nil {
 		t.Fatal("the old object still finds the entry through its hint")
 	}
 	// A removed node: its object's hint no longer matches, and a lookup by that object
 	// finds what a lookup by name does.
 	gone := nodes[1]
 	c.RemoveNode(gone.Name)
-	if c.hints.load(gone) != nil || c.existingFor(gone) != nil {
+	if c.Hints.Load(gone) != nil || c.ExistingFor(gone) != nil {
 		t.Fatal("a removed node is still found through its object")
 	}
 }

@@ -23,6 +23,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -33,16 +34,16 @@ type Plugin struct {
 	handle    fwk.Handle
 	args      *TesseraGPUShareArgs
 	names     api.ResourceNames
-	w         weights
+	w         placement.Weights
 	staleness time.Duration
-	cache     *Cache
+	cache     *placement.Cache
 	synced    func() bool
 	now       func() time.Time
 	// workload is the recent mix of GPU pods, for the Fragmentation policy.
-	workload *workloadModel
+	workload *placement.WorkloadModel
 	// placers holds one placer per policy; node is the profile's node-level one.
-	placers map[Policy]placer
-	node    placer
+	placers map[Policy]placement.Placer
+	node    placement.Placer
 	// bind records whether this profile binds GPU pods itself (see bindsPods).
 	bind bindMode
 	// profile is the scheduler profile's name, for the metrics.
@@ -100,17 +101,17 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 	}
 }
 
-func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() bool) *Plugin {
-	workload := newWorkloadModel(args.FragmentationWindow)
-	placers := newPlacers(workload)
+func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, synced func() bool) *Plugin {
+	workload := placement.NewWorkloadModel(args.FragmentationWindow)
+	placers := placement.NewPlacers(workload)
 	pl := &Plugin{
 		handle: h,
 		args:   args,
 		names:  *args.ResourceNames,
-		w: weights{
-			memory: float64(*args.MemoryWeight), cores: float64(*args.CoresWeight),
-			policy: float64(*args.PolicyWeight), topology: float64(*args.TopologyWeight), island: float64(*args.IslandWeight),
-			maxTenants: args.MaxTenantsPerGPU,
+		w: placement.Weights{
+			Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight),
+			Policy: float64(*args.PolicyWeight), Topology: float64(*args.TopologyWeight), Island: float64(*args.IslandWeight),
+			MaxTenants: args.MaxTenantsPerGPU,
 		},
 		staleness: args.InventoryStaleness.Duration,
 		cache:     c,
@@ -120,7 +121,7 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *Cache, synced func() 
 		placers:   placers,
 		node:      placers[args.NodePolicy],
 	}
-	workload.bind(c, &pl.w)
+	workload.Bind(c, &pl.w)
 	return pl
 }
 
@@ -132,21 +133,21 @@ var (
 )
 
 type sharedEntry struct {
-	cache  *Cache
+	cache  *placement.Cache
 	synced func() bool
 }
 
-func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
+func sharedCache(ctx context.Context, h fwk.Handle) (*placement.Cache, func() bool) {
 	f := h.SharedInformerFactory()
 	if f == nil {
-		return NewCache(), func() bool { return true }
+		return placement.NewCache(), func() bool { return true }
 	}
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if e := sharedCaches[f]; e != nil {
 		return e.cache, e.synced
 	}
-	c := NewCache()
+	c := placement.NewCache()
 	logger := klog.FromContext(ctx).WithValues("plugin", Name)
 	// Node events are applied by the feed's goroutines (decoding inventories in
 	// parallel), each node's in order.
@@ -215,7 +216,7 @@ func sharedCache(ctx context.Context, h fwk.Handle) (*Cache, func() bool) {
 }
 
 // Cache returns the plugin's cache (for tools that report allocation).
-func (pl *Plugin) Cache() *Cache { return pl.cache }
+func (pl *Plugin) Cache() *placement.Cache { return pl.cache }
 
 // EventsToRegister lists the events that can make a GPU-unschedulable pod schedulable.
 func (pl *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
@@ -305,7 +306,7 @@ func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *
 // PreFilter parses and validates the pod's GPU request. Pods without one are skipped.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !api.HasGPURequest(pod, pl.names) {
-		cs.Write(stateKey, &cycleState{skip: true, hostOnly: pl.node.hostOnlyPod(pod)})
+		cs.Write(stateKey, &cycleState{skip: true, hostOnly: pl.node.HostOnlyPod(pod)})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	info, err := pl.parsePod(pod)
@@ -314,33 +315,33 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if !pl.synced() {
-		pl.decide(info.device.policy(), resultError, reasonNotSynced)
+		pl.decide(info.Device.Policy(), resultError, reasonNotSynced)
 		return nil, fwk.AsStatus(fmt.Errorf("the GPU cache has not synced with the API server yet"))
 	}
-	pl.node.preparePod(pod, info)
-	if info.device != pl.node {
-		info.device.preparePod(pod, info)
+	pl.node.PreparePod(pod, info)
+	if info.Device != pl.node {
+		info.Device.PreparePod(pod, info)
 	}
 	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info, now: pl.now()})
 	return nil, nil
 }
 
-// parsePod builds podInfo from the pod's resources and annotations.
-func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
+// parsePod builds PodInfo from the pod's resources and annotations.
+func (pl *Plugin) parsePod(pod *v1.Pod) (*placement.PodInfo, error) {
 	req, err := api.ParsePodRequest(pod, pl.names)
 	if err != nil {
 		return nil, err
 	}
-	info := &podInfo{req: req, device: pl.placers[pl.args.DevicePolicy]}
+	info := &placement.PodInfo{Req: req, Device: pl.placers[pl.args.DevicePolicy]}
 	ann := pod.Annotations
-	info.modelInclude = splitList(ann[api.AnnotationModelInclude], true)
-	info.modelExclude = splitList(ann[api.AnnotationModelExclude], true)
-	info.uuidInclude = splitList(ann[api.AnnotationUUIDInclude], false)
-	info.uuidExclude = splitList(ann[api.AnnotationUUIDExclude], false)
-	if info.topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
+	info.ModelInclude = splitList(ann[api.AnnotationModelInclude], true)
+	info.ModelExclude = splitList(ann[api.AnnotationModelExclude], true)
+	info.UUIDInclude = splitList(ann[api.AnnotationUUIDInclude], false)
+	info.UUIDExclude = splitList(ann[api.AnnotationUUIDExclude], false)
+	if info.Topology, err = api.ParseTopology(ann[api.AnnotationTopology]); err != nil {
 		return nil, err
 	}
-	if err := parseSharing(pod, info); err != nil {
+	if err := placement.ParseSharing(pod, info); err != nil {
 		return nil, err
 	}
 	if v, ok := ann[api.AnnotationDevicePolicy]; ok {
@@ -351,14 +352,14 @@ func (pl *Plugin) parsePod(pod *v1.Pod) (*podInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("annotation %s: %w", api.AnnotationDevicePolicy, err)
 		}
-		info.device = pl.placers[p]
+		info.Device = pl.placers[p]
 	}
-	info.order = make([]int, len(req.Containers))
-	for i := range info.order {
-		info.order[i] = i
+	info.Order = make([]int, len(req.Containers))
+	for i := range info.Order {
+		info.Order[i] = i
 	}
-	sort.SliceStable(info.order, func(x, y int) bool {
-		a, b := &req.Containers[info.order[x]], &req.Containers[info.order[y]]
+	sort.SliceStable(info.Order, func(x, y int) bool {
+		a, b := &req.Containers[info.Order[x]], &req.Containers[info.Order[y]]
 		if a.GPUs != b.GPUs {
 			return a.GPUs > b.GPUs
 		}
@@ -410,7 +411,7 @@ func (pl *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToA
 		delete(d.removed, p.UID)
 		return nil
 	}
-	if g := pl.cache.podGrants(p.UID, node.Name); g != nil {
+	if g := pl.cache.PodGrants(p.UID, node.Name); g != nil {
 		d.added = append(d.added, g)
 		return nil
 	}
@@ -421,16 +422,16 @@ func (pl *Plugin) AddPod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, podToA
 	if err != nil {
 		return nil
 	}
-	v, used := pl.cache.view(node, nil)
-	if v.model == nil {
+	v, used := pl.cache.View(node, nil)
+	if v.Model == nil {
 		return nil
 	}
-	applyDelta(v.model, used, d, pl.cache, node.Name)
-	a, fail := allocate(v.model, used, info, &pl.w)
+	applyDelta(v.Model, used, d, pl.cache, node.Name)
+	a, fail := placement.Allocate(v.Model, used, info, &pl.w)
 	if fail != nil {
 		return nil
 	}
-	d.added = append(d.added, grantsOf(v.model, info, a))
+	d.added = append(d.added, grantsOf(v.Model, info, a))
 	return nil
 }
 
@@ -448,37 +449,37 @@ func (pl *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, pod
 }
 
 // applyDelta applies a preemption overlay to a copy of a node's usage.
-func applyDelta(m *nodeModel, used []usage, d *nodeDelta, c *Cache, node string) {
+func applyDelta(m *placement.NodeModel, used []placement.Usage, d *nodeDelta, c *placement.Cache, node string) {
 	if d == nil {
 		return
 	}
-	apply := func(gs []grant, sign int) {
+	apply := func(gs []placement.Grant, sign int) {
 		for _, g := range gs {
-			if i, ok := m.byUUID[g.uuid]; ok {
-				used[i].memMiB += int64(sign) * g.memMiB
-				used[i].cores += sign * g.cores
-				used[i].tenants += sign
+			if i, ok := m.ByUUID[g.UUID]; ok {
+				used[i].MemMiB += int64(sign) * g.MemMiB
+				used[i].Cores += sign * g.Cores
+				used[i].Tenants += sign
 			}
 		}
 	}
-	c.mu.RLock()
+	c.Mu.RLock()
 	for uid := range d.removed {
-		if r := c.pods[uid]; r != nil && r.node == node {
-			apply(r.grants, -1)
+		if r := c.Pods[uid]; r != nil && r.Node == node {
+			apply(r.Grants, -1)
 		}
 	}
-	c.mu.RUnlock()
+	c.Mu.RUnlock()
 	for _, gs := range d.added {
 		apply(gs, 1)
 	}
 }
 
 // grantsOf lists the grants of an allocation.
-func grantsOf(m *nodeModel, info *podInfo, a *allocation) []grant {
-	var gs []grant
-	for _, pl := range a.placements {
-		for k, i := range pl.devices {
-			gs = append(gs, grant{uuid: m.devices[i].uuid, memMiB: pl.memMiB[k], cores: pl.cores})
+func grantsOf(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation) []placement.Grant {
+	var gs []placement.Grant
+	for _, pl := range a.Placements {
+		for k, i := range pl.Devices {
+			gs = append(gs, placement.Grant{UUID: m.Devices[i].UUID, MemMiB: pl.MemMiB[k], Cores: pl.Cores})
 		}
 	}
 	return gs

@@ -15,6 +15,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 func h100(t testing.TB, name string) *v1.Node {
@@ -213,7 +214,7 @@ func placed(t *testing.T, raw string) map[string][]int {
 
 func within(idx []int, allowed ...int) bool {
 	for _, i := range idx {
-		if !containsInt(allowed, i) {
+		if !placement.ContainsInt(allowed, i) {
 			return false
 		}
 	}
@@ -433,7 +434,7 @@ func TestPreBindWritesAnnotation(t *testing.T) {
 	}
 	// PreBind without a reservation is an error, never a silent success.
 	cs := framework.NewCycleState()
-	cs.Write(stateKey, &cycleState{info: &podInfo{}})
+	cs.Write(stateKey, &cycleState{info: &placement.PodInfo{}})
 	if st := e.pl.PreBind(context.Background(), cs, pod, "n"); st.IsSuccess() {
 		t.Error("PreBind without Reserve succeeded")
 	}
@@ -551,7 +552,7 @@ func TestQueueingHints(t *testing.T) {
 }
 
 func TestCacheFromInformerObjects(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	c.SetInventory("n", mustEncode(t, pcieInventory("n", 2, "Tesla T4", t4Mem)))
 	bound := bindPod(t, makePod("bound", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", 5000, 20, 0))
 	unbound := makePod("unbound", nil, ctr{name: "c", gpu: "1"})
@@ -585,7 +586,7 @@ func TestCacheFromInformerObjects(t *testing.T) {
 		t.Fatalf("usage %+v after the pod succeeded", u)
 	}
 	// Inventory arrives after the pods: usage is rebuilt when it does.
-	c2 := NewCache()
+	c2 := placement.NewCache()
 	_ = c2.OnPod(bound)
 	if _, err := c2.NodeUsage("n"); err == nil {
 		t.Fatal("usage without inventory should be an error")
@@ -646,32 +647,32 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, v, used := e.pl.cache.entryView(node, nil)
-	want, fail := allocate(v.model, used, s.info, &e.pl.w)
+	entry, v, used := e.pl.cache.EntryView(node, nil)
+	want, fail := placement.Allocate(v.Model, used, s.info, &e.pl.w)
 	if fail != nil {
-		t.Fatal(fail.msg)
+		t.Fatal(fail.Msg)
 	}
-	var kept []grant
-	if !entry.keptAt(s.id, v.usageGen, v.model, func(a *allocation) { kept = grantsOf(v.model, s.info, a) }) {
+	var kept []placement.Grant
+	if !entry.KeptAt(s.id, v.UsageGen, v.Model, func(a *placement.Allocation) { kept = grantsOf(v.Model, s.info, a) }) {
 		t.Fatal("the node is unchanged since Filter, but its allocation is not offered to Reserve")
 	}
-	if !sameGrants(kept, grantsOf(v.model, s.info, want)) {
-		t.Fatalf("Filter kept %v, allocate gives %v", kept, grantsOf(v.model, s.info, want))
+	if !placement.SameGrants(kept, grantsOf(v.Model, s.info, want)) {
+		t.Fatalf("Filter kept %v, allocate gives %v", kept, grantsOf(v.Model, s.info, want))
 	}
 	// Another pod takes the GPU Filter picked: 10,000 MiB of the T4's 15 GB, no room
 	// for this pod's 10,000 MiB beside it.
 	other := makePod("other", nil, ctr{name: "c", gpu: "1", mem: "10000"})
-	if err := e.pl.cache.Assume(other, "two", kept, e.pl.w.maxTenants); err != nil {
+	if err := e.pl.cache.Assume(other, "two", kept, e.pl.w.MaxTenants); err != nil {
 		t.Fatal(err)
 	}
-	if _, v2, _ := e.pl.cache.entryView(node, nil); entry.keptAt(s.id, v2.usageGen, v2.model, func(*allocation) {}) {
+	if _, v2, _ := e.pl.cache.EntryView(node, nil); entry.KeptAt(s.id, v2.UsageGen, v2.Model, func(*placement.Allocation) {}) {
 		t.Fatal("the node changed since Filter, but its allocation is still offered")
 	}
 	if st := e.pl.Reserve(ctx, r.state, p, "two"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	got := e.pl.cache.podGrants(p.UID, "two")
-	if len(got) != 1 || got[0].uuid == kept[0].uuid {
+	got := e.pl.cache.PodGrants(p.UID, "two")
+	if len(got) != 1 || got[0].UUID == kept[0].UUID {
 		t.Fatalf("Reserve granted %v, beside the other pod's %v: it must take the other GPU", got, kept)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 var _ fwk.PostFilterPlugin = &Plugin{}
@@ -30,15 +31,15 @@ var _ fwk.PostFilterPlugin = &Plugin{}
 // inventory) get no line.
 func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	s, err := getState(cs)
-	if err != nil || s.skip || s.info == nil || len(s.info.order) == 0 || pl.handle == nil {
+	if err != nil || s.skip || s.info == nil || len(s.info.Order) == 0 || pl.handle == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	p := s.info
-	c := &p.req.Containers[p.order[0]]
+	c := &p.Req.Containers[p.Order[0]]
 	lister := pl.handle.SnapshotSharedLister().NodeInfos()
 	nodes, err := statuses.NodesForStatusCode(lister, fwk.Unschedulable)
 	if err != nil {
-		pl.decide(p.device.policy(), resultUnschedulable, reasonOther)
+		pl.decide(p.Device.Policy(), resultUnschedulable, reasonOther)
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	var best closest
@@ -48,21 +49,21 @@ func (pl *Plugin) PostFilter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, st
 		if node == nil || statuses.Get(node.Name).Plugin() != Name {
 			continue
 		}
-		var buf [16]usage
-		v, used := pl.cache.view(node, buf[:0])
-		if v.model == nil {
+		var buf [16]placement.Usage
+		v, used := pl.cache.View(node, buf[:0])
+		if v.Model == nil {
 			continue
 		}
 		if d := s.overlay[node.Name]; d != nil {
-			applyDelta(v.model, used, d, pl.cache, node.Name)
+			applyDelta(v.Model, used, d, pl.cache, node.Name)
 		}
-		best.add(v.model, used, p, c, pl.w.maxTenants, node.Name)
+		best.add(v.Model, used, p, c, pl.w.MaxTenants, node.Name)
 	}
 	if best.mem < 0 {
-		pl.decide(p.device.policy(), resultUnschedulable, pl.unresolvableClass(s, lister, statuses))
+		pl.decide(p.Device.Policy(), resultUnschedulable, pl.unresolvableClass(s, lister, statuses))
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	pl.decide(p.device.policy(), resultUnschedulable, reasonCapacity)
+	pl.decide(p.Device.Policy(), resultUnschedulable, reasonCapacity)
 	return nil, fwk.NewStatus(fwk.Unschedulable, best.reason(c, p))
 }
 
@@ -81,7 +82,7 @@ func (pl *Plugin) unresolvableClass(s *cycleState, lister fwk.NodeInfoLister, st
 		if node == nil || statuses.Get(node.Name).Plugin() != Name {
 			continue
 		}
-		v, _ := pl.cache.view(node, nil)
+		v, _ := pl.cache.View(node, nil)
 		if pl.usable(&v, s.now) == nil {
 			return reasonSelection
 		}
@@ -99,25 +100,25 @@ type closest struct {
 }
 
 // add takes the healthy GPUs of a node that the pod may use into account.
-func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, maxTenants int, node string) {
+func (b *closest) add(m *placement.NodeModel, used []placement.Usage, p *placement.PodInfo, c *api.ContainerRequest, maxTenants int, node string) {
 	var roomBuf [16]int
 	room := roomBuf[:0]
-	for i := range m.hot {
-		d := &m.hot[i]
-		if !d.healthy || !p.eligibleAt(m, i) {
+	for i := range m.Hot {
+		d := &m.Hot[i]
+		if !d.Healthy || !p.EligibleAt(m, i) {
 			continue
 		}
-		if free := d.memoryMiB - used[i].memMiB; free > b.mem {
+		if free := d.MemoryMiB - used[i].MemMiB; free > b.mem {
 			b.mem, b.memNode = free, node
 		}
-		if free := 100 - used[i].cores; free > b.cores {
+		if free := 100 - used[i].Cores; free > b.cores {
 			b.cores, b.coresNode = free, node
 		}
-		if (!d.mig || c.GPUs == 1) && fits(m, used, c, i, maxTenants) {
+		if (!d.MIG || c.GPUs == 1) && placement.Fits(m, used, c, i, maxTenants) {
 			room = append(room, i)
 		}
 	}
-	if n := largestGroup(m, p.topology, room); n > b.gpus {
+	if n := largestGroup(m, p.Topology, room); n > b.gpus {
 		b.gpus, b.gpusNode = n, node
 	}
 }
@@ -125,19 +126,19 @@ func (b *closest) add(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRe
 // largestGroup is how many of the devices in room the container could take together
 // under its required locality: all of them without one; otherwise the largest set
 // grown greedily from each device by the same rule Filter's placement uses (joinable).
-func largestGroup(m *nodeModel, t api.Topology, room []int) int {
+func largestGroup(m *placement.NodeModel, t api.Topology, room []int) int {
 	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
 		return len(room)
 	}
 	most := 0
 	var setBuf [16]int
 	for _, i := range room {
-		if t == api.TopologyNUMARequired && m.devices[i].numa < 0 {
+		if t == api.TopologyNUMARequired && m.Devices[i].NUMA < 0 {
 			continue
 		}
 		set := append(setBuf[:0], i)
 		for _, j := range room {
-			if j != i && joinable(m, t, set, j) {
+			if j != i && placement.Joinable(m, t, set, j) {
 				set = append(set, j)
 			}
 		}
@@ -147,17 +148,17 @@ func largestGroup(m *nodeModel, t api.Topology, room []int) int {
 }
 
 // reason is the closest-GPU line for container c (built only for pods no node took).
-func (b *closest) reason(c *api.ContainerRequest, p *podInfo) string {
+func (b *closest) reason(c *api.ContainerRequest, p *placement.PodInfo) string {
 	head := fmt.Sprintf("closest for container %q: ", c.Name)
 	switch {
 	case c.GPUs > 1 && b.gpus == 0:
 		return head + fmt.Sprintf("no node has a GPU with room for it, it asks %d", c.GPUs)
 	case c.GPUs > 1:
 		where := "on one node"
-		if t := p.topology; t == api.TopologyNVLinkRequired || t == api.TopologyNUMARequired {
-			where = localityWords(t)
+		if t := p.Topology; t == api.TopologyNVLinkRequired || t == api.TopologyNUMARequired {
+			where = placement.LocalityWords(t)
 		}
-		return head + fmt.Sprintf("%s with room for it %s (node %s), it asks %d", gpus(b.gpus), where, b.gpusNode, c.GPUs)
+		return head + fmt.Sprintf("%s with room for it %s (node %s), it asks %d", placement.GPUs(b.gpus), where, b.gpusNode, c.GPUs)
 	}
 	line := head + fmt.Sprintf("%d MiB free on one GPU (node %s)", b.mem, b.memNode)
 	if c.Cores > 0 {

@@ -12,6 +12,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // mixedNode is a node of two T4s and two A10s (PCIe pairs), for shapes with model
@@ -37,82 +38,82 @@ func mixedNode(t testing.TB, name string) *v1.Node {
 func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "mixed"), makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))})
 	w := &e.pl.w
-	wl := newFragWorkload([]fragShape{
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}},
-		{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
+	wl := placement.NewFragWorkload([]placement.FragShape{
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
+		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
 	}, []float64{0.5, 0.5})
-	t4 := wl.shapes[0].class // the other shape's class is 1-t4
-	m := e.pl.cache.existing("mixed").model
-	used := make([]usage, 4)
-	used[0] = usage{memMiB: t4Mem * 60 / 100, cores: 60, tenants: 1}
+	t4 := wl.Shapes[0].Class // the other shape's class is 1-t4
+	m := e.pl.cache.Existing("mixed").Model
+	used := make([]placement.Usage, 4)
+	used[0] = placement.Usage{MemMiB: t4Mem * 60 / 100, Cores: 60, Tenants: 1}
 	used[2] = used[0]
-	st := newFragStats(m, used, wl, w)
-	if got := st.value(wl, nil); math.Abs(got-0.6) > 1e-9 {
-		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.elig, st.small)
+	st := placement.NewFragStats(m, used, wl, w)
+	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
+		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.Elig, st.Small)
 	}
-	if st.eligible[t4] != 2 || st.emask[t4] != 0b0011 || st.eligible[1-t4] != 4 {
-		t.Errorf("eligible %v, masks %b", st.eligible, st.emask)
+	if st.Eligible[t4] != 2 || st.Emask[t4] != 0b0011 || st.Eligible[1-t4] != 4 {
+		t.Errorf("eligible %v, masks %b", st.Eligible, st.Emask)
 	}
-	a10 := e.pl.cache.existing("a10").model
-	t4only := newFragWorkload(wl.shapes[t4:t4+1:t4+1], []float64{0.5})
-	st = newFragStats(a10, make([]usage, 2), t4only, w)
-	if got := st.value(t4only, nil); got != 0 {
+	a10 := e.pl.cache.Existing("a10").Model
+	t4only := placement.NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
+	st = placement.NewFragStats(a10, make([]placement.Usage, 2), t4only, w)
+	if got := st.Value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
 }
 
 // On a node of mixed models with model-selective shapes, the measure after a
-// placement computed from the devices placed on (placed, fragAfter) equals measuring
+// placement computed from the devices placed on (placed, FragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "n")})
-	m := e.pl.cache.existing("n").model
+	m := e.pl.cache.Existing("n").Model
 	w := &e.pl.w
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
-	var shapes []fragShape
+	var shapes []placement.FragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, fragShape{fragClass: fragClass{c: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}})
+		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
 		weights = append(weights, 0.1)
 	}
-	wl := newFragWorkload(shapes, weights)
+	wl := placement.NewFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
-		used := make([]usage, len(m.devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = usage{memMiB: m.devices[i].memoryMiB * pct / 100, cores: int(pct), tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{c}}, order: []int{0}, device: binpack{}}
-		a, fail := allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: placement.PlacerFactories[Binpack](nil)}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
-		before := newFragStats(m, used, wl, w)
-		got := before.placed(m, a, wl, w)
-		want := newFragStats(m, a.used, wl, w)
-		if math.Abs(got.value(wl, nil)-want.value(wl, nil)) > 1e-9 {
-			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.value(wl, nil), want.value(wl, nil))
+		before := placement.NewFragStats(m, used, wl, w)
+		got := before.Placed(m, a, wl, w)
+		want := placement.NewFragStats(m, a.Used, wl, w)
+		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 {
+			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
-		for k := range wl.classes {
-			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || math.Abs(got.elig[k]-want.elig[k]) > 1e-9 || math.Abs(got.small[k]-want.small[k]) > 1e-9 {
+		for k := range wl.Classes {
+			if got.Fits[k] != want.Fits[k] || got.Mask[k] != want.Mask[k] || math.Abs(got.Elig[k]-want.Elig[k]) > 1e-9 || math.Abs(got.Small[k]-want.Small[k]) > 1e-9 {
 				t.Fatalf("trial %d class %d: placed %d/%b/%v/%v, measured again %d/%b/%v/%v", trial, k,
-					got.fits[k], got.mask[k], got.elig[k], got.small[k], want.fits[k], want.mask[k], want.elig[k], want.small[k])
+					got.Fits[k], got.Mask[k], got.Elig[k], got.Small[k], want.Fits[k], want.Mask[k], want.Elig[k], want.Small[k])
 			}
 		}
-		i := a.placements[0].devices[0]
-		after, total := fragAfter(m, used, before, wl, &c, i, w)
-		if math.Abs(after-want.value(wl, nil)) > 1e-9 {
-			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.value(wl, nil))
+		i := a.Placements[0].Devices[0]
+		after, total := placement.FragAfter(m, used, before, wl, &c, i, w)
+		if math.Abs(after-want.Value(wl, nil)) > 1e-9 {
+			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.Value(wl, nil))
 		}
 		// Score takes the pick's figures for placedInto's and value's: the same bits.
-		if v := got.value(wl, nil); after != v || total != got.total {
-			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.total)
+		if v := got.Value(wl, nil); after != v || total != got.Total {
+			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.Total)
 		}
 	}
 }
@@ -123,42 +124,42 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 // put no pressure on any model. T4: 0.5, A10: 0.2. Demand beyond a model's capacity
 // is pressure 1.
 func TestComputePressure(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	c.SetInventory("t4", mustEncode(t, pcieInventory("t4", 4, "NVIDIA T4", t4Mem)))
 	c.SetInventory("a10", mustEncode(t, pcieInventory("a10", 8, "NVIDIA A10", t4Mem)))
-	w := &weights{memory: 1, cores: 1}
-	wl := newWorkloadModel(100)
-	wl.bind(c, w)
-	shape := func(sel ...string) fragShape {
-		info := &podInfo{req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, order: []int{0}, modelInclude: sel}
-		return shapeOf(info)
+	w := &placement.Weights{Memory: 1, Cores: 1}
+	wl := placement.NewWorkloadModel(100)
+	wl.Bind(c, w)
+	shape := func(sel ...string) placement.FragShape {
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
+		return placement.ShapeOf(info)
 	}
 	n := 0
-	add := func(count int, s fragShape) {
+	add := func(count int, s placement.FragShape) {
 		for i := 0; i < count; i++ {
-			wl.observe(typesUID(n), s)
+			wl.Observe(typesUID(n), s)
 			n++
 		}
 	}
 	add(7, shape())
-	if p := wl.pressureNow(); p != nil {
+	if p := wl.PressureNow(); p != nil {
 		t.Fatalf("pressure %+v without constrained pods", p)
 	}
 	add(1, shape("t4"))
 	add(2, shape("t4", "a10"))
-	p := wl.pressureNow()
-	if p == nil || math.Abs(p.of("NVIDIA T4")-0.5) > 1e-9 || math.Abs(p.of("NVIDIA A10")-0.2) > 1e-9 || p.of("NVIDIA H100") != 0 {
+	p := wl.PressureNow()
+	if p == nil || math.Abs(p.Of("NVIDIA T4")-0.5) > 1e-9 || math.Abs(p.Of("NVIDIA A10")-0.2) > 1e-9 || p.Of("NVIDIA H100") != 0 {
 		t.Fatalf("pressure %+v, want T4 0.5, A10 0.2", p)
 	}
 	// Not computed again before as many pods again as the window then held (10),
-	// at most pressureEvery: then with the new mix.
+	// at most PressureEvery: then with the new mix.
 	add(5, shape("t4"))
-	if q := wl.pressureNow(); q != p {
+	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")
 	}
-	add(pressureEvery, shape("t4"))
-	if q := wl.pressureNow(); q == p || q.of("NVIDIA T4") != 1 {
-		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", pressureEvery, q)
+	add(placement.PressureEvery, shape("t4"))
+	if q := wl.PressureNow(); q == p || q.Of("NVIDIA T4") != 1 {
+		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", placement.PressureEvery, q)
 	}
 }
 
@@ -175,7 +176,7 @@ func TestFragmentationKeepsScarceModelFree(t *testing.T) {
 	a10 := makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))
 	e := newEnv(t, fragArgs(), []*v1.Node{t4, a10})
 	teach(t, e, 10, ctr{name: "c", gpu: "1", cores: "100"})
-	if p := e.pl.workload.pressureNow(); p != nil {
+	if p := e.pl.workload.PressureNow(); p != nil {
 		t.Fatalf("pressure %+v without constrained pods", p)
 	}
 	for i := 0; i < 11; i++ {

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Reserve chooses the exact GPUs on the chosen node against the cache's current
@@ -29,40 +30,40 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if node == nil {
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
 	}
-	e, v, used := pl.cache.entryView(node, nil)
+	e, v, used := pl.cache.EntryView(node, nil)
 	if st := pl.usable(&v, pl.now()); st != nil {
-		pl.decide(s.info.device.policy(), resultUnschedulable, reasonInventory)
+		pl.decide(s.info.Device.Policy(), resultUnschedulable, reasonInventory)
 		return st
 	}
 	// Filter's allocation on this node, when the node's usage has not changed since:
 	// allocate would make the same one (a pure function of the model and usage), and
 	// this is the serial part of the cycle.
 	var assignment *api.PodAssignment
-	var grants []grant
-	if !e.keptAt(s.id, v.usageGen, v.model, func(a *allocation) {
-		assignment, grants = buildAssignment(v.model, s.info, a, nodeName), grantsOf(v.model, s.info, a)
+	var grants []placement.Grant
+	if !e.KeptAt(s.id, v.UsageGen, v.Model, func(a *placement.Allocation) {
+		assignment, grants = buildAssignment(v.Model, s.info, a, nodeName), grantsOf(v.Model, s.info, a)
 	}) {
-		a, fail := allocate(v.model, used, s.info, &pl.w)
+		a, fail := placement.Allocate(v.Model, used, s.info, &pl.w)
 		if fail != nil {
 			// Filter found room on this node in this cycle; it is gone now.
 			reserveConflicts.WithLabelValues(pl.profile).Inc()
-			pl.decide(s.info.device.policy(), resultUnschedulable, reasonReserveConflict)
-			return fail.status()
+			pl.decide(s.info.Device.Policy(), resultUnschedulable, reasonReserveConflict)
+			return fail.Status()
 		}
-		assignment, grants = buildAssignment(v.model, s.info, a, nodeName), grantsOf(v.model, s.info, a)
+		assignment, grants = buildAssignment(v.Model, s.info, a, nodeName), grantsOf(v.Model, s.info, a)
 	}
-	if err := pl.cache.Assume(pod, nodeName, grants, pl.w.maxTenants); err != nil {
+	if err := pl.cache.Assume(pod, nodeName, grants, pl.w.MaxTenants); err != nil {
 		// The node's usage changed between the view above and the check under the
 		// cache's lock (another writer took the capacity in that instant). That is
 		// transient: an error sends the pod to the backoff queue and it is retried in
 		// seconds. Unschedulable would park it until a GPU pod is deleted or an
 		// inventory changes, which on a cluster that only grows can be minutes.
 		reserveConflicts.WithLabelValues(pl.profile).Inc()
-		pl.decide(s.info.device.policy(), resultError, reasonReserveConflict)
+		pl.decide(s.info.Device.Policy(), resultError, reasonReserveConflict)
 		return fwk.AsStatus(fmt.Errorf("GPUs on node %s changed while reserving them, retrying: %w", nodeName, err))
 	}
 	s.assignment = assignment
-	pl.decide(s.info.device.policy(), resultPlaced, "")
+	pl.decide(s.info.Device.Policy(), resultPlaced, "")
 	klog.FromContext(ctx).V(4).Info("Reserved GPUs", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
 }
@@ -79,22 +80,22 @@ func (pl *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _
 }
 
 // buildAssignment turns an allocation into the wire format, containers in spec order.
-func buildAssignment(m *nodeModel, info *podInfo, a *allocation, node string) *api.PodAssignment {
+func buildAssignment(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation, node string) *api.PodAssignment {
 	out := &api.PodAssignment{Version: api.AssignmentVersion, Node: node}
-	byContainer := make(map[int]*placement, len(a.placements))
-	for i := range a.placements {
-		byContainer[a.placements[i].container] = &a.placements[i]
+	byContainer := make(map[int]*placement.Placement, len(a.Placements))
+	for i := range a.Placements {
+		byContainer[a.Placements[i].Container] = &a.Placements[i]
 	}
-	for ci := range info.req.Containers {
+	for ci := range info.Req.Containers {
 		pl := byContainer[ci]
 		if pl == nil {
 			continue
 		}
-		c := &info.req.Containers[ci]
+		c := &info.Req.Containers[ci]
 		ca := api.ContainerAssignment{Name: c.Name, Init: c.Init}
-		for k, i := range pl.devices {
-			d := &m.devices[i]
-			ca.Devices = append(ca.Devices, api.DeviceGrant{UUID: d.uuid, Index: d.index, MemoryMiB: pl.memMiB[k], Cores: pl.cores})
+		for k, i := range pl.Devices {
+			d := &m.Devices[i]
+			ca.Devices = append(ca.Devices, api.DeviceGrant{UUID: d.UUID, Index: d.Index, MemoryMiB: pl.MemMiB[k], Cores: pl.Cores})
 		}
 		out.Containers = append(out.Containers, ca)
 	}

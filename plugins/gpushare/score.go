@@ -2,18 +2,11 @@ package gpushare
 
 import (
 	"context"
-	"math"
 
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
-
-// fitScale is the largest node among the cycle's feasible nodes (CPU millicores and
-// healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
-type fitScale struct {
-	cpuMilli, gpus float64
-	podCPUMilli    int64
-}
 
 // largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
 // two chunks the nodes are measured in the calling goroutine.
@@ -27,17 +20,17 @@ const largestNodeChunk = 128
 // their allocatable CPU read (largestOf). Otherwise the rest are measured in parallel
 // chunks: the maximum does not depend on the order. Starting workers for the cheap case
 // cost more than it saved on a busy machine.
-func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fitScale {
-	f := &fitScale{}
-	f.podCPUMilli, _ = podHostRequests(pod)
+func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *placement.FitScale {
+	f := &placement.FitScale{}
+	f.PodCPUMilli, _ = placement.PodHostRequests(pod)
 	first := min(len(nodes), largestNodeChunk)
-	f.cpuMilli, f.gpus = pl.largestOf(s, nodes[:first], 0)
+	f.CPUMilli, f.GPUs = pl.largestOf(s, nodes[:first], 0)
 	rest := nodes[first:]
 	chunks := (len(rest) + largestNodeChunk - 1) / largestNodeChunk
-	bound := float64(pl.cache.mostHealthy.Load())
-	if chunks < 2 || (bound > 0 && f.gpus >= bound) || pl.handle == nil || pl.handle.Parallelizer() == nil {
-		cpu, gpus := pl.largestOf(s, rest, f.gpus)
-		f.cpuMilli, f.gpus = max(f.cpuMilli, cpu), max(f.gpus, gpus)
+	bound := float64(pl.cache.MostHealthy.Load())
+	if chunks < 2 || (bound > 0 && f.GPUs >= bound) || pl.handle == nil || pl.handle.Parallelizer() == nil {
+		cpu, gpus := pl.largestOf(s, rest, f.GPUs)
+		f.CPUMilli, f.GPUs = max(f.CPUMilli, cpu), max(f.GPUs, gpus)
 		return f
 	}
 	cpu, gpus := make([]float64, chunks), make([]float64, chunks)
@@ -45,7 +38,7 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 		cpu[i], gpus[i] = pl.largestOf(s, rest[i*largestNodeChunk:min(len(rest), (i+1)*largestNodeChunk)], 0)
 	}, Name)
 	for i := range cpu {
-		f.cpuMilli, f.gpus = max(f.cpuMilli, cpu[i]), max(f.gpus, gpus[i])
+		f.CPUMilli, f.GPUs = max(f.CPUMilli, cpu[i]), max(f.GPUs, gpus[i])
 	}
 	return f
 }
@@ -56,7 +49,7 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 // rest are not looked up in the cache (each lookup is a memory miss or two): in a
 // cluster of one node size, only the first is.
 func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float64) (cpuMilli, gpus float64) {
-	bound := float64(pl.cache.mostHealthy.Load())
+	bound := float64(pl.cache.MostHealthy.Load())
 	gpus = gpusSoFar
 	for _, ni := range nodes {
 		node := ni.Node()
@@ -67,52 +60,23 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 		if bound > 0 && gpus >= bound {
 			continue
 		}
-		var m *nodeModel
-		if !pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { m = a.model }) {
-			var buf [16]usage
-			v, _ := pl.cache.view(node, buf[:0])
-			m = v.model
+		var m *placement.NodeModel
+		if !pl.cache.ExistingFor(node).WithKept(s.id, func(a *placement.Allocation) { m = a.Model }) {
+			var buf [16]placement.Usage
+			v, _ := pl.cache.View(node, buf[:0])
+			m = v.Model
 		}
 		if m == nil {
 			continue
 		}
-		gpus = max(gpus, float64(m.healthy))
+		gpus = max(gpus, float64(m.Healthy))
 	}
 	return cpuMilli, gpus
 }
 
-// leftover is what best fit minimises: the node's free GPU and CPU capacity after
-// placement, each measured against the largest node of the cycle and weighted ½
-// (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
-// did not run) the node is its own yardstick and the pod's CPU is not counted.
-func leftover(m *nodeModel, used []usage, ni fwk.NodeInfo, f *fitScale, w *weights) float64 {
-	var gpuFree, gpus float64
-	for i := range m.hot {
-		if m.hot[i].healthy {
-			gpuFree += deviceFree(m, used, i, w)
-			gpus++
-		}
-	}
-	alloc := ni.GetAllocatable().GetMilliCPU()
-	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
-	cpuMax, gpuMax := float64(alloc), gpus
-	if f != nil {
-		cpuFree -= float64(f.podCPUMilli)
-		cpuMax, gpuMax = f.cpuMilli, f.gpus
-	}
-	var left float64
-	if cpuMax > 0 {
-		left += 0.5 * math.Max(0, cpuFree) / cpuMax
-	}
-	if gpuMax > 0 {
-		left += 0.5 * gpuFree / gpuMax
-	}
-	return math.Min(1, left)
-}
-
 // PreScore skips pods without GPU requests whose node-level placer does not score
-// them (placer.hostOnlyPod), and measures the cycle's feasible nodes for best fit
-// when the placer uses it (placer.needsFit).
+// them (placer.HostOnlyPod), and measures the cycle's feasible nodes for best fit
+// when the placer uses it (placer.NeedsFit).
 func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, err := getState(cs)
 	if err != nil {
@@ -121,16 +85,16 @@ func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if s.skip && s.hostOnly == nil {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if pl.node.needsFit() {
+	if pl.node.NeedsFit() {
 		s.fit = pl.largestNode(ctx, s, pod, nodes)
 	}
 	return nil
 }
 
 // Score is the node-level placer's score of the node for the pod: for a GPU pod, of
-// the allocation Filter kept on the node in this cycle (placer.scoreNode); for a pod
+// the allocation Filter kept on the node in this cycle (placer.ScoreNode); for a pod
 // without GPUs, of the GPU capacity its CPU and memory would leave behind
-// (placer.scoreHostOnly).
+// (placer.ScoreHostOnly).
 func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
@@ -141,11 +105,11 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		return 0, nil
 	}
 	if s.skip {
-		return pl.node.scoreHostOnly(pl.cache, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
+		return pl.node.ScoreHostOnly(pl.cache, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
 	}
 	f := s.fit
 	var score int64
-	if pl.cache.existingFor(node).withKept(s.id, func(a *allocation) { score = pl.node.scoreNode(s, a, nodeInfo, f, &pl.w) }) {
+	if pl.cache.ExistingFor(node).WithKept(s.id, func(a *placement.Allocation) { score = pl.node.ScoreNode(s.info, a, nodeInfo, f, &pl.w) }) {
 		return score, nil
 	}
 	return pl.scoreUnfiltered(s, nodeInfo), nil
@@ -157,30 +121,20 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 //
 //go:noinline
 func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
-	var buf [16]usage
-	v, used := pl.cache.view(nodeInfo.Node(), buf[:0])
-	if v.model == nil {
+	var buf [16]placement.Usage
+	v, used := pl.cache.View(nodeInfo.Node(), buf[:0])
+	if v.Model == nil {
 		return 0
 	}
-	a, fail := allocate(v.model, used, s.info, &pl.w)
+	a, fail := placement.Allocate(v.Model, used, s.info, &pl.w)
 	if fail != nil {
 		return 0
 	}
-	return pl.node.scoreNode(s, a, nodeInfo, s.fit, &pl.w)
-}
-
-func clampScore(s int64) int64 {
-	if s < fwk.MinNodeScore {
-		return fwk.MinNodeScore
-	}
-	if s > fwk.MaxNodeScore {
-		return fwk.MaxNodeScore
-	}
-	return s
+	return pl.node.ScoreNode(s.info, a, nodeInfo, s.fit, &pl.w)
 }
 
 // ScoreExtensions is the node-level placer's: nil where its scores are already in the
 // framework's range.
 func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions {
-	return pl.node.scoreExtensions()
+	return pl.node.ScoreExtensions()
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // withCPU gives a test node allocatable CPU (millicores).
@@ -77,13 +78,13 @@ func TestLargestNodeOverManyNodes(t *testing.T) {
 		pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
 		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
 		f, cs := preScored(t, e, pod)
-		if f == nil || f.gpus != 8 || f.cpuMilli != 256000 || f.podCPUMilli != 2000 {
+		if f == nil || f.GPUs != 8 || f.CPUMilli != 256000 || f.PodCPUMilli != 2000 {
 			t.Errorf("largest node with the 8-GPU node at %d: %+v, want 8 GPUs, 256000 mCPU, pod 2000 mCPU", big, f)
 		}
 		s, _ := getState(cs)
 		cpu, gpus := e.pl.largestOf(s, e.infos, 0)
-		if cpu != f.cpuMilli || gpus != f.gpus {
-			t.Errorf("parallel %v/%v, serial %v/%v", f.cpuMilli, f.gpus, cpu, gpus)
+		if cpu != f.CPUMilli || gpus != f.GPUs {
+			t.Errorf("parallel %v/%v, serial %v/%v", f.CPUMilli, f.GPUs, cpu, gpus)
 		}
 	}
 }
@@ -109,14 +110,14 @@ func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
 	e.pl.cache.SetInventory("n005", shrunk.Annotations[api.AnnotationInventory])
 	e.infos[5].SetNode(shrunk)
 	pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
-	if f, _ := preScored(t, e, pod); f == nil || f.gpus != 4 {
+	if f, _ := preScored(t, e, pod); f == nil || f.GPUs != 4 {
 		t.Errorf("largest node %+v, want 4 GPUs", f)
 	}
 }
 
 // preScored runs PreFilter and PreScore for pod over every node of e and returns the
 // largest-node measure PreScore wrote, with the cycle state.
-func preScored(t *testing.T, e *env, pod *v1.Pod) (*fitScale, fwk.CycleState) {
+func preScored(t *testing.T, e *env, pod *v1.Pod) (*placement.FitScale, fwk.CycleState) {
 	t.Helper()
 	ctx := context.Background()
 	cs := framework.NewCycleState()

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 const stateKey fwk.StateKey = Name
@@ -17,11 +18,11 @@ const stateKey fwk.StateKey = Name
 type cycleState struct {
 	// skip is set for pods that ask for no GPU: every extension point returns at once.
 	skip bool
-	info *podInfo
+	info *placement.PodInfo
 	// hostOnly is set, with skip, for a pod without GPUs that the node-level placer
 	// still scores (by the GPU capacity its CPU and memory would strand): what it
-	// returned from hostOnlyPod.
-	hostOnly *podInfo
+	// returned from HostOnlyPod.
+	hostOnly *placement.PodInfo
 
 	// id numbers this cycle (a clone gets its own): Filter keeps its allocation on
 	// a node in the node's cache entry under this number, and Score uses it only when
@@ -35,7 +36,7 @@ type cycleState struct {
 
 	// fit is the cycle's largest feasible node, measured by PreScore for the best-fit
 	// term; Score only reads it (nil: not measured, e.g. under Spread).
-	fit *fitScale
+	fit *placement.FitScale
 
 	// overlay holds preemption's what-if changes per node (AddPod/RemovePod). It is
 	// only ever changed on a cloned state, one node at a time, so it needs no lock.
@@ -48,7 +49,7 @@ type cycleState struct {
 // nodeDelta is preemption's simulated change to a node's usage.
 type nodeDelta struct {
 	removed map[types.UID]bool
-	added   [][]grant
+	added   [][]placement.Grant
 }
 
 // Clone copies what a what-if evaluation may change. Filter results are not carried
@@ -58,7 +59,7 @@ func (s *cycleState) Clone() fwk.StateData {
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {
-			nd := &nodeDelta{removed: make(map[types.UID]bool, len(d.removed)), added: append([][]grant(nil), d.added...)}
+			nd := &nodeDelta{removed: make(map[types.UID]bool, len(d.removed)), added: append([][]placement.Grant(nil), d.added...)}
 			for uid := range d.removed {
 				nd.removed[uid] = true
 			}

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -8,27 +8,27 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// The fit index gives, for every device state, exactly the classes that shapeFits
+// The fit index gives, for every device state, exactly the classes that ShapeFits
 // accepts one by one: over MIG and unhealthy devices, GPUs of several sizes, model
 // selections, requests by percent, MiB and whole memory, with and without cores, and
 // the tenant limit.
 func TestFitIndexMatchesShapeFits(t *testing.T) {
-	m := &nodeModel{
-		devices: []device{
-			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
-			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
-			{model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", memoryMiB: 40192, healthy: true, mig: true},
-			{model: "Tesla T4", memoryMiB: 15360, healthy: true},
-			{model: "Tesla T4", memoryMiB: 15360, healthy: false},
-			{model: "NVIDIA A100-SXM4-40GB", memoryMiB: 40960, healthy: true},
+	m := &NodeModel{
+		Devices: []Device{
+			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, healthy: true},
+			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, healthy: true},
+			{Model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", MemoryMiB: 40192, healthy: true, MIG: true},
+			{Model: "Tesla T4", MemoryMiB: 15360, healthy: true},
+			{Model: "Tesla T4", MemoryMiB: 15360, healthy: false},
+			{Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, healthy: true},
 		},
 	}
-	for _, d := range m.devices {
-		m.hot = append(m.hot, deviceHot{memoryMiB: d.memoryMiB, healthy: d.healthy, mig: d.mig})
+	for _, d := range m.Devices {
+		m.Hot = append(m.Hot, DeviceHot{MemoryMiB: d.MemoryMiB, Healthy: d.healthy, MIG: d.MIG})
 	}
 	rng := rand.New(rand.NewSource(5))
 	selections := [][2][]string{{}, {{"h100"}, nil}, {{"mig 3g"}, nil}, {nil, {"t4"}}, {{"a100", "t4"}, {"mig"}}}
-	var classes []fragClass
+	var classes []FragClass
 	for k := 0; k < 40; k++ {
 		c := api.ContainerRequest{GPUs: 1 + rng.Intn(2)}
 		switch rng.Intn(4) {
@@ -45,27 +45,27 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 		if rng.Intn(5) == 0 {
 			sel = selections[1+rng.Intn(len(selections)-1)]
 		}
-		classes = append(classes, fragClass{c: c, modelInclude: sel[0], modelExclude: sel[1], gpu: fmt.Sprint(k)})
+		classes = append(classes, FragClass{C: c, ModelInclude: sel[0], ModelExclude: sel[1], GPU: fmt.Sprint(k)})
 	}
 	x := newFitIndexes(classes)
-	w := &weights{memory: 1, cores: 1, maxTenants: 4}
+	w := &Weights{Memory: 1, Cores: 1, MaxTenants: 4}
 	for trial := 0; trial < 2000; trial++ {
-		used := make([]usage, len(m.devices))
+		used := make([]Usage, len(m.Devices))
 		for i := range used {
 			switch rng.Intn(4) {
 			case 0: // free
 			case 1:
-				used[i] = usage{memMiB: m.devices[i].memoryMiB, cores: 100, tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB, Cores: 100, Tenants: 1}
 			default:
-				used[i] = usage{memMiB: rng.Int63n(m.devices[i].memoryMiB + 1), cores: rng.Intn(101), tenants: rng.Intn(5)}
+				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].MemoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
 			}
 		}
-		for i := range m.devices {
+		for i := range m.Devices {
 			got := x.fitMask(m, used, i, w)
 			for k := range classes {
-				if want := shapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
+				if want := ShapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
 					t.Fatalf("trial %d, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
-						trial, i, m.devices[i].model, used[i], classes[k], !want, want)
+						trial, i, m.Devices[i].Model, used[i], classes[k], !want, want)
 				}
 			}
 		}
@@ -73,7 +73,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 	if n := len(*x.bySize.Load()); n != 4 {
 		t.Errorf("%d memory sizes indexed, want the 4 of the node", n)
 	}
-	if newFitIndexes(make([]fragClass, 65)) != nil {
+	if newFitIndexes(make([]FragClass, 65)) != nil {
 		t.Error("an index over 65 classes: fit masks hold 64")
 	}
 }

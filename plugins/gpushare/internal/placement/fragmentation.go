@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"context"
@@ -36,218 +36,218 @@ import (
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
 // the policy follows the cluster's mix as it changes.
 
-// maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
+// MaxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
 // a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
 // as many again are added so that every GPU request size is represented).
-const maxFragShapes = 32
+const MaxFragShapes = 32
 
-// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
-// maxFragShapes and as many again for the GPU requests they miss.
-const maxSnapshotShapes = 2 * maxFragShapes
+// MaxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// MaxFragShapes and as many again for the GPU requests they miss.
+const MaxSnapshotShapes = 2 * MaxFragShapes
 
-// defaultFragmentationWindow is how many recent GPU pods make up the expected workload.
-const defaultFragmentationWindow = 2000
+// DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
+const DefaultFragmentationWindow = 2000
 
 // fragmentation is the Fragmentation policy's placer. Its workload model is the
 // plugin's: the node-level and the GPU-level use of the policy learn from, and place
 // for, the same pods.
 type fragmentation struct {
-	workload *workloadModel
+	workload *WorkloadModel
 }
 
-var _ placer = &fragmentation{}
+var _ Placer = &fragmentation{}
 
-func (*fragmentation) policy() Policy { return Fragmentation }
+func (*fragmentation) Policy() Policy { return Fragmentation }
 
-// preparePod counts the pod's shape into the workload and gives the cycle the
+// PreparePod counts the pod's shape into the workload and gives the cycle the
 // workload as it is now. The node-level and GPU-level placers are one value when
 // both are Fragmentation, and then PreFilter calls this once.
-func (f *fragmentation) preparePod(pod *v1.Pod, info *podInfo) {
-	info.cpuMilli, info.memBytes = podHostRequests(pod)
-	f.workload.observe(pod.UID, shapeOf(info))
-	info.frag = f.workload.snapshot()
-	info.pressure = f.workload.pressureNow()
+func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
+	info.CPUMilli, info.MemBytes = PodHostRequests(pod)
+	f.workload.Observe(pod.UID, ShapeOf(info))
+	info.Frag = f.workload.Snapshot()
+	info.pressure = f.workload.PressureNow()
 }
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
 // (pickDevice).
-func (*fragmentation) deviceScore(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
-	return packScore(m, used, c, i, w)
+func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+	return PackScore(m, used, c, i, w)
 }
 
 // pickDevice takes the device whose use adds the least fragmentation
-// (pickByFragmentation), and leaves its measure of the node in *measured for the
+// (PickByFragmentation), and leaves its measure of the node in *measured for the
 // node-level score. A measure already in measured.base (the cache's, see place) is
 // the node under used and is not taken again. Without a learned workload it places
 // as Binpack.
-func (*fragmentation) pickDevice(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, measured *nodeMeasure) int {
-	if p.frag.empty() {
-		return pickBest(m, used, c, w, cand, packScore)
+func (*fragmentation) pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
+	if p.Frag.Empty() {
+		return pickBest(m, used, c, w, cand, PackScore)
 	}
-	var base *fragStats
+	var base *FragStats
 	if measured != nil {
 		base = measured.base
 	}
-	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
+	i, ms := PickByFragmentation(m, used, p, c, w, cand, base)
 	if measured != nil && ms.base != nil {
 		*measured = ms
 	}
 	return i
 }
 
-// hostOnlyPod is the workload a pod without GPUs is scored against (see
-// scoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
-func (f *fragmentation) hostOnlyPod(pod *v1.Pod) *podInfo {
-	wl := f.workload.snapshot()
-	if wl.empty() {
+// HostOnlyPod is the workload a pod without GPUs is scored against (see
+// ScoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
+func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
+	wl := f.workload.Snapshot()
+	if wl.Empty() {
 		return nil
 	}
-	h := &podInfo{frag: wl}
-	h.cpuMilli, h.memBytes = podHostRequests(pod)
+	h := &PodInfo{Frag: wl}
+	h.CPUMilli, h.MemBytes = PodHostRequests(pod)
 	return h
 }
 
-// needsFit: best fit breaks ties between placements that fragment alike.
-func (*fragmentation) needsFit() bool { return true }
+// NeedsFit: best fit breaks ties between placements that fragment alike.
+func (*fragmentation) NeedsFit() bool { return true }
 
-// scoreExtensions: Fragmentation's scores are raw and normalised per cycle.
-func (f *fragmentation) scoreExtensions() fwk.ScoreExtensions { return f }
+// ScoreExtensions: Fragmentation's scores are raw and normalised per cycle.
+func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
 
-// fragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
+// FragShape is one kind of pod of the expected workload: a GPU request (its class)
+// with host requests. Its weight in a workload is the workload's (FragWorkload.Terms):
 // shapes are shared by the snapshots of a model while only their weights change.
-type fragShape struct {
-	fragClass
-	cpuMilli int64
-	memBytes int64
-	key      string
-	// class is the position of the shape's GPU request in its workload's classes.
-	class int
+type FragShape struct {
+	FragClass
+	CPUMilli int64
+	MemBytes int64
+	Key      string
+	// Class is the position of the shape's GPU request in its workload's classes.
+	Class int
 }
 
-// fragClass is a GPU request of the expected workload: the pod's most demanding GPU
+// FragClass is a GPU request of the expected workload: the pod's most demanding GPU
 // container and its model selection, all that decides which GPUs a shape fits. Shapes
 // that differ only in CPU and memory share one class, and a node's fit statistics are
 // kept per class: the openb trace's ~43 learned shapes are ~21 classes, and the set of
 // classes changes far less often than the set of shapes (a new host request size is a
 // new shape; a new GPU request size is rare).
-type fragClass struct {
-	c            api.ContainerRequest
-	modelInclude []string
-	modelExclude []string
-	// gpu is the class's key (gpuKey).
-	gpu string
+type FragClass struct {
+	C            api.ContainerRequest
+	ModelInclude []string
+	ModelExclude []string
+	// gpu is the class's key (GPUKey).
+	GPU string
 }
 
-// eligibleAt reports whether device i of m passes the class's model selection. A class
-// without one reads only the device's MIG flag (as podInfo.eligibleAt): this check
+// EligibleAt reports whether device i of m passes the class's model selection. A class
+// without one reads only the device's MIG flag (as PodInfo.EligibleAt): this check
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
-func (s *fragClass) eligibleAt(m *nodeModel, i int) bool {
-	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
-		return !m.hot[i].mig
+func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
+	if len(s.ModelInclude) == 0 && len(s.ModelExclude) == 0 {
+		return !m.Hot[i].MIG
 	}
-	p := podInfo{modelInclude: s.modelInclude, modelExclude: s.modelExclude}
-	return p.eligible(&m.devices[i])
+	p := PodInfo{ModelInclude: s.ModelInclude, ModelExclude: s.ModelExclude}
+	return p.Eligible(&m.Devices[i])
 }
 
-// shapeOf is the fragmentation shape of a parsed pod.
-func shapeOf(info *podInfo) fragShape {
-	c := info.req.Containers[info.order[0]]
+// ShapeOf is the fragmentation shape of a parsed pod.
+func ShapeOf(info *PodInfo) FragShape {
+	c := info.Req.Containers[info.Order[0]]
 	c.Name, c.Init = "", false
-	s := fragShape{fragClass: fragClass{c: c, modelInclude: info.modelInclude, modelExclude: info.modelExclude},
-		cpuMilli: info.cpuMilli, memBytes: info.memBytes}
+	s := FragShape{FragClass: FragClass{C: c, ModelInclude: info.ModelInclude, ModelExclude: info.ModelExclude},
+		CPUMilli: info.CPUMilli, MemBytes: info.MemBytes}
 	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
-	cpu := (s.cpuMilli + 50) / 100 * 100
-	mem := (s.memBytes + 128<<20) >> 28 << 28
-	s.gpu = s.classKey()
-	s.key = fmt.Sprintf("%s|%d|%d", s.gpu, cpu, mem)
+	cpu := (s.CPUMilli + 50) / 100 * 100
+	mem := (s.MemBytes + 128<<20) >> 28 << 28
+	s.GPU = s.classKey()
+	s.Key = fmt.Sprintf("%s|%d|%d", s.GPU, cpu, mem)
 	return s
 }
 
 // classKey is the key of the class's GPU request and model selection.
-func (s *fragClass) classKey() string {
-	c := &s.c
+func (s *FragClass) classKey() string {
+	c := &s.C
 	return fmt.Sprintf("%d/%d/%d/%d|%s|%s", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
-		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","))
+		strings.Join(s.ModelInclude, ","), strings.Join(s.ModelExclude, ","))
 }
 
-// gpuKey identifies the shape's GPU request, whatever its CPU and memory: its class.
-func (s *fragShape) gpuKey() string { return s.gpu }
+// GPUKey identifies the shape's GPU request, whatever its CPU and memory: its class.
+func (s *FragShape) GPUKey() string { return s.GPU }
 
-// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// FragWorkload is a snapshot of the expected workload: the shapes, most frequent
 // first, with weights summing to 1 (terms), and their GPU requests. Never modified
 // once built, so cycles may keep it; snapshots of a model may share shapes.
-type fragWorkload struct {
-	shapes []fragShape
-	// classes are the shapes' distinct GPU requests, ordered by key: the same list
+type FragWorkload struct {
+	Shapes []FragShape
+	// Classes are the shapes' distinct GPU requests, ordered by key: the same list
 	// for the same requests, whatever the shapes' order and weights.
-	classes []fragClass
-	// gen identifies classes for the measures the cache keeps per node (fragMemo):
+	Classes []FragClass
+	// Gen identifies classes for the measures the cache keeps per node (fragMemo):
 	// it changes only when a GPU request joins or leaves the workload. The numbers come
 	// from one counter for every workload model, so that the measures of two profiles
 	// sharing the cache never pass for each other's. 0 for a workload not from a
 	// model (tests): never kept.
-	gen uint64
+	Gen uint64
 	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
 	fit *fitIndexes
-	// maxCPUMilli and maxMemBytes are the largest host requests of the shapes: a
+	// MaxCPUMilli and MaxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
-	maxCPUMilli, maxMemBytes int64
-	// terms are each shape's weight and what the fragmentation sums read of it, in
-	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
+	MaxCPUMilli, MaxMemBytes int64
+	// Terms are each shape's weight and what the fragmentation sums read of it, in
+	// the shapes' order, packed (a FragShape spans three cache lines; these, four to
 	// one).
-	terms []fragTerm
+	Terms []fragTerm
 	// classTerms are terms summed per class, in the classes' order: a shape's term
 	// depends on its class alone unless host resources hold it back, so the sums
-	// that see no host limit (value with nil, fragAfter) run over the classes, about
+	// that see no host limit (value with nil, FragAfter) run over the classes, about
 	// half as many as the shapes on the openb trace.
 	classTerms []fragTerm
 }
 
 // setTerms fills wl.terms and wl.classTerms from wl.shapes, their weights (in the
 // shapes' order) and wl.classes.
-func (wl *fragWorkload) setTerms(weights []float64) {
-	wl.terms, wl.classTerms = make([]fragTerm, len(wl.shapes)), make([]fragTerm, len(wl.classes))
-	for k := range wl.classes {
-		wl.classTerms[k] = fragTerm{class: int32(k), gpus: int32(wl.classes[k].c.GPUs)}
+func (wl *FragWorkload) setTerms(weights []float64) {
+	wl.Terms, wl.classTerms = make([]fragTerm, len(wl.Shapes)), make([]fragTerm, len(wl.Classes))
+	for k := range wl.Classes {
+		wl.classTerms[k] = fragTerm{Class: int32(k), gpus: int32(wl.Classes[k].C.GPUs)}
 	}
-	for k := range wl.shapes {
-		s := &wl.shapes[k]
-		wl.terms[k] = fragTerm{weight: weights[k], class: int32(s.class), gpus: int32(s.c.GPUs)}
-		wl.classTerms[s.class].weight += weights[k]
+	for k := range wl.Shapes {
+		s := &wl.Shapes[k]
+		wl.Terms[k] = fragTerm{Weight: weights[k], Class: int32(s.Class), gpus: int32(s.C.GPUs)}
+		wl.classTerms[s.Class].Weight += weights[k]
 	}
 }
 
 // fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
 // the GPUs the class must fit.
 type fragTerm struct {
-	weight float64
-	class  int32
+	Weight float64
+	Class  int32
 	gpus   int32
 }
 
 // fitsAt reports whether class k fits device i of m under used; mask is the fit
 // index's answer for the device (fitMask), read when there is an index.
-func (wl *fragWorkload) fitsAt(mask uint64, m *nodeModel, used []usage, k, i int, w *weights) bool {
+func (wl *FragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int, w *Weights) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
-	return shapeFits(m, used, &wl.classes[k], i, w)
+	return ShapeFits(m, used, &wl.Classes[k], i, w)
 }
 
-// eligibleAt reports whether class k's model selection admits device i of m; mask is
+// EligibleAt reports whether class k's model selection admits device i of m; mask is
 // the fit index's answer for the device (eligibleMask), read when there is an index.
-func (wl *fragWorkload) eligibleAt(mask uint64, m *nodeModel, k, i int) bool {
+func (wl *FragWorkload) EligibleAt(mask uint64, m *NodeModel, k, i int) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
-	return wl.classes[k].eligibleAt(m, i)
+	return wl.Classes[k].EligibleAt(m, i)
 }
 
 // eligibleMask is the fit index's set of classes that device i admits (0 without
 // an index).
-func (wl *fragWorkload) eligibleMask(m *nodeModel, i int) uint64 {
+func (wl *FragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -255,7 +255,7 @@ func (wl *fragWorkload) eligibleMask(m *nodeModel, i int) uint64 {
 }
 
 // fitMask is the fit index's set of classes that fit device i (0 without an index).
-func (wl *fragWorkload) fitMask(m *nodeModel, used []usage, i int, w *weights) uint64 {
+func (wl *FragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -263,66 +263,66 @@ func (wl *fragWorkload) fitMask(m *nodeModel, used []usage, i int, w *weights) u
 }
 
 // noWorkload is the workload of nothing learned.
-var noWorkload = &fragWorkload{}
+var noWorkload = &FragWorkload{}
 
-// empty reports whether no workload has been learned (wl may be nil).
-func (wl *fragWorkload) empty() bool { return wl == nil || len(wl.shapes) == 0 }
+// Empty reports whether no workload has been learned (wl may be nil).
+func (wl *FragWorkload) Empty() bool { return wl == nil || len(wl.Shapes) == 0 }
 
-// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// NewFragWorkload builds the workload of shapes with weights (in the shapes' order),
 // numbering their classes (and keying those not yet keyed), with generation 0.
-func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
+func NewFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
 	wl := buildFragWorkload(shapes, weights)
-	wl.fit = newFitIndexes(wl.classes)
+	wl.fit = newFitIndexes(wl.Classes)
 	return wl
 }
 
-// buildFragWorkload is newFragWorkload without the fit index.
-func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
-	wl := &fragWorkload{shapes: shapes}
+// buildFragWorkload is NewFragWorkload without the fit index.
+func buildFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
+	wl := &FragWorkload{Shapes: shapes}
 	keys := make([]string, 0, len(shapes))
 	for k := range shapes {
-		wl.maxCPUMilli, wl.maxMemBytes = max(wl.maxCPUMilli, shapes[k].cpuMilli), max(wl.maxMemBytes, shapes[k].memBytes)
-		if shapes[k].gpu == "" {
-			shapes[k].gpu = shapes[k].classKey()
+		wl.MaxCPUMilli, wl.MaxMemBytes = max(wl.MaxCPUMilli, shapes[k].CPUMilli), max(wl.MaxMemBytes, shapes[k].MemBytes)
+		if shapes[k].GPU == "" {
+			shapes[k].GPU = shapes[k].classKey()
 		}
-		keys = append(keys, shapes[k].gpu)
+		keys = append(keys, shapes[k].GPU)
 	}
 	sort.Strings(keys)
 	keys = slices.Compact(keys)
-	wl.classes = make([]fragClass, len(keys))
+	wl.Classes = make([]FragClass, len(keys))
 	for k := range shapes {
-		x, _ := slices.BinarySearch(keys, shapes[k].gpu)
-		shapes[k].class = x
-		wl.classes[x] = shapes[k].fragClass
+		x, _ := slices.BinarySearch(keys, shapes[k].GPU)
+		shapes[k].Class = x
+		wl.Classes[x] = shapes[k].FragClass
 	}
 	wl.setTerms(weights)
 	return wl
 }
 
-// sameClasses reports whether a and b have the same classes.
-func sameClasses(a, b *fragWorkload) bool {
-	return slices.EqualFunc(a.classes, b.classes, func(x, y fragClass) bool { return x.gpu == y.gpu })
+// SameClasses reports whether a and b have the same classes.
+func SameClasses(a, b *FragWorkload) bool {
+	return slices.EqualFunc(a.Classes, b.Classes, func(x, y FragClass) bool { return x.GPU == y.GPU })
 }
 
-// workloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
-type workloadModel struct {
+// WorkloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
+type WorkloadModel struct {
 	mu     sync.Mutex
 	window int
 	ring   []ringEntry
 	next   int
 	byUID  map[types.UID]bool
-	counts map[string]*shapeCount
+	Counts map[string]*ShapeCount
 	// order holds counts' entries, most frequent first (then by key), kept sorted as
 	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
 	// on the openb trace; 50 us a pod in B2's profile at 1,000 nodes).
-	order []*shapeCount
-	// gpus numbers the GPU requests (gpuKey) of counts' entries, so that a snapshot
+	order []*ShapeCount
+	// gpus numbers the GPU requests (GPUKey) of counts' entries, so that a snapshot
 	// tells them apart by index; gpuFree lists numbers no longer in use.
 	gpus    map[string]*gpuCount
 	gpuFree []int
-	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
+	last    *FragWorkload // cached result of snapshot; rebuilt when dirty
 	// lastKept are the entries last's shapes were taken from, in its order.
-	lastKept []*shapeCount
+	lastKept []*ShapeCount
 	seen     []bool    // snapshot's scratch, by GPU request number
 	shares   []float64 // snapshot's scratch, the kept shapes' weights
 	dirty    bool
@@ -332,7 +332,7 @@ type workloadModel struct {
 	// last computed with how many pods were observed since and how many the window
 	// held then.
 	cluster     *Cache
-	weights     *weights
+	weights     *Weights
 	selective   int
 	pressure    *modelPressure
 	pressureAge int
@@ -344,7 +344,7 @@ type gpuCount struct {
 	id, shapes int
 }
 
-// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
+// fragGens numbers the workloads' sets of classes (FragWorkload.Gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
@@ -353,25 +353,25 @@ type ringEntry struct {
 	selective bool
 }
 
-type shapeCount struct {
-	shape fragShape
-	n     int
-	pos   int // in workloadModel.order
-	gpu   int // the number of its GPU request (workloadModel.gpus)
+type ShapeCount struct {
+	Shape FragShape
+	N     int
+	pos   int // in WorkloadModel.Order
+	gpu   int // the number of its GPU request (WorkloadModel.GPUs)
 }
 
-// before reports whether a comes before b in workloadModel.order.
-func (a *shapeCount) before(b *shapeCount) bool {
-	if a.n != b.n {
-		return a.n > b.n
+// before reports whether a comes before b in WorkloadModel.Order.
+func (a *ShapeCount) before(b *ShapeCount) bool {
+	if a.N != b.N {
+		return a.N > b.N
 	}
-	return a.shape.key < b.shape.key
+	return a.Shape.Key < b.Shape.Key
 }
 
 // reorder moves c to its place in w.order after its count changed by one: found by
 // binary search among the entries it may pass (the rest of the order is sorted),
 // those shifted by one.
-func (w *workloadModel) reorder(c *shapeCount) {
+func (w *WorkloadModel) reorder(c *ShapeCount) {
 	o, from := w.order, c.pos
 	to := from
 	if from > 0 && c.before(o[from-1]) {
@@ -388,7 +388,7 @@ func (w *workloadModel) reorder(c *shapeCount) {
 }
 
 // gpuOf numbers the GPU request of a new entry of counts.
-func (w *workloadModel) gpuOf(key string) int {
+func (w *WorkloadModel) gpuOf(key string) int {
 	g := w.gpus[key]
 	if g == nil {
 		g = &gpuCount{id: len(w.gpus)}
@@ -402,7 +402,7 @@ func (w *workloadModel) gpuOf(key string) int {
 }
 
 // dropGPU forgets an entry of counts with the GPU request key.
-func (w *workloadModel) dropGPU(key string) {
+func (w *WorkloadModel) dropGPU(key string) {
 	if g := w.gpus[key]; g != nil {
 		if g.shapes--; g.shapes == 0 {
 			delete(w.gpus, key)
@@ -411,14 +411,14 @@ func (w *workloadModel) dropGPU(key string) {
 	}
 }
 
-func newWorkloadModel(window int) *workloadModel {
-	return &workloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{},
-		pressureAge: pressureEvery}
+func NewWorkloadModel(window int) *WorkloadModel {
+	return &WorkloadModel{window: window, byUID: map[types.UID]bool{}, Counts: map[string]*ShapeCount{}, gpus: map[string]*gpuCount{},
+		pressureAge: PressureEvery}
 }
 
-// observe records a pod's shape once (a retried pod is not counted again while it is
+// Observe records a pod's shape once (a retried pod is not counted again while it is
 // in the window).
-func (w *workloadModel) observe(uid types.UID, s fragShape) {
+func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byUID[uid] {
@@ -432,39 +432,39 @@ func (w *workloadModel) observe(uid types.UID, s fragShape) {
 		if old.selective {
 			w.selective--
 		}
-		if c := w.counts[old.key]; c != nil {
-			c.n--
+		if c := w.Counts[old.key]; c != nil {
+			c.N--
 			w.reorder(c)
-			if c.n == 0 {
+			if c.N == 0 {
 				// The only entry without pods, so the last.
-				delete(w.counts, old.key)
+				delete(w.Counts, old.key)
 				w.order = w.order[:len(w.order)-1]
-				w.dropGPU(c.shape.gpu)
+				w.dropGPU(c.Shape.GPU)
 			}
 		}
 	}
-	w.ring[w.next] = ringEntry{uid: uid, key: s.key, selective: s.hasSelection()}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.Key, selective: s.hasSelection()}
 	if s.hasSelection() {
 		w.selective++
 	}
 	w.pressureAge++
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
-	c := w.counts[s.key]
+	c := w.Counts[s.Key]
 	if c != nil {
-		c.n++
+		c.N++
 	} else {
-		c = &shapeCount{shape: s, n: 1, pos: len(w.order), gpu: w.gpuOf(s.gpu)}
-		w.counts[s.key] = c
+		c = &ShapeCount{Shape: s, N: 1, pos: len(w.order), gpu: w.gpuOf(s.GPU)}
+		w.Counts[s.Key] = c
 		w.order = append(w.order, c)
 	}
 	w.reorder(c)
 	w.dirty = true
 }
 
-// snapshot returns the most frequent shapes with weights summing to 1, and their
+// Snapshot returns the most frequent shapes with weights summing to 1, and their
 // classes (never nil).
-func (w *workloadModel) snapshot() *fragWorkload {
+func (w *WorkloadModel) Snapshot() *FragWorkload {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.dirty && w.last != nil {
@@ -472,13 +472,13 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	}
 	// The most frequent shapes, plus the most frequent of every GPU request the top
 	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
-	all := make([]*shapeCount, 0, min(len(w.order), maxSnapshotShapes))
-	if len(w.order) <= maxFragShapes {
+	all := make([]*ShapeCount, 0, min(len(w.order), MaxSnapshotShapes))
+	if len(w.order) <= MaxFragShapes {
 		all = append(all, w.order...)
 	} else {
 		w.seen = append(w.seen[:0], make([]bool, len(w.gpus)+len(w.gpuFree))...)
 		for i, c := range w.order {
-			if i < maxFragShapes || (!w.seen[c.gpu] && len(all) < maxSnapshotShapes) {
+			if i < MaxFragShapes || (!w.seen[c.gpu] && len(all) < MaxSnapshotShapes) {
 				all = append(all, c)
 				w.seen[c.gpu] = true
 			}
@@ -486,15 +486,15 @@ func (w *workloadModel) snapshot() *fragWorkload {
 	}
 	total := 0
 	for _, c := range all {
-		total += c.n
+		total += c.N
 	}
 	weights := w.shares[:0]
 	for _, c := range all {
-		weights = append(weights, float64(c.n)/float64(total))
+		weights = append(weights, float64(c.N)/float64(total))
 	}
 	w.shares = weights
-	var wl *fragWorkload
-	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
+	var wl *FragWorkload
+	if w.last != nil && w.last.Gen != 0 && slices.Equal(all, w.lastKept) {
 		// The same shapes in the same order, other weights: the shapes, their
 		// classes and indexes carry over (shared, not copied: most pods change
 		// only the weights), and only the terms are new.
@@ -502,31 +502,31 @@ func (w *workloadModel) snapshot() *fragWorkload {
 		wl = &prev
 		wl.setTerms(weights)
 	} else {
-		out := make([]fragShape, len(all))
+		out := make([]FragShape, len(all))
 		for i, c := range all {
-			out[i] = c.shape
+			out[i] = c.Shape
 		}
 		wl = buildFragWorkload(out, weights)
-		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
+		if w.last != nil && w.last.Gen != 0 && SameClasses(w.last, wl) {
 			// The same classes in the same order (by key): their indexes carry over.
-			wl.gen, wl.fit = w.last.gen, w.last.fit
+			wl.Gen, wl.fit = w.last.Gen, w.last.fit
 		} else {
-			wl.gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.classes)
+			wl.Gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.Classes)
 		}
 	}
 	w.last, w.lastKept, w.dirty = wl, all, false
 	return wl
 }
 
-// podHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
+// PodHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
 // NodeResourcesFit counts it.
-func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
+func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 	r := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	return r.Cpu().MilliValue(), r.Memory().Value()
 }
 
-// fragStats is a node's fragmentation statistics per class of the expected workload
-// (fragClass), kept in parts so that the effect of changing one device can be
+// FragStats is a node's fragmentation statistics per class of the expected workload
+// (FragClass), kept in parts so that the effect of changing one device can be
 // computed without rescanning the node. A shape's fragmentation is its class's.
 //
 // A class is measured on the devices its model selection admits (eligible): a pod
@@ -535,45 +535,45 @@ func podHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // eligible the class adds nothing to the node's fragmentation; keeping the GPU models
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
-type fragStats struct {
+type FragStats struct {
 	// The fields come in the order the fragmentation sums read them (value,
-	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// FragAfter), mask and emask last: a node's kept measure is a memory miss per
 	// cache line on a large cluster, and with its header (fragMemo) these first
 	// ones fill three.
-	total float64
+	Total float64
 	// elig is per class the free share of its eligible devices, emask the eligible
 	// devices (bit i, devices < 64) and eligible how many there are: eligibility
 	// depends on the node's devices only, never on their usage.
-	eligible []int32
-	fits     []int32   // per class, devices it fits on
-	small    []float64 // per class, free share of the eligible devices it does not fit on
-	elig     []float64
+	Eligible []int32
+	Fits     []int32   // per class, devices it fits on
+	Small    []float64 // per class, free share of the eligible devices it does not fit on
+	Elig     []float64
 	free     []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
 	classFits, classElig []uint64
-	mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
-	emask                []uint64
+	Mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
+	Emask                []uint64
 }
 
-// deviceFree is the free share of device i under used, by the plugin's weights.
-func deviceFree(m *nodeModel, used []usage, i int, w *weights) float64 {
-	d := &m.hot[i]
-	if !d.healthy {
+// DeviceFree is the free share of device i under used, by the plugin's weights.
+func DeviceFree(m *NodeModel, used []Usage, i int, w *Weights) float64 {
+	d := &m.Hot[i]
+	if !d.Healthy {
 		return 0
 	}
 	u := &used[i]
-	util := (w.memory*float64(u.memMiB)/float64(d.memoryMiB) + w.cores*float64(u.cores)/100) / (w.memory + w.cores)
+	util := (w.Memory*float64(u.MemMiB)/float64(d.MemoryMiB) + w.Cores*float64(u.Cores)/100) / (w.Memory + w.Cores)
 	return math.Max(0, 1-util)
 }
 
-func shapeFits(m *nodeModel, used []usage, s *fragClass, i int, w *weights) bool {
-	return m.hot[i].healthy && s.eligibleAt(m, i) && fits(m, used, &s.c, i, w.maxTenants)
+func ShapeFits(m *NodeModel, used []Usage, s *FragClass, i int, w *Weights) bool {
+	return m.Hot[i].Healthy && s.EligibleAt(m, i) && Fits(m, used, &s.C, i, w.MaxTenants)
 }
 
-func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fragStats {
-	st := &fragStats{}
+func NewFragStats(m *NodeModel, used []Usage, wl *FragWorkload, w *Weights) *FragStats {
+	st := &FragStats{}
 	st.measure(m, used, wl, w)
 	return st
 }
@@ -584,20 +584,20 @@ func newFragStats(m *nodeModel, used []usage, wl *fragWorkload, w *weights) *fra
 // 32-bit integers: a node's measure is read for every node of every cycle, and on a
 // large cluster each separate object, and each further cache line, is one more
 // memory miss.
-func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *weights) {
-	n, classes := len(m.devices), wl.classes
+func (st *FragStats) measure(m *NodeModel, used []Usage, wl *FragWorkload, w *Weights) {
+	n, classes := len(m.Devices), wl.Classes
 	k := len(classes)
 	words := make([]uint64, 3*n+5*k)
 	floats, rest := float64s(words[:n+2*k]), words[n+2*k:]
 	counts, rest := int32s(rest[:k]), rest[k:]
-	*st = fragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
-		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
+	*st = FragStats{free: floats[:n:n], Small: floats[n : n+k : n+k], Elig: floats[n+k:],
+		Fits: counts[:k:k], Eligible: counts[k:], Mask: rest[2*n : 2*n+k : 2*n+k], Emask: rest[2*n+k:]}
 	if wl.fit != nil {
 		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
 	}
 	for i := 0; i < n; i++ {
-		st.free[i] = deviceFree(m, used, i, w)
-		st.total += st.free[i]
+		st.free[i] = DeviceFree(m, used, i, w)
+		st.Total += st.free[i]
 	}
 	// Device by device: each class's sums still run in device order.
 	for i := 0; i < n; i++ {
@@ -606,83 +606,83 @@ func (st *fragStats) measure(m *nodeModel, used []usage, wl *fragWorkload, w *we
 			st.classFits[i], st.classElig[i] = fm, em
 		}
 		for k := range classes {
-			if !wl.eligibleAt(em, m, k, i) {
+			if !wl.EligibleAt(em, m, k, i) {
 				continue
 			}
-			st.eligible[k]++
-			st.elig[k] += st.free[i]
+			st.Eligible[k]++
+			st.Elig[k] += st.free[i]
 			if i < 64 {
-				st.emask[k] |= 1 << uint(i)
+				st.Emask[k] |= 1 << uint(i)
 			}
 			if wl.fitsAt(fm, m, used, k, i, w) {
-				st.fits[k]++
+				st.Fits[k]++
 				if i < 64 {
-					st.mask[k] |= 1 << uint(i)
+					st.Mask[k] |= 1 << uint(i)
 				}
 			} else {
-				st.small[k] += st.free[i]
+				st.Small[k] += st.free[i]
 			}
 		}
 	}
 }
 
-// placed returns the stats after allocation a, for st measured before it: only the
+// Placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *fragStats) placed(m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
-	return st.placedInto(&fragStats{}, m, a, wl, w)
+func (st *FragStats) Placed(m *NodeModel, a *Allocation, wl *FragWorkload, w *Weights) *FragStats {
+	return st.placedInto(&FragStats{}, m, a, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
 // each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl *fragWorkload, w *weights) *fragStats {
-	if len(m.devices) > 64 {
-		return newFragStats(m, a.used, wl, w)
+func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl *FragWorkload, w *Weights) *FragStats {
+	if len(m.Devices) > 64 {
+		return NewFragStats(m, a.Used, wl, w)
 	}
-	classes := wl.classes
-	out.free, out.total = append(out.free[:0], st.free...), st.total
-	out.fits = append(out.fits[:0], st.fits...)
-	out.small = append(out.small[:0], st.small...)
-	out.mask = append(out.mask[:0], st.mask...)
-	out.elig = append(out.elig[:0], st.elig...)
+	classes := wl.Classes
+	out.free, out.Total = append(out.free[:0], st.free...), st.Total
+	out.Fits = append(out.Fits[:0], st.Fits...)
+	out.Small = append(out.Small[:0], st.Small...)
+	out.Mask = append(out.Mask[:0], st.Mask...)
+	out.Elig = append(out.Elig[:0], st.Elig...)
 	out.classFits = append(out.classFits[:0], st.classFits...)
 	if st.classFits == nil {
 		out.classFits = nil
 	}
 	// Eligibility does not depend on usage: out shares st's, which neither changes.
-	out.emask, out.eligible, out.classElig = st.emask, st.eligible, st.classElig
+	out.Emask, out.Eligible, out.classElig = st.Emask, st.Eligible, st.classElig
 	var done uint64
-	for _, p := range a.placements {
-		for _, i := range p.devices {
+	for _, p := range a.Placements {
+		for _, i := range p.Devices {
 			bit := uint64(1) << uint(i)
 			if done&bit != 0 {
 				continue
 			}
 			done |= bit
-			was, now := st.free[i], deviceFree(m, a.used, i, w)
+			was, now := st.free[i], DeviceFree(m, a.Used, i, w)
 			out.free[i] = now
-			out.total += now - was
-			fm := wl.fitMask(m, a.used, i, w)
+			out.Total += now - was
+			fm := wl.fitMask(m, a.Used, i, w)
 			if out.classFits != nil {
 				out.classFits[i] = fm
 			}
 			for k := range classes {
-				if st.emask[k]&bit == 0 {
+				if st.Emask[k]&bit == 0 {
 					continue // the class cannot use device i, before or after
 				}
-				out.elig[k] += now - was
-				if st.mask[k]&bit != 0 {
-					out.fits[k]--
+				out.Elig[k] += now - was
+				if st.Mask[k]&bit != 0 {
+					out.Fits[k]--
 				} else {
-					out.small[k] -= was
+					out.Small[k] -= was
 				}
-				if wl.fitsAt(fm, m, a.used, k, i, w) {
-					out.fits[k]++
-					out.mask[k] |= bit
+				if wl.fitsAt(fm, m, a.Used, k, i, w) {
+					out.Fits[k]++
+					out.Mask[k] |= bit
 				} else {
-					out.small[k] += now
-					out.mask[k] &^= bit
+					out.Small[k] += now
+					out.Mask[k] &^= bit
 				}
 			}
 		}
@@ -690,42 +690,42 @@ func (st *fragStats) placedInto(out *fragStats, m *nodeModel, a *allocation, wl 
 	return out
 }
 
-// value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
+// Value is the node's fragmentation in GPUs: per shape that may use the node's GPUs,
 // weighted by its share of the workload, the free capacity of its eligible devices it
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
-func (st *fragStats) value(wl *fragWorkload, hostFits []bool) float64 {
+func (st *FragStats) Value(wl *FragWorkload, hostFits []bool) float64 {
 	terms := wl.classTerms
 	if hostFits != nil {
-		terms = wl.terms
+		terms = wl.Terms
 	}
 	var f float64
 	for k, t := range terms {
 		switch {
-		case st.eligible[t.class] == 0:
-		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < t.gpus:
-			f += t.weight * st.elig[t.class]
+		case st.Eligible[t.Class] == 0:
+		case (hostFits != nil && !hostFits[k]) || st.Fits[t.Class] < t.gpus:
+			f += t.Weight * st.Elig[t.Class]
 		default:
-			f += t.weight * st.small[t.class]
+			f += t.Weight * st.Small[t.Class]
 		}
 	}
 	return f
 }
 
-// pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
+// PickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
 // measured here) and the fragmentation before and after the pick.
-func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, st *fragStats) (int, nodeMeasure) {
-	if len(m.devices) > 64 {
-		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
+func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
+	if len(m.Devices) > 64 {
+		return pickBest(m, used, c, w, cand, PackScore), nodeMeasure{}
 	}
-	wl := p.frag
+	wl := p.Frag
 	if st == nil {
-		st = newFragStats(m, used, wl, w)
+		st = NewFragStats(m, used, wl, w)
 	}
-	before := st.value(wl, nil)
+	before := st.Value(wl, nil)
 	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
 	// Alike devices (alikeDevices: often a node's empty GPUs) leave the node
 	// equally fragmented: each kind is measured once, for its first candidate (the
@@ -738,7 +738,7 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (packScore: an unused
+		// measure), and as full with the same island term (PackScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -751,36 +751,36 @@ func pickByFragmentation(m *nodeModel, used []usage, p *podInfo, c *api.Containe
 			}
 		}
 		if !known {
-			after, total = fragAfter(m, used, st, wl, c, i, w)
+			after, total = FragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
 				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = int8(i), after, total
 				nMeasured++
 			}
 		}
 		delta := after - before
-		pack := packScore(m, used, c, i, w)
+		pack := PackScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
 			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
 	}
-	return best, nodeMeasure{base: st, picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
+	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
-// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same packScore, whose island term reads
+// sameRating reports whether PickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same PackScore, whose island term reads
 // only an unused device's island.
-func sameRating(m *nodeModel, used []usage, i, j int) bool {
-	return alikeDevices(m, used, i, j) && (used[i].tenants > 0 || m.hot[i].island == m.hot[j].island)
+func sameRating(m *NodeModel, used []Usage, i, j int) bool {
+	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].island == m.Hot[j].island)
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
-// model (deviceHot.kind).
-func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
-	return used[i] == used[j] && m.hot[i].kind == m.hot[j].kind
+// model (DeviceHot.kind).
+func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
+	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
 }
 
-// fragAfter is the node's fragmentation after container c is placed on device i
+// FragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
 // what placedInto and value (nil) give for that placement, which the node-level score
 // relies on (nodeMeasure.picked). used is restored before it returns.
@@ -788,14 +788,14 @@ func alikeDevices(m *nodeModel, used []usage, i, j int) bool {
 // One pass over the classes (wl.classTerms), each reading its statistics before and
 // its fit on device i after (the fit index's mask): a class's statistics after cost
 // no more than this, so they are not kept.
-func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *weights) (after, total float64) {
+func FragAfter(m *NodeModel, used []Usage, st *FragStats, wl *FragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
-	used[i].memMiB += c.MemoryOn(m.hot[i].memoryMiB)
-	used[i].cores += c.Cores
-	used[i].tenants++
-	fi := deviceFree(m, used, i, w)
-	total = st.total + (fi - was)
+	used[i].MemMiB += c.MemoryOn(m.Hot[i].MemoryMiB)
+	used[i].Cores += c.Cores
+	used[i].Tenants++
+	fi := DeviceFree(m, used, i, w)
+	total = st.Total + (fi - was)
 	// The classes device i admits, and those that fit it before and after, as bit
 	// masks over classes.
 	var admits, before, now uint64
@@ -805,17 +805,17 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
 	for _, t := range wl.classTerms {
-		x := t.class
-		if st.eligible[x] == 0 {
+		x := t.Class
+		if st.Eligible[x] == 0 {
 			continue
 		}
-		n, small, elig := st.fits[x], st.small[x], st.elig[x]
+		n, small, elig := st.Fits[x], st.Small[x], st.Elig[x]
 		var onDevice, fitBefore, fitAfter bool
 		if indexed {
 			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
-			onDevice = st.emask[x]&bit != 0
-			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && shapeFits(m, used, &wl.classes[x], i, w)
+			onDevice = st.Emask[x]&bit != 0
+			fitBefore, fitAfter = st.Mask[x]&bit != 0, onDevice && ShapeFits(m, used, &wl.Classes[x], i, w)
 		}
 		if onDevice {
 			// As placedInto: the free share changes by (fi - was).
@@ -832,144 +832,144 @@ func fragAfter(m *nodeModel, used []usage, st *fragStats, wl *fragWorkload, c *a
 			}
 		}
 		if n < t.gpus {
-			after += t.weight * elig
+			after += t.Weight * elig
 		} else {
-			after += t.weight * small
+			after += t.Weight * small
 		}
 	}
 	used[i] = u
 	return after, total
 }
 
-// fragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
+// FragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off
 // nodes whose GPUs are still free.
-const fragFitWeight = 0.16
+const FragFitWeight = 0.16
 
-// fragScale turns a fragmentation change in GPUs into the raw score's integer units
+// FragScale turns a fragmentation change in GPUs into the raw score's integer units
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
-const fragScale = 1000
+const FragScale = 1000
 
-// scoreNode is the raw node score of allocation a: minus the increase of the node's
-// fragmentation (GPUs × fragScale), with GPU locality counted for multi-GPU pods.
+// ScoreNode is the raw node score of allocation a: minus the increase of the node's
+// fragmentation (GPUs × FragScale), with GPU locality counted for multi-GPU pods.
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
-func (*fragmentation) scoreNode(s *cycleState, a *allocation, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
-	m := a.model
-	wl := s.info.frag
+func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
+	m := a.Model
+	wl := info.Frag
 	if wl == nil {
 		wl = noWorkload
 	}
-	cpuFree, memFree := hostFree(ni)
-	cpuAfter, memAfter := cpuFree-s.info.cpuMilli, memFree-s.info.memBytes
-	st, ms := a.measured.base, &a.measured
+	cpuFree, memFree := HostFree(ni)
+	cpuAfter, memAfter := cpuFree-info.CPUMilli, memFree-info.MemBytes
+	st, ms := a.Measured.base, &a.Measured
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
 	// after the pod.
-	hostHolds := wl.maxCPUMilli > min(cpuFree, cpuAfter) || wl.maxMemBytes > min(memFree, memAfter)
+	hostHolds := wl.MaxCPUMilli > min(cpuFree, cpuAfter) || wl.MaxMemBytes > min(memFree, memAfter)
 	var delta, totalAfter, totalBefore float64
-	if st != nil && ms.picked && len(a.placements) == 1 && !hostHolds {
+	if st != nil && ms.Picked && len(a.Placements) == 1 && !hostHolds {
 		// Filter measured this placement: placementDelta would give exactly this.
-		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
+		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.Total
 	} else {
 		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
-	feed := s.info.workloadFeed(m, w)
-	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
-	if p := s.info.pressure; p != nil {
+	feed := info.workloadFeed(m, w)
+	delta += feed.Unfed(totalAfter, cpuAfter, memAfter) - feed.Unfed(totalBefore, cpuFree, memFree)
+	if p := info.pressure; p != nil {
 		delta += p.cost(m, a, w)
 	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
-	raw := w.policy * -(delta + fragFitWeight*leftover(m, a.used, ni, f, w))
+	raw := w.Policy * -(delta + FragFitWeight*leftover(m, a.Used, ni, f, w))
 	if a.multiGPU {
-		raw += w.topology * (a.topology - 1)
+		raw += w.Topology * (a.topology - 1)
 	}
-	return int64(math.Round(raw * fragScale))
+	return int64(math.Round(raw * FragScale))
 }
 
 // placementDelta measures the node of allocation a before and after it: the change
 // of its fragmentation (shapes held back by the node's CPU and memory, before and
 // after the pod, count all their eligible capacity when hostHolds), and its free GPU
-// capacity after and before. Apart from scoreNode, whose common case (Filter measured
+// capacity after and before. Apart from ScoreNode, whose common case (Filter measured
 // the placement) runs in the framework's worker goroutines on small stacks: its
 // frame stays small.
 //
 //go:noinline
-func placementDelta(a *allocation, wl *fragWorkload, w *weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
-	m, st := a.model, a.measured.base
-	if st == nil || len(a.placements) != 1 {
-		st = newFragStats(m, a.usageBefore(), wl, w)
+func placementDelta(a *Allocation, wl *FragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+	m, st := a.Model, a.Measured.base
+	if st == nil || len(a.Placements) != 1 {
+		st = NewFragStats(m, a.usageBefore(), wl, w)
 	}
 	after := st.placedInto(&a.after, m, a, wl, w)
 	if !hostHolds {
-		return after.value(wl, nil) - st.value(wl, nil), after.total, st.total
+		return after.Value(wl, nil) - st.Value(wl, nil), after.Total, st.Total
 	}
-	shapes := wl.shapes
-	var beforeBuf, afterBuf [maxSnapshotShapes]bool
+	shapes := wl.Shapes
+	var beforeBuf, afterBuf [MaxSnapshotShapes]bool
 	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
-	if len(shapes) > maxSnapshotShapes {
+	if len(shapes) > MaxSnapshotShapes {
 		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
 	}
 	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
 	for k := range shapes {
-		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
-		hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
+		hostBefore[k] = shapes[k].CPUMilli <= cpuFree && shapes[k].MemBytes <= memFree
+		hostAfter[k] = shapes[k].CPUMilli <= cpuAfter && shapes[k].MemBytes <= memAfter
 	}
-	return after.value(wl, hostAfter) - st.value(wl, hostBefore), after.total, st.total
+	return after.Value(wl, hostAfter) - st.Value(wl, hostBefore), after.Total, st.Total
 }
 
 // usageBefore is the node's usage before allocation a.
-func (a *allocation) usageBefore() []usage {
-	before := make([]usage, len(a.used))
-	copy(before, a.used)
-	for _, p := range a.placements {
-		for k, i := range p.devices {
-			before[i].memMiB -= p.memMiB[k]
-			before[i].cores -= p.cores
-			before[i].tenants--
+func (a *Allocation) usageBefore() []Usage {
+	before := make([]Usage, len(a.Used))
+	copy(before, a.Used)
+	for _, p := range a.Placements {
+		for k, i := range p.Devices {
+			before[i].MemMiB -= p.MemMiB[k]
+			before[i].Cores -= p.Cores
+			before[i].Tenants--
 		}
 	}
 	return before
 }
 
-// scoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
+// ScoreHostOnly is the raw score of a pod without GPUs: its CPU and memory can leave
 // a node's free GPUs without the host capacity GPU pods need, which is as much
 // fragmentation as a badly placed fraction; best fit then prefers the node with the
 // least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
 // prefer them.
-func (*fragmentation) scoreHostOnly(c *Cache, info *podInfo, ni fwk.NodeInfo, f *fitScale, w *weights) int64 {
+func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
 	if info == nil {
 		return 0
 	}
-	var buf [16]usage
-	e, v, used := c.entryView(ni.Node(), buf[:0])
-	if v.model == nil || len(v.model.devices) == 0 {
+	var buf [16]Usage
+	e, v, used := c.EntryView(ni.Node(), buf[:0])
+	if v.Model == nil || len(v.Model.Devices) == 0 {
 		return 0
 	}
-	shapes := info.frag.shapes
-	cpuFree, memFree := hostFree(ni)
-	st := e.fragBase(&v, used, info, w)
+	shapes := info.Frag.Shapes
+	cpuFree, memFree := HostFree(ni)
+	st := e.FragBase(&v, used, info, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
-		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
-		after := s.cpuMilli <= cpuFree-info.cpuMilli && s.memBytes <= memFree-info.memBytes
-		if before && !after && int(st.fits[s.class]) >= s.c.GPUs {
-			delta += info.frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
+		before := s.CPUMilli <= cpuFree && s.MemBytes <= memFree
+		after := s.CPUMilli <= cpuFree-info.CPUMilli && s.MemBytes <= memFree-info.MemBytes
+		if before && !after && int(st.Fits[s.Class]) >= s.C.GPUs {
+			delta += info.Frag.Terms[k].Weight * (st.Elig[s.Class] - st.Small[s.Class])
 		}
 	}
-	feed := info.workloadFeed(v.model, w)
-	delta += feed.unfed(st.total, cpuFree-info.cpuMilli, memFree-info.memBytes) - feed.unfed(st.total, cpuFree, memFree)
-	delta += fragFitWeight * leftover(v.model, used, ni, f, w)
-	return int64(math.Round(-w.policy * delta * fragScale))
+	feed := info.workloadFeed(v.Model, w)
+	delta += feed.Unfed(st.Total, cpuFree-info.CPUMilli, memFree-info.MemBytes) - feed.Unfed(st.Total, cpuFree, memFree)
+	delta += FragFitWeight * leftover(v.Model, used, ni, f, w)
+	return int64(math.Round(-w.Policy * delta * FragScale))
 }
 
 // feedRatio is what the expected workload asks of the host per GPU of capacity it
 // takes: CPU in millicores and memory in bytes (0: nothing, or no GPU pods seen).
 type feedRatio struct {
-	cpuMilli, memBytes float64
+	CPUMilli, MemBytes float64
 }
 
 // feedMemo is a workloadFeed result and the GPU memory it was computed for.
@@ -980,51 +980,51 @@ type feedMemo struct {
 
 // workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
 // first GPU differs in memory from the one it was last computed for.
-func (p *podInfo) workloadFeed(m *nodeModel, w *weights) feedRatio {
+func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
 	var memMiB int64
-	if len(m.hot) > 0 {
-		memMiB = m.hot[0].memoryMiB
+	if len(m.Hot) > 0 {
+		memMiB = m.Hot[0].MemoryMiB
 	}
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := workloadFeed(p.frag, m, w)
+	r := WorkloadFeed(p.Frag, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
 
-// workloadFeed is the expected workload's host request per GPU, for GPUs like the
+// WorkloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func workloadFeed(wl *fragWorkload, m *nodeModel, w *weights) feedRatio {
+func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
 	if wl == nil {
 		return feedRatio{}
 	}
-	shapes := wl.shapes
+	shapes := wl.Shapes
 	var memMiB int64
-	if len(m.hot) > 0 {
-		memMiB = m.hot[0].memoryMiB
+	if len(m.Hot) > 0 {
+		memMiB = m.Hot[0].MemoryMiB
 	}
 	var cpu, mem, gpu float64
 	for k := range shapes {
 		sh := &shapes[k]
 		memFrac := 1.0
 		if memMiB > 0 {
-			memFrac = math.Min(1, float64(sh.c.MemoryOn(memMiB))/float64(memMiB))
+			memFrac = math.Min(1, float64(sh.C.MemoryOn(memMiB))/float64(memMiB))
 		}
-		share := float64(sh.c.GPUs) * (w.memory*memFrac + w.cores*float64(sh.c.Cores)/100) / (w.memory + w.cores)
-		weight := wl.terms[k].weight
-		cpu += weight * float64(sh.cpuMilli)
-		mem += weight * float64(sh.memBytes)
+		share := float64(sh.C.GPUs) * (w.Memory*memFrac + w.Cores*float64(sh.C.Cores)/100) / (w.Memory + w.Cores)
+		weight := wl.Terms[k].Weight
+		cpu += weight * float64(sh.CPUMilli)
+		mem += weight * float64(sh.MemBytes)
 		gpu += weight * share
 	}
 	if gpu <= 0 {
 		return feedRatio{}
 	}
-	return feedRatio{cpuMilli: cpu / gpu, memBytes: mem / gpu}
+	return feedRatio{CPUMilli: cpu / gpu, MemBytes: mem / gpu}
 }
 
-// unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
+// Unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
 // serve at the workload's ratio: GPU capacity on its way to being stranded by host
 // resources. Fragmentation's per-shape check sees a node's GPUs stranded only once
 // its CPU falls below a whole pod's request; on the Alibaba trace CPU, not GPU
@@ -1033,25 +1033,25 @@ func workloadFeed(wl *fragWorkload, m *nodeModel, w *weights) feedRatio {
 // as it drains, is what closed it. Placements are charged the change of this, in
 // GPUs like fragmentation: a pod heavy on CPU for its GPUs goes where CPU is to
 // spare, a CPU-only pod to a node with CPU beyond what its GPUs need.
-func (r feedRatio) unfed(freeGPU float64, cpuFree, memFree int64) float64 {
+func (r feedRatio) Unfed(freeGPU float64, cpuFree, memFree int64) float64 {
 	fed := freeGPU
-	if r.cpuMilli > 0 {
-		fed = math.Min(fed, math.Max(0, float64(cpuFree))/r.cpuMilli)
+	if r.CPUMilli > 0 {
+		fed = math.Min(fed, math.Max(0, float64(cpuFree))/r.CPUMilli)
 	}
-	if r.memBytes > 0 {
-		fed = math.Min(fed, math.Max(0, float64(memFree))/r.memBytes)
+	if r.MemBytes > 0 {
+		fed = math.Min(fed, math.Max(0, float64(memFree))/r.MemBytes)
 	}
 	return freeGPU - fed
 }
 
-func hostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
+func HostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
 	a, r := ni.GetAllocatable(), ni.GetRequested()
 	return a.GetMilliCPU() - r.GetMilliCPU(), a.GetMemory() - r.GetMemory()
 }
 
-// fragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
+// FragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
 // of the framework's score stands for after NormalizeScore: 0.01 GPU.
-const fragStep = 10
+const FragStep = 10
 
 // NormalizeScore maps the raw Fragmentation scores of a cycle onto the framework's
 // range by their distance from the best node: the best gets MaxNodeScore and every
@@ -1068,13 +1068,13 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 		hi = max(hi, s.Score)
 	}
 	for i := range scores {
-		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/fragStep)
+		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/FragStep)
 	}
 	return nil
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (nodeEntry.frag): the node's usage generation and the workload's class generation
+// (NodeEntry.Frag): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
@@ -1082,31 +1082,31 @@ type fragMemo struct {
 	usageGen uint64
 	gen      uint64
 	// st is kept in the memo rather than beside it: one object fewer to reach.
-	st fragStats
+	st FragStats
 }
 
-// fragBase is the node's fragmentation statistics under used (the usage of view v)
+// FragBase is the node's fragmentation statistics under used (the usage of view v)
 // for the pod's workload: kept from an earlier cycle when neither the node's usage
 // nor the workload's classes have changed since, else measured now and kept. It is
 // nil for a pod without a learned workload from a model.
 //
 // Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (nodeEntry.usageGen), and the learned GPU
-// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
+// informer events touched, change (NodeEntry.UsageGen), and the learned GPU
+// requests change for a few cycles in a thousand (FragWorkload.Gen; the shapes, with
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
-// newFragStats would compute, so no score moves.
-func (e *nodeEntry) fragBase(v *nodeView, used []usage, p *podInfo, w *weights) *fragStats {
-	if p == nil || p.frag.empty() || p.frag.gen == 0 {
+// NewFragStats would compute, so no score moves.
+func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
+	if p == nil || p.Frag.Empty() || p.Frag.Gen == 0 {
 		return nil
 	}
 	old := e.frag.Load()
-	if old != nil && old.usageGen == v.usageGen && old.gen == p.frag.gen {
+	if old != nil && old.usageGen == v.UsageGen && old.gen == p.Frag.Gen {
 		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.usageGen, gen: p.frag.gen}
-	memo.st.measure(v.model, used, p.frag, w)
+	memo := &fragMemo{usageGen: v.UsageGen, gen: p.Frag.Gen}
+	memo.st.measure(v.Model, used, p.Frag, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.frag.Store(memo)

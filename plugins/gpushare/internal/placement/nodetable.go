@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"hash/maphash"
@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// nodeTable maps node names to cache entries for readers that take no lock: Filter,
+// NodeTable maps node names to cache entries for readers that take no lock: Filter,
 // Score and PreScore look up a node on every core at once, for every node of every
 // GPU pod. Writers (node added or removed) are serialised by the cache's lock.
 //
@@ -22,75 +22,75 @@ import (
 // entry sees its hash) and emptied only by marking it removed, so probe chains stay
 // intact. The table is rebuilt, twice as large as its live entries need, when half
 // its slots have been used, and readers switch to the new array atomically.
-type nodeTable struct {
-	cur  atomic.Pointer[tableArray]
-	live int // entries not removed; writers only
-	used int // slots ever filled in cur; writers only
+type NodeTable struct {
+	Cur  atomic.Pointer[tableArray]
+	Live int // entries not removed; writers only
+	Used int // slots ever filled in cur; writers only
 }
 
 type tableArray struct {
 	mask  uint64
-	slots []tableSlot
+	Slots []tableSlot
 }
 
 type tableSlot struct {
 	hash  atomic.Uint64
-	entry atomic.Pointer[nodeEntry]
+	entry atomic.Pointer[NodeEntry]
 }
 
 // removed marks a slot whose entry was deleted.
-var removed = &nodeEntry{}
+var removed = &NodeEntry{}
 
 var nodeHashSeed = maphash.MakeSeed()
 
-func hashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
+func HashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
 
-// load returns the entry for name, or nil. Safe with concurrent writers.
-func (t *nodeTable) load(name string) *nodeEntry {
-	a := t.cur.Load()
+// Load returns the entry for name, or nil. Safe with concurrent writers.
+func (t *NodeTable) Load(name string) *NodeEntry {
+	a := t.Cur.Load()
 	if a == nil {
 		return nil
 	}
-	h := hashNodeName(name)
+	h := HashNodeName(name)
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.slots[i]
+		s := &a.Slots[i]
 		e := s.entry.Load()
 		if e == nil {
 			return nil
 		}
-		if e != removed && s.hash.Load() == h && e.name == name {
+		if e != removed && s.hash.Load() == h && e.Name == name {
 			return e
 		}
 	}
 }
 
-// store adds e under its name, which the table must not hold. Writers only.
-func (t *nodeTable) store(e *nodeEntry) {
-	a := t.cur.Load()
-	if a == nil || 2*(t.used+1) > len(a.slots) {
-		a = t.rebuild(t.live + 1)
+// Store adds e under its name, which the table must not hold. Writers only.
+func (t *NodeTable) Store(e *NodeEntry) {
+	a := t.Cur.Load()
+	if a == nil || 2*(t.Used+1) > len(a.Slots) {
+		a = t.rebuild(t.Live + 1)
 	}
-	put(a, hashNodeName(e.name), e)
-	t.used++
-	t.live++
+	put(a, HashNodeName(e.Name), e)
+	t.Used++
+	t.Live++
 }
 
-// remove deletes name's entry, if any. Writers only.
-func (t *nodeTable) remove(name string) {
-	a := t.cur.Load()
+// Remove deletes name's entry, if any. Writers only.
+func (t *NodeTable) Remove(name string) {
+	a := t.Cur.Load()
 	if a == nil {
 		return
 	}
-	h := hashNodeName(name)
+	h := HashNodeName(name)
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.slots[i]
+		s := &a.Slots[i]
 		e := s.entry.Load()
 		if e == nil {
 			return
 		}
-		if e != removed && s.hash.Load() == h && e.name == name {
+		if e != removed && s.hash.Load() == h && e.Name == name {
 			s.entry.Store(removed)
-			t.live--
+			t.Live--
 			return
 		}
 	}
@@ -98,30 +98,30 @@ func (t *nodeTable) remove(name string) {
 
 // rebuild publishes a new array for at least n live entries, holding the current
 // live ones, and returns it. Writers only.
-func (t *nodeTable) rebuild(n int) *tableArray {
+func (t *NodeTable) rebuild(n int) *tableArray {
 	size := 16
 	for size < 4*n {
 		size *= 2
 	}
-	na := &tableArray{mask: uint64(size - 1), slots: make([]tableSlot, size)}
+	na := &tableArray{mask: uint64(size - 1), Slots: make([]tableSlot, size)}
 	used := 0
-	if old := t.cur.Load(); old != nil {
-		for i := range old.slots {
-			if e := old.slots[i].entry.Load(); e != nil && e != removed {
-				put(na, old.slots[i].hash.Load(), e)
+	if old := t.Cur.Load(); old != nil {
+		for i := range old.Slots {
+			if e := old.Slots[i].entry.Load(); e != nil && e != removed {
+				put(na, old.Slots[i].hash.Load(), e)
 				used++
 			}
 		}
 	}
-	t.cur.Store(na)
-	t.used, t.live = used, used
+	t.Cur.Store(na)
+	t.Used, t.Live = used, used
 	return na
 }
 
 // put fills the first empty slot of h's probe chain.
-func put(a *tableArray, h uint64, e *nodeEntry) {
+func put(a *tableArray, h uint64, e *NodeEntry) {
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.slots[i]
+		s := &a.Slots[i]
 		if s.entry.Load() == nil {
 			s.hash.Store(h)
 			s.entry.Store(e)
@@ -132,13 +132,13 @@ func put(a *tableArray, h uint64, e *nodeEntry) {
 
 // each calls f for every entry. Safe with concurrent writers: an entry added or
 // removed meanwhile may or may not be seen.
-func (t *nodeTable) each(f func(*nodeEntry)) {
-	a := t.cur.Load()
+func (t *NodeTable) each(f func(*NodeEntry)) {
+	a := t.Cur.Load()
 	if a == nil {
 		return
 	}
-	for i := range a.slots {
-		if e := a.slots[i].entry.Load(); e != nil && e != removed {
+	for i := range a.Slots {
+		if e := a.Slots[i].entry.Load(); e != nil && e != removed {
 			f(e)
 		}
 	}
@@ -150,7 +150,7 @@ func (t *nodeTable) each(f func(*nodeEntry)) {
 // by the framework's own Filter plugins; the name's bytes are elsewhere) and often a
 // second one comparing the entry's name. A slot is picked by the object's address and
 // holds an entry, a hint that the lookup confirms by the entry's seen object (which
-// entryView sets once the entry matches that object's annotations, and every change
+// EntryView sets once the entry matches that object's annotations, and every change
 // of the entry clears): an object the entry's seen still references cannot be freed,
 // so its address names no other object meanwhile. Slots are overwritten freely by
 // concurrent readers (any entry stored is only a hint); the array grows with the
@@ -161,19 +161,19 @@ type objectHints struct {
 
 type hintArray struct {
 	shift uint
-	slots []atomic.Pointer[nodeEntry]
+	slots []atomic.Pointer[NodeEntry]
 }
 
 // slot is the slot of node's address in a.
-func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[nodeEntry] {
+func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[NodeEntry] {
 	// Fibonacci hashing of the address; objects are at least 8-byte aligned.
 	h := uint64(uintptr(unsafe.Pointer(node))) * 0x9E3779B97F4A7C15
 	return &a.slots[h>>a.shift]
 }
 
-// load returns the entry whose seen object is node, when the hint for node's
+// Load returns the entry whose seen object is node, when the hint for node's
 // address names it; else nil.
-func (t *objectHints) load(node *v1.Node) *nodeEntry {
+func (t *objectHints) Load(node *v1.Node) *NodeEntry {
 	a := t.cur.Load()
 	if a == nil {
 		return nil
@@ -184,8 +184,8 @@ func (t *objectHints) load(node *v1.Node) *nodeEntry {
 	return nil
 }
 
-// store records e as the hint for node (e.seen is node).
-func (t *objectHints) store(node *v1.Node, e *nodeEntry) {
+// Store records e as the hint for node (e.seen is node).
+func (t *objectHints) Store(node *v1.Node, e *NodeEntry) {
 	if a := t.cur.Load(); a != nil {
 		a.slot(node).Store(e)
 	}
@@ -203,5 +203,5 @@ func (t *objectHints) resize(n int) {
 	if a := t.cur.Load(); a != nil && len(a.slots) >= size {
 		return
 	}
-	t.cur.Store(&hintArray{shift: shift, slots: make([]atomic.Pointer[nodeEntry], size)})
+	t.cur.Store(&hintArray{shift: shift, slots: make([]atomic.Pointer[NodeEntry], size)})
 }

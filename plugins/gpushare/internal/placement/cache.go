@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -12,18 +12,18 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// usage is what is granted on one device.
-type usage struct {
-	memMiB  int64
-	cores   int
-	tenants int
+// Usage is what is granted on one device.
+type Usage struct {
+	MemMiB  int64
+	Cores   int
+	Tenants int
 }
 
-// grant is one container's share of one device.
-type grant struct {
-	uuid   string
-	memMiB int64
-	cores  int
+// Grant is one container's share of one device.
+type Grant struct {
+	UUID   string
+	MemMiB int64
+	Cores  int
 }
 
 // podRecord is the GPU usage of one pod on one node.
@@ -31,29 +31,29 @@ type podRecord struct {
 	uid       types.UID
 	namespace string
 	name      string
-	node      string
-	grants    []grant
+	Node      string
+	Grants    []Grant
 	// assumed is true from Reserve until the informer shows the pod bound with its
 	// assignment annotation; only assumed records are dropped by Unreserve.
 	assumed bool
 }
 
-// nodeEntry is the cache's view of one node. mu guards every field.
+// NodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
 // model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
 // cost on a large cluster is mostly cache misses, one per line of the entry it
 // touches.
-type nodeEntry struct {
-	mu   sync.RWMutex
-	name string // compared by every lookup (nodeTable)
+type NodeEntry struct {
+	Mu   sync.RWMutex
+	Name string // compared by every lookup (NodeTable)
 	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
 	seen  atomic.Pointer[v1.Node]
-	model *nodeModel
-	used  []usage // per device of model
+	Model *NodeModel
+	Used  []Usage // per device of model
 	// heartbeat is the inventory's updatedAt (zero without one), kept here rather
 	// than read from the decoded inventory: Filter checks it on every node, and the
 	// inventory object is one more cache miss per node.
@@ -82,7 +82,7 @@ type nodeEntry struct {
 	// made under preemption's what-if changes: Reserve takes kept as it is while the
 	// node's usage is still that generation (allocate is a pure function of it).
 	keptGen uint64
-	kept    allocation
+	kept    Allocation
 
 	// raw is the inventory annotation the model was decoded from.
 	raw       string
@@ -96,35 +96,35 @@ type nodeEntry struct {
 // Reserve assumes, Unreserve forgets.
 //
 // Locking: mu guards pods and every write to nodes, and is taken before any
-// nodeEntry.mu. Pod changes hold mu for their whole update so that a pod's grants move
+// NodeEntry.Mu. Pod changes hold mu for their whole update so that a pod's grants move
 // atomically between nodes. Filter, Score and PreScore find a node's entry in nodes
 // without mu, then take the node's read lock and its keptMu.
 type Cache struct {
-	mu   sync.RWMutex
-	pods map[types.UID]*podRecord
-	// nodes maps a node's name to its *nodeEntry. Written only under mu, read
+	Mu   sync.RWMutex
+	Pods map[types.UID]*podRecord
+	// nodes maps a node's name to its *NodeEntry. Written only under mu, read
 	// without it: Filter, Score and PreScore look up every node on every core at
 	// once, and a read lock shared by all of them made every lookup write the same
-	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
-	nodes nodeTable
-	// mostHealthy is at least the largest healthy-GPU count any node's inventory has
+	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See NodeTable.
+	nodes NodeTable
+	// MostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
-	mostHealthy atomic.Int64
-	// hints find an entry from the node object Filter and Score are given, without
+	MostHealthy atomic.Int64
+	// Hints find an entry from the node object Filter and Score are given, without
 	// hashing its name (objectHints).
-	hints objectHints
+	Hints objectHints
 }
 
-// noteModel raises mostHealthy to m's healthy GPUs.
-func (c *Cache) noteModel(m *nodeModel) {
+// noteModel raises MostHealthy to m's healthy GPUs.
+func (c *Cache) noteModel(m *NodeModel) {
 	if m == nil {
 		return
 	}
-	h := int64(m.healthy)
+	h := int64(m.Healthy)
 	for {
-		old := c.mostHealthy.Load()
-		if h <= old || c.mostHealthy.CompareAndSwap(old, h) {
+		old := c.MostHealthy.Load()
+		if h <= old || c.MostHealthy.CompareAndSwap(old, h) {
 			return
 		}
 	}
@@ -132,25 +132,25 @@ func (c *Cache) noteModel(m *nodeModel) {
 
 // NewCache returns an empty cache.
 func NewCache() *Cache {
-	return &Cache{pods: map[types.UID]*podRecord{}}
+	return &Cache{Pods: map[types.UID]*podRecord{}}
 }
 
 // node returns the entry for name, creating it.
-func (c *Cache) node(name string) *nodeEntry {
-	if e := c.existing(name); e != nil {
+func (c *Cache) node(name string) *NodeEntry {
+	if e := c.Existing(name); e != nil {
 		return e
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	return c.nodeLocked(name)
 }
 
-func (c *Cache) nodeLocked(name string) *nodeEntry {
-	e := c.existing(name)
+func (c *Cache) nodeLocked(name string) *NodeEntry {
+	e := c.Existing(name)
 	if e == nil {
-		e = &nodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
-		c.nodes.store(e)
-		c.hints.resize(c.nodes.live)
+		e = &NodeEntry{Name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
+		c.nodes.Store(e)
+		c.Hints.resize(c.nodes.Live)
 	}
 	return e
 }
@@ -161,182 +161,182 @@ var errNoInventory = fmt.Errorf("node has no %s annotation: the Tessera node age
 // happens only when the value changed.
 func (c *Cache) SetInventory(nodeName, raw string) {
 	e := c.node(nodeName)
-	e.mu.RLock()
+	e.Mu.RLock()
 	same := e.raw == raw
-	e.mu.RUnlock()
+	e.Mu.RUnlock()
 	if same {
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
 	if e.raw != raw {
 		e.setInventoryLocked(raw)
-		c.noteModel(e.model)
+		c.noteModel(e.Model)
 	}
 }
 
 // SetRequirements records the node's requirements annotation (raw may be empty).
 func (c *Cache) SetRequirements(nodeName, raw string) {
 	e := c.node(nodeName)
-	e.mu.RLock()
+	e.Mu.RLock()
 	same := e.reqRaw == raw
-	e.mu.RUnlock()
+	e.Mu.RUnlock()
 	if same {
 		return
 	}
-	e.mu.Lock()
+	e.Mu.Lock()
 	e.setRequirementsLocked(raw)
-	e.mu.Unlock()
+	e.Mu.Unlock()
 }
 
-func (e *nodeEntry) setRequirementsLocked(raw string) {
+func (e *NodeEntry) setRequirementsLocked(raw string) {
 	e.reqRaw, e.reqErr = raw, api.RequirementsError(raw)
 	e.seen.Store(nil)
 }
 
-func (e *nodeEntry) setInventoryLocked(raw string) {
+func (e *NodeEntry) setInventoryLocked(raw string) {
 	e.raw = raw
 	e.seen.Store(nil)
-	e.heartbeat, e.model, e.invErr = time.Time{}, nil, nil
+	e.heartbeat, e.Model, e.invErr = time.Time{}, nil, nil
 	if raw == "" {
 		e.invErr = errNoInventory
 	} else if inv, err := api.DecodeInventory(raw); err != nil {
 		e.invErr = fmt.Errorf("node's %s annotation is invalid: %w", api.AnnotationInventory, err)
 	} else {
-		e.heartbeat, e.model = inv.UpdatedAt, buildNodeModel(inv)
+		e.heartbeat, e.Model = inv.UpdatedAt, buildNodeModel(inv)
 	}
-	e.recomputeLocked()
+	e.RecomputeLocked()
 }
 
-// recomputeLocked rebuilds per-device usage from the node's pod records.
-func (e *nodeEntry) recomputeLocked() {
+// RecomputeLocked rebuilds per-device usage from the node's pod records.
+func (e *NodeEntry) RecomputeLocked() {
 	e.usageGen++
 	e.unmatched = 0
-	if e.model == nil {
-		e.used = nil
+	if e.Model == nil {
+		e.Used = nil
 		return
 	}
-	e.used = make([]usage, len(e.model.devices))
+	e.Used = make([]Usage, len(e.Model.Devices))
 	for _, r := range e.pods {
 		e.applyLocked(r, 1)
 	}
 }
 
-func (e *nodeEntry) applyLocked(r *podRecord, sign int) {
-	if e.model == nil {
+func (e *NodeEntry) applyLocked(r *podRecord, sign int) {
+	if e.Model == nil {
 		return
 	}
 	e.usageGen++
-	for _, g := range r.grants {
-		i, ok := e.model.byUUID[g.uuid]
+	for _, g := range r.Grants {
+		i, ok := e.Model.ByUUID[g.UUID]
 		if !ok {
 			e.unmatched += sign
 			continue
 		}
-		u := &e.used[i]
-		u.memMiB += int64(sign) * g.memMiB
-		u.cores += sign * g.cores
-		u.tenants += sign
+		u := &e.Used[i]
+		u.MemMiB += int64(sign) * g.MemMiB
+		u.Cores += sign * g.Cores
+		u.Tenants += sign
 	}
 }
 
 // RemoveNode forgets a deleted node's inventory. Its pods stay recorded until their
 // own delete events arrive.
 func (c *Cache) RemoveNode(nodeName string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.existing(nodeName)
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	e := c.Existing(nodeName)
 	if e == nil {
 		return
 	}
 	if len(e.pods) == 0 {
-		c.nodes.remove(nodeName)
+		c.nodes.Remove(nodeName)
 		// A hint naming the entry no longer matches any object.
 		e.seen.Store(nil)
 		return
 	}
-	e.mu.Lock()
+	e.Mu.Lock()
 	e.setInventoryLocked("")
-	e.mu.Unlock()
+	e.Mu.Unlock()
 }
 
-// nodeView is a consistent copy of what Filter needs from one node; view returns the
+// NodeView is a consistent copy of what Filter needs from one node; view returns the
 // node's usage beside it.
-type nodeView struct {
-	model     *nodeModel
-	heartbeat time.Time
-	invErr    error
-	reqErr    error
-	// usageGen is the entry's usage generation when the view was taken.
-	usageGen uint64
+type NodeView struct {
+	Model     *NodeModel
+	Heartbeat time.Time
+	InvErr    error
+	ReqErr    error
+	// UsageGen is the entry's usage generation when the view was taken.
+	UsageGen uint64
 }
 
-// view returns the node's model and a copy of its usage (in into's storage when it
+// View returns the node's model and a copy of its usage (in into's storage when it
 // has room, nil without a model), refreshing the inventory first when the node object
 // carries a different annotation than the cache saw (the scheduler's snapshot may be
 // ahead of this cache's informer handler). The usage is a separate result so that a
 // caller's stack buffer stays on the stack when the view's error escapes.
-func (c *Cache) view(node *v1.Node, into []usage) (nodeView, []usage) {
-	_, v, used := c.entryView(node, into)
+func (c *Cache) View(node *v1.Node, into []Usage) (NodeView, []Usage) {
+	_, v, used := c.EntryView(node, into)
 	return v, used
 }
 
-// entryView is view that also returns the node's entry.
-func (c *Cache) entryView(node *v1.Node, into []usage) (*nodeEntry, nodeView, []usage) {
-	e := c.hints.load(node)
+// EntryView is view that also returns the node's entry.
+func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []Usage) {
+	e := c.Hints.Load(node)
 	if e == nil {
 		e = c.node(node.Name)
 	}
-	e.mu.RLock()
+	e.Mu.RLock()
 	if e.seen.Load() != node {
 		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
 		if e.raw != raw || e.reqRaw != req {
-			e.mu.RUnlock()
-			e.mu.Lock()
+			e.Mu.RUnlock()
+			e.Mu.Lock()
 			if e.raw != raw {
 				e.setInventoryLocked(raw)
-				c.noteModel(e.model)
+				c.noteModel(e.Model)
 			}
 			if e.reqRaw != req {
 				e.setRequirementsLocked(req)
 			}
-			e.mu.Unlock()
-			e.mu.RLock()
+			e.Mu.Unlock()
+			e.Mu.RLock()
 		}
 		// raw and reqRaw cannot change while the read lock is held.
 		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
-			c.hints.store(node, e)
+			c.Hints.Store(node, e)
 		}
 	}
-	v := nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
-	var used []usage
-	if e.model != nil {
-		used = append(into[:0], e.used...)
+	v := NodeView{Model: e.Model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
+	var used []Usage
+	if e.Model != nil {
+		used = append(into[:0], e.Used...)
 	}
-	e.mu.RUnlock()
+	e.Mu.RUnlock()
 	return e, v, used
 }
 
-// existing returns the entry for name, or nil.
-func (c *Cache) existing(name string) *nodeEntry {
-	return c.nodes.load(name)
+// Existing returns the entry for name, or nil.
+func (c *Cache) Existing(name string) *NodeEntry {
+	return c.nodes.Load(name)
 }
 
-// existingFor is existing for node's name, found from the object when it can be
+// ExistingFor is existing for node's name, found from the object when it can be
 // (objectHints).
-func (c *Cache) existingFor(node *v1.Node) *nodeEntry {
-	if e := c.hints.load(node); e != nil {
+func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
+	if e := c.Hints.Load(node); e != nil {
 		return e
 	}
-	return c.nodes.load(node.Name)
+	return c.nodes.Load(node.Name)
 }
 
-// keep runs allocateInto on the node's kept allocation and, when it succeeds,
+// Keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle, made at usage generation gen (0: not
 // the cache's usage as it is). base is the node's measure before the pod, or nil
 // (see place).
-func (e *nodeEntry) keep(cycle, gen uint64, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
+func (e *NodeEntry) Keep(cycle, gen uint64, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
@@ -347,25 +347,25 @@ func (e *nodeEntry) keep(cycle, gen uint64, m *nodeModel, used []usage, p *podIn
 	return fail
 }
 
-// keptAt calls f with the allocation Filter kept on the node in cycle, when it was
+// KeptAt calls f with the allocation Filter kept on the node in cycle, when it was
 // made on model m at usage generation gen (the node as a view shows it now), and
 // returns true; otherwise it returns false. The allocation is valid only during f.
-func (e *nodeEntry) keptAt(cycle, gen uint64, m *nodeModel, f func(a *allocation)) bool {
+func (e *NodeEntry) KeptAt(cycle, gen uint64, m *NodeModel, f func(a *Allocation)) bool {
 	if e == nil || cycle == 0 || gen == 0 {
 		return false
 	}
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
-	if e.keptCycle != cycle || e.keptGen != gen || e.kept.model != m {
+	if e.keptCycle != cycle || e.keptGen != gen || e.kept.Model != m {
 		return false
 	}
 	f(&e.kept)
 	return true
 }
 
-// withKept calls f with the allocation Filter kept on the node in cycle and returns
+// WithKept calls f with the allocation Filter kept on the node in cycle and returns
 // true, or returns false when there is none. The allocation is valid only during f.
-func (e *nodeEntry) withKept(cycle uint64, f func(a *allocation)) bool {
+func (e *NodeEntry) WithKept(cycle uint64, f func(a *Allocation)) bool {
 	if e == nil || cycle == 0 {
 		return false
 	}
@@ -378,12 +378,12 @@ func (e *nodeEntry) withKept(cycle uint64, f func(a *allocation)) bool {
 	return true
 }
 
-// podGrants returns the grants of a recorded pod on node, or nil.
-func (c *Cache) podGrants(uid types.UID, node string) []grant {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if r := c.pods[uid]; r != nil && r.node == node {
-		return r.grants
+// PodGrants returns the grants of a recorded pod on node, or nil.
+func (c *Cache) PodGrants(uid types.UID, node string) []Grant {
+	c.Mu.RLock()
+	defer c.Mu.RUnlock()
+	if r := c.Pods[uid]; r != nil && r.Node == node {
+		return r.Grants
 	}
 	return nil
 }
@@ -395,39 +395,39 @@ func (c *Cache) podGrants(uid types.UID, node string) []grant {
 // them in that moment failed Reserve. A record moving between nodes is added to the
 // new node before it leaves the old one: counted twice for a moment, never missing.
 func (c *Cache) putLocked(r *podRecord) {
-	old := c.pods[r.uid]
-	c.pods[r.uid] = r
-	e := c.nodeLocked(r.node)
-	e.mu.Lock()
-	if old != nil && old.node == r.node && e.pods[r.uid] == old {
+	old := c.Pods[r.uid]
+	c.Pods[r.uid] = r
+	e := c.nodeLocked(r.Node)
+	e.Mu.Lock()
+	if old != nil && old.Node == r.Node && e.pods[r.uid] == old {
 		e.applyLocked(old, -1)
 	}
 	e.pods[r.uid] = r
 	e.applyLocked(r, 1)
-	e.mu.Unlock()
-	if old != nil && old.node != r.node {
+	e.Mu.Unlock()
+	if old != nil && old.Node != r.Node {
 		c.dropFromNodeLocked(old)
 	}
 }
 
 // dropFromNodeLocked removes record r from its node's entry, if it is still there.
 func (c *Cache) dropFromNodeLocked(r *podRecord) {
-	if e := c.existing(r.node); e != nil {
-		e.mu.Lock()
+	if e := c.Existing(r.Node); e != nil {
+		e.Mu.Lock()
 		if e.pods[r.uid] == r {
 			delete(e.pods, r.uid)
 			e.applyLocked(r, -1)
 		}
-		e.mu.Unlock()
+		e.Mu.Unlock()
 	}
 }
 
 func (c *Cache) deleteLocked(uid types.UID) *podRecord {
-	old := c.pods[uid]
+	old := c.Pods[uid]
 	if old == nil {
 		return nil
 	}
-	delete(c.pods, uid)
+	delete(c.Pods, uid)
 	c.dropFromNodeLocked(old)
 	return old
 }
@@ -454,10 +454,10 @@ func (c *Cache) OnPod(pod *v1.Pod) error {
 	if a.Node != pod.Spec.NodeName {
 		return fmt.Errorf("GPU assignment names node %q but the pod is bound to %q; ignored", a.Node, pod.Spec.NodeName)
 	}
-	r := recordFromAssignment(pod, a)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old := c.pods[pod.UID]; old != nil && !old.assumed && old.node == r.node && sameGrants(old.grants, r.grants) {
+	r := RecordFromAssignment(pod, a)
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	if old := c.Pods[pod.UID]; old != nil && !old.assumed && old.Node == r.Node && SameGrants(old.Grants, r.Grants) {
 		return nil
 	}
 	c.putLocked(r)
@@ -466,22 +466,22 @@ func (c *Cache) OnPod(pod *v1.Pod) error {
 
 // OnPodDelete forgets a pod.
 func (c *Cache) OnPodDelete(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	c.deleteLocked(uid)
 }
 
-func recordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
-	r := &podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node}
+func RecordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
+	r := &podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, Node: a.Node}
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
-			r.grants = append(r.grants, grant{uuid: d.UUID, memMiB: d.MemoryMiB, cores: d.Cores})
+			r.Grants = append(r.Grants, Grant{UUID: d.UUID, MemMiB: d.MemoryMiB, Cores: d.Cores})
 		}
 	}
 	return r
 }
 
-func sameGrants(a, b []grant) bool {
+func SameGrants(a, b []Grant) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -496,54 +496,54 @@ func sameGrants(a, b []grant) bool {
 // Assume records grants for pod on node after checking, under the node's lock, that
 // they still fit. It is the only way capacity is taken, so two pods can never be
 // granted the same capacity.
-func (c *Cache) Assume(pod *v1.Pod, node string, grants []grant, maxTenants int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *Cache) Assume(pod *v1.Pod, node string, grants []Grant, maxTenants int) error {
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	e := c.nodeLocked(node)
-	e.mu.RLock()
-	err := e.fitsLocked(grants, maxTenants, c.pods[pod.UID])
-	e.mu.RUnlock()
+	e.Mu.RLock()
+	err := e.fitsLocked(grants, maxTenants, c.Pods[pod.UID])
+	e.Mu.RUnlock()
 	if err != nil {
 		return err
 	}
-	c.putLocked(&podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: node, grants: grants, assumed: true})
+	c.putLocked(&podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, Node: node, Grants: grants, assumed: true})
 	return nil
 }
 
-func (e *nodeEntry) fitsLocked(grants []grant, maxTenants int, replacing *podRecord) error {
-	if e.model == nil {
-		return fmt.Errorf("node %s: %v", e.name, e.invErr)
+func (e *NodeEntry) fitsLocked(grants []Grant, maxTenants int, replacing *podRecord) error {
+	if e.Model == nil {
+		return fmt.Errorf("node %s: %v", e.Name, e.invErr)
 	}
-	add := make([]usage, len(e.used))
-	copy(add, e.used)
-	if replacing != nil && replacing.node == e.name {
-		for _, g := range replacing.grants {
-			if i, ok := e.model.byUUID[g.uuid]; ok {
-				add[i].memMiB -= g.memMiB
-				add[i].cores -= g.cores
-				add[i].tenants--
+	add := make([]Usage, len(e.Used))
+	copy(add, e.Used)
+	if replacing != nil && replacing.Node == e.Name {
+		for _, g := range replacing.Grants {
+			if i, ok := e.Model.ByUUID[g.UUID]; ok {
+				add[i].MemMiB -= g.MemMiB
+				add[i].Cores -= g.Cores
+				add[i].Tenants--
 			}
 		}
 	}
 	for _, g := range grants {
-		i, ok := e.model.byUUID[g.uuid]
+		i, ok := e.Model.ByUUID[g.UUID]
 		if !ok {
-			return fmt.Errorf("node %s has no GPU %s", e.name, g.uuid)
+			return fmt.Errorf("node %s has no GPU %s", e.Name, g.UUID)
 		}
-		d := &e.model.devices[i]
+		d := &e.Model.Devices[i]
 		u := &add[i]
-		u.memMiB += g.memMiB
-		u.cores += g.cores
-		u.tenants++
+		u.MemMiB += g.MemMiB
+		u.Cores += g.Cores
+		u.Tenants++
 		switch {
 		case !d.healthy:
-			return fmt.Errorf("GPU %s on node %s is unhealthy", g.uuid, e.name)
-		case u.memMiB > d.memoryMiB:
-			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.uuid, e.name, u.memMiB, d.memoryMiB)
-		case u.cores > 100:
-			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.uuid, e.name, u.cores)
-		case u.tenants > maxTenants:
-			return fmt.Errorf("GPU %s on node %s: %d tenants, limit %d", g.uuid, e.name, u.tenants, maxTenants)
+			return fmt.Errorf("GPU %s on node %s is unhealthy", g.UUID, e.Name)
+		case u.MemMiB > d.MemoryMiB:
+			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.UUID, e.Name, u.MemMiB, d.MemoryMiB)
+		case u.Cores > 100:
+			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.UUID, e.Name, u.Cores)
+		case u.Tenants > maxTenants:
+			return fmt.Errorf("GPU %s on node %s: %d tenants, limit %d", g.UUID, e.Name, u.Tenants, maxTenants)
 		}
 	}
 	return nil
@@ -552,9 +552,9 @@ func (e *nodeEntry) fitsLocked(grants []grant, maxTenants int, replacing *podRec
 // Forget drops the record of pod if it is still only assumed (Unreserve). A record
 // the informer has confirmed stays: the pod really holds those GPUs.
 func (c *Cache) Forget(uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.pods[uid]; r != nil && r.assumed {
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	if r := c.Pods[uid]; r != nil && r.assumed {
 		c.deleteLocked(uid)
 	}
 }
@@ -574,23 +574,23 @@ type DeviceUsage struct {
 // NodeUsage reports the grants on every device of node, and the node's inventory
 // error if it is unusable.
 func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
-	e := c.existing(node)
+	e := c.Existing(node)
 	if e == nil {
 		return nil, errNoInventory
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.model == nil {
+	e.Mu.RLock()
+	defer e.Mu.RUnlock()
+	if e.Model == nil {
 		return nil, e.invErr
 	}
-	out := make([]DeviceUsage, len(e.model.devices))
-	for i, d := range e.model.devices {
-		u := e.used[i]
-		out[i] = DeviceUsage{UUID: d.uuid, Index: d.index, Model: d.model, MemoryMiB: d.memoryMiB, UsedMiB: u.memMiB, Cores: u.cores, Tenants: u.tenants}
+	out := make([]DeviceUsage, len(e.Model.Devices))
+	for i, d := range e.Model.Devices {
+		u := e.Used[i]
+		out[i] = DeviceUsage{UUID: d.UUID, Index: d.Index, Model: d.Model, MemoryMiB: d.MemoryMiB, UsedMiB: u.MemMiB, Cores: u.Cores, Tenants: u.Tenants}
 	}
 	for _, r := range e.pods {
-		for _, g := range r.grants {
-			if i, ok := e.model.byUUID[g.uuid]; ok {
+		for _, g := range r.Grants {
+			if i, ok := e.Model.ByUUID[g.UUID]; ok {
 				out[i].Pods = append(out[i].Pods, r.namespace+"/"+r.name)
 			}
 		}
@@ -598,9 +598,9 @@ func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
 	return out, nil
 }
 
-// stale reports whether an inventory heartbeat is older than limit (0 disables). An
+// Stale reports whether an inventory heartbeat is older than limit (0 disables). An
 // inventory without one (zero) is as old as can be.
-func stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Duration, bool) {
+func Stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Duration, bool) {
 	if limit <= 0 {
 		return 0, false
 	}
@@ -608,54 +608,54 @@ func stale(heartbeat time.Time, limit time.Duration, now time.Time) (time.Durati
 	return age, age > limit
 }
 
-// cacheStats is what the cache holds, for the metrics.
-type cacheStats struct {
-	nodes, gpus, healthy int
-	memMiB, grantedMiB   int64
-	grantedCores         int
-	assumed, bound       int
+// CacheStats is what the cache holds, for the metrics.
+type CacheStats struct {
+	Nodes, GPUs, Healthy int
+	MemMiB, GrantedMiB   int64
+	GrantedCores         int
+	Assumed, Bound       int
 }
 
-// stats adds the cache's figures to s. It takes each node's read lock in turn.
-func (c *Cache) stats(s *cacheStats) {
-	c.eachModel(func(m *nodeModel, used []usage) {
-		s.nodes++
-		s.gpus += len(m.devices)
-		s.healthy += m.healthy
-		for i := range m.devices {
-			s.memMiB += m.devices[i].memoryMiB
-			s.grantedMiB += used[i].memMiB
-			s.grantedCores += used[i].cores
+// Stats adds the cache's figures to s. It takes each node's read lock in turn.
+func (c *Cache) Stats(s *CacheStats) {
+	c.eachModel(func(m *NodeModel, used []Usage) {
+		s.Nodes++
+		s.GPUs += len(m.Devices)
+		s.Healthy += m.Healthy
+		for i := range m.Devices {
+			s.MemMiB += m.Devices[i].MemoryMiB
+			s.GrantedMiB += used[i].MemMiB
+			s.GrantedCores += used[i].Cores
 		}
 	})
-	c.mu.RLock()
-	for _, r := range c.pods {
+	c.Mu.RLock()
+	for _, r := range c.Pods {
 		if r.assumed {
-			s.assumed += len(r.grants)
+			s.Assumed += len(r.Grants)
 		} else {
-			s.bound += len(r.grants)
+			s.Bound += len(r.Grants)
 		}
 	}
-	c.mu.RUnlock()
+	c.Mu.RUnlock()
 }
 
 // eachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
-func (c *Cache) eachModel(f func(m *nodeModel, used []usage)) {
-	c.eachView(func(_ *nodeEntry, v *nodeView, used []usage) { f(v.model, used) })
+func (c *Cache) eachModel(f func(m *NodeModel, used []Usage)) {
+	c.EachView(func(_ *NodeEntry, v *NodeView, used []Usage) { f(v.Model, used) })
 }
 
-// eachView is eachModel with the node's entry and view (valid only during f).
-func (c *Cache) eachView(f func(e *nodeEntry, v *nodeView, used []usage)) {
+// EachView is eachModel with the node's entry and view (valid only during f).
+func (c *Cache) EachView(f func(e *NodeEntry, v *NodeView, used []Usage)) {
 	// One view for all nodes: f is not known here, so a view per node would be a heap
 	// object per node (the metrics collector reads every node at each scrape).
-	v := new(nodeView)
-	c.nodes.each(func(e *nodeEntry) {
-		e.mu.RLock()
-		if e.model != nil {
-			*v = nodeView{model: e.model, heartbeat: e.heartbeat, invErr: e.invErr, reqErr: e.reqErr, usageGen: e.usageGen}
-			f(e, v, e.used)
+	v := new(NodeView)
+	c.nodes.each(func(e *NodeEntry) {
+		e.Mu.RLock()
+		if e.Model != nil {
+			*v = NodeView{Model: e.Model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
+			f(e, v, e.Used)
 		}
-		e.mu.RUnlock()
+		e.Mu.RUnlock()
 	})
 }

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 // model-constrained pods are expected to need.
 //
 // Fragmentation measures a node only against the shapes that may use its GPUs
-// (fragStats), so it does not see that a pod able to run anywhere takes, on a node of
+// (FragStats), so it does not see that a pod able to run anywhere takes, on a node of
 // a model that other pods require, capacity those pods cannot find elsewhere: on the
 // FGD paper's gpuspec workloads a third of the GPU pods require a model, half of them
 // a T4, whose pods alone ask more than the cluster's T4s hold. Each placement is
@@ -32,9 +32,9 @@ import (
 // unconstrained pod goes where constrained pods are least likely to need the GPUs, a
 // pod that admits several models to the one least in demand.
 
-// pressureEvery is the most observed pods a computed pressure serves before it is
+// PressureEvery is the most observed pods a computed pressure serves before it is
 // computed again (the cluster's capacity is read from every node's inventory then).
-const pressureEvery = 128
+const PressureEvery = 128
 
 // modelPressure is the pressure of each GPU model with any, by model name as the
 // node agent reports it (models sorted, rho in (0,1]).
@@ -43,8 +43,8 @@ type modelPressure struct {
 	rho    []float64
 }
 
-// of is model's pressure (0 for a model without).
-func (p *modelPressure) of(model string) float64 {
+// Of is model's pressure (0 for a model without).
+func (p *modelPressure) Of(model string) float64 {
 	for i, m := range p.models {
 		if m == model {
 			return p.rho[i]
@@ -56,30 +56,30 @@ func (p *modelPressure) of(model string) float64 {
 // cost is the pressure that allocation a puts on m: per device it takes a share of,
 // the share (by the plugin's memory and cores weights) times the device model's
 // pressure, in GPUs like fragmentation. nil costs nothing.
-func (p *modelPressure) cost(m *nodeModel, a *allocation, w *weights) float64 {
+func (p *modelPressure) cost(m *NodeModel, a *Allocation, w *Weights) float64 {
 	if p == nil {
 		return 0
 	}
 	var c float64
-	for _, pl := range a.placements {
-		for k, i := range pl.devices {
-			rho := p.of(m.devices[i].model)
+	for _, pl := range a.Placements {
+		for k, i := range pl.Devices {
+			rho := p.Of(m.Devices[i].Model)
 			if rho == 0 {
 				continue
 			}
 			memFrac := 0.0
-			if mem := m.hot[i].memoryMiB; mem > 0 {
-				memFrac = math.Min(1, float64(pl.memMiB[k])/float64(mem))
+			if mem := m.Hot[i].MemoryMiB; mem > 0 {
+				memFrac = math.Min(1, float64(pl.MemMiB[k])/float64(mem))
 			}
-			c += rho * (w.memory*memFrac + w.cores*float64(pl.cores)/100) / (w.memory + w.cores)
+			c += rho * (w.Memory*memFrac + w.Cores*float64(pl.Cores)/100) / (w.Memory + w.Cores)
 		}
 	}
 	return c
 }
 
 // hasSelection reports whether the shape requires or excludes GPU models.
-func (s *fragShape) hasSelection() bool {
-	return len(s.modelInclude) > 0 || len(s.modelExclude) > 0
+func (s *FragShape) hasSelection() bool {
+	return len(s.ModelInclude) > 0 || len(s.ModelExclude) > 0
 }
 
 // modelCapacity is the cluster's healthy GPUs (MIG instances aside) per model, and
@@ -95,14 +95,14 @@ type modelCapacity struct {
 func clusterCapacity(c *Cache) modelCapacity {
 	byModel := map[string]int64{}
 	var total, mem int64
-	c.eachModel(func(m *nodeModel, _ []usage) {
-		for i := range m.devices {
-			if !m.hot[i].healthy || m.hot[i].mig {
+	c.eachModel(func(m *NodeModel, _ []Usage) {
+		for i := range m.Devices {
+			if !m.Hot[i].Healthy || m.Hot[i].MIG {
 				continue
 			}
-			byModel[m.devices[i].model]++
+			byModel[m.Devices[i].Model]++
 			total++
-			mem += m.hot[i].memoryMiB
+			mem += m.Hot[i].MemoryMiB
 		}
 	})
 	capa := modelCapacity{total: total}
@@ -122,7 +122,7 @@ func clusterCapacity(c *Cache) modelCapacity {
 // computePressure is the model pressure of the shapes counted in counts (every shape
 // of the window, with how many pods had it) on a cluster of capacity capa. Demand is
 // summed in integer milli-GPUs, so the result does not depend on map order.
-func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *weights) *modelPressure {
+func computePressure(counts map[string]*ShapeCount, capa modelCapacity, w *Weights) *modelPressure {
 	if capa.total == 0 || capa.meanMiB == 0 {
 		return nil
 	}
@@ -134,18 +134,18 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *weigh
 	groups := map[string]*group{}
 	var total int64
 	for _, sc := range counts {
-		s := &sc.shape
-		memFrac := math.Min(1, float64(s.c.MemoryOn(capa.meanMiB))/float64(capa.meanMiB))
-		share := (w.memory*memFrac + w.cores*float64(s.c.Cores)/100) / (w.memory + w.cores)
-		d := int64(sc.n) * int64(s.c.GPUs) * int64(math.Round(1000*share))
+		s := &sc.Shape
+		memFrac := math.Min(1, float64(s.C.MemoryOn(capa.meanMiB))/float64(capa.meanMiB))
+		share := (w.Memory*memFrac + w.Cores*float64(s.C.Cores)/100) / (w.Memory + w.Cores)
+		d := int64(sc.N) * int64(s.C.GPUs) * int64(math.Round(1000*share))
 		total += d
 		if !s.hasSelection() {
 			continue
 		}
-		key := strings.Join(s.modelInclude, ",") + "|" + strings.Join(s.modelExclude, ",")
+		key := strings.Join(s.ModelInclude, ",") + "|" + strings.Join(s.ModelExclude, ",")
 		g := groups[key]
 		if g == nil {
-			g = &group{include: s.modelInclude, exclude: s.modelExclude}
+			g = &group{include: s.ModelInclude, exclude: s.ModelExclude}
 			groups[key] = g
 		}
 		g.demand += d
@@ -162,10 +162,10 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *weigh
 	admits := make([]bool, len(capa.models))
 	for _, key := range keys {
 		g := groups[key]
-		sel := podInfo{modelInclude: g.include, modelExclude: g.exclude}
+		sel := PodInfo{ModelInclude: g.include, ModelExclude: g.exclude}
 		var gpus int64
 		for j, name := range capa.models {
-			admits[j] = sel.eligible(&device{model: name})
+			admits[j] = sel.Eligible(&Device{Model: name})
 			if admits[j] {
 				gpus += capa.gpus[j]
 			}
@@ -193,27 +193,27 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *weigh
 	return p
 }
 
-// bind gives the workload model the cluster whose capacity model pressure is measured
+// Bind gives the workload model the cluster whose capacity model pressure is measured
 // against and the plugin's weights. Without it there is no pressure.
-func (w *workloadModel) bind(c *Cache, wt *weights) {
+func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cluster, w.weights = c, wt
 }
 
-// pressureNow is the window's model pressure, computed again once as many pods have
-// been observed as the window held when it was last computed, at most pressureEvery
+// PressureNow is the window's model pressure, computed again once as many pods have
+// been observed as the window held when it was last computed, at most PressureEvery
 // (a window still filling is followed closely); nil while no pod of the window has a
 // model selection.
-func (w *workloadModel) pressureNow() *modelPressure {
+func (w *WorkloadModel) PressureNow() *modelPressure {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.selective == 0 || w.cluster == nil || w.weights == nil {
-		w.pressure, w.pressureAge = nil, pressureEvery
+		w.pressure, w.pressureAge = nil, PressureEvery
 		return nil
 	}
-	if w.pressureAge >= min(pressureEvery, w.pressureLen) {
-		w.pressure = computePressure(w.counts, clusterCapacity(w.cluster), w.weights)
+	if w.pressureAge >= min(PressureEvery, w.pressureLen) {
+		w.pressure = computePressure(w.Counts, clusterCapacity(w.cluster), w.weights)
 		w.pressureAge, w.pressureLen = 0, len(w.ring)
 	}
 	return w.pressure

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"sort"
@@ -26,9 +26,9 @@ type fitIndex struct {
 }
 
 // fitIndexes are a workload's fit indexes per GPU memory size, built as sizes are
-// met and shared by the snapshots of one set of classes (fragWorkload.gen).
+// met and shared by the snapshots of one set of classes (FragWorkload.Gen).
 type fitIndexes struct {
-	classes []fragClass
+	classes []FragClass
 	// plain are the classes without a model selection (they fit any non-MIG
 	// device); selective lists the others, checked one by one.
 	plain     uint64
@@ -43,14 +43,14 @@ type fitIndexes struct {
 const maxFitSizes = 64
 
 // newFitIndexes indexes classes, or returns nil when there are more than 64 (fit
-// masks are 64 bits; snapshots never have more, see maxSnapshotShapes).
-func newFitIndexes(classes []fragClass) *fitIndexes {
+// masks are 64 bits; snapshots never have more, see MaxSnapshotShapes).
+func newFitIndexes(classes []FragClass) *fitIndexes {
 	if len(classes) > 64 {
 		return nil
 	}
 	x := &fitIndexes{classes: classes}
 	for k := range classes {
-		if len(classes[k].modelInclude) == 0 && len(classes[k].modelExclude) == 0 {
+		if len(classes[k].ModelInclude) == 0 && len(classes[k].ModelExclude) == 0 {
 			x.plain |= 1 << uint(k)
 		} else {
 			x.selective = append(x.selective, k)
@@ -87,13 +87,13 @@ func (x *fitIndexes) forMemory(memoryMiB int64) *fitIndex {
 	return ix
 }
 
-func buildFitIndex(classes []fragClass, memoryMiB int64) *fitIndex {
+func buildFitIndex(classes []FragClass, memoryMiB int64) *fitIndex {
 	n := len(classes)
 	ix := &fitIndex{memoryMiB: memoryMiB}
 	mem, cores := make([]int64, n), make([]int64, n)
 	for k := range classes {
-		mem[k] = classes[k].c.MemoryOn(memoryMiB)
-		cores[k] = int64(max(classes[k].c.Cores, 1))
+		mem[k] = classes[k].C.MemoryOn(memoryMiB)
+		cores[k] = int64(max(classes[k].C.Cores, 1))
 	}
 	ix.memNeed, ix.memPrefix = prefixes(mem)
 	ix.coreNeed, ix.corePrefix = prefixes(cores)
@@ -131,27 +131,27 @@ func atMost(needs []int64, v int64) int {
 }
 
 // fitMask is the set of classes (bit k for class k) that fit device i of m under
-// used: shapeFits for each class at once.
-func (x *fitIndexes) fitMask(m *nodeModel, used []usage, i int, w *weights) uint64 {
-	d := &m.hot[i]
+// used: ShapeFits for each class at once.
+func (x *fitIndexes) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
+	d := &m.Hot[i]
 	u := &used[i]
-	if !d.healthy || u.tenants >= w.maxTenants {
+	if !d.Healthy || u.Tenants >= w.MaxTenants {
 		return 0
 	}
-	ix := x.forMemory(d.memoryMiB)
-	fit := ix.memPrefix[atMost(ix.memNeed, d.memoryMiB-u.memMiB)] & ix.corePrefix[atMost(ix.coreNeed, int64(100-u.cores))]
+	ix := x.forMemory(d.MemoryMiB)
+	fit := ix.memPrefix[atMost(ix.memNeed, d.MemoryMiB-u.MemMiB)] & ix.corePrefix[atMost(ix.coreNeed, int64(100-u.Cores))]
 	return fit & x.eligibleMask(m, i)
 }
 
 // eligibleMask is the set of classes whose model selection admits device i of m,
 // whatever its health and usage.
-func (x *fitIndexes) eligibleMask(m *nodeModel, i int) uint64 {
+func (x *fitIndexes) eligibleMask(m *NodeModel, i int) uint64 {
 	var eligible uint64
-	if !m.hot[i].mig {
+	if !m.Hot[i].MIG {
 		eligible = x.plain
 	}
 	for _, k := range x.selective {
-		if x.classes[k].eligibleAt(m, i) {
+		if x.classes[k].EligibleAt(m, i) {
 			eligible |= 1 << uint(k)
 		}
 	}

@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -13,29 +13,29 @@ import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// podInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
-type podInfo struct {
-	req api.PodRequest
-	// order is the placement order of req.Containers: most GPUs first, then most
+// PodInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
+type PodInfo struct {
+	Req api.PodRequest
+	// Order is the placement order of req.Containers: most GPUs first, then most
 	// memory, so that the hardest container gets first pick.
-	order        []int
-	modelInclude []string // lower-case substrings
-	modelExclude []string
-	uuidInclude  []string
-	uuidExclude  []string
-	topology     api.Topology
+	Order        []int
+	ModelInclude []string // lower-case substrings
+	ModelExclude []string
+	UUIDInclude  []string
+	UUIDExclude  []string
+	Topology     api.Topology
 	// mps is set for a pod asking for MPS sharing: it may use only GPUs in mps mode,
 	// and any other pod only GPUs in time-sliced mode (sharing.go).
 	mps bool
-	// device is the GPU-level placer: the profile's, or the pod's by annotation.
-	device placer
+	// Device is the GPU-level placer: the profile's, or the pod's by annotation.
+	Device Placer
 	// cpuMilli and memBytes are the pod's host requests, and frag the expected
-	// workload, when a placer of the pod needs them (Fragmentation's preparePod).
-	cpuMilli, memBytes int64
-	frag               *fragWorkload
+	// workload, when a placer of the pod needs them (Fragmentation's PreparePod).
+	CPUMilli, MemBytes int64
+	Frag               *FragWorkload
 	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
-	// cluster of one GPU size (podInfo.workloadFeed). Read and replaced by the
+	// cluster of one GPU size (PodInfo.WorkloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
 	// pressure is the workload's model pressure when the pod was prepared (nil:
@@ -43,23 +43,23 @@ type podInfo struct {
 	pressure *modelPressure
 }
 
-// eligible reports whether device d passes the pod's static selection (model, UUID).
+// Eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
-func (p *podInfo) eligible(d *device) bool {
+func (p *PodInfo) Eligible(d *Device) bool {
 	if d.mps != p.mps {
 		return false
 	}
-	if d.mig && !p.wantsMIG() {
+	if d.MIG && !p.wantsMIG() {
 		return false
 	}
-	if len(p.modelInclude) > 0 {
-		m := strings.ToLower(d.model)
+	if len(p.ModelInclude) > 0 {
+		m := strings.ToLower(d.Model)
 		ok := false
-		for _, s := range p.modelInclude {
+		for _, s := range p.ModelInclude {
 			if strings.Contains(m, s) {
 				ok = true
 				break
@@ -69,38 +69,38 @@ func (p *podInfo) eligible(d *device) bool {
 			return false
 		}
 	}
-	if len(p.modelExclude) > 0 {
-		m := strings.ToLower(d.model)
-		for _, s := range p.modelExclude {
+	if len(p.ModelExclude) > 0 {
+		m := strings.ToLower(d.Model)
+		for _, s := range p.ModelExclude {
 			if strings.Contains(m, s) {
 				return false
 			}
 		}
 	}
-	if len(p.uuidInclude) > 0 && !containsString(p.uuidInclude, d.uuid) {
+	if len(p.UUIDInclude) > 0 && !containsString(p.UUIDInclude, d.UUID) {
 		return false
 	}
-	if len(p.uuidExclude) > 0 && containsString(p.uuidExclude, d.uuid) {
+	if len(p.UUIDExclude) > 0 && containsString(p.UUIDExclude, d.UUID) {
 		return false
 	}
 	return true
 }
 
-// eligibleAt is eligible for device i of m. A pod without selection reads only the
+// EligibleAt is eligible for device i of m. A pod without selection reads only the
 // device's MIG flag, from m.hot.
-func (p *podInfo) eligibleAt(m *nodeModel, i int) bool {
+func (p *PodInfo) EligibleAt(m *NodeModel, i int) bool {
 	if !p.hasSelection() {
-		return !m.hot[i].mig && modeMatches(m, p, i)
+		return !m.Hot[i].MIG && modeMatches(m, p, i)
 	}
-	return p.eligible(&m.devices[i])
+	return p.Eligible(&m.Devices[i])
 }
 
 // wantsMIG reports whether the pod selects MIG instances explicitly.
-func (p *podInfo) wantsMIG() bool {
-	if len(p.uuidInclude) > 0 {
+func (p *PodInfo) wantsMIG() bool {
+	if len(p.UUIDInclude) > 0 {
 		return true
 	}
-	for _, s := range p.modelInclude {
+	for _, s := range p.ModelInclude {
 		if strings.Contains(s, "mig") {
 			return true
 		}
@@ -117,49 +117,49 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// weights are the scoring knobs taken from TesseraGPUShareArgs.
-type weights struct {
-	memory, cores            float64
-	policy, topology, island float64
-	maxTenants               int
+// Weights are the scoring knobs taken from TesseraGPUShareArgs.
+type Weights struct {
+	Memory, Cores            float64
+	Policy, Topology, Island float64
+	MaxTenants               int
 }
 
-// placement is where one container goes.
-type placement struct {
-	container int   // index into podInfo.req.Containers
-	devices   []int // device positions in nodeModel.devices
-	memMiB    []int64
-	cores     int
+// Placement is where one container goes.
+type Placement struct {
+	Container int   // index into PodInfo.Req.Containers
+	Devices   []int // device positions in NodeModel.Devices
+	MemMiB    []int64
+	Cores     int
 }
 
-// allocation is the outcome of placing a whole pod on a node.
-type allocation struct {
-	placements []placement
+// Allocation is the outcome of placing a whole pod on a node.
+type Allocation struct {
+	Placements []Placement
 	// topology is the mean pair affinity over multi-GPU containers (1 when none).
 	topology float64
 	// multiGPU is set when some container got more than one GPU.
 	multiGPU bool
 	// brokenIslands counts NVLink islands that were entirely free and no longer are.
 	brokenIslands, freeIslands int
-	// used is the node's usage after the pod is placed.
-	used []usage
-	// model is the node the allocation was made on.
-	model *nodeModel
-	// measured is what the GPU-level placer measured of the node to place a
+	// Used is the node's usage after the pod is placed.
+	Used []Usage
+	// Model is the node the allocation was made on.
+	Model *NodeModel
+	// Measured is what the GPU-level placer measured of the node to place a
 	// one-container pod (see placer.pickDevice), for the node-level score to reuse
 	// instead of measuring the node again. Zero otherwise.
-	measured nodeMeasure
+	Measured nodeMeasure
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
 	// pods of one GPU container: Filter allocates nothing on such nodes.
-	placeBuf [1]placement
+	placeBuf [1]Placement
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
-	usedBuf  [inlineDevices]usage
+	usedBuf  [inlineDevices]Usage
 	// after is the node-level score's scratch measure of the node after the pod
-	// (Fragmentation's fragStats.placedInto), reused from cycle to cycle with the
+	// (Fragmentation's FragStats.placedInto), reused from cycle to cycle with the
 	// allocation the node's cache entry keeps.
-	after fragStats
+	after FragStats
 
 	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
@@ -171,22 +171,22 @@ type allocation struct {
 const inlineDevices = 8
 
 // reset makes a an empty allocation holding a copy of used, reusing its storage.
-func (a *allocation) reset(used []usage) {
-	a.placements = a.placeBuf[:0]
+func (a *Allocation) reset(used []Usage) {
+	a.Placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.model, a.measured = nil, nodeMeasure{}
+	a.Model, a.Measured = nil, nodeMeasure{}
 	if len(used) <= inlineDevices {
-		a.used = a.usedBuf[:len(used)]
-		copy(a.used, used)
+		a.Used = a.usedBuf[:len(used)]
+		copy(a.Used, used)
 	} else {
-		a.used = append(a.used[:0:0], used...)
+		a.Used = append(a.Used[:0:0], used...)
 	}
 }
 
 // take returns n ints and n int64s from the allocation's inline storage, or new
 // slices once it is used up.
-func (a *allocation) take(n int, dev *int) ([]int, []int64) {
+func (a *Allocation) take(n int, dev *int) ([]int, []int64) {
 	if *dev+n <= inlineDevices {
 		d, m := a.devBuf[*dev:*dev+n:*dev+n], a.memBuf[*dev:*dev+n:*dev+n]
 		*dev += n
@@ -198,16 +198,16 @@ func (a *allocation) take(n int, dev *int) ([]int, []int64) {
 // allocFailure explains why a pod does not fit a node.
 type allocFailure struct {
 	code fwk.Code
-	msg  string
+	Msg  string
 }
 
-func (f *allocFailure) status() *fwk.Status { return fwk.NewStatus(f.code, f.msg) }
+func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.Msg) }
 
-// allocate places every GPU container of p on the node described by m, starting from
+// Allocate places every GPU container of p on the node described by m, starting from
 // used. It is a pure function of its inputs (used is copied, not modified): Filter,
 // Reserve and preemption's AddPod all use it, so they always agree.
-func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, *allocFailure) {
-	a := &allocation{}
+func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
+	a := &Allocation{}
 	if fail := allocateInto(a, m, used, p, w, nil); fail != nil {
 		return nil, fail
 	}
@@ -217,59 +217,59 @@ func allocate(m *nodeModel, used []usage, p *podInfo, w *weights) (*allocation, 
 // allocateInto is allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
-func allocateInto(a *allocation, m *nodeModel, used []usage, p *podInfo, w *weights, base *fragStats) *allocFailure {
+func allocateInto(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
 	ci, fail := place(a, m, used, p, w, base)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
-		return explain(m, a.used, p, &p.req.Containers[ci], w, ci != p.order[0])
+		return explain(m, a.Used, p, &p.Req.Containers[ci], w, ci != p.Order[0])
 	}
 	return fail
 }
 
 // tooFew is pickDevices' and place's failure when fewer devices than the container
 // asks fit it; allocateInto replaces it with explain's reason.
-var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the container"}
+var tooFew = &allocFailure{code: fwk.Unschedulable, Msg: "too few GPUs fit the container"}
 
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
 //
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
-// kept in the cache: nodeEntry.frag). A one-container pod starts from it: the
+// kept in the cache: NodeEntry.Frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
-func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, base *fragStats) (int, *allocFailure) {
+func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
-	if len(p.order) == 1 {
-		a.measured.base = base
+	if len(p.Order) == 1 {
+		a.Measured.base = base
 	}
-	used := a.used
+	used := a.Used
 	free := freeIslands(m, used)
 	// An island free before placement is broken by it exactly when one of its devices
 	// is placed on (placing adds a tenant), so one pass over the islands is enough.
 	var touched islandSet
 	multi, topoSum, taken := 0, 0.0, 0
-	for _, ci := range p.order {
-		c := &p.req.Containers[ci]
+	for _, ci := range p.Order {
+		c := &p.Req.Containers[ci]
 		devs, mem := a.take(c.GPUs, &taken)
 		var measured *nodeMeasure
-		if len(p.order) == 1 {
-			measured = &a.measured
+		if len(p.Order) == 1 {
+			measured = &a.Measured
 		}
 		picked, fail := pickDevices(a, m, used, p, c, w, devs, measured)
 		if fail != nil {
 			return ci, fail
 		}
 		copy(devs, picked)
-		pl := placement{container: ci, devices: devs, cores: c.Cores, memMiB: mem}
+		pl := Placement{Container: ci, Devices: devs, Cores: c.Cores, MemMiB: mem}
 		for k, i := range devs {
-			need := c.MemoryOn(m.hot[i].memoryMiB)
-			pl.memMiB[k] = need
-			used[i].memMiB += need
-			used[i].cores += c.Cores
-			used[i].tenants++
-			if isl := int(m.hot[i].island); isl >= 0 {
+			need := c.MemoryOn(m.Hot[i].MemoryMiB)
+			pl.MemMiB[k] = need
+			used[i].MemMiB += need
+			used[i].Cores += c.Cores
+			used[i].Tenants++
+			if isl := int(m.Hot[i].island); isl >= 0 {
 				touched.add(isl, len(m.islands))
 			}
 		}
@@ -277,7 +277,7 @@ func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, 
 			multi++
 			topoSum += setAffinity(m, devs)
 		}
-		a.placements = append(a.placements, pl)
+		a.Placements = append(a.Placements, pl)
 	}
 	if multi > 0 {
 		a.topology = topoSum / float64(multi)
@@ -285,11 +285,11 @@ func place(a *allocation, m *nodeModel, before []usage, p *podInfo, w *weights, 
 	}
 	a.freeIslands = free.count()
 	a.brokenIslands = free.countBoth(&touched)
-	a.model = m
+	a.Model = m
 	return -1, nil
 }
 
-// islandSet is a set of NVLink islands by position in nodeModel.islands: a bit mask
+// islandSet is a set of NVLink islands by position in NodeModel.islands: a bit mask
 // for the first 64, a slice beyond.
 type islandSet struct {
 	mask uint64
@@ -333,7 +333,7 @@ func (s *islandSet) countBoth(t *islandSet) int {
 // freeIslands reports the NVLink islands whose devices are all unused. It reads the
 // devices' island numbers rather than m.islands: Filter reads the devices anyway, and
 // on a busy scheduler each further line of a node's model is a cache miss.
-func freeIslands(m *nodeModel, used []usage) islandSet {
+func freeIslands(m *NodeModel, used []Usage) islandSet {
 	var s islandSet
 	n := len(m.islands)
 	if n > 64 {
@@ -344,10 +344,10 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 	}
 	// 1<<64 is 0 for a uint64, so 64 islands give all 64 bits.
 	s.mask = uint64(1)<<uint(min(n, 64)) - 1
-	for i := range m.hot {
-		k := int(m.hot[i].island)
+	for i := range m.Hot {
+		k := int(m.Hot[i].island)
 		switch {
-		case k < 0 || used[i].tenants == 0:
+		case k < 0 || used[i].Tenants == 0:
 		case k < 64:
 			s.mask &^= 1 << uint(k)
 		default:
@@ -357,39 +357,39 @@ func freeIslands(m *nodeModel, used []usage) islandSet {
 	return s
 }
 
-// fits reports whether container c fits device i given used.
-func fits(m *nodeModel, used []usage, c *api.ContainerRequest, i int, maxTenants int) bool {
-	d := &m.hot[i]
+// Fits reports whether container c fits device i given used.
+func Fits(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, maxTenants int) bool {
+	d := &m.Hot[i]
 	u := &used[i]
-	if u.tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
+	if u.Tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
-	if d.memoryMiB-u.memMiB < c.MemoryOn(d.memoryMiB) {
+	if d.MemoryMiB-u.MemMiB < c.MemoryOn(d.MemoryMiB) {
 		return false
 	}
 	if c.Cores > 0 {
-		return u.cores+c.Cores <= 100
+		return u.Cores+c.Cores <= 100
 	}
 	// A container that reserves no compute may only join a GPU whose compute is not
 	// all reserved: it would otherwise take time from tenants promised all of it.
-	return u.cores < 100
+	return u.Cores < 100
 }
 
 // deviceUtil is the weighted use of device i after placing container c on it (0..1
 // for a container that fits), the measure of the GPU-level policies' device scores.
-func deviceUtil(m *nodeModel, used []usage, c *api.ContainerRequest, i int, w *weights) float64 {
-	d := &m.hot[i]
+func deviceUtil(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+	d := &m.Hot[i]
 	u := &used[i]
-	memFrac := float64(u.memMiB+c.MemoryOn(d.memoryMiB)) / float64(d.memoryMiB)
-	coreFrac := float64(u.cores+c.Cores) / 100
-	return (w.memory*memFrac + w.cores*coreFrac) / (w.memory + w.cores)
+	memFrac := float64(u.MemMiB+c.MemoryOn(d.MemoryMiB)) / float64(d.MemoryMiB)
+	coreFrac := float64(u.Cores+c.Cores) / 100
+	return (w.Memory*memFrac + w.Cores*coreFrac) / (w.Memory + w.Cores)
 }
 
 // islandFree reports whether no device of NVLink island k is used (by the devices'
 // island numbers, as freeIslands).
-func islandFree(m *nodeModel, used []usage, k int32) bool {
-	for i := range m.hot {
-		if m.hot[i].island == k && used[i].tenants > 0 {
+func islandFree(m *NodeModel, used []Usage, k int32) bool {
+	for i := range m.Hot {
+		if m.Hot[i].island == k && used[i].Tenants > 0 {
 			return false
 		}
 	}
@@ -397,7 +397,7 @@ func islandFree(m *nodeModel, used []usage, k int32) bool {
 }
 
 // setAffinity is the mean pair affinity of a device set.
-func setAffinity(m *nodeModel, devs []int) float64 {
+func setAffinity(m *NodeModel, devs []int) float64 {
 	if len(devs) < 2 {
 		return 1
 	}
@@ -416,18 +416,18 @@ func setAffinity(m *nodeModel, devs []int) float64 {
 // The devices are returned in dst's storage when it has room. A one-GPU container's
 // device is the GPU-level placer's pick, which may leave what it measured of the node
 // in *measured (when not nil).
-func pickDevices(a *allocation, m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
+func pickDevices(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
 	// Candidates live in the allocation for nodes of up to 16 devices: Filter runs
 	// this for every node of every GPU pod.
 	cand := a.candBuf[:0]
-	for i := range m.hot {
-		d := &m.hot[i]
+	for i := range m.Hot {
+		d := &m.Hot[i]
 		// A CUDA process sees at most one MIG device, so MIG instances only serve
 		// single-GPU containers.
-		if d.mig && c.GPUs > 1 {
+		if d.MIG && c.GPUs > 1 {
 			continue
 		}
-		if d.healthy && p.eligibleAt(m, i) && fits(m, used, c, i, w.maxTenants) {
+		if d.Healthy && p.EligibleAt(m, i) && Fits(m, used, c, i, w.MaxTenants) {
 			cand = append(cand, i)
 		}
 	}
@@ -435,7 +435,7 @@ func pickDevices(a *allocation, m *nodeModel, used []usage, p *podInfo, c *api.C
 		return nil, tooFew
 	}
 	if c.GPUs == 1 {
-		return append(dst[:0], p.device.pickDevice(m, used, p, c, w, cand, measured)), nil
+		return append(dst[:0], p.Device.pickDevice(m, used, p, c, w, cand, measured)), nil
 	}
 	return pickSet(m, used, p, c, w, cand, dst)
 }
@@ -443,7 +443,7 @@ func pickDevices(a *allocation, m *nodeModel, used []usage, p *podInfo, c *api.C
 // pickSet chooses a multi-GPU set: every candidate seeds a greedy set that grows by
 // the candidate with the best link to the set (then the best policy score); the best
 // complete set wins. Required locality restricts which candidates may join.
-func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, cand []int, dst []int) ([]int, *allocFailure) {
+func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, dst []int) ([]int, *allocFailure) {
 	n := c.GPUs
 	var setBuf [16]int
 	set := setBuf[:0]
@@ -454,14 +454,14 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	found := false
 	bestScore := -1.0
 	for _, seed := range cand {
-		if p.topology == api.TopologyNUMARequired && m.devices[seed].numa < 0 {
+		if p.Topology == api.TopologyNUMARequired && m.Devices[seed].NUMA < 0 {
 			continue
 		}
 		set = append(set[:0], seed)
 		for len(set) < n {
 			next, nextScore := -1, -1.0
 			for _, i := range cand {
-				if containsInt(set, i) || !joinable(m, p.topology, set, i) {
+				if ContainsInt(set, i) || !Joinable(m, p.Topology, set, i) {
 					continue
 				}
 				link := 0.0
@@ -469,8 +469,8 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 					link += m.affinity[i][j]
 				}
 				link /= float64(len(set))
-				s := p.device.deviceScore(m, used, c, i, w)
-				if p.topology != api.TopologyNone {
+				s := p.Device.deviceScore(m, used, c, i, w)
+				if p.Topology != api.TopologyNone {
 					// Link quality dominates; the policy breaks ties.
 					s = link*4 + s
 				}
@@ -488,10 +488,10 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		}
 		score := 0.0
 		for _, i := range set {
-			score += p.device.deviceScore(m, used, c, i, w)
+			score += p.Device.deviceScore(m, used, c, i, w)
 		}
 		score /= float64(n)
-		if p.topology != api.TopologyNone {
+		if p.Topology != api.TopologyNone {
 			score += 4 * setAffinity(m, set)
 		}
 		if score > bestScore {
@@ -501,22 +501,22 @@ func pickSet(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 		}
 	}
 	if !found {
-		return nil, &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(
+		return nil, &allocFailure{code: fwk.Unschedulable, Msg: fmt.Sprintf(
 			"node(s) had no %d GPUs with room for container %q %s (topology %s)",
-			n, c.Name, localityWords(p.topology), p.topology)}
+			n, c.Name, LocalityWords(p.Topology), p.Topology)}
 	}
 	sort.Ints(best)
 	return best, nil
 }
 
-func localityWords(t api.Topology) string {
+func LocalityWords(t api.Topology) string {
 	if t == api.TopologyNUMARequired {
 		return "on one NUMA node"
 	}
 	return "all joined by NVLink"
 }
 
-func joinable(m *nodeModel, t api.Topology, set []int, i int) bool {
+func Joinable(m *NodeModel, t api.Topology, set []int, i int) bool {
 	switch t {
 	case api.TopologyNVLinkRequired:
 		for _, j := range set {
@@ -525,13 +525,13 @@ func joinable(m *nodeModel, t api.Topology, set []int, i int) bool {
 			}
 		}
 	case api.TopologyNUMARequired:
-		numa := m.devices[set[0]].numa
-		return numa >= 0 && m.devices[i].numa == numa
+		numa := m.Devices[set[0]].NUMA
+		return numa >= 0 && m.Devices[i].NUMA == numa
 	}
 	return true
 }
 
-func containsInt(list []int, x int) bool {
+func ContainsInt(list []int, x int) bool {
 	for _, y := range list {
 		if y == x {
 			return true
@@ -557,33 +557,33 @@ func containsInt(list []int, x int) bool {
 // frame: it counts, builds the two reasons a full node gives without fmt, and leaves
 // the rest to explainRare. allocateInto calls it after the placement's frames are
 // gone. later is true when other containers of the pod were placed on the node first.
-func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w *weights, later bool) *allocFailure {
+func explain(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
 	var k missCounts
-	for i := range m.hot {
-		d := &m.hot[i]
-		if !p.eligibleAt(m, i) {
+	for i := range m.Hot {
+		d := &m.Hot[i]
+		if !p.EligibleAt(m, i) {
 			continue
 		}
 		k.matching++
-		if !d.healthy {
+		if !d.Healthy {
 			continue
 		}
 		k.healthy++
-		need := c.MemoryOn(d.memoryMiB)
-		if d.memoryMiB > k.largest {
-			k.largest = d.memoryMiB
+		need := c.MemoryOn(d.MemoryMiB)
+		if d.MemoryMiB > k.largest {
+			k.largest = d.MemoryMiB
 		}
-		if need <= d.memoryMiB {
+		if need <= d.MemoryMiB {
 			k.bigEnough++
 		}
 		u := &used[i]
-		if d.memoryMiB-u.memMiB >= need {
+		if d.MemoryMiB-u.MemMiB >= need {
 			k.roomMem++
 		}
-		if (c.Cores > 0 && u.cores+c.Cores <= 100) || (c.Cores == 0 && u.cores < 100) {
+		if (c.Cores > 0 && u.Cores+c.Cores <= 100) || (c.Cores == 0 && u.Cores < 100) {
 			k.roomCores++
 		}
-		if u.tenants < w.maxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
+		if u.Tenants < w.MaxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
 			k.roomTenants++
 		}
 	}
@@ -591,9 +591,9 @@ func explain(m *nodeModel, used []usage, p *podInfo, c *api.ContainerRequest, w 
 	if k.healthy >= n && k.bigEnough >= n {
 		switch {
 		case k.roomMem < n:
-			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missMemory, 0, later)}
+			return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, MissMemory, 0, later)}
 		case k.roomCores < n && c.Cores > 0:
-			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missCores, 0, later)}
+			return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, MissCores, 0, later)}
 		}
 	}
 	return explainRare(&k, m, p, c, w, later)
@@ -611,12 +611,12 @@ type missCounts struct {
 // large enough.
 //
 //go:noinline
-func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerRequest, w *weights, later bool) *allocFailure {
+func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
 	unresolvable := func(format string, a ...any) *allocFailure {
-		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
+		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, Msg: fmt.Sprintf(format, a...)}
 	}
-	unschedulable := func(kind missKind, tenants int) *allocFailure {
-		return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, kind, tenants, later)}
+	unschedulable := func(kind MissKind, tenants int) *allocFailure {
+		return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, kind, tenants, later)}
 	}
 	n := c.GPUs
 	if k.matching == 0 {
@@ -630,34 +630,34 @@ func explainRare(k *missCounts, m *nodeModel, p *podInfo, c *api.ContainerReques
 	case k.matching == 0:
 		return unresolvable("node has no schedulable GPUs")
 	case k.healthy < n && k.matching >= n:
-		return unresolvable("container %q asks %s; only %d of the node's %d matching GPUs are healthy", c.Name, gpus(n), k.healthy, k.matching)
+		return unresolvable("container %q asks %s; only %d of the node's %d matching GPUs are healthy", c.Name, GPUs(n), k.healthy, k.matching)
 	case k.healthy < n:
-		return unresolvable("container %q asks %s; the node has %d that match", c.Name, gpus(n), k.healthy)
+		return unresolvable("container %q asks %s; the node has %d that match", c.Name, GPUs(n), k.healthy)
 	case k.bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
 	case k.roomCores < n:
-		return unschedulable(missUnreserved, 0)
+		return unschedulable(MissUnreserved, 0)
 	case k.roomTenants < n && p.mps:
-		return &allocFailure{code: fwk.Unschedulable, msg: mpsTenantsReason(c)}
+		return &allocFailure{code: fwk.Unschedulable, Msg: mpsTenantsReason(c)}
 	case k.roomTenants < n:
-		return unschedulable(missTenants, w.maxTenants)
+		return unschedulable(MissTenants, w.MaxTenants)
 	default:
-		return unschedulable(missTogether, 0)
+		return unschedulable(MissTogether, 0)
 	}
 }
 
-// missKind is what a node lacks for a container, in missReason's words.
-type missKind uint8
+// MissKind is what a node lacks for a container, in MissReason's words.
+type MissKind uint8
 
 const (
-	missMemory     missKind = iota // free memory
-	missCores                      // free reserved cores
-	missUnreserved                 // compute not reserved by others (for a container reserving none)
-	missTenants                    // a tenant slot under maxTenantsPerGPU
-	missTogether                   // memory, cores and a tenant slot on one GPU at once
+	MissMemory     MissKind = iota // free memory
+	MissCores                      // free reserved cores
+	MissUnreserved                 // compute not reserved by others (for a container reserving none)
+	MissTenants                    // a tenant slot under maxTenantsPerGPU
+	MissTogether                   // memory, cores and a tenant slot on one GPU at once
 )
 
-// missReason is the reason a node has fewer GPUs than container c asks with room of
+// MissReason is the reason a node has fewer GPUs than container c asks with room of
 // kind for it, in the words of the request, e.g.
 //
 //	node(s) had no GPU with 4096 MiB free for container "train"
@@ -665,7 +665,7 @@ const (
 //
 // It is built without fmt: on a busy cluster most nodes Filter rejects are full, and
 // fmt's boxing of the arguments made the memory reason a fifth of Filter's time.
-func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool) string {
+func MissReason(c *api.ContainerRequest, kind MissKind, tenants int, later bool) string {
 	b := make([]byte, 0, 112)
 	b = append(b, "node(s) had "...)
 	one := c.GPUs == 1
@@ -681,7 +681,7 @@ func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool)
 		its = " of its "
 	}
 	switch kind {
-	case missMemory:
+	case MissMemory:
 		b = append(b, " with "...)
 		switch {
 		case c.WholeMemory():
@@ -698,26 +698,26 @@ func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool)
 			b = append(b, " MiB"...)
 		}
 		b = append(b, " free"...)
-	case missCores:
+	case MissCores:
 		b = append(b, " with "...)
 		b = strconv.AppendInt(b, int64(c.Cores), 10)
 		b = append(b, '%')
 		b = append(b, its...)
 		b = append(b, "cores free"...)
-	case missUnreserved:
+	case MissUnreserved:
 		b = append(b, " with cores not reserved by others"...)
-	case missTenants:
+	case MissTenants:
 		b = append(b, " under the limit of "...)
 		b = strconv.AppendInt(b, int64(tenants), 10)
 		b = append(b, " containers per GPU"...)
-	case missTogether:
+	case MissTogether:
 		b = append(b, " with room for all it asks at once ("...)
 		b = append(b, c.String()...)
 		b = append(b, ')')
 	}
 	b = append(b, " for container "...)
 	b = strconv.AppendQuote(b, c.Name)
-	if kind == missUnreserved {
+	if kind == MissUnreserved {
 		b = append(b, ", which reserves no cores"...)
 	}
 	if later {
@@ -727,26 +727,26 @@ func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool)
 }
 
 // gpus is "1 GPU" or "n GPUs".
-func gpus(n int) string {
+func GPUs(n int) string {
 	if n == 1 {
 		return "1 GPU"
 	}
 	return fmt.Sprintf("%d GPUs", n)
 }
 
-func (p *podInfo) hasSelection() bool {
-	return len(p.modelInclude)+len(p.modelExclude)+len(p.uuidInclude)+len(p.uuidExclude) > 0
+func (p *PodInfo) hasSelection() bool {
+	return len(p.ModelInclude)+len(p.ModelExclude)+len(p.UUIDInclude)+len(p.UUIDExclude) > 0
 }
 
 // modelSummary is e.g. "4 × NVIDIA T4, 2 × NVIDIA A100".
-func modelSummary(m *nodeModel) string {
+func modelSummary(m *NodeModel) string {
 	counts := map[string]int{}
 	var names []string
-	for _, d := range m.devices {
-		if counts[d.model] == 0 {
-			names = append(names, d.model)
+	for _, d := range m.Devices {
+		if counts[d.Model] == 0 {
+			names = append(names, d.Model)
 		}
-		counts[d.model]++
+		counts[d.Model]++
 	}
 	if len(names) == 0 {
 		return "no GPUs"

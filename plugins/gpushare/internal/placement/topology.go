@@ -1,20 +1,20 @@
-package gpushare
+package placement
 
 import (
 	"github.com/tessera-dev/tessera/api"
 )
 
-// device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
-// in MIG mode. Devices are immutable once a nodeModel is built.
-type device struct {
-	uuid      string
-	index     int // NVML index of the physical GPU
-	model     string
-	memoryMiB int64
-	numa      int
+// Device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
+// in MIG mode. Devices are immutable once a NodeModel is built.
+type Device struct {
+	UUID      string
+	Index     int // NVML index of the physical GPU
+	Model     string
+	MemoryMiB int64
+	NUMA      int
 	healthy   bool
 	health    string
-	mig       bool
+	MIG       bool
 	// mps is set for a GPU in mps sharing mode, whose MPS server takes mpsClients
 	// containers (sharing.go).
 	mps        bool
@@ -24,14 +24,14 @@ type device struct {
 	island int
 }
 
-// deviceHot is what Filter and Score read of every device of every node they see,
+// DeviceHot is what Filter and Score read of every device of every node they see,
 // packed apart from device's strings: a node's eight devices fill two cache lines
 // here against twelve in devices, and on a busy scheduler each line is a miss.
-type deviceHot struct {
-	memoryMiB int64
+type DeviceHot struct {
+	MemoryMiB int64
 	island    int32
-	healthy   bool
-	mig       bool
+	Healthy   bool
+	MIG       bool
 	// kind is the position of the node's first device of the same model, memory,
 	// health, MIG flag and sharing mode (capped at maxDeviceKind): devices of one kind with the
 	// same usage are interchangeable to Fragmentation (alikeDevices), which compared
@@ -39,23 +39,23 @@ type deviceHot struct {
 	kind uint16
 }
 
-// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
+// maxDeviceKind caps DeviceHot.kind; the devices it is compared for are the first 64.
 const maxDeviceKind = 1<<16 - 1
 
-// nodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
-type nodeModel struct {
-	devices []device
-	// hot[i] holds device i's memory, island, health and MIG flag, as devices[i].
-	hot    []deviceHot
-	byUUID map[string]int
+// NodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
+type NodeModel struct {
+	Devices []Device
+	// Hot[i] holds device i's memory, island, health and MIG flag, as devices[i].
+	Hot    []DeviceHot
+	ByUUID map[string]int
 	// affinity[i][j] in [0,1]: how well devices i and j work together (1 = NVLink).
 	affinity [][]float64
 	// islands[k] lists the devices of NVLink island k.
 	islands [][]int
 	// nvlinked[i][j] reports an NVLink between the physical GPUs of i and j.
 	nvlinked [][]bool
-	// healthy counts the healthy devices (PreScore reads it for every feasible node).
-	healthy int
+	// Healthy counts the healthy devices (PreScore reads it for every feasible node).
+	Healthy int
 	// hasMPS is set when a device is in mps sharing mode (sharing.go); the hot loops
 	// read devices[i].mps only then.
 	hasMPS bool
@@ -84,8 +84,8 @@ const affinityNVLink = 1.0
 
 // buildNodeModel turns a validated inventory into devices, pair affinities and
 // NVLink islands. A GPU in MIG mode contributes its instances instead of itself.
-func buildNodeModel(inv *api.NodeInventory) *nodeModel {
-	m := &nodeModel{byUUID: make(map[string]int)}
+func buildNodeModel(inv *api.NodeInventory) *NodeModel {
+	m := &NodeModel{ByUUID: make(map[string]int)}
 	pos := make(map[int]int, len(inv.GPUs)) // GPU index -> position in inv.GPUs
 	for i := range inv.GPUs {
 		pos[inv.GPUs[i].Index] = i
@@ -135,10 +135,10 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		g := &inv.GPUs[i]
 		if g.MIG != nil && len(g.MIG.Instances) > 0 {
 			for _, mi := range g.MIG.Instances {
-				m.devices = append(m.devices, device{
-					uuid: mi.UUID, index: g.Index, model: g.Model + " MIG " + mi.Profile,
-					memoryMiB: mi.MemoryMiB, numa: g.NUMANode, healthy: g.Healthy, health: g.HealthReason,
-					mig: true, island: islandOf[i],
+				m.Devices = append(m.Devices, Device{
+					UUID: mi.UUID, Index: g.Index, Model: g.Model + " MIG " + mi.Profile,
+					MemoryMiB: mi.MemoryMiB, NUMA: g.NUMANode, healthy: g.Healthy, health: g.HealthReason,
+					MIG: true, island: islandOf[i],
 				})
 				gpuOf = append(gpuOf, i)
 			}
@@ -148,25 +148,25 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 			// MIG mode with no instances: nothing on this GPU can be scheduled.
 			continue
 		}
-		m.devices = append(m.devices, device{
-			uuid: g.UUID, index: g.Index, model: g.Model, memoryMiB: g.MemoryMiB,
-			numa: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
+		m.Devices = append(m.Devices, Device{
+			UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
+			NUMA: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
 			mps: g.Mode() == api.SharingMPS, mpsClients: g.MPSClients,
 		})
 		m.hasMPS = m.hasMPS || g.Mode() == api.SharingMPS
 		gpuOf = append(gpuOf, i)
 	}
-	m.hot = make([]deviceHot, len(m.devices))
-	for i := range m.devices {
-		d := &m.devices[i]
-		m.byUUID[d.uuid] = i
+	m.Hot = make([]DeviceHot, len(m.Devices))
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		m.ByUUID[d.UUID] = i
 		if d.healthy {
-			m.healthy++
+			m.Healthy++
 		}
-		m.hot[i] = deviceHot{memoryMiB: d.memoryMiB, island: int32(d.island), healthy: d.healthy, mig: d.mig, kind: uint16(min(i, maxDeviceKind))}
+		m.Hot[i] = DeviceHot{MemoryMiB: d.MemoryMiB, island: int32(d.island), Healthy: d.healthy, MIG: d.MIG, kind: uint16(min(i, maxDeviceKind))}
 		for j := 0; j < min(i, maxDeviceKind); j++ {
-			if o := &m.devices[j]; o.model == d.model && o.memoryMiB == d.memoryMiB && o.healthy == d.healthy && o.mig == d.mig && o.mps == d.mps && o.mpsClients == d.mpsClients {
-				m.hot[i].kind = uint16(j)
+			if o := &m.Devices[j]; o.Model == d.Model && o.MemoryMiB == d.MemoryMiB && o.healthy == d.healthy && o.MIG == d.MIG && o.mps == d.mps && o.mpsClients == d.mpsClients {
+				m.Hot[i].kind = uint16(j)
 				break
 			}
 		}
@@ -201,7 +201,7 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		}
 	}
 
-	d := len(m.devices)
+	d := len(m.Devices)
 	m.affinity = make([][]float64, d)
 	m.nvlinked = make([][]bool, d)
 	for i := 0; i < d; i++ {
@@ -220,8 +220,8 @@ func buildNodeModel(inv *api.NodeInventory) *nodeModel {
 		}
 	}
 	m.islands = make([][]int, len(roots))
-	for i := range m.devices {
-		if k := m.devices[i].island; k >= 0 {
+	for i := range m.Devices {
+		if k := m.Devices[i].island; k >= 0 {
 			m.islands[k] = append(m.islands[k], i)
 		}
 	}

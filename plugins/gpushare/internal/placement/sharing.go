@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -10,18 +10,18 @@ import (
 
 // A GPU's sharing mode (api.Sharing) is what its node agent publishes; a pod's is its
 // tessera.dev/gpu-sharing annotation. A pod is placed only on GPUs of its own mode, so
-// MPS clients and time-sliced tenants never share a GPU (podInfo.eligible and
-// eligibleAt), and an MPS GPU takes no more containers than its MPS server's client
+// MPS clients and time-sliced tenants never share a GPU (PodInfo.Eligible and
+// EligibleAt), and an MPS GPU takes no more containers than its MPS server's client
 // limit (fits). The node agent checks both again when it binds the container.
 
-// parseSharing reads the pod's sharing mode into info.
-func parseSharing(pod *v1.Pod, info *podInfo) error {
+// ParseSharing reads the pod's sharing mode into info.
+func ParseSharing(pod *v1.Pod, info *PodInfo) error {
 	mode, err := api.PodSharing(pod)
 	if err != nil {
 		return err
 	}
 	if mode == api.SharingMPS {
-		if err := api.CheckMPSRequest(info.req); err != nil {
+		if err := api.CheckMPSRequest(info.Req); err != nil {
 			return err
 		}
 		info.mps = true
@@ -31,25 +31,25 @@ func parseSharing(pod *v1.Pod, info *podInfo) error {
 
 // modeMatches reports whether device i is in the pod's sharing mode. Nodes without
 // MPS GPUs answer from the pod alone, without reading the device.
-func modeMatches(m *nodeModel, p *podInfo, i int) bool {
+func modeMatches(m *NodeModel, p *PodInfo, i int) bool {
 	if !m.hasMPS {
 		return !p.mps
 	}
-	return m.devices[i].mps == p.mps
+	return m.Devices[i].mps == p.mps
 }
 
 // mpsRoom reports whether device i has a client slot left: always for a
 // time-sliced device (whose tenants the profile's maxTenantsPerGPU bounds).
-func mpsRoom(m *nodeModel, u *usage, i int) bool {
-	return !m.devices[i].mps || u.tenants < m.devices[i].mpsClients
+func mpsRoom(m *NodeModel, u *Usage, i int) bool {
+	return !m.Devices[i].mps || u.Tenants < m.Devices[i].mpsClients
 }
 
 // sharingMiss explains a node none of whose GPUs matched the pod when some would
 // have but for their sharing mode; "" otherwise.
-func sharingMiss(m *nodeModel, p *podInfo) string {
-	other := podInfo{modelInclude: p.modelInclude, modelExclude: p.modelExclude, uuidInclude: p.uuidInclude, uuidExclude: p.uuidExclude, mps: !p.mps}
-	for i := range m.devices {
-		if other.eligible(&m.devices[i]) {
+func sharingMiss(m *NodeModel, p *PodInfo) string {
+	other := PodInfo{ModelInclude: p.ModelInclude, ModelExclude: p.ModelExclude, UUIDInclude: p.UUIDInclude, UUIDExclude: p.UUIDExclude, mps: !p.mps}
+	for i := range m.Devices {
+		if other.Eligible(&m.Devices[i]) {
 			if p.mps {
 				return fmt.Sprintf("node has no GPU in mps sharing mode (the pod's %s is mps); see the node agent's --mps-gpus", api.AnnotationSharing)
 			}
