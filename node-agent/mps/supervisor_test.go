@@ -18,47 +18,61 @@ import (
 )
 
 type harness struct {
-	t      *testing.T
-	s      *Supervisor
-	cancel context.CancelFunc
-	done   chan struct{}
+	t    *testing.T
+	s    *Supervisor
+	stop func()
 
 	mu     sync.Mutex
 	events []Event
 }
 
-func start(t *testing.T, gpus ...string) *harness {
+// runSupervisor runs a supervisor on cfg until stop, which waits for Run to return
+// (at most 10 s) and may be called more than once.
+func runSupervisor(t *testing.T, cfg Config) (s *Supervisor, stop func()) {
 	t.Helper()
-	h := &harness{t: t, done: make(chan struct{})}
-	s, err := New(Config{
-		Control: self, Root: shortDir(t), GPUs: gpus, Env: []string{fakeEnv + "=1"},
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Log: testr.New(t),
-		OnEvent: func(e Event) {
-			h.mu.Lock()
-			h.events = append(h.events, e)
-			h.mu.Unlock()
-		},
-	})
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.s = s
 	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { _ = s.Run(ctx); close(h.done) }()
-	t.Cleanup(h.stop)
-	return h
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	return s, func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("supervisor did not stop")
+		}
+	}
 }
 
-func (h *harness) stop() {
-	h.cancel()
-	select {
-	case <-h.done:
-	case <-time.After(10 * time.Second):
-		h.t.Fatal("supervisor did not stop")
+// fastConfig is a supervisor over the fake control program that notices and
+// recovers within a test's patience.
+func fastConfig(t *testing.T, root string, gpus ...string) Config {
+	return Config{Control: self, Root: root, GPUs: gpus, Env: []string{fakeEnv + "=1"},
+		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Log: testr.New(t)}
+}
+
+func start(t *testing.T, gpus ...string) *harness {
+	t.Helper()
+	return startWith(t, fastConfig(t, shortDir(t), gpus...))
+}
+
+// startWith runs a supervisor on cfg, recording its events.
+func startWith(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	h := &harness{t: t}
+	cfg.OnEvent = func(e Event) {
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
 	}
+	h.s, h.stop = runSupervisor(t, cfg)
+	t.Cleanup(h.stop)
+	return h
 }
 
 func (h *harness) status(gpu string) Status {
@@ -300,20 +314,12 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 	// A daemon left by an earlier agent process.
 	cmd, exited := leftDaemon(t, root, "GPU-a")
 
-	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
+	s, stop := runSupervisor(t, fastConfig(t, root, "GPU-a"))
 	waitFor(t, "adopted", func() bool { st := s.Status()[0]; return st.Up && st.Adopted })
 	if st := s.Status()[0]; st.PID != cmd.Process.Pid {
 		t.Errorf("adopted pid %d, the running daemon is %d", st.PID, cmd.Process.Pid)
 	}
-	cancel()
-	<-done
+	stop()
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
@@ -387,16 +393,11 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 		t.Skip("a mount namespace needs root")
 	}
 	root := shortDir(t)
-	s, err := New(Config{Control: self, Helper: self, Root: root, GPUs: []string{"GPU-a"},
-		Env:      []string{fakeEnv + "=1", "TESSERA_FAKE_MPS_SHM_MARK=1"},
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	cfg := fastConfig(t, root, "GPU-a")
+	cfg.Helper = self
+	cfg.Env = append(cfg.Env, "TESSERA_FAKE_MPS_SHM_MARK=1")
+	s, stop := runSupervisor(t, cfg)
+	defer stop()
 	waitFor(t, "up", func() bool { return s.Status()[0].Up })
 	pid := s.Status()[0].PID
 	mark := "tessera-fake-mps-" + strconv.Itoa(pid)
@@ -416,23 +417,12 @@ func TestHelperGivesTheDaemonTheGPUsShm(t *testing.T) {
 // daemon, sees the same server and its clients, and reports nothing lost.
 func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 	root := shortDir(t)
-	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
+	cfg := fastConfig(t, root, "GPU-a")
+	cfg.Detach = true
 	var mu sync.Mutex
 	var events []Event
 	cfg.OnEvent = func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
-	run := func(cfg Config) (*Supervisor, func()) {
-		s, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = s.Run(ctx); close(done) }()
-		return s, func() { cancel(); <-done }
-	}
-	first, stopFirst := run(cfg)
+	first, stopFirst := runSupervisor(t, cfg)
 	waitFor(t, "up", func() bool { return first.Status()[0].Up })
 	daemon := first.Status()[0].PID
 	t.Cleanup(func() { _ = syscall.Kill(-daemon, syscall.SIGKILL) })
@@ -464,7 +454,7 @@ func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 	}
 
 	cfg.Detach = false // the next supervisor stops what it adopted, for the test's cleanup
-	second, stopSecond := run(cfg)
+	second, stopSecond := runSupervisor(t, cfg)
 	waitFor(t, "adopted with its server", func() bool {
 		st := second.Status()[0]
 		return st.Up && st.Adopted && len(st.Servers[server]) == 1
@@ -485,16 +475,9 @@ func TestDetachedDaemonOutlivesTheSupervisorAndIsAdopted(t *testing.T) {
 // behind do not hold the GPU beside the next daemon's.
 func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 	root := shortDir(t)
-	cfg := Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"}, Detach: true,
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, MinBackoff: 20 * time.Millisecond,
-		MaxBackoff: 200 * time.Millisecond, Log: testr.New(t)}
-	s1, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx1, cancel1 := context.WithCancel(context.Background())
-	done1 := make(chan struct{})
-	go func() { _ = s1.Run(ctx1); close(done1) }()
+	cfg := fastConfig(t, root, "GPU-a")
+	cfg.Detach = true
+	s1, stop1 := runSupervisor(t, cfg)
 	waitFor(t, "up", func() bool { return s1.Status()[0].Up })
 	daemon := s1.Status()[0].PID
 	t.Cleanup(func() { _ = syscall.Kill(-daemon, syscall.SIGKILL) })
@@ -509,19 +492,10 @@ func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 		}
 		return false
 	})
-	cancel1()
-	<-done1
+	stop1()
 
 	cfg.Detach = false
-	h := &harness{t: t, done: make(chan struct{})}
-	cfg.OnEvent = func(e Event) { h.mu.Lock(); h.events = append(h.events, e); h.mu.Unlock() }
-	if h.s, err = New(cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { _ = h.s.Run(ctx); close(h.done) }()
-	t.Cleanup(h.stop)
+	h := startWith(t, cfg)
 	waitFor(t, "adopted", func() bool { st := h.status("GPU-a"); return st.Up && st.Adopted })
 	h.touch("GPU-a", "fake-crash", "")
 	waitFor(t, "failure", func() bool { return len(h.eventsOf(DaemonFailed)) == 1 })
@@ -534,15 +508,8 @@ func TestFailedAdoptedDaemonTakesItsServers(t *testing.T) {
 func TestOrphanDaemonIsSentQuit(t *testing.T) {
 	root := shortDir(t)
 	_, exited := leftDaemon(t, root, "GPU-old")
-	s, err := New(Config{Control: self, Root: root, GPUs: []string{"GPU-a"}, Env: []string{fakeEnv + "=1"},
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	s, stop := runSupervisor(t, fastConfig(t, root, "GPU-a"))
+	defer stop()
 	select {
 	case <-exited:
 	case <-time.After(10 * time.Second):
@@ -563,23 +530,16 @@ func TestHelperMovesTheDaemonIntoItsCgroup(t *testing.T) {
 		t.Skip("TESSERA_MPS_CGROUP_TEST is not set")
 	}
 	cg := "/tessera-mps-test-" + strconv.Itoa(os.Getpid())
-	s, err := New(Config{Control: self, Helper: self, Root: shortDir(t), GPUs: []string{"GPU-a"},
-		Env: []string{fakeEnv + "=1"}, Detach: true, Cgroup: cg,
-		Interval: 50 * time.Millisecond, Timeout: 2 * time.Second, Log: testr.New(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
+	cfg := fastConfig(t, shortDir(t), "GPU-a")
+	cfg.Helper, cfg.Detach, cfg.Cgroup = self, true, cg
+	s, stop := runSupervisor(t, cfg)
 	waitFor(t, "up", func() bool { return s.Status()[0].Up })
 	pid := s.Status()[0].PID
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if want := "0::" + cg + "/GPU-a\n"; err != nil || string(b) != want {
 		t.Errorf("the daemon's cgroup: %q %v, want %q", b, err, want)
 	}
-	cancel()
-	<-done
+	stop()
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	waitFor(t, "daemon gone", func() bool { return !running(pid) })
 	_ = os.Remove("/sys/fs/cgroup" + cg + "/GPU-a")
