@@ -50,7 +50,7 @@ func TestMissReasonsGroupAcrossNodes(t *testing.T) {
 		var pods []*v1.Pod
 		for i, n := range nodes {
 			for g := 0; g < count[i]; g++ {
-				pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", n.Name, g), nil, ctr{name: "c", gpu: "1"}), n.Name, oneGrant(n.Name, mem[i], cores[i], g)))
+				pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", n.Name, g), nil, ctr{Name: "c", GPU: "1"}), n.Name, oneGrant(n.Name, mem[i], cores[i], g)))
 			}
 		}
 		return pods
@@ -65,11 +65,11 @@ func TestMissReasonsGroupAcrossNodes(t *testing.T) {
 		want  string
 	}{
 		{"memory in MiB", []int64{h100Mem - 3000, h100Mem - 100, t4Mem - 2000, t4Mem - 10}, []int{0, 0, 0, 0},
-			makePod("p", nil, ctr{name: "m", gpu: "1", mem: "4096"}), `node(s) had no GPU with 4096 MiB free for container "m"`},
+			makePod("p", nil, ctr{Name: "m", GPU: "1", Mem: "4096"}), `node(s) had no GPU with 4096 MiB free for container "m"`},
 		{"memory in percent on GPUs of different sizes", []int64{h100Mem * 7 / 10, h100Mem * 9 / 10, t4Mem * 8 / 10, t4Mem},
-			[]int{0, 0, 0, 0}, makePod("p", nil, ctr{name: "m", gpu: "1", pct: "40"}), `node(s) had no GPU with 40% of its memory free for container "m"`},
+			[]int{0, 0, 0, 0}, makePod("p", nil, ctr{Name: "m", GPU: "1", Pct: "40"}), `node(s) had no GPU with 40% of its memory free for container "m"`},
 		{"cores", []int64{1000, 2000, 1000, 500}, []int{80, 95, 71, 100},
-			makePod("p", nil, ctr{name: "m", gpu: "2", mem: "1000", cores: "30"}), `node(s) had fewer than 2 GPUs with 30% of their cores free for container "m"`},
+			makePod("p", nil, ctr{Name: "m", GPU: "2", Mem: "1000", Cores: "30"}), `node(s) had fewer than 2 GPUs with 30% of their cores free for container "m"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil, nodes, fill(nodes, tc.mem, tc.cores, count)...)

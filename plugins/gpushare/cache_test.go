@@ -28,7 +28,7 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(int64(w)))
 			for i := 0; i < perWorker; i++ {
-				pod := makePod(fmt.Sprintf("w%d-%d", w, i), nil, ctr{name: "c", gpu: "1"})
+				pod := makePod(fmt.Sprintf("w%d-%d", w, i), nil, ctr{Name: "c", GPU: "1"})
 				g := []placement.Grant{{UUID: fmt.Sprintf("GPU-n-%d", rng.Intn(4)), MemMiB: int64(1000 + rng.Intn(6000)), Cores: rng.Intn(40)}}
 				if err := c.Assume(pod, "n", g, 10); err != nil {
 					continue
@@ -93,9 +93,9 @@ func TestStaleHeartbeat(t *testing.T) {
 func TestConfirmingAPodNeverShowsItsGPUFree(t *testing.T) {
 	c := placement.NewCache()
 	c.SetInventory("n", mustEncode(t, pcieInventory("n", 1, "Tesla T4", t4Mem)))
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1"})
 	g := []placement.Grant{{UUID: "GPU-n-0", MemMiB: t4Mem, Cores: 100}}
-	bound := bindPod(t, makePod("p", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", t4Mem, 100, 0))
+	bound := bindPod(t, makePod("p", nil, ctr{Name: "c", GPU: "1"}), "n", oneGrant("n", t4Mem, 100, 0))
 	bound.UID = pod.UID
 	if err := c.Assume(pod, "n", g, 10); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -28,7 +27,7 @@ func fragArgs() *TesseraGPUShareArgs {
 func teach(t testing.TB, e *env, n int, c ctr) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		p := makePod(fmt.Sprintf("seen-%s-%d", c.pct+c.gpu, i), nil, c)
+		p := makePod(fmt.Sprintf("seen-%s-%d", c.Pct+c.GPU, i), nil, c)
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatalf("PreFilter: %v", st)
 		}
@@ -68,10 +67,10 @@ func TestFragmentationDevicePlacement(t *testing.T) {
 		t.Run(string(tc.args.DevicePolicy), func(t *testing.T) {
 			node := makeNode(t, "t4", pcieInventory("t4", 4, "NVIDIA T4", t4Mem))
 			e := newEnv(t, tc.args, []*v1.Node{node},
-				bindPod(t, makePod("half", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}), "t4", oneGrant("t4", t4Mem/2, 50, 0)),
-				bindPod(t, makePod("third", nil, ctr{name: "c", gpu: "1", pct: "30", cores: "30"}), "t4", oneGrant("t4", t4Mem*30/100, 30, 1)))
-			teach(t, e, 50, ctr{name: "c", gpu: "1", pct: "50", cores: "50"})
-			_, raw := e.schedule(makePod("small", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"}))
+				bindPod(t, makePod("half", nil, ctr{Name: "c", GPU: "1", Pct: "50", Cores: "50"}), "t4", oneGrant("t4", t4Mem/2, 50, 0)),
+				bindPod(t, makePod("third", nil, ctr{Name: "c", GPU: "1", Pct: "30", Cores: "30"}), "t4", oneGrant("t4", t4Mem*30/100, 30, 1)))
+			teach(t, e, 50, ctr{Name: "c", GPU: "1", Pct: "50", Cores: "50"})
+			_, raw := e.schedule(makePod("small", nil, ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"}))
 			if got := assignedIndexes(t, raw); len(got) != 1 || got[0] != tc.want {
 				t.Errorf("placed on GPU %v, want %d", got, tc.want)
 			}
@@ -86,9 +85,9 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	holey := makeNode(t, "holey", pcieInventory("holey", 2, "NVIDIA T4", t4Mem))
 	empty := makeNode(t, "empty", pcieInventory("empty", 2, "NVIDIA T4", t4Mem))
 	e := newEnv(t, fragArgs(), []*v1.Node{holey, empty},
-		bindPod(t, makePod("half", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}), "holey", oneGrant("holey", t4Mem/2, 50, 0)))
-	teach(t, e, 20, ctr{name: "c", gpu: "1", cores: "100"})
-	r := e.cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "50", cores: "50"}))
+		bindPod(t, makePod("half", nil, ctr{Name: "c", GPU: "1", Pct: "50", Cores: "50"}), "holey", oneGrant("holey", t4Mem/2, 50, 0)))
+	teach(t, e, 20, ctr{Name: "c", GPU: "1", Cores: "100"})
+	r := e.cycle(makePod("p", nil, ctr{Name: "c", GPU: "1", Pct: "50", Cores: "50"}))
 	if r.scores["holey"] <= r.scores["empty"] {
 		t.Fatalf("raw scores %v: the node whose fragment the pod fills must win", r.scores)
 	}
@@ -117,14 +116,14 @@ func TestFragmentationNodeScoring(t *testing.T) {
 func TestFragmentationMultiGPU(t *testing.T) {
 	nv := makeNode(t, "nv", nvlinkInventory("nv", 8, 4, "NVIDIA H100", h100Mem))
 	e := newEnv(t, fragArgs(), []*v1.Node{nv},
-		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "1"}), "nv", oneGrant("nv", h100Mem, 100, 0)))
-	teach(t, e, 10, ctr{name: "c", gpu: "1", pct: "50", cores: "50"})
-	_, raw := e.schedule(makePod("pair", nil, ctr{name: "c", gpu: "2", cores: "100"}))
+		bindPod(t, makePod("w", nil, ctr{Name: "c", GPU: "1"}), "nv", oneGrant("nv", h100Mem, 100, 0)))
+	teach(t, e, 10, ctr{Name: "c", GPU: "1", Pct: "50", Cores: "50"})
+	_, raw := e.schedule(makePod("pair", nil, ctr{Name: "c", GPU: "2", Cores: "100"}))
 	got := assignedIndexes(t, raw)
 	if len(got) != 2 || got[0]/4 != got[1]/4 {
 		t.Errorf("2-GPU pod got GPUs %v, want two of one NVLink island", got)
 	}
-	_, raw = e.schedule(makePod("quad", nil, ctr{name: "c", gpu: "4", cores: "100"}))
+	_, raw = e.schedule(makePod("quad", nil, ctr{Name: "c", GPU: "4", Cores: "100"}))
 	got = assignedIndexes(t, raw)
 	if len(got) != 4 || got[0]/4 != got[3]/4 {
 		t.Errorf("4-GPU pod got GPUs %v, want a whole island", got)
@@ -245,18 +244,6 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 	}
 }
 
-// withHost gives a pod's first container CPU and memory requests, or a node allocatable
-// CPU and memory.
-func withHost(cpu, mem string) v1.ResourceList {
-	return v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
-}
-
-func hostNode(t *testing.T, name string, gpus int, cpu string) *v1.Node {
-	n := makeNode(t, name, pcieInventory(name, gpus, "NVIDIA T4", t4Mem))
-	n.Status.Allocatable = withHost(cpu, "512Gi")
-	return n
-}
-
 func TestWorkloadFeed(t *testing.T) {
 	m := &placement.NodeModel{Hot: []placement.DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
 	w := &placement.Weights{Memory: 1, Cores: 1}
@@ -297,20 +284,20 @@ func TestWorkloadFeed(t *testing.T) {
 func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{hostNode(t, "tight", 2, "24"), hostNode(t, "roomy", 2, "104")})
 	for i := 0; i < 20; i++ {
-		p := makePod(fmt.Sprintf("seen-%d", i), nil, ctr{name: "c", gpu: "1", cores: "100"})
+		p := makePod(fmt.Sprintf("seen-%d", i), nil, ctr{Name: "c", GPU: "1", Cores: "100"})
 		p.Spec.Containers[0].Resources.Requests = withHost("12", "48Gi")
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatal(st)
 		}
 	}
-	cpuPod := makePod("cpu", nil, ctr{name: "c"})
+	cpuPod := makePod("cpu", nil, ctr{Name: "c"})
 	cpuPod.Spec.Containers[0].Resources.Requests = withHost("12", "1Gi")
 	if scores := e.scoreCPUPod(cpuPod); scores["roomy"] <= scores["tight"] {
 		t.Errorf("CPU-only pod scored %v: want roomy first", scores)
 	}
 	// The same for a GPU pod heavy on CPU (24 cores for one GPU): on tight it would
 	// leave the other GPU without CPU.
-	heavy := makePod("heavy", nil, ctr{name: "c", gpu: "1", cores: "100"})
+	heavy := makePod("heavy", nil, ctr{Name: "c", GPU: "1", Cores: "100"})
 	heavy.Spec.Containers[0].Resources.Requests = withHost("24", "1Gi")
 	if r := e.cycle(heavy); r.best != "roomy" {
 		t.Errorf("CPU-heavy GPU pod scored %v: want roomy", r.scores)
@@ -363,15 +350,15 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 		}
 		return got
 	}
-	learn("a", 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
-	learn("b", 2, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
-	learn("c", 1, ctr{name: "c", gpu: "2", cores: "100"})
+	learn("a", 3, ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
+	learn("b", 2, ctr{Name: "c", GPU: "1", Pct: "60", Cores: "60"})
+	learn("c", 1, ctr{Name: "c", GPU: "2", Cores: "100"})
 	first := check("first measure")
 	if again := check("unchanged"); again != first {
 		t.Error("the node was measured again though nothing changed")
 	}
 
-	pod := makePod("placed", nil, ctr{name: "c", gpu: "1", pct: "60", cores: "60"})
+	pod := makePod("placed", nil, ctr{Name: "c", GPU: "1", Pct: "60", Cores: "60"})
 	if err := c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", h100Mem/2, 60, 0)).Grants, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +367,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 	c.Forget(pod.UID)
 	check("after Forget")
-	if err := c.OnPod(bindPod(t, makePod("bound", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", h100Mem, 100, 3))); err != nil {
+	if err := c.OnPod(bindPod(t, makePod("bound", nil, ctr{Name: "c", GPU: "1"}), "n", oneGrant("n", h100Mem, 100, 3))); err != nil {
 		t.Fatal(err)
 	}
 	check("after an informer pod event")
@@ -393,7 +380,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	// host requests): the kept measure serves both.
 	kept := check("before the shapes change")
 	before := e.pl.workload.Snapshot()
-	learn("c2", 4, ctr{name: "c", gpu: "2", cores: "100"})
+	learn("c2", 4, ctr{Name: "c", GPU: "2", Cores: "100"})
 	after := e.pl.workload.Snapshot()
 	if after.Gen != before.Gen || after.Shapes[0].Key == before.Shapes[0].Key {
 		t.Fatalf("shapes %v (generation %d) then %v (%d): want the same classes, another order", before.Shapes, before.Gen, after.Shapes, after.Gen)
@@ -401,7 +388,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	if check("after the shapes' order changed") != kept {
 		t.Error("the node was measured again for the same GPU requests in another order")
 	}
-	host := makePod("host", nil, ctr{name: "c", gpu: "2", cores: "100"})
+	host := makePod("host", nil, ctr{Name: "c", GPU: "2", Cores: "100"})
 	host.Spec.Containers[0].Resources.Requests = withHost("8", "16Gi")
 	if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), host, nil); !st.IsSuccess() {
 		t.Fatal(st)
@@ -412,7 +399,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	if check("after a new shape of a known GPU request") != kept {
 		t.Error("the node was measured again for a shape of a known GPU request")
 	}
-	learn("d", 1, ctr{name: "c", gpu: "1", pct: "5", cores: "5"})
+	learn("d", 1, ctr{Name: "c", GPU: "1", Pct: "5", Cores: "5"})
 	if wl := e.pl.workload.Snapshot(); wl.Gen == after.Gen {
 		t.Fatalf("a new GPU request kept the class generation %d", wl.Gen)
 	}
@@ -428,8 +415,8 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 func TestFragBaseConcurrent(t *testing.T) {
 	e := newEnv(t, fragArgs(), []*v1.Node{h100(t, "n")})
 	c, w := e.pl.cache, &e.pl.w
-	teach(t, e, 3, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
-	teach(t, e, 2, ctr{name: "c", gpu: "2", cores: "100"})
+	teach(t, e, 3, ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
+	teach(t, e, 2, ctr{Name: "c", GPU: "2", Cores: "100"})
 	wl := e.pl.workload.Snapshot()
 	p := &placement.PodInfo{Frag: wl}
 	var wg sync.WaitGroup
@@ -439,7 +426,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				if g == 0 {
-					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1"})
+					pod := makePod(fmt.Sprintf("p%d", i), nil, ctr{Name: "c", GPU: "1"})
 					if c.Assume(pod, "n", placement.RecordFromAssignment(pod, oneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
 						c.Forget(pod.UID)
 					}
@@ -559,13 +546,13 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 		nodes = append(nodes, node)
 		for i := 0; i < 3; i++ {
 			pct := 10 + 10*rng.Intn(8)
-			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-b%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, int64(pct)*150, pct, rng.Intn(4))))
+			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-b%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, int64(pct)*150, pct, rng.Intn(4))))
 		}
 	}
 	e := newEnv(t, fragArgs(), nodes, pods...)
 	for k := 0; k < 30; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
-		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(6)), "1Gi")
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatal(st)
@@ -574,7 +561,7 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 	fast, slow := 0, 0
 	for k := 0; k < 20; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
-		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(4)), "1Gi")
 		ctx, cs := context.Background(), framework.NewCycleState()
 		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {

@@ -175,17 +175,17 @@ func TestFragmentationKeepsScarceModelFree(t *testing.T) {
 	t4 := makeNode(t, "t4", pcieInventory("t4", 2, "NVIDIA T4", t4Mem))
 	a10 := makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))
 	e := newEnv(t, fragArgs(), []*v1.Node{t4, a10})
-	teach(t, e, 10, ctr{name: "c", gpu: "1", cores: "100"})
+	teach(t, e, 10, ctr{Name: "c", GPU: "1", Cores: "100"})
 	if p := e.pl.workload.PressureNow(); p != nil {
 		t.Fatalf("pressure %+v without constrained pods", p)
 	}
 	for i := 0; i < 11; i++ {
-		p := makePod(fmt.Sprintf("needs-t4-%d", i), map[string]string{api.AnnotationModelInclude: "T4"}, ctr{name: "c", gpu: "1", cores: "100"})
+		p := makePod(fmt.Sprintf("needs-t4-%d", i), map[string]string{api.AnnotationModelInclude: "T4"}, ctr{Name: "c", GPU: "1", Cores: "100"})
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatalf("PreFilter: %v", st)
 		}
 	}
-	r := e.cycle(makePod("anywhere", nil, ctr{name: "c", gpu: "1", cores: "100"}))
+	r := e.cycle(makePod("anywhere", nil, ctr{Name: "c", GPU: "1", Cores: "100"}))
 	if d := r.scores["a10"] - r.scores["t4"]; d < 999 || d > 1001 {
 		t.Errorf("raw scores %v: the A10 node must win by 1000 (one GPU at pressure 1)", r.scores)
 	}
