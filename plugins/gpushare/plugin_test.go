@@ -9,7 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -543,58 +544,6 @@ func TestQueueingHints(t *testing.T) {
 	}
 }
 
-func TestCacheFromInformerObjects(t *testing.T) {
-	c := placement.NewCache()
-	c.SetInventory("n", mustEncode(t, pcieInventory("n", 2, "Tesla T4", t4Mem)))
-	bound := bindPod(t, makePod("bound", nil, ctr{Name: "c", GPU: "1"}), "n", oneGrant("n", 5000, 20, 0))
-	unbound := makePod("unbound", nil, ctr{Name: "c", GPU: "1"})
-	unbound.Annotations = bound.DeepCopy().Annotations // written by PreBind, bind never happened
-	wrongNode := bindPod(t, makePod("wrong", nil, ctr{Name: "c", GPU: "1"}), "n", oneGrant("other", 5000, 0, 0))
-	wrongNode.Spec.NodeName = "n"
-	garbage := bound.DeepCopy()
-	garbage.UID, garbage.Name = "garbage", "garbage"
-	garbage.Annotations[api.AnnotationAssignment] = "{not json"
-
-	for _, p := range []*v1.Pod{bound, unbound} {
-		if err := c.OnPod(p); err != nil {
-			t.Fatalf("OnPod(%s): %v", p.Name, err)
-		}
-	}
-	if err := c.OnPod(wrongNode); err == nil {
-		t.Error("assignment for another node accepted")
-	}
-	if err := c.OnPod(garbage); err == nil {
-		t.Error("malformed assignment accepted")
-	}
-	u, _ := c.NodeUsage("n")
-	if u[0].UsedMiB != 5000 || u[0].Cores != 20 || u[0].Tenants != 1 || u[1].Tenants != 0 {
-		t.Fatalf("usage %+v, want only the bound pod on GPU 0", u)
-	}
-	// The pod completes: its grants are released.
-	done := bound.DeepCopy()
-	done.Status.Phase = v1.PodSucceeded
-	_ = c.OnPod(done)
-	if u, _ := c.NodeUsage("n"); u[0].Tenants != 0 {
-		t.Fatalf("usage %+v after the pod succeeded", u)
-	}
-	// Inventory arrives after the pods: usage is rebuilt when it does.
-	c2 := placement.NewCache()
-	_ = c2.OnPod(bound)
-	if _, err := c2.NodeUsage("n"); err == nil {
-		t.Fatal("usage without inventory should be an error")
-	}
-	c2.SetInventory("n", mustEncode(t, pcieInventory("n", 2, "Tesla T4", t4Mem)))
-	if u, _ := c2.NodeUsage("n"); u[0].UsedMiB != 5000 {
-		t.Fatalf("usage %+v after late inventory", u)
-	}
-	c2.RemoveNode("n")
-	if _, err := c2.NodeUsage("n"); err == nil {
-		t.Fatal("usage of a removed node should be an error")
-	}
-	c2.OnPodDelete(bound.UID)
-	c2.OnPodDelete(types.UID("never-seen"))
-}
-
 func TestSignPodGroupsIdenticalRequests(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sig := func(p *v1.Pod) any {
@@ -658,5 +607,41 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	got := e.pl.cache.PodGrants(p.UID, "two")
 	if len(got) != 1 || got[0].UUID == kept[0].UUID {
 		t.Fatalf("Reserve granted %v, beside the other pod's %v: it must take the other GPU", got, kept)
+	}
+}
+
+// factoryHandle is a framework handle that only has an informer factory.
+type factoryHandle struct {
+	fwk.Handle
+	f informers.SharedInformerFactory
+}
+
+func (h factoryHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.f }
+
+func (h factoryHandle) ProfileName() string { return "test-profile" }
+
+// Profiles of one scheduler share one cache; when the scheduler stops, the cache is
+// forgotten.
+func TestSharedCacheLifetime(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := factoryHandle{f: informers.NewSharedInformerFactory(fake.NewClientset(), 0)}
+	a, _ := sharedCache(ctx, h)
+	b, _ := sharedCache(ctx, h)
+	if a != b {
+		t.Fatal("two profiles of one scheduler got different caches")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sharedMu.Lock()
+		_, kept := sharedCaches[h.f]
+		sharedMu.Unlock()
+		if !kept {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache of a stopped scheduler is still kept")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

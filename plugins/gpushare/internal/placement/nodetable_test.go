@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -9,20 +9,21 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 // Readers without a lock always find every node that was added and not removed,
 // never one that was removed, while a writer adds, removes and grows the table.
 func TestNodeTable(t *testing.T) {
-	var tab placement.NodeTable
+	var tab NodeTable
 	if tab.Load("none") != nil {
 		t.Fatal("an empty table found a node")
 	}
 	const n = 3000
-	entries := make([]*placement.NodeEntry, n)
+	entries := make([]*NodeEntry, n)
 	for i := range entries {
-		entries[i] = &placement.NodeEntry{Name: fmt.Sprintf("node-%d", i)}
+		entries[i] = &NodeEntry{Name: fmt.Sprintf("node-%d", i)}
 	}
 	// The first half is stored before the readers start and never removed.
 	for _, e := range entries[:n/2] {
@@ -82,11 +83,11 @@ func TestNodeTable(t *testing.T) {
 // entry to it, and a hint never names an entry for an object it no longer matches: a
 // newer object of the node (another annotation), or one whose node was removed.
 func TestObjectHints(t *testing.T) {
-	c := placement.NewCache()
+	c := NewCache()
 	const n = 200
 	nodes := make([]*v1.Node, n)
 	for i := range nodes {
-		nodes[i] = h100(t, fmt.Sprintf("n%d", i))
+		nodes[i] = placementtest.H100(t, fmt.Sprintf("n%d", i))
 		c.SetInventory(nodes[i].Name, nodes[i].Annotations[api.AnnotationInventory])
 	}
 	for _, node := range nodes {
@@ -114,7 +115,7 @@ func TestObjectHints(t *testing.T) {
 	// A newer object with another inventory: the old object's hint no longer matches.
 	old := nodes[0]
 	newer := old.DeepCopy()
-	newer.Annotations[api.AnnotationInventory] = makeNode(t, old.Name, pcieInventory(old.Name, 2, "NVIDIA A10", t4Mem)).Annotations[api.AnnotationInventory]
+	newer.Annotations[api.AnnotationInventory] = placementtest.Node(t, old.Name, fixtures.PCIeNode(old.Name, 2, "NVIDIA A10", fixtures.T4MiB)).Annotations[api.AnnotationInventory]
 	e, v, _ := c.EntryView(newer, nil)
 	if len(v.Model.Devices) != 2 || c.ExistingFor(newer) != e {
 		t.Fatalf("newer object: %d devices", len(v.Model.Devices))

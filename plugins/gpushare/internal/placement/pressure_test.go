@@ -1,7 +1,6 @@
-package gpushare
+package placement
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"math/rand"
@@ -9,18 +8,18 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 // mixedNode is a node of two T4s and two A10s (PCIe pairs), for shapes with model
 // selections.
 func mixedNode(t testing.TB, name string) *v1.Node {
-	inv := pcieInventory(name, 4, "NVIDIA T4", t4Mem)
+	inv := fixtures.PCIeNode(name, 4, "NVIDIA T4", fixtures.T4MiB)
 	inv.GPUs[2].Model, inv.GPUs[3].Model = "NVIDIA A10", "NVIDIA A10"
-	return makeNode(t, name, inv)
+	return placementtest.Node(t, name, inv)
 }
 
 // A shape counts only on the devices its model selection admits:
@@ -36,27 +35,27 @@ func mixedNode(t testing.TB, name string) *v1.Node {
 // ½·0.8. The node's fragmentation is 0.6. A node of A10s alone is nothing to the T4
 // shape, whatever is free there.
 func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
-	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "mixed"), makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))})
-	w := &e.pl.w
-	wl := placement.NewFragWorkload([]placement.FragShape{
-		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
-		{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
+	c := cacheOf(mixedNode(t, "mixed"), placementtest.Node(t, "a10", fixtures.PCIeNode("a10", 2, "NVIDIA A10", fixtures.T4MiB)))
+	w := testWeights()
+	wl := NewFragWorkload([]FragShape{
+		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
+		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
 	}, []float64{0.5, 0.5})
 	t4 := wl.Shapes[0].Class // the other shape's class is 1-t4
-	m := e.pl.cache.Existing("mixed").Model
-	used := make([]placement.Usage, 4)
-	used[0] = placement.Usage{MemMiB: t4Mem * 60 / 100, Cores: 60, Tenants: 1}
+	m := c.Existing("mixed").Model
+	used := make([]Usage, 4)
+	used[0] = Usage{MemMiB: fixtures.T4MiB * 60 / 100, Cores: 60, Tenants: 1}
 	used[2] = used[0]
-	st := placement.NewFragStats(m, used, wl, w)
+	st := NewFragStats(m, used, wl, w)
 	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
 		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.Elig, st.Small)
 	}
 	if st.Eligible[t4] != 2 || st.Emask[t4] != 0b0011 || st.Eligible[1-t4] != 4 {
 		t.Errorf("eligible %v, masks %b", st.Eligible, st.Emask)
 	}
-	a10 := e.pl.cache.Existing("a10").Model
-	t4only := placement.NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
-	st = placement.NewFragStats(a10, make([]placement.Usage, 2), t4only, w)
+	a10 := c.Existing("a10").Model
+	t4only := NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
+	st = NewFragStats(a10, make([]Usage, 2), t4only, w)
 	if got := st.Value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
@@ -66,37 +65,36 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 // placement computed from the devices placed on (placed, FragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
-	e := newEnv(t, fragArgs(), []*v1.Node{mixedNode(t, "n")})
-	m := e.pl.cache.Existing("n").Model
-	w := &e.pl.w
+	m := cacheOf(mixedNode(t, "n")).Existing("n").Model
+	w := testWeights()
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
-	var shapes []placement.FragShape
+	var shapes []FragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, placement.FragShape{FragClass: placement.FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
+		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
 		weights = append(weights, 0.1)
 	}
-	wl := placement.NewFragWorkload(shapes, weights)
+	wl := NewFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
-		used := make([]placement.Usage, len(m.Devices))
+		used := make([]Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: placement.PlacerFactories[Binpack](nil)}
-		a, fail := placement.Allocate(m, used, p, w)
+		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
+		a, fail := Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
-		before := placement.NewFragStats(m, used, wl, w)
+		before := NewFragStats(m, used, wl, w)
 		got := before.Placed(m, a, wl, w)
-		want := placement.NewFragStats(m, a.Used, wl, w)
+		want := NewFragStats(m, a.Used, wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
@@ -107,7 +105,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 			}
 		}
 		i := a.Placements[0].Devices[0]
-		after, total := placement.FragAfter(m, used, before, wl, &c, i, w)
+		after, total := FragAfter(m, used, before, wl, &c, i, w)
 		if math.Abs(after-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.Value(wl, nil))
 		}
@@ -124,18 +122,18 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 // put no pressure on any model. T4: 0.5, A10: 0.2. Demand beyond a model's capacity
 // is pressure 1.
 func TestComputePressure(t *testing.T) {
-	c := placement.NewCache()
-	c.SetInventory("t4", mustEncode(t, pcieInventory("t4", 4, "NVIDIA T4", t4Mem)))
-	c.SetInventory("a10", mustEncode(t, pcieInventory("a10", 8, "NVIDIA A10", t4Mem)))
-	w := &placement.Weights{Memory: 1, Cores: 1}
-	wl := placement.NewWorkloadModel(100)
+	c := NewCache()
+	c.SetInventory("t4", placementtest.MustEncode(t, fixtures.PCIeNode("t4", 4, "NVIDIA T4", fixtures.T4MiB)))
+	c.SetInventory("a10", placementtest.MustEncode(t, fixtures.PCIeNode("a10", 8, "NVIDIA A10", fixtures.T4MiB)))
+	w := &Weights{Memory: 1, Cores: 1}
+	wl := NewWorkloadModel(100)
 	wl.Bind(c, w)
-	shape := func(sel ...string) placement.FragShape {
-		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
-		return placement.ShapeOf(info)
+	shape := func(sel ...string) FragShape {
+		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
+		return ShapeOf(info)
 	}
 	n := 0
-	add := func(count int, s placement.FragShape) {
+	add := func(count int, s FragShape) {
 		for i := 0; i < count; i++ {
 			wl.Observe(typesUID(n), s)
 			n++
@@ -157,39 +155,10 @@ func TestComputePressure(t *testing.T) {
 	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")
 	}
-	add(placement.PressureEvery, shape("t4"))
+	add(PressureEvery, shape("t4"))
 	if q := wl.PressureNow(); q == p || q.Of("NVIDIA T4") != 1 {
-		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", placement.PressureEvery, q)
+		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", PressureEvery, q)
 	}
 }
 
 func typesUID(n int) types.UID { return types.UID(fmt.Sprintf("pod-%d", n)) }
-
-// Keeping scarce models free: the window holds as many pods that require a T4 as pods
-// that run anywhere, and the cluster has two T4s and two A10s. An unconstrained
-// whole-GPU pod fragments either node alike, so the T4 node scores lower by its
-// pressure (the pod is the window's 22nd: 11/22 of the demand needs the 2 T4s of 4
-// GPUs, 11/22·4/2 = 1) times the one GPU taken: 1 GPU = 1000 raw points. Without
-// constrained pods the pressure is nil.
-func TestFragmentationKeepsScarceModelFree(t *testing.T) {
-	t4 := makeNode(t, "t4", pcieInventory("t4", 2, "NVIDIA T4", t4Mem))
-	a10 := makeNode(t, "a10", pcieInventory("a10", 2, "NVIDIA A10", t4Mem))
-	e := newEnv(t, fragArgs(), []*v1.Node{t4, a10})
-	teach(t, e, 10, ctr{Name: "c", GPU: "1", Cores: "100"})
-	if p := e.pl.workload.PressureNow(); p != nil {
-		t.Fatalf("pressure %+v without constrained pods", p)
-	}
-	for i := 0; i < 11; i++ {
-		p := makePod(fmt.Sprintf("needs-t4-%d", i), map[string]string{api.AnnotationModelInclude: "T4"}, ctr{Name: "c", GPU: "1", Cores: "100"})
-		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
-			t.Fatalf("PreFilter: %v", st)
-		}
-	}
-	r := e.cycle(makePod("anywhere", nil, ctr{Name: "c", GPU: "1", Cores: "100"}))
-	if d := r.scores["a10"] - r.scores["t4"]; d < 999 || d > 1001 {
-		t.Errorf("raw scores %v: the A10 node must win by 1000 (one GPU at pressure 1)", r.scores)
-	}
-	if r.best != "a10" {
-		t.Errorf("placed on %q, want a10", r.best)
-	}
-}

@@ -1,0 +1,502 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"reflect"
+	"sort"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
+	"github.com/tessera-dev/tessera/test/fixtures"
+)
+
+func TestWorkloadModelWindow(t *testing.T) {
+	w := NewWorkloadModel(3)
+	s := func(pct int) FragShape {
+		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
+		return ShapeOf(info)
+	}
+	w.Observe("a", s(10))
+	w.Observe("a", s(10)) // a retry is not counted twice
+	w.Observe("b", s(20))
+	w.Observe("c", s(20))
+	wl := w.Snapshot()
+	got := wl.Shapes
+	if len(got) != 2 || got[0].C.MemoryPercent != 20 || math.Abs(wl.Terms[0].Weight-2.0/3) > 1e-9 {
+		t.Fatalf("snapshot %+v, terms %+v", got, wl.Terms)
+	}
+	w.Observe("d", s(30)) // evicts "a"
+	wl = w.Snapshot()
+	got = wl.Shapes
+	total := 0.0
+	for k, x := range got {
+		total += wl.Terms[k].Weight
+		if x.C.MemoryPercent == 10 {
+			t.Errorf("evicted shape still present: %+v", got)
+		}
+	}
+	if math.Abs(total-1) > 1e-9 || len(got) != 2 {
+		t.Errorf("weights %v", got)
+	}
+	w.Observe("a", s(10)) // "a" left the window, so it counts again
+	if len(w.Snapshot().Shapes) != 3 {
+		t.Errorf("re-observed pod not counted: %+v", w.Snapshot().Shapes)
+	}
+	// 100 shapes that differ only in CPU: the top ones are kept.
+	many := NewWorkloadModel(1000)
+	for i := 0; i < 100; i++ {
+		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
+		many.Observe(types.UID(fmt.Sprint(i)), ShapeOf(info))
+	}
+	if n := len(many.Snapshot().Shapes); n != MaxFragShapes {
+		t.Errorf("%d shapes kept, want %d", n, MaxFragShapes)
+	}
+	// A rare GPU request beyond the top shapes is still represented.
+	many.Observe("big", ShapeOf(&PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
+	found := false
+	for _, x := range many.Snapshot().Shapes {
+		found = found || x.C.GPUs == 8
+	}
+	if !found {
+		t.Error("the 8-GPU shape was dropped")
+	}
+}
+
+// Score measures a node's fragmentation after a placement by re-measuring only the
+// devices placed on; that must equal measuring the whole node again.
+func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
+	m := cacheOf(placementtest.H100(t, "n")).Existing("n").Model
+	w := testWeights()
+	rng := rand.New(rand.NewSource(7))
+	var shapes []FragShape
+	var weights []float64
+	for k := 0; k < 12; k++ {
+		g := 1
+		if k%5 == 4 {
+			g = 2 + rng.Intn(3)
+		}
+		pct := int64(5 + rng.Intn(95))
+		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
+		weights = append(weights, 1.0/12)
+	}
+	wl := NewFragWorkload(shapes, weights)
+	for trial := 0; trial < 500; trial++ {
+		used := make([]Usage, len(m.Devices))
+		for i := range used {
+			if rng.Intn(3) > 0 {
+				pct := int64(rng.Intn(90))
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+			}
+		}
+		g := 1 + rng.Intn(3)
+		pct := int64(5 + rng.Intn(40))
+		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
+		a, fail := Allocate(m, used, p, w)
+		if fail != nil {
+			continue
+		}
+		got := NewFragStats(m, used, wl, w).Placed(m, a, wl, w)
+		want := NewFragStats(m, a.Used, wl, w)
+		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 || math.Abs(got.Total-want.Total) > 1e-9 {
+			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.Total, want.Value(wl, nil), want.Total)
+		}
+		for k := range wl.Classes {
+			if got.Fits[k] != want.Fits[k] || got.Mask[k] != want.Mask[k] {
+				t.Fatalf("trial %d class %d: fits %d/%b, measured again %d/%b", trial, k, got.Fits[k], got.Mask[k], want.Fits[k], want.Mask[k])
+			}
+		}
+	}
+}
+
+func TestWorkloadFeed(t *testing.T) {
+	m := &NodeModel{Hot: []DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
+	w := &Weights{Memory: 1, Cores: 1}
+	shapes := []FragShape{
+		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, CPUMilli: 12000, MemBytes: 48 << 30},                // a whole GPU
+		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, CPUMilli: 6000, MemBytes: 24 << 30}, // half of one
+	}
+	r := WorkloadFeed(NewFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
+	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
+	if math.Abs(r.CPUMilli-12000) > 1e-6 || math.Abs(r.MemBytes-float64(48<<30)) > 1 {
+		t.Fatalf("feed %+v, want 12000 millicores and 48 GiB per GPU", r)
+	}
+	for _, tc := range []struct {
+		free     float64
+		cpu, mem int64
+		want     float64
+		what     string
+	}{
+		{8, 96000, 400 << 30, 0, "CPU and memory for every free GPU"},
+		{8, 48000, 400 << 30, 4, "CPU for half of them"},
+		{8, 96000, 96 << 30, 6, "memory for two"},
+		{2, -5000, 400 << 30, 2, "CPU overcommitted"},
+		{0, 0, 0, 0, "no free GPU"},
+	} {
+		if got := r.Unfed(tc.free, tc.cpu, tc.mem); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: unfed = %v, want %v", tc.what, got, tc.want)
+		}
+	}
+	if got := WorkloadFeed(nil, m, w).Unfed(8, 0, 0); got != 0 {
+		t.Errorf("no workload learned: unfed = %v, want 0", got)
+	}
+}
+
+// A class's eligibility (with its fast path for classes without a model selection)
+// agrees with the pod selection it was learned from, on MIG and whole devices.
+func TestFragShapeEligibleMatchesPod(t *testing.T) {
+	m := &NodeModel{
+		Devices: []Device{{Model: "NVIDIA H100 80GB HBM3"}, {Model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MIG: true}, {Model: "Tesla T4"}},
+		Hot:     []DeviceHot{{}, {MIG: true}, {}},
+	}
+	for _, sel := range []struct{ include, exclude []string }{
+		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
+	} {
+		p := PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		s := FragClass{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		for i := range m.Devices {
+			if got, want := s.EligibleAt(m, i), p.Eligible(&m.Devices[i]); got != want {
+				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].Model, got, want)
+			}
+		}
+	}
+}
+
+// TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
+// reused while neither the node's usage nor the learned GPU requests change (the
+// shapes' order, weights and host requests may), and after every kind of change it is
+// exactly what measuring the node again gives.
+func TestFragBaseKeptAndInvalidated(t *testing.T) {
+	node := placementtest.H100(t, "n")
+	c, w := cacheOf(node), testWeights()
+	l := newLearner(c, w)
+	learn := func(prefix string, n int, ct placementtest.Ctr) {
+		for i := 0; i < n; i++ {
+			l.learn(t, placementtest.Pod(fmt.Sprintf("%s-%d", prefix, i), nil, ct))
+		}
+	}
+	check := func(step string) *FragStats {
+		t.Helper()
+		wl := l.workload.Snapshot()
+		ent, v, used := c.EntryView(node, nil)
+		got := ent.FragBase(&v, used, &PodInfo{Frag: wl}, w)
+		want := NewFragStats(v.Model, used, wl, w)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
+		}
+		return got
+	}
+	learn("a", 3, placementtest.Ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
+	learn("b", 2, placementtest.Ctr{Name: "c", GPU: "1", Pct: "60", Cores: "60"})
+	learn("c", 1, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
+	first := check("first measure")
+	if again := check("unchanged"); again != first {
+		t.Error("the node was measured again though nothing changed")
+	}
+
+	pod := placementtest.Pod("placed", nil, placementtest.Ctr{Name: "c", GPU: "1", Pct: "60", Cores: "60"})
+	if err := c.Assume(pod, "n", RecordFromAssignment(pod, placementtest.OneGrant("n", fixtures.H100MiB/2, 60, 0)).Grants, 10); err != nil {
+		t.Fatal(err)
+	}
+	if check("after Assume") == first {
+		t.Error("the measure of the node before Assume was kept")
+	}
+	c.Forget(pod.UID)
+	check("after Forget")
+	if err := c.OnPod(placementtest.Bound(t, placementtest.Pod("bound", nil, placementtest.Ctr{Name: "c", GPU: "1"}), "n", placementtest.OneGrant("n", fixtures.H100MiB, 100, 3))); err != nil {
+		t.Fatal(err)
+	}
+	check("after an informer pod event")
+	c.SetInventory("n", placementtest.MustEncode(t, fixtures.PCIeNode("n", 4, "NVIDIA H100", fixtures.H100MiB)))
+	check("after an inventory change")
+	c.OnPodDelete(types.UID("uid-bound"))
+	check("after an informer pod delete")
+
+	// The same shapes in another order, then a new shape of a known GPU request (other
+	// host requests): the kept measure serves both.
+	kept := check("before the shapes change")
+	before := l.workload.Snapshot()
+	learn("c2", 4, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
+	after := l.workload.Snapshot()
+	if after.Gen != before.Gen || after.Shapes[0].Key == before.Shapes[0].Key {
+		t.Fatalf("shapes %v (generation %d) then %v (%d): want the same classes, another order", before.Shapes, before.Gen, after.Shapes, after.Gen)
+	}
+	if check("after the shapes' order changed") != kept {
+		t.Error("the node was measured again for the same GPU requests in another order")
+	}
+	host := placementtest.Pod("host", nil, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
+	host.Spec.Containers[0].Resources.Requests = placementtest.WithHost("8", "16Gi")
+	l.learn(t, host)
+	if wl := l.workload.Snapshot(); wl.Gen != after.Gen || len(wl.Shapes) != len(after.Shapes)+1 {
+		t.Fatalf("a shape of a known GPU request: %d shapes, generation %d; want %d shapes, generation %d", len(wl.Shapes), wl.Gen, len(after.Shapes)+1, after.Gen)
+	}
+	if check("after a new shape of a known GPU request") != kept {
+		t.Error("the node was measured again for a shape of a known GPU request")
+	}
+	learn("d", 1, placementtest.Ctr{Name: "c", GPU: "1", Pct: "5", Cores: "5"})
+	if wl := l.workload.Snapshot(); wl.Gen == after.Gen {
+		t.Fatalf("a new GPU request kept the class generation %d", wl.Gen)
+	}
+	if check("after a new GPU request") == kept {
+		t.Error("the measure of the old GPU requests was kept for a new one")
+	}
+}
+
+// TestFragBaseConcurrent measures one node from many goroutines, as the parallel
+// Filter does across cycles, while pods are assumed and forgotten on it: the measure
+// kept at the end is the node's as it is then (run with -race for the lock-free
+// reads and stores).
+func TestFragBaseConcurrent(t *testing.T) {
+	node := placementtest.H100(t, "n")
+	c, w := cacheOf(node), testWeights()
+	l := newLearner(c, w)
+	l.teach(t, 3, placementtest.Ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
+	l.teach(t, 2, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
+	wl := l.workload.Snapshot()
+	p := &PodInfo{Frag: wl}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				if g == 0 {
+					pod := placementtest.Pod(fmt.Sprintf("p%d", i), nil, placementtest.Ctr{Name: "c", GPU: "1"})
+					if c.Assume(pod, "n", RecordFromAssignment(pod, placementtest.OneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
+						c.Forget(pod.UID)
+					}
+					continue
+				}
+				ent, v, used := c.EntryView(node, nil)
+				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, NewFragStats(v.Model, used, wl, w)) {
+					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	ent, v, used := c.EntryView(node, nil)
+	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, NewFragStats(v.Model, used, wl, w)) {
+		t.Error("the kept measure is not the node's")
+	}
+}
+
+// The statistics kept per class give the fragmentation measured shape by shape (the
+// definition), before and after a container is placed on any device, for shapes that
+// share GPU requests and differ in host requests: the same up to rounding, since the
+// shapes of a class are summed as one term (the last bits of the sum may differ); and
+// the device pick's measure after placing is bit for bit the node-level score's.
+func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
+	m := cacheOf(placementtest.H100(t, "n")).Existing("n").Model
+	w := testWeights()
+	rng := rand.New(rand.NewSource(11))
+	var shapes []FragShape
+	var weights []float64
+	for k := 0; k < 20; k++ {
+		g, pct := 1, 5+5*rng.Intn(19)
+		if k%7 == 6 {
+			g, pct = 2+rng.Intn(3), 100
+		}
+		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
+			CPUMilli: int64(1000 * (1 + rng.Intn(4)))})
+		weights = append(weights, float64(1+rng.Intn(5))/60)
+	}
+	wl := NewFragWorkload(shapes, weights)
+	if len(wl.Classes) >= len(shapes) {
+		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.Classes), len(shapes))
+	}
+	// perShape is the fragmentation of the node under used, shape by shape.
+	perShape := func(used []Usage) float64 {
+		var total, f float64
+		for i := range m.Devices {
+			total += DeviceFree(m, used, i, w)
+		}
+		for k := range shapes {
+			fit, small := 0, 0.0
+			for i := range m.Devices {
+				if ShapeFits(m, used, &shapes[k].FragClass, i, w) {
+					fit++
+				} else {
+					small += DeviceFree(m, used, i, w)
+				}
+			}
+			if fit < shapes[k].C.GPUs {
+				f += weights[k] * total
+			} else {
+				f += weights[k] * small
+			}
+		}
+		return f
+	}
+	c := &api.ContainerRequest{GPUs: 1, MemoryPercent: 10, Cores: 10}
+	for trial := 0; trial < 300; trial++ {
+		used := make([]Usage, len(m.Devices))
+		for i := range used {
+			if rng.Intn(3) > 0 {
+				pct := int64(rng.Intn(95))
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+			}
+		}
+		st := NewFragStats(m, used, wl, w)
+		if got, want := st.Value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
+			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
+		}
+		for i := range m.Devices {
+			if !Fits(m, used, c, i, w.MaxTenants) {
+				continue
+			}
+			after := append([]Usage(nil), used...)
+			after[i].MemMiB += c.MemoryOn(m.Devices[i].MemoryMiB)
+			after[i].Cores += c.Cores
+			after[i].Tenants++
+			got, total := FragAfter(m, used, st, wl, c, i, w)
+			if want := perShape(after); math.Abs(got-want) > 1e-12 {
+				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
+			}
+			// Score takes the pick's figures for what placedInto and value give: they
+			// must be the same bits.
+			placed := st.Placed(m, &Allocation{Placements: []Placement{{Devices: []int{i}}}, Used: after}, wl, w)
+			if v := placed.Value(wl, nil); got != v || total != placed.Total {
+				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.Total)
+			}
+		}
+	}
+}
+
+// The workload model keeps its shapes ordered as pods come and leave the window; every
+// snapshot must be the one sorting all counts gives (most frequent first, then by
+// key; the top shapes and the most frequent of each GPU request they miss), with the
+// same weights, and the classes and their generation must follow the shapes.
+func TestWorkloadSnapshotMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	w := NewWorkloadModel(300)
+	reference := func() ([]FragShape, []float64) {
+		var all []*ShapeCount
+		for _, c := range w.Counts {
+			all = append(all, c)
+		}
+		sort.Slice(all, func(i, j int) bool {
+			if all[i].N != all[j].N {
+				return all[i].N > all[j].N
+			}
+			return all[i].Shape.Key < all[j].Shape.Key
+		})
+		if len(all) > MaxFragShapes {
+			seen := map[string]bool{}
+			var kept []*ShapeCount
+			for i, c := range all {
+				if g := c.Shape.GPUKey(); i < MaxFragShapes || (!seen[g] && len(kept) < MaxSnapshotShapes) {
+					kept, seen[g] = append(kept, c), true
+				}
+			}
+			all = kept
+		}
+		total := 0
+		for _, c := range all {
+			total += c.N
+		}
+		out, weights := make([]FragShape, len(all)), make([]float64, len(all))
+		for i, c := range all {
+			out[i] = c.Shape
+			weights[i] = float64(c.N) / float64(total)
+		}
+		return out, weights
+	}
+	var prev *FragWorkload
+	for i := 0; i < 5000; i++ {
+		g, pct := 1, 5*(1+rng.Intn(20))
+		if rng.Intn(40) == 0 {
+			g, pct = 2+rng.Intn(7), 100
+		}
+		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
+			CPUMilli: int64(1000 * rng.Intn(20)), MemBytes: int64(rng.Intn(8)) << 30}
+		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
+		w.Observe(uid, ShapeOf(info))
+		if rng.Intn(3) == 0 {
+			continue // several pods between snapshots
+		}
+		got := w.Snapshot()
+		want, wantWeights := reference()
+		if len(got.Shapes) != len(want) {
+			t.Fatalf("pod %d: %d shapes, sorting gives %d", i, len(got.Shapes), len(want))
+		}
+		for k := range want {
+			s := &got.Shapes[k]
+			if s.Key != want[k].Key || got.Terms[k].Weight != wantWeights[k] ||
+				got.Classes[s.Class].GPU != s.GPU || int(got.Terms[k].Class) != s.Class {
+				t.Fatalf("pod %d, shape %d: %s (weight %v, class %d), sorting gives %s (weight %v)", i, k, s.Key, got.Terms[k].Weight, s.Class, want[k].Key, wantWeights[k])
+			}
+		}
+		if ref := NewFragWorkload(want, wantWeights); !SameClasses(ref, got) {
+			t.Fatalf("pod %d: classes differ from the shapes'", i)
+		}
+		if prev != nil && (got.Gen == prev.Gen) != SameClasses(prev, got) {
+			t.Fatalf("pod %d: generation %d after %d, same classes %v", i, got.Gen, prev.Gen, SameClasses(prev, got))
+		}
+		prev = got
+	}
+}
+
+// The device pick skips devices it would rate exactly as one already rated; it must
+// choose what rating every candidate gives (the least added fragmentation, ties to
+// the fullest GPU, then the first), on nodes with repeated usages in both NVLink
+// islands.
+func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
+	m := cacheOf(placementtest.H100(t, "n")).Existing("n").Model
+	w := testWeights()
+	rng := rand.New(rand.NewSource(5))
+	var shapes []FragShape
+	var weights []float64
+	for k := 0; k < 10; k++ {
+		pct := 5 + 10*rng.Intn(10)
+		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		weights = append(weights, 0.1)
+	}
+	wl := NewFragWorkload(shapes, weights)
+	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
+	picked := map[int]bool{}
+	for trial := 0; trial < 2000; trial++ {
+		used := make([]Usage, len(m.Devices))
+		for i := range used {
+			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
+			}
+		}
+		pct := 5 + 5*rng.Intn(8)
+		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
+		var cand []int
+		for i := range m.Devices {
+			if Fits(m, used, c, i, w.MaxTenants) {
+				cand = append(cand, i)
+			}
+		}
+		if len(cand) == 0 {
+			continue
+		}
+		p := &PodInfo{Frag: wl}
+		got, _ := PickByFragmentation(m, used, p, c, w, cand, nil)
+		st := NewFragStats(m, used, wl, w)
+		before := st.Value(wl, nil)
+		want, wantDelta, wantPack := -1, 0.0, 0.0
+		for _, i := range cand {
+			after, _ := FragAfter(m, used, st, wl, c, i, w)
+			delta, pack := after-before, PackScore(m, used, c, i, w)
+			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
+				want, wantDelta, wantPack = i, delta, pack
+			}
+		}
+		if got != want {
+			t.Fatalf("trial %d (usage %v, %d%%): picked %d, rating every device gives %d", trial, used, pct, got, want)
+		}
+		picked[got] = true
+	}
+	if len(picked) < 4 {
+		t.Fatalf("picks cover devices %v only: the trials do not exercise the choice", picked)
+	}
+}
