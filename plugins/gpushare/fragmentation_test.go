@@ -219,7 +219,7 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ni := range feasible {
-			e.pl.cache.Existing(ni.Node().Name).WithKept(s.id, func(a *placement.Allocation) {
+			e.pl.cache.ExistingFor(ni.Node()).WithKept(s.id, func(a *placement.Allocation) {
 				kept := a.Measured
 				got := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.Measured.Picked = false

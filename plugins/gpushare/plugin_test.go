@@ -3,6 +3,7 @@ package gpushare
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func placed(t *testing.T, raw string) map[string][]int {
 
 func within(idx []int, allowed ...int) bool {
 	for _, i := range idx {
-		if !placement.ContainsInt(allowed, i) {
+		if !slices.Contains(allowed, i) {
 			return false
 		}
 	}
@@ -583,13 +584,13 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	entry, v, used := e.pl.cache.EntryView(node, nil)
 	want, fail := placement.Allocate(v.Model, used, s.info, &e.pl.w)
 	if fail != nil {
-		t.Fatal(fail.Msg)
+		t.Fatal(fail.Status())
 	}
 	var kept []placement.Grant
 	if !entry.KeptAt(s.id, v.UsageGen, v.Model, func(a *placement.Allocation) { kept = grantsOf(v.Model, s.info, a) }) {
 		t.Fatal("the node is unchanged since Filter, but its allocation is not offered to Reserve")
 	}
-	if !placement.SameGrants(kept, grantsOf(v.Model, s.info, want)) {
+	if !slices.Equal(kept, grantsOf(v.Model, s.info, want)) {
 		t.Fatalf("Filter kept %v, allocate gives %v", kept, grantsOf(v.Model, s.info, want))
 	}
 	// Another pod takes the GPU Filter picked: 10,000 MiB of the T4's 15 GB, no room

@@ -55,14 +55,14 @@ func TestConcurrentAssumeNeverOverGrants(t *testing.T) {
 	}
 	// Recomputing from the records gives the same figures: the incremental
 	// accounting never drifted.
-	e := c.Existing("n")
-	before := append([]Usage(nil), e.Used...)
-	e.Mu.Lock()
-	e.RecomputeLocked()
-	e.Mu.Unlock()
+	e := c.existing("n")
+	before := append([]Usage(nil), e.used...)
+	e.mu.Lock()
+	e.recomputeLocked()
+	e.mu.Unlock()
 	for i := range before {
-		if before[i] != e.Used[i] {
-			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.Used[i])
+		if before[i] != e.used[i] {
+			t.Errorf("device %d: incremental %+v, recomputed %+v", i, before[i], e.used[i])
 		}
 	}
 }

@@ -50,7 +50,7 @@ func newFitIndexes(classes []FragClass) *fitIndexes {
 	}
 	x := &fitIndexes{classes: classes}
 	for k := range classes {
-		if len(classes[k].ModelInclude) == 0 && len(classes[k].ModelExclude) == 0 {
+		if len(classes[k].modelInclude) == 0 && len(classes[k].modelExclude) == 0 {
 			x.plain |= 1 << uint(k)
 		} else {
 			x.selective = append(x.selective, k)

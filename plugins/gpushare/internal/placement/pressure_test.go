@@ -37,25 +37,25 @@ func mixedNode(t testing.TB, name string) *v1.Node {
 func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	c := cacheOf(mixedNode(t, "mixed"), placementtest.Node(t, "a10", fixtures.PCIeNode("a10", 2, "NVIDIA A10", fixtures.T4MiB)))
 	w := testWeights()
-	wl := NewFragWorkload([]FragShape{
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, ModelInclude: []string{"t4"}}},
+	wl := newFragWorkload([]fragShape{
+		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}},
 		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
 	}, []float64{0.5, 0.5})
-	t4 := wl.Shapes[0].Class // the other shape's class is 1-t4
-	m := c.Existing("mixed").Model
+	t4 := wl.shapes[0].class // the other shape's class is 1-t4
+	m := c.existing("mixed").model
 	used := make([]Usage, 4)
 	used[0] = Usage{MemMiB: fixtures.T4MiB * 60 / 100, Cores: 60, Tenants: 1}
 	used[2] = used[0]
-	st := NewFragStats(m, used, wl, w)
+	st := newFragStats(m, used, wl, w)
 	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
-		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.Elig, st.Small)
+		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.elig, st.small)
 	}
-	if st.Eligible[t4] != 2 || st.Emask[t4] != 0b0011 || st.Eligible[1-t4] != 4 {
-		t.Errorf("eligible %v, masks %b", st.Eligible, st.Emask)
+	if st.eligible[t4] != 2 || st.emask[t4] != 0b0011 || st.eligible[1-t4] != 4 {
+		t.Errorf("eligible %v, masks %b", st.eligible, st.emask)
 	}
-	a10 := c.Existing("a10").Model
-	t4only := NewFragWorkload(wl.Shapes[t4:t4+1:t4+1], []float64{0.5})
-	st = NewFragStats(a10, make([]Usage, 2), t4only, w)
+	a10 := c.existing("a10").model
+	t4only := newFragWorkload(wl.shapes[t4:t4+1:t4+1], []float64{0.5})
+	st = newFragStats(a10, make([]Usage, 2), t4only, w)
 	if got := st.Value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
@@ -65,24 +65,24 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 // placement computed from the devices placed on (placed, FragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
-	m := cacheOf(mixedNode(t, "n")).Existing("n").Model
+	m := cacheOf(mixedNode(t, "n")).existing("n").model
 	w := testWeights()
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
-	var shapes []FragShape
+	var shapes []fragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, FragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, ModelInclude: sels[k%len(sels)]}})
+		shapes = append(shapes, fragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}})
 		weights = append(weights, 0.1)
 	}
-	wl := NewFragWorkload(shapes, weights)
+	wl := newFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
 		used := make([]Usage, len(m.Devices))
 		for i := range used {
 			if rng.Intn(3) > 0 {
 				pct := int64(rng.Intn(90))
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 			}
 		}
 		pct := 5 + rng.Intn(40)
@@ -92,26 +92,26 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		if fail != nil {
 			continue
 		}
-		before := NewFragStats(m, used, wl, w)
-		got := before.Placed(m, a, wl, w)
-		want := NewFragStats(m, a.Used, wl, w)
+		before := newFragStats(m, used, wl, w)
+		got := before.placed(m, a, wl, w)
+		want := newFragStats(m, a.used, wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
-		for k := range wl.Classes {
-			if got.Fits[k] != want.Fits[k] || got.Mask[k] != want.Mask[k] || math.Abs(got.Elig[k]-want.Elig[k]) > 1e-9 || math.Abs(got.Small[k]-want.Small[k]) > 1e-9 {
+		for k := range wl.classes {
+			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || math.Abs(got.elig[k]-want.elig[k]) > 1e-9 || math.Abs(got.small[k]-want.small[k]) > 1e-9 {
 				t.Fatalf("trial %d class %d: placed %d/%b/%v/%v, measured again %d/%b/%v/%v", trial, k,
-					got.Fits[k], got.Mask[k], got.Elig[k], got.Small[k], want.Fits[k], want.Mask[k], want.Elig[k], want.Small[k])
+					got.fits[k], got.mask[k], got.elig[k], got.small[k], want.fits[k], want.mask[k], want.elig[k], want.small[k])
 			}
 		}
 		i := a.Placements[0].Devices[0]
-		after, total := FragAfter(m, used, before, wl, &c, i, w)
+		after, total := fragAfter(m, used, before, wl, &c, i, w)
 		if math.Abs(after-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.Value(wl, nil))
 		}
 		// Score takes the pick's figures for placedInto's and value's: the same bits.
-		if v := got.Value(wl, nil); after != v || total != got.Total {
-			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.Total)
+		if v := got.Value(wl, nil); after != v || total != got.total {
+			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.total)
 		}
 	}
 }
@@ -128,14 +128,14 @@ func TestComputePressure(t *testing.T) {
 	w := &Weights{Memory: 1, Cores: 1}
 	wl := NewWorkloadModel(100)
 	wl.Bind(c, w)
-	shape := func(sel ...string) FragShape {
+	shape := func(sel ...string) fragShape {
 		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
-		return ShapeOf(info)
+		return shapeOf(info)
 	}
 	n := 0
-	add := func(count int, s FragShape) {
+	add := func(count int, s fragShape) {
 		for i := 0; i < count; i++ {
-			wl.Observe(typesUID(n), s)
+			wl.observe(typesUID(n), s)
 			n++
 		}
 	}
@@ -146,7 +146,7 @@ func TestComputePressure(t *testing.T) {
 	add(1, shape("t4"))
 	add(2, shape("t4", "a10"))
 	p := wl.PressureNow()
-	if p == nil || math.Abs(p.Of("NVIDIA T4")-0.5) > 1e-9 || math.Abs(p.Of("NVIDIA A10")-0.2) > 1e-9 || p.Of("NVIDIA H100") != 0 {
+	if p == nil || math.Abs(p.of("NVIDIA T4")-0.5) > 1e-9 || math.Abs(p.of("NVIDIA A10")-0.2) > 1e-9 || p.of("NVIDIA H100") != 0 {
 		t.Fatalf("pressure %+v, want T4 0.5, A10 0.2", p)
 	}
 	// Not computed again before as many pods again as the window then held (10),
@@ -155,9 +155,9 @@ func TestComputePressure(t *testing.T) {
 	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")
 	}
-	add(PressureEvery, shape("t4"))
-	if q := wl.PressureNow(); q == p || q.Of("NVIDIA T4") != 1 {
-		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", PressureEvery, q)
+	add(pressureEvery, shape("t4"))
+	if q := wl.PressureNow(); q == p || q.of("NVIDIA T4") != 1 {
+		t.Errorf("after %d more T4 pods: %+v, want T4 at 1", pressureEvery, q)
 	}
 }
 

@@ -49,7 +49,7 @@ func mpsRoom(m *NodeModel, u *Usage, i int) bool {
 func sharingMiss(m *NodeModel, p *PodInfo) string {
 	other := PodInfo{ModelInclude: p.ModelInclude, ModelExclude: p.ModelExclude, UUIDInclude: p.UUIDInclude, UUIDExclude: p.UUIDExclude, mps: !p.mps}
 	for i := range m.Devices {
-		if other.Eligible(&m.Devices[i]) {
+		if other.eligible(&m.Devices[i]) {
 			if p.mps {
 				return fmt.Sprintf("node has no GPU in mps sharing mode (the pod's %s is mps); see the node agent's --mps-gpus", api.AnnotationSharing)
 			}
