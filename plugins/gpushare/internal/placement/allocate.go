@@ -35,7 +35,7 @@ type PodInfo struct {
 	Frag               *fragWorkload
 	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
-	// cluster of one GPU size (PodInfo.WorkloadFeed). Read and replaced by the
+	// cluster of one GPU size (PodInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
 	// pressure is the workload's model pressure when the pod was prepared (nil:
@@ -43,7 +43,7 @@ type PodInfo struct {
 	pressure *modelPressure
 }
 
-// Eligible reports whether device d passes the pod's static selection (model, UUID).
+// eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
@@ -87,7 +87,7 @@ func (p *PodInfo) eligible(d *device) bool {
 }
 
 // EligibleAt is eligible for device i of m. A pod without selection reads only the
-// device's MIG flag, from m.hot.
+// device's MIG flag, from m.Hot.
 func (p *PodInfo) EligibleAt(m *NodeModel, i int) bool {
 	if !p.hasSelection() {
 		return !m.Hot[i].MIG && modeMatches(m, p, i)
@@ -141,7 +141,7 @@ type Allocation struct {
 	multiGPU bool
 	// brokenIslands counts NVLink islands that were entirely free and no longer are.
 	brokenIslands, freeIslands int
-	// Used is the node's usage after the pod is placed.
+	// used is the node's usage after the pod is placed.
 	used []Usage
 	// Model is the node the allocation was made on.
 	Model *NodeModel
@@ -214,7 +214,7 @@ func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, 
 	return a, nil
 }
 
-// allocateInto is allocate writing into a, whose previous contents it replaces; on
+// allocateInto is Allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
 func allocateInto(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
@@ -235,7 +235,7 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // container that did not fit and a.used as that container found it.
 //
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
-// kept in the cache: NodeEntry.Frag). A one-container pod starts from it: the
+// kept in the cache: NodeEntry.frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
 func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
@@ -646,7 +646,7 @@ func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerReques
 	}
 }
 
-// MissKind is what a node lacks for a container, in MissReason's words.
+// missKind is what a node lacks for a container, in missReason's words.
 type missKind uint8
 
 const (
@@ -657,7 +657,7 @@ const (
 	missTogether                   // memory, cores and a tenant slot on one GPU at once
 )
 
-// MissReason is the reason a node has fewer GPUs than container c asks with room of
+// missReason is the reason a node has fewer GPUs than container c asks with room of
 // kind for it, in the words of the request, e.g.
 //
 //	node(s) had no GPU with 4096 MiB free for container "train"

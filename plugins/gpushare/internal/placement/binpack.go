@@ -27,7 +27,7 @@ func (binpack) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.Contain
 	return pickBest(m, used, c, w, cand, packScore)
 }
 
-// PackScore is the Binpack device score: the device's weighted use after placing c.
+// packScore is the Binpack device score: the device's weighted use after placing c.
 // Among equally full choices, it keeps whole NVLink islands free by preferring a GPU
 // that is already used or whose island is already broken.
 func packScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {

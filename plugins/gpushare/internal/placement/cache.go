@@ -46,7 +46,7 @@ type podRecord struct {
 // touches.
 type NodeEntry struct {
 	mu   sync.RWMutex
-	name string // compared by every lookup (NodeTable)
+	name string // compared by every lookup (nodeTable)
 	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
@@ -80,7 +80,7 @@ type NodeEntry struct {
 	keptCycle uint64
 	// keptGen is the usage generation (usageGen) kept was made at, or 0 when it was
 	// made under preemption's what-if changes: Reserve takes kept as it is while the
-	// node's usage is still that generation (allocate is a pure function of it).
+	// node's usage is still that generation (Allocate is a pure function of it).
 	keptGen uint64
 	kept    Allocation
 
@@ -96,7 +96,7 @@ type NodeEntry struct {
 // Reserve assumes, Unreserve forgets.
 //
 // Locking: mu guards pods and every write to nodes, and is taken before any
-// NodeEntry.Mu. Pod changes hold mu for their whole update so that a pod's grants move
+// NodeEntry.mu. Pod changes hold mu for their whole update so that a pod's grants move
 // atomically between nodes. Filter, Score and PreScore find a node's entry in nodes
 // without mu, then take the node's read lock and its keptMu.
 type Cache struct {
@@ -105,13 +105,13 @@ type Cache struct {
 	// nodes maps a node's name to its *NodeEntry. Written only under mu, read
 	// without it: Filter, Score and PreScore look up every node on every core at
 	// once, and a read lock shared by all of them made every lookup write the same
-	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See NodeTable.
+	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
 	nodes nodeTable
 	// MostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
 	MostHealthy atomic.Int64
-	// Hints find an entry from the node object Filter and Score are given, without
+	// hints find an entry from the node object Filter and Score are given, without
 	// hashing its name (objectHints).
 	hints objectHints
 }
@@ -208,7 +208,7 @@ func (e *NodeEntry) setInventoryLocked(raw string) {
 	e.recomputeLocked()
 }
 
-// RecomputeLocked rebuilds per-device usage from the node's pod records.
+// recomputeLocked rebuilds per-device usage from the node's pod records.
 func (e *NodeEntry) recomputeLocked() {
 	e.usageGen++
 	e.unmatched = 0
@@ -260,7 +260,7 @@ func (c *Cache) RemoveNode(nodeName string) {
 	e.mu.Unlock()
 }
 
-// NodeView is a consistent copy of what Filter needs from one node; view returns the
+// NodeView is a consistent copy of what Filter needs from one node; View returns the
 // node's usage beside it.
 type NodeView struct {
 	Model     *NodeModel
@@ -281,7 +281,7 @@ func (c *Cache) View(node *v1.Node, into []Usage) (NodeView, []Usage) {
 	return v, used
 }
 
-// EntryView is view that also returns the node's entry.
+// EntryView is View that also returns the node's entry.
 func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []Usage) {
 	e := c.hints.load(node)
 	if e == nil {
@@ -318,7 +318,7 @@ func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []
 	return e, v, used
 }
 
-// Existing returns the entry for name, or nil.
+// existing returns the entry for name, or nil.
 func (c *Cache) existing(name string) *NodeEntry {
 	return c.nodes.load(name)
 }

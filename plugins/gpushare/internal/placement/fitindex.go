@@ -26,7 +26,7 @@ type fitIndex struct {
 }
 
 // fitIndexes are a workload's fit indexes per GPU memory size, built as sizes are
-// met and shared by the snapshots of one set of classes (FragWorkload.Gen).
+// met and shared by the snapshots of one set of classes (fragWorkload.gen).
 type fitIndexes struct {
 	classes []FragClass
 	// plain are the classes without a model selection (they fit any non-MIG
@@ -43,7 +43,7 @@ type fitIndexes struct {
 const maxFitSizes = 64
 
 // newFitIndexes indexes classes, or returns nil when there are more than 64 (fit
-// masks are 64 bits; snapshots never have more, see MaxSnapshotShapes).
+// masks are 64 bits; snapshots never have more, see maxSnapshotShapes).
 func newFitIndexes(classes []FragClass) *fitIndexes {
 	if len(classes) > 64 {
 		return nil

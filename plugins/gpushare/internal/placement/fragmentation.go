@@ -36,13 +36,13 @@ import (
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
 // the policy follows the cluster's mix as it changes.
 
-// MaxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
+// maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
 // a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
 // as many again are added so that every GPU request size is represented).
 const maxFragShapes = 32
 
-// MaxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
-// MaxFragShapes and as many again for the GPU requests they miss.
+// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// maxFragShapes and as many again for the GPU requests they miss.
 const maxSnapshotShapes = 2 * maxFragShapes
 
 // DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
@@ -76,7 +76,7 @@ func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRe
 }
 
 // pickDevice takes the device whose use adds the least fragmentation
-// (PickByFragmentation), and leaves its measure of the node in *measured for the
+// (pickByFragmentation), and leaves its measure of the node in *measured for the
 // node-level score. A measure already in measured.base (the cache's, see place) is
 // the node under used and is not taken again. Without a learned workload it places
 // as Binpack.
@@ -113,15 +113,15 @@ func (*fragmentation) NeedsFit() bool { return true }
 // ScoreExtensions: Fragmentation's scores are raw and normalised per cycle.
 func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
 
-// FragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests. Its weight in a workload is the workload's (FragWorkload.Terms):
+// fragShape is one kind of pod of the expected workload: a GPU request (its class)
+// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
 // shapes are shared by the snapshots of a model while only their weights change.
 type fragShape struct {
 	FragClass
 	cpuMilli int64
 	memBytes int64
 	key      string
-	// Class is the position of the shape's GPU request in its workload's classes.
+	// class is the position of the shape's GPU request in its workload's classes.
 	class int
 }
 
@@ -151,7 +151,7 @@ func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
 	return p.eligible(&m.Devices[i])
 }
 
-// ShapeOf is the fragmentation shape of a parsed pod.
+// shapeOf is the fragmentation shape of a parsed pod.
 func shapeOf(info *PodInfo) fragShape {
 	c := info.Req.Containers[info.Order[0]]
 	c.Name, c.Init = "", false
@@ -175,15 +175,15 @@ func (s *FragClass) classKey() string {
 // GPUKey identifies the shape's GPU request, whatever its CPU and memory: its class.
 func (s *fragShape) gpuKey() string { return s.gpu }
 
-// FragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
 // first, with weights summing to 1 (terms), and their GPU requests. Never modified
 // once built, so cycles may keep it; snapshots of a model may share shapes.
 type fragWorkload struct {
 	shapes []fragShape
-	// Classes are the shapes' distinct GPU requests, ordered by key: the same list
+	// classes are the shapes' distinct GPU requests, ordered by key: the same list
 	// for the same requests, whatever the shapes' order and weights.
 	classes []FragClass
-	// Gen identifies classes for the measures the cache keeps per node (fragMemo):
+	// gen identifies classes for the measures the cache keeps per node (fragMemo):
 	// it changes only when a GPU request joins or leaves the workload. The numbers come
 	// from one counter for every workload model, so that the measures of two profiles
 	// sharing the cache never pass for each other's. 0 for a workload not from a
@@ -194,13 +194,13 @@ type fragWorkload struct {
 	// MaxCPUMilli and MaxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	MaxCPUMilli, MaxMemBytes int64
-	// Terms are each shape's weight and what the fragmentation sums read of it, in
-	// the shapes' order, packed (a FragShape spans three cache lines; these, four to
+	// terms are each shape's weight and what the fragmentation sums read of it, in
+	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
 	// one).
 	terms []fragTerm
 	// classTerms are terms summed per class, in the classes' order: a shape's term
 	// depends on its class alone unless host resources hold it back, so the sums
-	// that see no host limit (value with nil, FragAfter) run over the classes, about
+	// that see no host limit (Value with nil, fragAfter) run over the classes, about
 	// half as many as the shapes on the openb trace.
 	classTerms []fragTerm
 }
@@ -268,7 +268,7 @@ var noWorkload = &fragWorkload{}
 // Empty reports whether no workload has been learned (wl may be nil).
 func (wl *fragWorkload) Empty() bool { return wl == nil || len(wl.shapes) == 0 }
 
-// NewFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
 // numbering their classes (and keying those not yet keyed), with generation 0.
 func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	wl := buildFragWorkload(shapes, weights)
@@ -276,7 +276,7 @@ func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	return wl
 }
 
-// buildFragWorkload is NewFragWorkload without the fit index.
+// buildFragWorkload is newFragWorkload without the fit index.
 func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	wl := &fragWorkload{shapes: shapes}
 	keys := make([]string, 0, len(shapes))
@@ -299,7 +299,7 @@ func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	return wl
 }
 
-// SameClasses reports whether a and b have the same classes.
+// sameClasses reports whether a and b have the same classes.
 func sameClasses(a, b *fragWorkload) bool {
 	return slices.EqualFunc(a.classes, b.classes, func(x, y FragClass) bool { return x.gpu == y.gpu })
 }
@@ -344,7 +344,7 @@ type gpuCount struct {
 	id, shapes int
 }
 
-// fragGens numbers the workloads' sets of classes (FragWorkload.Gen).
+// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
@@ -356,11 +356,11 @@ type ringEntry struct {
 type shapeCount struct {
 	shape fragShape
 	n     int
-	pos   int // in WorkloadModel.Order
-	gpu   int // the number of its GPU request (WorkloadModel.GPUs)
+	pos   int // in WorkloadModel.order
+	gpu   int // the number of its GPU request (WorkloadModel.gpus)
 }
 
-// before reports whether a comes before b in WorkloadModel.Order.
+// before reports whether a comes before b in WorkloadModel.order.
 func (a *shapeCount) before(b *shapeCount) bool {
 	if a.n != b.n {
 		return a.n > b.n
@@ -416,7 +416,7 @@ func NewWorkloadModel(window int) *WorkloadModel {
 		pressureAge: pressureEvery}
 }
 
-// Observe records a pod's shape once (a retried pod is not counted again while it is
+// observe records a pod's shape once (a retried pod is not counted again while it is
 // in the window).
 func (w *WorkloadModel) observe(uid types.UID, s fragShape) {
 	w.mu.Lock()
@@ -536,8 +536,8 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
 type FragStats struct {
-	// The fields come in the order the fragmentation sums read them (value,
-	// FragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// The fields come in the order the fragmentation sums read them (Value,
+	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
 	// cache line on a large cluster, and with its header (fragMemo) these first
 	// ones fill three.
 	total float64
@@ -626,7 +626,7 @@ func (st *FragStats) measure(m *NodeModel, used []Usage, wl *fragWorkload, w *We
 	}
 }
 
-// Placed returns the stats after allocation a, for st measured before it: only the
+// placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
@@ -712,7 +712,7 @@ func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 	return f
 }
 
-// PickByFragmentation chooses, for a one-GPU container, the candidate device whose use
+// pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
@@ -738,7 +738,7 @@ func pickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (PackScore: an unused
+		// measure), and as full with the same island term (packScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -766,8 +766,8 @@ func pickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
-// sameRating reports whether PickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same PackScore, whose island term reads
+// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same packScore, whose island term reads
 // only an unused device's island.
 func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].island == m.Hot[j].island)
@@ -775,15 +775,15 @@ func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
-// model (DeviceHot.kind).
+// model (deviceHot.kind).
 func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
 	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
 }
 
-// FragAfter is the node's fragmentation after container c is placed on device i
+// fragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
-// what placedInto and value (nil) give for that placement, which the node-level score
-// relies on (nodeMeasure.picked). used is restored before it returns.
+// what placedInto and Value (nil) give for that placement, which the node-level score
+// relies on (nodeMeasure.Picked). used is restored before it returns.
 //
 // One pass over the classes (wl.classTerms), each reading its statistics before and
 // its fit on device i after (the fit index's mask): a class's statistics after cost
@@ -993,7 +993,7 @@ func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
 	return r
 }
 
-// WorkloadFeed is the expected workload's host request per GPU, for GPUs like the
+// workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
 func workloadFeed(wl *fragWorkload, m *NodeModel, w *Weights) feedRatio {
@@ -1024,7 +1024,7 @@ func workloadFeed(wl *fragWorkload, m *NodeModel, w *Weights) feedRatio {
 	return feedRatio{cpuMilli: cpu / gpu, memBytes: mem / gpu}
 }
 
-// Unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
+// unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
 // serve at the workload's ratio: GPU capacity on its way to being stranded by host
 // resources. Fragmentation's per-shape check sees a node's GPUs stranded only once
 // its CPU falls below a whole pod's request; on the Alibaba trace CPU, not GPU
@@ -1074,7 +1074,7 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (NodeEntry.Frag): the node's usage generation and the workload's class generation
+// (NodeEntry.frag): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
@@ -1092,11 +1092,11 @@ type fragMemo struct {
 //
 // Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (NodeEntry.UsageGen), and the learned GPU
-// requests change for a few cycles in a thousand (FragWorkload.Gen; the shapes, with
+// informer events touched, change (NodeEntry.usageGen), and the learned GPU
+// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
-// NewFragStats would compute, so no score moves.
+// newFragStats would compute, so no score moves.
 func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
 	if p == nil || p.Frag.Empty() || p.Frag.gen == 0 {
 		return nil

@@ -359,7 +359,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 			if want := perShape(after); math.Abs(got-want) > 1e-12 {
 				t.Fatalf("trial %d, device %d: after placing, per class %v, per shape %v", trial, i, got, want)
 			}
-			// Score takes the pick's figures for what placedInto and value give: they
+			// Score takes the pick's figures for what placedInto and Value give: they
 			// must be the same bits.
 			placed := st.placed(m, &Allocation{Placements: []Placement{{Devices: []int{i}}}, used: after}, wl, w)
 			if v := placed.Value(wl, nil); got != v || total != placed.total {

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// NodeTable maps node names to cache entries for readers that take no lock: Filter,
+// nodeTable maps node names to cache entries for readers that take no lock: Filter,
 // Score and PreScore look up a node on every core at once, for every node of every
 // GPU pod. Writers (node added or removed) are serialised by the cache's lock.
 //
@@ -45,7 +45,7 @@ var nodeHashSeed = maphash.MakeSeed()
 
 func HashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
 
-// Load returns the entry for name, or nil. Safe with concurrent writers.
+// load returns the entry for name, or nil. Safe with concurrent writers.
 func (t *nodeTable) load(name string) *NodeEntry {
 	a := t.cur.Load()
 	if a == nil {
@@ -64,7 +64,7 @@ func (t *nodeTable) load(name string) *NodeEntry {
 	}
 }
 
-// Store adds e under its name, which the table must not hold. Writers only.
+// store adds e under its name, which the table must not hold. Writers only.
 func (t *nodeTable) store(e *NodeEntry) {
 	a := t.cur.Load()
 	if a == nil || 2*(t.used+1) > len(a.slots) {
@@ -75,7 +75,7 @@ func (t *nodeTable) store(e *NodeEntry) {
 	t.live++
 }
 
-// Remove deletes name's entry, if any. Writers only.
+// remove deletes name's entry, if any. Writers only.
 func (t *nodeTable) remove(name string) {
 	a := t.cur.Load()
 	if a == nil {
@@ -171,7 +171,7 @@ func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[NodeEntry] {
 	return &a.slots[h>>a.shift]
 }
 
-// Load returns the entry whose seen object is node, when the hint for node's
+// load returns the entry whose seen object is node, when the hint for node's
 // address names it; else nil.
 func (t *objectHints) load(node *v1.Node) *NodeEntry {
 	a := t.cur.Load()
@@ -184,7 +184,7 @@ func (t *objectHints) load(node *v1.Node) *NodeEntry {
 	return nil
 }
 
-// Store records e as the hint for node (e.seen is node).
+// store records e as the hint for node (e.seen is node).
 func (t *objectHints) store(node *v1.Node, e *NodeEntry) {
 	if a := t.cur.Load(); a != nil {
 		a.slot(node).Store(e)

@@ -32,7 +32,7 @@ import (
 // unconstrained pod goes where constrained pods are least likely to need the GPUs, a
 // pod that admits several models to the one least in demand.
 
-// PressureEvery is the most observed pods a computed pressure serves before it is
+// pressureEvery is the most observed pods a computed pressure serves before it is
 // computed again (the cluster's capacity is read from every node's inventory then).
 const pressureEvery = 128
 
@@ -43,7 +43,7 @@ type modelPressure struct {
 	rho    []float64
 }
 
-// Of is model's pressure (0 for a model without).
+// of is model's pressure (0 for a model without).
 func (p *modelPressure) of(model string) float64 {
 	for i, m := range p.models {
 		if m == model {
@@ -202,7 +202,7 @@ func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 }
 
 // PressureNow is the window's model pressure, computed again once as many pods have
-// been observed as the window held when it was last computed, at most PressureEvery
+// been observed as the window held when it was last computed, at most pressureEvery
 // (a window still filling is followed closely); nil while no pod of the window has a
 // model selection.
 func (w *WorkloadModel) PressureNow() *modelPressure {

@@ -62,7 +62,7 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 }
 
 // On a node of mixed models with model-selective shapes, the measure after a
-// placement computed from the devices placed on (placed, FragAfter) equals measuring
+// placement computed from the devices placed on (placed, fragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	m := cacheOf(mixedNode(t, "n")).existing("n").model
@@ -109,7 +109,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		if math.Abs(after-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: fragAfter %v, measured again %v", trial, after, want.Value(wl, nil))
 		}
-		// Score takes the pick's figures for placedInto's and value's: the same bits.
+		// Score takes the pick's figures for placedInto's and Value's: the same bits.
 		if v := got.Value(wl, nil); after != v || total != got.total {
 			t.Fatalf("trial %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, after, total, v, got.total)
 		}
@@ -150,7 +150,7 @@ func TestComputePressure(t *testing.T) {
 		t.Fatalf("pressure %+v, want T4 0.5, A10 0.2", p)
 	}
 	// Not computed again before as many pods again as the window then held (10),
-	// at most PressureEvery: then with the new mix.
+	// at most pressureEvery: then with the new mix.
 	add(5, shape("t4"))
 	if q := wl.PressureNow(); q != p {
 		t.Errorf("pressure recomputed after 5 pods")

@@ -24,7 +24,7 @@ type device struct {
 	island int
 }
 
-// DeviceHot is what Filter and Score read of every device of every node they see,
+// deviceHot is what Filter and Score read of every device of every node they see,
 // packed apart from device's strings: a node's eight devices fill two cache lines
 // here against twelve in devices, and on a busy scheduler each line is a miss.
 type deviceHot struct {
@@ -39,7 +39,7 @@ type deviceHot struct {
 	kind uint16
 }
 
-// maxDeviceKind caps DeviceHot.kind; the devices it is compared for are the first 64.
+// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
 const maxDeviceKind = 1<<16 - 1
 
 // NodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
