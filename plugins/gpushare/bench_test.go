@@ -30,9 +30,9 @@ func BenchmarkFilterScore(b *testing.B) {
 			pod   *v1.Pod
 			nodes int
 		}{
-			{"fraction", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"}), 64},
-			{"whole-2gpu", makePod("p", nil, ctr{name: "c", gpu: "2"}), 64},
-			{"fraction/cold-4096-nodes", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"}), 4096},
+			{"fraction", makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8192", Cores: "20"}), 64},
+			{"whole-2gpu", makePod("p", nil, ctr{Name: "c", GPU: "2"}), 64},
+			{"fraction/cold-4096-nodes", makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8192", Cores: "20"}), 4096},
 		} {
 			b.Run(string(pol)+"/"+bc.name, func(b *testing.B) {
 				nodes := bc.nodes
@@ -43,9 +43,9 @@ func BenchmarkFilterScore(b *testing.B) {
 					ns = append(ns, h100(b, name))
 					// Half full: GPUs 0-3 carry fractions, GPU 4 a whole-GPU pod.
 					for i := 0; i < 4; i++ {
-						pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, 40000, 50, i)))
+						pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, 40000, 50, i)))
 					}
-					pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
+					pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
 				}
 				// The pods go to the cache only: Filter and Score read nothing else of
 				// them, and the fake API server would take minutes to create thousands.
@@ -58,9 +58,9 @@ func BenchmarkFilterScore(b *testing.B) {
 				if pol == Fragmentation {
 					for k := 0; k < 24; k++ {
 						pct := fmt.Sprint(5 + 4*k)
-						teach(b, e, 1+k%5, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+						teach(b, e, 1+k%5, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 					}
-					teach(b, e, 3, ctr{name: "c", gpu: "8", cores: "100"})
+					teach(b, e, 3, ctr{Name: "c", GPU: "8", Cores: "100"})
 				}
 				ctx := context.Background()
 				cs := framework.NewCycleState()
@@ -98,11 +98,11 @@ func BenchmarkFilterFullNodes(b *testing.B) {
 		name := fmt.Sprintf("n%d", n)
 		ns = append(ns, h100(b, name))
 		for i := 0; i < 8; i++ {
-			pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-w%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, i)))
+			pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-w%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, h100Mem, 100, i)))
 		}
 	}
 	e := newEnv(b, &TesseraGPUShareArgs{}, ns, pods...)
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8192", Cores: "20"})
 	ctx := context.Background()
 	cs := framework.NewCycleState()
 	if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
@@ -165,7 +165,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 		name := fmt.Sprintf("node-%d", n)
 		for g := 0; g < 8; g++ {
 			for k := 0; k < 2; k++ {
-				pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-%d-%d", name, g, k), nil, ctr{name: "c", gpu: "1", mem: "20000", cores: "25"}), name, oneGrant(name, 20000, 25, g)))
+				pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-%d-%d", name, g, k), nil, ctr{Name: "c", GPU: "1", Mem: "20000", Cores: "25"}), name, oneGrant(name, 20000, 25, g)))
 			}
 		}
 	}
@@ -204,7 +204,7 @@ func BenchmarkPreFilter(b *testing.B) {
 			pods := make([]*v1.Pod, 4096)
 			for i := range pods {
 				pct := fmt.Sprint(5 * (1 + rng.Intn(20)))
-				p := makePod(fmt.Sprintf("p%d", i), nil, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+				p := makePod(fmt.Sprintf("p%d", i), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 				p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(16)), fmt.Sprintf("%dGi", 1+rng.Intn(64)))
 				pods[i] = p
 			}

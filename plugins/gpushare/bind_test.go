@@ -49,7 +49,7 @@ func (e *env) pod(name string) *v1.Pod {
 
 func TestBindWritesOneBindingWithTheAssignment(t *testing.T) {
 	e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048", cores: "25"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048", Cores: "25"})
 	cs, node := e.reserveOn(pod)
 	ctx := context.Background()
 	e.client.ClearActions()
@@ -99,7 +99,7 @@ func TestBindErrors(t *testing.T) {
 	ctx := context.Background()
 	t.Run("no reservation", func(t *testing.T) {
 		e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-		pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+		pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 		e.addPendingPod(pod)
 		cs := e.cycle(pod).state
 		if st := e.pl.Bind(ctx, cs, pod, "n"); st.IsSuccess() || st.IsSkip() {
@@ -111,7 +111,7 @@ func TestBindErrors(t *testing.T) {
 	})
 	t.Run("another node", func(t *testing.T) {
 		e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-		pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+		pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 		cs, _ := e.reserveOn(pod)
 		if st := e.pl.Bind(ctx, cs, pod, "elsewhere"); st.IsSuccess() || st.IsSkip() {
 			t.Fatalf("Bind to a node other than the reserved one = %v", st)
@@ -119,7 +119,7 @@ func TestBindErrors(t *testing.T) {
 	})
 	t.Run("already bound", func(t *testing.T) {
 		e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-		pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+		pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 		cs, node := e.reserveOn(pod)
 		// Someone else bound the pod meanwhile: the API server answers Conflict.
 		other := e.pod("p")
@@ -142,12 +142,12 @@ func TestBindErrors(t *testing.T) {
 	})
 	t.Run("re-created pod", func(t *testing.T) {
 		e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-		pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+		pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 		cs, node := e.reserveOn(pod)
 		if err := e.client.CoreV1().Pods("default").Delete(ctx, "p", metav1DeleteOpts); err != nil {
 			t.Fatal(err)
 		}
-		again := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+		again := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 		again.UID = "uid-p-2"
 		e.addPendingPod(again)
 		if st := e.pl.Bind(ctx, cs, pod, node); st.IsSuccess() || st.IsSkip() {
@@ -177,7 +177,7 @@ func TestAssignmentWriteModes(t *testing.T) {
 			if tc.binders != nil {
 				e.pl.handle = &listingHandle{fakeHandle: e.pl.handle.(*fakeHandle), binders: tc.binders}
 			}
-			pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048"})
+			pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048"})
 			cs, node := e.reserveOn(pod)
 			e.client.ClearActions()
 			_, pre := e.pl.PreBindPreFlight(ctx, cs, pod, node)

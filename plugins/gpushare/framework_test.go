@@ -145,7 +145,7 @@ func (e *fwEnv) schedule(pod *v1.Pod) (string, map[string]int64) {
 //	               maximum once normalised (the tie goes to busy, first by name);
 //	               GPU 0, the best fit.
 func TestFrameworkCyclePerPolicy(t *testing.T) {
-	busy := bindPod(t, makePod("busy", nil, ctr{name: "c", gpu: "1"}), "busy", oneGrant("busy", 60000, 50, 0))
+	busy := bindPod(t, makePod("busy", nil, ctr{Name: "c", GPU: "1"}), "busy", oneGrant("busy", 60000, 50, 0))
 	for _, tc := range []struct {
 		policy     Policy
 		node       string
@@ -160,7 +160,7 @@ func TestFrameworkCyclePerPolicy(t *testing.T) {
 			if got := e.pl.ScoreExtensions() != nil; got != tc.normalised {
 				t.Errorf("ScoreExtensions set: %v, want %v", got, tc.normalised)
 			}
-			pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8000", cores: "10"})
+			pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8000", Cores: "10"})
 			node, scores := e.schedule(pod)
 			if node != tc.node {
 				t.Fatalf("placed on %s (scores %v), want %s", node, scores, tc.node)

@@ -150,9 +150,9 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
 
 // wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
-// whole GPU cannot use (NewFragStats and value for that one class, without
-// allocating: the collector measures every node on every scrape). MIG instances are
-// not eligible for such pods.
+// whole GPU cannot use (what placement's newFragStats and FragStats.Value give for
+// that one class, without allocating: the collector measures every node on every
+// scrape). MIG instances are not eligible for such pods.
 func wholeGPUFragmentation(m *placement.NodeModel, used []placement.Usage, w *placement.Weights) (free, frag float64) {
 	fit, eligible, small, elig := 0, 0, 0.0, 0.0
 	for i := range m.Devices {

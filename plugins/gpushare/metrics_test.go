@@ -68,8 +68,8 @@ func TestDecisionMetrics(t *testing.T) {
 		}
 	}
 
-	p1 := makePod("p1", nil, ctr{name: "c", gpu: "1", mem: "10000"})
-	p2 := makePod("p2", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	p1 := makePod("p1", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
+	p2 := makePod("p2", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
 	var r1, r2 *cycleResult
 	expect("Filter on two pods", func() { r1, r2 = e.cycle(p1), e.cycle(p2) })
 	expect("Reserve", func() {
@@ -88,7 +88,7 @@ func TestDecisionMetrics(t *testing.T) {
 	}
 
 	// The pod's own GPU policy labels its decision.
-	spread := makePod("s", map[string]string{"tessera.dev/gpu-policy": "spread"}, ctr{name: "c", gpu: "1", mem: "1000"})
+	spread := makePod("s", map[string]string{"tessera.dev/gpu-policy": "spread"}, ctr{Name: "c", GPU: "1", Mem: "1000"})
 	expect("Reserve under a pod's own policy", func() {
 		r := e.cycle(spread)
 		if st := e.pl.Reserve(ctx, r.state, spread, "one"); !st.IsSuccess() {
@@ -96,13 +96,13 @@ func TestDecisionMetrics(t *testing.T) {
 		}
 	}, delta{Spread, resultPlaced, ""})
 
-	bad := makePod("bad", map[string]string{"tessera.dev/gpu-policy": "nonsense"}, ctr{name: "c", gpu: "1"})
+	bad := makePod("bad", map[string]string{"tessera.dev/gpu-policy": "nonsense"}, ctr{Name: "c", GPU: "1"})
 	expect("an invalid request", func() { e.cycle(bad) }, delta{Binpack, resultUnschedulable, reasonInvalidRequest})
 
-	full := makePod("full", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	full := makePod("full", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
 	expect("no room", func() { e.postFilter(e.cycle(full), full) }, delta{Binpack, resultUnschedulable, reasonCapacity})
 
-	a100 := makePod("a100", map[string]string{"tessera.dev/gpu-model-include": "A100"}, ctr{name: "c", gpu: "1"})
+	a100 := makePod("a100", map[string]string{"tessera.dev/gpu-model-include": "A100"}, ctr{Name: "c", GPU: "1"})
 	expect("no matching GPU", func() { e.postFilter(e.cycle(a100), a100) }, delta{Binpack, resultUnschedulable, reasonSelection})
 }
 
@@ -110,11 +110,11 @@ func TestDecisionMetrics(t *testing.T) {
 func TestCacheCollector(t *testing.T) {
 	nodes := []*v1.Node{makeNode(t, "a", pcieInventory("a", 2, "Tesla T4", t4Mem)), makeNode(t, "none", nil)}
 	pods := []*v1.Pod{
-		bindPod(t, makePod("x", nil, ctr{name: "c", gpu: "1"}), "a", oneGrant("a", 4000, 30, 0)),
+		bindPod(t, makePod("x", nil, ctr{Name: "c", GPU: "1"}), "a", oneGrant("a", 4000, 30, 0)),
 	}
 	e := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Fragmentation, DevicePolicy: Fragmentation}, nodes, pods...)
 	// An assumed pod, y.
-	y := makePod("y", nil, ctr{name: "c", gpu: "1", mem: "1000", cores: "10"})
+	y := makePod("y", nil, ctr{Name: "c", GPU: "1", Mem: "1000", Cores: "10"})
 	r := e.cycle(y)
 	if st := e.pl.Reserve(context.Background(), r.state, y, "a"); !st.IsSuccess() {
 		t.Fatal(st)
@@ -177,7 +177,7 @@ func BenchmarkCacheCollector(b *testing.B) {
 		ns = append(ns, node)
 		e.pl.cache.SetInventory(name, node.Annotations[api.AnnotationInventory])
 		for i := 0; i < 4; i++ {
-			if err := e.pl.cache.OnPod(bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, 40000, 50, i))); err != nil {
+			if err := e.pl.cache.OnPod(bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, 40000, 50, i))); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -185,9 +185,9 @@ func BenchmarkCacheCollector(b *testing.B) {
 	e.nodes = ns
 	for k := 0; k < 24; k++ {
 		pct := fmt.Sprint(5 + 4*k)
-		teach(b, e, 1+k%5, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+		teach(b, e, 1+k%5, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 	}
-	teach(b, e, 3, ctr{name: "c", gpu: "8", cores: "100"})
+	teach(b, e, 3, ctr{Name: "c", GPU: "8", Cores: "100"})
 	reg := metrics.NewKubeRegistry()
 	reg.CustomMustRegister(newCacheCollector(func() []*Plugin { return []*Plugin{e.pl} }))
 	b.ResetTimer()

@@ -3,13 +3,15 @@ package gpushare
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -18,34 +20,26 @@ import (
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
-func h100(t testing.TB, name string) *v1.Node {
-	return makeNode(t, name, nvlinkInventory(name, 8, 4, "NVIDIA H100 80GB HBM3", h100Mem))
-}
-
-func t4(t testing.TB, name string) *v1.Node {
-	return makeNode(t, name, pcieInventory(name, 4, "Tesla T4", t4Mem))
-}
-
 func TestPreFilterRejectsBadRequests(t *testing.T) {
 	tests := []struct {
 		name string
 		pod  *v1.Pod
 		want string
 	}{
-		{"zero GPUs", makePod("p", nil, ctr{name: "train", gpu: "0"}), `container "train": tessera.dev/gpu: must be a whole number of GPUs >= 1, got 0`},
-		{"negative GPUs", makePod("p", nil, ctr{name: "train", gpu: "-1"}), `tessera.dev/gpu: must be a whole number`},
-		{"fractional GPUs", makePod("p", nil, ctr{name: "train", gpu: "500m"}), `got 500m`},
-		{"too many GPUs", makePod("p", nil, ctr{name: "train", gpu: "1000"}), `asks for 1000 GPUs`},
-		{"memory without gpu", makePod("p", nil, ctr{name: "infer", mem: "4096"}), `container "infer": tessera.dev/gpu-memory: is set without tessera.dev/gpu`},
-		{"cores without gpu", makePod("p", nil, ctr{name: "infer", cores: "30"}), `tessera.dev/gpu-cores: is set without tessera.dev/gpu`},
-		{"percent over 100", makePod("p", nil, ctr{name: "infer", gpu: "1", pct: "101"}), `tessera.dev/gpu-memory-percent: must be a whole percent between 1 and 100, got 101`},
-		{"cores over 100", makePod("p", nil, ctr{name: "infer", gpu: "1", cores: "150"}), `tessera.dev/gpu-cores: must be a whole percent between 1 and 100, got 150`},
-		{"zero memory", makePod("p", nil, ctr{name: "infer", gpu: "1", mem: "0"}), `tessera.dev/gpu-memory: must be a whole number of MiB >= 1`},
-		{"memory and percent", makePod("p", nil, ctr{name: "infer", gpu: "1", mem: "100", pct: "10"}), `set either tessera.dev/gpu-memory or tessera.dev/gpu-memory-percent`},
-		{"absurd memory", makePod("p", nil, ctr{name: "infer", gpu: "1", mem: "4Gi"}), `more than any GPU has; the value is in MiB`},
-		{"bad topology", makePod("p", map[string]string{api.AnnotationTopology: "close"}, ctr{name: "c", gpu: "2"}), `annotation tessera.dev/gpu-topology: "close" is not one of`},
-		{"bad policy", makePod("p", map[string]string{api.AnnotationDevicePolicy: "pack"}, ctr{name: "c", gpu: "1"}), `annotation tessera.dev/gpu-policy: "pack" is not a policy`},
-		{"bad init container", makePod("p", nil, ctr{name: "warmup", gpu: "1", cores: "0", init: true}), `container "warmup": tessera.dev/gpu-cores`},
+		{"zero GPUs", makePod("p", nil, ctr{Name: "train", GPU: "0"}), `container "train": tessera.dev/gpu: must be a whole number of GPUs >= 1, got 0`},
+		{"negative GPUs", makePod("p", nil, ctr{Name: "train", GPU: "-1"}), `tessera.dev/gpu: must be a whole number`},
+		{"fractional GPUs", makePod("p", nil, ctr{Name: "train", GPU: "500m"}), `got 500m`},
+		{"too many GPUs", makePod("p", nil, ctr{Name: "train", GPU: "1000"}), `asks for 1000 GPUs`},
+		{"memory without gpu", makePod("p", nil, ctr{Name: "infer", Mem: "4096"}), `container "infer": tessera.dev/gpu-memory: is set without tessera.dev/gpu`},
+		{"cores without gpu", makePod("p", nil, ctr{Name: "infer", Cores: "30"}), `tessera.dev/gpu-cores: is set without tessera.dev/gpu`},
+		{"percent over 100", makePod("p", nil, ctr{Name: "infer", GPU: "1", Pct: "101"}), `tessera.dev/gpu-memory-percent: must be a whole percent between 1 and 100, got 101`},
+		{"cores over 100", makePod("p", nil, ctr{Name: "infer", GPU: "1", Cores: "150"}), `tessera.dev/gpu-cores: must be a whole percent between 1 and 100, got 150`},
+		{"zero memory", makePod("p", nil, ctr{Name: "infer", GPU: "1", Mem: "0"}), `tessera.dev/gpu-memory: must be a whole number of MiB >= 1`},
+		{"memory and percent", makePod("p", nil, ctr{Name: "infer", GPU: "1", Mem: "100", Pct: "10"}), `set either tessera.dev/gpu-memory or tessera.dev/gpu-memory-percent`},
+		{"absurd memory", makePod("p", nil, ctr{Name: "infer", GPU: "1", Mem: "4Gi"}), `more than any GPU has; the value is in MiB`},
+		{"bad topology", makePod("p", map[string]string{api.AnnotationTopology: "close"}, ctr{Name: "c", GPU: "2"}), `annotation tessera.dev/gpu-topology: "close" is not one of`},
+		{"bad policy", makePod("p", map[string]string{api.AnnotationDevicePolicy: "pack"}, ctr{Name: "c", GPU: "1"}), `annotation tessera.dev/gpu-policy: "pack" is not a policy`},
+		{"bad init container", makePod("p", nil, ctr{Name: "warmup", GPU: "1", Cores: "0", Init: true}), `container "warmup": tessera.dev/gpu-cores`},
 	}
 	e := newEnv(t, nil, []*v1.Node{h100(t, "n1")})
 	for _, tc := range tests {
@@ -95,7 +89,7 @@ func TestFilterReasons(t *testing.T) {
 	full := func(node string, mem int64, cores int, idx ...int) []*v1.Pod {
 		var pods []*v1.Pod
 		for _, i := range idx {
-			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-busy-%d", node, i), nil, ctr{name: "c", gpu: "1"}), node, oneGrant(node, mem, cores, i)))
+			pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-busy-%d", node, i), nil, ctr{Name: "c", GPU: "1"}), node, oneGrant(node, mem, cores, i)))
 		}
 		return pods
 	}
@@ -121,61 +115,61 @@ func TestFilterReasons(t *testing.T) {
 		code fwk.Code
 		want string
 	}{
-		{name: "fits", node: h100(t, "n"), pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "4096"}), code: fwk.Success},
+		{name: "fits", node: h100(t, "n"), pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "4096"}), code: fwk.Success},
 		{name: "closest memory miss", node: h100(t, "n"), pods: full("n", 78487, 0, 0, 1, 2, 3, 4, 5, 6, 7),
-			pod: makePod("p", nil, ctr{name: "train", gpu: "1", mem: "4096"}), code: fwk.Unschedulable,
+			pod: makePod("p", nil, ctr{Name: "train", GPU: "1", Mem: "4096"}), code: fwk.Unschedulable,
 			want: `node(s) had no GPU with 4096 MiB free for container "train"`},
 		{name: "multi-GPU memory miss", node: h100(t, "n"), pods: full("n", 78487, 0, 0, 1, 2, 3, 4, 5),
-			pod: makePod("p", nil, ctr{name: "train", gpu: "4", mem: "4096"}), code: fwk.Unschedulable,
+			pod: makePod("p", nil, ctr{Name: "train", GPU: "4", Mem: "4096"}), code: fwk.Unschedulable,
 			want: `node(s) had fewer than 4 GPUs with 4096 MiB free for container "train"`},
-		{name: "larger than any GPU", node: t4(t, "n"), pod: makePod("p", nil, ctr{name: "big", gpu: "1", mem: "40000"}),
+		{name: "larger than any GPU", node: t4(t, "n"), pod: makePod("p", nil, ctr{Name: "big", GPU: "1", Mem: "40000"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `container "big" asks 40000 MiB per GPU; the largest GPU on the node has 15360 MiB`},
-		{name: "more GPUs than the node has", node: t4(t, "n"), pod: makePod("p", nil, ctr{name: "c", gpu: "8"}),
+		{name: "more GPUs than the node has", node: t4(t, "n"), pod: makePod("p", nil, ctr{Name: "c", GPU: "8"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `container "c" asks 8 GPUs; the node has 4 that match`},
 		{name: "cores miss", node: t4(t, "n"), pods: full("n", 100, 80, 0, 1, 2, 3),
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000", cores: "30"}), code: fwk.Unschedulable,
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "1000", Cores: "30"}), code: fwk.Unschedulable,
 			want: `node(s) had no GPU with 30% of its cores free for container "c"`},
 		{name: "best effort needs unreserved compute", node: t4(t, "n"), pods: full("n", 100, 100, 0, 1, 2, 3),
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU with cores not reserved by others for container "c", which reserves no cores`},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU with cores not reserved by others for container "c", which reserves no cores`},
 		{name: "tenant limit", node: t4(t, "n"), args: &TesseraGPUShareArgs{MaxTenantsPerGPU: 1}, pods: full("n", 100, 0, 0, 1, 2, 3),
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU under the limit of 1 containers per GPU for container "c"`},
-		{name: "model include", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelInclude: "H100, A100"}, ctr{name: "c", gpu: "1"}),
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "1000"}), code: fwk.Unschedulable, want: `node(s) had no GPU under the limit of 1 containers per GPU for container "c"`},
+		{name: "model include", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelInclude: "H100, A100"}, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `no GPU on the node matches the pod's GPU selection (node has 4 × Tesla T4)`},
-		{name: "model exclude", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelExclude: "t4"}, ctr{name: "c", gpu: "1"}),
+		{name: "model exclude", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelExclude: "t4"}, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `no GPU on the node matches`},
-		{name: "model include matches case-insensitively", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelInclude: "tesla t4"}, ctr{name: "c", gpu: "1"}), code: fwk.Success},
-		{name: "uuid include too few", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationUUIDInclude: "GPU-n-1"}, ctr{name: "c", gpu: "2"}),
+		{name: "model include matches case-insensitively", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationModelInclude: "tesla t4"}, ctr{Name: "c", GPU: "1"}), code: fwk.Success},
+		{name: "uuid include too few", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationUUIDInclude: "GPU-n-1"}, ctr{Name: "c", GPU: "2"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `asks 2 GPUs; the node has 1 that match`},
-		{name: "uuid exclude", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationUUIDExclude: "GPU-n-0,GPU-n-1,GPU-n-2"}, ctr{name: "c", gpu: "2"}),
+		{name: "uuid exclude", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationUUIDExclude: "GPU-n-0,GPU-n-1,GPU-n-2"}, ctr{Name: "c", GPU: "2"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `the node has 1 that match`},
-		{name: "unhealthy", node: makeNode(t, "sick", unhealthy), pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
+		{name: "unhealthy", node: makeNode(t, "sick", unhealthy), pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `only 0 of the node's 2 matching GPUs are healthy`},
-		{name: "nvlink required across islands", node: h100(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "nvlink-required"}, ctr{name: "c", gpu: "5"}),
+		{name: "nvlink required across islands", node: h100(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "nvlink-required"}, ctr{Name: "c", GPU: "5"}),
 			code: fwk.Unschedulable, want: `node(s) had no 5 GPUs with room for container "c" all joined by NVLink (topology nvlink-required)`},
-		{name: "nvlink required on PCIe node", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "nvlink-required"}, ctr{name: "c", gpu: "2"}),
+		{name: "nvlink required on PCIe node", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "nvlink-required"}, ctr{Name: "c", GPU: "2"}),
 			code: fwk.Unschedulable, want: `all joined by NVLink`},
-		{name: "numa required fits on PCIe node", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "numa-required"}, ctr{name: "c", gpu: "2"}), code: fwk.Success},
-		{name: "numa required too many", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "numa-required"}, ctr{name: "c", gpu: "3"}),
+		{name: "numa required fits on PCIe node", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "numa-required"}, ctr{Name: "c", GPU: "2"}), code: fwk.Success},
+		{name: "numa required too many", node: t4(t, "n"), pod: makePod("p", map[string]string{api.AnnotationTopology: "numa-required"}, ctr{Name: "c", GPU: "3"}),
 			code: fwk.Unschedulable, want: `on one NUMA node`},
-		{name: "no inventory", node: makeNode(t, "plain", nil), pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
+		{name: "no inventory", node: makeNode(t, "plain", nil), pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `node has no tessera.dev/gpu-inventory annotation`},
-		{name: "malformed inventory", node: malformed, pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
+		{name: "malformed inventory", node: malformed, pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `node's tessera.dev/gpu-inventory annotation is invalid: GPU inventory: gpus[0]: uuid is empty`},
-		{name: "unsupported inventory version", node: future, pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
+		{name: "unsupported inventory version", node: future, pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `version 9 is not supported`},
-		{name: "stale inventory", node: makeNode(t, "old", staleInv), pod: makePod("p", nil, ctr{name: "c", gpu: "1"}),
+		{name: "stale inventory", node: makeNode(t, "old", staleInv), pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}),
 			code: fwk.UnschedulableAndUnresolvable, want: `node's GPU inventory is stale: last heartbeat 1h0m`},
 		{name: "node requirement not met", node: withRequirements(h100(t, "nonri"), "nri: no NRI socket at /var/run/nri/nri.sock"),
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.UnschedulableAndUnresolvable,
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}), code: fwk.UnschedulableAndUnresolvable,
 			want: `node does not meet Tessera's requirements, and its node agent refuses GPU containers until it does: nri: no NRI socket at /var/run/nri/nri.sock`},
 		{name: "node requirements met", node: withRequirements(h100(t, "ok"), api.RequirementsMet),
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.Success},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}), code: fwk.Success},
 		{name: "stale check disabled", node: makeNode(t, "old", staleInv), args: &TesseraGPUShareArgs{InventoryStaleness: &metav1.Duration{}},
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1"}), code: fwk.Success},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1"}), code: fwk.Success},
 		{name: "two containers share one GPU", node: makeNode(t, "one", pcieInventory("one", 1, "Tesla T4", t4Mem)),
-			pod: makePod("p", nil, ctr{name: "a", gpu: "1", mem: "7000"}, ctr{name: "b", gpu: "1", mem: "7000"}), code: fwk.Success},
+			pod: makePod("p", nil, ctr{Name: "a", GPU: "1", Mem: "7000"}, ctr{Name: "b", GPU: "1", Mem: "7000"}), code: fwk.Success},
 		{name: "two containers overflow one GPU", node: makeNode(t, "one", pcieInventory("one", 1, "Tesla T4", t4Mem)),
-			pod: makePod("p", nil, ctr{name: "a", gpu: "1", mem: "8000"}, ctr{name: "b", gpu: "1", mem: "8000"}), code: fwk.Unschedulable,
+			pod: makePod("p", nil, ctr{Name: "a", GPU: "1", Mem: "8000"}, ctr{Name: "b", GPU: "1", Mem: "8000"}), code: fwk.Unschedulable,
 			want: `node(s) had no GPU with 8000 MiB free for container "b" beside the pod's other containers`},
 	}
 	for _, tc := range tests {
@@ -214,7 +208,7 @@ func placed(t *testing.T, raw string) map[string][]int {
 
 func within(idx []int, allowed ...int) bool {
 	for _, i := range idx {
-		if !placement.ContainsInt(allowed, i) {
+		if !slices.Contains(allowed, i) {
 			return false
 		}
 	}
@@ -223,7 +217,7 @@ func within(idx []int, allowed ...int) bool {
 
 func TestDevicePlacement(t *testing.T) {
 	busy := func(node string, mem int64, idx int) *v1.Pod {
-		return bindPod(t, makePod(fmt.Sprintf("busy-%d", idx), nil, ctr{name: "c", gpu: "1"}), node, oneGrant(node, mem, 0, idx))
+		return bindPod(t, makePod(fmt.Sprintf("busy-%d", idx), nil, ctr{Name: "c", GPU: "1"}), node, oneGrant(node, mem, 0, idx))
 	}
 	tests := []struct {
 		name  string
@@ -235,31 +229,31 @@ func TestDevicePlacement(t *testing.T) {
 		want  string
 	}{
 		{name: "binpack joins the used GPU", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)},
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"}), check: func(m map[string][]int) bool { return within(m["c"], 3) }, want: "GPU 3"},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "10000"}), check: func(m map[string][]int) bool { return within(m["c"], 3) }, want: "GPU 3"},
 		{name: "spread avoids the used GPU", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)}, args: &TesseraGPUShareArgs{DevicePolicy: Spread},
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"}), check: func(m map[string][]int) bool { return !within(m["c"], 3) }, want: "not GPU 3"},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "10000"}), check: func(m map[string][]int) bool { return !within(m["c"], 3) }, want: "not GPU 3"},
 		{name: "pod annotation overrides the GPU policy", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 40000, 3)},
-			pod:   makePod("p", map[string]string{api.AnnotationDevicePolicy: "spread"}, ctr{name: "c", gpu: "1", mem: "10000"}),
+			pod:   makePod("p", map[string]string{api.AnnotationDevicePolicy: "spread"}, ctr{Name: "c", GPU: "1", Mem: "10000"}),
 			check: func(m map[string][]int) bool { return !within(m["c"], 3) }, want: "not GPU 3"},
 		{name: "binpack keeps the whole NVLink island free", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 80000, 5)},
-			pod: makePod("p", nil, ctr{name: "c", gpu: "1", mem: "4096"}), check: func(m map[string][]int) bool { return within(m["c"], 4, 6, 7) }, want: "GPU in the broken island 4-7"},
+			pod: makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "4096"}), check: func(m map[string][]int) bool { return within(m["c"], 4, 6, 7) }, want: "GPU in the broken island 4-7"},
 		{name: "four GPUs take one whole island", node: h100(t, "n"),
-			pod:   makePod("p", nil, ctr{name: "c", gpu: "4"}),
+			pod:   makePod("p", nil, ctr{Name: "c", GPU: "4"}),
 			check: func(m map[string][]int) bool { return within(m["c"], 0, 1, 2, 3) || within(m["c"], 4, 5, 6, 7) }, want: "one NVLink island"},
 		{name: "two whole GPUs stay in the broken island", node: h100(t, "n"), pods: []*v1.Pod{busy("n", 1000, 0)},
-			pod:   makePod("p", nil, ctr{name: "c", gpu: "2"}),
+			pod:   makePod("p", nil, ctr{Name: "c", GPU: "2"}),
 			check: func(m map[string][]int) bool { return within(m["c"], 1, 2, 3) }, want: "two of GPUs 1-3"},
 		{name: "PCIe pair on one switch", node: t4(t, "n"),
-			pod:   makePod("p", nil, ctr{name: "c", gpu: "2"}),
+			pod:   makePod("p", nil, ctr{Name: "c", GPU: "2"}),
 			check: func(m map[string][]int) bool { return within(m["c"], 0, 1) || within(m["c"], 2, 3) }, want: "a pair on one PCIe switch"},
 		{name: "containers share a GPU under binpack", node: t4(t, "n"),
-			pod:   makePod("p", nil, ctr{name: "a", gpu: "1", mem: "4000"}, ctr{name: "b", gpu: "1", mem: "4000"}),
+			pod:   makePod("p", nil, ctr{Name: "a", GPU: "1", Mem: "4000"}, ctr{Name: "b", GPU: "1", Mem: "4000"}),
 			check: func(m map[string][]int) bool { return len(m["a"]) == 1 && len(m["b"]) == 1 && m["a"][0] == m["b"][0] }, want: "a and b on one GPU"},
 		{name: "containers apart under spread", node: t4(t, "n"), args: &TesseraGPUShareArgs{DevicePolicy: Spread},
-			pod:   makePod("p", nil, ctr{name: "a", gpu: "1", mem: "4000"}, ctr{name: "b", gpu: "1", mem: "4000"}),
+			pod:   makePod("p", nil, ctr{Name: "a", GPU: "1", Mem: "4000"}, ctr{Name: "b", GPU: "1", Mem: "4000"}),
 			check: func(m map[string][]int) bool { return m["a"][0] != m["b"][0] }, want: "a and b on different GPUs"},
 		{name: "init container is granted too", node: t4(t, "n"),
-			pod:   makePod("p", nil, ctr{name: "warm", gpu: "1", mem: "1000", init: true}, ctr{name: "main", gpu: "1", mem: "1000"}),
+			pod:   makePod("p", nil, ctr{Name: "warm", GPU: "1", Mem: "1000", Init: true}, ctr{Name: "main", GPU: "1", Mem: "1000"}),
 			check: func(m map[string][]int) bool { return len(m["warm"]) == 1 && len(m["main"]) == 1 }, want: "both containers granted"},
 	}
 	for _, tc := range tests {
@@ -290,11 +284,11 @@ func TestMIGInstancesOnlyWhenAsked(t *testing.T) {
 		pod  *v1.Pod
 		want string // UUID granted, or "" when unschedulable
 	}{
-		{"a whole GPU is not a MIG slice", makePod("p", nil, ctr{name: "c", gpu: "1", cores: "100"}), "GPU-mig-1"},
-		{"a fraction stays off MIG too", makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2000"}), "GPU-mig-1"},
-		{"a MIG profile by model", makePod("p", map[string]string{api.AnnotationModelInclude: "MIG 1g.10gb"}, ctr{name: "c", gpu: "1"}), "MIG-a"},
-		{"a MIG instance by UUID", makePod("p", map[string]string{api.AnnotationUUIDInclude: "MIG-b"}, ctr{name: "c", gpu: "1", mem: "1000"}), "MIG-b"},
-		{"multi-GPU never mixes in MIG", makePod("p", map[string]string{api.AnnotationModelInclude: "A100"}, ctr{name: "c", gpu: "2"}), ""},
+		{"a whole GPU is not a MIG slice", makePod("p", nil, ctr{Name: "c", GPU: "1", Cores: "100"}), "GPU-mig-1"},
+		{"a fraction stays off MIG too", makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2000"}), "GPU-mig-1"},
+		{"a MIG profile by model", makePod("p", map[string]string{api.AnnotationModelInclude: "MIG 1g.10gb"}, ctr{Name: "c", GPU: "1"}), "MIG-a"},
+		{"a MIG instance by UUID", makePod("p", map[string]string{api.AnnotationUUIDInclude: "MIG-b"}, ctr{Name: "c", GPU: "1", Mem: "1000"}), "MIG-b"},
+		{"multi-GPU never mixes in MIG", makePod("p", map[string]string{api.AnnotationModelInclude: "A100"}, ctr{Name: "c", GPU: "2"}), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -319,7 +313,7 @@ func TestMIGInstancesOnlyWhenAsked(t *testing.T) {
 
 func TestAssignmentContents(t *testing.T) {
 	e := newEnv(t, nil, []*v1.Node{t4(t, "n")})
-	_, raw := e.schedule(makePod("p", nil, ctr{name: "a", gpu: "2", pct: "50", cores: "30"}, ctr{name: "b", gpu: "1"}))
+	_, raw := e.schedule(makePod("p", nil, ctr{Name: "a", GPU: "2", Pct: "50", Cores: "30"}, ctr{Name: "b", GPU: "1"}))
 	a, err := api.DecodeAssignment(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -344,9 +338,9 @@ func TestAssignmentContents(t *testing.T) {
 }
 
 func TestNodeScoring(t *testing.T) {
-	busyPods := []*v1.Pod{bindPod(t, makePod("busy", nil, ctr{name: "c", gpu: "1"}), "busy", oneGrant("busy", 60000, 50, 0))}
+	busyPods := []*v1.Pod{bindPod(t, makePod("busy", nil, ctr{Name: "c", GPU: "1"}), "busy", oneGrant("busy", 60000, 50, 0))}
 	nodes := []*v1.Node{h100(t, "empty"), h100(t, "busy")}
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8000", cores: "10"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8000", Cores: "10"})
 
 	bin := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, nodes, busyPods...).cycle(pod)
 	if bin.best != "busy" || bin.scores["busy"] <= bin.scores["empty"] {
@@ -367,7 +361,7 @@ func TestNodeScoring(t *testing.T) {
 	// Topology: with equal utilisation a 2-GPU container scores higher where its
 	// GPUs share NVLink.
 	topo := newEnv(t, nil, []*v1.Node{h100(t, "nv"), makeNode(t, "pcie", pcieInventory("pcie", 8, "NVIDIA H100 PCIe", h100Mem))}).
-		cycle(makePod("p", nil, ctr{name: "c", gpu: "2"}))
+		cycle(makePod("p", nil, ctr{Name: "c", GPU: "2"}))
 	if topo.scores["nv"] <= topo.scores["pcie"] {
 		t.Errorf("topology scores %v, want nv > pcie", topo.scores)
 	}
@@ -375,7 +369,7 @@ func TestNodeScoring(t *testing.T) {
 	// Islands: under binpack a fraction prefers a node where it breaks no free NVLink
 	// island, keeping the island for pods that need it whole.
 	isl := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{h100(t, "nvlink"), makeNode(t, "pcie", pcieInventory("pcie", 8, "NVIDIA H100 PCIe", h100Mem))}).
-		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"}))
+		cycle(makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "1000"}))
 	if isl.scores["pcie"] <= isl.scores["nvlink"] {
 		t.Errorf("island scores %v, want pcie > nvlink", isl.scores)
 	}
@@ -385,8 +379,8 @@ func TestReserveUnreserve(t *testing.T) {
 	node := makeNode(t, "one", pcieInventory("one", 1, "Tesla T4", t4Mem))
 	e := newEnv(t, nil, []*v1.Node{node})
 	ctx := context.Background()
-	p1 := makePod("p1", nil, ctr{name: "c", gpu: "1", mem: "10000"})
-	p2 := makePod("p2", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	p1 := makePod("p1", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
+	p2 := makePod("p2", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
 	r1, r2 := e.cycle(p1), e.cycle(p2)
 	if r1.best != "one" || r2.best != "one" {
 		t.Fatalf("both pods should pass Filter alone: %v %v", r1.filter, r2.filter)
@@ -426,7 +420,7 @@ func TestReserveUnreserve(t *testing.T) {
 
 func TestPreBindWritesAnnotation(t *testing.T) {
 	e := newEnv(t, &TesseraGPUShareArgs{AssignmentWrite: WritePreBind}, []*v1.Node{t4(t, "n")})
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "2048", cores: "25"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "2048", Cores: "25"})
 	_, raw := e.schedule(pod)
 	got := placed(t, raw)
 	if len(got["c"]) != 1 {
@@ -442,7 +436,7 @@ func TestPreBindWritesAnnotation(t *testing.T) {
 
 // victim is a bound pod with a grant on one GPU of node.
 func victim(t *testing.T, name, node string, mem int64, idx int) *v1.Pod {
-	return bindPod(t, makePod(name, nil, ctr{name: "c", gpu: "1", mem: fmt.Sprint(mem)}), node, oneGrant(node, mem, 0, idx))
+	return bindPod(t, makePod(name, nil, ctr{Name: "c", GPU: "1", Mem: fmt.Sprint(mem)}), node, oneGrant(node, mem, 0, idx))
 }
 
 func TestPreemptionSimulation(t *testing.T) {
@@ -452,7 +446,7 @@ func TestPreemptionSimulation(t *testing.T) {
 	a, b, c := victim(t, "a", "n", 6000, 0), victim(t, "b", "n", 6000, 1), victim(t, "c", "n", 6000, 1)
 	e := newEnv(t, nil, []*v1.Node{node}, a, b, c)
 	ctx := context.Background()
-	pod := makePod("big", nil, ctr{name: "c", gpu: "1"})
+	pod := makePod("big", nil, ctr{Name: "c", GPU: "1"})
 	r := e.cycle(pod)
 	if r.filter["n"].Code() != fwk.Unschedulable {
 		t.Fatalf("Filter = %v, want Unschedulable (preemption candidate)", r.filter["n"])
@@ -495,7 +489,7 @@ func TestPreemptionSimulation(t *testing.T) {
 		t.Error("original cycle state changed by what-if clones")
 	}
 	// A nominated pod without grants is simulated: it takes GPU 0's room once A is gone.
-	nominated := makePod("nominated", nil, ctr{name: "c", gpu: "1", mem: "12000"})
+	nominated := makePod("nominated", nil, ctr{Name: "c", GPU: "1", Mem: "12000"})
 	withNom := r.state.Clone()
 	e.pl.RemovePod(ctx, withNom, pod, info(a), ni)
 	e.pl.AddPod(ctx, withNom, pod, info(nominated), ni)
@@ -507,8 +501,8 @@ func TestPreemptionSimulation(t *testing.T) {
 func TestQueueingHints(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	logger := klog.Background()
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1"})
-	gpuPod := bindPod(t, makePod("g", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", 100, 0, 0))
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1"})
+	gpuPod := bindPod(t, makePod("g", nil, ctr{Name: "c", GPU: "1"}), "n", oneGrant("n", 100, 0, 0))
 	cpuPod := makePod("cpu", nil)
 	cpuPod.Spec.NodeName = "n"
 	tests := []struct {
@@ -551,66 +545,6 @@ func TestQueueingHints(t *testing.T) {
 	}
 }
 
-func TestCacheFromInformerObjects(t *testing.T) {
-	c := placement.NewCache()
-	c.SetInventory("n", mustEncode(t, pcieInventory("n", 2, "Tesla T4", t4Mem)))
-	bound := bindPod(t, makePod("bound", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("n", 5000, 20, 0))
-	unbound := makePod("unbound", nil, ctr{name: "c", gpu: "1"})
-	unbound.Annotations = bound.DeepCopy().Annotations // written by PreBind, bind never happened
-	wrongNode := bindPod(t, makePod("wrong", nil, ctr{name: "c", gpu: "1"}), "n", oneGrant("other", 5000, 0, 0))
-	wrongNode.Spec.NodeName = "n"
-	garbage := bound.DeepCopy()
-	garbage.UID, garbage.Name = "garbage", "garbage"
-	garbage.Annotations[api.AnnotationAssignment] = "{not json"
-
-	for _, p := range []*v1.Pod{bound, unbound} {
-		if err := c.OnPod(p); err != nil {
-			t.Fatalf("OnPod(%s): %v", p.Name, err)
-		}
-	}
-	if err := c.OnPod(wrongNode); err == nil {
-		t.Error("assignment for another node accepted")
-	}
-	if err := c.OnPod(garbage); err == nil {
-		t.Error("malformed assignment accepted")
-	}
-	u, _ := c.NodeUsage("n")
-	if u[0].UsedMiB != 5000 || u[0].Cores != 20 || u[0].Tenants != 1 || u[1].Tenants != 0 {
-		t.Fatalf("usage %+v, want only the bound pod on GPU 0", u)
-	}
-	// The pod completes: its grants are released.
-	done := bound.DeepCopy()
-	done.Status.Phase = v1.PodSucceeded
-	_ = c.OnPod(done)
-	if u, _ := c.NodeUsage("n"); u[0].Tenants != 0 {
-		t.Fatalf("usage %+v after the pod succeeded", u)
-	}
-	// Inventory arrives after the pods: usage is rebuilt when it does.
-	c2 := placement.NewCache()
-	_ = c2.OnPod(bound)
-	if _, err := c2.NodeUsage("n"); err == nil {
-		t.Fatal("usage without inventory should be an error")
-	}
-	c2.SetInventory("n", mustEncode(t, pcieInventory("n", 2, "Tesla T4", t4Mem)))
-	if u, _ := c2.NodeUsage("n"); u[0].UsedMiB != 5000 {
-		t.Fatalf("usage %+v after late inventory", u)
-	}
-	c2.RemoveNode("n")
-	if _, err := c2.NodeUsage("n"); err == nil {
-		t.Fatal("usage of a removed node should be an error")
-	}
-	c2.OnPodDelete(bound.UID)
-	c2.OnPodDelete(types.UID("never-seen"))
-}
-
-func mustEncode(t testing.TB, inv *api.NodeInventory) string {
-	s, err := api.EncodeInventory(inv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestSignPodGroupsIdenticalRequests(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	sig := func(p *v1.Pod) any {
@@ -620,13 +554,13 @@ func TestSignPodGroupsIdenticalRequests(t *testing.T) {
 		}
 		return fmt.Sprintf("%+v", f[0].Value)
 	}
-	a := sig(makePod("a", nil, ctr{name: "c", gpu: "1", mem: "1000"}))
-	b := sig(makePod("b", nil, ctr{name: "c", gpu: "1", mem: "1000"}))
-	c := sig(makePod("c", map[string]string{api.AnnotationModelInclude: "T4"}, ctr{name: "c", gpu: "1", mem: "1000"}))
+	a := sig(makePod("a", nil, ctr{Name: "c", GPU: "1", Mem: "1000"}))
+	b := sig(makePod("b", nil, ctr{Name: "c", GPU: "1", Mem: "1000"}))
+	c := sig(makePod("c", map[string]string{api.AnnotationModelInclude: "T4"}, ctr{Name: "c", GPU: "1", Mem: "1000"}))
 	if a != b || a == c {
 		t.Errorf("signatures a=%v b=%v c=%v: want a==b!=c", a, b, c)
 	}
-	if _, st := e.pl.SignPod(context.Background(), makePod("bad", nil, ctr{name: "c", gpu: "0"})); st.IsSuccess() {
+	if _, st := e.pl.SignPod(context.Background(), makePod("bad", nil, ctr{Name: "c", GPU: "0"})); st.IsSuccess() {
 		t.Error("invalid pod signed")
 	}
 }
@@ -638,7 +572,7 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	node := makeNode(t, "two", pcieInventory("two", 2, "Tesla T4", t4Mem))
 	e := newEnv(t, nil, []*v1.Node{node})
 	ctx := context.Background()
-	p := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	p := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
 	r := e.cycle(p)
 	if r.best != "two" {
 		t.Fatalf("Filter: %v", r.filter)
@@ -650,18 +584,18 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	entry, v, used := e.pl.cache.EntryView(node, nil)
 	want, fail := placement.Allocate(v.Model, used, s.info, &e.pl.w)
 	if fail != nil {
-		t.Fatal(fail.Msg)
+		t.Fatal(fail.Status())
 	}
 	var kept []placement.Grant
 	if !entry.KeptAt(s.id, v.UsageGen, v.Model, func(a *placement.Allocation) { kept = grantsOf(v.Model, s.info, a) }) {
 		t.Fatal("the node is unchanged since Filter, but its allocation is not offered to Reserve")
 	}
-	if !placement.SameGrants(kept, grantsOf(v.Model, s.info, want)) {
+	if !slices.Equal(kept, grantsOf(v.Model, s.info, want)) {
 		t.Fatalf("Filter kept %v, allocate gives %v", kept, grantsOf(v.Model, s.info, want))
 	}
 	// Another pod takes the GPU Filter picked: 10,000 MiB of the T4's 15 GB, no room
 	// for this pod's 10,000 MiB beside it.
-	other := makePod("other", nil, ctr{name: "c", gpu: "1", mem: "10000"})
+	other := makePod("other", nil, ctr{Name: "c", GPU: "1", Mem: "10000"})
 	if err := e.pl.cache.Assume(other, "two", kept, e.pl.w.MaxTenants); err != nil {
 		t.Fatal(err)
 	}
@@ -674,5 +608,41 @@ func TestReserveReusesFilterAllocationOnlyWhileUnchanged(t *testing.T) {
 	got := e.pl.cache.PodGrants(p.UID, "two")
 	if len(got) != 1 || got[0].UUID == kept[0].UUID {
 		t.Fatalf("Reserve granted %v, beside the other pod's %v: it must take the other GPU", got, kept)
+	}
+}
+
+// factoryHandle is a framework handle that only has an informer factory.
+type factoryHandle struct {
+	fwk.Handle
+	f informers.SharedInformerFactory
+}
+
+func (h factoryHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.f }
+
+func (h factoryHandle) ProfileName() string { return "test-profile" }
+
+// Profiles of one scheduler share one cache; when the scheduler stops, the cache is
+// forgotten.
+func TestSharedCacheLifetime(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := factoryHandle{f: informers.NewSharedInformerFactory(fake.NewClientset(), 0)}
+	a, _ := sharedCache(ctx, h)
+	b, _ := sharedCache(ctx, h)
+	if a != b {
+		t.Fatal("two profiles of one scheduler got different caches")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sharedMu.Lock()
+		_, kept := sharedCaches[h.f]
+		sharedMu.Unlock()
+		if !kept {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cache of a stopped scheduler is still kept")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

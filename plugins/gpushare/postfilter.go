@@ -125,7 +125,7 @@ func (b *closest) add(m *placement.NodeModel, used []placement.Usage, p *placeme
 
 // largestGroup is how many of the devices in room the container could take together
 // under its required locality: all of them without one; otherwise the largest set
-// grown greedily from each device by the same rule Filter's placement uses (joinable).
+// grown greedily from each device by the same rule Filter's placement uses (placement.Joinable).
 func largestGroup(m *placement.NodeModel, t api.Topology, room []int) int {
 	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
 		return len(room)

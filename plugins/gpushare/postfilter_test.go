@@ -37,7 +37,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	nodes := []*v1.Node{h100(t, "a"), h100(t, "b"), t4(t, "c")}
 	var pods []*v1.Pod
 	busy := func(node string, g int, mem int64, cores int) {
-		pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", node, g), nil, ctr{name: "c", gpu: "1"}), node, oneGrant(node, mem, cores, g)))
+		pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", node, g), nil, ctr{Name: "c", GPU: "1"}), node, oneGrant(node, mem, cores, g)))
 	}
 	for g := 0; g < 8; g++ {
 		busy("a", g, h100Mem-1000, 90) // 1000 MiB, 10% free
@@ -48,7 +48,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	}
 	e := newEnv(t, nil, nodes, pods...)
 
-	pod := makePod("p", nil, ctr{name: "train", gpu: "1", mem: "4096", cores: "20"})
+	pod := makePod("p", nil, ctr{Name: "train", GPU: "1", Mem: "4096", Cores: "20"})
 	r := e.cycle(pod)
 	if len(r.feasible) != 0 {
 		t.Fatalf("feasible %v", r.feasible)
@@ -59,7 +59,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	}
 
 	// Without cores asked, only memory is named; a model selection narrows the GPUs.
-	pod = makePod("q", map[string]string{api.AnnotationModelInclude: "T4"}, ctr{name: "infer", gpu: "1", mem: "4096"})
+	pod = makePod("q", map[string]string{api.AnnotationModelInclude: "T4"}, ctr{Name: "infer", GPU: "1", Mem: "4096"})
 	r = e.cycle(pod)
 	want = `closest for container "infer": 500 MiB free on one GPU (node c)`
 	if got := e.postFilter(r, pod).Message(); got != want {
@@ -67,7 +67,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	}
 
 	// Several GPUs in one container: how many have room for it on one node.
-	pod = makePod("w", nil, ctr{name: "c", gpu: "2", mem: "4096"})
+	pod = makePod("w", nil, ctr{Name: "c", GPU: "2", Mem: "4096"})
 	r = e.cycle(pod)
 	want = `closest for container "c": no node has a GPU with room for it, it asks 2`
 	if got := e.postFilter(r, pod).Message(); got != want {
@@ -80,7 +80,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 	busy("y", 0, h100Mem, 100)
 	busy("y", 1, 1000, 100) // memory left, no cores
 	e = newEnv(t, nil, []*v1.Node{h100(t, "x"), h100(t, "y")}, pods...)
-	pod = makePod("w", nil, ctr{name: "c", gpu: "8", mem: "4096", cores: "10"})
+	pod = makePod("w", nil, ctr{Name: "c", GPU: "8", Mem: "4096", Cores: "10"})
 	r = e.cycle(pod)
 	want = `closest for container "c": 6 GPUs with room for it on one node (node y), it asks 8`
 	if got := e.postFilter(r, pod).Message(); got != want {
@@ -95,7 +95,7 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 		"numa-required":   `closest for container "c": 4 GPUs with room for it on one NUMA node (node z), it asks 8`,
 		"none":            ``,
 	} {
-		pod = makePod("l", map[string]string{api.AnnotationTopology: topo}, ctr{name: "c", gpu: "8", mem: "4096"})
+		pod = makePod("l", map[string]string{api.AnnotationTopology: topo}, ctr{Name: "c", GPU: "8", Mem: "4096"})
 		r = e.cycle(pod)
 		if want == "" {
 			if len(r.feasible) != 1 {
@@ -113,13 +113,13 @@ func TestPostFilterNamesTheClosestGPU(t *testing.T) {
 // not named; a pod without GPUs or rejected in PreFilter gets nothing.
 func TestPostFilterSkips(t *testing.T) {
 	e := newEnv(t, nil, []*v1.Node{t4(t, "c"), makeNode(t, "plain", nil)})
-	pod := makePod("p", nil, ctr{name: "big", gpu: "1", mem: "40000"})
+	pod := makePod("p", nil, ctr{Name: "big", GPU: "1", Mem: "40000"})
 	r := e.cycle(pod)
 	if got := e.postFilter(r, pod).Message(); got != "" {
 		t.Errorf("PostFilter %q when no node could ever fit", got)
 	}
 
-	pod = makePod("p", nil, ctr{name: "c", gpu: "1", mem: "1000"})
+	pod = makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "1000"})
 	r = e.cycle(pod)
 	r.filter = map[string]*fwk.Status{}
 	m := framework.NewDefaultNodeToStatus()
@@ -128,7 +128,7 @@ func TestPostFilterSkips(t *testing.T) {
 		t.Errorf("PostFilter %q for a node another plugin refused", st.Message())
 	}
 
-	for _, pod := range []*v1.Pod{makePod("cpu", nil, ctr{name: "c"}), makePod("bad", nil, ctr{name: "c", gpu: "0"})} {
+	for _, pod := range []*v1.Pod{makePod("cpu", nil, ctr{Name: "c"}), makePod("bad", nil, ctr{Name: "c", GPU: "0"})} {
 		r := e.cycle(pod)
 		if _, st := e.pl.PostFilter(context.Background(), r.state, pod, framework.NewDefaultNodeToStatus()); st.Code() != fwk.Unschedulable || st.Message() != "" {
 			t.Errorf("%s: PostFilter %v %q", pod.Name, st.Code(), st.Message())

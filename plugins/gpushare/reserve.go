@@ -36,7 +36,7 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return st
 	}
 	// Filter's allocation on this node, when the node's usage has not changed since:
-	// allocate would make the same one (a pure function of the model and usage), and
+	// Allocate would make the same one (a pure function of the model and usage), and
 	// this is the serial part of the cycle.
 	var assignment *api.PodAssignment
 	var grants []placement.Grant

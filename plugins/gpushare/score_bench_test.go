@@ -26,19 +26,19 @@ func BenchmarkScorePerPod(b *testing.B) {
 				name := fmt.Sprintf("n%d", n)
 				ns = append(ns, h100(b, name))
 				for i := 0; i < 4; i++ {
-					pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, 40000, 50, i)))
+					pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, 40000, 50, i)))
 				}
-				pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{name: "c", gpu: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
+				pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
 			}
 			e := newEnv(b, &TesseraGPUShareArgs{NodePolicy: pol, DevicePolicy: pol}, ns, pods...)
 			if pol == Fragmentation {
 				for k := 0; k < 24; k++ {
 					pct := fmt.Sprint(5 + 4*k)
-					teach(b, e, 1+k%5, ctr{name: "c", gpu: "1", pct: pct, cores: pct})
+					teach(b, e, 1+k%5, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
 				}
-				teach(b, e, 3, ctr{name: "c", gpu: "8", cores: "100"})
+				teach(b, e, 3, ctr{Name: "c", GPU: "8", Cores: "100"})
 			}
-			pod := makePod("p", nil, ctr{name: "c", gpu: "1", mem: "8192", cores: "20"})
+			pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8192", Cores: "20"})
 			ctx := context.Background()
 			cs := framework.NewCycleState()
 			if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {

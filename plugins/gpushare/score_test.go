@@ -28,7 +28,7 @@ func TestBestFit(t *testing.T) {
 	small := withCPU(makeNode(t, "small", pcieInventory("small", 4, "Tesla T4", t4Mem)), 64000)
 	big := withCPU(makeNode(t, "big", pcieInventory("big", 8, "Tesla T4", t4Mem)), 64000)
 	r := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{small, big}).
-		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
+		cycle(makePod("p", nil, ctr{Name: "c", GPU: "1", Pct: "10", Cores: "10"}))
 	if r.scores["small"] != 26 || r.scores["big"] != 1 || r.best != "small" {
 		t.Errorf("scores %v, want small 26, big 1", r.scores)
 	}
@@ -37,7 +37,7 @@ func TestBestFit(t *testing.T) {
 	lean := withCPU(makeNode(t, "lean", pcieInventory("lean", 4, "Tesla T4", t4Mem)), 16000)
 	fat := withCPU(makeNode(t, "fat", pcieInventory("fat", 4, "Tesla T4", t4Mem)), 128000)
 	r = newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{lean, fat}).
-		cycle(makePod("p", nil, ctr{name: "c", gpu: "1", pct: "10", cores: "10"}))
+		cycle(makePod("p", nil, ctr{Name: "c", GPU: "1", Pct: "10", Cores: "10"}))
 	if r.best != "lean" {
 		t.Errorf("scores %v, want lean first", r.scores)
 	}
@@ -46,7 +46,7 @@ func TestBestFit(t *testing.T) {
 	full := withCPU(makeNode(t, "full", pcieInventory("full", 2, "Tesla T4", t4Mem)), 64000)
 	free := withCPU(makeNode(t, "free", pcieInventory("free", 2, "Tesla T4", t4Mem)), 64000)
 	e := newEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack}, []*v1.Node{full, free},
-		bindPod(t, makePod("w", nil, ctr{name: "c", gpu: "2"}), "full", oneGrant("full", t4Mem, 100, 0, 1)))
+		bindPod(t, makePod("w", nil, ctr{Name: "c", GPU: "2"}), "full", oneGrant("full", t4Mem, 100, 0, 1)))
 	cpu := makePod("cpu", nil)
 	cpu.Spec.Containers = []v1.Container{{Name: "c", Image: "x"}}
 	scores := e.scoreCPUPod(cpu)
@@ -75,7 +75,7 @@ func TestLargestNodeOverManyNodes(t *testing.T) {
 			nodes[i].Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}
 		}
 		e := newEnv(t, nil, nodes)
-		pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+		pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
 		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("2")}
 		f, cs := preScored(t, e, pod)
 		if f == nil || f.GPUs != 8 || f.CPUMilli != 256000 || f.PodCPUMilli != 2000 {
@@ -109,7 +109,7 @@ func TestLargestNodeAfterTheLargestShrank(t *testing.T) {
 	shrunk := makeNode(t, "n005", nvlinkInventory("n005", 2, 2, "NVIDIA H100 80GB HBM3", 81559))
 	e.pl.cache.SetInventory("n005", shrunk.Annotations[api.AnnotationInventory])
 	e.infos[5].SetNode(shrunk)
-	pod := makePod("p", nil, ctr{name: "c", gpu: "1", pct: "20", cores: "20"})
+	pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
 	if f, _ := preScored(t, e, pod); f == nil || f.GPUs != 4 {
 		t.Errorf("largest node %+v, want 4 GPUs", f)
 	}

@@ -66,7 +66,7 @@ func TestSharingModeFilter(t *testing.T) {
 	for _, p := range []Policy{Binpack, Spread, Fragmentation} {
 		t.Run(string(p), func(t *testing.T) {
 			e := newFwEnv(t, &TesseraGPUShareArgs{NodePolicy: p, DevicePolicy: p}, sharingNodes(t))
-			if node, _ := e.schedule(makePod("m", mpsAnn, ctr{name: "c", gpu: "1", mem: "8000", cores: "30"})); node != "mixed" {
+			if node, _ := e.schedule(makePod("m", mpsAnn, ctr{Name: "c", GPU: "1", Mem: "8000", Cores: "30"})); node != "mixed" {
 				t.Fatalf("MPS pod on %s", node)
 			}
 			if got := reservedOn(t, e, "mixed", "m"); len(got) != 1 || got[0] != 0 {
@@ -74,7 +74,7 @@ func TestSharingModeFilter(t *testing.T) {
 			}
 			for i := 0; i < 3; i++ {
 				name := "t" + string(rune('0'+i))
-				node, _ := e.schedule(makePod(name, map[string]string{api.AnnotationSharing: "time-sliced"}, ctr{name: "c", gpu: "1", mem: "8000"}))
+				node, _ := e.schedule(makePod(name, map[string]string{api.AnnotationSharing: "time-sliced"}, ctr{Name: "c", GPU: "1", Mem: "8000"}))
 				if got := reservedOn(t, e, node, name); node == "mixed" && (len(got) != 1 || got[0] != 1) {
 					t.Errorf("time-sliced pod %s on GPUs %v of mixed, want [1]", name, got)
 				}
@@ -85,27 +85,27 @@ func TestSharingModeFilter(t *testing.T) {
 
 func TestSharingModeReasons(t *testing.T) {
 	e := newFwEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack, DevicePolicy: Binpack}, sharingNodes(t))
-	got := filterAll(e, makePod("m", mpsAnn, ctr{name: "c", gpu: "1", mem: "8000"}))
+	got := filterAll(e, makePod("m", mpsAnn, ctr{Name: "c", GPU: "1", Mem: "8000"}))
 	if got["mixed"] != "" || !strings.Contains(got["ts"], "UnschedulableAndUnresolvable: node has no GPU in mps sharing mode") {
 		t.Errorf("MPS pod: %v", got)
 	}
 	// A time-sliced pod that needs both GPUs of a node fits only "ts".
-	got = filterAll(e, makePod("two", nil, ctr{name: "c", gpu: "2", mem: "8000"}))
+	got = filterAll(e, makePod("two", nil, ctr{Name: "c", GPU: "2", Mem: "8000"}))
 	if got["ts"] != "" || !strings.Contains(got["mixed"], "container \"c\" asks 2 GPUs; the node has 1 that match") {
 		t.Errorf("two-GPU time-sliced pod: %v", got)
 	}
 	// A time-sliced pod that may use only the MPS GPU.
-	got = filterAll(e, makePod("pin", map[string]string{api.AnnotationUUIDInclude: "GPU-mixed-0"}, ctr{name: "c", gpu: "1"}))
+	got = filterAll(e, makePod("pin", map[string]string{api.AnnotationUUIDInclude: "GPU-mixed-0"}, ctr{Name: "c", GPU: "1"}))
 	if !strings.Contains(got["mixed"], "node's GPUs are in mps sharing mode; only pods with tessera.dev/gpu-sharing: mps") {
 		t.Errorf("time-sliced pod pinned to the MPS GPU: %v", got)
 	}
 	for ann, want := range map[string]string{"mps ": "", "exclusive": `"exclusive" is not one of time-sliced, mps`} {
-		got = filterAll(e, makePod("a", map[string]string{api.AnnotationSharing: ann}, ctr{name: "c", gpu: "1"}))
+		got = filterAll(e, makePod("a", map[string]string{api.AnnotationSharing: ann}, ctr{Name: "c", GPU: "1"}))
 		if (want == "" && got["PreFilter"] != "") || (want != "" && !strings.Contains(got["PreFilter"], want)) {
 			t.Errorf("annotation %q: %v", ann, got)
 		}
 	}
-	got = filterAll(e, makePod("m2", mpsAnn, ctr{name: "c", gpu: "2"}))
+	got = filterAll(e, makePod("m2", mpsAnn, ctr{Name: "c", GPU: "2"}))
 	if !strings.Contains(got["PreFilter"], "UnschedulableAndUnresolvable") || !strings.Contains(got["PreFilter"], "may take only one GPU per container") {
 		t.Errorf("two-GPU MPS pod: %v", got)
 	}
@@ -114,16 +114,16 @@ func TestSharingModeReasons(t *testing.T) {
 func TestMPSClientLimit(t *testing.T) {
 	var pods []*v1.Pod
 	for _, n := range []string{"a", "b"} {
-		p := makePod(n, mpsAnn, ctr{name: "c", gpu: "1", mem: "1000"})
+		p := makePod(n, mpsAnn, ctr{Name: "c", GPU: "1", Mem: "1000"})
 		pods = append(pods, bindPod(t, p, "mixed", oneGrant("mixed", 1000, 0, 0)))
 	}
 	e := newFwEnv(t, &TesseraGPUShareArgs{NodePolicy: Binpack, DevicePolicy: Binpack}, sharingNodes(t), pods...)
-	got := filterAll(e, makePod("m", mpsAnn, ctr{name: "c", gpu: "1", mem: "1000"}))
+	got := filterAll(e, makePod("m", mpsAnn, ctr{Name: "c", GPU: "1", Mem: "1000"}))
 	if got["mixed"] != fwk.Unschedulable.String()+`: node(s) had no MPS GPU with a client slot left for container "c"` {
 		t.Errorf("third MPS client: %v", got)
 	}
 	// Time-sliced pods still use the node's other GPU.
-	if got := filterAll(e, makePod("t", nil, ctr{name: "c", gpu: "1", mem: "1000"})); got["mixed"] != "" {
+	if got := filterAll(e, makePod("t", nil, ctr{Name: "c", GPU: "1", Mem: "1000"})); got["mixed"] != "" {
 		t.Errorf("time-sliced pod beside full MPS GPU: %v", got)
 	}
 }

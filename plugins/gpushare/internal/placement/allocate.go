@@ -32,10 +32,10 @@ type PodInfo struct {
 	// cpuMilli and memBytes are the pod's host requests, and frag the expected
 	// workload, when a placer of the pod needs them (Fragmentation's PreparePod).
 	CPUMilli, MemBytes int64
-	Frag               *FragWorkload
+	Frag               *fragWorkload
 	// feed is frag's workloadFeed for the GPU size last asked for: the same for
 	// every node with GPUs of that size, so Score computes it once per cycle on a
-	// cluster of one GPU size (PodInfo.WorkloadFeed). Read and replaced by the
+	// cluster of one GPU size (PodInfo.workloadFeed). Read and replaced by the
 	// parallel Score without a lock.
 	feed atomic.Pointer[feedMemo]
 	// pressure is the workload's model pressure when the pod was prepared (nil:
@@ -43,21 +43,21 @@ type PodInfo struct {
 	pressure *modelPressure
 }
 
-// Eligible reports whether device d passes the pod's static selection (model, UUID).
+// eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
-func (p *PodInfo) Eligible(d *Device) bool {
+func (p *PodInfo) eligible(d *device) bool {
 	if d.mps != p.mps {
 		return false
 	}
-	if d.MIG && !p.wantsMIG() {
+	if d.mig && !p.wantsMIG() {
 		return false
 	}
 	if len(p.ModelInclude) > 0 {
-		m := strings.ToLower(d.Model)
+		m := strings.ToLower(d.model)
 		ok := false
 		for _, s := range p.ModelInclude {
 			if strings.Contains(m, s) {
@@ -70,7 +70,7 @@ func (p *PodInfo) Eligible(d *Device) bool {
 		}
 	}
 	if len(p.ModelExclude) > 0 {
-		m := strings.ToLower(d.Model)
+		m := strings.ToLower(d.model)
 		for _, s := range p.ModelExclude {
 			if strings.Contains(m, s) {
 				return false
@@ -87,12 +87,12 @@ func (p *PodInfo) Eligible(d *Device) bool {
 }
 
 // EligibleAt is eligible for device i of m. A pod without selection reads only the
-// device's MIG flag, from m.hot.
+// device's MIG flag, from m.Hot.
 func (p *PodInfo) EligibleAt(m *NodeModel, i int) bool {
 	if !p.hasSelection() {
 		return !m.Hot[i].MIG && modeMatches(m, p, i)
 	}
-	return p.Eligible(&m.Devices[i])
+	return p.eligible(&m.Devices[i])
 }
 
 // wantsMIG reports whether the pod selects MIG instances explicitly.
@@ -141,8 +141,8 @@ type Allocation struct {
 	multiGPU bool
 	// brokenIslands counts NVLink islands that were entirely free and no longer are.
 	brokenIslands, freeIslands int
-	// Used is the node's usage after the pod is placed.
-	Used []Usage
+	// used is the node's usage after the pod is placed.
+	used []Usage
 	// Model is the node the allocation was made on.
 	Model *NodeModel
 	// Measured is what the GPU-level placer measured of the node to place a
@@ -177,10 +177,10 @@ func (a *Allocation) reset(used []Usage) {
 	a.brokenIslands, a.freeIslands = 0, 0
 	a.Model, a.Measured = nil, nodeMeasure{}
 	if len(used) <= inlineDevices {
-		a.Used = a.usedBuf[:len(used)]
-		copy(a.Used, used)
+		a.used = a.usedBuf[:len(used)]
+		copy(a.used, used)
 	} else {
-		a.Used = append(a.Used[:0:0], used...)
+		a.used = append(a.used[:0:0], used...)
 	}
 }
 
@@ -198,10 +198,10 @@ func (a *Allocation) take(n int, dev *int) ([]int, []int64) {
 // allocFailure explains why a pod does not fit a node.
 type allocFailure struct {
 	code fwk.Code
-	Msg  string
+	msg  string
 }
 
-func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.Msg) }
+func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.msg) }
 
 // Allocate places every GPU container of p on the node described by m, starting from
 // used. It is a pure function of its inputs (used is copied, not modified): Filter,
@@ -214,7 +214,7 @@ func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, 
 	return a, nil
 }
 
-// allocateInto is allocate writing into a, whose previous contents it replaces; on
+// allocateInto is Allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
 func allocateInto(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
@@ -222,20 +222,20 @@ func allocateInto(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, w *Weig
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
-		return explain(m, a.Used, p, &p.Req.Containers[ci], w, ci != p.Order[0])
+		return explain(m, a.used, p, &p.Req.Containers[ci], w, ci != p.Order[0])
 	}
 	return fail
 }
 
 // tooFew is pickDevices' and place's failure when fewer devices than the container
 // asks fit it; allocateInto replaces it with explain's reason.
-var tooFew = &allocFailure{code: fwk.Unschedulable, Msg: "too few GPUs fit the container"}
+var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the container"}
 
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
 //
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
-// kept in the cache: NodeEntry.Frag). A one-container pod starts from it: the
+// kept in the cache: NodeEntry.frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
 func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
@@ -244,7 +244,7 @@ func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, 
 	if len(p.Order) == 1 {
 		a.Measured.base = base
 	}
-	used := a.Used
+	used := a.used
 	free := freeIslands(m, used)
 	// An island free before placement is broken by it exactly when one of its devices
 	// is placed on (placing adds a tenant), so one pass over the islands is enough.
@@ -461,7 +461,7 @@ func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 		for len(set) < n {
 			next, nextScore := -1, -1.0
 			for _, i := range cand {
-				if ContainsInt(set, i) || !Joinable(m, p.Topology, set, i) {
+				if containsInt(set, i) || !Joinable(m, p.Topology, set, i) {
 					continue
 				}
 				link := 0.0
@@ -501,7 +501,7 @@ func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 		}
 	}
 	if !found {
-		return nil, &allocFailure{code: fwk.Unschedulable, Msg: fmt.Sprintf(
+		return nil, &allocFailure{code: fwk.Unschedulable, msg: fmt.Sprintf(
 			"node(s) had no %d GPUs with room for container %q %s (topology %s)",
 			n, c.Name, LocalityWords(p.Topology), p.Topology)}
 	}
@@ -531,7 +531,7 @@ func Joinable(m *NodeModel, t api.Topology, set []int, i int) bool {
 	return true
 }
 
-func ContainsInt(list []int, x int) bool {
+func containsInt(list []int, x int) bool {
 	for _, y := range list {
 		if y == x {
 			return true
@@ -591,9 +591,9 @@ func explain(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 	if k.healthy >= n && k.bigEnough >= n {
 		switch {
 		case k.roomMem < n:
-			return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, MissMemory, 0, later)}
+			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missMemory, 0, later)}
 		case k.roomCores < n && c.Cores > 0:
-			return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, MissCores, 0, later)}
+			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missCores, 0, later)}
 		}
 	}
 	return explainRare(&k, m, p, c, w, later)
@@ -613,10 +613,10 @@ type missCounts struct {
 //go:noinline
 func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
 	unresolvable := func(format string, a ...any) *allocFailure {
-		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, Msg: fmt.Sprintf(format, a...)}
+		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
 	}
-	unschedulable := func(kind MissKind, tenants int) *allocFailure {
-		return &allocFailure{code: fwk.Unschedulable, Msg: MissReason(c, kind, tenants, later)}
+	unschedulable := func(kind missKind, tenants int) *allocFailure {
+		return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, kind, tenants, later)}
 	}
 	n := c.GPUs
 	if k.matching == 0 {
@@ -636,28 +636,28 @@ func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerReques
 	case k.bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
 	case k.roomCores < n:
-		return unschedulable(MissUnreserved, 0)
+		return unschedulable(missUnreserved, 0)
 	case k.roomTenants < n && p.mps:
-		return &allocFailure{code: fwk.Unschedulable, Msg: mpsTenantsReason(c)}
+		return &allocFailure{code: fwk.Unschedulable, msg: mpsTenantsReason(c)}
 	case k.roomTenants < n:
-		return unschedulable(MissTenants, w.MaxTenants)
+		return unschedulable(missTenants, w.MaxTenants)
 	default:
-		return unschedulable(MissTogether, 0)
+		return unschedulable(missTogether, 0)
 	}
 }
 
-// MissKind is what a node lacks for a container, in MissReason's words.
-type MissKind uint8
+// missKind is what a node lacks for a container, in missReason's words.
+type missKind uint8
 
 const (
-	MissMemory     MissKind = iota // free memory
-	MissCores                      // free reserved cores
-	MissUnreserved                 // compute not reserved by others (for a container reserving none)
-	MissTenants                    // a tenant slot under maxTenantsPerGPU
-	MissTogether                   // memory, cores and a tenant slot on one GPU at once
+	missMemory     missKind = iota // free memory
+	missCores                      // free reserved cores
+	missUnreserved                 // compute not reserved by others (for a container reserving none)
+	missTenants                    // a tenant slot under maxTenantsPerGPU
+	missTogether                   // memory, cores and a tenant slot on one GPU at once
 )
 
-// MissReason is the reason a node has fewer GPUs than container c asks with room of
+// missReason is the reason a node has fewer GPUs than container c asks with room of
 // kind for it, in the words of the request, e.g.
 //
 //	node(s) had no GPU with 4096 MiB free for container "train"
@@ -665,7 +665,7 @@ const (
 //
 // It is built without fmt: on a busy cluster most nodes Filter rejects are full, and
 // fmt's boxing of the arguments made the memory reason a fifth of Filter's time.
-func MissReason(c *api.ContainerRequest, kind MissKind, tenants int, later bool) string {
+func missReason(c *api.ContainerRequest, kind missKind, tenants int, later bool) string {
 	b := make([]byte, 0, 112)
 	b = append(b, "node(s) had "...)
 	one := c.GPUs == 1
@@ -681,7 +681,7 @@ func MissReason(c *api.ContainerRequest, kind MissKind, tenants int, later bool)
 		its = " of its "
 	}
 	switch kind {
-	case MissMemory:
+	case missMemory:
 		b = append(b, " with "...)
 		switch {
 		case c.WholeMemory():
@@ -698,26 +698,26 @@ func MissReason(c *api.ContainerRequest, kind MissKind, tenants int, later bool)
 			b = append(b, " MiB"...)
 		}
 		b = append(b, " free"...)
-	case MissCores:
+	case missCores:
 		b = append(b, " with "...)
 		b = strconv.AppendInt(b, int64(c.Cores), 10)
 		b = append(b, '%')
 		b = append(b, its...)
 		b = append(b, "cores free"...)
-	case MissUnreserved:
+	case missUnreserved:
 		b = append(b, " with cores not reserved by others"...)
-	case MissTenants:
+	case missTenants:
 		b = append(b, " under the limit of "...)
 		b = strconv.AppendInt(b, int64(tenants), 10)
 		b = append(b, " containers per GPU"...)
-	case MissTogether:
+	case missTogether:
 		b = append(b, " with room for all it asks at once ("...)
 		b = append(b, c.String()...)
 		b = append(b, ')')
 	}
 	b = append(b, " for container "...)
 	b = strconv.AppendQuote(b, c.Name)
-	if kind == MissUnreserved {
+	if kind == missUnreserved {
 		b = append(b, ", which reserves no cores"...)
 	}
 	if later {
@@ -743,10 +743,10 @@ func modelSummary(m *NodeModel) string {
 	counts := map[string]int{}
 	var names []string
 	for _, d := range m.Devices {
-		if counts[d.Model] == 0 {
-			names = append(names, d.Model)
+		if counts[d.model] == 0 {
+			names = append(names, d.model)
 		}
-		counts[d.Model]++
+		counts[d.model]++
 	}
 	if len(names) == 0 {
 		return "no GPUs"

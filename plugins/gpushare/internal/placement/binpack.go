@@ -20,17 +20,17 @@ func (binpack) Policy() Policy { return Binpack }
 func (binpack) PreparePod(*v1.Pod, *PodInfo) {}
 
 func (binpack) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
-	return PackScore(m, used, c, i, w)
+	return packScore(m, used, c, i, w)
 }
 
 func (binpack) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
-	return pickBest(m, used, c, w, cand, PackScore)
+	return pickBest(m, used, c, w, cand, packScore)
 }
 
-// PackScore is the Binpack device score: the device's weighted use after placing c.
+// packScore is the Binpack device score: the device's weighted use after placing c.
 // Among equally full choices, it keeps whole NVLink islands free by preferring a GPU
 // that is already used or whose island is already broken.
-func PackScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func packScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	s := deviceUtil(m, used, c, i, w)
 	d := &m.Hot[i]
 	if used[i].Tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
@@ -60,7 +60,7 @@ func (binpack) NeedsFit() bool { return true }
 // large nodes whole for the pods only they can take; counting CPU keeps CPU-heavy
 // pods from stranding the GPUs of a node with CPU to spare.
 func (binpack) ScoreNode(_ *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
-	score, ok := weightedScore(w, 1-leftover(a.Model, a.Used, ni, f, w), a)
+	score, ok := weightedScore(w, 1-leftover(a.Model, a.used, ni, f, w), a)
 	if !ok {
 		return 0
 	}

@@ -45,15 +45,15 @@ type podRecord struct {
 // cost on a large cluster is mostly cache misses, one per line of the entry it
 // touches.
 type NodeEntry struct {
-	Mu   sync.RWMutex
-	Name string // compared by every lookup (NodeTable)
+	mu   sync.RWMutex
+	name string // compared by every lookup (nodeTable)
 	// seen is a node object whose annotations are raw and reqRaw, or nil. Informer objects are
 	// never changed in place, so view can skip the annotation lookup for it: on a
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
 	seen  atomic.Pointer[v1.Node]
-	Model *NodeModel
-	Used  []Usage // per device of model
+	model *NodeModel
+	used  []Usage // per device of model
 	// heartbeat is the inventory's updatedAt (zero without one), kept here rather
 	// than read from the decoded inventory: Filter checks it on every node, and the
 	// inventory object is one more cache miss per node.
@@ -80,7 +80,7 @@ type NodeEntry struct {
 	keptCycle uint64
 	// keptGen is the usage generation (usageGen) kept was made at, or 0 when it was
 	// made under preemption's what-if changes: Reserve takes kept as it is while the
-	// node's usage is still that generation (allocate is a pure function of it).
+	// node's usage is still that generation (Allocate is a pure function of it).
 	keptGen uint64
 	kept    Allocation
 
@@ -96,7 +96,7 @@ type NodeEntry struct {
 // Reserve assumes, Unreserve forgets.
 //
 // Locking: mu guards pods and every write to nodes, and is taken before any
-// NodeEntry.Mu. Pod changes hold mu for their whole update so that a pod's grants move
+// NodeEntry.mu. Pod changes hold mu for their whole update so that a pod's grants move
 // atomically between nodes. Filter, Score and PreScore find a node's entry in nodes
 // without mu, then take the node's read lock and its keptMu.
 type Cache struct {
@@ -105,15 +105,15 @@ type Cache struct {
 	// nodes maps a node's name to its *NodeEntry. Written only under mu, read
 	// without it: Filter, Score and PreScore look up every node on every core at
 	// once, and a read lock shared by all of them made every lookup write the same
-	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See NodeTable.
-	nodes NodeTable
+	// cache line (3.5 s of CPU in B2 at 5,000 nodes on 16 cores). See nodeTable.
+	nodes nodeTable
 	// MostHealthy is at least the largest healthy-GPU count any node's inventory has
 	// had (it never goes down): PreScore stops looking up nodes for the largest one
 	// once it has found a node with that many.
 	MostHealthy atomic.Int64
-	// Hints find an entry from the node object Filter and Score are given, without
+	// hints find an entry from the node object Filter and Score are given, without
 	// hashing its name (objectHints).
-	Hints objectHints
+	hints objectHints
 }
 
 // noteModel raises MostHealthy to m's healthy GPUs.
@@ -137,7 +137,7 @@ func NewCache() *Cache {
 
 // node returns the entry for name, creating it.
 func (c *Cache) node(name string) *NodeEntry {
-	if e := c.Existing(name); e != nil {
+	if e := c.existing(name); e != nil {
 		return e
 	}
 	c.Mu.Lock()
@@ -146,11 +146,11 @@ func (c *Cache) node(name string) *NodeEntry {
 }
 
 func (c *Cache) nodeLocked(name string) *NodeEntry {
-	e := c.Existing(name)
+	e := c.existing(name)
 	if e == nil {
-		e = &NodeEntry{Name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
-		c.nodes.Store(e)
-		c.Hints.resize(c.nodes.Live)
+		e = &NodeEntry{name: name, pods: map[types.UID]*podRecord{}, invErr: errNoInventory}
+		c.nodes.store(e)
+		c.hints.resize(c.nodes.live)
 	}
 	return e
 }
@@ -161,32 +161,32 @@ var errNoInventory = fmt.Errorf("node has no %s annotation: the Tessera node age
 // happens only when the value changed.
 func (c *Cache) SetInventory(nodeName, raw string) {
 	e := c.node(nodeName)
-	e.Mu.RLock()
+	e.mu.RLock()
 	same := e.raw == raw
-	e.Mu.RUnlock()
+	e.mu.RUnlock()
 	if same {
 		return
 	}
-	e.Mu.Lock()
-	defer e.Mu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.raw != raw {
 		e.setInventoryLocked(raw)
-		c.noteModel(e.Model)
+		c.noteModel(e.model)
 	}
 }
 
 // SetRequirements records the node's requirements annotation (raw may be empty).
 func (c *Cache) SetRequirements(nodeName, raw string) {
 	e := c.node(nodeName)
-	e.Mu.RLock()
+	e.mu.RLock()
 	same := e.reqRaw == raw
-	e.Mu.RUnlock()
+	e.mu.RUnlock()
 	if same {
 		return
 	}
-	e.Mu.Lock()
+	e.mu.Lock()
 	e.setRequirementsLocked(raw)
-	e.Mu.Unlock()
+	e.mu.Unlock()
 }
 
 func (e *NodeEntry) setRequirementsLocked(raw string) {
@@ -197,43 +197,43 @@ func (e *NodeEntry) setRequirementsLocked(raw string) {
 func (e *NodeEntry) setInventoryLocked(raw string) {
 	e.raw = raw
 	e.seen.Store(nil)
-	e.heartbeat, e.Model, e.invErr = time.Time{}, nil, nil
+	e.heartbeat, e.model, e.invErr = time.Time{}, nil, nil
 	if raw == "" {
 		e.invErr = errNoInventory
 	} else if inv, err := api.DecodeInventory(raw); err != nil {
 		e.invErr = fmt.Errorf("node's %s annotation is invalid: %w", api.AnnotationInventory, err)
 	} else {
-		e.heartbeat, e.Model = inv.UpdatedAt, buildNodeModel(inv)
+		e.heartbeat, e.model = inv.UpdatedAt, buildNodeModel(inv)
 	}
-	e.RecomputeLocked()
+	e.recomputeLocked()
 }
 
-// RecomputeLocked rebuilds per-device usage from the node's pod records.
-func (e *NodeEntry) RecomputeLocked() {
+// recomputeLocked rebuilds per-device usage from the node's pod records.
+func (e *NodeEntry) recomputeLocked() {
 	e.usageGen++
 	e.unmatched = 0
-	if e.Model == nil {
-		e.Used = nil
+	if e.model == nil {
+		e.used = nil
 		return
 	}
-	e.Used = make([]Usage, len(e.Model.Devices))
+	e.used = make([]Usage, len(e.model.Devices))
 	for _, r := range e.pods {
 		e.applyLocked(r, 1)
 	}
 }
 
 func (e *NodeEntry) applyLocked(r *podRecord, sign int) {
-	if e.Model == nil {
+	if e.model == nil {
 		return
 	}
 	e.usageGen++
 	for _, g := range r.Grants {
-		i, ok := e.Model.ByUUID[g.UUID]
+		i, ok := e.model.ByUUID[g.UUID]
 		if !ok {
 			e.unmatched += sign
 			continue
 		}
-		u := &e.Used[i]
+		u := &e.used[i]
 		u.MemMiB += int64(sign) * g.MemMiB
 		u.Cores += sign * g.Cores
 		u.Tenants += sign
@@ -245,22 +245,22 @@ func (e *NodeEntry) applyLocked(r *podRecord, sign int) {
 func (c *Cache) RemoveNode(nodeName string) {
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
-	e := c.Existing(nodeName)
+	e := c.existing(nodeName)
 	if e == nil {
 		return
 	}
 	if len(e.pods) == 0 {
-		c.nodes.Remove(nodeName)
+		c.nodes.remove(nodeName)
 		// A hint naming the entry no longer matches any object.
 		e.seen.Store(nil)
 		return
 	}
-	e.Mu.Lock()
+	e.mu.Lock()
 	e.setInventoryLocked("")
-	e.Mu.Unlock()
+	e.mu.Unlock()
 }
 
-// NodeView is a consistent copy of what Filter needs from one node; view returns the
+// NodeView is a consistent copy of what Filter needs from one node; View returns the
 // node's usage beside it.
 type NodeView struct {
 	Model     *NodeModel
@@ -281,55 +281,55 @@ func (c *Cache) View(node *v1.Node, into []Usage) (NodeView, []Usage) {
 	return v, used
 }
 
-// EntryView is view that also returns the node's entry.
+// EntryView is View that also returns the node's entry.
 func (c *Cache) EntryView(node *v1.Node, into []Usage) (*NodeEntry, NodeView, []Usage) {
-	e := c.Hints.Load(node)
+	e := c.hints.load(node)
 	if e == nil {
 		e = c.node(node.Name)
 	}
-	e.Mu.RLock()
+	e.mu.RLock()
 	if e.seen.Load() != node {
 		raw, req := node.Annotations[api.AnnotationInventory], node.Annotations[api.AnnotationRequirements]
 		if e.raw != raw || e.reqRaw != req {
-			e.Mu.RUnlock()
-			e.Mu.Lock()
+			e.mu.RUnlock()
+			e.mu.Lock()
 			if e.raw != raw {
 				e.setInventoryLocked(raw)
-				c.noteModel(e.Model)
+				c.noteModel(e.model)
 			}
 			if e.reqRaw != req {
 				e.setRequirementsLocked(req)
 			}
-			e.Mu.Unlock()
-			e.Mu.RLock()
+			e.mu.Unlock()
+			e.mu.RLock()
 		}
 		// raw and reqRaw cannot change while the read lock is held.
 		if e.raw == raw && e.reqRaw == req {
 			e.seen.Store(node)
-			c.Hints.Store(node, e)
+			c.hints.store(node, e)
 		}
 	}
-	v := NodeView{Model: e.Model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
+	v := NodeView{Model: e.model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
 	var used []Usage
-	if e.Model != nil {
-		used = append(into[:0], e.Used...)
+	if e.model != nil {
+		used = append(into[:0], e.used...)
 	}
-	e.Mu.RUnlock()
+	e.mu.RUnlock()
 	return e, v, used
 }
 
-// Existing returns the entry for name, or nil.
-func (c *Cache) Existing(name string) *NodeEntry {
-	return c.nodes.Load(name)
+// existing returns the entry for name, or nil.
+func (c *Cache) existing(name string) *NodeEntry {
+	return c.nodes.load(name)
 }
 
 // ExistingFor is existing for node's name, found from the object when it can be
 // (objectHints).
 func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
-	if e := c.Hints.Load(node); e != nil {
+	if e := c.hints.load(node); e != nil {
 		return e
 	}
-	return c.nodes.Load(node.Name)
+	return c.nodes.load(node.Name)
 }
 
 // Keep runs allocateInto on the node's kept allocation and, when it succeeds,
@@ -398,13 +398,13 @@ func (c *Cache) putLocked(r *podRecord) {
 	old := c.Pods[r.uid]
 	c.Pods[r.uid] = r
 	e := c.nodeLocked(r.Node)
-	e.Mu.Lock()
+	e.mu.Lock()
 	if old != nil && old.Node == r.Node && e.pods[r.uid] == old {
 		e.applyLocked(old, -1)
 	}
 	e.pods[r.uid] = r
 	e.applyLocked(r, 1)
-	e.Mu.Unlock()
+	e.mu.Unlock()
 	if old != nil && old.Node != r.Node {
 		c.dropFromNodeLocked(old)
 	}
@@ -412,13 +412,13 @@ func (c *Cache) putLocked(r *podRecord) {
 
 // dropFromNodeLocked removes record r from its node's entry, if it is still there.
 func (c *Cache) dropFromNodeLocked(r *podRecord) {
-	if e := c.Existing(r.Node); e != nil {
-		e.Mu.Lock()
+	if e := c.existing(r.Node); e != nil {
+		e.mu.Lock()
 		if e.pods[r.uid] == r {
 			delete(e.pods, r.uid)
 			e.applyLocked(r, -1)
 		}
-		e.Mu.Unlock()
+		e.mu.Unlock()
 	}
 }
 
@@ -454,10 +454,10 @@ func (c *Cache) OnPod(pod *v1.Pod) error {
 	if a.Node != pod.Spec.NodeName {
 		return fmt.Errorf("GPU assignment names node %q but the pod is bound to %q; ignored", a.Node, pod.Spec.NodeName)
 	}
-	r := RecordFromAssignment(pod, a)
+	r := recordFromAssignment(pod, a)
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
-	if old := c.Pods[pod.UID]; old != nil && !old.assumed && old.Node == r.Node && SameGrants(old.Grants, r.Grants) {
+	if old := c.Pods[pod.UID]; old != nil && !old.assumed && old.Node == r.Node && sameGrants(old.Grants, r.Grants) {
 		return nil
 	}
 	c.putLocked(r)
@@ -471,7 +471,7 @@ func (c *Cache) OnPodDelete(uid types.UID) {
 	c.deleteLocked(uid)
 }
 
-func RecordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
+func recordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
 	r := &podRecord{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, Node: a.Node}
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
@@ -481,7 +481,7 @@ func RecordFromAssignment(pod *v1.Pod, a *api.PodAssignment) *podRecord {
 	return r
 }
 
-func SameGrants(a, b []Grant) bool {
+func sameGrants(a, b []Grant) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -500,9 +500,9 @@ func (c *Cache) Assume(pod *v1.Pod, node string, grants []Grant, maxTenants int)
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
 	e := c.nodeLocked(node)
-	e.Mu.RLock()
+	e.mu.RLock()
 	err := e.fitsLocked(grants, maxTenants, c.Pods[pod.UID])
-	e.Mu.RUnlock()
+	e.mu.RUnlock()
 	if err != nil {
 		return err
 	}
@@ -511,14 +511,14 @@ func (c *Cache) Assume(pod *v1.Pod, node string, grants []Grant, maxTenants int)
 }
 
 func (e *NodeEntry) fitsLocked(grants []Grant, maxTenants int, replacing *podRecord) error {
-	if e.Model == nil {
-		return fmt.Errorf("node %s: %v", e.Name, e.invErr)
+	if e.model == nil {
+		return fmt.Errorf("node %s: %v", e.name, e.invErr)
 	}
-	add := make([]Usage, len(e.Used))
-	copy(add, e.Used)
-	if replacing != nil && replacing.Node == e.Name {
+	add := make([]Usage, len(e.used))
+	copy(add, e.used)
+	if replacing != nil && replacing.Node == e.name {
 		for _, g := range replacing.Grants {
-			if i, ok := e.Model.ByUUID[g.UUID]; ok {
+			if i, ok := e.model.ByUUID[g.UUID]; ok {
 				add[i].MemMiB -= g.MemMiB
 				add[i].Cores -= g.Cores
 				add[i].Tenants--
@@ -526,24 +526,24 @@ func (e *NodeEntry) fitsLocked(grants []Grant, maxTenants int, replacing *podRec
 		}
 	}
 	for _, g := range grants {
-		i, ok := e.Model.ByUUID[g.UUID]
+		i, ok := e.model.ByUUID[g.UUID]
 		if !ok {
-			return fmt.Errorf("node %s has no GPU %s", e.Name, g.UUID)
+			return fmt.Errorf("node %s has no GPU %s", e.name, g.UUID)
 		}
-		d := &e.Model.Devices[i]
+		d := &e.model.Devices[i]
 		u := &add[i]
 		u.MemMiB += g.MemMiB
 		u.Cores += g.Cores
 		u.Tenants++
 		switch {
 		case !d.healthy:
-			return fmt.Errorf("GPU %s on node %s is unhealthy", g.UUID, e.Name)
-		case u.MemMiB > d.MemoryMiB:
-			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.UUID, e.Name, u.MemMiB, d.MemoryMiB)
+			return fmt.Errorf("GPU %s on node %s is unhealthy", g.UUID, e.name)
+		case u.MemMiB > d.memoryMiB:
+			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.UUID, e.name, u.MemMiB, d.memoryMiB)
 		case u.Cores > 100:
-			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.UUID, e.Name, u.Cores)
+			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.UUID, e.name, u.Cores)
 		case u.Tenants > maxTenants:
-			return fmt.Errorf("GPU %s on node %s: %d tenants, limit %d", g.UUID, e.Name, u.Tenants, maxTenants)
+			return fmt.Errorf("GPU %s on node %s: %d tenants, limit %d", g.UUID, e.name, u.Tenants, maxTenants)
 		}
 	}
 	return nil
@@ -574,23 +574,23 @@ type DeviceUsage struct {
 // NodeUsage reports the grants on every device of node, and the node's inventory
 // error if it is unusable.
 func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
-	e := c.Existing(node)
+	e := c.existing(node)
 	if e == nil {
 		return nil, errNoInventory
 	}
-	e.Mu.RLock()
-	defer e.Mu.RUnlock()
-	if e.Model == nil {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.model == nil {
 		return nil, e.invErr
 	}
-	out := make([]DeviceUsage, len(e.Model.Devices))
-	for i, d := range e.Model.Devices {
-		u := e.Used[i]
-		out[i] = DeviceUsage{UUID: d.UUID, Index: d.Index, Model: d.Model, MemoryMiB: d.MemoryMiB, UsedMiB: u.MemMiB, Cores: u.Cores, Tenants: u.Tenants}
+	out := make([]DeviceUsage, len(e.model.Devices))
+	for i, d := range e.model.Devices {
+		u := e.used[i]
+		out[i] = DeviceUsage{UUID: d.UUID, Index: d.Index, Model: d.model, MemoryMiB: d.memoryMiB, UsedMiB: u.MemMiB, Cores: u.Cores, Tenants: u.Tenants}
 	}
 	for _, r := range e.pods {
 		for _, g := range r.Grants {
-			if i, ok := e.Model.ByUUID[g.UUID]; ok {
+			if i, ok := e.model.ByUUID[g.UUID]; ok {
 				out[i].Pods = append(out[i].Pods, r.namespace+"/"+r.name)
 			}
 		}
@@ -623,7 +623,7 @@ func (c *Cache) Stats(s *CacheStats) {
 		s.GPUs += len(m.Devices)
 		s.Healthy += m.Healthy
 		for i := range m.Devices {
-			s.MemMiB += m.Devices[i].MemoryMiB
+			s.MemMiB += m.Devices[i].memoryMiB
 			s.GrantedMiB += used[i].MemMiB
 			s.GrantedCores += used[i].Cores
 		}
@@ -651,11 +651,11 @@ func (c *Cache) EachView(f func(e *NodeEntry, v *NodeView, used []Usage)) {
 	// object per node (the metrics collector reads every node at each scrape).
 	v := new(NodeView)
 	c.nodes.each(func(e *NodeEntry) {
-		e.Mu.RLock()
-		if e.Model != nil {
-			*v = NodeView{Model: e.Model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
-			f(e, v, e.Used)
+		e.mu.RLock()
+		if e.model != nil {
+			*v = NodeView{Model: e.model, Heartbeat: e.heartbeat, InvErr: e.invErr, ReqErr: e.reqErr, UsageGen: e.usageGen}
+			f(e, v, e.used)
 		}
-		e.Mu.RUnlock()
+		e.mu.RUnlock()
 	})
 }

@@ -26,7 +26,7 @@ type fitIndex struct {
 }
 
 // fitIndexes are a workload's fit indexes per GPU memory size, built as sizes are
-// met and shared by the snapshots of one set of classes (FragWorkload.Gen).
+// met and shared by the snapshots of one set of classes (fragWorkload.gen).
 type fitIndexes struct {
 	classes []FragClass
 	// plain are the classes without a model selection (they fit any non-MIG
@@ -43,14 +43,14 @@ type fitIndexes struct {
 const maxFitSizes = 64
 
 // newFitIndexes indexes classes, or returns nil when there are more than 64 (fit
-// masks are 64 bits; snapshots never have more, see MaxSnapshotShapes).
+// masks are 64 bits; snapshots never have more, see maxSnapshotShapes).
 func newFitIndexes(classes []FragClass) *fitIndexes {
 	if len(classes) > 64 {
 		return nil
 	}
 	x := &fitIndexes{classes: classes}
 	for k := range classes {
-		if len(classes[k].ModelInclude) == 0 && len(classes[k].ModelExclude) == 0 {
+		if len(classes[k].modelInclude) == 0 && len(classes[k].modelExclude) == 0 {
 			x.plain |= 1 << uint(k)
 		} else {
 			x.selective = append(x.selective, k)

@@ -14,17 +14,17 @@ import (
 // the tenant limit.
 func TestFitIndexMatchesShapeFits(t *testing.T) {
 	m := &NodeModel{
-		Devices: []Device{
-			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, healthy: true},
-			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, healthy: true},
-			{Model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", MemoryMiB: 40192, healthy: true, MIG: true},
-			{Model: "Tesla T4", MemoryMiB: 15360, healthy: true},
-			{Model: "Tesla T4", MemoryMiB: 15360, healthy: false},
-			{Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, healthy: true},
+		Devices: []device{
+			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
+			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
+			{model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", memoryMiB: 40192, healthy: true, mig: true},
+			{model: "Tesla T4", memoryMiB: 15360, healthy: true},
+			{model: "Tesla T4", memoryMiB: 15360, healthy: false},
+			{model: "NVIDIA A100-SXM4-40GB", memoryMiB: 40960, healthy: true},
 		},
 	}
 	for _, d := range m.Devices {
-		m.Hot = append(m.Hot, DeviceHot{MemoryMiB: d.MemoryMiB, Healthy: d.healthy, MIG: d.MIG})
+		m.Hot = append(m.Hot, deviceHot{MemoryMiB: d.memoryMiB, Healthy: d.healthy, MIG: d.mig})
 	}
 	rng := rand.New(rand.NewSource(5))
 	selections := [][2][]string{{}, {{"h100"}, nil}, {{"mig 3g"}, nil}, {nil, {"t4"}}, {{"a100", "t4"}, {"mig"}}}
@@ -45,7 +45,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 		if rng.Intn(5) == 0 {
 			sel = selections[1+rng.Intn(len(selections)-1)]
 		}
-		classes = append(classes, FragClass{C: c, ModelInclude: sel[0], ModelExclude: sel[1], GPU: fmt.Sprint(k)})
+		classes = append(classes, FragClass{C: c, modelInclude: sel[0], modelExclude: sel[1], gpu: fmt.Sprint(k)})
 	}
 	x := newFitIndexes(classes)
 	w := &Weights{Memory: 1, Cores: 1, MaxTenants: 4}
@@ -55,9 +55,9 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			switch rng.Intn(4) {
 			case 0: // free
 			case 1:
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB, Cores: 100, Tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB, Cores: 100, Tenants: 1}
 			default:
-				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].MemoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
+				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].memoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
 			}
 		}
 		for i := range m.Devices {
@@ -65,7 +65,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			for k := range classes {
 				if want := ShapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
 					t.Fatalf("trial %d, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
-						trial, i, m.Devices[i].Model, used[i], classes[k], !want, want)
+						trial, i, m.Devices[i].model, used[i], classes[k], !want, want)
 				}
 			}
 		}

@@ -36,14 +36,14 @@ import (
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
 // the policy follows the cluster's mix as it changes.
 
-// MaxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
+// maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
 // a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
 // as many again are added so that every GPU request size is represented).
-const MaxFragShapes = 32
+const maxFragShapes = 32
 
-// MaxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
-// MaxFragShapes and as many again for the GPU requests they miss.
-const MaxSnapshotShapes = 2 * MaxFragShapes
+// maxSnapshotShapes bounds a snapshot's shapes, and so its classes: the most frequent
+// maxFragShapes and as many again for the GPU requests they miss.
+const maxSnapshotShapes = 2 * maxFragShapes
 
 // DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
 const DefaultFragmentationWindow = 2000
@@ -64,7 +64,7 @@ func (*fragmentation) Policy() Policy { return Fragmentation }
 // both are Fragmentation, and then PreFilter calls this once.
 func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
 	info.CPUMilli, info.MemBytes = PodHostRequests(pod)
-	f.workload.Observe(pod.UID, ShapeOf(info))
+	f.workload.observe(pod.UID, shapeOf(info))
 	info.Frag = f.workload.Snapshot()
 	info.pressure = f.workload.PressureNow()
 }
@@ -72,23 +72,23 @@ func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
 // (pickDevice).
 func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
-	return PackScore(m, used, c, i, w)
+	return packScore(m, used, c, i, w)
 }
 
 // pickDevice takes the device whose use adds the least fragmentation
-// (PickByFragmentation), and leaves its measure of the node in *measured for the
+// (pickByFragmentation), and leaves its measure of the node in *measured for the
 // node-level score. A measure already in measured.base (the cache's, see place) is
 // the node under used and is not taken again. Without a learned workload it places
 // as Binpack.
 func (*fragmentation) pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
 	if p.Frag.Empty() {
-		return pickBest(m, used, c, w, cand, PackScore)
+		return pickBest(m, used, c, w, cand, packScore)
 	}
 	var base *FragStats
 	if measured != nil {
 		base = measured.base
 	}
-	i, ms := PickByFragmentation(m, used, p, c, w, cand, base)
+	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
 	if measured != nil && ms.base != nil {
 		*measured = ms
 	}
@@ -113,16 +113,16 @@ func (*fragmentation) NeedsFit() bool { return true }
 // ScoreExtensions: Fragmentation's scores are raw and normalised per cycle.
 func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
 
-// FragShape is one kind of pod of the expected workload: a GPU request (its class)
-// with host requests. Its weight in a workload is the workload's (FragWorkload.Terms):
+// fragShape is one kind of pod of the expected workload: a GPU request (its class)
+// with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
 // shapes are shared by the snapshots of a model while only their weights change.
-type FragShape struct {
+type fragShape struct {
 	FragClass
-	CPUMilli int64
-	MemBytes int64
-	Key      string
-	// Class is the position of the shape's GPU request in its workload's classes.
-	Class int
+	cpuMilli int64
+	memBytes int64
+	key      string
+	// class is the position of the shape's GPU request in its workload's classes.
+	class int
 }
 
 // FragClass is a GPU request of the expected workload: the pod's most demanding GPU
@@ -133,10 +133,10 @@ type FragShape struct {
 // new shape; a new GPU request size is rare).
 type FragClass struct {
 	C            api.ContainerRequest
-	ModelInclude []string
-	ModelExclude []string
+	modelInclude []string
+	modelExclude []string
 	// gpu is the class's key (GPUKey).
-	GPU string
+	gpu string
 }
 
 // EligibleAt reports whether device i of m passes the class's model selection. A class
@@ -144,24 +144,24 @@ type FragClass struct {
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
 func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
-	if len(s.ModelInclude) == 0 && len(s.ModelExclude) == 0 {
+	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
 		return !m.Hot[i].MIG
 	}
-	p := PodInfo{ModelInclude: s.ModelInclude, ModelExclude: s.ModelExclude}
-	return p.Eligible(&m.Devices[i])
+	p := PodInfo{ModelInclude: s.modelInclude, ModelExclude: s.modelExclude}
+	return p.eligible(&m.Devices[i])
 }
 
-// ShapeOf is the fragmentation shape of a parsed pod.
-func ShapeOf(info *PodInfo) FragShape {
+// shapeOf is the fragmentation shape of a parsed pod.
+func shapeOf(info *PodInfo) fragShape {
 	c := info.Req.Containers[info.Order[0]]
 	c.Name, c.Init = "", false
-	s := FragShape{FragClass: FragClass{C: c, ModelInclude: info.ModelInclude, ModelExclude: info.ModelExclude},
-		CPUMilli: info.CPUMilli, MemBytes: info.MemBytes}
+	s := fragShape{FragClass: FragClass{C: c, modelInclude: info.ModelInclude, modelExclude: info.ModelExclude},
+		cpuMilli: info.CPUMilli, memBytes: info.MemBytes}
 	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
-	cpu := (s.CPUMilli + 50) / 100 * 100
-	mem := (s.MemBytes + 128<<20) >> 28 << 28
-	s.GPU = s.classKey()
-	s.Key = fmt.Sprintf("%s|%d|%d", s.GPU, cpu, mem)
+	cpu := (s.cpuMilli + 50) / 100 * 100
+	mem := (s.memBytes + 128<<20) >> 28 << 28
+	s.gpu = s.classKey()
+	s.key = fmt.Sprintf("%s|%d|%d", s.gpu, cpu, mem)
 	return s
 }
 
@@ -169,85 +169,85 @@ func ShapeOf(info *PodInfo) FragShape {
 func (s *FragClass) classKey() string {
 	c := &s.C
 	return fmt.Sprintf("%d/%d/%d/%d|%s|%s", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
-		strings.Join(s.ModelInclude, ","), strings.Join(s.ModelExclude, ","))
+		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","))
 }
 
 // GPUKey identifies the shape's GPU request, whatever its CPU and memory: its class.
-func (s *FragShape) GPUKey() string { return s.GPU }
+func (s *fragShape) gpuKey() string { return s.gpu }
 
-// FragWorkload is a snapshot of the expected workload: the shapes, most frequent
+// fragWorkload is a snapshot of the expected workload: the shapes, most frequent
 // first, with weights summing to 1 (terms), and their GPU requests. Never modified
 // once built, so cycles may keep it; snapshots of a model may share shapes.
-type FragWorkload struct {
-	Shapes []FragShape
-	// Classes are the shapes' distinct GPU requests, ordered by key: the same list
+type fragWorkload struct {
+	shapes []fragShape
+	// classes are the shapes' distinct GPU requests, ordered by key: the same list
 	// for the same requests, whatever the shapes' order and weights.
-	Classes []FragClass
-	// Gen identifies classes for the measures the cache keeps per node (fragMemo):
+	classes []FragClass
+	// gen identifies classes for the measures the cache keeps per node (fragMemo):
 	// it changes only when a GPU request joins or leaves the workload. The numbers come
 	// from one counter for every workload model, so that the measures of two profiles
 	// sharing the cache never pass for each other's. 0 for a workload not from a
 	// model (tests): never kept.
-	Gen uint64
+	gen uint64
 	// fit indexes classes by what they need of a GPU (nil beyond 64 classes).
 	fit *fitIndexes
 	// MaxCPUMilli and MaxMemBytes are the largest host requests of the shapes: a
 	// node with that much CPU and memory free holds back none of them.
 	MaxCPUMilli, MaxMemBytes int64
-	// Terms are each shape's weight and what the fragmentation sums read of it, in
-	// the shapes' order, packed (a FragShape spans three cache lines; these, four to
+	// terms are each shape's weight and what the fragmentation sums read of it, in
+	// the shapes' order, packed (a fragShape spans three cache lines; these, four to
 	// one).
-	Terms []fragTerm
+	terms []fragTerm
 	// classTerms are terms summed per class, in the classes' order: a shape's term
 	// depends on its class alone unless host resources hold it back, so the sums
-	// that see no host limit (value with nil, FragAfter) run over the classes, about
+	// that see no host limit (Value with nil, fragAfter) run over the classes, about
 	// half as many as the shapes on the openb trace.
 	classTerms []fragTerm
 }
 
 // setTerms fills wl.terms and wl.classTerms from wl.shapes, their weights (in the
 // shapes' order) and wl.classes.
-func (wl *FragWorkload) setTerms(weights []float64) {
-	wl.Terms, wl.classTerms = make([]fragTerm, len(wl.Shapes)), make([]fragTerm, len(wl.Classes))
-	for k := range wl.Classes {
-		wl.classTerms[k] = fragTerm{Class: int32(k), gpus: int32(wl.Classes[k].C.GPUs)}
+func (wl *fragWorkload) setTerms(weights []float64) {
+	wl.terms, wl.classTerms = make([]fragTerm, len(wl.shapes)), make([]fragTerm, len(wl.classes))
+	for k := range wl.classes {
+		wl.classTerms[k] = fragTerm{class: int32(k), gpus: int32(wl.classes[k].C.GPUs)}
 	}
-	for k := range wl.Shapes {
-		s := &wl.Shapes[k]
-		wl.Terms[k] = fragTerm{Weight: weights[k], Class: int32(s.Class), gpus: int32(s.C.GPUs)}
-		wl.classTerms[s.Class].Weight += weights[k]
+	for k := range wl.shapes {
+		s := &wl.shapes[k]
+		wl.terms[k] = fragTerm{weight: weights[k], class: int32(s.class), gpus: int32(s.C.GPUs)}
+		wl.classTerms[s.class].weight += weights[k]
 	}
 }
 
 // fragTerm is a shape's term of the node's fragmentation: its weight, its class, and
 // the GPUs the class must fit.
 type fragTerm struct {
-	Weight float64
-	Class  int32
+	weight float64
+	class  int32
 	gpus   int32
 }
 
 // fitsAt reports whether class k fits device i of m under used; mask is the fit
 // index's answer for the device (fitMask), read when there is an index.
-func (wl *FragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int, w *Weights) bool {
+func (wl *fragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int, w *Weights) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
-	return ShapeFits(m, used, &wl.Classes[k], i, w)
+	return ShapeFits(m, used, &wl.classes[k], i, w)
 }
 
 // EligibleAt reports whether class k's model selection admits device i of m; mask is
 // the fit index's answer for the device (eligibleMask), read when there is an index.
-func (wl *FragWorkload) EligibleAt(mask uint64, m *NodeModel, k, i int) bool {
+func (wl *fragWorkload) eligibleAt(mask uint64, m *NodeModel, k, i int) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
-	return wl.Classes[k].EligibleAt(m, i)
+	return wl.classes[k].EligibleAt(m, i)
 }
 
 // eligibleMask is the fit index's set of classes that device i admits (0 without
 // an index).
-func (wl *FragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
+func (wl *fragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -255,7 +255,7 @@ func (wl *FragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
 }
 
 // fitMask is the fit index's set of classes that fit device i (0 without an index).
-func (wl *FragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
+func (wl *fragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -263,45 +263,45 @@ func (wl *FragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) u
 }
 
 // noWorkload is the workload of nothing learned.
-var noWorkload = &FragWorkload{}
+var noWorkload = &fragWorkload{}
 
 // Empty reports whether no workload has been learned (wl may be nil).
-func (wl *FragWorkload) Empty() bool { return wl == nil || len(wl.Shapes) == 0 }
+func (wl *fragWorkload) Empty() bool { return wl == nil || len(wl.shapes) == 0 }
 
-// NewFragWorkload builds the workload of shapes with weights (in the shapes' order),
+// newFragWorkload builds the workload of shapes with weights (in the shapes' order),
 // numbering their classes (and keying those not yet keyed), with generation 0.
-func NewFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
+func newFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	wl := buildFragWorkload(shapes, weights)
-	wl.fit = newFitIndexes(wl.Classes)
+	wl.fit = newFitIndexes(wl.classes)
 	return wl
 }
 
-// buildFragWorkload is NewFragWorkload without the fit index.
-func buildFragWorkload(shapes []FragShape, weights []float64) *FragWorkload {
-	wl := &FragWorkload{Shapes: shapes}
+// buildFragWorkload is newFragWorkload without the fit index.
+func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
+	wl := &fragWorkload{shapes: shapes}
 	keys := make([]string, 0, len(shapes))
 	for k := range shapes {
-		wl.MaxCPUMilli, wl.MaxMemBytes = max(wl.MaxCPUMilli, shapes[k].CPUMilli), max(wl.MaxMemBytes, shapes[k].MemBytes)
-		if shapes[k].GPU == "" {
-			shapes[k].GPU = shapes[k].classKey()
+		wl.MaxCPUMilli, wl.MaxMemBytes = max(wl.MaxCPUMilli, shapes[k].cpuMilli), max(wl.MaxMemBytes, shapes[k].memBytes)
+		if shapes[k].gpu == "" {
+			shapes[k].gpu = shapes[k].classKey()
 		}
-		keys = append(keys, shapes[k].GPU)
+		keys = append(keys, shapes[k].gpu)
 	}
 	sort.Strings(keys)
 	keys = slices.Compact(keys)
-	wl.Classes = make([]FragClass, len(keys))
+	wl.classes = make([]FragClass, len(keys))
 	for k := range shapes {
-		x, _ := slices.BinarySearch(keys, shapes[k].GPU)
-		shapes[k].Class = x
-		wl.Classes[x] = shapes[k].FragClass
+		x, _ := slices.BinarySearch(keys, shapes[k].gpu)
+		shapes[k].class = x
+		wl.classes[x] = shapes[k].FragClass
 	}
 	wl.setTerms(weights)
 	return wl
 }
 
-// SameClasses reports whether a and b have the same classes.
-func SameClasses(a, b *FragWorkload) bool {
-	return slices.EqualFunc(a.Classes, b.Classes, func(x, y FragClass) bool { return x.GPU == y.GPU })
+// sameClasses reports whether a and b have the same classes.
+func sameClasses(a, b *fragWorkload) bool {
+	return slices.EqualFunc(a.classes, b.classes, func(x, y FragClass) bool { return x.gpu == y.gpu })
 }
 
 // WorkloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
@@ -311,18 +311,18 @@ type WorkloadModel struct {
 	ring   []ringEntry
 	next   int
 	byUID  map[types.UID]bool
-	Counts map[string]*ShapeCount
+	counts map[string]*shapeCount
 	// order holds counts' entries, most frequent first (then by key), kept sorted as
 	// counts change by one: a snapshot per cycle sorted them all (hundreds of shapes
 	// on the openb trace; 50 us a pod in B2's profile at 1,000 nodes).
-	order []*ShapeCount
+	order []*shapeCount
 	// gpus numbers the GPU requests (GPUKey) of counts' entries, so that a snapshot
 	// tells them apart by index; gpuFree lists numbers no longer in use.
 	gpus    map[string]*gpuCount
 	gpuFree []int
-	last    *FragWorkload // cached result of snapshot; rebuilt when dirty
+	last    *fragWorkload // cached result of snapshot; rebuilt when dirty
 	// lastKept are the entries last's shapes were taken from, in its order.
-	lastKept []*ShapeCount
+	lastKept []*shapeCount
 	seen     []bool    // snapshot's scratch, by GPU request number
 	shares   []float64 // snapshot's scratch, the kept shapes' weights
 	dirty    bool
@@ -344,7 +344,7 @@ type gpuCount struct {
 	id, shapes int
 }
 
-// fragGens numbers the workloads' sets of classes (FragWorkload.Gen).
+// fragGens numbers the workloads' sets of classes (fragWorkload.gen).
 var fragGens atomic.Uint64
 
 type ringEntry struct {
@@ -353,25 +353,25 @@ type ringEntry struct {
 	selective bool
 }
 
-type ShapeCount struct {
-	Shape FragShape
-	N     int
-	pos   int // in WorkloadModel.Order
-	gpu   int // the number of its GPU request (WorkloadModel.GPUs)
+type shapeCount struct {
+	shape fragShape
+	n     int
+	pos   int // in WorkloadModel.order
+	gpu   int // the number of its GPU request (WorkloadModel.gpus)
 }
 
-// before reports whether a comes before b in WorkloadModel.Order.
-func (a *ShapeCount) before(b *ShapeCount) bool {
-	if a.N != b.N {
-		return a.N > b.N
+// before reports whether a comes before b in WorkloadModel.order.
+func (a *shapeCount) before(b *shapeCount) bool {
+	if a.n != b.n {
+		return a.n > b.n
 	}
-	return a.Shape.Key < b.Shape.Key
+	return a.shape.key < b.shape.key
 }
 
 // reorder moves c to its place in w.order after its count changed by one: found by
 // binary search among the entries it may pass (the rest of the order is sorted),
 // those shifted by one.
-func (w *WorkloadModel) reorder(c *ShapeCount) {
+func (w *WorkloadModel) reorder(c *shapeCount) {
 	o, from := w.order, c.pos
 	to := from
 	if from > 0 && c.before(o[from-1]) {
@@ -412,13 +412,13 @@ func (w *WorkloadModel) dropGPU(key string) {
 }
 
 func NewWorkloadModel(window int) *WorkloadModel {
-	return &WorkloadModel{window: window, byUID: map[types.UID]bool{}, Counts: map[string]*ShapeCount{}, gpus: map[string]*gpuCount{},
-		pressureAge: PressureEvery}
+	return &WorkloadModel{window: window, byUID: map[types.UID]bool{}, counts: map[string]*shapeCount{}, gpus: map[string]*gpuCount{},
+		pressureAge: pressureEvery}
 }
 
-// Observe records a pod's shape once (a retried pod is not counted again while it is
+// observe records a pod's shape once (a retried pod is not counted again while it is
 // in the window).
-func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
+func (w *WorkloadModel) observe(uid types.UID, s fragShape) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byUID[uid] {
@@ -432,30 +432,30 @@ func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
 		if old.selective {
 			w.selective--
 		}
-		if c := w.Counts[old.key]; c != nil {
-			c.N--
+		if c := w.counts[old.key]; c != nil {
+			c.n--
 			w.reorder(c)
-			if c.N == 0 {
+			if c.n == 0 {
 				// The only entry without pods, so the last.
-				delete(w.Counts, old.key)
+				delete(w.counts, old.key)
 				w.order = w.order[:len(w.order)-1]
-				w.dropGPU(c.Shape.GPU)
+				w.dropGPU(c.shape.gpu)
 			}
 		}
 	}
-	w.ring[w.next] = ringEntry{uid: uid, key: s.Key, selective: s.hasSelection()}
+	w.ring[w.next] = ringEntry{uid: uid, key: s.key, selective: s.hasSelection()}
 	if s.hasSelection() {
 		w.selective++
 	}
 	w.pressureAge++
 	w.next = (w.next + 1) % w.window
 	w.byUID[uid] = true
-	c := w.Counts[s.Key]
+	c := w.counts[s.key]
 	if c != nil {
-		c.N++
+		c.n++
 	} else {
-		c = &ShapeCount{Shape: s, N: 1, pos: len(w.order), gpu: w.gpuOf(s.GPU)}
-		w.Counts[s.Key] = c
+		c = &shapeCount{shape: s, n: 1, pos: len(w.order), gpu: w.gpuOf(s.gpu)}
+		w.counts[s.key] = c
 		w.order = append(w.order, c)
 	}
 	w.reorder(c)
@@ -464,7 +464,7 @@ func (w *WorkloadModel) Observe(uid types.UID, s FragShape) {
 
 // Snapshot returns the most frequent shapes with weights summing to 1, and their
 // classes (never nil).
-func (w *WorkloadModel) Snapshot() *FragWorkload {
+func (w *WorkloadModel) Snapshot() *fragWorkload {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.dirty && w.last != nil {
@@ -472,13 +472,13 @@ func (w *WorkloadModel) Snapshot() *FragWorkload {
 	}
 	// The most frequent shapes, plus the most frequent of every GPU request the top
 	// ones miss: rare big pods (a whole 8-GPU node) must still be kept room for.
-	all := make([]*ShapeCount, 0, min(len(w.order), MaxSnapshotShapes))
-	if len(w.order) <= MaxFragShapes {
+	all := make([]*shapeCount, 0, min(len(w.order), maxSnapshotShapes))
+	if len(w.order) <= maxFragShapes {
 		all = append(all, w.order...)
 	} else {
 		w.seen = append(w.seen[:0], make([]bool, len(w.gpus)+len(w.gpuFree))...)
 		for i, c := range w.order {
-			if i < MaxFragShapes || (!w.seen[c.gpu] && len(all) < MaxSnapshotShapes) {
+			if i < maxFragShapes || (!w.seen[c.gpu] && len(all) < maxSnapshotShapes) {
 				all = append(all, c)
 				w.seen[c.gpu] = true
 			}
@@ -486,15 +486,15 @@ func (w *WorkloadModel) Snapshot() *FragWorkload {
 	}
 	total := 0
 	for _, c := range all {
-		total += c.N
+		total += c.n
 	}
 	weights := w.shares[:0]
 	for _, c := range all {
-		weights = append(weights, float64(c.N)/float64(total))
+		weights = append(weights, float64(c.n)/float64(total))
 	}
 	w.shares = weights
-	var wl *FragWorkload
-	if w.last != nil && w.last.Gen != 0 && slices.Equal(all, w.lastKept) {
+	var wl *fragWorkload
+	if w.last != nil && w.last.gen != 0 && slices.Equal(all, w.lastKept) {
 		// The same shapes in the same order, other weights: the shapes, their
 		// classes and indexes carry over (shared, not copied: most pods change
 		// only the weights), and only the terms are new.
@@ -502,16 +502,16 @@ func (w *WorkloadModel) Snapshot() *FragWorkload {
 		wl = &prev
 		wl.setTerms(weights)
 	} else {
-		out := make([]FragShape, len(all))
+		out := make([]fragShape, len(all))
 		for i, c := range all {
-			out[i] = c.Shape
+			out[i] = c.shape
 		}
 		wl = buildFragWorkload(out, weights)
-		if w.last != nil && w.last.Gen != 0 && SameClasses(w.last, wl) {
+		if w.last != nil && w.last.gen != 0 && sameClasses(w.last, wl) {
 			// The same classes in the same order (by key): their indexes carry over.
-			wl.Gen, wl.fit = w.last.Gen, w.last.fit
+			wl.gen, wl.fit = w.last.gen, w.last.fit
 		} else {
-			wl.Gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.Classes)
+			wl.gen, wl.fit = fragGens.Add(1), newFitIndexes(wl.classes)
 		}
 	}
 	w.last, w.lastKept, w.dirty = wl, all, false
@@ -536,25 +536,25 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
 type FragStats struct {
-	// The fields come in the order the fragmentation sums read them (value,
-	// FragAfter), mask and emask last: a node's kept measure is a memory miss per
+	// The fields come in the order the fragmentation sums read them (Value,
+	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
 	// cache line on a large cluster, and with its header (fragMemo) these first
 	// ones fill three.
-	Total float64
+	total float64
 	// elig is per class the free share of its eligible devices, emask the eligible
 	// devices (bit i, devices < 64) and eligible how many there are: eligibility
 	// depends on the node's devices only, never on their usage.
-	Eligible []int32
-	Fits     []int32   // per class, devices it fits on
-	Small    []float64 // per class, free share of the eligible devices it does not fit on
-	Elig     []float64
+	eligible []int32
+	fits     []int32   // per class, devices it fits on
+	small    []float64 // per class, free share of the eligible devices it does not fit on
+	elig     []float64
 	free     []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
 	classFits, classElig []uint64
-	Mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
-	Emask                []uint64
+	mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
+	emask                []uint64
 }
 
 // DeviceFree is the free share of device i under used, by the plugin's weights.
@@ -572,7 +572,7 @@ func ShapeFits(m *NodeModel, used []Usage, s *FragClass, i int, w *Weights) bool
 	return m.Hot[i].Healthy && s.EligibleAt(m, i) && Fits(m, used, &s.C, i, w.MaxTenants)
 }
 
-func NewFragStats(m *NodeModel, used []Usage, wl *FragWorkload, w *Weights) *FragStats {
+func newFragStats(m *NodeModel, used []Usage, wl *fragWorkload, w *Weights) *FragStats {
 	st := &FragStats{}
 	st.measure(m, used, wl, w)
 	return st
@@ -584,20 +584,20 @@ func NewFragStats(m *NodeModel, used []Usage, wl *FragWorkload, w *Weights) *Fra
 // 32-bit integers: a node's measure is read for every node of every cycle, and on a
 // large cluster each separate object, and each further cache line, is one more
 // memory miss.
-func (st *FragStats) measure(m *NodeModel, used []Usage, wl *FragWorkload, w *Weights) {
-	n, classes := len(m.Devices), wl.Classes
+func (st *FragStats) measure(m *NodeModel, used []Usage, wl *fragWorkload, w *Weights) {
+	n, classes := len(m.Devices), wl.classes
 	k := len(classes)
 	words := make([]uint64, 3*n+5*k)
 	floats, rest := float64s(words[:n+2*k]), words[n+2*k:]
 	counts, rest := int32s(rest[:k]), rest[k:]
-	*st = FragStats{free: floats[:n:n], Small: floats[n : n+k : n+k], Elig: floats[n+k:],
-		Fits: counts[:k:k], Eligible: counts[k:], Mask: rest[2*n : 2*n+k : 2*n+k], Emask: rest[2*n+k:]}
+	*st = FragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
+		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
 	if wl.fit != nil {
 		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
 	}
 	for i := 0; i < n; i++ {
 		st.free[i] = DeviceFree(m, used, i, w)
-		st.Total += st.free[i]
+		st.total += st.free[i]
 	}
 	// Device by device: each class's sums still run in device order.
 	for i := 0; i < n; i++ {
@@ -606,52 +606,52 @@ func (st *FragStats) measure(m *NodeModel, used []Usage, wl *FragWorkload, w *We
 			st.classFits[i], st.classElig[i] = fm, em
 		}
 		for k := range classes {
-			if !wl.EligibleAt(em, m, k, i) {
+			if !wl.eligibleAt(em, m, k, i) {
 				continue
 			}
-			st.Eligible[k]++
-			st.Elig[k] += st.free[i]
+			st.eligible[k]++
+			st.elig[k] += st.free[i]
 			if i < 64 {
-				st.Emask[k] |= 1 << uint(i)
+				st.emask[k] |= 1 << uint(i)
 			}
 			if wl.fitsAt(fm, m, used, k, i, w) {
-				st.Fits[k]++
+				st.fits[k]++
 				if i < 64 {
-					st.Mask[k] |= 1 << uint(i)
+					st.mask[k] |= 1 << uint(i)
 				}
 			} else {
-				st.Small[k] += st.free[i]
+				st.small[k] += st.free[i]
 			}
 		}
 	}
 }
 
-// Placed returns the stats after allocation a, for st measured before it: only the
+// placed returns the stats after allocation a, for st measured before it: only the
 // devices a places on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *FragStats) Placed(m *NodeModel, a *Allocation, wl *FragWorkload, w *Weights) *FragStats {
+func (st *FragStats) placed(m *NodeModel, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
 	return st.placedInto(&FragStats{}, m, a, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
 // each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl *FragWorkload, w *Weights) *FragStats {
+func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
 	if len(m.Devices) > 64 {
-		return NewFragStats(m, a.Used, wl, w)
+		return newFragStats(m, a.used, wl, w)
 	}
-	classes := wl.Classes
-	out.free, out.Total = append(out.free[:0], st.free...), st.Total
-	out.Fits = append(out.Fits[:0], st.Fits...)
-	out.Small = append(out.Small[:0], st.Small...)
-	out.Mask = append(out.Mask[:0], st.Mask...)
-	out.Elig = append(out.Elig[:0], st.Elig...)
+	classes := wl.classes
+	out.free, out.total = append(out.free[:0], st.free...), st.total
+	out.fits = append(out.fits[:0], st.fits...)
+	out.small = append(out.small[:0], st.small...)
+	out.mask = append(out.mask[:0], st.mask...)
+	out.elig = append(out.elig[:0], st.elig...)
 	out.classFits = append(out.classFits[:0], st.classFits...)
 	if st.classFits == nil {
 		out.classFits = nil
 	}
 	// Eligibility does not depend on usage: out shares st's, which neither changes.
-	out.Emask, out.Eligible, out.classElig = st.Emask, st.Eligible, st.classElig
+	out.emask, out.eligible, out.classElig = st.emask, st.eligible, st.classElig
 	var done uint64
 	for _, p := range a.Placements {
 		for _, i := range p.Devices {
@@ -660,29 +660,29 @@ func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl 
 				continue
 			}
 			done |= bit
-			was, now := st.free[i], DeviceFree(m, a.Used, i, w)
+			was, now := st.free[i], DeviceFree(m, a.used, i, w)
 			out.free[i] = now
-			out.Total += now - was
-			fm := wl.fitMask(m, a.Used, i, w)
+			out.total += now - was
+			fm := wl.fitMask(m, a.used, i, w)
 			if out.classFits != nil {
 				out.classFits[i] = fm
 			}
 			for k := range classes {
-				if st.Emask[k]&bit == 0 {
+				if st.emask[k]&bit == 0 {
 					continue // the class cannot use device i, before or after
 				}
-				out.Elig[k] += now - was
-				if st.Mask[k]&bit != 0 {
-					out.Fits[k]--
+				out.elig[k] += now - was
+				if st.mask[k]&bit != 0 {
+					out.fits[k]--
 				} else {
-					out.Small[k] -= was
+					out.small[k] -= was
 				}
-				if wl.fitsAt(fm, m, a.Used, k, i, w) {
-					out.Fits[k]++
-					out.Mask[k] |= bit
+				if wl.fitsAt(fm, m, a.used, k, i, w) {
+					out.fits[k]++
+					out.mask[k] |= bit
 				} else {
-					out.Small[k] += now
-					out.Mask[k] &^= bit
+					out.small[k] += now
+					out.mask[k] &^= bit
 				}
 			}
 		}
@@ -694,36 +694,36 @@ func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl 
 // weighted by its share of the workload, the free capacity of its eligible devices it
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
-func (st *FragStats) Value(wl *FragWorkload, hostFits []bool) float64 {
+func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 	terms := wl.classTerms
 	if hostFits != nil {
-		terms = wl.Terms
+		terms = wl.terms
 	}
 	var f float64
 	for k, t := range terms {
 		switch {
-		case st.Eligible[t.Class] == 0:
-		case (hostFits != nil && !hostFits[k]) || st.Fits[t.Class] < t.gpus:
-			f += t.Weight * st.Elig[t.Class]
+		case st.eligible[t.class] == 0:
+		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < t.gpus:
+			f += t.weight * st.elig[t.class]
 		default:
-			f += t.Weight * st.Small[t.Class]
+			f += t.weight * st.small[t.class]
 		}
 	}
 	return f
 }
 
-// PickByFragmentation chooses, for a one-GPU container, the candidate device whose use
+// pickByFragmentation chooses, for a one-GPU container, the candidate device whose use
 // adds the least fragmentation; ties go to the fullest device (Binpack). It also
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
 // measured here) and the fragmentation before and after the pick.
-func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
+func pickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
 	if len(m.Devices) > 64 {
-		return pickBest(m, used, c, w, cand, PackScore), nodeMeasure{}
+		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
 	}
 	wl := p.Frag
 	if st == nil {
-		st = NewFragStats(m, used, wl, w)
+		st = newFragStats(m, used, wl, w)
 	}
 	before := st.Value(wl, nil)
 	best, bestDelta, bestPack, bestAfter, bestTotal := -1, 0.0, 0.0, 0.0, 0.0
@@ -738,7 +738,7 @@ func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (PackScore: an unused
+		// measure), and as full with the same island term (packScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -751,14 +751,14 @@ func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 			}
 		}
 		if !known {
-			after, total = FragAfter(m, used, st, wl, c, i, w)
+			after, total = fragAfter(m, used, st, wl, c, i, w)
 			if nMeasured < len(measuredDev) {
 				measuredDev[nMeasured], measuredAfter[nMeasured], measuredTotal[nMeasured] = int8(i), after, total
 				nMeasured++
 			}
 		}
 		delta := after - before
-		pack := PackScore(m, used, c, i, w)
+		pack := packScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
 			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
@@ -766,8 +766,8 @@ func PickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
-// sameRating reports whether PickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same PackScore, whose island term reads
+// sameRating reports whether pickByFragmentation rates devices i and j of m alike:
+// the same measure (alikeDevices) and the same packScore, whose island term reads
 // only an unused device's island.
 func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].island == m.Hot[j].island)
@@ -775,27 +775,27 @@ func sameRating(m *NodeModel, used []Usage, i, j int) bool {
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
-// model (DeviceHot.kind).
+// model (deviceHot.kind).
 func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
 	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
 }
 
-// FragAfter is the node's fragmentation after container c is placed on device i
+// fragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
-// what placedInto and value (nil) give for that placement, which the node-level score
-// relies on (nodeMeasure.picked). used is restored before it returns.
+// what placedInto and Value (nil) give for that placement, which the node-level score
+// relies on (nodeMeasure.Picked). used is restored before it returns.
 //
 // One pass over the classes (wl.classTerms), each reading its statistics before and
 // its fit on device i after (the fit index's mask): a class's statistics after cost
 // no more than this, so they are not kept.
-func FragAfter(m *NodeModel, used []Usage, st *FragStats, wl *FragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
+func fragAfter(m *NodeModel, used []Usage, st *FragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
 	used[i].MemMiB += c.MemoryOn(m.Hot[i].MemoryMiB)
 	used[i].Cores += c.Cores
 	used[i].Tenants++
 	fi := DeviceFree(m, used, i, w)
-	total = st.Total + (fi - was)
+	total = st.total + (fi - was)
 	// The classes device i admits, and those that fit it before and after, as bit
 	// masks over classes.
 	var admits, before, now uint64
@@ -805,17 +805,17 @@ func FragAfter(m *NodeModel, used []Usage, st *FragStats, wl *FragWorkload, c *a
 		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
 	}
 	for _, t := range wl.classTerms {
-		x := t.Class
-		if st.Eligible[x] == 0 {
+		x := t.class
+		if st.eligible[x] == 0 {
 			continue
 		}
-		n, small, elig := st.Fits[x], st.Small[x], st.Elig[x]
+		n, small, elig := st.fits[x], st.small[x], st.elig[x]
 		var onDevice, fitBefore, fitAfter bool
 		if indexed {
 			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
 		} else {
-			onDevice = st.Emask[x]&bit != 0
-			fitBefore, fitAfter = st.Mask[x]&bit != 0, onDevice && ShapeFits(m, used, &wl.Classes[x], i, w)
+			onDevice = st.emask[x]&bit != 0
+			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && ShapeFits(m, used, &wl.classes[x], i, w)
 		}
 		if onDevice {
 			// As placedInto: the free share changes by (fi - was).
@@ -832,9 +832,9 @@ func FragAfter(m *NodeModel, used []Usage, st *FragStats, wl *FragWorkload, c *a
 			}
 		}
 		if n < t.gpus {
-			after += t.Weight * elig
+			after += t.weight * elig
 		} else {
-			after += t.Weight * small
+			after += t.weight * small
 		}
 	}
 	used[i] = u
@@ -870,19 +870,19 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 	var delta, totalAfter, totalBefore float64
 	if st != nil && ms.Picked && len(a.Placements) == 1 && !hostHolds {
 		// Filter measured this placement: placementDelta would give exactly this.
-		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.Total
+		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
 	} else {
 		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
 	feed := info.workloadFeed(m, w)
-	delta += feed.Unfed(totalAfter, cpuAfter, memAfter) - feed.Unfed(totalBefore, cpuFree, memFree)
+	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
 	if p := info.pressure; p != nil {
 		delta += p.cost(m, a, w)
 	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
-	raw := w.Policy * -(delta + FragFitWeight*leftover(m, a.Used, ni, f, w))
+	raw := w.Policy * -(delta + FragFitWeight*leftover(m, a.used, ni, f, w))
 	if a.multiGPU {
 		raw += w.Topology * (a.topology - 1)
 	}
@@ -897,33 +897,33 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 // frame stays small.
 //
 //go:noinline
-func placementDelta(a *Allocation, wl *FragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
 	m, st := a.Model, a.Measured.base
 	if st == nil || len(a.Placements) != 1 {
-		st = NewFragStats(m, a.usageBefore(), wl, w)
+		st = newFragStats(m, a.usageBefore(), wl, w)
 	}
 	after := st.placedInto(&a.after, m, a, wl, w)
 	if !hostHolds {
-		return after.Value(wl, nil) - st.Value(wl, nil), after.Total, st.Total
+		return after.Value(wl, nil) - st.Value(wl, nil), after.total, st.total
 	}
-	shapes := wl.Shapes
-	var beforeBuf, afterBuf [MaxSnapshotShapes]bool
+	shapes := wl.shapes
+	var beforeBuf, afterBuf [maxSnapshotShapes]bool
 	hostBefore, hostAfter := beforeBuf[:0], afterBuf[:0]
-	if len(shapes) > MaxSnapshotShapes {
+	if len(shapes) > maxSnapshotShapes {
 		hostBefore, hostAfter = make([]bool, 0, len(shapes)), make([]bool, 0, len(shapes))
 	}
 	hostBefore, hostAfter = hostBefore[:len(shapes)], hostAfter[:len(shapes)]
 	for k := range shapes {
-		hostBefore[k] = shapes[k].CPUMilli <= cpuFree && shapes[k].MemBytes <= memFree
-		hostAfter[k] = shapes[k].CPUMilli <= cpuAfter && shapes[k].MemBytes <= memAfter
+		hostBefore[k] = shapes[k].cpuMilli <= cpuFree && shapes[k].memBytes <= memFree
+		hostAfter[k] = shapes[k].cpuMilli <= cpuAfter && shapes[k].memBytes <= memAfter
 	}
-	return after.Value(wl, hostAfter) - st.Value(wl, hostBefore), after.Total, st.Total
+	return after.Value(wl, hostAfter) - st.Value(wl, hostBefore), after.total, st.total
 }
 
 // usageBefore is the node's usage before allocation a.
 func (a *Allocation) usageBefore() []Usage {
-	before := make([]Usage, len(a.Used))
-	copy(before, a.Used)
+	before := make([]Usage, len(a.used))
+	copy(before, a.used)
 	for _, p := range a.Placements {
 		for k, i := range p.Devices {
 			before[i].MemMiB -= p.MemMiB[k]
@@ -948,20 +948,20 @@ func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f 
 	if v.Model == nil || len(v.Model.Devices) == 0 {
 		return 0
 	}
-	shapes := info.Frag.Shapes
+	shapes := info.Frag.shapes
 	cpuFree, memFree := HostFree(ni)
 	st := e.FragBase(&v, used, info, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
-		before := s.CPUMilli <= cpuFree && s.MemBytes <= memFree
-		after := s.CPUMilli <= cpuFree-info.CPUMilli && s.MemBytes <= memFree-info.MemBytes
-		if before && !after && int(st.Fits[s.Class]) >= s.C.GPUs {
-			delta += info.Frag.Terms[k].Weight * (st.Elig[s.Class] - st.Small[s.Class])
+		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
+		after := s.cpuMilli <= cpuFree-info.CPUMilli && s.memBytes <= memFree-info.MemBytes
+		if before && !after && int(st.fits[s.class]) >= s.C.GPUs {
+			delta += info.Frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
 		}
 	}
 	feed := info.workloadFeed(v.Model, w)
-	delta += feed.Unfed(st.Total, cpuFree-info.CPUMilli, memFree-info.MemBytes) - feed.Unfed(st.Total, cpuFree, memFree)
+	delta += feed.unfed(st.total, cpuFree-info.CPUMilli, memFree-info.MemBytes) - feed.unfed(st.total, cpuFree, memFree)
 	delta += FragFitWeight * leftover(v.Model, used, ni, f, w)
 	return int64(math.Round(-w.Policy * delta * FragScale))
 }
@@ -969,7 +969,7 @@ func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f 
 // feedRatio is what the expected workload asks of the host per GPU of capacity it
 // takes: CPU in millicores and memory in bytes (0: nothing, or no GPU pods seen).
 type feedRatio struct {
-	CPUMilli, MemBytes float64
+	cpuMilli, memBytes float64
 }
 
 // feedMemo is a workloadFeed result and the GPU memory it was computed for.
@@ -988,19 +988,19 @@ func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := WorkloadFeed(p.Frag, m, w)
+	r := workloadFeed(p.Frag, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
 
-// WorkloadFeed is the expected workload's host request per GPU, for GPUs like the
+// workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
+func workloadFeed(wl *fragWorkload, m *NodeModel, w *Weights) feedRatio {
 	if wl == nil {
 		return feedRatio{}
 	}
-	shapes := wl.Shapes
+	shapes := wl.shapes
 	var memMiB int64
 	if len(m.Hot) > 0 {
 		memMiB = m.Hot[0].MemoryMiB
@@ -1013,18 +1013,18 @@ func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
 			memFrac = math.Min(1, float64(sh.C.MemoryOn(memMiB))/float64(memMiB))
 		}
 		share := float64(sh.C.GPUs) * (w.Memory*memFrac + w.Cores*float64(sh.C.Cores)/100) / (w.Memory + w.Cores)
-		weight := wl.Terms[k].Weight
-		cpu += weight * float64(sh.CPUMilli)
-		mem += weight * float64(sh.MemBytes)
+		weight := wl.terms[k].weight
+		cpu += weight * float64(sh.cpuMilli)
+		mem += weight * float64(sh.memBytes)
 		gpu += weight * share
 	}
 	if gpu <= 0 {
 		return feedRatio{}
 	}
-	return feedRatio{CPUMilli: cpu / gpu, MemBytes: mem / gpu}
+	return feedRatio{cpuMilli: cpu / gpu, memBytes: mem / gpu}
 }
 
-// Unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
+// unfed is the part of freeGPU (GPUs) that the node's free CPU and memory cannot
 // serve at the workload's ratio: GPU capacity on its way to being stranded by host
 // resources. Fragmentation's per-shape check sees a node's GPUs stranded only once
 // its CPU falls below a whole pod's request; on the Alibaba trace CPU, not GPU
@@ -1033,13 +1033,13 @@ func WorkloadFeed(wl *FragWorkload, m *NodeModel, w *Weights) feedRatio {
 // as it drains, is what closed it. Placements are charged the change of this, in
 // GPUs like fragmentation: a pod heavy on CPU for its GPUs goes where CPU is to
 // spare, a CPU-only pod to a node with CPU beyond what its GPUs need.
-func (r feedRatio) Unfed(freeGPU float64, cpuFree, memFree int64) float64 {
+func (r feedRatio) unfed(freeGPU float64, cpuFree, memFree int64) float64 {
 	fed := freeGPU
-	if r.CPUMilli > 0 {
-		fed = math.Min(fed, math.Max(0, float64(cpuFree))/r.CPUMilli)
+	if r.cpuMilli > 0 {
+		fed = math.Min(fed, math.Max(0, float64(cpuFree))/r.cpuMilli)
 	}
-	if r.MemBytes > 0 {
-		fed = math.Min(fed, math.Max(0, float64(memFree))/r.MemBytes)
+	if r.memBytes > 0 {
+		fed = math.Min(fed, math.Max(0, float64(memFree))/r.memBytes)
 	}
 	return freeGPU - fed
 }
@@ -1074,7 +1074,7 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (NodeEntry.Frag): the node's usage generation and the workload's class generation
+// (NodeEntry.frag): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
@@ -1092,20 +1092,20 @@ type fragMemo struct {
 //
 // Measuring a node costs classes × devices fit checks and was most of Fragmentation's
 // Filter+Score; between two cycles only the node the last pod went to, and those
-// informer events touched, change (NodeEntry.UsageGen), and the learned GPU
-// requests change for a few cycles in a thousand (FragWorkload.Gen; the shapes, with
+// informer events touched, change (NodeEntry.usageGen), and the learned GPU
+// requests change for a few cycles in a thousand (fragWorkload.gen; the shapes, with
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
-// NewFragStats would compute, so no score moves.
+// newFragStats would compute, so no score moves.
 func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
-	if p == nil || p.Frag.Empty() || p.Frag.Gen == 0 {
+	if p == nil || p.Frag.Empty() || p.Frag.gen == 0 {
 		return nil
 	}
 	old := e.frag.Load()
-	if old != nil && old.usageGen == v.UsageGen && old.gen == p.Frag.Gen {
+	if old != nil && old.usageGen == v.UsageGen && old.gen == p.Frag.gen {
 		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.UsageGen, gen: p.Frag.Gen}
+	memo := &fragMemo{usageGen: v.UsageGen, gen: p.Frag.gen}
 	memo.st.measure(v.Model, used, p.Frag, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.

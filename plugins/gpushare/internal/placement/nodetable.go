@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// NodeTable maps node names to cache entries for readers that take no lock: Filter,
+// nodeTable maps node names to cache entries for readers that take no lock: Filter,
 // Score and PreScore look up a node on every core at once, for every node of every
 // GPU pod. Writers (node added or removed) are serialised by the cache's lock.
 //
@@ -22,15 +22,15 @@ import (
 // entry sees its hash) and emptied only by marking it removed, so probe chains stay
 // intact. The table is rebuilt, twice as large as its live entries need, when half
 // its slots have been used, and readers switch to the new array atomically.
-type NodeTable struct {
-	Cur  atomic.Pointer[tableArray]
-	Live int // entries not removed; writers only
-	Used int // slots ever filled in cur; writers only
+type nodeTable struct {
+	cur  atomic.Pointer[tableArray]
+	live int // entries not removed; writers only
+	used int // slots ever filled in cur; writers only
 }
 
 type tableArray struct {
 	mask  uint64
-	Slots []tableSlot
+	slots []tableSlot
 }
 
 type tableSlot struct {
@@ -45,52 +45,52 @@ var nodeHashSeed = maphash.MakeSeed()
 
 func HashNodeName(name string) uint64 { return maphash.String(nodeHashSeed, name) }
 
-// Load returns the entry for name, or nil. Safe with concurrent writers.
-func (t *NodeTable) Load(name string) *NodeEntry {
-	a := t.Cur.Load()
+// load returns the entry for name, or nil. Safe with concurrent writers.
+func (t *nodeTable) load(name string) *NodeEntry {
+	a := t.cur.Load()
 	if a == nil {
 		return nil
 	}
 	h := HashNodeName(name)
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.Slots[i]
+		s := &a.slots[i]
 		e := s.entry.Load()
 		if e == nil {
 			return nil
 		}
-		if e != removed && s.hash.Load() == h && e.Name == name {
+		if e != removed && s.hash.Load() == h && e.name == name {
 			return e
 		}
 	}
 }
 
-// Store adds e under its name, which the table must not hold. Writers only.
-func (t *NodeTable) Store(e *NodeEntry) {
-	a := t.Cur.Load()
-	if a == nil || 2*(t.Used+1) > len(a.Slots) {
-		a = t.rebuild(t.Live + 1)
+// store adds e under its name, which the table must not hold. Writers only.
+func (t *nodeTable) store(e *NodeEntry) {
+	a := t.cur.Load()
+	if a == nil || 2*(t.used+1) > len(a.slots) {
+		a = t.rebuild(t.live + 1)
 	}
-	put(a, HashNodeName(e.Name), e)
-	t.Used++
-	t.Live++
+	put(a, HashNodeName(e.name), e)
+	t.used++
+	t.live++
 }
 
-// Remove deletes name's entry, if any. Writers only.
-func (t *NodeTable) Remove(name string) {
-	a := t.Cur.Load()
+// remove deletes name's entry, if any. Writers only.
+func (t *nodeTable) remove(name string) {
+	a := t.cur.Load()
 	if a == nil {
 		return
 	}
 	h := HashNodeName(name)
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.Slots[i]
+		s := &a.slots[i]
 		e := s.entry.Load()
 		if e == nil {
 			return
 		}
-		if e != removed && s.hash.Load() == h && e.Name == name {
+		if e != removed && s.hash.Load() == h && e.name == name {
 			s.entry.Store(removed)
-			t.Live--
+			t.live--
 			return
 		}
 	}
@@ -98,30 +98,30 @@ func (t *NodeTable) Remove(name string) {
 
 // rebuild publishes a new array for at least n live entries, holding the current
 // live ones, and returns it. Writers only.
-func (t *NodeTable) rebuild(n int) *tableArray {
+func (t *nodeTable) rebuild(n int) *tableArray {
 	size := 16
 	for size < 4*n {
 		size *= 2
 	}
-	na := &tableArray{mask: uint64(size - 1), Slots: make([]tableSlot, size)}
+	na := &tableArray{mask: uint64(size - 1), slots: make([]tableSlot, size)}
 	used := 0
-	if old := t.Cur.Load(); old != nil {
-		for i := range old.Slots {
-			if e := old.Slots[i].entry.Load(); e != nil && e != removed {
-				put(na, old.Slots[i].hash.Load(), e)
+	if old := t.cur.Load(); old != nil {
+		for i := range old.slots {
+			if e := old.slots[i].entry.Load(); e != nil && e != removed {
+				put(na, old.slots[i].hash.Load(), e)
 				used++
 			}
 		}
 	}
-	t.Cur.Store(na)
-	t.Used, t.Live = used, used
+	t.cur.Store(na)
+	t.used, t.live = used, used
 	return na
 }
 
 // put fills the first empty slot of h's probe chain.
 func put(a *tableArray, h uint64, e *NodeEntry) {
 	for i := h & a.mask; ; i = (i + 1) & a.mask {
-		s := &a.Slots[i]
+		s := &a.slots[i]
 		if s.entry.Load() == nil {
 			s.hash.Store(h)
 			s.entry.Store(e)
@@ -132,13 +132,13 @@ func put(a *tableArray, h uint64, e *NodeEntry) {
 
 // each calls f for every entry. Safe with concurrent writers: an entry added or
 // removed meanwhile may or may not be seen.
-func (t *NodeTable) each(f func(*NodeEntry)) {
-	a := t.Cur.Load()
+func (t *nodeTable) each(f func(*NodeEntry)) {
+	a := t.cur.Load()
 	if a == nil {
 		return
 	}
-	for i := range a.Slots {
-		if e := a.Slots[i].entry.Load(); e != nil && e != removed {
+	for i := range a.slots {
+		if e := a.slots[i].entry.Load(); e != nil && e != removed {
 			f(e)
 		}
 	}
@@ -171,9 +171,9 @@ func (a *hintArray) slot(node *v1.Node) *atomic.Pointer[NodeEntry] {
 	return &a.slots[h>>a.shift]
 }
 
-// Load returns the entry whose seen object is node, when the hint for node's
+// load returns the entry whose seen object is node, when the hint for node's
 // address names it; else nil.
-func (t *objectHints) Load(node *v1.Node) *NodeEntry {
+func (t *objectHints) load(node *v1.Node) *NodeEntry {
 	a := t.cur.Load()
 	if a == nil {
 		return nil
@@ -184,8 +184,8 @@ func (t *objectHints) Load(node *v1.Node) *NodeEntry {
 	return nil
 }
 
-// Store records e as the hint for node (e.seen is node).
-func (t *objectHints) Store(node *v1.Node, e *NodeEntry) {
+// store records e as the hint for node (e.seen is node).
+func (t *objectHints) store(node *v1.Node, e *NodeEntry) {
 	if a := t.cur.Load(); a != nil {
 		a.slot(node).Store(e)
 	}

@@ -27,7 +27,7 @@ const (
 // Placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
 // Fragmentation (fragmentation.go). A profile uses one placer at the node level
 // (which node: Score) and one, possibly another, at the GPU level (which GPUs of a
-// node: Filter, Reserve and preemption's AddPod, through allocate); a pod may pick
+// node: Filter, Reserve and preemption's AddPod, through Allocate); a pod may pick
 // its GPU-level placer by annotation. The extension points call placers and never
 // ask which policy they hold.
 //

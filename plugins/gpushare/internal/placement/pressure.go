@@ -32,9 +32,9 @@ import (
 // unconstrained pod goes where constrained pods are least likely to need the GPUs, a
 // pod that admits several models to the one least in demand.
 
-// PressureEvery is the most observed pods a computed pressure serves before it is
+// pressureEvery is the most observed pods a computed pressure serves before it is
 // computed again (the cluster's capacity is read from every node's inventory then).
-const PressureEvery = 128
+const pressureEvery = 128
 
 // modelPressure is the pressure of each GPU model with any, by model name as the
 // node agent reports it (models sorted, rho in (0,1]).
@@ -43,8 +43,8 @@ type modelPressure struct {
 	rho    []float64
 }
 
-// Of is model's pressure (0 for a model without).
-func (p *modelPressure) Of(model string) float64 {
+// of is model's pressure (0 for a model without).
+func (p *modelPressure) of(model string) float64 {
 	for i, m := range p.models {
 		if m == model {
 			return p.rho[i]
@@ -63,7 +63,7 @@ func (p *modelPressure) cost(m *NodeModel, a *Allocation, w *Weights) float64 {
 	var c float64
 	for _, pl := range a.Placements {
 		for k, i := range pl.Devices {
-			rho := p.Of(m.Devices[i].Model)
+			rho := p.of(m.Devices[i].model)
 			if rho == 0 {
 				continue
 			}
@@ -78,8 +78,8 @@ func (p *modelPressure) cost(m *NodeModel, a *Allocation, w *Weights) float64 {
 }
 
 // hasSelection reports whether the shape requires or excludes GPU models.
-func (s *FragShape) hasSelection() bool {
-	return len(s.ModelInclude) > 0 || len(s.ModelExclude) > 0
+func (s *fragShape) hasSelection() bool {
+	return len(s.modelInclude) > 0 || len(s.modelExclude) > 0
 }
 
 // modelCapacity is the cluster's healthy GPUs (MIG instances aside) per model, and
@@ -100,7 +100,7 @@ func clusterCapacity(c *Cache) modelCapacity {
 			if !m.Hot[i].Healthy || m.Hot[i].MIG {
 				continue
 			}
-			byModel[m.Devices[i].Model]++
+			byModel[m.Devices[i].model]++
 			total++
 			mem += m.Hot[i].MemoryMiB
 		}
@@ -122,7 +122,7 @@ func clusterCapacity(c *Cache) modelCapacity {
 // computePressure is the model pressure of the shapes counted in counts (every shape
 // of the window, with how many pods had it) on a cluster of capacity capa. Demand is
 // summed in integer milli-GPUs, so the result does not depend on map order.
-func computePressure(counts map[string]*ShapeCount, capa modelCapacity, w *Weights) *modelPressure {
+func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *Weights) *modelPressure {
 	if capa.total == 0 || capa.meanMiB == 0 {
 		return nil
 	}
@@ -134,18 +134,18 @@ func computePressure(counts map[string]*ShapeCount, capa modelCapacity, w *Weigh
 	groups := map[string]*group{}
 	var total int64
 	for _, sc := range counts {
-		s := &sc.Shape
+		s := &sc.shape
 		memFrac := math.Min(1, float64(s.C.MemoryOn(capa.meanMiB))/float64(capa.meanMiB))
 		share := (w.Memory*memFrac + w.Cores*float64(s.C.Cores)/100) / (w.Memory + w.Cores)
-		d := int64(sc.N) * int64(s.C.GPUs) * int64(math.Round(1000*share))
+		d := int64(sc.n) * int64(s.C.GPUs) * int64(math.Round(1000*share))
 		total += d
 		if !s.hasSelection() {
 			continue
 		}
-		key := strings.Join(s.ModelInclude, ",") + "|" + strings.Join(s.ModelExclude, ",")
+		key := strings.Join(s.modelInclude, ",") + "|" + strings.Join(s.modelExclude, ",")
 		g := groups[key]
 		if g == nil {
-			g = &group{include: s.ModelInclude, exclude: s.ModelExclude}
+			g = &group{include: s.modelInclude, exclude: s.modelExclude}
 			groups[key] = g
 		}
 		g.demand += d
@@ -165,7 +165,7 @@ func computePressure(counts map[string]*ShapeCount, capa modelCapacity, w *Weigh
 		sel := PodInfo{ModelInclude: g.include, ModelExclude: g.exclude}
 		var gpus int64
 		for j, name := range capa.models {
-			admits[j] = sel.Eligible(&Device{Model: name})
+			admits[j] = sel.eligible(&device{model: name})
 			if admits[j] {
 				gpus += capa.gpus[j]
 			}
@@ -202,18 +202,18 @@ func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
 }
 
 // PressureNow is the window's model pressure, computed again once as many pods have
-// been observed as the window held when it was last computed, at most PressureEvery
+// been observed as the window held when it was last computed, at most pressureEvery
 // (a window still filling is followed closely); nil while no pod of the window has a
 // model selection.
 func (w *WorkloadModel) PressureNow() *modelPressure {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.selective == 0 || w.cluster == nil || w.weights == nil {
-		w.pressure, w.pressureAge = nil, PressureEvery
+		w.pressure, w.pressureAge = nil, pressureEvery
 		return nil
 	}
-	if w.pressureAge >= min(PressureEvery, w.pressureLen) {
-		w.pressure = computePressure(w.Counts, clusterCapacity(w.cluster), w.weights)
+	if w.pressureAge >= min(pressureEvery, w.pressureLen) {
+		w.pressure = computePressure(w.counts, clusterCapacity(w.cluster), w.weights)
 		w.pressureAge, w.pressureLen = 0, len(w.ring)
 	}
 	return w.pressure

@@ -10,9 +10,9 @@ import (
 
 // A GPU's sharing mode (api.Sharing) is what its node agent publishes; a pod's is its
 // tessera.dev/gpu-sharing annotation. A pod is placed only on GPUs of its own mode, so
-// MPS clients and time-sliced tenants never share a GPU (PodInfo.Eligible and
+// MPS clients and time-sliced tenants never share a GPU (PodInfo.eligible and
 // EligibleAt), and an MPS GPU takes no more containers than its MPS server's client
-// limit (fits). The node agent checks both again when it binds the container.
+// limit (Fits). The node agent checks both again when it binds the container.
 
 // ParseSharing reads the pod's sharing mode into info.
 func ParseSharing(pod *v1.Pod, info *PodInfo) error {
@@ -49,7 +49,7 @@ func mpsRoom(m *NodeModel, u *Usage, i int) bool {
 func sharingMiss(m *NodeModel, p *PodInfo) string {
 	other := PodInfo{ModelInclude: p.ModelInclude, ModelExclude: p.ModelExclude, UUIDInclude: p.UUIDInclude, UUIDExclude: p.UUIDExclude, mps: !p.mps}
 	for i := range m.Devices {
-		if other.Eligible(&m.Devices[i]) {
+		if other.eligible(&m.Devices[i]) {
 			if p.mps {
 				return fmt.Sprintf("node has no GPU in mps sharing mode (the pod's %s is mps); see the node agent's --mps-gpus", api.AnnotationSharing)
 			}

@@ -40,7 +40,7 @@ func (spread) NeedsFit() bool { return false }
 // small fraction moves util by less than one score point on a large node, but always
 // occupies a GPU, so nodes stay apart.
 func (spread) ScoreNode(_ *PodInfo, a *Allocation, _ fwk.NodeInfo, _ *FitScale, w *Weights) int64 {
-	util, occupied := nodeUtilisation(a.Model, a.Used, w)
+	util, occupied := nodeUtilisation(a.Model, a.used, w)
 	score, ok := weightedScore(w, 1-(util+occupied)/2, a)
 	if !ok {
 		return 0
@@ -63,7 +63,7 @@ func nodeUtilisation(m *NodeModel, used []Usage, w *Weights) (util, occupied flo
 			continue
 		}
 		mem += float64(used[i].MemMiB)
-		memTotal += float64(d.MemoryMiB)
+		memTotal += float64(d.memoryMiB)
 		cores += float64(used[i].Cores)
 		n++
 		if used[i].Tenants > 0 {

@@ -6,15 +6,15 @@ import (
 
 // Device is one schedulable unit of a node: a whole GPU, or a MIG instance of a GPU
 // in MIG mode. Devices are immutable once a NodeModel is built.
-type Device struct {
+type device struct {
 	UUID      string
 	Index     int // NVML index of the physical GPU
-	Model     string
-	MemoryMiB int64
+	model     string
+	memoryMiB int64
 	NUMA      int
 	healthy   bool
 	health    string
-	MIG       bool
+	mig       bool
 	// mps is set for a GPU in mps sharing mode, whose MPS server takes mpsClients
 	// containers (sharing.go).
 	mps        bool
@@ -24,10 +24,10 @@ type Device struct {
 	island int
 }
 
-// DeviceHot is what Filter and Score read of every device of every node they see,
+// deviceHot is what Filter and Score read of every device of every node they see,
 // packed apart from device's strings: a node's eight devices fill two cache lines
 // here against twelve in devices, and on a busy scheduler each line is a miss.
-type DeviceHot struct {
+type deviceHot struct {
 	MemoryMiB int64
 	island    int32
 	Healthy   bool
@@ -39,14 +39,14 @@ type DeviceHot struct {
 	kind uint16
 }
 
-// maxDeviceKind caps DeviceHot.kind; the devices it is compared for are the first 64.
+// maxDeviceKind caps deviceHot.kind; the devices it is compared for are the first 64.
 const maxDeviceKind = 1<<16 - 1
 
 // NodeModel is a node's decoded inventory in the form Filter, Score and Reserve use.
 type NodeModel struct {
-	Devices []Device
+	Devices []device
 	// Hot[i] holds device i's memory, island, health and MIG flag, as devices[i].
-	Hot    []DeviceHot
+	Hot    []deviceHot
 	ByUUID map[string]int
 	// affinity[i][j] in [0,1]: how well devices i and j work together (1 = NVLink).
 	affinity [][]float64
@@ -135,10 +135,10 @@ func buildNodeModel(inv *api.NodeInventory) *NodeModel {
 		g := &inv.GPUs[i]
 		if g.MIG != nil && len(g.MIG.Instances) > 0 {
 			for _, mi := range g.MIG.Instances {
-				m.Devices = append(m.Devices, Device{
-					UUID: mi.UUID, Index: g.Index, Model: g.Model + " MIG " + mi.Profile,
-					MemoryMiB: mi.MemoryMiB, NUMA: g.NUMANode, healthy: g.Healthy, health: g.HealthReason,
-					MIG: true, island: islandOf[i],
+				m.Devices = append(m.Devices, device{
+					UUID: mi.UUID, Index: g.Index, model: g.Model + " MIG " + mi.Profile,
+					memoryMiB: mi.MemoryMiB, NUMA: g.NUMANode, healthy: g.Healthy, health: g.HealthReason,
+					mig: true, island: islandOf[i],
 				})
 				gpuOf = append(gpuOf, i)
 			}
@@ -148,24 +148,24 @@ func buildNodeModel(inv *api.NodeInventory) *NodeModel {
 			// MIG mode with no instances: nothing on this GPU can be scheduled.
 			continue
 		}
-		m.Devices = append(m.Devices, Device{
-			UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
+		m.Devices = append(m.Devices, device{
+			UUID: g.UUID, Index: g.Index, model: g.Model, memoryMiB: g.MemoryMiB,
 			NUMA: g.NUMANode, healthy: g.Healthy, health: g.HealthReason, island: islandOf[i],
 			mps: g.Mode() == api.SharingMPS, mpsClients: g.MPSClients,
 		})
 		m.hasMPS = m.hasMPS || g.Mode() == api.SharingMPS
 		gpuOf = append(gpuOf, i)
 	}
-	m.Hot = make([]DeviceHot, len(m.Devices))
+	m.Hot = make([]deviceHot, len(m.Devices))
 	for i := range m.Devices {
 		d := &m.Devices[i]
 		m.ByUUID[d.UUID] = i
 		if d.healthy {
 			m.Healthy++
 		}
-		m.Hot[i] = DeviceHot{MemoryMiB: d.MemoryMiB, island: int32(d.island), Healthy: d.healthy, MIG: d.MIG, kind: uint16(min(i, maxDeviceKind))}
+		m.Hot[i] = deviceHot{MemoryMiB: d.memoryMiB, island: int32(d.island), Healthy: d.healthy, MIG: d.mig, kind: uint16(min(i, maxDeviceKind))}
 		for j := 0; j < min(i, maxDeviceKind); j++ {
-			if o := &m.Devices[j]; o.Model == d.Model && o.MemoryMiB == d.MemoryMiB && o.healthy == d.healthy && o.MIG == d.MIG && o.mps == d.mps && o.mpsClients == d.mpsClients {
+			if o := &m.Devices[j]; o.model == d.model && o.memoryMiB == d.memoryMiB && o.healthy == d.healthy && o.mig == d.mig && o.mps == d.mps && o.mpsClients == d.mpsClients {
 				m.Hot[i].kind = uint16(j)
 				break
 			}

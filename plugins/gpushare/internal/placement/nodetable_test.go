@@ -1,4 +1,4 @@
-package gpushare
+package placement
 
 import (
 	"fmt"
@@ -9,24 +9,25 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
+	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
 // Readers without a lock always find every node that was added and not removed,
 // never one that was removed, while a writer adds, removes and grows the table.
 func TestNodeTable(t *testing.T) {
-	var tab placement.NodeTable
-	if tab.Load("none") != nil {
+	var tab nodeTable
+	if tab.load("none") != nil {
 		t.Fatal("an empty table found a node")
 	}
 	const n = 3000
-	entries := make([]*placement.NodeEntry, n)
+	entries := make([]*NodeEntry, n)
 	for i := range entries {
-		entries[i] = &placement.NodeEntry{Name: fmt.Sprintf("node-%d", i)}
+		entries[i] = &NodeEntry{name: fmt.Sprintf("node-%d", i)}
 	}
 	// The first half is stored before the readers start and never removed.
 	for _, e := range entries[:n/2] {
-		tab.Store(e)
+		tab.store(e)
 	}
 	var stop atomic.Bool
 	var wrong atomic.Int64
@@ -37,10 +38,10 @@ func TestNodeTable(t *testing.T) {
 			defer wg.Done()
 			for k := 0; !stop.Load(); k++ {
 				e := entries[(k*7+r)%(n/2)]
-				if tab.Load(e.Name) != e {
+				if tab.load(e.name) != e {
 					wrong.Add(1)
 				}
-				if got := tab.Load(fmt.Sprintf("absent-%d", k%50)); got != nil {
+				if got := tab.load(fmt.Sprintf("absent-%d", k%50)); got != nil {
 					wrong.Add(1)
 				}
 			}
@@ -48,16 +49,16 @@ func TestNodeTable(t *testing.T) {
 	}
 	// The writer adds the second half, removes every other of it, and adds those again.
 	for _, e := range entries[n/2:] {
-		tab.Store(e)
+		tab.store(e)
 	}
 	for i := n / 2; i < n; i += 2 {
-		tab.Remove(entries[i].Name)
+		tab.remove(entries[i].name)
 	}
 	for i := n / 2; i < n; i += 2 {
-		if tab.Load(entries[i].Name) != nil {
-			t.Fatalf("%s found after its removal", entries[i].Name)
+		if tab.load(entries[i].name) != nil {
+			t.Fatalf("%s found after its removal", entries[i].name)
 		}
-		tab.Store(entries[i])
+		tab.store(entries[i])
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -65,16 +66,16 @@ func TestNodeTable(t *testing.T) {
 		t.Fatalf("%d lookups without a lock gave a wrong answer", w)
 	}
 	for _, e := range entries {
-		if tab.Load(e.Name) != e {
-			t.Fatalf("%s not found", e.Name)
+		if tab.load(e.name) != e {
+			t.Fatalf("%s not found", e.name)
 		}
 	}
-	if tab.Live != n {
-		t.Fatalf("live %d, want %d", tab.Live, n)
+	if tab.live != n {
+		t.Fatalf("live %d, want %d", tab.live, n)
 	}
-	tab.Remove("never-added")
-	if a := tab.Cur.Load(); 2*tab.Used > len(a.Slots) {
-		t.Fatalf("%d of %d slots used: the table must keep half free", tab.Used, len(a.Slots))
+	tab.remove("never-added")
+	if a := tab.cur.Load(); 2*tab.used > len(a.slots) {
+		t.Fatalf("%d of %d slots used: the table must keep half free", tab.used, len(a.slots))
 	}
 }
 
@@ -82,27 +83,27 @@ func TestNodeTable(t *testing.T) {
 // entry to it, and a hint never names an entry for an object it no longer matches: a
 // newer object of the node (another annotation), or one whose node was removed.
 func TestObjectHints(t *testing.T) {
-	c := placement.NewCache()
+	c := NewCache()
 	const n = 200
 	nodes := make([]*v1.Node, n)
 	for i := range nodes {
-		nodes[i] = h100(t, fmt.Sprintf("n%d", i))
+		nodes[i] = placementtest.H100(t, fmt.Sprintf("n%d", i))
 		c.SetInventory(nodes[i].Name, nodes[i].Annotations[api.AnnotationInventory])
 	}
 	for _, node := range nodes {
-		if c.Hints.Load(node) != nil {
+		if c.hints.load(node) != nil {
 			t.Fatalf("%s: a hint before any view", node.Name)
 		}
 		e, _, _ := c.EntryView(node, nil)
-		if e != c.Existing(node.Name) || c.ExistingFor(node) != e {
+		if e != c.existing(node.Name) || c.ExistingFor(node) != e {
 			t.Fatalf("%s: entryView and existingFor disagree with the name's entry", node.Name)
 		}
 	}
 	hits := 0
 	for _, node := range nodes {
-		if e := c.Hints.Load(node); e != nil {
-			if e.Name != node.Name {
-				t.Fatalf("%s: hint names %s", node.Name, e.Name)
+		if e := c.hints.load(node); e != nil {
+			if e.name != node.Name {
+				t.Fatalf("%s: hint names %s", node.Name, e.name)
 			}
 			hits++
 		}
@@ -114,19 +115,19 @@ func TestObjectHints(t *testing.T) {
 	// A newer object with another inventory: the old object's hint no longer matches.
 	old := nodes[0]
 	newer := old.DeepCopy()
-	newer.Annotations[api.AnnotationInventory] = makeNode(t, old.Name, pcieInventory(old.Name, 2, "NVIDIA A10", t4Mem)).Annotations[api.AnnotationInventory]
+	newer.Annotations[api.AnnotationInventory] = placementtest.Node(t, old.Name, fixtures.PCIeNode(old.Name, 2, "NVIDIA A10", fixtures.T4MiB)).Annotations[api.AnnotationInventory]
 	e, v, _ := c.EntryView(newer, nil)
 	if len(v.Model.Devices) != 2 || c.ExistingFor(newer) != e {
 		t.Fatalf("newer object: %d devices", len(v.Model.Devices))
 	}
-	if c.Hints.Load(old) != nil {
+	if c.hints.load(old) != nil {
 		t.Fatal("the old object still finds the entry through its hint")
 	}
 	// A removed node: its object's hint no longer matches, and a lookup by that object
 	// finds what a lookup by name does.
 	gone := nodes[1]
 	c.RemoveNode(gone.Name)
-	if c.Hints.Load(gone) != nil || c.ExistingFor(gone) != nil {
+	if c.hints.load(gone) != nil || c.ExistingFor(gone) != nil {
 		t.Fatal("a removed node is still found through its object")
 	}
 }

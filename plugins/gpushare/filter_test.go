@@ -1,0 +1,53 @@
+package gpushare
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// A miss that freeing capacity could fix reads the same on every node, whatever each
+// has free and whatever its GPUs' size: the scheduler's FailedScheduling summary
+// counts nodes per distinct reason, and a per-node figure made one line per node.
+func TestMissReasonsGroupAcrossNodes(t *testing.T) {
+	// Every GPU of node i is used by one pod holding mem[i] MiB and cores[i] %.
+	fill := func(nodes []*v1.Node, mem []int64, cores []int, count []int) []*v1.Pod {
+		var pods []*v1.Pod
+		for i, n := range nodes {
+			for g := 0; g < count[i]; g++ {
+				pods = append(pods, bindPod(t, makePod(fmt.Sprintf("%s-%d", n.Name, g), nil, ctr{Name: "c", GPU: "1"}), n.Name, oneGrant(n.Name, mem[i], cores[i], g)))
+			}
+		}
+		return pods
+	}
+	nodes := []*v1.Node{h100(t, "a"), h100(t, "b"), t4(t, "c"), t4(t, "d")}
+	count := []int{8, 8, 4, 4}
+	for _, tc := range []struct {
+		name  string
+		mem   []int64
+		cores []int
+		pod   *v1.Pod
+		want  string
+	}{
+		{"memory in MiB", []int64{h100Mem - 3000, h100Mem - 100, t4Mem - 2000, t4Mem - 10}, []int{0, 0, 0, 0},
+			makePod("p", nil, ctr{Name: "m", GPU: "1", Mem: "4096"}), `node(s) had no GPU with 4096 MiB free for container "m"`},
+		{"memory in percent on GPUs of different sizes", []int64{h100Mem * 7 / 10, h100Mem * 9 / 10, t4Mem * 8 / 10, t4Mem},
+			[]int{0, 0, 0, 0}, makePod("p", nil, ctr{Name: "m", GPU: "1", Pct: "40"}), `node(s) had no GPU with 40% of its memory free for container "m"`},
+		{"cores", []int64{1000, 2000, 1000, 500}, []int{80, 95, 71, 100},
+			makePod("p", nil, ctr{Name: "m", GPU: "2", Mem: "1000", Cores: "30"}), `node(s) had fewer than 2 GPUs with 30% of their cores free for container "m"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil, nodes, fill(nodes, tc.mem, tc.cores, count)...)
+			r := e.cycle(tc.pod)
+			if !r.pre.IsSuccess() {
+				t.Fatalf("PreFilter: %v", r.pre)
+			}
+			for _, n := range nodes {
+				if got := r.filter[n.Name].Message(); got != tc.want {
+					t.Errorf("node %s: %q, want %q", n.Name, got, tc.want)
+				}
+			}
+		})
+	}
+}
