@@ -41,7 +41,7 @@ build() {
   cp bin/node/containerd bin/node/containerd-shim-runc-v2 bin/node/ctr "$DIR/"
   cp _output/node-test/images.tar cuda-hook/build/libtessera-cuda.so "$DIR/"
   mkdir -p "$DIR/fake"
-  cp cuda-hook/build/plain/fake/libcuda.so.1 cuda-hook/build/plain/fake/libnvidia-ml.so.1 "$DIR/fake/"
+  cp cuda-hook/build/plain/fake/libcuda.so.1 cuda-hook/build/plain/fake/libnvidia-ml.so.1 _output/node-test/bin/fake-mps-control "$DIR/fake/"
   rm -rf "$DIR/repo"
   mkdir -p "$DIR/repo/hack/lib" "$DIR/repo/config/scheduler" "$DIR/repo/test/node"
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
@@ -79,7 +79,7 @@ run() {
   export TESSERA_NODE_DRIVER_DIR=${TESSERA_NODE_DRIVER_DIR:-/usr/local/nvidia/lib64}
   # NVML for the agent.
   export LD_LIBRARY_PATH=$TESSERA_NODE_DRIVER_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake
+  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake FAKE_MPS_CONTROL=$DIR/fake/fake-mps-control
   export TESSERA_NODE_SUITE=1 TESSERA_NODE_GPU=${TESSERA_NODE_GPU:-1} TESSERA_NODE_MODES=${TESSERA_NODE_MODES:-nri} TESSERA_NODE_LOGS=$w/logs
   cd "$DIR/repo/test/node" || return 1
   timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
