@@ -12,8 +12,10 @@
 # node.sh needs from the repository travel in DIR/repo.
 #
 # run needs root and an NVIDIA driver (libraries in TESSERA_NODE_DRIVER_DIR, default
-# /usr/local/nvidia/lib64). Environment: NODE_TEST_RUN (test regexp, default every
-# case), TESSERA_NODE_MODES (default nri), B6_PODS (default 20; 0: no B6), LIMIT_S
+# /usr/local/nvidia/lib64). Environment: NODE_TEST_RUN (test regexp below TestNode,
+# pass first, e.g. nri/MPSShares; default every case), TESSERA_NODE_MODES (default nri),
+# TESSERA_NODE_MPS_CONTROL (the MPS control program of the MPSShares case, default
+# /usr/local/nvidia/bin/nvidia-cuda-mps-control, nvidia-cuda-mps-server beside it), B6_PODS (default 20; 0: no B6), LIMIT_S
 # and B6_LIMIT_S (seconds for the tests and for B6, default 100 and 60);
 # TESSERA_NODE_GPU=0 runs the same on the fake driver (to check a bundle without a GPU). Results go to $OUT (or DIR/results):
 # summary.txt, b6.txt and logs.tar.gz.

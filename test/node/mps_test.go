@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/tessera-dev/tessera/api"
 )
@@ -43,7 +44,9 @@ const containerMPSPipeDir = "/run/tessera-mps"
 //     times the SMs each kernel fills: an MPS client launches one block per SM of its
 //     share) is logged and checked loosely: the 30 % pod well below the 70 % pod;
 //   - a time-sliced pod asking for the MPS GPU stays pending with the scheduler's
-//     reason.
+//     reason;
+//   - no pod gets a warning event of the agent's MPS supervision or watchdog
+//     (GPUMPS*: a daemon or server failure, a process outside the MPS server).
 func testMPSShares(n *node) {
 	if n.mode != "nri" {
 		n.t.Skip("MPS containers are bound through NRI only (--mps-gpus needs --nri; the fallback binding refuses them)")
@@ -153,6 +156,18 @@ func (n *node) checkMPSClient(p *v1.Pod, uuid string, smCount, cores int, memMiB
 	}
 	if l.GPUs[0].Cores != 0 || l.MPS == nil || l.MPS.ThreadPercent != percent || l.MPS.PipeDir != containerMPSPipeDir {
 		n.t.Errorf("pod %s: limits file has cores %d and mps %+v, want cores 0 (no pacing) and mps %d %s", p.Name, l.GPUs[0].Cores, l.MPS, percent, containerMPSPipeDir)
+	}
+	// The agent's MPS events: the watchdog's GPUMPSBypassed (a process with a CUDA
+	// context of its own), GPUMPSDaemonFailed, GPUMPSServerFailed.
+	evs, err := n.client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", p.Name).String()})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.Reason, "GPUMPS") && e.Type == v1.EventTypeWarning {
+			n.t.Errorf("pod %s: event %s: %s", p.Name, e.Reason, e.Message)
+		}
 	}
 	m, ok := find(lines, "mps")
 	if !ok {
