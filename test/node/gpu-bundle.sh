@@ -86,7 +86,7 @@ run() {
   cd "$DIR/repo/test/node" || return 1
   timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
   say "== TestNode (rc=$?)"
-  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
+  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch|mps)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
   if [[ ${B6_PODS:-20} != 0 ]]; then
     TESSERA_NODE_B6=1 TESSERA_B6_PODS=${B6_PODS:-20} TESSERA_B6_OUT=$res/b6.txt NODE_DIR=$w/b6node TESSERA_NODE_LOGS=$w/b6logs \
       timeout "${B6_LIMIT_S:-60}" "$b/nodebox" -test.v -test.count=1 -test.run '^TestB6PodStart$' >"$w/b6.txt" 2>&1
