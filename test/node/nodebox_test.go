@@ -33,8 +33,9 @@ func init() { boxMain = runBox }
 // is not one (the binary then runs the tests).
 func runBox(name string, args []string) (int, bool) {
 	// The agent starts each MPS control daemon through its own binary (the exec
-	// helper), which is this one under its own name: the helper mounts and execs, and
-	// never returns.
+	// helper), which here is this one under the name nodebox (os.Executable resolves
+	// the agent's link): the helper mounts, execs the control program and never
+	// returns. Without it that call would run the tests.
 	mps.RunExecHelper()
 	switch name {
 	case "kube-apiserver":
