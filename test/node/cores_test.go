@@ -121,6 +121,13 @@ func (n *node) rate(p *v1.Pod) (float64, int64) {
 // first GPU).
 func (n *node) limitsOf(p *v1.Pod) api.GPULimit {
 	n.t.Helper()
+	return n.containerLimits(p).GPUs[0]
+}
+
+// containerLimits reads the limits file the agent wrote for the pod's one container,
+// which holds one GPU.
+func (n *node) containerLimits(p *v1.Pod) *api.ContainerLimits {
+	n.t.Helper()
 	var dirs []string
 	waitFor(n.t, 60*time.Second, fmt.Sprintf("the agent's record of pod %s", p.Name), func() (bool, error) {
 		dirs = n.boundDirs(p.UID)
@@ -134,5 +141,5 @@ func (n *node) limitsOf(p *v1.Pod) api.GPULimit {
 	if err != nil || len(l.GPUs) != 1 {
 		n.t.Fatalf("limits of pod %s: %v %+v", p.Name, err, l)
 	}
-	return l.GPUs[0]
+	return l
 }

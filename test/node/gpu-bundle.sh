@@ -12,8 +12,10 @@
 # node.sh needs from the repository travel in DIR/repo.
 #
 # run needs root and an NVIDIA driver (libraries in TESSERA_NODE_DRIVER_DIR, default
-# /usr/local/nvidia/lib64). Environment: NODE_TEST_RUN (test regexp, default every
-# case), TESSERA_NODE_MODES (default nri), B6_PODS (default 20; 0: no B6), LIMIT_S
+# /usr/local/nvidia/lib64). Environment: NODE_TEST_RUN (test regexp below TestNode,
+# pass first, e.g. nri/MPSShares; default every case), TESSERA_NODE_MODES (default nri),
+# TESSERA_NODE_MPS_CONTROL (the MPS control program of the MPSShares case, default
+# /usr/local/nvidia/bin/nvidia-cuda-mps-control, nvidia-cuda-mps-server beside it), B6_PODS (default 20; 0: no B6), LIMIT_S
 # and B6_LIMIT_S (seconds for the tests and for B6, default 100 and 60);
 # TESSERA_NODE_GPU=0 runs the same on the fake driver (to check a bundle without a GPU). Results go to $OUT (or DIR/results):
 # summary.txt, b6.txt and logs.tar.gz.
@@ -41,7 +43,7 @@ build() {
   cp bin/node/containerd bin/node/containerd-shim-runc-v2 bin/node/ctr "$DIR/"
   cp _output/node-test/images.tar cuda-hook/build/libtessera-cuda.so "$DIR/"
   mkdir -p "$DIR/fake"
-  cp cuda-hook/build/plain/fake/libcuda.so.1 cuda-hook/build/plain/fake/libnvidia-ml.so.1 "$DIR/fake/"
+  cp cuda-hook/build/plain/fake/libcuda.so.1 cuda-hook/build/plain/fake/libnvidia-ml.so.1 _output/node-test/bin/fake-mps-control "$DIR/fake/"
   rm -rf "$DIR/repo"
   mkdir -p "$DIR/repo/hack/lib" "$DIR/repo/config/scheduler" "$DIR/repo/test/node"
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
@@ -79,12 +81,12 @@ run() {
   export TESSERA_NODE_DRIVER_DIR=${TESSERA_NODE_DRIVER_DIR:-/usr/local/nvidia/lib64}
   # NVML for the agent.
   export LD_LIBRARY_PATH=$TESSERA_NODE_DRIVER_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake
+  export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake FAKE_MPS_CONTROL=$DIR/fake/fake-mps-control
   export TESSERA_NODE_SUITE=1 TESSERA_NODE_GPU=${TESSERA_NODE_GPU:-1} TESSERA_NODE_MODES=${TESSERA_NODE_MODES:-nri} TESSERA_NODE_LOGS=$w/logs
   cd "$DIR/repo/test/node" || return 1
   timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
   say "== TestNode (rc=$?)"
-  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
+  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch|mps)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
   if [[ ${B6_PODS:-20} != 0 ]]; then
     TESSERA_NODE_B6=1 TESSERA_B6_PODS=${B6_PODS:-20} TESSERA_B6_OUT=$res/b6.txt NODE_DIR=$w/b6node TESSERA_NODE_LOGS=$w/b6logs \
       timeout "${B6_LIMIT_S:-60}" "$b/nodebox" -test.v -test.count=1 -test.run '^TestB6PodStart$' >"$w/b6.txt" 2>&1

@@ -13,7 +13,7 @@ NODE_DIR        ?= /tmp/tessera-node-$(firstword $(shell printf '%s' '$(CURDIR)'
 NODE_TEST_RUN   ?= .
 NODE_GO_TEST     = NODE_DIR=$(NODE_DIR) BIN_DIR=$(BIN) NODE_BIN_DIR=$(NODE_BIN) \
 	IMAGES_TAR=$(CURDIR)/$(NODE_OUT)/images.tar HOOK_LIBRARY=$(CURDIR)/cuda-hook/build/libtessera-cuda.so \
-	FAKE_DRIVER_DIR=$(CURDIR)/cuda-hook/build/plain/fake \
+	FAKE_DRIVER_DIR=$(CURDIR)/cuda-hook/build/plain/fake FAKE_MPS_CONTROL=$(CURDIR)/$(NODE_OUT)/bin/fake-mps-control \
 	TESSERA_NODE_SUITE=1 $(GO) test -count=1 -timeout 30m -v -run '$(NODE_TEST_RUN)' ./test/node
 
 # runc with seccomp (kubelet asks for the runtime's default profile): libseccomp's
@@ -53,9 +53,15 @@ $(NODE_OUT)/images.tar: $(NODE_OUT)/bin/tessera-probe $(NODE_OUT)/bin/pause test
 .PHONY: node-images
 node-images: $(NODE_OUT)/images.tar ## Build the real-node suite's test images (CUDA probe, pod sandbox) as one OCI archive
 
+# The fake driver's MPS control program, which the agent runs for the suite's MPS case
+# on a node without a GPU.
+$(NODE_OUT)/bin/fake-mps-control: test/node/fakemps/fake-mps-control.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -o $@ $<
+
 # The node's fake NVIDIA driver (make test-node): node.sh installs it in NODE_DIR/driver.
 .PHONY: node-fake-driver
-node-fake-driver: ## Build the fake NVIDIA driver (libcuda, libnvidia-ml of cuda-hook/fake) that make test-node installs as its node's driver
+node-fake-driver: $(NODE_OUT)/bin/fake-mps-control ## Build the fake NVIDIA driver (libcuda, libnvidia-ml of cuda-hook/fake, and the suite's fake MPS control program) that make test-node installs as its node's driver
 	$(MAKE) --no-print-directory -C cuda-hook build/plain/fake/libcuda.so.1 build/plain/fake/libnvidia-ml.so.1
 
 NODE_DEPS := node-binaries node-images node-fake-driver scheduler agent hook $(BIN)/etcd $(BIN)/kube-apiserver $(BIN)/kubectl

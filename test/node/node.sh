@@ -29,6 +29,15 @@
 #   TESSERA_NODE_DRIVER_DIR  with GPU=1: where the machine's driver libraries are
 #                  (default /usr/local/nvidia/lib64), searched by the agent's CDI
 #                  discovery
+#   MPS_GPUS       the agent's --mps-gpus (default none: every GPU time-sliced): GPUs
+#                  served in mps sharing mode, each by an MPS control daemon the agent
+#                  runs, with its pipe, shm and log directories under NODE_DIR/m; needs
+#                  MODE=nri. Read when the agent starts (node.sh start agent too)
+#   TESSERA_NODE_MPS_CONTROL  with GPU=1: the MPS control program (default
+#                  /usr/local/nvidia/bin/nvidia-cuda-mps-control; nvidia-cuda-mps-server
+#                  must be beside it)
+#   FAKE_MPS_CONTROL  with GPU=0: the fake MPS control program
+#                  (test/node/fakemps, built into _output/node-test/bin)
 #   NRI_VALIDATOR  with MODE=nri, 1 (default): containerd's NRI default validator is
 #                  on, so a GPU container whose pod requires the agent's NRI plugin
 #                  (the chart's require-nri-plugin policy, applied to the API server
@@ -221,6 +230,21 @@ start_agent() {
       --cdi-library-search-paths "$NODE_DIR/driver$FAKE_DRIVER_LIB_DIR")
     env=(env "FAKE_CUDA_DEVICES=$(grep -c 'GPU-' "$FAKE_TOPOLOGY")" "FAKE_NVML_DRIVER_VERSION=$(fake_driver_version)")
   fi
+  if [[ -n ${MPS_GPUS:-} ]]; then
+    local ctl
+    if [[ $GPU == 1 ]]; then
+      ctl=${TESSERA_NODE_MPS_CONTROL:-/usr/local/nvidia/bin/nvidia-cuda-mps-control}
+    else
+      ctl=${FAKE_MPS_CONTROL:-}
+    fi
+    [[ -x $ctl ]] || tessera::die "MPS_GPUS=$MPS_GPUS: no MPS control program at '$ctl' (TESSERA_NODE_MPS_CONTROL with GPU=1, FAKE_MPS_CONTROL without)"
+    # The root is short: each GPU's pipe directory (<root>/<uuid>/pipe) must fit 80
+    # bytes, for the MPS sockets in it. The daemon starts nvidia-cuda-mps-server from
+    # its PATH.
+    args+=(--mps-gpus "$MPS_GPUS" --mps-control "$ctl" --mps-root "$NODE_DIR/m" --mps-health-interval 1s)
+    ((${#env[@]})) || env=(env)
+    env+=("PATH=$(dirname "$ctl"):$PATH")
+  fi
   case $MODE in
   nri) args+=(--nri --nri-socket "$NRI_SOCK") ;;
   fallback) args+=(--nri=false --bind-fallback --bind-socket "$NODE_DIR/bind/bind.sock") ;;
@@ -375,6 +399,7 @@ down() {
   [[ -d $RUN_DIR ]] || return 0
   tessera::load_env 2>/dev/null || true
   tessera::stop agent
+  stop_mps_daemons
   tessera::stop kubelet
   # Containers outlive kubelet and containerd (their shims keep them): end them here.
   if tessera::running containerd; then
@@ -399,6 +424,19 @@ down() {
   fi
   remove_created
   rm -rf "$NODE_DIR"
+}
+
+# stop_mps_daemons kills the MPS control daemons (with their servers, in their
+# process group) that a stopped agent left under NODE_DIR/m: the agent sends them
+# quit when it stops, so only an agent that was killed leaves one.
+stop_mps_daemons() {
+  local f pid
+  for f in "$NODE_DIR"/m/*/pipe/nvidia-cuda-mps-control.pid; do
+    [[ -f $f ]] || continue
+    pid=$(<"$f")
+    [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q mps-control || continue
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  done
 }
 
 # stop_shims kills the runc shims of this node's containerd (their command line names

@@ -66,6 +66,7 @@ func TestNode(t *testing.T) {
 				{"DeleteFreesGrant", testDeleteFreesGrant},
 				{"FiftyPodsAtOnce", testFiftyPods},
 				{"CoresShares", testCoresShares},
+				{"MPSShares", testMPSShares},
 				{"TorchLimit", testTorchLimit},
 				{"AgentDownRefused", testAgentDownRefused},
 				{"RestartAgent", func(n *node) { testRestart(n, "agent") }},

@@ -24,6 +24,7 @@ import (
 
 	agentapp "github.com/tessera-dev/tessera/cmd/tessera-node-agent/app"
 	scheduler "github.com/tessera-dev/tessera/cmd/tessera-scheduler/app"
+	"github.com/tessera-dev/tessera/node-agent/mps"
 )
 
 func init() { boxMain = runBox }
@@ -31,6 +32,11 @@ func init() { boxMain = runBox }
 // runBox runs the component named name and returns its exit code, or false when name
 // is not one (the binary then runs the tests).
 func runBox(name string, args []string) (int, bool) {
+	// The agent starts each MPS control daemon through its own binary (the exec
+	// helper), which here is this one under the name nodebox (os.Executable resolves
+	// the agent's link): the helper mounts, execs the control program and never
+	// returns. Without it that call would run the tests.
+	mps.RunExecHelper()
 	switch name {
 	case "kube-apiserver":
 		return cli.Run(apiserver.NewAPIServerCommand()), true

@@ -27,9 +27,20 @@
  *                            the launches begin at that wall-clock time (unix ms), so
  *                            that pods started apart run together; late_ms is how
  *                            late the probe was for it (0: it waited)
+ *   mps         enabled sms ctx_sms pipe percent pinned env_pipe env_percent env_pinned
+ *                            with -mps, after the memory line: the device's
+ *                            CU_DEVICE_ATTRIBUTE_MPS_ENABLED (1: the driver reached an
+ *                            MPS server) and SM count (an MPS client's share of the
+ *                            SMs), the SM count of the primary context's execution
+ *                            affinity (0 where the driver has none), the three
+ *                            CUDA_MPS_* variables (PIPE_DIRECTORY,
+ *                            ACTIVE_THREAD_PERCENTAGE, PINNED_DEVICE_MEM_LIMIT) as the
+ *                            process has them after cuInit (the hook sets them), and
+ *                            env_*: the same in the environment the container was
+ *                            started with (/proc/self/environ; "-" when unset)
  *   error       call err     a call failed; the program exits 1
  *
- *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms]
+ *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps]
  *   tessera-probe -sleep ms      sleep, then exit 0 without touching CUDA (an init container)
  */
 #define _GNU_SOURCE
@@ -58,6 +69,7 @@ typedef CUresult (*getfn_fn)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
 			      void **, void **);
 typedef CUresult (*sync_fn)(void);
+typedef CUresult (*affinity_fn)(CUexecAffinityParam *, CUexecAffinityType);
 
 /* The compute kernel, as nvcc would write pace.cu's "work" (cuda-hook/gpu): each
  * thread runs iters dependent FMAs and stores the result only if it is 12345 (never),
@@ -119,6 +131,34 @@ static void *sym(void *lib, const char *name)
 	return p;
 }
 
+/* The value of name in the environment the process was started with (what the
+ * runtime gave the container), not as changed since: "-" when unset. */
+static const char *initial_env(const char *name, char *buf, size_t size)
+{
+	snprintf(buf, size, "-");
+	FILE *f = fopen("/proc/self/environ", "r");
+	if (f == NULL)
+		return buf;
+	size_t n = strlen(name);
+	char *entry = NULL;
+	size_t cap = 0;
+	while (getdelim(&entry, &cap, '\0', f) > 0) {
+		if (strncmp(entry, name, n) == 0 && entry[n] == '=') {
+			snprintf(buf, size, "%s", entry[n + 1] != '\0' ? entry + n + 1 : "-");
+			break;
+		}
+	}
+	free(entry);
+	fclose(f);
+	return buf;
+}
+
+static const char *env_or_dash(const char *name)
+{
+	const char *v = getenv(name);
+	return v != NULL && *v != '\0' ? v : "-";
+}
+
 #define CALL(name, expr)                                                     \
 	do {                                                                 \
 		CUresult r_ = (expr);                                        \
@@ -130,7 +170,7 @@ static void *sym(void *lib, const char *name)
 
 int main(int argc, char **argv)
 {
-	int fill = 0, hold = 0;
+	int fill = 0, hold = 0, mps = 0;
 	long chunk_mib = 256, interval_ms = 500, compute_ms = 0;
 	long long start_at_ms = 0, sleep_ms = 0;
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -164,8 +204,10 @@ int main(int argc, char **argv)
 			start_at_ms = atoll(argv[++i]);
 		else if (strcmp(argv[i], "-sleep") == 0 && i + 1 < argc)
 			sleep_ms = atoll(argv[++i]);
+		else if (strcmp(argv[i], "-mps") == 0)
+			mps = 1;
 		else {
-			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-sleep ms]\n");
+			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps] [-sleep ms]\n");
 			return 2;
 		}
 	}
@@ -210,6 +252,26 @@ int main(int argc, char **argv)
 	CALL("cuDeviceTotalMem", cuDeviceTotalMem_(&card, dev));
 	CALL("cuMemGetInfo", cuMemGetInfo_(&free_b, &total));
 	printf("tessera-probe memory total_mib=%zu free_mib=%zu device_total_mib=%zu\n", total >> 20, free_b >> 20, card >> 20);
+
+	if (mps) {
+		attr_fn cuDeviceGetAttribute_ = (attr_fn)sym(lib, "cuDeviceGetAttribute");
+		affinity_fn cuCtxGetExecAffinity_ = (affinity_fn)sym(lib, "cuCtxGetExecAffinity");
+		int enabled = 0, sms = 0;
+		CALL("cuDeviceGetAttribute", cuDeviceGetAttribute_(&enabled, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev));
+		CALL("cuDeviceGetAttribute", cuDeviceGetAttribute_(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+		CUexecAffinityParam a;
+		memset(&a, 0, sizeof(a));
+		unsigned int ctx_sms = 0;
+		if (cuCtxGetExecAffinity_(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT) == CUDA_SUCCESS)
+			ctx_sms = a.param.smCount.val;
+		char e_pipe[256], e_pct[64], e_pinned[256];
+		printf("tessera-probe mps enabled=%d sms=%d ctx_sms=%u pipe=%s percent=%s pinned=%s env_pipe=%s env_percent=%s env_pinned=%s\n",
+		       enabled, sms, ctx_sms, env_or_dash("CUDA_MPS_PIPE_DIRECTORY"), env_or_dash("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+		       env_or_dash("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+		       initial_env("CUDA_MPS_PIPE_DIRECTORY", e_pipe, sizeof(e_pipe)),
+		       initial_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", e_pct, sizeof(e_pct)),
+		       initial_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", e_pinned, sizeof(e_pinned)));
+	}
 
 	if (compute_ms > 0) {
 		attr_fn cuDeviceGetAttribute_ = (attr_fn)sym(lib, "cuDeviceGetAttribute");
