@@ -70,18 +70,33 @@ static int64_t tessera_now_ns(void)
 static _Atomic int64_t est_ns[2];
 static _Atomic int64_t est_samples[2]; /* samples taken so far */
 static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
-/* Per class (under ev_mu): the last sample was set aside, the last sample counted
- * with the estimate it was counted against, and when it was read. */
-static int grew[2];
-static int64_t last_ns[2], last_est_ns[2], last_at_ns[2];
+/* Per class (under ev_mu): the last RECENT samples, set aside or not, each with the
+ * estimate it was read against, and when the last was read. */
+#define RECENT 16
+static struct {
+	int64_t ns, est;
+} recent[2][RECENT];
+static int recent_n[2];
+static int64_t last_at_ns[2];
+
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
+/* After a slot burst met another container's turns, the container's allowance is this
+ * much short of its slot for MET_HOLD_NS: a time-sliced GPU spends time switching from
+ * one context to the next, which slots that fill the period exactly cannot hold, so
+ * the bursts of saturating containers would drift into each other's slots. */
+#define SLOT_GAP_NS 200000LL
+#define MET_HOLD_NS (5 * 1000000000LL)
+/* Until when (monotonic ns) the gap is kept: a slot burst of this process met another
+ * container's turns or spilled out of its slot. */
+static _Atomic int64_t met_until_ns;
+
 
 /* What pacing did in this process, for the debug log at exit (all on slow paths). */
 static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns;
-	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns;
+	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
 
@@ -194,18 +209,20 @@ static void settle_sample(void)
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	if (e > 0) {
+		int i = recent_n[smp.cls]++ % RECENT;
+		recent[smp.cls][i].ns = ns;
+		recent[smp.cls][i].est = e;
+	}
 	/* A sample far above the estimate most likely waited for another context's
 	 * time slice between its events; three in a row mean the work changed. */
 	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
 		rejected[smp.cls]++;
-		grew[smp.cls] = 1;
 		PSTAT_ADD(set_aside, 1);
 		return;
 	}
 	rejected[smp.cls] = 0;
-	grew[smp.cls] = 0;
-	last_ns[smp.cls] = ns;
-	last_est_ns[smp.cls] = e;
+
 	PSTAT_ADD(samples[smp.cls], 1);
 	if (smp.host_gap_ns > 0) {
 		PSTAT_ADD(idle[smp.cls], 1);
@@ -325,9 +342,11 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&est_samples[0], 0);
 	atomic_store(&est_samples[1], 0);
 	rejected[0] = rejected[1] = 0;
-	grew[0] = grew[1] = 0;
-	last_ns[0] = last_ns[1] = last_est_ns[0] = last_est_ns[1] = last_at_ns[0] = last_at_ns[1] = 0;
+	memset(recent, 0, sizeof(recent));
+	recent_n[0] = recent_n[1] = 0;
+	last_at_ns[0] = last_at_ns[1] = 0;
 	atomic_store(&charged_ns, 0);
+	atomic_store(&met_until_ns, 0);
 	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
@@ -355,13 +374,13 @@ __attribute__((destructor)) static void pacing_summary(void)
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
-		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld",
+		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
 		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
 		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
 		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
 		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
-		    (long long)atomic_load(&pstat.sliced_ns));
+		    (long long)atomic_load(&pstat.sliced_ns), (long long)atomic_load(&pstat.forfeit_ns));
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -427,7 +446,10 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
 static int64_t refill(struct tessera_pacer *p, int64_t now)
 {
 	struct tessera_shared_pacer *s = p->s;
-	const int64_t P = TESSERA_PACING_PERIOD_NS, len = p->slot_len_ns;
+	const int64_t P = TESSERA_PACING_PERIOD_NS;
+	int64_t len = p->slot_len_ns;
+	if (now < atomic_load_explicit(&met_until_ns, memory_order_relaxed) && len > 4 * SLOT_GAP_NS)
+		len -= SLOT_GAP_NS;
 	int64_t k = (now - p->slot_off_ns) / P;
 	if (now < p->slot_off_ns + k * P)
 		k--;
@@ -465,7 +487,7 @@ static int capturing(CUstream stream)
  * path began, which may be milliseconds earlier if the thread was descheduled or
  * waited meanwhile), so that the burst's host time is never short and the lag
  * settle_burst computes from it is never overstated. */
-static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0)
+static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0, int64_t slot_end)
 {
 	p->burst_started = 0;
 	if (!events_usable())
@@ -486,6 +508,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_t0_ns = t0;
 		p->burst_charged0 = charged0;
 		p->burst_all0 = all0;
+		p->burst_slot_end_ns = slot_end;
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
@@ -508,6 +531,9 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
 		p->f_lag_s_ns = p->lag_s_ns;
+		p->f_slot_end_ns = p->burst_slot_end_ns;
+		p->f_t0_ns = p->burst_t0_ns;
+		p->burst_slot_end_ns = 0;
 		if (chain) {
 			/* Known once this burst's F is read (settle_burst). */
 			p->lag_s_ns = -1;
@@ -533,9 +559,12 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 
 /* How far above their estimate the launch samples say a burst's launches ran, as a
  * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
- * last 25 periods), its last sample against the estimate it was counted against. -1
- * (the overrun is all owed) while a class rests on its first few samples or its last
- * sample was set aside. */
+ * last 25 periods), its last RECENT samples, set aside or not, against the estimates
+ * they were read against, without the largest (one sample that met another context's
+ * turn does not explain a burst's overrun for the next RECENT samples). A program of
+ * mixed kernels, whose long kernels the estimate may set aside, thus has its overrun
+ * explained and owed. -1 (the overrun is all owed) while a class rests on its first
+ * few samples. */
 #define AGREE_SAMPLES 8
 static double samples_excess(void)
 {
@@ -545,9 +574,24 @@ static double samples_excess(void)
 		int64_t n = atomic_load(&est_samples[cls]);
 		if (n == 0 || now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
 			continue;
-		if (n < AGREE_SAMPLES || grew[cls] || last_est_ns[cls] <= 0)
+		int m = recent_n[cls] < RECENT ? recent_n[cls] : RECENT;
+		if (n < AGREE_SAMPLES || m < AGREE_SAMPLES)
 			return -1;
-		double r = (double)last_ns[cls] / (double)last_est_ns[cls] - 1;
+		int64_t sum = 0, sum_est = 0, top = 0;
+		int top_i = 0;
+		for (int i = 0; i < m; i++)
+			if (recent[cls][i].ns > top) {
+				top = recent[cls][i].ns;
+				top_i = i;
+			}
+		for (int i = 0; i < m; i++)
+			if (i != top_i) {
+				sum += recent[cls][i].ns;
+				sum_est += recent[cls][i].est;
+			}
+		if (sum_est <= 0)
+			return -1;
+		double r = (double)sum / (double)sum_est - 1;
 		if (r > x)
 			x = r;
 	}
@@ -614,14 +658,16 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	/* Another context's turns on a time-sliced GPU run inside a burst's elapsed time
 	 * where the two containers' work meets, and the events of each bill them to both.
 	 * What the burst ran over its charge beyond what its launch samples explain (their
-	 * excess over the estimate) is taken for that, up to one time slice, and neither
-	 * owed nor read as launches charged too little. The rest is owed: all of it while
-	 * the samples say the launches changed (a sample set aside). */
+	 * excess over the estimate) is taken for that, and neither owed nor read as
+	 * launches charged too little: all of it for a burst that began at its slot's
+	 * refill (what such a burst runs past its slot's end is given up below, whoever's
+	 * work it was), up to one time slice for any other. The rest is owed: all of it
+	 * while the samples say the launches changed (a sample set aside). */
 	int64_t sliced = 0;
 	if (excess >= 0 && e > p->f_charged) {
 		int64_t explained = (int64_t)(excess * (double)p->f_charged);
 		sliced = e - p->f_charged - explained;
-		if (sliced > TIME_SLICE_NS)
+		if (p->f_slot_end_ns == 0 && sliced > TIME_SLICE_NS)
 			sliced = TIME_SLICE_NS;
 		if (sliced < 0)
 			sliced = 0;
@@ -637,6 +683,32 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	if (over < -p->slot_len_ns)
 		over = -p->slot_len_ns;
 	atomic_fetch_sub(&s->tokens, over);
+	/* A burst that began at its slot's refill and ran past the slot's end ran into the
+	 * next container's slot (or kept a slot of free time from the next refill). What
+	 * it ran past, beyond 50 us and one launch (the last launch may take the tokens
+	 * below zero; that is owed already) and beyond what it owes for its overrun, is
+	 * given up from the next allowance. Each container thus pays for the time its slot bursts spill out of
+	 * their slots, whether its own launches or another's turns made them spill: the
+	 * load of two saturating containers whose turns meet drops until their bursts fit
+	 * their slots again, where a time-sliced GPU runs each alone (two busy contexts in
+	 * turns lose about 8 % of the GPU to the switches on an H200). A collision also
+	 * opens a gap of SLOT_GAP_NS at the end of the container's slots for a while. */
+	int64_t forfeit = 0;
+	if (p->f_slot_end_ns > 0) {
+		int64_t spill = p->f_t0_ns + e + sliced - p->f_slot_end_ns;
+		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
+		forfeit = spill - (50000 + est) - (over > 0 ? over : 0) - turns;
+		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)
+			forfeit = 50 * TESSERA_PACING_PERIOD_NS;
+		if (forfeit > 0) {
+			atomic_fetch_sub(&s->tokens, forfeit);
+			PSTAT_ADD(forfeit_ns, forfeit);
+		} else {
+			forfeit = 0;
+		}
+		if (forfeit > 0 || sliced > 50000 + est)
+			atomic_store_explicit(&met_until_ns, tessera_now_ns() + MET_HOLD_NS, memory_order_relaxed);
+	}
 	PSTAT_ADD(bursts, 1);
 	if (over > 0)
 		PSTAT_ADD(owed_ns, over);
@@ -655,9 +727,11 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
 			atomic_store(&est_ns[cls], scaled);
 	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld",
+	tessera_log(TESSERA_LOG_DEBUG,
+		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
+		    "forfeit_ns=%lld slot=%d excess=%.3f",
 		    (long long)e + sliced, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over,
-		    (long long)sliced);
+		    (long long)sliced, (long long)forfeit, p->f_slot_end_ns > 0, excess);
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -679,11 +753,15 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		pacer_check(s, now);
 		if (slept)
 			p->slept = 1;
+		/* The ended burst is settled before the refill, so that what it gives back
+		 * never takes the tokens past one period's allowance. */
+		if (p->fence_pending) {
+			settle_burst(p, p->slept);
+			now = tessera_now_ns();
+		}
 		int64_t r0 = s->refill_k;
 		int64_t wake = refill(p, now);
 		int refilled = s->refill_k != r0;
-		if (p->fence_pending)
-			settle_burst(p, p->slept);
 		if (p->slept && p->burst_started) {
 			/* A chained burst that could not end before the wait: it spans the wait,
 			 * when the GPU idled, and is not measured. */
@@ -697,7 +775,8 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
 			if (!p->burst_started && !p->fence_pending)
-				begin_burst(p, stream, charged0, all0);
+				begin_burst(p, stream, charged0, all0,
+					    refilled && p->slept ? wake - TESSERA_PACING_PERIOD_NS + p->slot_len_ns : 0);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
 			return;
