@@ -645,7 +645,12 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	}
 	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
 	int64_t min_lag = 100000 + 2 * est;
-	int back_to_back = lag >= 0 && (lag >= min_lag || lag >= p->f_host_ns);
+	/* A queue many kernels deep at F, or one the GPU was behind on for longer than
+	 * the host took to issue the burst; and most of S→F after the host's last launch
+	 * (a burst whose host paused, a program sleeping or serving no request, with the
+	 * stream idle, ends with its queue full of the launches after the pause: its S→F
+	 * is mostly the pause). */
+	int back_to_back = lag >= 0 && (lag >= p->f_host_ns || (lag >= min_lag && 2 * lag >= e));
 	/* Another process of the container launched during the burst: its work ran
 	 * between this one's on the GPU, inside this burst's elapsed time. */
 	int alone = p->f_all - p->f_charged <= p->f_charged / 20;
@@ -687,12 +692,14 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	 * next container's slot (or kept a slot of free time from the next refill). What
 	 * it ran past, beyond 50 us and one launch (the last launch may take the tokens
 	 * below zero; that is owed already) and beyond what it owes for its overrun, is
-	 * given up from the next allowance. Each container thus pays for the time its slot bursts spill out of
-	 * their slots, whether its own launches or another's turns made them spill: the
-	 * load of two saturating containers whose turns meet drops until their bursts fit
-	 * their slots again, where a time-sliced GPU runs each alone (two busy contexts in
-	 * turns lose about 8 % of the GPU to the switches on an H200). A collision also
-	 * opens a gap of SLOT_GAP_NS at the end of the container's slots for a while. */
+	 * given up from the next allowance (less half of another container's turns in
+	 * it, up to 1 ms). Each container thus pays for the time its slot bursts spill
+	 * out of their slots, whether its own launches or another's turns made them
+	 * spill: the load of two saturating containers whose turns meet drops until their
+	 * bursts fit their slots again, where a time-sliced GPU runs each alone (two busy
+	 * contexts in turns lose about 8 % of the GPU to the switches on an H200). A slot
+	 * burst that met more than 0.5 ms and one launch of another's turns also opens a
+	 * gap of SLOT_GAP_NS at the end of the container's slots for a while. */
 	int64_t forfeit = 0;
 	if (p->f_slot_end_ns > 0) {
 		int64_t spill = p->f_t0_ns + e + sliced - p->f_slot_end_ns;
@@ -706,7 +713,7 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		} else {
 			forfeit = 0;
 		}
-		if (forfeit > 0 || sliced > 50000 + est)
+		if (sliced > 500000 + est)
 			atomic_store_explicit(&met_until_ns, tessera_now_ns() + MET_HOLD_NS, memory_order_relaxed);
 	}
 	PSTAT_ADD(bursts, 1);

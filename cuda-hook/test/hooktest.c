@@ -26,6 +26,7 @@
  *   hooktest light <cores> <seconds>
  *   hooktest pace-turns <cores> <seconds>
  *   hooktest pace-share <cores> <seconds>
+ *   hooktest pace-pause <cores> <pause-seconds> <seconds>
  *   hooktest capture
  *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
@@ -1135,6 +1136,28 @@ static int pace_beside_main(int argc, char **argv)
 	return 0;
 }
 
+/* A program that launches, then leaves its stream idle for a while (asleep, waiting
+ * for a request, for a start time) and then saturates the GPU gets its share from the
+ * start: the burst its first launch opened spans the pause, in which the GPU idled,
+ * and must not be billed as GPU time (it was, once: the burst ended with its queue
+ * full, which read as back to back, and the program owed a second, the most a burst
+ * may owe, and then waited for it). */
+static int pace_pause_main(int argc, char **argv)
+{
+	CHECK(argc == 5, "usage: pace-pause <cores> <pause-seconds> <seconds>");
+	int cores = atoi(argv[2]);
+	setup();
+	OK(cuLaunchKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
+	OK(cuCtxSynchronize());
+	struct timespec ts = {(time_t)atof(argv[3]), (long)((atof(argv[3]) - (double)(time_t)atof(argv[3])) * 1e9)};
+	nanosleep(&ts, NULL);
+	double share = run_launches("kernel", atof(argv[4]));
+	printf("pace-pause: cores %d, share %.1f%% right after a %.1f s pause\n", cores, share, atof(argv[3]));
+	CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: the pause was billed", share, cores);
+	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
+	return 0;
+}
+
 /* A program that needs less GPU time than its share is not slowed: 100 us kernels
  * with 400 us of host work between them need 20% of the GPU. Under a cap of 50% it
  * must run at the rate its host work allows; under a cap below 20% it is held, and
@@ -1295,6 +1318,8 @@ int main(int argc, char **argv)
 		return light_main(argc, argv);
 	if (strcmp(scenario, "pace-turns") == 0 || strcmp(scenario, "pace-share") == 0)
 		return pace_beside_main(argc, argv);
+	if (strcmp(scenario, "pace-pause") == 0)
+		return pace_pause_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

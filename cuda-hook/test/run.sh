@@ -294,6 +294,11 @@ t light 50 0.6                         # a program needing 20% is not slowed at 
 limits 0 "$U1 81920 15 0"
 timed t light 15 0.8                   # held at 15%, it gets 15%: its host time is not owed
 limits 0 "$U1 81920 30 0"
+# A pause with the stream idle right after a container's first launch is not billed
+# (a fresh container: its region has no tokens left by the checks above).
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/pause|" "$ROOT/run/tessera/limits"
+timed t pace-pause 30 0.5 0.8
+limits 0 "$U1 81920 30 0"
 # Another context holds the GPU 1.5 ms of every period, inside this one's bursts.
 timed tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
 # Two containers at 30/70 on one GPU that runs them in 2 ms turns (the fake's
