@@ -24,7 +24,16 @@
  *    running at the next refill is waited for, and its overrun is owed.
  *  - on a time-sliced GPU, another container's turn runs inside a burst where the two
  *    containers' work meets: what a burst ran over its charge beyond what its launch
- *    samples explain is taken for that, up to one time slice, and not owed.
+ *    samples explain is taken for that, and not owed (up to one time slice, but for
+ *    a slot burst, which the next rule holds to its slot).
+ *  - the refill points of a GPU's containers follow one another (the node agent
+ *    places them), so each container's refill begins its slot. A slot burst (one that
+ *    began at the container's refill after waiting for it) that runs past its slot's
+ *    end gives what it ran past up from the next allowance, whoever's work made it
+ *    spill: a time-sliced GPU that runs two busy contexts in turns loses time to the
+ *    switches, so saturating containers whose bursts met would stay met; they now
+ *    shed load until their bursts fit their slots again, and for a while after a
+ *    collision leave a gap at their slots' end for the switch.
  *
  * The tokens belong to the container, not to a process: they live in the container's
  * accounting region (region.c), so two processes at 50% share one 50% allowance. A
