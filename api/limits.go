@@ -164,26 +164,36 @@ func NewContainerLimits(c ContainerAssignment, cgroupPath string) (*ContainerLim
 type PhaseSpan struct{ Phase, Cores int }
 
 // PlacePhase returns the lowest phase at which a window of cores percent overlaps none
-// of taken, and false if no gap is wide enough (the caller then falls back to phase 0,
-// and the overlapping containers share their windows as plain time-slicing would).
+// of taken, and true. If no gap is wide enough (windows freed by departed containers
+// can leave the free time in pieces), it returns the phase whose window overlaps the
+// taken ones least (the lowest of those) and false: the overlapping containers then
+// meet in each other's windows, where the hook's pacer makes each give up part of
+// what spills past its window (docs/cuda-hook.md, Slots), so the less they overlap the
+// less they lose.
 func PlacePhase(taken []PhaseSpan, cores int) (int, bool) {
 	if cores <= 0 {
 		return 0, true
 	}
+	best, bestOverlap := 0, -1
 	for start := 0; start+cores <= 100; start++ {
-		free := true
+		overlap := 0
 		for _, t := range taken {
-			if t.Cores > 0 && start < t.Phase+t.Cores && t.Phase < start+cores {
-				free = false
-				start = t.Phase + t.Cores - 1 // the loop's start++ moves past t
-				break
+			if t.Cores <= 0 {
+				continue
+			}
+			lo, hi := max(start, t.Phase), min(start+cores, t.Phase+t.Cores)
+			if hi > lo {
+				overlap += hi - lo
 			}
 		}
-		if free {
+		if overlap == 0 {
 			return start, true
 		}
+		if bestOverlap < 0 || overlap < bestOverlap {
+			best, bestOverlap = start, overlap
+		}
 	}
-	return 0, false
+	return best, false
 }
 
 // Validate checks every rule of the grammar that a ContainerLimits value can break.
