@@ -86,8 +86,8 @@ base=$("$G/pace" rate kernel 4 | rate)
 say "info unhooked rate: $base kernels/s"
 share_ok() { # share_ok <name> <rate> <target>
 	s=$(awk -v r="$2" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')
-	if awk -v s="$s" -v t="$3" 'BEGIN{exit !(s >= t-5 && s <= t+5)}'; then say "ok   $1: share $s% (target $3%)"; else
-		say "FAIL $1: share $s% (target $3% +- 5)"
+	if awk -v s="$s" -v t="$3" 'BEGIN{exit !(s >= t-3 && s <= t+3)}'; then say "ok   $1: share $s% (target $3%)"; else
+		say "FAIL $1: share $s% (target $3% +- 3)"
 		fails=$((fails + 1))
 	fi
 }
