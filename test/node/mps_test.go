@@ -109,14 +109,7 @@ func testMPSShares(n *node) {
 		r, late := n.rate(p)
 		sms[c] = m.int(n.t, "sms")
 		share[c] = 100 * r * float64(sms[c]) / soloWork
-		if late > 0 {
-			msg := fmt.Sprintf("pod %s started computing %d ms after the common start: the pods did not run together", p.Name, late)
-			if n.gpu {
-				n.t.Error(msg)
-			} else {
-				n.t.Log(msg)
-			}
-		}
+		n.checkStartedTogether(p, late)
 	}
 	if p := n.get(ctx, ts.Name); p.Spec.NodeName != "" {
 		n.t.Errorf("time-sliced pod %s was placed on node %s beside MPS clients", ts.Name, p.Spec.NodeName)

@@ -87,13 +87,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 	}
 	wl := newFragWorkload(shapes, weights)
 	for trial := 0; trial < 500; trial++ {
-		used := make([]Usage, len(m.Devices))
-		for i := range used {
-			if rng.Intn(3) > 0 {
-				pct := int64(rng.Intn(90))
-				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
-			}
-		}
+		used := randomUsage(rng, m, 90)
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
 		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
@@ -336,13 +330,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 	}
 	c := &api.ContainerRequest{GPUs: 1, MemoryPercent: 10, Cores: 10}
 	for trial := 0; trial < 300; trial++ {
-		used := make([]Usage, len(m.Devices))
-		for i := range used {
-			if rng.Intn(3) > 0 {
-				pct := int64(rng.Intn(95))
-				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
-			}
-		}
+		used := randomUsage(rng, m, 95)
 		st := newFragStats(m, used, wl, w)
 		if got, want := st.Value(wl, nil), perShape(used); math.Abs(got-want) > 1e-12 {
 			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)

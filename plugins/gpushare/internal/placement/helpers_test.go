@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math/rand"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,4 +58,17 @@ func (l *learner) teach(t testing.TB, n int, c placementtest.Ctr) {
 	for i := 0; i < n; i++ {
 		l.learn(t, placementtest.Pod(fmt.Sprintf("seen-%s-%d", c.Pct+c.GPU, i), nil, c))
 	}
+}
+
+// randomUsage is a random usage of m's devices: two in three in use, each by one
+// tenant holding the same random percentage (under maxPct) of memory and cores.
+func randomUsage(rng *rand.Rand, m *NodeModel, maxPct int) []Usage {
+	used := make([]Usage, len(m.Devices))
+	for i := range used {
+		if rng.Intn(3) > 0 {
+			pct := int64(rng.Intn(maxPct))
+			used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+		}
+	}
+	return used
 }

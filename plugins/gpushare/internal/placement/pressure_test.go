@@ -78,13 +78,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	}
 	wl := newFragWorkload(shapes, weights)
 	for trial := 0; trial < 300; trial++ {
-		used := make([]Usage, len(m.Devices))
-		for i := range used {
-			if rng.Intn(3) > 0 {
-				pct := int64(rng.Intn(90))
-				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
-			}
-		}
+		used := randomUsage(rng, m, 90)
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
 		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
