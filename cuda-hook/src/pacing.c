@@ -711,7 +711,11 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	 * gap of SLOT_GAP_NS at the end of the container's slots for a while. */
 	int64_t forfeit = 0;
 	if (p->f_slot_end_ns > 0) {
-		int64_t spill = p->f_t0_ns + e + sliced - p->f_slot_end_ns;
+		/* From when the GPU could start it: a host that woke late for the refill
+		 * (descheduled, a loaded machine) delays this burst alone, and the next
+		 * begins on time. */
+		int64_t woke_late = p->f_t0_ns - (p->f_slot_end_ns - p->slot_len_ns);
+		int64_t spill = p->f_t0_ns + e + sliced - p->f_slot_end_ns - (woke_late > 0 ? woke_late : 0);
 		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
 		forfeit = spill - (50000 + est) - (over > 0 ? over : 0) - turns;
 		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)
