@@ -306,15 +306,19 @@ timed tenv FAKE_CUDA_OTHER=1000,1500,20000 pace-turns 30 0.8
 # a loaded machine; billing the other's turns gave 25 / 65.5).
 rm -rf "$ROOT/run/tessera"
 config "allow-env-limits yes"
-# pair <cores a> <phase a> <cores b> <phase b>: both tenants at once; fails if either
-# misses its share.
-pair() {
-	printf 'version 1\ncgroup /pair/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $1 $2 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $U1 $3 $4 >"$ROOT/b.limits"
+# beside <cores a> <phase a> <cores b> <phase b> "<scenario a>" "<scenario b>": two
+# containers (fresh regions) at once on one simulated GPU; fails if either fails.
+beside_n=0
+beside() {
+	beside_n=$((beside_n + 1))
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $beside_n $U1 $1 $2 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $beside_n $U1 $3 $4 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
-	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $1 2 &
+	# shellcheck disable=SC2086 # each scenario is words
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" $5 &
 	a=$!
-	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share $3 2 &
+	# shellcheck disable=SC2086
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" $6 &
 	b=$!
 	ra=0
 	rb=0
@@ -322,10 +326,22 @@ pair() {
 	wait $b || rb=$?
 	[ $ra = 0 ] && [ $rb = 0 ]
 }
+# pair <cores a> <phase a> <cores b> <phase b>: both tenants saturating; fails if
+# either misses its share.
+pair() {
+	beside $1 $2 $3 $4 "pace-share $1 2" "pace-share $3 2"
+}
 for p in "30 0 70 30" "50 0 50 50"; do
 	timed pair $p
 	pass=$((pass + 2))
 done
+# A light container (it needs 20 %) beside a saturating one is not held under its
+# 30 %: the last kernels of its bursts wait for the other's turns, and such a burst,
+# which spans its host's work, must not read as back to back (it did: the light one's
+# host work got 39 % of the time, owing 114 ms in 2 s). The saturating one's share
+# is not checked here: the light one's switches cost it.
+timed beside 30 0 70 30 "light 30 1.5" "pace kernel 70 1.5"
+pass=$((pass + 2))
 mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
