@@ -496,7 +496,7 @@ static int capturing(CUstream stream)
  * path began, which may be milliseconds earlier if the thread was descheduled or
  * waited meanwhile), so that the burst's host time is never short and the lag
  * settle_burst computes from it is never overstated. */
-static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0, int64_t slot_end)
+static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0, int at_refill)
 {
 	p->burst_started = 0;
 	if (!events_usable())
@@ -517,7 +517,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_t0_ns = t0;
 		p->burst_charged0 = charged0;
 		p->burst_all0 = all0;
-		p->burst_slot_end_ns = slot_end;
+		p->burst_at_refill = at_refill;
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
@@ -540,9 +540,8 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
 		p->f_lag_s_ns = p->lag_s_ns;
-		p->f_slot_end_ns = p->burst_slot_end_ns;
-		p->f_t0_ns = p->burst_t0_ns;
-		p->burst_slot_end_ns = 0;
+		p->f_at_refill = p->burst_at_refill;
+		p->burst_at_refill = 0;
 		if (chain) {
 			/* Known once this burst's F is read (settle_burst). */
 			p->lag_s_ns = -1;
@@ -586,18 +585,16 @@ static double samples_excess(void)
 		int m = recent_n[cls] < RECENT ? recent_n[cls] : RECENT;
 		if (n < AGREE_SAMPLES || m < AGREE_SAMPLES)
 			return -1;
-		int64_t sum = 0, sum_est = 0, top = 0;
-		int top_i = 0;
-		for (int i = 0; i < m; i++)
-			if (recent[cls][i].ns > top) {
-				top = recent[cls][i].ns;
-				top_i = i;
-			}
-		for (int i = 0; i < m; i++)
-			if (i != top_i) {
-				sum += recent[cls][i].ns;
-				sum_est += recent[cls][i].est;
-			}
+		int64_t sum = 0, sum_est = 0;
+		int top = 0;
+		for (int i = 0; i < m; i++) {
+			sum += recent[cls][i].ns;
+			sum_est += recent[cls][i].est;
+			if (recent[cls][i].ns > recent[cls][top].ns)
+				top = i;
+		}
+		sum -= recent[cls][top].ns;
+		sum_est -= recent[cls][top].est;
 		if (sum_est <= 0)
 			return -1;
 		double r = (double)sum / (double)sum_est - 1;
@@ -681,7 +678,7 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	if (excess >= 0 && e > p->f_charged) {
 		int64_t explained = (int64_t)(excess * (double)p->f_charged);
 		sliced = e - p->f_charged - explained;
-		if (p->f_slot_end_ns == 0 && sliced > TIME_SLICE_NS)
+		if (!p->f_at_refill && sliced > TIME_SLICE_NS)
 			sliced = TIME_SLICE_NS;
 		if (sliced < 0)
 			sliced = 0;
@@ -710,22 +707,20 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 	 * burst that met more than 0.5 ms and one launch of another's turns also opens a
 	 * gap of SLOT_GAP_NS at the end of the container's slots for a while. */
 	int64_t forfeit = 0;
-	if (p->f_slot_end_ns > 0) {
-		/* From when the GPU could start it: a host that woke late for the refill
-		 * (descheduled, a loaded machine) delays this burst alone, and the next
-		 * begins on time. */
-		int64_t woke_late = p->f_t0_ns - (p->f_slot_end_ns - p->slot_len_ns);
-		int64_t spill = p->f_t0_ns + e + sliced - p->f_slot_end_ns - (woke_late > 0 ? woke_late : 0);
+	if (p->f_at_refill) {
+		/* Counted from the refill point whenever its host woke for it: a host that
+		 * woke late (descheduled, a loaded machine) delays this burst alone, and the
+		 * next begins on time. So the spill is the burst's S→F beyond the slot's
+		 * length. */
+		int64_t spill = e + sliced - p->slot_len_ns;
 		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
 		forfeit = spill - (50000 + est) - (over > 0 ? over : 0) - turns;
 		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)
 			forfeit = 50 * TESSERA_PACING_PERIOD_NS;
-		if (forfeit > 0) {
-			atomic_fetch_sub(&s->tokens, forfeit);
-			PSTAT_ADD(forfeit_ns, forfeit);
-		} else {
+		if (forfeit < 0)
 			forfeit = 0;
-		}
+		atomic_fetch_sub(&s->tokens, forfeit);
+		PSTAT_ADD(forfeit_ns, forfeit);
 		if (sliced > 500000 + est)
 			atomic_store_explicit(&met_until_ns, tessera_now_ns() + MET_HOLD_NS, memory_order_relaxed);
 	}
@@ -751,7 +746,7 @@ static void settle_burst(struct tessera_pacer *p, int wait)
 		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
 		    "forfeit_ns=%lld slot=%d excess=%.3f",
 		    (long long)e + sliced, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over,
-		    (long long)sliced, (long long)forfeit, p->f_slot_end_ns > 0, excess);
+		    (long long)sliced, (long long)forfeit, p->f_at_refill, excess);
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -795,8 +790,7 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
 			if (!p->burst_started && !p->fence_pending)
-				begin_burst(p, stream, charged0, all0,
-					    refilled && p->slept ? wake - TESSERA_PACING_PERIOD_NS + p->slot_len_ns : 0);
+				begin_burst(p, stream, charged0, all0, refilled && p->slept);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
 			return;

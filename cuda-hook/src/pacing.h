@@ -33,9 +33,9 @@ struct tessera_pacer {
 	 * container's. */
 	int64_t f_host_ns, f_charged, f_all;
 	int f_other;
-	/* The end of the slot whose refill the open (ended) burst began at, after a wait;
-	 * 0 for a burst that did not; and when the ended burst's S was recorded. */
-	int64_t burst_slot_end_ns, f_slot_end_ns, f_t0_ns;
+	/* The open (ended) burst began at the container's refill, after a wait for it: it
+	 * is a slot burst, which its slot's length holds. */
+	int burst_at_refill, f_at_refill;
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;
