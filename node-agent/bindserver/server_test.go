@@ -185,12 +185,10 @@ func pod(t *testing.T, node string, statusID string, cs ...api.ContainerAssignme
 	return p
 }
 
-var mainGrant = api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}}}
-
-func TestBindAtFirstCall(t *testing.T) {
-	e := newEnv(t, 5*time.Second)
-	e.caller("0::" + cg + "\n")
-	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
+// fetchLimits asks the server for the calling process's limits, as the hook does, and
+// decodes them.
+func (e *env) fetchLimits(t *testing.T) ([]byte, *api.ContainerLimits) {
+	t.Helper()
 	data, err := Fetch(e.socket, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +197,16 @@ func TestBindAtFirstCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data, l
+}
+
+var mainGrant = api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}}}
+
+func TestBindAtFirstCall(t *testing.T) {
+	e := newEnv(t, 5*time.Second)
+	e.caller("0::" + cg + "\n")
+	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
+	data, l := e.fetchLimits(t)
 	if l.Cgroup != cg || len(l.GPUs) != 1 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30}) {
 		t.Errorf("limits %+v", l)
 	}
@@ -251,14 +259,7 @@ func TestBindForgetsDeletedPods(t *testing.T) {
 
 	e.caller("0::" + cg + "\n")
 	e.pods.set(pod(t, "node-1", "containerd://"+cid, mainGrant))
-	data, err := Fetch(e.socket, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := api.DecodeLimits(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := e.fetchLimits(t)
 	if len(l.GPUs) != 1 || l.GPUs[0].Cores != 30 || l.GPUs[0].Phase != 0 {
 		t.Errorf("limits %+v: want 30%% at phase 0, the deleted pod's window free", l.GPUs)
 	}
