@@ -1149,10 +1149,11 @@ static int pace_pause_main(int argc, char **argv)
 	setup();
 	OK(cuLaunchKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
 	OK(cuCtxSynchronize());
-	struct timespec ts = {(time_t)atof(argv[3]), (long)((atof(argv[3]) - (double)(time_t)atof(argv[3])) * 1e9)};
+	double pause = atof(argv[3]);
+	struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
 	nanosleep(&ts, NULL);
 	double share = run_launches("kernel", atof(argv[4]));
-	printf("pace-pause: cores %d, share %.1f%% right after a %.1f s pause\n", cores, share, atof(argv[3]));
+	printf("pace-pause: cores %d, share %.1f%% right after a %.1f s pause\n", cores, share, pause);
 	CHECK(share >= cores - 5, "share %.1f%%, want at least %d%% - 5: the pause was billed", share, cores);
 	CHECK(share <= cores + 8, "share %.1f%%, want at most %d%% + 8", share, cores);
 	return 0;
