@@ -32,21 +32,25 @@ mkdir -p "$MPS/pipe" "$MPS/log"
 mps_env() { echo "CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log"; }
 env $(mps_env) "$MPSCTL" -d || { say "MPS control daemon did not start"; exit 1; }
 
-# mix <mode> <kind:share>...: the tenants start together and measure one window.
+# mix <mode> <kind:share>...: the tenants start together and measure one window. Each
+# tenant is a container of its own (its own cgroup line, so no state is carried from
+# an earlier mix's tenant).
+MIXN=0
 mix() {
 	local mode=$1 i=0 phase=0 pids=() names=() shares=() total=0 start
 	shift
+	MIXN=$((MIXN + 1))
 	start=$(awk -v t="$(date +%s.%N)" 'BEGIN{printf "%.3f", t + 1.5}')
 	for t in "$@"; do
 		local kind=${t%%:*} share=${t##*:}
 		case $mode in
 		none) "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 & ;;
 		hook)
-			limits "$G/l$i" 20000 "$share" "$phase" "/b7/$i"
+			limits "$G/l$i" 20000 "$share" "$phase" "/b7/$$-$MIXN-$i"
 			hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
 			;;
 		mps)
-			limits "$G/l$i" 20000 0 0 "/b7/$i"
+			limits "$G/l$i" 20000 0 0 "/b7/$$-$MIXN-$i"
 			CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$share \
 				hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
 			;;
@@ -57,6 +61,9 @@ mix() {
 		i=$((i + 1))
 	done
 	wait "${pids[@]}"
+	if [ -n "${B7_DEBUG:-}" ]; then
+		for ((j = 0; j < i; j++)); do grep -h "pacing summary" "$G/t$j.out" | sed "s#^#$mode $* tenant $j: #"; done >>"$RES/b7-debug.log"
+	fi
 	local out=""
 	for ((j = 0; j < i; j++)); do
 		local r
@@ -79,6 +86,8 @@ mix() {
 	) shares=${out// /,} aggregate=$total"
 }
 
+# B7_DEBUG=1: the hook logs at debug level and its pacing summaries go to b7-debug.log.
+[ -n "${B7_DEBUG:-}" ] && export TESSERA_HOOK_LOG=debug && : >"$RES/b7-debug.log"
 # B7_MIXES overrides the mixes: "mm:30 mm:70;mm:50 launch:50".
 MIXES=("mm:30 mm:70" "mm:50 launch:50" "mm:25 mm:25 launch:25 launch:25" "mm:25 mm:25 mm:25 mm:25")
 [ -n "${B7_MIXES:-}" ] && IFS=';' read -ra MIXES <<<"$B7_MIXES"

@@ -35,7 +35,10 @@ func testCoresShares(n *node) {
 		computeMS, startDelay = 3000, 5*time.Second
 	}
 	spec := func(name string, cores int, args ...string) *v1.Pod {
-		p := n.pod(podSpec{name: name, gpus: 1, memMiB: 2048, cores: cores, args: args})
+		// The hook's debug log ends with its pacing summary, which explains a share
+		// that missed (logged below).
+		p := n.pod(podSpec{name: name, gpus: 1, memMiB: 2048, cores: cores, args: args,
+			env: []v1.EnvVar{{Name: "TESSERA_HOOK_LOG", Value: "debug"}}})
 		p.Annotations = map[string]string{api.AnnotationUUIDInclude: uuid}
 		return p
 	}
@@ -70,6 +73,9 @@ func testCoresShares(n *node) {
 		r, late := n.rate(p)
 		got[c] = 100 * r / soloRate
 		n.checkStartedTogether(p, late)
+		for _, l := range n.podLogLines(p, "probe", "pacing summary charged") {
+			n.t.Logf("pod %s: %s", p.Name, l)
+		}
 	}
 	n.t.Logf("solo %.1f kernels/s; 30%% pod %.1f%% (phase %d), 70%% pod %.1f%% (phase %d) of it", soloRate, got[30], a.Phase, got[70], b.Phase)
 	if n.gpu {

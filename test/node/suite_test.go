@@ -367,13 +367,12 @@ func (l probeLine) int(t *testing.T, key string) int64 {
 	return v
 }
 
-// probeLines reads the probe's lines from the pod's container log, which kubelet keeps
-// in the node's pod log directory (CRI format: "TIME STREAM TAG MESSAGE").
-func (n *node) probeLines(p *v1.Pod) []probeLine {
-	dir := filepath.Join(n.dir, "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), "probe")
+// eachLogLine calls fn with each line of a container's log (the kubelet's files):
+// its time and its text without the kubelet's timestamp and stream prefix.
+func (n *node) eachLogLine(p *v1.Pod, container string, fn func(ts time.Time, text string)) {
+	dir := filepath.Join(n.dir, "pod-logs", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	sort.Strings(files)
-	var out []probeLine
 	for _, f := range files {
 		fh, err := os.Open(f)
 		if err != nil {
@@ -381,22 +380,46 @@ func (n *node) probeLines(p *v1.Pod) []probeLine {
 		}
 		sc := bufio.NewScanner(fh)
 		for sc.Scan() {
-			parts := strings.SplitN(sc.Text(), " ", 4)
-			if len(parts) != 4 || !strings.HasPrefix(parts[3], "tessera-probe ") {
-				continue
+			if parts := strings.SplitN(sc.Text(), " ", 4); len(parts) == 4 {
+				ts, _ := time.Parse(time.RFC3339Nano, parts[0])
+				fn(ts, parts[3])
 			}
-			ts, _ := time.Parse(time.RFC3339Nano, parts[0])
-			words := strings.Fields(strings.TrimPrefix(parts[3], "tessera-probe "))
-			l := probeLine{event: words[0], fields: map[string]string{}, logged: ts}
-			for _, w := range words[1:] {
-				if k, v, ok := strings.Cut(w, "="); ok {
-					l.fields[k] = v
-				}
-			}
-			out = append(out, l)
 		}
 		fh.Close()
 	}
+}
+
+// podLogLines are the lines of a container's log that contain sub.
+func (n *node) podLogLines(p *v1.Pod, container, sub string) []string {
+	var out []string
+	n.eachLogLine(p, container, func(_ time.Time, text string) {
+		if strings.Contains(text, sub) {
+			out = append(out, text)
+		}
+	})
+	return out
+}
+
+// probeLines reads the probe's lines from the pod's container log, which kubelet keeps
+// in the node's pod log directory (CRI format: "TIME STREAM TAG MESSAGE").
+func (n *node) probeLines(p *v1.Pod) []probeLine {
+	var out []probeLine
+	n.eachLogLine(p, "probe", func(ts time.Time, text string) {
+		if !strings.HasPrefix(text, "tessera-probe ") {
+			return
+		}
+		words := strings.Fields(strings.TrimPrefix(text, "tessera-probe "))
+		if len(words) == 0 {
+			return
+		}
+		l := probeLine{event: words[0], fields: map[string]string{}, logged: ts}
+		for _, w := range words[1:] {
+			if k, v, ok := strings.Cut(w, "="); ok {
+				l.fields[k] = v
+			}
+		}
+		out = append(out, l)
+	})
 	return out
 }
 
