@@ -33,37 +33,50 @@ declare -A CW=(
 	[graph10x100us]="$W graph ${IT[100]}"
 	[loop]="$W loop ${IT[5]} 300"
 )
-CNAMES="k10us k100us k1ms k20ms graph10x100us loop"
-TNAMES="mm2048 mm4096 mm8192 mlp"
+# B4_CNAMES, B4_TNAMES and B4_ALONE_ONLY=1 (no tenants together) cut the matrix down
+# for a look at some rows; the published matrix is the whole one.
+CNAMES=${B4_CNAMES-k10us k100us k1ms k20ms graph10x100us loop}
+TNAMES=${B4_TNAMES-mm2048 mm4096 mm8192 mlp}
 secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
 
-# NVML's mean GPU utilisation and SM clock (MHz) between two epoch-microsecond
-# stamps: "<util> <clock>", -1 for what NVML does not give.
+# The SM clock (MHz) and board power (W), every 50 ms for the whole run, from NVML
+# (its clock samples are not kept by every driver): "<epoch-us> <MHz> <W>" lines.
+python3 - >"$G/clock.log" 2>/dev/null <<'EOF' &
+import time
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    while True:
+        c = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        p = pynvml.nvmlDeviceGetPowerUsage(h) / 1000
+        print(int(time.time() * 1e6), c, f"{p:.0f}", flush=True)
+        time.sleep(0.05)
+except Exception:
+    pass
+EOF
+CLOCK_PID=$!
+trap 'kill $CLOCK_PID 2>/dev/null' EXIT
+
+# NVML's mean GPU utilisation, and the sampled SM clock and power, between two
+# epoch-microsecond stamps: "<util> <MHz> <W>", -1 for what NVML does not give.
 util() {
-	python3 - "$1" "$2" <<'EOF'
+	local u
+	u=$(python3 - "$1" "$2" <<'EOF'
 import sys
-
-
-def mean(h, kind, t0, t1):
-    try:
-        _, samples = pynvml.nvmlDeviceGetSamples(h, kind, t0)
-        v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
-        return sum(v) / len(v) if v else -1
-    except Exception:
-        return -1
-
-
 try:
     import pynvml
     pynvml.nvmlInit()
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     t0, t1 = int(sys.argv[1]), int(sys.argv[2])
-    u = mean(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0, t1)
-    c = mean(h, getattr(pynvml, "NVML_PROCESSOR_CLK_SAMPLES", 6), t0, t1)
-    print(f"{u:.1f} {c:.0f}")
+    _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0)
+    v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
+    print(f"{sum(v) / len(v):.1f}" if v else "-1")
 except Exception:
-    print("-1 -1")
+    print("-1")
 EOF
+	)
+	echo "$u $(awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {n++; c += $2; p += $3} END {if (n) printf "%.0f %.0f", c/n, p/n; else print "-1 -1"}' "$G/clock.log")"
 }
 # hk: hooked, with the hook's debug log (every burst's GPU time and charge) kept in
 # b4-debug.log when B4_DEBUG is set.
@@ -76,32 +89,33 @@ hk() {
 	fi
 }
 
-declare -A SOLO NEED CLK
+declare -A SOLO NEED CLK PWR
 # nvml <output-line>: NVML's utilisation and SM clock over the line's measured interval.
 nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
 # Solo, unhooked.
 for w in $CNAMES; do
 	out=$(${CW[$w]} "$(secs $w)")
 	SOLO[$w]=$(field rate <<<"$out")
-	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
+	read -r NEED[$w] CLK[$w] PWR[$w] <<<"$(nvml "$out")"
 done
-$TW "$S" $TNAMES >"$G/torch.solo" || say "torch workloads failed"
+[ -z "$TNAMES" ] || $TW "$S" $TNAMES >"$G/torch.solo" || say "torch workloads failed"
 for w in $TNAMES; do
 	out=$(grep "^$w " "$G/torch.solo")
 	SOLO[$w]=$(field rate <<<"$out")
-	read -r NEED[$w] CLK[$w] <<<"$(nvml "$out")"
+	read -r NEED[$w] CLK[$w] PWR[$w] <<<"$(nvml "$out")"
 done
-for w in $CNAMES $TNAMES; do say "solo $w: rate ${SOLO[$w]}/s, GPU utilisation ${NEED[$w]}%, SM clock ${CLK[$w]} MHz"; done
+for w in $CNAMES $TNAMES; do say "solo $w: rate ${SOLO[$w]}/s, GPU utilisation ${NEED[$w]}%, SM clock ${CLK[$w]} MHz, ${PWR[$w]} W"; done
 
 fails=0
 # row <label> <workload> <cap> <output-line>: the share and its verdict, and beside
 # them what NVML saw over the run (utilisation of the whole GPU, so of every tenant
-# in the pair and trio rows, and the SM clock): a power-bound kernel does more work
-# per GPU-second at a higher clock, which a rate share counts and a time cap does not.
+# in the pair and trio rows, the SM clock and the board's power): a power-bound
+# kernel does more work per GPU-second at a higher clock, which a rate share counts
+# and a time cap does not.
 row() {
-	local share need=${NEED[$2]} verdict rate gpu clk
+	local share need=${NEED[$2]} verdict rate gpu clk pwr
 	rate=$(field rate <<<"$4")
-	read -r gpu clk <<<"$(nvml "$4")"
+	read -r gpu clk pwr <<<"$(nvml "$4")"
 	share=$(awk -v r="$rate" -v b="${SOLO[$2]}" 'BEGIN{if (b > 0) printf "%.1f", 100*r/b; else print "nan"}')
 	verdict=$(awk -v s="$share" -v c="$3" -v n="$need" 'BEGIN{
 		if (s == "nan") { print "FAIL no rate"; exit }
@@ -109,7 +123,11 @@ row() {
 		if (n <= c - 5) { printf "%s not slowed (needs %.0f%%, cap %d, want >= 95)", (s >= 95) ? "ok  " : "FAIL", n, c; exit }
 		printf "info held: expect about %.0f (needs %.0f%%, cap %d)", 100 * c / n, n, c }')
 	case $verdict in FAIL*) fails=$((fails + 1)) ;; esac
-	say "$(printf '%-26s %-14s share %6s%%  %-52s [GPU busy %s%%, SM %s MHz]' "$1" "$2" "$share" "$verdict" "$gpu" "$clk")"
+	# Alone, the GPU's busy time is the tenant's: its share of the solo run's is the
+	# time share the cap is about.
+	local tshare=""
+	[[ $1 == alone* ]] && tshare=$(awk -v g="$gpu" -v n="$need" 'BEGIN{if (g >= 0 && n > 0) printf ", time share %.1f%%", 100*g/n}')
+	say "$(printf '%-26s %-14s share %6s%%  %-52s [GPU busy %s%%%s, SM %s MHz, %s W]' "$1" "$2" "$share" "$verdict" "$gpu" "$tshare" "$clk" "$pwr")"
 }
 
 # together <label> <cap:phase:workload>...: the tenants at once, each in its own container.
@@ -152,15 +170,17 @@ unhooked() {
 		"$(awk -v r="$(field rate <"$G/u1.out")" -v b="${SOLO[$b]}" 'BEGIN{printf "%.1f", 100*r/b}')")"
 }
 
-together "pair 30/70" 30:0:k1ms 70:30:k1ms
-together "pair 30/70" 30:0:mm8192 70:30:mm8192
-together "pair 50/50" 50:0:k100us 50:50:k100us
-together "pair 50/50" 50:0:mm2048 50:50:mm2048
-together "pair 30/70" 30:0:loop 70:30:loop
-unhooked "pair unhooked" loop loop
-together "pair 30/70" 30:0:mlp 70:30:mlp
-unhooked "pair unhooked" mlp mlp
-together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us
+if [ -z "${B4_ALONE_ONLY:-}" ]; then
+	together "pair 30/70" 30:0:k1ms 70:30:k1ms
+	together "pair 30/70" 30:0:mm8192 70:30:mm8192
+	together "pair 50/50" 50:0:k100us 50:50:k100us
+	together "pair 50/50" 50:0:mm2048 50:50:mm2048
+	together "pair 30/70" 30:0:loop 70:30:loop
+	unhooked "pair unhooked" loop loop
+	together "pair 30/70" 30:0:mlp 70:30:mlp
+	unhooked "pair unhooked" mlp mlp
+	together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us
+fi
 
 # Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
 # limit would otherwise lose).
@@ -170,7 +190,7 @@ for c in 20 50 80; do
 		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)")"
 	done
 	limits "$G/m$c" 130000 $c 0 "/b4/alone$c/torch"
-	hk "$G/m$c" $TW "$S" $TNAMES >"$G/torch.$c"
+	[ -n "$TNAMES" ] && hk "$G/m$c" $TW "$S" $TNAMES >"$G/torch.$c"
 	for w in $TNAMES; do row "alone cap $c" $w $c "$(grep "^$w " "$G/torch.$c")"; done
 done
 say "B4 matrix: $fails rows failed"

@@ -8,6 +8,9 @@ G=$B/gpu
 mkdir -p "$G"
 RES=${OUT:-$G}
 HOOK=$B/libtessera-cuda.so
+# Without the hook, LD_PRELOAD is skipped with only a loader warning and every
+# "hooked" figure would be an unhooked one.
+[ -f "$HOOK" ] || { echo "no $HOOK: build the hook first (make -C cuda-hook)" >&2; exit 1; }
 CUDA_INC=$(dirname "$(command -v nvcc)")/../include
 if [ ! -e "$CUDA_INC/cuda.h" ]; then CUDA_INC=$(dirname "$(find / -name cuda.h -path '*include*' -not -path '/proc/*' 2>/dev/null | head -1)"); fi
 LIBCUDA_DIR=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')")
