@@ -83,6 +83,10 @@ static int64_t busy_until_ns;
  * start to start + len of every period of the monotonic clock (a time-sliced GPU's
  * turn of another container), when this process's queue does not advance. */
 static int64_t other_start_ns, other_len_ns, other_period_ns;
+/* FAKE_CUDA_EVENT_NS=<ns>: an event takes this much of the queue's time, as a real
+ * GPU's does (about 1 us on an H200): a launch sample, bracketed by two events, then
+ * reads more than the kernel takes back to back. Not in the shared GPU. */
+static int64_t event_ns;
 static void sg_setup(const char *path);
 static void sg_push(int64_t work_ns, int ev);
 static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
@@ -128,6 +132,8 @@ __attribute__((constructor)) static void setup(void)
 		other_len_ns = ol * 1000;
 		other_period_ns = op * 1000;
 	}
+	if ((s = getenv("FAKE_CUDA_EVENT_NS")) && atoll(s) > 0)
+		event_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
 		sg_slice_ns = atoll(s) * 1000;
 	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
@@ -1123,7 +1129,9 @@ CUresult cuEventRecord(CUevent e, CUstream s)
 	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
-	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, 0);
+	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, event_ns);
+	if (event_ns > 0)
+		busy_until_ns = v->at_ns;
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;

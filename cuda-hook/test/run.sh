@@ -285,6 +285,13 @@ for p in kernel kernel-ptsz ex coop graph; do
 done
 t pace long 30 1.2                     # kernels longer than the allowance: owed, not free
 t pace mixed 30 0.8                    # kernels of two lengths charged their mean
+# 10 us kernels whose samples read 2 us of event time more than the kernels take back
+# to back: the bursts give the difference back, and it is not lost to the refill's cap
+# (it was: 74.6 % at cap 80 on an H200).
+limits 0 "$U1 81920 80 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/small|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_EVENT_NS=2000 pace small 80 0.8 77
+limits 0 "$U1 81920 30 0"
 t capture
 limits 0 "$U1 81920 60 20"
 t pace kernel 60 0.6
