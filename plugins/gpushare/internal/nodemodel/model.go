@@ -44,8 +44,8 @@ type DeviceHot struct {
 	Kind uint16
 }
 
-// MaxDeviceKind caps DeviceHot.Kind; the devices it is compared for are the first
-// MaxDeviceKind.
+// MaxDeviceKind caps DeviceHot.Kind: a device is compared for its kind only with the
+// first MaxDeviceKind devices before it.
 const MaxDeviceKind = 1<<16 - 1
 
 // Model is a node's decoded inventory in the form Filter, Score and Reserve use.
@@ -89,8 +89,9 @@ func pcieAffinity(l api.PCIeLevel) float64 {
 
 const affinityNVLink = 1.0
 
-// Build turns a validated inventory into devices, pair affinities and
-// NVLink islands. A GPU in MIG mode contributes its instances instead of itself.
+// Build turns a validated inventory (api.NodeInventory.Validate) into devices, pair
+// affinities and NVLink islands. A GPU in MIG mode contributes its instances instead
+// of itself, and nothing when it has none.
 func Build(inv *api.NodeInventory) *Model {
 	m := &Model{ByUUID: make(map[string]int)}
 	pos := make(map[int]int, len(inv.GPUs)) // GPU index -> position in inv.GPUs
