@@ -7,6 +7,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
@@ -153,7 +154,7 @@ var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
 // whole GPU cannot use (what placement's newFragStats and FragStats.Value give for
 // that one class, without allocating: the collector measures every node on every
 // scrape). MIG instances are not eligible for such pods.
-func wholeGPUFragmentation(m *placement.NodeModel, used []placement.Usage, w *placement.Weights) (free, frag float64) {
+func wholeGPUFragmentation(m *nodemodel.Model, used []placement.Usage, w *placement.Weights) (free, frag float64) {
 	fit, eligible, small, elig := 0, 0, 0.0, 0.0
 	for i := range m.Devices {
 		f := placement.DeviceFree(m, used, i, w)

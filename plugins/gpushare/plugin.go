@@ -23,6 +23,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
@@ -449,7 +450,7 @@ func (pl *Plugin) RemovePod(_ context.Context, cs fwk.CycleState, _ *v1.Pod, pod
 }
 
 // applyDelta applies a preemption overlay to a copy of a node's usage.
-func applyDelta(m *placement.NodeModel, used []placement.Usage, d *nodeDelta, c *placement.Cache, node string) {
+func applyDelta(m *nodemodel.Model, used []placement.Usage, d *nodeDelta, c *placement.Cache, node string) {
 	if d == nil {
 		return
 	}
@@ -475,7 +476,7 @@ func applyDelta(m *placement.NodeModel, used []placement.Usage, d *nodeDelta, c 
 }
 
 // grantsOf lists the grants of an allocation.
-func grantsOf(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation) []placement.Grant {
+func grantsOf(m *nodemodel.Model, info *placement.PodInfo, a *placement.Allocation) []placement.Grant {
 	var gs []placement.Grant
 	for _, pl := range a.Placements {
 		for k, i := range pl.Devices {

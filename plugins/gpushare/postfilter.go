@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
@@ -100,7 +101,7 @@ type closest struct {
 }
 
 // add takes the healthy GPUs of a node that the pod may use into account.
-func (b *closest) add(m *placement.NodeModel, used []placement.Usage, p *placement.PodInfo, c *api.ContainerRequest, maxTenants int, node string) {
+func (b *closest) add(m *nodemodel.Model, used []placement.Usage, p *placement.PodInfo, c *api.ContainerRequest, maxTenants int, node string) {
 	var roomBuf [16]int
 	room := roomBuf[:0]
 	for i := range m.Hot {
@@ -125,8 +126,8 @@ func (b *closest) add(m *placement.NodeModel, used []placement.Usage, p *placeme
 
 // largestGroup is how many of the devices in room the container could take together
 // under its required locality: all of them without one; otherwise the largest set
-// grown greedily from each device by the same rule Filter's placement uses (placement.Joinable).
-func largestGroup(m *placement.NodeModel, t api.Topology, room []int) int {
+// grown greedily from each device by the same rule Filter's placement uses (nodemodel.Model.Joinable).
+func largestGroup(m *nodemodel.Model, t api.Topology, room []int) int {
 	if t != api.TopologyNVLinkRequired && t != api.TopologyNUMARequired {
 		return len(room)
 	}
@@ -138,7 +139,7 @@ func largestGroup(m *placement.NodeModel, t api.Topology, room []int) int {
 		}
 		set := append(setBuf[:0], i)
 		for _, j := range room {
-			if j != i && placement.Joinable(m, t, set, j) {
+			if j != i && m.Joinable(t, set, j) {
 				set = append(set, j)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
@@ -80,7 +81,7 @@ func (pl *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _
 }
 
 // buildAssignment turns an allocation into the wire format, containers in spec order.
-func buildAssignment(m *placement.NodeModel, info *placement.PodInfo, a *placement.Allocation, node string) *api.PodAssignment {
+func buildAssignment(m *nodemodel.Model, info *placement.PodInfo, a *placement.Allocation, node string) *api.PodAssignment {
 	out := &api.PodAssignment{Version: api.AssignmentVersion, Node: node}
 	byContainer := make(map[int]*placement.Placement, len(a.Placements))
 	for i := range a.Placements {

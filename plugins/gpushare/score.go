@@ -3,9 +3,11 @@ package gpushare
 import (
 	"context"
 
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
@@ -60,7 +62,7 @@ func (pl *Plugin) largestOf(s *cycleState, nodes []fwk.NodeInfo, gpusSoFar float
 		if bound > 0 && gpus >= bound {
 			continue
 		}
-		var m *placement.NodeModel
+		var m *nodemodel.Model
 		if !pl.cache.ExistingFor(node).WithKept(s.id, func(a *placement.Allocation) { m = a.Model }) {
 			var buf [16]placement.Usage
 			v, _ := pl.cache.View(node, buf[:0])

@@ -11,6 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // PodInfo is a pod's parsed GPU request and selection, computed once in PreFilter.
@@ -49,15 +50,15 @@ type PodInfo struct {
 // MIG instances are used only by pods that ask for them, by a model include naming
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
-func (p *PodInfo) eligible(d *device) bool {
-	if d.mps != p.mps {
+func (p *PodInfo) eligible(d *nodemodel.Device) bool {
+	if d.MPS != p.mps {
 		return false
 	}
-	if d.mig && !p.wantsMIG() {
+	if d.MIG && !p.wantsMIG() {
 		return false
 	}
 	if len(p.ModelInclude) > 0 {
-		m := strings.ToLower(d.model)
+		m := strings.ToLower(d.Model)
 		ok := false
 		for _, s := range p.ModelInclude {
 			if strings.Contains(m, s) {
@@ -70,7 +71,7 @@ func (p *PodInfo) eligible(d *device) bool {
 		}
 	}
 	if len(p.ModelExclude) > 0 {
-		m := strings.ToLower(d.model)
+		m := strings.ToLower(d.Model)
 		for _, s := range p.ModelExclude {
 			if strings.Contains(m, s) {
 				return false
@@ -88,7 +89,7 @@ func (p *PodInfo) eligible(d *device) bool {
 
 // EligibleAt is eligible for device i of m. A pod without selection reads only the
 // device's MIG flag, from m.Hot.
-func (p *PodInfo) EligibleAt(m *NodeModel, i int) bool {
+func (p *PodInfo) EligibleAt(m *nodemodel.Model, i int) bool {
 	if !p.hasSelection() {
 		return !m.Hot[i].MIG && modeMatches(m, p, i)
 	}
@@ -127,7 +128,7 @@ type Weights struct {
 // Placement is where one container goes.
 type Placement struct {
 	Container int   // index into PodInfo.Req.Containers
-	Devices   []int // device positions in NodeModel.Devices
+	Devices   []int // device positions in nodemodel.Model.Devices
 	MemMiB    []int64
 	Cores     int
 }
@@ -144,7 +145,7 @@ type Allocation struct {
 	// used is the node's usage after the pod is placed.
 	used []Usage
 	// Model is the node the allocation was made on.
-	Model *NodeModel
+	Model *nodemodel.Model
 	// Measured is what the GPU-level placer measured of the node to place a
 	// one-container pod (see placer.pickDevice), for the node-level score to reuse
 	// instead of measuring the node again. Zero otherwise.
@@ -206,7 +207,7 @@ func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 // Allocate places every GPU container of p on the node described by m, starting from
 // used. It is a pure function of its inputs (used is copied, not modified): Filter,
 // Reserve and preemption's AddPod all use it, so they always agree.
-func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
+func Allocate(m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
 	a := &Allocation{}
 	if fail := allocateInto(a, m, used, p, w, nil); fail != nil {
 		return nil, fail
@@ -217,7 +218,7 @@ func Allocate(m *NodeModel, used []Usage, p *PodInfo, w *Weights) (*Allocation, 
 // allocateInto is Allocate writing into a, whose previous contents it replaces; on
 // failure a holds no allocation. base, when not nil, is the node-level measure of the
 // node under used that the cache kept (see place).
-func allocateInto(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
+func allocateInto(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
 	ci, fail := place(a, m, used, p, w, base)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
@@ -237,7 +238,7 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // base, when not nil, is the node measured under before (Fragmentation's statistics,
 // kept in the cache: NodeEntry.frag). A one-container pod starts from it: the
 // GPU-level placer need not measure the node, nor the node-level score.
-func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
+func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
@@ -269,13 +270,13 @@ func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, 
 			used[i].MemMiB += need
 			used[i].Cores += c.Cores
 			used[i].Tenants++
-			if isl := int(m.Hot[i].island); isl >= 0 {
-				touched.add(isl, len(m.islands))
+			if isl := int(m.Hot[i].Island); isl >= 0 {
+				touched.add(isl, len(m.Islands))
 			}
 		}
 		if len(devs) > 1 {
 			multi++
-			topoSum += setAffinity(m, devs)
+			topoSum += m.SetAffinity(devs)
 		}
 		a.Placements = append(a.Placements, pl)
 	}
@@ -289,7 +290,7 @@ func place(a *Allocation, m *NodeModel, before []Usage, p *PodInfo, w *Weights, 
 	return -1, nil
 }
 
-// islandSet is a set of NVLink islands by position in NodeModel.islands: a bit mask
+// islandSet is a set of NVLink islands by position in nodemodel.Model.Islands: a bit mask
 // for the first 64, a slice beyond.
 type islandSet struct {
 	mask uint64
@@ -331,11 +332,11 @@ func (s *islandSet) countBoth(t *islandSet) int {
 }
 
 // freeIslands reports the NVLink islands whose devices are all unused. It reads the
-// devices' island numbers rather than m.islands: Filter reads the devices anyway, and
+// devices' island numbers rather than m.Islands: Filter reads the devices anyway, and
 // on a busy scheduler each further line of a node's model is a cache miss.
-func freeIslands(m *NodeModel, used []Usage) islandSet {
+func freeIslands(m *nodemodel.Model, used []Usage) islandSet {
 	var s islandSet
-	n := len(m.islands)
+	n := len(m.Islands)
 	if n > 64 {
 		s.more = make([]bool, n-64)
 		for k := 64; k < n; k++ {
@@ -345,7 +346,7 @@ func freeIslands(m *NodeModel, used []Usage) islandSet {
 	// 1<<64 is 0 for a uint64, so 64 islands give all 64 bits.
 	s.mask = uint64(1)<<uint(min(n, 64)) - 1
 	for i := range m.Hot {
-		k := int(m.Hot[i].island)
+		k := int(m.Hot[i].Island)
 		switch {
 		case k < 0 || used[i].Tenants == 0:
 		case k < 64:
@@ -358,10 +359,10 @@ func freeIslands(m *NodeModel, used []Usage) islandSet {
 }
 
 // Fits reports whether container c fits device i given used.
-func Fits(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, maxTenants int) bool {
+func Fits(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.Hot[i]
 	u := &used[i]
-	if u.Tenants >= maxTenants || (m.hasMPS && !mpsRoom(m, u, i)) {
+	if u.Tenants >= maxTenants || (m.HasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
 	if d.MemoryMiB-u.MemMiB < c.MemoryOn(d.MemoryMiB) {
@@ -377,7 +378,7 @@ func Fits(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, maxTenants
 
 // deviceUtil is the weighted use of device i after placing container c on it (0..1
 // for a container that fits), the measure of the GPU-level policies' device scores.
-func deviceUtil(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func deviceUtil(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	d := &m.Hot[i]
 	u := &used[i]
 	memFrac := float64(u.MemMiB+c.MemoryOn(d.MemoryMiB)) / float64(d.MemoryMiB)
@@ -387,28 +388,13 @@ func deviceUtil(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *W
 
 // islandFree reports whether no device of NVLink island k is used (by the devices'
 // island numbers, as freeIslands).
-func islandFree(m *NodeModel, used []Usage, k int32) bool {
+func islandFree(m *nodemodel.Model, used []Usage, k int32) bool {
 	for i := range m.Hot {
-		if m.Hot[i].island == k && used[i].Tenants > 0 {
+		if m.Hot[i].Island == k && used[i].Tenants > 0 {
 			return false
 		}
 	}
 	return true
-}
-
-// setAffinity is the mean pair affinity of a device set.
-func setAffinity(m *NodeModel, devs []int) float64 {
-	if len(devs) < 2 {
-		return 1
-	}
-	sum, n := 0.0, 0
-	for x := 0; x < len(devs); x++ {
-		for y := x + 1; y < len(devs); y++ {
-			sum += m.affinity[devs[x]][devs[y]]
-			n++
-		}
-	}
-	return sum / float64(n)
 }
 
 // pickDevices chooses c.GPUs distinct devices for container c, or fails: with tooFew
@@ -416,7 +402,7 @@ func setAffinity(m *NodeModel, devs []int) float64 {
 // The devices are returned in dst's storage when it has room. A one-GPU container's
 // device is the GPU-level placer's pick, which may leave what it measured of the node
 // in *measured (when not nil).
-func pickDevices(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
+func pickDevices(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
 	// Candidates live in the allocation for nodes of up to 16 devices: Filter runs
 	// this for every node of every GPU pod.
 	cand := a.candBuf[:0]
@@ -443,7 +429,7 @@ func pickDevices(a *Allocation, m *NodeModel, used []Usage, p *PodInfo, c *api.C
 // pickSet chooses a multi-GPU set: every candidate seeds a greedy set that grows by
 // the candidate with the best link to the set (then the best policy score); the best
 // complete set wins. Required locality restricts which candidates may join.
-func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, dst []int) ([]int, *allocFailure) {
+func pickSet(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, dst []int) ([]int, *allocFailure) {
 	n := c.GPUs
 	var setBuf [16]int
 	set := setBuf[:0]
@@ -461,12 +447,12 @@ func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 		for len(set) < n {
 			next, nextScore := -1, -1.0
 			for _, i := range cand {
-				if containsInt(set, i) || !Joinable(m, p.Topology, set, i) {
+				if containsInt(set, i) || !m.Joinable(p.Topology, set, i) {
 					continue
 				}
 				link := 0.0
 				for _, j := range set {
-					link += m.affinity[i][j]
+					link += m.Affinity[i][j]
 				}
 				link /= float64(len(set))
 				s := p.Device.deviceScore(m, used, c, i, w)
@@ -492,7 +478,7 @@ func pickSet(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 		}
 		score /= float64(n)
 		if p.Topology != api.TopologyNone {
-			score += 4 * setAffinity(m, set)
+			score += 4 * m.SetAffinity(set)
 		}
 		if score > bestScore {
 			bestScore = score
@@ -514,21 +500,6 @@ func LocalityWords(t api.Topology) string {
 		return "on one NUMA node"
 	}
 	return "all joined by NVLink"
-}
-
-func Joinable(m *NodeModel, t api.Topology, set []int, i int) bool {
-	switch t {
-	case api.TopologyNVLinkRequired:
-		for _, j := range set {
-			if !m.nvlinked[i][j] {
-				return false
-			}
-		}
-	case api.TopologyNUMARequired:
-		numa := m.Devices[set[0]].NUMA
-		return numa >= 0 && m.Devices[i].NUMA == numa
-	}
-	return true
 }
 
 func containsInt(list []int, x int) bool {
@@ -557,7 +528,7 @@ func containsInt(list []int, x int) bool {
 // frame: it counts, builds the two reasons a full node gives without fmt, and leaves
 // the rest to explainRare. allocateInto calls it after the placement's frames are
 // gone. later is true when other containers of the pod were placed on the node first.
-func explain(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
+func explain(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
 	var k missCounts
 	for i := range m.Hot {
 		d := &m.Hot[i]
@@ -583,7 +554,7 @@ func explain(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w 
 		if (c.Cores > 0 && u.Cores+c.Cores <= 100) || (c.Cores == 0 && u.Cores < 100) {
 			k.roomCores++
 		}
-		if u.Tenants < w.MaxTenants && (!m.hasMPS || mpsRoom(m, u, i)) {
+		if u.Tenants < w.MaxTenants && (!m.HasMPS || mpsRoom(m, u, i)) {
 			k.roomTenants++
 		}
 	}
@@ -611,7 +582,7 @@ type missCounts struct {
 // large enough.
 //
 //go:noinline
-func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
+func explainRare(k *missCounts, m *nodemodel.Model, p *PodInfo, c *api.ContainerRequest, w *Weights, later bool) *allocFailure {
 	unresolvable := func(format string, a ...any) *allocFailure {
 		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: fmt.Sprintf(format, a...)}
 	}
@@ -626,7 +597,7 @@ func explainRare(k *missCounts, m *NodeModel, p *PodInfo, c *api.ContainerReques
 	}
 	switch {
 	case k.matching == 0 && p.hasSelection():
-		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", modelSummary(m))
+		return unresolvable("no GPU on the node matches the pod's GPU selection (node has %s)", m.Summary())
 	case k.matching == 0:
 		return unresolvable("node has no schedulable GPUs")
 	case k.healthy < n && k.matching >= n:
@@ -736,24 +707,4 @@ func GPUs(n int) string {
 
 func (p *PodInfo) hasSelection() bool {
 	return len(p.ModelInclude)+len(p.ModelExclude)+len(p.UUIDInclude)+len(p.UUIDExclude) > 0
-}
-
-// modelSummary is e.g. "4 × NVIDIA T4, 2 × NVIDIA A100".
-func modelSummary(m *NodeModel) string {
-	counts := map[string]int{}
-	var names []string
-	for _, d := range m.Devices {
-		if counts[d.model] == 0 {
-			names = append(names, d.model)
-		}
-		counts[d.model]++
-	}
-	if len(names) == 0 {
-		return "no GPUs"
-	}
-	parts := make([]string, len(names))
-	for i, n := range names {
-		parts[i] = fmt.Sprintf("%d × %s", counts[n], n)
-	}
-	return strings.Join(parts, ", ")
 }

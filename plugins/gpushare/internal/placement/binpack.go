@@ -5,6 +5,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // binpack is the Binpack policy: best fit. At the node level it takes the node with
@@ -19,21 +20,21 @@ func (binpack) Policy() Policy { return Binpack }
 
 func (binpack) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (binpack) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func (binpack) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return packScore(m, used, c, i, w)
 }
 
-func (binpack) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
+func (binpack) pickDevice(m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
 	return pickBest(m, used, c, w, cand, packScore)
 }
 
 // packScore is the Binpack device score: the device's weighted use after placing c.
 // Among equally full choices, it keeps whole NVLink islands free by preferring a GPU
 // that is already used or whose island is already broken.
-func packScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func packScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	s := deviceUtil(m, used, c, i, w)
 	d := &m.Hot[i]
-	if used[i].Tenants == 0 && d.island >= 0 && islandFree(m, used, d.island) {
+	if used[i].Tenants == 0 && d.Island >= 0 && islandFree(m, used, d.Island) {
 		s -= 1e-3
 	}
 	return s
@@ -77,7 +78,7 @@ func (binpack) ScoreHostOnly(c *Cache, _ *PodInfo, ni fwk.NodeInfo, f *FitScale,
 	v, used := c.View(ni.Node(), buf[:0])
 	m := v.Model
 	if m == nil {
-		m = &NodeModel{}
+		m = &nodemodel.Model{}
 	}
 	return clampScore(int64((1-leftover(m, used, ni, f, w))*float64(fwk.MaxNodeScore) + 0.5))
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // Usage is what is granted on one device.
@@ -52,7 +53,7 @@ type NodeEntry struct {
 	// busy scheduler that lookup, a cache miss on every node, was a quarter of
 	// Filter's time. Stored under mu's read lock (hence atomic), cleared with raw.
 	seen  atomic.Pointer[v1.Node]
-	model *NodeModel
+	model *nodemodel.Model
 	used  []Usage // per device of model
 	// heartbeat is the inventory's updatedAt (zero without one), kept here rather
 	// than read from the decoded inventory: Filter checks it on every node, and the
@@ -117,7 +118,7 @@ type Cache struct {
 }
 
 // noteModel raises MostHealthy to m's healthy GPUs.
-func (c *Cache) noteModel(m *NodeModel) {
+func (c *Cache) noteModel(m *nodemodel.Model) {
 	if m == nil {
 		return
 	}
@@ -203,7 +204,7 @@ func (e *NodeEntry) setInventoryLocked(raw string) {
 	} else if inv, err := api.DecodeInventory(raw); err != nil {
 		e.invErr = fmt.Errorf("node's %s annotation is invalid: %w", api.AnnotationInventory, err)
 	} else {
-		e.heartbeat, e.model = inv.UpdatedAt, buildNodeModel(inv)
+		e.heartbeat, e.model = inv.UpdatedAt, nodemodel.Build(inv)
 	}
 	e.recomputeLocked()
 }
@@ -263,7 +264,7 @@ func (c *Cache) RemoveNode(nodeName string) {
 // NodeView is a consistent copy of what Filter needs from one node; View returns the
 // node's usage beside it.
 type NodeView struct {
-	Model     *NodeModel
+	Model     *nodemodel.Model
 	Heartbeat time.Time
 	InvErr    error
 	ReqErr    error
@@ -336,7 +337,7 @@ func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
 // marks the allocation as the one of cycle, made at usage generation gen (0: not
 // the cache's usage as it is). base is the node's measure before the pod, or nil
 // (see place).
-func (e *NodeEntry) Keep(cycle, gen uint64, m *NodeModel, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
+func (e *NodeEntry) Keep(cycle, gen uint64, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
@@ -350,7 +351,7 @@ func (e *NodeEntry) Keep(cycle, gen uint64, m *NodeModel, used []Usage, p *PodIn
 // KeptAt calls f with the allocation Filter kept on the node in cycle, when it was
 // made on model m at usage generation gen (the node as a view shows it now), and
 // returns true; otherwise it returns false. The allocation is valid only during f.
-func (e *NodeEntry) KeptAt(cycle, gen uint64, m *NodeModel, f func(a *Allocation)) bool {
+func (e *NodeEntry) KeptAt(cycle, gen uint64, m *nodemodel.Model, f func(a *Allocation)) bool {
 	if e == nil || cycle == 0 || gen == 0 {
 		return false
 	}
@@ -536,10 +537,10 @@ func (e *NodeEntry) fitsLocked(grants []Grant, maxTenants int, replacing *podRec
 		u.Cores += g.Cores
 		u.Tenants++
 		switch {
-		case !d.healthy:
+		case !d.Healthy:
 			return fmt.Errorf("GPU %s on node %s is unhealthy", g.UUID, e.name)
-		case u.MemMiB > d.memoryMiB:
-			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.UUID, e.name, u.MemMiB, d.memoryMiB)
+		case u.MemMiB > d.MemoryMiB:
+			return fmt.Errorf("GPU %s on node %s: %d MiB granted of %d", g.UUID, e.name, u.MemMiB, d.MemoryMiB)
 		case u.Cores > 100:
 			return fmt.Errorf("GPU %s on node %s: %d%% cores granted", g.UUID, e.name, u.Cores)
 		case u.Tenants > maxTenants:
@@ -586,7 +587,7 @@ func (c *Cache) NodeUsage(node string) ([]DeviceUsage, error) {
 	out := make([]DeviceUsage, len(e.model.Devices))
 	for i, d := range e.model.Devices {
 		u := e.used[i]
-		out[i] = DeviceUsage{UUID: d.UUID, Index: d.Index, Model: d.model, MemoryMiB: d.memoryMiB, UsedMiB: u.MemMiB, Cores: u.Cores, Tenants: u.Tenants}
+		out[i] = DeviceUsage{UUID: d.UUID, Index: d.Index, Model: d.Model, MemoryMiB: d.MemoryMiB, UsedMiB: u.MemMiB, Cores: u.Cores, Tenants: u.Tenants}
 	}
 	for _, r := range e.pods {
 		for _, g := range r.Grants {
@@ -618,12 +619,12 @@ type CacheStats struct {
 
 // Stats adds the cache's figures to s. It takes each node's read lock in turn.
 func (c *Cache) Stats(s *CacheStats) {
-	c.eachModel(func(m *NodeModel, used []Usage) {
+	c.eachModel(func(m *nodemodel.Model, used []Usage) {
 		s.Nodes++
 		s.GPUs += len(m.Devices)
 		s.Healthy += m.Healthy
 		for i := range m.Devices {
-			s.MemMiB += m.Devices[i].memoryMiB
+			s.MemMiB += m.Devices[i].MemoryMiB
 			s.GrantedMiB += used[i].MemMiB
 			s.GrantedCores += used[i].Cores
 		}
@@ -641,7 +642,7 @@ func (c *Cache) Stats(s *CacheStats) {
 
 // eachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
-func (c *Cache) eachModel(f func(m *NodeModel, used []Usage)) {
+func (c *Cache) eachModel(f func(m *nodemodel.Model, used []Usage)) {
 	c.EachView(func(_ *NodeEntry, v *NodeView, used []Usage) { f(v.Model, used) })
 }
 

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // fitIndex answers which classes of a workload fit a device with one comparison per
@@ -132,7 +134,7 @@ func atMost(needs []int64, v int64) int {
 
 // fitMask is the set of classes (bit k for class k) that fit device i of m under
 // used: ShapeFits for each class at once.
-func (x *fitIndexes) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
+func (x *fitIndexes) fitMask(m *nodemodel.Model, used []Usage, i int, w *Weights) uint64 {
 	d := &m.Hot[i]
 	u := &used[i]
 	if !d.Healthy || u.Tenants >= w.MaxTenants {
@@ -145,7 +147,7 @@ func (x *fitIndexes) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint
 
 // eligibleMask is the set of classes whose model selection admits device i of m,
 // whatever its health and usage.
-func (x *fitIndexes) eligibleMask(m *NodeModel, i int) uint64 {
+func (x *fitIndexes) eligibleMask(m *nodemodel.Model, i int) uint64 {
 	var eligible uint64
 	if !m.Hot[i].MIG {
 		eligible = x.plain

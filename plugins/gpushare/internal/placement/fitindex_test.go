@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // The fit index gives, for every device state, exactly the classes that ShapeFits
@@ -13,18 +14,18 @@ import (
 // selections, requests by percent, MiB and whole memory, with and without cores, and
 // the tenant limit.
 func TestFitIndexMatchesShapeFits(t *testing.T) {
-	m := &NodeModel{
-		Devices: []device{
-			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
-			{model: "NVIDIA H100 80GB HBM3", memoryMiB: 81559, healthy: true},
-			{model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", memoryMiB: 40192, healthy: true, mig: true},
-			{model: "Tesla T4", memoryMiB: 15360, healthy: true},
-			{model: "Tesla T4", memoryMiB: 15360, healthy: false},
-			{model: "NVIDIA A100-SXM4-40GB", memoryMiB: 40960, healthy: true},
+	m := &nodemodel.Model{
+		Devices: []nodemodel.Device{
+			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: true},
+			{Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, Healthy: true},
+			{Model: "NVIDIA H100 80GB HBM3 MIG 3g.40gb", MemoryMiB: 40192, Healthy: true, MIG: true},
+			{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true},
+			{Model: "Tesla T4", MemoryMiB: 15360, Healthy: false},
+			{Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, Healthy: true},
 		},
 	}
 	for _, d := range m.Devices {
-		m.Hot = append(m.Hot, deviceHot{MemoryMiB: d.memoryMiB, Healthy: d.healthy, MIG: d.mig})
+		m.Hot = append(m.Hot, nodemodel.DeviceHot{MemoryMiB: d.MemoryMiB, Healthy: d.Healthy, MIG: d.MIG})
 	}
 	rng := rand.New(rand.NewSource(5))
 	selections := [][2][]string{{}, {{"h100"}, nil}, {{"mig 3g"}, nil}, {nil, {"t4"}}, {{"a100", "t4"}, {"mig"}}}
@@ -55,9 +56,9 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			switch rng.Intn(4) {
 			case 0: // free
 			case 1:
-				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB, Cores: 100, Tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB, Cores: 100, Tenants: 1}
 			default:
-				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].memoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
+				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].MemoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
 			}
 		}
 		for i := range m.Devices {
@@ -65,7 +66,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			for k := range classes {
 				if want := ShapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
 					t.Fatalf("trial %d, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
-						trial, i, m.Devices[i].model, used[i], classes[k], !want, want)
+						trial, i, m.Devices[i].Model, used[i], classes[k], !want, want)
 				}
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // The Fragmentation policy places a pod where it makes the least GPU capacity unusable
@@ -71,7 +72,7 @@ func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
 
 // deviceScore is Binpack's: the policy only differs for one-GPU containers
 // (pickDevice).
-func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func (*fragmentation) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return packScore(m, used, c, i, w)
 }
 
@@ -80,7 +81,7 @@ func (*fragmentation) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRe
 // node-level score. A measure already in measured.base (the cache's, see place) is
 // the node under used and is not taken again. Without a learned workload it places
 // as Binpack.
-func (*fragmentation) pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
+func (*fragmentation) pickDevice(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
 	if p.Frag.Empty() {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
@@ -143,7 +144,7 @@ type FragClass struct {
 // without one reads only the device's MIG flag (as PodInfo.EligibleAt): this check
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
-func (s *FragClass) EligibleAt(m *NodeModel, i int) bool {
+func (s *FragClass) EligibleAt(m *nodemodel.Model, i int) bool {
 	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
 		return !m.Hot[i].MIG
 	}
@@ -229,7 +230,7 @@ type fragTerm struct {
 
 // fitsAt reports whether class k fits device i of m under used; mask is the fit
 // index's answer for the device (fitMask), read when there is an index.
-func (wl *fragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int, w *Weights) bool {
+func (wl *fragWorkload) fitsAt(mask uint64, m *nodemodel.Model, used []Usage, k, i int, w *Weights) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
@@ -238,7 +239,7 @@ func (wl *fragWorkload) fitsAt(mask uint64, m *NodeModel, used []Usage, k, i int
 
 // EligibleAt reports whether class k's model selection admits device i of m; mask is
 // the fit index's answer for the device (eligibleMask), read when there is an index.
-func (wl *fragWorkload) eligibleAt(mask uint64, m *NodeModel, k, i int) bool {
+func (wl *fragWorkload) eligibleAt(mask uint64, m *nodemodel.Model, k, i int) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
@@ -247,7 +248,7 @@ func (wl *fragWorkload) eligibleAt(mask uint64, m *NodeModel, k, i int) bool {
 
 // eligibleMask is the fit index's set of classes that device i admits (0 without
 // an index).
-func (wl *fragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
+func (wl *fragWorkload) eligibleMask(m *nodemodel.Model, i int) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -255,7 +256,7 @@ func (wl *fragWorkload) eligibleMask(m *NodeModel, i int) uint64 {
 }
 
 // fitMask is the fit index's set of classes that fit device i (0 without an index).
-func (wl *fragWorkload) fitMask(m *NodeModel, used []Usage, i int, w *Weights) uint64 {
+func (wl *fragWorkload) fitMask(m *nodemodel.Model, used []Usage, i int, w *Weights) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -558,7 +559,7 @@ type FragStats struct {
 }
 
 // DeviceFree is the free share of device i under used, by the plugin's weights.
-func DeviceFree(m *NodeModel, used []Usage, i int, w *Weights) float64 {
+func DeviceFree(m *nodemodel.Model, used []Usage, i int, w *Weights) float64 {
 	d := &m.Hot[i]
 	if !d.Healthy {
 		return 0
@@ -568,11 +569,11 @@ func DeviceFree(m *NodeModel, used []Usage, i int, w *Weights) float64 {
 	return math.Max(0, 1-util)
 }
 
-func ShapeFits(m *NodeModel, used []Usage, s *FragClass, i int, w *Weights) bool {
+func ShapeFits(m *nodemodel.Model, used []Usage, s *FragClass, i int, w *Weights) bool {
 	return m.Hot[i].Healthy && s.EligibleAt(m, i) && Fits(m, used, &s.C, i, w.MaxTenants)
 }
 
-func newFragStats(m *NodeModel, used []Usage, wl *fragWorkload, w *Weights) *FragStats {
+func newFragStats(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) *FragStats {
 	st := &FragStats{}
 	st.measure(m, used, wl, w)
 	return st
@@ -584,7 +585,7 @@ func newFragStats(m *NodeModel, used []Usage, wl *fragWorkload, w *Weights) *Fra
 // 32-bit integers: a node's measure is read for every node of every cycle, and on a
 // large cluster each separate object, and each further cache line, is one more
 // memory miss.
-func (st *FragStats) measure(m *NodeModel, used []Usage, wl *fragWorkload, w *Weights) {
+func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) {
 	n, classes := len(m.Devices), wl.classes
 	k := len(classes)
 	words := make([]uint64, 3*n+5*k)
@@ -630,13 +631,13 @@ func (st *FragStats) measure(m *NodeModel, used []Usage, wl *fragWorkload, w *We
 // devices a places on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *FragStats) placed(m *NodeModel, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
+func (st *FragStats) placed(m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
 	return st.placedInto(&FragStats{}, m, a, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
 // each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *FragStats) placedInto(out *FragStats, m *NodeModel, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
+func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
 	if len(m.Devices) > 64 {
 		return newFragStats(m, a.used, wl, w)
 	}
@@ -717,7 +718,7 @@ func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
 // measured here) and the fragmentation before and after the pick.
-func pickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
+func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
 	if len(m.Devices) > 64 {
 		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
 	}
@@ -769,15 +770,15 @@ func pickByFragmentation(m *NodeModel, used []Usage, p *PodInfo, c *api.Containe
 // sameRating reports whether pickByFragmentation rates devices i and j of m alike:
 // the same measure (alikeDevices) and the same packScore, whose island term reads
 // only an unused device's island.
-func sameRating(m *NodeModel, used []Usage, i, j int) bool {
-	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].island == m.Hot[j].island)
+func sameRating(m *nodemodel.Model, used []Usage, i, j int) bool {
+	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].Island == m.Hot[j].Island)
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
-// model (deviceHot.kind).
-func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
-	return used[i] == used[j] && m.Hot[i].kind == m.Hot[j].kind
+// model (nodemodel.DeviceHot.Kind).
+func alikeDevices(m *nodemodel.Model, used []Usage, i, j int) bool {
+	return used[i] == used[j] && m.Hot[i].Kind == m.Hot[j].Kind
 }
 
 // fragAfter is the node's fragmentation after container c is placed on device i
@@ -788,7 +789,7 @@ func alikeDevices(m *NodeModel, used []Usage, i, j int) bool {
 // One pass over the classes (wl.classTerms), each reading its statistics before and
 // its fit on device i after (the fit index's mask): a class's statistics after cost
 // no more than this, so they are not kept.
-func fragAfter(m *NodeModel, used []Usage, st *FragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
+func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
 	used[i].MemMiB += c.MemoryOn(m.Hot[i].MemoryMiB)
@@ -980,7 +981,7 @@ type feedMemo struct {
 
 // workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
 // first GPU differs in memory from the one it was last computed for.
-func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
+func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
 	var memMiB int64
 	if len(m.Hot) > 0 {
 		memMiB = m.Hot[0].MemoryMiB
@@ -996,7 +997,7 @@ func (p *PodInfo) workloadFeed(m *NodeModel, w *Weights) feedRatio {
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func workloadFeed(wl *fragWorkload, m *NodeModel, w *Weights) feedRatio {
+func workloadFeed(wl *fragWorkload, m *nodemodel.Model, w *Weights) feedRatio {
 	if wl == nil {
 		return feedRatio{}
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
@@ -109,7 +110,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 }
 
 func TestWorkloadFeed(t *testing.T) {
-	m := &NodeModel{Hot: []deviceHot{{MemoryMiB: 16000, Healthy: true}}}
+	m := &nodemodel.Model{Hot: []nodemodel.DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
 	w := &Weights{Memory: 1, Cores: 1}
 	shapes := []fragShape{
 		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30},                // a whole GPU
@@ -144,9 +145,9 @@ func TestWorkloadFeed(t *testing.T) {
 // A class's eligibility (with its fast path for classes without a model selection)
 // agrees with the pod selection it was learned from, on MIG and whole devices.
 func TestFragShapeEligibleMatchesPod(t *testing.T) {
-	m := &NodeModel{
-		Devices: []device{{model: "NVIDIA H100 80GB HBM3"}, {model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", mig: true}, {model: "Tesla T4"}},
-		Hot:     []deviceHot{{}, {MIG: true}, {}},
+	m := &nodemodel.Model{
+		Devices: []nodemodel.Device{{Model: "NVIDIA H100 80GB HBM3"}, {Model: "NVIDIA H100 80GB HBM3 MIG 1g.10gb", MIG: true}, {Model: "Tesla T4"}},
+		Hot:     []nodemodel.DeviceHot{{}, {MIG: true}, {}},
 	}
 	for _, sel := range []struct{ include, exclude []string }{
 		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
@@ -155,7 +156,7 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 		s := FragClass{modelInclude: sel.include, modelExclude: sel.exclude}
 		for i := range m.Devices {
 			if got, want := s.EligibleAt(m, i), p.eligible(&m.Devices[i]); got != want {
-				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].model, got, want)
+				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].Model, got, want)
 			}
 		}
 	}
@@ -340,7 +341,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 				continue
 			}
 			after := append([]Usage(nil), used...)
-			after[i].MemMiB += c.MemoryOn(m.Devices[i].memoryMiB)
+			after[i].MemMiB += c.MemoryOn(m.Devices[i].MemoryMiB)
 			after[i].Cores += c.Cores
 			after[i].Tenants++
 			got, total := fragAfter(m, used, st, wl, c, i, w)
@@ -453,7 +454,7 @@ func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
 		used := make([]Usage, len(m.Devices))
 		for i := range used {
 			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
-				used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
+				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
 			}
 		}
 		pct := 5 + 5*rng.Intn(8)

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
 )
 
@@ -62,12 +63,12 @@ func (l *learner) teach(t testing.TB, n int, c placementtest.Ctr) {
 
 // randomUsage is a random usage of m's devices: two in three in use, each by one
 // tenant holding the same random percentage (under maxPct) of memory and cores.
-func randomUsage(rng *rand.Rand, m *NodeModel, maxPct int) []Usage {
+func randomUsage(rng *rand.Rand, m *nodemodel.Model, maxPct int) []Usage {
 	used := make([]Usage, len(m.Devices))
 	for i := range used {
 		if rng.Intn(3) > 0 {
 			pct := int64(rng.Intn(maxPct))
-			used[i] = Usage{MemMiB: m.Devices[i].memoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
+			used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * pct / 100, Cores: int(pct), Tenants: 1}
 		}
 	}
 	return used

@@ -7,6 +7,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)
@@ -44,13 +45,13 @@ type Placer interface {
 
 	// deviceScore rates placing container c on device i of m, in [0,1], higher is
 	// better: how multi-GPU sets are grown and compared (pickSet).
-	deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64
+	deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64
 	// pickDevice chooses, for a one-GPU container, one device of cand (devices that
 	// fit it, never empty). measured, when not nil, receives what the placer
 	// measured of the node, if anything: the per-node state it keeps with the
 	// allocation for its node-level score (nodeMeasure); its base on entry is the
 	// cache's measure of the node under used, or nil.
-	pickDevice(m *NodeModel, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int
+	pickDevice(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int
 
 	// HostOnlyPod is what the node-level placer scores a pod without GPUs by
 	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
@@ -104,8 +105,8 @@ func NewPlacers(workload *WorkloadModel) map[Policy]Placer {
 }
 
 // pickBest is the device of cand that score rates highest (the first of equals).
-func pickBest(m *NodeModel, used []Usage, c *api.ContainerRequest, w *Weights, cand []int,
-	score func(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64) int {
+func pickBest(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, w *Weights, cand []int,
+	score func(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64) int {
 	best, bestScore := -1, 0.0
 	for _, i := range cand {
 		s := score(m, used, c, i, w)
@@ -145,7 +146,7 @@ type FitScale struct {
 // placement, each measured against the largest node of the cycle and weighted ½
 // (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
 // did not run) the node is its own yardstick and the pod's CPU is not counted.
-func leftover(m *NodeModel, used []Usage, ni fwk.NodeInfo, f *FitScale, w *Weights) float64 {
+func leftover(m *nodemodel.Model, used []Usage, ni fwk.NodeInfo, f *FitScale, w *Weights) float64 {
 	var gpuFree, gpus float64
 	for i := range m.Hot {
 		if m.Hot[i].Healthy {

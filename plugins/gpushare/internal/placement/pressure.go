@@ -4,6 +4,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // Model pressure: how much of each GPU model's capacity the workload's
@@ -56,14 +58,14 @@ func (p *modelPressure) of(model string) float64 {
 // cost is the pressure that allocation a puts on m: per device it takes a share of,
 // the share (by the plugin's memory and cores weights) times the device model's
 // pressure, in GPUs like fragmentation. nil costs nothing.
-func (p *modelPressure) cost(m *NodeModel, a *Allocation, w *Weights) float64 {
+func (p *modelPressure) cost(m *nodemodel.Model, a *Allocation, w *Weights) float64 {
 	if p == nil {
 		return 0
 	}
 	var c float64
 	for _, pl := range a.Placements {
 		for k, i := range pl.Devices {
-			rho := p.of(m.Devices[i].model)
+			rho := p.of(m.Devices[i].Model)
 			if rho == 0 {
 				continue
 			}
@@ -95,12 +97,12 @@ type modelCapacity struct {
 func clusterCapacity(c *Cache) modelCapacity {
 	byModel := map[string]int64{}
 	var total, mem int64
-	c.eachModel(func(m *NodeModel, _ []Usage) {
+	c.eachModel(func(m *nodemodel.Model, _ []Usage) {
 		for i := range m.Devices {
 			if !m.Hot[i].Healthy || m.Hot[i].MIG {
 				continue
 			}
-			byModel[m.Devices[i].model]++
+			byModel[m.Devices[i].Model]++
 			total++
 			mem += m.Hot[i].MemoryMiB
 		}
@@ -165,7 +167,7 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *Weigh
 		sel := PodInfo{ModelInclude: g.include, ModelExclude: g.exclude}
 		var gpus int64
 		for j, name := range capa.models {
-			admits[j] = sel.eligible(&device{model: name})
+			admits[j] = sel.eligible(&nodemodel.Device{Model: name})
 			if admits[j] {
 				gpus += capa.gpus[j]
 			}

@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // A GPU's sharing mode (api.Sharing) is what its node agent publishes; a pod's is its
@@ -31,22 +32,22 @@ func ParseSharing(pod *v1.Pod, info *PodInfo) error {
 
 // modeMatches reports whether device i is in the pod's sharing mode. Nodes without
 // MPS GPUs answer from the pod alone, without reading the device.
-func modeMatches(m *NodeModel, p *PodInfo, i int) bool {
-	if !m.hasMPS {
+func modeMatches(m *nodemodel.Model, p *PodInfo, i int) bool {
+	if !m.HasMPS {
 		return !p.mps
 	}
-	return m.Devices[i].mps == p.mps
+	return m.Devices[i].MPS == p.mps
 }
 
 // mpsRoom reports whether device i has a client slot left: always for a
 // time-sliced device (whose tenants the profile's maxTenantsPerGPU bounds).
-func mpsRoom(m *NodeModel, u *Usage, i int) bool {
-	return !m.Devices[i].mps || u.Tenants < m.Devices[i].mpsClients
+func mpsRoom(m *nodemodel.Model, u *Usage, i int) bool {
+	return !m.Devices[i].MPS || u.Tenants < m.Devices[i].MPSClients
 }
 
 // sharingMiss explains a node none of whose GPUs matched the pod when some would
 // have but for their sharing mode; "" otherwise.
-func sharingMiss(m *NodeModel, p *PodInfo) string {
+func sharingMiss(m *nodemodel.Model, p *PodInfo) string {
 	other := PodInfo{ModelInclude: p.ModelInclude, ModelExclude: p.ModelExclude, UUIDInclude: p.UUIDInclude, UUIDExclude: p.UUIDExclude, mps: !p.mps}
 	for i := range m.Devices {
 		if other.eligible(&m.Devices[i]) {

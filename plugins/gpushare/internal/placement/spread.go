@@ -5,6 +5,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 // spread is the Spread policy: the least-used node, and on it the least-used GPU,
@@ -17,16 +18,16 @@ func (spread) Policy() Policy { return Spread }
 
 func (spread) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (spread) deviceScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func (spread) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return spreadScore(m, used, c, i, w)
 }
 
-func (spread) pickDevice(m *NodeModel, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
+func (spread) pickDevice(m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
 	return pickBest(m, used, c, w, cand, spreadScore)
 }
 
 // spreadScore is the Spread device score: the device's weighted room after placing c.
-func spreadScore(m *NodeModel, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func spreadScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return 1 - deviceUtil(m, used, c, i, w)
 }
 
@@ -55,15 +56,15 @@ func (spread) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // nodeUtilisation returns the weighted GPU memory and cores share granted on the
 // node's healthy devices, and the share of them that have a tenant.
-func nodeUtilisation(m *NodeModel, used []Usage, w *Weights) (util, occupied float64) {
+func nodeUtilisation(m *nodemodel.Model, used []Usage, w *Weights) (util, occupied float64) {
 	var mem, memTotal, cores, n, busy float64
 	for i := range m.Devices {
 		d := &m.Devices[i]
-		if !d.healthy {
+		if !d.Healthy {
 			continue
 		}
 		mem += float64(used[i].MemMiB)
-		memTotal += float64(d.memoryMiB)
+		memTotal += float64(d.MemoryMiB)
 		cores += float64(used[i].Cores)
 		n++
 		if used[i].Tenants > 0 {
