@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,7 @@ func TestNode(t *testing.T) {
 			}{
 				{"MemoryLimit", testMemoryLimit},
 				{"CDIDevices", testCDIDevices},
+				{"OtherGPUsClosed", testOtherGPUsClosed},
 				{"PlainPodUntouched", testPlainPodUntouched},
 				{"DefaultSchedulerRefused", testDefaultSchedulerRefused},
 				{"DeleteFreesGrant", testDeleteFreesGrant},
@@ -130,6 +132,45 @@ func testMemoryLimit(n *node) {
 // no driver.
 func testCDIDevices(n *node) {
 	ctx := context.Background()
+	gpuNodes, all, ours := n.cdiGPUNodes(ctx)
+
+	p := n.create(ctx, n.pod(podSpec{name: "cdi-1024", gpus: 1, memMiB: 1024, args: []string{"-fill", "-chunk", "256"}}))
+	p = n.waitPhase(ctx, p.Name, 90*time.Second, v1.PodSucceeded, v1.PodFailed)
+	lines := n.probeLines(p)
+	if p.Status.Phase != v1.PodSucceeded {
+		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
+	}
+	n.requireBound(p)
+	g := grant(n.t, p)
+	if g == nil || len(g.Devices) != 1 {
+		n.t.Fatalf("pod %s: assignment %+v, want one GPU", p.Name, g)
+	}
+	want := gpuNodes[g.Devices[0].UUID]
+	if n.mode == "fallback" {
+		want = all
+	}
+	want = slices.Clone(want)
+	slices.Sort(want)
+	c, _ := find(lines, "context")
+	got := strings.Split(c.fields["nodes"], ",")
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		n.t.Errorf("pod %s granted %s has GPU device nodes %v, want %v (%s binding)", p.Name, g.Devices[0].UUID, got, want, n.mode)
+	}
+	d, _ := find(lines, "driver")
+	if d.fields["path"] != cdiLibraryDir+"/libcuda.so.1" {
+		n.t.Errorf("pod %s loaded the driver from %q, want the CDI spec's %s/libcuda.so.1", p.Name, d.fields["path"], cdiLibraryDir)
+	}
+	if mem, ok := find(lines, "memory"); !ok || mem.int(n.t, "total_mib") != 1024 {
+		n.t.Errorf("pod %s: want 1024 MiB, probe printed %v", p.Name, lines)
+	}
+	n.t.Logf("pod %s granted %s: GPU device nodes %v, driver %s; CDI spec devices %d", p.Name, g.Devices[0].UUID, got, d.fields["path"], len(ours))
+}
+
+// cdiGPUNodes reads the node's CDI spec, checks that it validates and has one device
+// per GPU of the inventory, each with one GPU device node (/dev/nvidia<N>), and returns
+// those nodes by GPU UUID, all of them, and the spec's device names.
+func (n *node) cdiGPUNodes(ctx context.Context) (map[string][]string, []string, []string) {
 	dir := filepath.Join(n.dir, "cdi")
 	cache, err := cdiapi.NewCache(cdiapi.WithSpecDirs(dir), cdiapi.WithAutoRefresh(false))
 	if err != nil {
@@ -173,38 +214,85 @@ func testCDIDevices(n *node) {
 	if len(ours) != len(inv.GPUs) {
 		n.t.Errorf("the CDI spec has devices %v, the node's inventory %d GPUs", ours, len(inv.GPUs))
 	}
+	return gpuNodes, all, ours
+}
 
-	p := n.create(ctx, n.pod(podSpec{name: "cdi-1024", gpus: 1, memMiB: 1024, args: []string{"-fill", "-chunk", "256"}}))
+// On a node with two or more GPUs, a pod granted one can open no other: the probe
+// tries each GPU's device node (character 195:N) before using CUDA, the one the
+// container has and, for the others, nodes it makes itself with mknod (a root
+// container has CAP_MKNOD), so that only the container's device cgroup stands between
+// it and them; then CUDA shows it one GPU. Through NRI the container holds its GPU's
+// node only and the cgroup refuses the others (EPERM). The fallback binding gives
+// every GPU container every GPU's node (docs/install.md, "Runtimes without NRI"):
+// there the others open, which is logged, and the hook's single visible GPU is
+// checked. On the fake driver the nodes have no driver behind them: the allowed ones
+// give ENXIO, the refused ones EPERM.
+func testOtherGPUsClosed(n *node) {
+	ctx := context.Background()
+	gpuNodes, _, _ := n.cdiGPUNodes(ctx)
+	if len(gpuNodes) < 2 {
+		n.t.Skipf("the node has %d GPU(s); this case needs two or more", len(gpuNodes))
+	}
+	minorOf := map[string]int{}
+	var minors []string
+	for uuid, paths := range gpuNodes {
+		m, err := strconv.Atoi(strings.TrimPrefix(paths[0], "/dev/nvidia"))
+		if err != nil {
+			n.t.Fatalf("GPU %s: device node %s", uuid, paths[0])
+		}
+		minorOf[uuid] = m
+		minors = append(minors, strconv.Itoa(m))
+	}
+	slices.Sort(minors)
+	p := n.create(ctx, n.pod(podSpec{name: "other-gpus", gpus: 1, memMiB: 1024, args: []string{"-try-gpus", strings.Join(minors, ",")}}))
 	p = n.waitPhase(ctx, p.Name, 90*time.Second, v1.PodSucceeded, v1.PodFailed)
 	lines := n.probeLines(p)
 	if p.Status.Phase != v1.PodSucceeded {
 		n.t.Fatalf("pod %s: %s; probe printed %v", p.Name, p.Status.Phase, lines)
 	}
-	n.requireBound(p)
 	g := grant(n.t, p)
 	if g == nil || len(g.Devices) != 1 {
 		n.t.Fatalf("pod %s: assignment %+v, want one GPU", p.Name, g)
 	}
-	want := gpuNodes[g.Devices[0].UUID]
+	own := minorOf[g.Devices[0].UUID]
+	allowed := "opened"
+	if !n.gpu {
+		allowed = "ENXIO"
+	}
+	tried := 0
+	var opened []int
+	for _, l := range lines {
+		if l.event != "gpu-open" {
+			continue
+		}
+		tried++
+		m, how, result := int(l.int(n.t, "minor")), l.fields["how"], l.fields["result"]
+		switch {
+		case m == own:
+			if how != "present" || result != allowed {
+				n.t.Errorf("pod %s, its own GPU (minor %d): %s, %s; want present, %s", p.Name, m, how, result, allowed)
+			}
+		case n.mode == "fallback":
+			if result == allowed {
+				opened = append(opened, m)
+			}
+		default:
+			if how == "present" || (how == "made" && result != "EPERM") {
+				n.t.Errorf("pod %s granted minor %d reached GPU minor %d: %s, %s; want it absent and refused (EPERM)", p.Name, own, m, how, result)
+			}
+		}
+	}
+	if tried != len(minors) {
+		n.t.Errorf("pod %s tried %d GPU device nodes, want %d: %v", p.Name, tried, len(minors), lines)
+	}
+	if d, ok := find(lines, "devices"); !ok || d.int(n.t, "count") != 1 {
+		n.t.Errorf("pod %s: CUDA shows it %v GPUs, want 1", p.Name, d.fields["count"])
+	}
 	if n.mode == "fallback" {
-		want = all
+		n.t.Logf("pod %s granted GPU minor %d (fallback binding): the device nodes of GPUs %v open in it; CUDA shows it one GPU", p.Name, own, opened)
+	} else {
+		n.t.Logf("pod %s granted GPU minor %d: the other %d GPUs' nodes absent and refused by its device cgroup; CUDA shows it one GPU", p.Name, own, len(minors)-1)
 	}
-	want = slices.Clone(want)
-	slices.Sort(want)
-	c, _ := find(lines, "context")
-	got := strings.Split(c.fields["nodes"], ",")
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		n.t.Errorf("pod %s granted %s has GPU device nodes %v, want %v (%s binding)", p.Name, g.Devices[0].UUID, got, want, n.mode)
-	}
-	d, _ := find(lines, "driver")
-	if d.fields["path"] != cdiLibraryDir+"/libcuda.so.1" {
-		n.t.Errorf("pod %s loaded the driver from %q, want the CDI spec's %s/libcuda.so.1", p.Name, d.fields["path"], cdiLibraryDir)
-	}
-	if mem, ok := find(lines, "memory"); !ok || mem.int(n.t, "total_mib") != 1024 {
-		n.t.Errorf("pod %s: want 1024 MiB, probe printed %v", p.Name, lines)
-	}
-	n.t.Logf("pod %s granted %s: GPU device nodes %v, driver %s; CDI spec devices %d", p.Name, g.Devices[0].UUID, got, d.fields["path"], len(ours))
 }
 
 // A pod without GPU requests gets nothing from Tessera: no hook, no limits, no GPUs

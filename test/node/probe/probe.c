@@ -12,8 +12,17 @@
  *                            NVIDIA_VISIBLE_DEVICES ("-" when unset), how many GPU
  *                            device nodes (/dev/nvidia<N>) the container has and
  *                            which (comma-separated paths, "-" when none)
+ *   gpu-open    minor how result   with -try-gpus, before CUDA, for each listed minor
+ *                            number m of an NVIDIA GPU device (character 195:m): how
+ *                            the probe reached it ("present": the container has
+ *                            /dev/nvidia<m>; "made": it made the node itself in /tmp
+ *                            with mknod; "mknod-refused") and what opening it gave
+ *                            ("opened", or the errno's name: EPERM where the
+ *                            container's device cgroup denies it, ENXIO where the
+ *                            node has no driver behind it, as on the fake driver)
  *   driver      path         the file libcuda.so.1 was loaded from
  *   first-cuda  unix_ns      cuInit, a context and a 1 MiB cuMemAlloc succeeded
+ *   devices     count        cuDeviceGetCount: the GPUs CUDA shows the process
  *   memory      total_mib free_mib   cuDeviceTotalMem and cuMemGetInfo of device 0
  *   fill        filled_mib err       cuMemAlloc of -chunk MiB until it failed (-fill)
  *   check       unix_ns total_mib over   every -interval while holding (-hold): one
@@ -41,15 +50,20 @@
  *   error       call err     a call failed; the program exits 1
  *
  *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps]
+ *                 [-try-gpus m,m,...]
  *   tessera-probe -sleep ms      sleep, then exit 0 without touching CUDA (an init container)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,6 +173,47 @@ static const char *env_or_dash(const char *name)
 	return v != NULL && *v != '\0' ? v : "-";
 }
 
+static const char *errno_name(int e)
+{
+	switch (e) {
+	case EPERM: return "EPERM";
+	case EACCES: return "EACCES";
+	case ENXIO: return "ENXIO";
+	case ENODEV: return "ENODEV";
+	case ENOENT: return "ENOENT";
+	case EROFS: return "EROFS";
+	default: return "other";
+	}
+}
+
+/* try_gpus: for each minor of a comma-separated list, open the GPU's device node the
+ * container has, or one the probe makes (a tenant with CAP_MKNOD can make any): only
+ * the container's device cgroup stands between it and a GPU it was not granted. */
+static void try_gpus(const char *list)
+{
+	char *copy = strdup(list), *save = NULL;
+	for (char *t = strtok_r(copy, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+		int m = atoi(t);
+		char path[64];
+		const char *how = "present";
+		snprintf(path, sizeof(path), "/dev/nvidia%d", m);
+		if (access(path, F_OK) != 0) {
+			snprintf(path, sizeof(path), "/tmp/tessera-probe-nvidia%d", m);
+			unlink(path);
+			how = mknod(path, S_IFCHR | 0600, makedev(195, (unsigned)m)) == 0 ? "made" : "mknod-refused";
+		}
+		const char *result = errno_name(errno);
+		if (strcmp(how, "mknod-refused") != 0) {
+			int fd = open(path, O_RDWR | O_CLOEXEC);
+			result = fd >= 0 ? "opened" : errno_name(errno);
+			if (fd >= 0)
+				close(fd);
+		}
+		printf("tessera-probe gpu-open minor=%d how=%s result=%s\n", m, how, result);
+	}
+	free(copy);
+}
+
 #define CALL(name, expr)                                                     \
 	do {                                                                 \
 		CUresult r_ = (expr);                                        \
@@ -173,6 +228,7 @@ int main(int argc, char **argv)
 	int fill = 0, hold = 0, mps = 0;
 	long chunk_mib = 256, interval_ms = 500, compute_ms = 0;
 	long long start_at_ms = 0, sleep_ms = 0;
+	const char *try_list = NULL;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("tessera-probe start unix_ns=%lld\n", now_ns());
 	const char *visible = getenv("NVIDIA_VISIBLE_DEVICES");
@@ -206,8 +262,10 @@ int main(int argc, char **argv)
 			sleep_ms = atoll(argv[++i]);
 		else if (strcmp(argv[i], "-mps") == 0)
 			mps = 1;
+		else if (strcmp(argv[i], "-try-gpus") == 0 && i + 1 < argc)
+			try_list = argv[++i];
 		else {
-			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps] [-sleep ms]\n");
+			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps] [-try-gpus m,m,...] [-sleep ms]\n");
 			return 2;
 		}
 	}
@@ -220,6 +278,8 @@ int main(int argc, char **argv)
 		nanosleep(&ts, NULL);
 		return 0;
 	}
+	if (try_list != NULL)
+		try_gpus(try_list);
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (lib == NULL) {
 		printf("tessera-probe error call=dlopen err=-1 msg=\"%s\"\n", dlerror());
@@ -247,6 +307,9 @@ int main(int argc, char **argv)
 	CALL("cuMemAlloc", cuMemAlloc_(&first, 1 << 20));
 	printf("tessera-probe first-cuda unix_ns=%lld\n", now_ns());
 	CALL("cuMemFree", cuMemFree_(first));
+	int count = 0;
+	CALL("cuDeviceGetCount", ((CUresult(*)(int *))sym(lib, "cuDeviceGetCount"))(&count));
+	printf("tessera-probe devices count=%d\n", count);
 
 	size_t total = 0, free_b = 0, card = 0;
 	CALL("cuDeviceTotalMem", cuDeviceTotalMem_(&card, dev));
