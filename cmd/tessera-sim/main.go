@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,7 @@ func main() {
 		workload   = flag.String("workload", "default", "workload variety built from -pods, as the FGD paper's: default, gpuspecNN, multigpuNN, gpushareNN, cpuNNN (see docs/simulator.md)")
 		wlSeed     = flag.Int64("workload-seed", 1, "seed of the -workload transformation (one variety for all -seeds)")
 		wlOut      = flag.String("workload-out", "", "also write the workload's pod list to this CSV file")
+		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole invocation to this file (go tool pprof)")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -62,6 +64,20 @@ func main() {
 		os.Exit(2)
 	}
 	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tessera-sim: -cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods, prog, wo); err != nil {
 		fmt.Fprintln(os.Stderr, "tessera-sim:", err)
 		os.Exit(1)

@@ -14,7 +14,10 @@ type Device struct {
 	Index int // NVML index of the physical GPU
 	// Model is the GPU's product name; a MIG instance's is the GPU's followed by
 	// " MIG " and the instance's profile (e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb").
-	Model        string
+	Model string
+	// ModelLower is Model in lower case, which model selections are matched against
+	// (Build sets it; a Device made elsewhere may leave it empty).
+	ModelLower   string
 	MemoryMiB    int64
 	NUMA         int // NUMA node of the GPU, -1 when unknown
 	Healthy      bool
@@ -145,7 +148,8 @@ func Build(inv *api.NodeInventory) *Model {
 			for _, mi := range g.MIG.Instances {
 				m.Devices = append(m.Devices, Device{
 					UUID: mi.UUID, Index: g.Index, Model: g.Model + " MIG " + mi.Profile,
-					MemoryMiB: mi.MemoryMiB, NUMA: g.NUMANode, Healthy: g.Healthy, HealthReason: g.HealthReason,
+					ModelLower: strings.ToLower(g.Model + " MIG " + mi.Profile),
+					MemoryMiB:  mi.MemoryMiB, NUMA: g.NUMANode, Healthy: g.Healthy, HealthReason: g.HealthReason,
 					MIG: true, Island: islandOf[i],
 				})
 				gpuOf = append(gpuOf, i)
@@ -157,7 +161,7 @@ func Build(inv *api.NodeInventory) *Model {
 			continue
 		}
 		m.Devices = append(m.Devices, Device{
-			UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryMiB: g.MemoryMiB,
+			UUID: g.UUID, Index: g.Index, Model: g.Model, ModelLower: strings.ToLower(g.Model), MemoryMiB: g.MemoryMiB,
 			NUMA: g.NUMANode, Healthy: g.Healthy, HealthReason: g.HealthReason, Island: islandOf[i],
 			MPS: g.Mode() == api.SharingMPS, MPSClients: g.MPSClients,
 		})

@@ -3,6 +3,7 @@ package nodemodel
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -221,10 +222,10 @@ func TestBuildMIG(t *testing.T) {
 		t.Fatalf("devices %v, want %v", got, want)
 	}
 	for i, want := range []Device{
-		{UUID: fixtures.UUID("n", 0), Index: 0, Model: h100, MemoryMiB: fixtures.H100MiB, NUMA: 0, Healthy: true, Island: 0},
-		{UUID: "MIG-a", Index: 1, Model: h100 + " MIG 3g.40gb", MemoryMiB: 40192, NUMA: 0, Healthy: true, MIG: true, Island: 0},
-		{UUID: "MIG-b", Index: 1, Model: h100 + " MIG 1g.10gb", MemoryMiB: 9856, NUMA: 0, Healthy: true, MIG: true, Island: 0},
-		{UUID: fixtures.UUID("n", 3), Index: 3, Model: h100, MemoryMiB: fixtures.H100MiB, NUMA: 1, Healthy: true, Island: -1},
+		{UUID: fixtures.UUID("n", 0), Index: 0, Model: h100, ModelLower: strings.ToLower(h100), MemoryMiB: fixtures.H100MiB, NUMA: 0, Healthy: true, Island: 0},
+		{UUID: "MIG-a", Index: 1, Model: h100 + " MIG 3g.40gb", ModelLower: strings.ToLower(h100 + " MIG 3g.40gb"), MemoryMiB: 40192, NUMA: 0, Healthy: true, MIG: true, Island: 0},
+		{UUID: "MIG-b", Index: 1, Model: h100 + " MIG 1g.10gb", ModelLower: strings.ToLower(h100 + " MIG 1g.10gb"), MemoryMiB: 9856, NUMA: 0, Healthy: true, MIG: true, Island: 0},
+		{UUID: fixtures.UUID("n", 3), Index: 3, Model: h100, ModelLower: strings.ToLower(h100), MemoryMiB: fixtures.H100MiB, NUMA: 1, Healthy: true, Island: -1},
 	} {
 		if m.Devices[i] != want {
 			t.Errorf("device %d: %+v, want %+v", i, m.Devices[i], want)

@@ -57,25 +57,19 @@ func (p *PodInfo) eligible(d *nodemodel.Device) bool {
 	if d.MIG && !p.wantsMIG() {
 		return false
 	}
-	if len(p.ModelInclude) > 0 {
-		m := strings.ToLower(d.Model)
-		ok := false
-		for _, s := range p.ModelInclude {
-			if strings.Contains(m, s) {
-				ok = true
-				break
-			}
+	if len(p.ModelInclude) > 0 || len(p.ModelExclude) > 0 {
+		// Matched against the model in lower case, kept by the node model: lowering
+		// it here, for every device of every node a pod with a selection is checked
+		// against, was a fifth of a replay's time on a variety with GPU models.
+		m := d.ModelLower
+		if m == "" {
+			m = strings.ToLower(d.Model)
 		}
-		if !ok {
+		if len(p.ModelInclude) > 0 && !containsSubstring(m, p.ModelInclude) {
 			return false
 		}
-	}
-	if len(p.ModelExclude) > 0 {
-		m := strings.ToLower(d.Model)
-		for _, s := range p.ModelExclude {
-			if strings.Contains(m, s) {
-				return false
-			}
+		if containsSubstring(m, p.ModelExclude) {
+			return false
 		}
 	}
 	if len(p.UUIDInclude) > 0 && !containsString(p.UUIDInclude, d.UUID) {
@@ -707,4 +701,14 @@ func GPUs(n int) string {
 
 func (p *PodInfo) hasSelection() bool {
 	return len(p.ModelInclude)+len(p.ModelExclude)+len(p.UUIDInclude)+len(p.UUIDExclude) > 0
+}
+
+// containsSubstring reports whether s contains any of subs.
+func containsSubstring(s string, subs []string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
 }
