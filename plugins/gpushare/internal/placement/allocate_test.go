@@ -1,9 +1,11 @@
 package placement
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 )
 
 func TestMissReasonWords(t *testing.T) {
@@ -34,5 +36,33 @@ func TestMissReasonWords(t *testing.T) {
 		if got := missReason(tc.c, tc.kind, tc.tenants, tc.later); got != tc.want {
 			t.Errorf("missReason(%s, %d) = %q, want %q", tc.c, tc.kind, got, tc.want)
 		}
+	}
+}
+
+// A device's model selection reads the model in lower case that the node model keeps,
+// and lowers the model itself where a Device was made without it: both decide alike.
+func TestEligibleModelCase(t *testing.T) {
+	models := []string{"NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "tesla v100-sxm2-32gb", ""}
+	sels := []struct{ include, exclude []string }{
+		{[]string{"h100"}, nil},
+		{nil, []string{"t4"}},
+		{[]string{"a100", "v100"}, []string{"mig"}},
+		{[]string{"mig 1g.5gb"}, nil},
+		{[]string{"T4"}, nil}, // selections are lower case; an upper-case one matches nothing
+	}
+	for _, model := range models {
+		for _, sel := range sels {
+			p := PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
+			kept := nodemodel.Device{Model: model, ModelLower: strings.ToLower(model), MIG: strings.Contains(model, "MIG")}
+			bare := kept
+			bare.ModelLower = ""
+			if a, b := p.eligible(&kept), p.eligible(&bare); a != b {
+				t.Errorf("model %q, selection %+v: eligible %v with the lower-case model kept, %v without", model, sel, a, b)
+			}
+		}
+	}
+	h100 := nodemodel.Device{Model: "NVIDIA H100 80GB HBM3", ModelLower: "nvidia h100 80gb hbm3"}
+	if !(&PodInfo{ModelInclude: []string{"h100"}}).eligible(&h100) || (&PodInfo{ModelExclude: []string{"hbm3"}}).eligible(&h100) {
+		t.Errorf("an H100 against include h100 / exclude hbm3: want admitted / refused")
 	}
 }
