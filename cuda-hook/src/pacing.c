@@ -96,10 +96,9 @@ static _Atomic int64_t charged_ns;
  * the bursts of saturating containers would drift into each other's slots. */
 #define SLOT_GAP_NS 200000LL
 #define MET_HOLD_NS (5 * 1000000000LL)
-/* Until when (monotonic ns) the gap is kept: a slot burst of this process met another
- * container's turns or spilled out of its slot. */
+/* Until when (monotonic ns) the gap is kept: a slot burst of this process met more
+ * than 0.5 ms and one launch of another container's turns. */
 static _Atomic int64_t met_until_ns;
-
 
 /* What pacing did in this process, for the debug log at exit (all on slow paths). */
 static struct {
