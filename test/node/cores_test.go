@@ -87,7 +87,6 @@ func testCoresShares(n *node) {
 	}
 }
 
-// firstGPU is the UUID of the first GPU of the node's inventory.
 // checkStartedTogether fails the test on a GPU (and logs it elsewhere, where a busy
 // machine may start a pod late) when a pod began computing late ms after the common
 // start its spec gave.
@@ -104,6 +103,7 @@ func (n *node) checkStartedTogether(p *v1.Pod, late int64) {
 	}
 }
 
+// firstGPU is the UUID of the first GPU of the node's inventory.
 func (n *node) firstGPU(ctx context.Context) string {
 	n.t.Helper()
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})

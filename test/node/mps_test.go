@@ -15,7 +15,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/tessera-dev/tessera/api"
 )
@@ -152,12 +151,11 @@ func (n *node) checkMPSClient(p *v1.Pod, uuid string, smCount, cores int, memMiB
 	}
 	// The agent's MPS events: the watchdog's GPUMPSBypassed (a process with a CUDA
 	// context of its own), GPUMPSDaemonFailed, GPUMPSServerFailed.
-	evs, err := n.client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", p.Name).String()})
+	evs, err := n.podEvents(context.Background(), p.Name)
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	for _, e := range evs.Items {
+	for _, e := range evs {
 		if strings.HasPrefix(e.Reason, "GPUMPS") && e.Type == v1.EventTypeWarning {
 			n.t.Errorf("pod %s: event %s: %s", p.Name, e.Reason, e.Message)
 		}

@@ -359,17 +359,26 @@ func testDefaultSchedulerRefused(n *node) {
 	}
 }
 
+// podEvents are the events about the pod.
+func (n *node) podEvents(ctx context.Context, pod string) ([]v1.Event, error) {
+	evs, err := n.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String()})
+	if err != nil {
+		return nil, err
+	}
+	return evs.Items, nil
+}
+
 // waitEvent waits for an event with this reason about the pod.
 func (n *node) waitEvent(ctx context.Context, pod, reason string) v1.Event {
 	n.t.Helper()
 	var ev v1.Event
 	waitFor(n.t, 90*time.Second, fmt.Sprintf("a %s event for pod %s", reason, pod), func() (bool, error) {
-		evs, err := n.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String()})
+		evs, err := n.podEvents(ctx, pod)
 		if err != nil {
 			return false, err
 		}
-		for _, e := range evs.Items {
+		for _, e := range evs {
 			if e.Reason == reason {
 				ev = e
 				return true, nil
@@ -584,13 +593,12 @@ func testRestart(n *node, component string) {
 // container because a required NRI plugin was not present (NRI's default validator).
 func (n *node) validatorRefusals(ctx context.Context, pod string) int {
 	n.t.Helper()
-	evs, err := n.client.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", pod).String()})
+	evs, err := n.podEvents(ctx, pod)
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	count := 0
-	for _, e := range evs.Items {
+	for _, e := range evs {
 		if strings.Contains(e.Message, "required plugin") {
 			count += int(max(e.Count, 1))
 		}
