@@ -90,7 +90,7 @@ hk() {
 }
 
 declare -A SOLO NEED CLK PWR
-# nvml <output-line>: NVML's utilisation and SM clock over the line's measured interval.
+# nvml <output-line>: NVML's utilisation, SM clock and power over the line's measured interval.
 nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
 # Solo, unhooked.
 for w in $CNAMES; do
