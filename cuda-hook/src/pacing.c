@@ -79,6 +79,7 @@ static int64_t tessera_now_ns(void)
 static _Atomic int64_t est_ns[2];
 static _Atomic int64_t est_samples[2]; /* samples taken so far */
 static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
+static int met_rejected[2];             /* samples that met another context, in a row (under ev_mu) */
 /* Per class (under ev_mu): the last RECENT samples, set aside or not, each with the
  * estimate it was read against, and when the last was read. */
 #define RECENT 16
@@ -102,7 +103,7 @@ static _Atomic int64_t met_until_ns;
 
 /* What pacing did in this process, for the debug log at exit (all on slow paths). */
 static struct {
-	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside;
+	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns;
 	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
 } pstat;
@@ -130,6 +131,7 @@ static struct {
 	int cls;
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
 	int64_t launched_ns; /* when its launch was issued */
+	int met;             /* its stream had drained, yet its start event waited: another context ran */
 } smp;
 /* A sample still running this long after its launch was queued behind more work than
  * the container was charged for: the launching thread waits for it. This bounds how
@@ -217,6 +219,21 @@ static void settle_sample(void)
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	/* The launch waited for a refill, so its stream had drained, yet its start event
+	 * had not run when the launch returned: another context held the GPU (a
+	 * time-sliced GPU runs one context at a time). A sample that ran well over the
+	 * estimate then holds the rest of the other's turn: it says nothing of this
+	 * container's launches, and is kept out of the estimate and of the samples that
+	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
+	 * taken for that). Eight in a row are taken anyway: the launches may have
+	 * changed while every sample met another's turn. */
+	if (smp.met && e > 0 && atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > e + e / 20 + 20000 &&
+	    met_rejected[smp.cls] < 8) {
+		met_rejected[smp.cls]++;
+		PSTAT_ADD(met, 1);
+		return;
+	}
+	met_rejected[smp.cls] = 0;
 	if (e > 0) {
 		int i = recent_n[smp.cls]++ % RECENT;
 		recent[smp.cls][i].ns = ns;
@@ -320,7 +337,9 @@ void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult 
 	/* A start event already complete after the launch was issued found the stream
 	 * idle: the kernel began only when the launch reached the GPU. */
 	int64_t now = tessera_now_ns();
-	smp.host_gap_ns = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS ? now - t->t_start_ns : 0;
+	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
+	smp.host_gap_ns = started ? now - t->t_start_ns : 0;
+	smp.met = t->waited && !started;
 	smp.launched_ns = now;
 	atomic_store(&smp.state, SAMPLE_FLYING);
 }
@@ -350,6 +369,7 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&est_samples[0], 0);
 	atomic_store(&est_samples[1], 0);
 	rejected[0] = rejected[1] = 0;
+	met_rejected[0] = met_rejected[1] = 0;
 	memset(recent, 0, sizeof(recent));
 	recent_n[0] = recent_n[1] = 0;
 	last_at_ns[0] = last_at_ns[1] = 0;
@@ -381,10 +401,10 @@ __attribute__((destructor)) static void pacing_summary(void)
 			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
-		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld sample_waits=%lld burst_waits=%lld "
+		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
 		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
-		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside),
+		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside), (long long)atomic_load(&pstat.met),
 		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
 		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
 		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
@@ -700,8 +720,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		atomic_fetch_sub(&s->tokens, over);
 	/* A burst that began at its slot's refill and ran past the slot's end ran into the
 	 * next container's slot (or kept a slot of free time from the next refill). What
-	 * it ran past, beyond 50 us and one launch (the last launch may take the tokens
-	 * below zero; that is owed already) and beyond what it owes for its overrun, is
+	 * it ran past, beyond 50 us and two launches (the last launch may take the tokens
+	 * below zero, which is owed already, and a time-sliced GPU runs the next
+	 * container's work in turns with it, about as long again) and beyond what it
+	 * owes for its overrun, is
 	 * given up from the next allowance (less half of another container's turns in
 	 * it, up to 1 ms). Each container thus pays for the time its slot bursts spill
 	 * out of their slots, whether its own launches or another's turns made them
@@ -718,7 +740,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		 * length. */
 		int64_t spill = e + sliced - p->slot_len_ns;
 		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
-		forfeit = spill - (50000 + est) - (over > 0 ? over : 0) - turns;
+		forfeit = spill - (50000 + 2 * est) - (over > 0 ? over : 0) - turns;
 		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)
 			forfeit = 50 * TESSERA_PACING_PERIOD_NS;
 		if (forfeit < 0)
@@ -756,18 +778,18 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
  * thread of the container gets its turn) for a refill, and charge this launch. */
-static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
+static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 {
 	struct tessera_shared_pacer *s = p->s;
 	int slept = 0;
 	for (;;) {
 		if (pacer_lock(s) != 0)
-			return; /* cannot happen with a robust mutex made consistent; do not block */
+			return 0; /* cannot happen with a robust mutex made consistent; do not block */
 		/* Work captured into a graph does not run now (its graph launch is paced), and
 		 * an event call could join the capture. */
 		if (capturing(stream)) {
 			pthread_mutex_unlock(&s->mu);
-			return;
+			return 0;
 		}
 		int64_t now = tessera_now_ns();
 		pacer_check(s, now);
@@ -801,7 +823,7 @@ static void slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 				begin_burst(p, stream, charged0, all0, refilled && p->slept);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
-			return;
+			return slept;
 		}
 		if (p->burst_started && !p->fence_pending)
 			end_burst(p, stream, 0);
@@ -823,6 +845,7 @@ static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
 void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 {
 	t->sampled = 0;
+	t->waited = 0;
 	int g = tessera.pacing_only;
 	if (!tessera.pacing_any)
 		return;
@@ -834,8 +857,6 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 	struct tessera_shared_pacer *s = p->s;
 	t->p = p;
 	int64_t cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
-	if (--sample_countdown <= 0)
-		sample_due(t, cls, cost);
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
 	if (tag != 0 && tag != (uintptr_t)stream + 1)
 		atomic_store_explicit(&p->other_stream, 1, memory_order_relaxed);
@@ -860,9 +881,13 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 			local_left = 0;
 			local_pacer = NULL;
 			/* The credit the thread held is given up: it was charged already. */
-			slow_path(p, stream, cost);
+			t->waited = slow_path(p, stream, cost);
 		}
 	}
+	/* After any wait for a refill: the sample in flight has likely finished by then,
+	 * and a launch that waited is sampled on a drained stream (settle_sample). */
+	if (--sample_countdown <= 0)
+		sample_due(t, cls, cost);
 	if (t->sampled)
 		sample_start(stream, t);
 }

@@ -52,6 +52,7 @@ struct tessera_pace_ticket {
 	struct tessera_pacer *p;
 	void *ev; /* the sample's events */
 	int64_t t_start_ns;
+	int waited; /* the launch waited for a refill: its stream had drained */
 };
 
 void tessera_pacing_setup(void);

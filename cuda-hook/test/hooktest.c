@@ -1085,6 +1085,8 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "mixed") == 0) /* 20 us and 1 ms kernels, mixed at random */
 			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (path[0] == 'k' && atoi(path + 1) > 0) /* k<us>: kernels of that many us */
+			rc = cuLaunchKernel(NULL, (unsigned)atoi(path + 1), 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else
 			CHECK(0, "unknown launch path %s", path);
 		CHECK(rc == CUDA_SUCCESS, "launch gave %d", rc);
