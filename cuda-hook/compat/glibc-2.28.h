@@ -85,6 +85,7 @@ TESSERA_PIN(pthread_rwlock_rdlock, TESSERA_GLIBC_BASE);
 TESSERA_PIN(pthread_rwlock_wrlock, TESSERA_GLIBC_BASE);
 TESSERA_PIN(pthread_rwlock_unlock, TESSERA_GLIBC_BASE);
 TESSERA_PIN(pthread_cond_timedwait, TESSERA_GLIBC_BASE);
+TESSERA_PIN(pthread_sigmask, TESSERA_GLIBC_BASE);
 TESSERA_PIN(sem_post, TESSERA_GLIBC_BASE);
 TESSERA_PIN(sem_wait, TESSERA_GLIBC_BASE);
 TESSERA_PIN(sem_timedwait, TESSERA_GLIBC_BASE);

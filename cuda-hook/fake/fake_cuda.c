@@ -913,6 +913,14 @@ struct sg_slot {
 	int64_t ev_at[SG_EVENTS]; /* completion time, -1 while pending */
 	uint32_t ev_gen[SG_EVENTS];
 	uint8_t ev_used[SG_EVENTS];
+	/* Events recorded on an idle stream (sg_side): each completes as soon as this
+	 * context holds the GPU at or after its recording. */
+	struct {
+		int32_t ev;
+		uint32_t gen;
+		int64_t rec;
+	} side[SG_EVENTS];
+	int nside;
 };
 struct sg {
 	pthread_mutex_t mu;
@@ -959,6 +967,22 @@ static void sg_setup(const char *path)
 	}
 }
 
+/* Completes the side events of a context that holds the GPU from a to b (caller
+ * holds sg->mu): those recorded before b, at their recording or at a. */
+static void sg_side_run(struct sg_slot *c, int64_t a, int64_t b)
+{
+	int k = 0;
+	for (int i = 0; i < c->nside; i++) {
+		if (c->side[i].rec < b) {
+			if (c->ev_gen[c->side[i].ev] == c->side[i].gen)
+				c->ev_at[c->side[i].ev] = c->side[i].rec > a ? c->side[i].rec : a;
+		} else {
+			c->side[k++] = c->side[i];
+		}
+	}
+	c->nside = k;
+}
+
 /* Runs the shared GPU up to now (caller holds sg->mu). */
 static void sg_advance(int64_t now)
 {
@@ -966,13 +990,23 @@ static void sg_advance(int64_t now)
 		struct sg_slot *c = &sg->s[sg->cur];
 		if (c->head == c->tail || sg->t >= sg->slice_end) {
 			int next = -1;
+			sg_side_run(c, sg->t, sg->t + 1); /* it still holds the GPU */
 			for (int i = 1; i <= SG_SLOTS && next < 0; i++) {
 				int k = (sg->cur + i) % SG_SLOTS;
 				if (sg->s[k].pid != 0 && sg->s[k].head != sg->s[k].tail)
 					next = k;
+				else if (sg->s[k].pid != 0 && sg->s[k].nside > 0 && sg->s[k].side[0].rec <= sg->t &&
+					 k != sg->cur) {
+					/* Only side events: a turn that runs them and ends. */
+					sg->t += SG_SWITCH_NS;
+					sg_side_run(&sg->s[k], sg->t, sg->t + 1);
+				}
 			}
 			if (next < 0) {
-				sg->t = now; /* idle */
+				/* Idle: every context may run its side events. */
+				for (int i = 0; i < SG_SLOTS; i++)
+					sg_side_run(&sg->s[i], sg->t, now + 1);
+				sg->t = now;
 				return;
 			}
 			if (next != sg->cur)
@@ -995,6 +1029,7 @@ static void sg_advance(int64_t now)
 			run = now - sg->t;
 		it->left_ns -= run;
 		c->queued_ns -= run;
+		sg_side_run(c, sg->t, sg->t + run);
 		sg->t += run;
 		if (it->left_ns == 0)
 			c->head++;
@@ -1025,6 +1060,31 @@ static void sg_push(int64_t work_ns, int ev)
 	}
 	me->queued_ns += work_ns;
 	me->tail++;
+	pthread_mutex_unlock(&sg->mu);
+}
+
+/* An event recorded on an idle stream: it completes when this context next holds the
+ * GPU (now, if it holds it or the GPU is idle). */
+static void sg_side(int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	int64_t now = now_ns();
+	sg_advance(now);
+	struct sg_slot *me = &sg->s[sg_me];
+	me->ev_gen[ev]++;
+	me->ev_at[ev] = -1;
+	int idle = 1;
+	for (int i = 0; i < SG_SLOTS; i++)
+		if (sg->s[i].pid != 0 && sg->s[i].head != sg->s[i].tail)
+			idle = 0;
+	if (idle || (sg->cur == sg_me && me->head != me->tail && sg->t < sg->slice_end))
+		me->ev_at[ev] = now;
+	else if (me->nside < SG_EVENTS) {
+		me->side[me->nside].ev = ev;
+		me->side[me->nside].gen = me->ev_gen[ev];
+		me->side[me->nside].rec = now;
+		me->nside++;
+	}
 	pthread_mutex_unlock(&sg->mu);
 }
 
@@ -1111,9 +1171,46 @@ CUresult cuEventDestroy_v2(CUevent e)
 	free(v);
 	return CUDA_SUCCESS;
 }
+/* Streams made with cuStreamCreate. The simulated GPU runs every launch in one queue
+ * per process, and launches name the default stream in every program that uses the
+ * fake: a made stream holds no work, and an event recorded on it completes as soon as
+ * the context holds the GPU, not behind the queue (as on a real GPU, where an idle
+ * stream's event waits only for the context's time slice). */
+#define STREAM_MAGIC 0x5354524du
+struct fstream {
+	uint32_t magic;
+	unsigned flags;
+};
+static int made_stream(CUstream s)
+{
+	struct fstream *f = (struct fstream *)s;
+	return f != NULL && (uintptr_t)f > 0x10000 && f->magic == STREAM_MAGIC;
+}
+CUresult cuStreamCreate(CUstream *s, unsigned int flags)
+{
+	if (s == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (current < 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct fstream *f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	f->magic = STREAM_MAGIC;
+	f->flags = flags;
+	*s = (CUstream)f;
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamDestroy_v2(CUstream s)
+{
+	if (!made_stream(s))
+		return CUDA_ERROR_INVALID_VALUE;
+	((struct fstream *)s)->magic = 0;
+	free(s);
+	return CUDA_SUCCESS;
+}
+
 CUresult cuEventRecord(CUevent e, CUstream s)
 {
-	(void)s;
 	struct fevent *v = event_of(e);
 	if (v == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1122,13 +1219,23 @@ CUresult cuEventRecord(CUevent e, CUstream s)
 	if (atomic_load(&capturing))
 		return CUDA_ERROR_NOT_SUPPORTED; /* the hook must never record into a capture */
 	atomic_fetch_add(&event_calls, 1);
+	int side = made_stream(s);
 	if (sg != NULL) {
 		v->recorded = 1;
-		sg_push(0, v->sg_ev);
+		if (side)
+			sg_side(v->sg_ev);
+		else
+			sg_push(0, v->sg_ev);
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&mu);
 	int64_t now = now_ns();
+	if (side) {
+		v->at_ns = gpu_advance(now, 0);
+		v->recorded = 1;
+		pthread_mutex_unlock(&mu);
+		return CUDA_SUCCESS;
+	}
 	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, event_ns);
 	if (event_ns > 0)
 		busy_until_ns = v->at_ns;

@@ -21,21 +21,22 @@ W=$G/work
 TW="python3 $HERE/gpu/torch_work.py"
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 declare -A IT
-for us in 5 10 100 1000 20000; do IT[$us]=$("$W" calib $us | field iters); done
-say "B4 matrix $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); FMA iterations per kernel: 5us=${IT[5]} 10us=${IT[10]} 100us=${IT[100]} 1ms=${IT[1000]} 20ms=${IT[20000]}"
+for us in 5 10 100 1000 5000 20000; do IT[$us]=$("$W" calib $us | field iters); done
+say "B4 matrix $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); FMA iterations per kernel: 5us=${IT[5]} 10us=${IT[10]} 100us=${IT[100]} 1ms=${IT[1000]} 5ms=${IT[5000]} 20ms=${IT[20000]}"
 
 # The C workloads: name -> command (without the seconds).
 declare -A CW=(
 	[k10us]="$W kernel ${IT[10]}"
 	[k100us]="$W kernel ${IT[100]}"
 	[k1ms]="$W kernel ${IT[1000]}"
+	[k5ms]="$W kernel ${IT[5000]}"
 	[k20ms]="$W kernel ${IT[20000]}"
 	[graph10x100us]="$W graph ${IT[100]}"
 	[loop]="$W loop ${IT[5]} 300"
 )
 # B4_CNAMES, B4_TNAMES and B4_ALONE_ONLY=1 (no tenants together) cut the matrix down
 # for a look at some rows; the published matrix is the whole one.
-CNAMES=${B4_CNAMES-k10us k100us k1ms k20ms graph10x100us loop}
+CNAMES=${B4_CNAMES-k10us k100us k1ms k5ms k20ms graph10x100us loop}
 TNAMES=${B4_TNAMES-mm2048 mm4096 mm8192 mlp}
 secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
 
@@ -175,6 +176,9 @@ if [ -z "${B4_ALONE_ONLY:-}" ]; then
 	together "pair 30/70" 30:0:mm8192 70:30:mm8192
 	together "pair 50/50" 50:0:k100us 50:50:k100us
 	together "pair 50/50" 50:0:mm2048 50:50:mm2048
+	# Kernels longer than a time slice: each is cut by the other tenant's turns.
+	together "pair 30/70" 30:0:k5ms 70:30:k5ms
+	together "pair 50/50" 50:0:k20ms 50:50:k20ms
 	together "pair 30/70" 30:0:loop 70:30:loop
 	unhooked "pair unhooked" loop loop
 	together "pair 30/70" 30:0:mlp 70:30:mlp

@@ -113,6 +113,11 @@ typedef enum CUevent_flags_enum {
 	CU_EVENT_DEFAULT = 0x0
 } CUevent_flags;
 
+typedef enum CUstream_flags_enum {
+	CU_STREAM_DEFAULT = 0x0,
+	CU_STREAM_NON_BLOCKING = 0x1
+} CUstream_flags;
+
 typedef enum CUarray_format_enum {
 	CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
 	CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,

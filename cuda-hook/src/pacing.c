@@ -50,6 +50,7 @@
 #include "graph.h"
 #include "log.h"
 #include "pacing.h"
+#include "residency.h"
 #include "state.h"
 
 /* Monotonic nanoseconds. */
@@ -103,7 +104,7 @@ static _Atomic int64_t met_until_ns;
 
 /* What pacing did in this process, for the debug log at exit (all on slow paths). */
 static struct {
-	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met;
+	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns;
 	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
 } pstat;
@@ -132,7 +133,13 @@ static struct {
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
+	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
 } smp;
+/* Launch samples of launches estimated at least this long have the context's turns on
+ * the GPU probed (residency.c) for at least PROBE_FOR_NS: shorter ones are seldom cut
+ * by a time slice, and one that is reads over 3x its estimate and is set aside. */
+#define PROBE_MIN_NS 200000LL
+#define PROBE_FOR_NS 50000000LL
 /* A sample still running this long after its launch was queued behind more work than
  * the container was charged for: the launching thread waits for it. This bounds how
  * far a program whose launches are charged too little can run ahead of the GPU. */
@@ -206,9 +213,17 @@ static void settle_sample(void)
 	if (q == CUDA_ERROR_NOT_READY)
 		return;
 	int64_t ns = q == CUDA_SUCCESS ? elapsed_ns(c->ev[0], c->ev[1]) : -1;
+	/* Another context's turns inside the sample, where the probes saw them. */
+	int64_t off = ns >= 0 && smp.probed ? tessera_residency_off(c->ctx, c->ev[0], c->ev[1]) : -1;
 	atomic_store(&smp.state, SAMPLE_FREE);
 	if (ns < 0)
 		return;
+	if (off > 0 && off < ns) {
+		ns -= off;
+		PSTAT_ADD(off_ns, off);
+	}
+	if (off >= 0)
+		PSTAT_ADD(probed, 1);
 	last_at_ns[smp.cls] = tessera_now_ns();
 	/* The start event found the stream idle: it completed when it was recorded, and
 	 * the host's time to issue the launch after it is not the kernel's. */
@@ -227,7 +242,7 @@ static void settle_sample(void)
 	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
 	 * taken for that). Eight in a row are taken anyway: the launches may have
 	 * changed while every sample met another's turn. */
-	if (smp.met && e > 0 && atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > e + e / 20 + 20000 &&
+	if (off < 0 && smp.met && e > 0 && atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > e + e / 20 + 20000 &&
 	    met_rejected[smp.cls] < 8) {
 		met_rejected[smp.cls]++;
 		PSTAT_ADD(met, 1);
@@ -304,6 +319,11 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.c = c;
 			smp.gen = c->gen;
 			smp.cls = cls;
+			/* A launch long enough for another context's time slice to cut it (or
+			 * not yet measured) has the context's turns probed while it runs. */
+			smp.probed = cost == 0 || cost >= PROBE_MIN_NS;
+			if (smp.probed)
+				tessera_residency_arm(c->ctx, cost * 4 > PROBE_FOR_NS ? cost * 4 : PROBE_FOR_NS);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
 			t->sampled = 1;
 			t->cls = cls;
@@ -356,10 +376,12 @@ void tessera_pacing_forget_ctx(CUcontext ctx)
 			evc[i].gen = ++ev_gen;
 		}
 	pthread_mutex_unlock(&ev_mu);
+	tessera_residency_forget(ctx);
 }
 
 void tessera_pacing_after_fork(void)
 {
+	tessera_residency_after_fork();
 	/* The child has none of the parent's contexts or events. */
 	pthread_mutex_init(&ev_mu, NULL);
 	memset(evc, 0, sizeof(evc));
@@ -400,6 +422,14 @@ __attribute__((destructor)) static void pacing_summary(void)
 			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
 	}
+	int64_t probes, late, covered, uncovered;
+	tessera_residency_stats(&probes, &late, &covered, &uncovered);
+	if (probes > 0)
+		tessera_log(TESSERA_LOG_DEBUG,
+			    "pacing summary probes=%lld late=%lld samples_probed=%lld samples_not_covered=%lld off_ns=%lld",
+			    (long long)probes, (long long)late, (long long)atomic_load(&pstat.probed),
+			    (long long)uncovered, (long long)atomic_load(&pstat.off_ns));
+	(void)covered;
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
 		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld",
@@ -656,13 +686,24 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		q = REAL(cuEventSynchronize)(c->ev[p->ev_f]);
 	}
 	p->fence_pending = 0;
-	int64_t e = -1;
+	int64_t e = -1, off = -1;
 	pthread_mutex_lock(&ev_mu);
-	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL)
+	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
 		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
+		if (e >= 0)
+			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f]);
+	}
 	double excess = samples_excess();
 	pthread_mutex_unlock(&ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
+	/* Where the context's turns were probed, another context's turns inside the burst
+	 * are known: they are taken out of its elapsed time, and nothing is guessed. */
+	int64_t sliced = 0;
+	if (off > 0) {
+		sliced = off < e ? off : e;
+		e -= sliced;
+		PSTAT_ADD(sliced_ns, sliced);
+	}
 	if (lag < -1)
 		lag = 0; /* the clocks of host and GPU differ by a little */
 	if (p->chained) {
@@ -697,8 +738,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * refill (what such a burst runs past its slot's end is given up below, whoever's
 	 * work it was), up to one time slice for any other. The rest is owed: all of it
 	 * while the samples say the launches changed (a sample set aside). */
-	int64_t sliced = 0;
-	if (excess >= 0 && e > p->f_charged) {
+	if (off < 0 && excess >= 0 && e > p->f_charged) {
 		int64_t explained = (int64_t)(excess * (double)p->f_charged);
 		sliced = e - p->f_charged - explained;
 		if (!p->f_at_refill && sliced > TIME_SLICE_NS)

@@ -342,6 +342,11 @@ for p in "30 0 70 30" "50 0 50 50"; do
 	timed pair $p
 	pass=$((pass + 2))
 done
+# Kernels of 10 ms, five time slices each: every one is cut by the other's turns, which
+# its launch samples read as its own unless the context's turns are probed (44.4 / 45.0
+# here before the probes, and 31.6 / 31.6 with 20 ms kernels on an H200).
+timed beside 50 0 50 50 "pace-share 50 2.5 k10000" "pace-share 50 2.5 k10000"
+pass=$((pass + 2))
 # A light container (it needs 20 %) beside a saturating one is not held under its
 # 30 %: the last kernels of its bursts wait for the other's turns, and such a burst,
 # which spans its host's work, must not read as back to back (it did: the light one's

@@ -1,0 +1,389 @@
+/*
+ * When this process's context was off the GPU.
+ *
+ * A time-sliced GPU runs one context at a time: while another container's context has
+ * its turn, this one's kernels stand still, and the events that bracket them (pacing's
+ * launch samples) count that turn as if it were theirs. A kernel longer than a time
+ * slice is cut by every turn of a busy neighbour, so its samples read it up to twice as
+ * long as it is and the container is charged that much (two 20 ms-kernel containers at
+ * 50 % got 31.6 % each on an H200).
+ *
+ * What tells the turns apart is an event on an idle stream of the context: it completes
+ * as soon as it is recorded while the context holds the GPU, even while the context's
+ * own long kernel runs, and only when the context gets the GPU back while another has
+ * it (measured on an H200: probes every 500 us beside another process's kernels
+ * completed within 25 us of their recording, or together at the instant the context
+ * got its turn back, 2.2-2.4 ms later). So while pacing measures a long launch, a
+ * thread of the hook records such a probe every PROBE_STEP_NS on a stream of its own
+ * and reads when each completed: a probe that completed much later than the context's
+ * usual lag was recorded while the context was off the GPU, which it had been since
+ * about half-way between the previous probe's completion and this probe's recording,
+ * until this probe's completion. Launch samples subtract the off time inside them
+ * (pacing.c); the error is about half a probe step per turn, either way.
+ *
+ * Times are kept as "frame" times: GPU ns since the reference event (ref), which is
+ * re-recorded every second (cuEventElapsedTime's float milliseconds lose precision over
+ * long spans) with the offset carried in ref_base.
+ *
+ * Every CUDA call on the probing side is made under rs.mu, which also guards every
+ * field; the thread stops calling CUDA at exit (an atexit handler registered after the
+ * CUDA runtime's, so run before it) and while a stream capture is open (an event call
+ * could break a capture in global mode).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "residency.h"
+#include "state.h"
+
+#define PROBE_STEP_NS 250000LL
+/* Probes outstanding at most: 24 ms of probing while the context is off the GPU. */
+#define NPROBE 96
+#define NOFF 128
+/* A probe this much later than the context's usual lag was recorded while the context
+ * was off the GPU (the usual lag varies by a few tens of us). */
+#define LATE_NS 150000LL
+/* Probes further apart than this (the thread was descheduled, or probing paused) may
+ * have missed a turn between them: the coverage starts again. */
+#define GAP_NS (8 * PROBE_STEP_NS)
+#define REANCHOR_NS 1000000000LL
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int started, stopping;
+	CUcontext ctx;        /* the context probed; NULL: none */
+	CUcontext made_in;    /* the context the stream and events below belong to */
+	CUstream stream;
+	CUevent ref, ref_next;
+	int ref_next_pending;
+	int64_t ref_base, reanchor_at;
+	CUevent ev[NPROBE];
+	int64_t host[NPROBE]; /* host ns right after each probe's record */
+	unsigned head, tail;  /* probes outstanding: [head, tail) */
+	int64_t armed_until;
+	int have_prev;        /* probes continuous from cover_from to prev_g */
+	int64_t prev_g, prev_host, cover_from;
+	int have_base;
+	int64_t base; /* a probe's usual completion (frame) less its recording (host) */
+	struct {
+		int64_t a, b;
+	} off[NOFF];
+	unsigned noff;
+	int64_t probes, late, covered, uncovered;
+} rs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int usable(void)
+{
+	return REAL(cuStreamCreate) && REAL(cuStreamDestroy_v2) && REAL(cuCtxSetCurrent) && REAL(cuEventCreate) &&
+	       REAL(cuEventRecord) && REAL(cuEventQuery) && REAL(cuEventDestroy_v2) && REAL(cuEventElapsedTime_v2);
+}
+
+/* The event's frame time (caller holds rs.mu), or INT64_MIN if it cannot be read. */
+static int64_t frame_of(CUevent e)
+{
+	float ms = 0;
+	if (REAL(cuEventElapsedTime_v2)(&ms, rs.ref, e) != CUDA_SUCCESS || !(ms > -1e5f && ms < 1e5f))
+		return INT64_MIN;
+	return rs.ref_base + (int64_t)((double)ms * 1e6);
+}
+
+static void break_coverage(void)
+{
+	rs.have_prev = 0;
+}
+
+/* Drops the stream and events (caller holds rs.mu); they are destroyed only while
+ * their context lives (a destroyed context took them with it). */
+static void drop_probes(int destroy)
+{
+	if (rs.made_in == NULL)
+		return;
+	if (destroy && REAL(cuCtxSetCurrent)(rs.made_in) == CUDA_SUCCESS) {
+		for (int i = 0; i < NPROBE; i++)
+			REAL(cuEventDestroy_v2)(rs.ev[i]);
+		REAL(cuEventDestroy_v2)(rs.ref);
+		REAL(cuEventDestroy_v2)(rs.ref_next);
+		REAL(cuStreamDestroy_v2)(rs.stream);
+	}
+	rs.made_in = NULL;
+	rs.head = rs.tail = 0;
+	rs.ref_next_pending = 0;
+	rs.have_base = 0;
+	rs.noff = 0;
+	break_coverage();
+}
+
+/* The stream, reference and probes in the probed context, current on this thread
+ * (caller holds rs.mu); 0 if they cannot be made. */
+static int make_probes(void)
+{
+	if (rs.made_in == rs.ctx)
+		return 1;
+	drop_probes(1);
+	if (REAL(cuCtxSetCurrent)(rs.ctx) != CUDA_SUCCESS)
+		return 0;
+	/* Non-blocking: an event on a blocking stream would wait for the legacy default
+	 * stream's work, which is the program's. */
+	if (REAL(cuStreamCreate)(&rs.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+		return 0;
+	/* ev[0..NPROBE), then ref and ref_next: made in order, undone in order. */
+	CUevent *all[NPROBE + 2];
+	for (int i = 0; i < NPROBE; i++)
+		all[i] = &rs.ev[i];
+	all[NPROBE] = &rs.ref;
+	all[NPROBE + 1] = &rs.ref_next;
+	int n = 0;
+	while (n < NPROBE + 2 && REAL(cuEventCreate)(all[n], CU_EVENT_DEFAULT) == CUDA_SUCCESS)
+		n++;
+	if (n < NPROBE + 2 || REAL(cuEventRecord)(rs.ref, rs.stream) != CUDA_SUCCESS) {
+		while (n-- > 0)
+			REAL(cuEventDestroy_v2)(*all[n]);
+		REAL(cuStreamDestroy_v2)(rs.stream);
+		return 0;
+	}
+	rs.made_in = rs.ctx;
+	rs.ref_base = 0;
+	rs.reanchor_at = now_ns() + REANCHOR_NS;
+	rs.head = rs.tail = 0;
+	rs.have_base = 0;
+	rs.noff = 0;
+	break_coverage();
+	return 1;
+}
+
+static void add_off(int64_t a, int64_t b)
+{
+	if (rs.noff > 0) {
+		unsigned i = (rs.noff - 1) % NOFF;
+		if (a <= rs.off[i].b) {
+			if (b > rs.off[i].b)
+				rs.off[i].b = b;
+			return;
+		}
+	}
+	rs.off[rs.noff % NOFF].a = a;
+	rs.off[rs.noff % NOFF].b = b;
+	rs.noff++;
+}
+
+/* Reads the probes that have completed, in order (caller holds rs.mu). */
+static void collect(void)
+{
+	if (rs.made_in == NULL)
+		return;
+	/* The reference moves on once the next one has completed. */
+	if (rs.ref_next_pending && REAL(cuEventQuery)(rs.ref_next) == CUDA_SUCCESS) {
+		int64_t nb = frame_of(rs.ref_next);
+		rs.ref_next_pending = 0;
+		if (nb != INT64_MIN) {
+			CUevent t = rs.ref;
+			rs.ref = rs.ref_next;
+			rs.ref_next = t;
+			rs.ref_base = nb;
+		}
+	}
+	while (rs.head != rs.tail) {
+		unsigned i = rs.head % NPROBE;
+		CUresult q = REAL(cuEventQuery)(rs.ev[i]);
+		if (q == CUDA_ERROR_NOT_READY)
+			return;
+		rs.head++;
+		int64_t g = q == CUDA_SUCCESS ? frame_of(rs.ev[i]) : INT64_MIN, h = rs.host[i];
+		if (g == INT64_MIN) {
+			break_coverage();
+			continue;
+		}
+		rs.probes++;
+		/* The usual lag: the least seen, let rise by 20 ns a probe (80 us a second)
+		 * so that the host's and the GPU's clocks may drift apart. */
+		int64_t d = g - h;
+		rs.base = rs.have_base && rs.base + 20 < d ? rs.base + 20 : d;
+		rs.have_base = 1;
+		if (!rs.have_prev || h - rs.prev_host > GAP_NS) {
+			rs.have_prev = 1;
+			rs.cover_from = g;
+		} else if (d - rs.base > LATE_NS) {
+			rs.late++;
+			/* Off the GPU from between the previous probe's completion and this
+			 * one's recording (where it would have completed) until now. */
+			int64_t due = h + rs.base, from = due > rs.prev_g ? rs.prev_g + (due - rs.prev_g) / 2 : rs.prev_g;
+			if (g - from > LATE_NS)
+				add_off(from, g);
+		}
+		rs.prev_g = g;
+		rs.prev_host = h;
+	}
+}
+
+static void probe_once(int64_t now)
+{
+	if (rs.made_in == NULL)
+		return;
+	if (!rs.ref_next_pending && now >= rs.reanchor_at) {
+		if (REAL(cuEventRecord)(rs.ref_next, rs.stream) == CUDA_SUCCESS)
+			rs.ref_next_pending = 1;
+		rs.reanchor_at = now + REANCHOR_NS;
+	}
+	if (rs.tail - rs.head >= NPROBE)
+		return; /* off the GPU for a while: the outstanding probes say until when */
+	unsigned i = rs.tail % NPROBE;
+	if (REAL(cuEventRecord)(rs.ev[i], rs.stream) != CUDA_SUCCESS) {
+		break_coverage();
+		return;
+	}
+	/* Read after the record: a thread descheduled in between makes the probe look
+	 * early, never late. */
+	rs.host[i] = now_ns();
+	rs.tail++;
+}
+
+static void *prober(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&rs.mu);
+	for (;;) {
+		int64_t now = now_ns();
+		if (rs.stopping)
+			break;
+		if (rs.ctx == NULL || now >= rs.armed_until) {
+			break_coverage();
+			pthread_cond_wait(&rs.cv, &rs.mu);
+			continue;
+		}
+		if (atomic_load(&tessera.captures) > 0) {
+			break_coverage();
+		} else if (make_probes()) {
+			collect();
+			probe_once(now);
+		} else {
+			tessera_log(TESSERA_LOG_DEBUG, "pacing cannot probe the context's turns on the GPU");
+			rs.ctx = NULL;
+			continue;
+		}
+		pthread_mutex_unlock(&rs.mu);
+		struct timespec ts = {0, PROBE_STEP_NS};
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&rs.mu);
+	}
+	pthread_mutex_unlock(&rs.mu);
+	return NULL;
+}
+
+static void stop_at_exit(void)
+{
+	pthread_mutex_lock(&rs.mu);
+	rs.stopping = 1;
+	pthread_cond_signal(&rs.cv);
+	pthread_mutex_unlock(&rs.mu);
+}
+
+void tessera_residency_arm(CUcontext ctx, int64_t for_ns)
+{
+	if (ctx == NULL || !usable())
+		return;
+	pthread_mutex_lock(&rs.mu);
+	int64_t now = now_ns();
+	if (rs.stopping || (rs.ctx != NULL && rs.ctx != ctx && now < rs.armed_until)) {
+		pthread_mutex_unlock(&rs.mu); /* one context at a time */
+		return;
+	}
+	if (rs.ctx != ctx) {
+		rs.ctx = ctx;
+		break_coverage();
+	}
+	if (now + for_ns > rs.armed_until)
+		rs.armed_until = now + for_ns;
+	if (!rs.started) {
+		pthread_t t;
+		pthread_attr_t a;
+		sigset_t all, old;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old); /* the program's signals are not for it */
+		rs.started = pthread_create(&t, &a, prober, NULL) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&a);
+		if (rs.started)
+			atexit(stop_at_exit);
+		else
+			rs.stopping = 1;
+	}
+	pthread_cond_signal(&rs.cv);
+	pthread_mutex_unlock(&rs.mu);
+}
+
+int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
+{
+	pthread_mutex_lock(&rs.mu);
+	int64_t off = -1;
+	if (!rs.stopping && ctx != NULL && ctx == rs.made_in && atomic_load(&tessera.captures) == 0) {
+		collect();
+		int64_t fa = frame_of(a), fb = frame_of(b);
+		/* Probes from before a to (about) b: a turn that began after the last probe
+		 * would have held b back past it by the turn's length. */
+		if (fa != INT64_MIN && fb >= fa && rs.have_prev && rs.cover_from <= fa && rs.prev_g >= fb - 2 * PROBE_STEP_NS) {
+			off = 0;
+			unsigned from = rs.noff > NOFF ? rs.noff - NOFF : 0;
+			for (unsigned k = from; k < rs.noff; k++) {
+				int64_t x = rs.off[k % NOFF].a > fa ? rs.off[k % NOFF].a : fa;
+				int64_t y = rs.off[k % NOFF].b < fb ? rs.off[k % NOFF].b : fb;
+				if (y > x)
+					off += y - x;
+			}
+		}
+	}
+	if (off >= 0)
+		rs.covered++;
+	else
+		rs.uncovered++;
+	pthread_mutex_unlock(&rs.mu);
+	return off;
+}
+
+void tessera_residency_forget(CUcontext ctx)
+{
+	pthread_mutex_lock(&rs.mu);
+	if (rs.made_in == ctx)
+		drop_probes(0);
+	if (rs.ctx == ctx)
+		rs.ctx = NULL;
+	pthread_mutex_unlock(&rs.mu);
+}
+
+void tessera_residency_after_fork(void)
+{
+	/* The child has none of the parent's threads or contexts. */
+	pthread_mutex_init(&rs.mu, NULL);
+	pthread_cond_init(&rs.cv, NULL);
+	rs.started = rs.stopping = 0;
+	rs.ctx = rs.made_in = NULL;
+	rs.head = rs.tail = 0;
+	rs.noff = 0;
+	rs.have_prev = rs.have_base = rs.ref_next_pending = 0;
+	rs.armed_until = 0;
+	rs.probes = rs.late = rs.covered = rs.uncovered = 0;
+}
+
+void tessera_residency_stats(int64_t *probes, int64_t *late, int64_t *covered, int64_t *uncovered)
+{
+	pthread_mutex_lock(&rs.mu);
+	*probes = rs.probes;
+	*late = rs.late;
+	*covered = rs.covered;
+	*uncovered = rs.uncovered;
+	pthread_mutex_unlock(&rs.mu);
+}
