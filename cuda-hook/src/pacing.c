@@ -140,6 +140,22 @@ static struct {
  * by a time slice, and one that is reads over 3x its estimate and is set aside. */
 #define PROBE_MIN_NS 200000LL
 #define PROBE_FOR_NS 50000000LL
+/* Since when (monotonic ns) this process last saw another context on its GPU: a launch
+ * sample whose start event waited on a drained stream, a burst that ran over its
+ * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
+ * after: a container alone on its GPU has nothing to probe for. */
+static _Atomic int64_t other_seen_ns;
+#define CONTENDED_NS (2 * 1000000000LL)
+static void saw_other(void)
+{
+	atomic_store_explicit(&other_seen_ns, tessera_now_ns(), memory_order_relaxed);
+}
+static int contended(void)
+{
+	int64_t now = tessera_now_ns(), seen = atomic_load_explicit(&other_seen_ns, memory_order_relaxed);
+	int64_t late = tessera_residency_late_seen_ns();
+	return (seen > 0 && now - seen < CONTENDED_NS) || (late > 0 && now - late < CONTENDED_NS);
+}
 /* A sample still running this long after its launch was queued behind more work than
  * the container was charged for: the launching thread waits for it. This bounds how
  * far a program whose launches are charged too little can run ahead of the GPU. */
@@ -320,8 +336,11 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.gen = c->gen;
 			smp.cls = cls;
 			/* A launch long enough for another context's time slice to cut it (or
-			 * not yet measured) has the context's turns probed while it runs. */
-			smp.probed = cost == 0 || cost >= PROBE_MIN_NS;
+			 * not yet measured) has the context's turns probed while it runs, while
+			 * another context shares the GPU or the estimate is being formed (its
+			 * first samples; containers that start together meet there). */
+			smp.probed = (cost == 0 || cost >= PROBE_MIN_NS) &&
+				     (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
 			if (smp.probed)
 				tessera_residency_arm(c->ctx, cost * 4 > PROBE_FOR_NS ? cost * 4 : PROBE_FOR_NS);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
@@ -360,6 +379,8 @@ void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult 
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
 	smp.host_gap_ns = started ? now - t->t_start_ns : 0;
 	smp.met = t->waited && !started;
+	if (smp.met)
+		saw_other();
 	smp.launched_ns = now;
 	atomic_store(&smp.state, SAMPLE_FLYING);
 }
@@ -397,6 +418,7 @@ void tessera_pacing_after_fork(void)
 	last_at_ns[0] = last_at_ns[1] = 0;
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
+	atomic_store(&other_seen_ns, 0);
 	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
@@ -426,10 +448,10 @@ __attribute__((destructor)) static void pacing_summary(void)
 	tessera_residency_stats(&probes, &late, &covered, &uncovered);
 	if (probes > 0)
 		tessera_log(TESSERA_LOG_DEBUG,
-			    "pacing summary probes=%lld late=%lld samples_probed=%lld samples_not_covered=%lld off_ns=%lld",
-			    (long long)probes, (long long)late, (long long)atomic_load(&pstat.probed),
-			    (long long)uncovered, (long long)atomic_load(&pstat.off_ns));
-	(void)covered;
+			    "pacing summary probes=%lld late=%lld windows_covered=%lld windows_not_covered=%lld "
+			    "samples_probed=%lld samples_off_ns=%lld",
+			    (long long)probes, (long long)late, (long long)covered, (long long)uncovered,
+			    (long long)atomic_load(&pstat.probed), (long long)atomic_load(&pstat.off_ns));
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
 		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld",
@@ -696,6 +718,9 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	double excess = samples_excess();
 	pthread_mutex_unlock(&ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
+	if (off > 0 || (off < 0 && excess >= 0 && atomic_load(&est_samples[0]) + atomic_load(&est_samples[1]) >= EST_WINDOW &&
+			e > p->f_charged + p->f_charged / 10 + 100000))
+		saw_other();
 	/* Where the context's turns were probed, another context's turns inside the burst
 	 * are known: they are taken out of its elapsed time, and nothing is guessed. */
 	int64_t sliced = 0;

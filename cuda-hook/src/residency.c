@@ -78,6 +78,8 @@ static struct {
 	int64_t probes, late, covered, uncovered;
 } rs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
+static _Atomic int64_t late_seen_ns;
+
 static int64_t now_ns(void)
 {
 	struct timespec ts;
@@ -217,6 +219,7 @@ static void collect(void)
 			rs.cover_from = g;
 		} else if (d - rs.base > LATE_NS) {
 			rs.late++;
+			atomic_store_explicit(&late_seen_ns, now_ns(), memory_order_relaxed);
 			/* Off the GPU from between the previous probe's completion and this
 			 * one's recording (where it would have completed) until now. */
 			int64_t due = h + rs.base, from = due > rs.prev_g ? rs.prev_g + (due - rs.prev_g) / 2 : rs.prev_g;
@@ -376,6 +379,12 @@ void tessera_residency_after_fork(void)
 	rs.have_prev = rs.have_base = rs.ref_next_pending = 0;
 	rs.armed_until = 0;
 	rs.probes = rs.late = rs.covered = rs.uncovered = 0;
+	atomic_store(&late_seen_ns, 0);
+}
+
+int64_t tessera_residency_late_seen_ns(void)
+{
+	return atomic_load_explicit(&late_seen_ns, memory_order_relaxed);
 }
 
 void tessera_residency_stats(int64_t *probes, int64_t *late, int64_t *covered, int64_t *uncovered)

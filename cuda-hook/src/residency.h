@@ -16,6 +16,8 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b);
 /* The context is gone, or the process forked: forget it. */
 void tessera_residency_forget(CUcontext ctx);
 void tessera_residency_after_fork(void);
+/* When a probe last waited for the context's turn (monotonic ns; 0: never). */
+int64_t tessera_residency_late_seen_ns(void);
 /* Probe counts for the pacing summary. */
 void tessera_residency_stats(int64_t *probes, int64_t *late, int64_t *covered, int64_t *uncovered);
 
