@@ -87,6 +87,10 @@ static int64_t other_start_ns, other_len_ns, other_period_ns;
  * GPU's does (about 1 us on an H200): a launch sample, bracketed by two events, then
  * reads more than the kernel takes back to back. Not in the shared GPU. */
 static int64_t event_ns;
+/* FAKE_CUDA_SLOW_SIDE_RECORD=<n>: every n-th event recorded on a made stream returns
+ * 1 ms after it was recorded, as a call whose thread was descheduled does. */
+static long slow_side_every;
+static _Atomic long side_records;
 static void sg_setup(const char *path);
 static void sg_push(int64_t work_ns, int ev);
 static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
@@ -134,6 +138,8 @@ __attribute__((constructor)) static void setup(void)
 	}
 	if ((s = getenv("FAKE_CUDA_EVENT_NS")) && atoll(s) > 0)
 		event_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_SLOW_SIDE_RECORD")) && atol(s) > 0)
+		slow_side_every = atol(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
 		sg_slice_ns = atoll(s) * 1000;
 	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
@@ -1209,7 +1215,7 @@ CUresult cuStreamDestroy_v2(CUstream s)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuEventRecord(CUevent e, CUstream s)
+static CUresult event_record(CUevent e, CUstream s)
 {
 	struct fevent *v = event_of(e);
 	if (v == NULL)
@@ -1242,6 +1248,15 @@ CUresult cuEventRecord(CUevent e, CUstream s)
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent e, CUstream s)
+{
+	CUresult rc = event_record(e, s);
+	if (made_stream(s) && slow_side_every > 0 && (atomic_fetch_add(&side_records, 1) + 1) % slow_side_every == 0) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL); /* recorded, and returned late */
+	}
+	return rc;
 }
 CUresult cuEventQuery(CUevent e)
 {

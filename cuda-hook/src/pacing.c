@@ -135,11 +135,11 @@ static struct {
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
 	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
 } smp;
-/* Launch samples of launches estimated at least this long have the context's turns on
- * the GPU probed (residency.c) for at least PROBE_FOR_NS: shorter ones are seldom cut
- * by a time slice, and one that is reads over 3x its estimate and is set aside. */
+/* Launch samples, and bursts, of launches estimated at least this long have the
+ * context's turns on the GPU probed (residency.c) while they run: shorter ones are
+ * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
+ * set aside. */
 #define PROBE_MIN_NS 200000LL
-#define PROBE_FOR_NS 50000000LL
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
  * sample whose start event waited on a drained stream, a burst that ran over its
  * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
@@ -342,7 +342,7 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.probed = (cost == 0 || cost >= PROBE_MIN_NS) &&
 				     (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
 			if (smp.probed)
-				tessera_residency_arm(c->ctx, cost * 4 > PROBE_FOR_NS ? cost * 4 : PROBE_FOR_NS);
+				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
 			t->sampled = 1;
 			t->cls = cls;
@@ -370,9 +370,14 @@ void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult 
 		return;
 	struct ctx_events *c = t->ev;
 	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
+		if (smp.probed)
+			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, NULL);
 		atomic_store(&smp.state, SAMPLE_FREE);
 		return;
 	}
+	/* Probed until the sampled launch has run. */
+	if (smp.probed)
+		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, c->ev[1]);
 	/* A start event already complete after the launch was issued found the stream
 	 * idle: the kernel began only when the launch reached the GPU. */
 	int64_t now = tessera_now_ns();
@@ -562,6 +567,15 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
+/* The open burst is over without its F (caller holds ev_mu): no more probing for it. */
+static void burst_unprobe(struct tessera_pacer *p)
+{
+	struct ctx_events *c = p->burst_ctx;
+	if (p->burst_probed && c != NULL && c->gen == p->burst_ctx_gen && c->ctx != NULL)
+		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 0, NULL);
+	p->burst_probed = 0;
+}
+
 /* A burst begins (caller holds s->mu): event S before its first launch. The host's
  * clock is read right before S is recorded and right after F is (not when the slow
  * path began, which may be milliseconds earlier if the thread was descheduled or
@@ -574,6 +588,11 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		return;
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = events_current();
+	/* Long launches beside another context: their turns are probed while it runs. */
+	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
+	p->burst_probed = c != NULL && est >= PROBE_MIN_NS && contended();
+	if (p->burst_probed)
+		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
 	int64_t t0 = tessera_now_ns();
 	if (c != NULL && REAL(cuEventRecord)(c->ev[p->ev_s], stream) == CUDA_SUCCESS) {
 		p->burst_started = 1;
@@ -613,6 +632,9 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
+		/* A chained burst goes on at F: the probing with it. */
+		if (p->burst_probed && !chain)
+			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 0, c->ev[p->ev_f]);
 		if (chain) {
 			/* Known once this burst's F is read (settle_burst). */
 			p->lag_s_ns = -1;
@@ -628,6 +650,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 	} else {
 		p->burst_started = 0;
 		atomic_store(&p->burst_stream_tag, 0);
+		burst_unprobe(p);
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
@@ -877,6 +900,9 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			 * when the GPU idled, and is not measured. */
 			p->burst_started = 0;
 			atomic_store(&p->burst_stream_tag, 0);
+			pthread_mutex_lock(&ev_mu);
+			burst_unprobe(p);
+			pthread_mutex_unlock(&ev_mu);
 		}
 		if (atomic_load(&s->tokens) > 0) {
 			if (p->burst_started && refilled && !p->fence_pending)

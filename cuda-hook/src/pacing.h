@@ -36,6 +36,7 @@ struct tessera_pacer {
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;
+	int burst_probed; /* the context's turns are probed while the open burst runs */
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;

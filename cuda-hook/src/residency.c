@@ -52,6 +52,14 @@
  * have missed a turn between them: the coverage starts again. */
 #define GAP_NS (8 * PROBE_STEP_NS)
 #define REANCHOR_NS 1000000000LL
+/* A record call that took longer than this (the thread was descheduled in it, or the
+ * driver held it) leaves the probe's host time unsure by as much. */
+#define RECORD_SURE_NS 30000LL
+#define NBASE 128
+#define HOLD_MAX_NS 1000000000LL
+/* The probe recorded right before a measured start event may complete a little after
+ * it, on its own stream: coverage may begin this much after the start. */
+#define COVER_SLACK_NS 100000LL
 
 static struct {
 	pthread_mutex_t mu;
@@ -65,12 +73,24 @@ static struct {
 	int64_t ref_base, reanchor_at;
 	CUevent ev[NPROBE];
 	int64_t host[NPROBE]; /* host ns right after each probe's record */
+	uint8_t sure[NPROBE]; /* the record returned within RECORD_SURE_NS: its host time is exact */
 	unsigned head, tail;  /* probes outstanding: [head, tail) */
+	/* What the probing is for (a launch sample, a burst): each until its event has
+	 * completed, or while it is open. Probing stops when none holds it, and by
+	 * armed_until (1 s after the last hold) whatever happens. */
+	struct {
+		int on, open;
+		CUevent until;
+	} hold[TESSERA_RESIDENCY_HOLDS];
 	int64_t armed_until;
 	int have_prev;        /* probes continuous from cover_from to prev_g */
 	int64_t prev_g, prev_host, cover_from;
-	int have_base;
-	int64_t base; /* a probe's usual completion (frame) less its recording (host) */
+	/* A probe's usual completion (frame) less its recording (host): the least of the
+	 * last NBASE sure probes' (so one probe whose thread was descheduled, or whose
+	 * clock read came late, does not move it for long). */
+	int64_t base_d[NBASE];
+	unsigned nbase;
+	int64_t base;
 	struct {
 		int64_t a, b;
 	} off[NOFF];
@@ -123,7 +143,7 @@ static void drop_probes(int destroy)
 	rs.made_in = NULL;
 	rs.head = rs.tail = 0;
 	rs.ref_next_pending = 0;
-	rs.have_base = 0;
+	rs.nbase = 0;
 	rs.noff = 0;
 	break_coverage();
 }
@@ -160,7 +180,7 @@ static int make_probes(void)
 	rs.ref_base = 0;
 	rs.reanchor_at = now_ns() + REANCHOR_NS;
 	rs.head = rs.tail = 0;
-	rs.have_base = 0;
+	rs.nbase = 0;
 	rs.noff = 0;
 	break_coverage();
 	return 1;
@@ -209,12 +229,18 @@ static void collect(void)
 			continue;
 		}
 		rs.probes++;
-		/* The usual lag: the least seen, let rise by 20 ns a probe (80 us a second)
-		 * so that the host's and the GPU's clocks may drift apart. */
 		int64_t d = g - h;
-		rs.base = rs.have_base && rs.base + 20 < d ? rs.base + 20 : d;
-		rs.have_base = 1;
-		if (!rs.have_prev || h - rs.prev_host > GAP_NS) {
+		if (rs.sure[i]) {
+			rs.base_d[rs.nbase++ % NBASE] = d;
+			unsigned n = rs.nbase < NBASE ? rs.nbase : NBASE;
+			rs.base = rs.base_d[0];
+			for (unsigned k = 1; k < n; k++)
+				if (rs.base_d[k] < rs.base)
+					rs.base = rs.base_d[k];
+		}
+		if (rs.nbase == 0) {
+			continue; /* no usual lag yet */
+		} else if (!rs.have_prev || h - rs.prev_host > GAP_NS) {
 			rs.have_prev = 1;
 			rs.cover_from = g;
 		} else if (d - rs.base > LATE_NS) {
@@ -243,14 +269,35 @@ static void probe_once(int64_t now)
 	if (rs.tail - rs.head >= NPROBE)
 		return; /* off the GPU for a while: the outstanding probes say until when */
 	unsigned i = rs.tail % NPROBE;
+	int64_t t0 = now_ns();
 	if (REAL(cuEventRecord)(rs.ev[i], rs.stream) != CUDA_SUCCESS) {
 		break_coverage();
 		return;
 	}
 	/* Read after the record: a thread descheduled in between makes the probe look
-	 * early, never late. */
+	 * early, never late; and such a probe does not set the usual lag. */
 	rs.host[i] = now_ns();
+	rs.sure[i] = rs.host[i] - t0 <= RECORD_SURE_NS;
 	rs.tail++;
+}
+
+/* Whether some hold is on (caller holds rs.mu). A probe is work of the context: on a
+ * time-sliced GPU it makes the context runnable, and another context that has the GPU
+ * then loses its turn to it (on an H200 a 70 % tenant whose neighbour probed between
+ * its own bursts got 61 %). So the context is probed only while its own launches are
+ * queued anyway: until the event after them has completed. */
+static int holding(void)
+{
+	int any = 0;
+	for (int i = 0; i < TESSERA_RESIDENCY_HOLDS; i++) {
+		if (!rs.hold[i].on)
+			continue;
+		if (rs.hold[i].open || REAL(cuEventQuery)(rs.hold[i].until) == CUDA_ERROR_NOT_READY)
+			any = 1;
+		else
+			rs.hold[i].on = 0;
+	}
+	return any;
 }
 
 static void *prober(void *arg)
@@ -261,21 +308,21 @@ static void *prober(void *arg)
 		int64_t now = now_ns();
 		if (rs.stopping)
 			break;
-		if (rs.ctx == NULL || now >= rs.armed_until) {
-			break_coverage();
-			pthread_cond_wait(&rs.cv, &rs.mu);
-			continue;
-		}
-		if (atomic_load(&tessera.captures) > 0) {
-			break_coverage();
-		} else if (make_probes()) {
-			collect();
-			probe_once(now);
-		} else {
+		int want = rs.ctx != NULL && now < rs.armed_until && atomic_load(&tessera.captures) == 0;
+		if (want && rs.made_in != rs.ctx && !make_probes()) {
 			tessera_log(TESSERA_LOG_DEBUG, "pacing cannot probe the context's turns on the GPU");
 			rs.ctx = NULL;
 			continue;
 		}
+		if (!want || !holding()) {
+			/* What the probes covered stays covered; the next probe, after the
+			 * pause, starts anew (GAP_NS). */
+			collect();
+			pthread_cond_wait(&rs.cv, &rs.mu);
+			continue;
+		}
+		collect();
+		probe_once(now);
 		pthread_mutex_unlock(&rs.mu);
 		struct timespec ts = {0, PROBE_STEP_NS};
 		nanosleep(&ts, NULL);
@@ -293,9 +340,9 @@ static void stop_at_exit(void)
 	pthread_mutex_unlock(&rs.mu);
 }
 
-void tessera_residency_arm(CUcontext ctx, int64_t for_ns)
+void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until)
 {
-	if (ctx == NULL || !usable())
+	if (ctx == NULL || who < 0 || who >= TESSERA_RESIDENCY_HOLDS || !usable())
 		return;
 	pthread_mutex_lock(&rs.mu);
 	int64_t now = now_ns();
@@ -305,10 +352,21 @@ void tessera_residency_arm(CUcontext ctx, int64_t for_ns)
 	}
 	if (rs.ctx != ctx) {
 		rs.ctx = ctx;
+		memset(rs.hold, 0, sizeof(rs.hold));
 		break_coverage();
 	}
-	if (now + for_ns > rs.armed_until)
-		rs.armed_until = now + for_ns;
+	rs.hold[who].on = open || until != NULL;
+	rs.hold[who].open = open;
+	rs.hold[who].until = until;
+	if (!rs.hold[who].on) {
+		pthread_mutex_unlock(&rs.mu);
+		return;
+	}
+	rs.armed_until = now + HOLD_MAX_NS;
+	/* A probe now, before the caller records the start of what it measures: the
+	 * thread's first may come only after it. */
+	if (open && rs.made_in == ctx && atomic_load(&tessera.captures) == 0)
+		probe_once(now);
 	if (!rs.started) {
 		pthread_t t;
 		pthread_attr_t a;
@@ -338,7 +396,8 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 		int64_t fa = frame_of(a), fb = frame_of(b);
 		/* Probes from before a to (about) b: a turn that began after the last probe
 		 * would have held b back past it by the turn's length. */
-		if (fa != INT64_MIN && fb >= fa && rs.have_prev && rs.cover_from <= fa && rs.prev_g >= fb - 2 * PROBE_STEP_NS) {
+		if (fa != INT64_MIN && fb >= fa && rs.have_prev && rs.cover_from <= fa + COVER_SLACK_NS &&
+		    rs.prev_g >= fb - 2 * PROBE_STEP_NS) {
 			off = 0;
 			unsigned from = rs.noff > NOFF ? rs.noff - NOFF : 0;
 			for (unsigned k = from; k < rs.noff; k++) {
@@ -347,6 +406,10 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 				if (y > x)
 					off += y - x;
 			}
+			/* Four contexts in turns leave this one a quarter of the time: more off
+			 * than that is a probe gone wrong, not a measure. */
+			if (off > (fb - fa) * 4 / 5)
+				off = -1;
 		}
 	}
 	if (off >= 0)
@@ -362,8 +425,10 @@ void tessera_residency_forget(CUcontext ctx)
 	pthread_mutex_lock(&rs.mu);
 	if (rs.made_in == ctx)
 		drop_probes(0);
-	if (rs.ctx == ctx)
+	if (rs.ctx == ctx) {
 		rs.ctx = NULL;
+		memset(rs.hold, 0, sizeof(rs.hold));
+	}
 	pthread_mutex_unlock(&rs.mu);
 }
 
@@ -376,8 +441,10 @@ void tessera_residency_after_fork(void)
 	rs.ctx = rs.made_in = NULL;
 	rs.head = rs.tail = 0;
 	rs.noff = 0;
-	rs.have_prev = rs.have_base = rs.ref_next_pending = 0;
+	rs.have_prev = rs.ref_next_pending = 0;
+	rs.nbase = 0;
 	rs.armed_until = 0;
+	memset(rs.hold, 0, sizeof(rs.hold));
 	rs.probes = rs.late = rs.covered = rs.uncovered = 0;
 	atomic_store(&late_seen_ns, 0);
 }

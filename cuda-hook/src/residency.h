@@ -7,9 +7,14 @@
 
 #include "tessera_cuda.h"
 
-/* Keeps probing the context for at least for_ns from now (probing starts, on a thread
- * of the hook's, if it had stopped). Cheap when already probing. */
-void tessera_residency_arm(CUcontext ctx, int64_t for_ns);
+/* Probing of the context for one purpose (who: TESSERA_RESIDENCY_SAMPLE, _BURST): with
+ * open set, from now until the next call for it; with an event, until that event has
+ * completed; with neither, no longer. Probing runs (on a thread of the hook's) while
+ * some purpose holds it, and stops within a second of the last call in any case. */
+#define TESSERA_RESIDENCY_SAMPLE 0
+#define TESSERA_RESIDENCY_BURST 1
+#define TESSERA_RESIDENCY_HOLDS 2
+void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until);
 /* The time between two completed events of the context (a before b) during which the
  * context was off the GPU, in ns; -1 when the probes did not cover that time. */
 int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b);
