@@ -303,6 +303,7 @@ static int holding(void)
 static void *prober(void *arg)
 {
 	(void)arg;
+	CUcontext mine = NULL; /* current on this thread */
 	pthread_mutex_lock(&rs.mu);
 	for (;;) {
 		int64_t now = now_ns();
@@ -314,6 +315,9 @@ static void *prober(void *arg)
 			rs.ctx = NULL;
 			continue;
 		}
+		/* The probes may have been made in a launching thread (tessera_residency_hold). */
+		if (want && mine != rs.made_in && REAL(cuCtxSetCurrent)(rs.made_in) == CUDA_SUCCESS)
+			mine = rs.made_in;
 		if (!want || !holding()) {
 			/* What the probes covered stays covered; the next probe, after the
 			 * pause, starts anew (GAP_NS). */
@@ -364,9 +368,15 @@ void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until)
 	}
 	rs.armed_until = now + HOLD_MAX_NS;
 	/* A probe now, before the caller records the start of what it measures: the
-	 * thread's first may come only after it. */
-	if (open && rs.made_in == ctx && atomic_load(&tessera.captures) == 0)
-		probe_once(now);
+	 * thread's first may come only after it. The first time, the probes are made here
+	 * too, in the caller's thread, whose current context ctx is (pacing measures the
+	 * current context). */
+	if (open && atomic_load(&tessera.captures) == 0) {
+		if (rs.made_in == NULL && !make_probes())
+			rs.ctx = NULL;
+		else if (rs.made_in == ctx)
+			probe_once(now);
+	}
 	if (!rs.started) {
 		pthread_t t;
 		pthread_attr_t a;
