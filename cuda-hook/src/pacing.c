@@ -335,12 +335,14 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.c = c;
 			smp.gen = c->gen;
 			smp.cls = cls;
-			/* A launch long enough for another context's time slice to cut it (or
-			 * not yet measured) has the context's turns probed while it runs, while
-			 * another context shares the GPU or the estimate is being formed (its
-			 * first samples; containers that start together meet there). */
-			smp.probed = (cost == 0 || cost >= PROBE_MIN_NS) &&
-				     (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
+			/* A launch long enough for another context's time slice to cut it has the
+			 * context's turns probed while it runs, while another context shares the
+			 * GPU or the estimate is being formed (its first samples; containers that
+			 * start together meet there). Not before the first sample: a program of
+			 * short launches never starts the probing thread (a second thread alone
+			 * costs a single-threaded program's launches 11 ns each in the fake
+			 * driver, B3). */
+			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
 			if (smp.probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
