@@ -1078,12 +1078,17 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 
 /* ---- stream capture bookkeeping --------------------------------------------- */
 
+/* The capture is counted before it begins, and the residency probes' thread is let
+ * finish any driver call it is in: from then on neither it nor a launch sample makes
+ * an event call that a capture in global mode would refuse (and be invalidated by). */
 #define BEGIN_CAPTURE(name, args)                              \
 	HOOK_ENTER();                                          \
 	HOOK_REAL(name);                                       \
+	atomic_fetch_add(&tessera.captures, 1);                \
+	tessera_residency_quiesce();                           \
 	CUresult rc = REAL(name) args;                         \
-	if (rc == CUDA_SUCCESS)                                \
-		atomic_fetch_add(&tessera.captures, 1);        \
+	if (rc != CUDA_SUCCESS)                                \
+		atomic_fetch_sub(&tessera.captures, 1);        \
 	return rc
 
 CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)

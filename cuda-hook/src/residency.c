@@ -321,7 +321,8 @@ static void *prober(void *arg)
 		if (!want || !holding()) {
 			/* What the probes covered stays covered; the next probe, after the
 			 * pause, starts anew (GAP_NS). */
-			collect();
+			if (atomic_load(&tessera.captures) == 0)
+				collect();
 			pthread_cond_wait(&rs.cv, &rs.mu);
 			continue;
 		}
@@ -385,7 +386,7 @@ void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until)
 		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 		sigfillset(&all);
 		pthread_sigmask(SIG_SETMASK, &all, &old); /* the program's signals are not for it */
-		rs.started = pthread_create(&t, &a, prober, NULL) == 0;
+		__atomic_store_n(&rs.started, pthread_create(&t, &a, prober, NULL) == 0, __ATOMIC_RELEASE);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		pthread_attr_destroy(&a);
 		if (rs.started)
@@ -428,6 +429,14 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 		rs.uncovered++;
 	pthread_mutex_unlock(&rs.mu);
 	return off;
+}
+
+void tessera_residency_quiesce(void)
+{
+	if (!__atomic_load_n(&rs.started, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&rs.mu);
+	pthread_mutex_unlock(&rs.mu);
 }
 
 void tessera_residency_forget(CUcontext ctx)
