@@ -210,11 +210,17 @@ static void collect(void)
 	if (rs.ref_next_pending && REAL(cuEventQuery)(rs.ref_next) == CUDA_SUCCESS) {
 		int64_t nb = frame_of(rs.ref_next);
 		rs.ref_next_pending = 0;
-		if (nb != INT64_MIN) {
-			CUevent t = rs.ref;
-			rs.ref = rs.ref_next;
-			rs.ref_next = t;
-			rs.ref_base = nb;
+		CUevent t = rs.ref;
+		rs.ref = rs.ref_next;
+		rs.ref_next = t;
+		rs.ref_base = nb;
+		if (nb == INT64_MIN) {
+			/* The old reference is too far back to read against (probing paused
+			 * for minutes): a new frame, and nothing of the old one is kept. */
+			rs.ref_base = 0;
+			rs.nbase = 0;
+			rs.noff = 0;
+			break_coverage();
 		}
 	}
 	while (rs.head != rs.tail) {
