@@ -88,11 +88,12 @@ mix() {
 
 # B7_DEBUG=1: the hook logs at debug level and its pacing summaries go to b7-debug.log.
 [ -n "${B7_DEBUG:-}" ] && export TESSERA_HOOK_LOG=debug && : >"$RES/b7-debug.log"
-# B7_MIXES overrides the mixes: "mm:30 mm:70;mm:50 launch:50".
+# B7_MIXES overrides the mixes: "mm:30 mm:70;mm:50 launch:50"; B7_MODES the modes
+# ("hook" alone, to check a change of the hook's pacing in a third of the time).
 MIXES=("mm:30 mm:70" "mm:50 launch:50" "mm:25 mm:25 launch:25 launch:25" "mm:25 mm:25 mm:25 mm:25")
 [ -n "${B7_MIXES:-}" ] && IFS=';' read -ra MIXES <<<"$B7_MIXES"
 for m in "${MIXES[@]}"; do
-	for mode in none hook mps; do
+	for mode in ${B7_MODES:-none hook mps}; do
 		# shellcheck disable=SC2086
 		mix $mode $m
 	done
