@@ -188,8 +188,10 @@ static struct ctx_events *events_current(void)
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
-			for (int e = 0; e < 4; e++)
+			for (int e = 0; e < 4; e++) {
+				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(c->ev[e]);
+			}
 		c->ctx = NULL;
 		c->gen = ++ev_gen;
 		for (int e = 0; e < 4; e++) {

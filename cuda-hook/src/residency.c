@@ -437,6 +437,15 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 	return off;
 }
 
+void tessera_residency_unhold(CUevent until)
+{
+	pthread_mutex_lock(&rs.mu);
+	for (int i = 0; i < TESSERA_RESIDENCY_HOLDS; i++)
+		if (rs.hold[i].on && !rs.hold[i].open && rs.hold[i].until == until)
+			rs.hold[i].on = 0;
+	pthread_mutex_unlock(&rs.mu);
+}
+
 void tessera_residency_quiesce(void)
 {
 	if (!__atomic_load_n(&rs.started, __ATOMIC_ACQUIRE))

@@ -18,6 +18,8 @@ void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until);
 /* The time between two completed events of the context (a before b) during which the
  * context was off the GPU, in ns; -1 when the probes did not cover that time. */
 int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b);
+/* The event is about to be destroyed: no hold waits for it any longer. */
+void tessera_residency_unhold(CUevent until);
 /* Returns once the probing thread is in no driver call; it makes none while a capture
  * is counted (tessera.captures). */
 void tessera_residency_quiesce(void);
