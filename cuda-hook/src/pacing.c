@@ -140,6 +140,13 @@ static struct {
  * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
  * set aside. */
 #define PROBE_MIN_NS 200000LL
+/* The longer of the two classes' estimates. */
+static int64_t est_longest(void)
+{
+	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]);
+	return k > g ? k : g;
+}
+
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
  * sample whose start event waited on a drained stream, a burst that ran over its
  * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
@@ -593,7 +600,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = events_current();
 	/* Long launches beside another context: their turns are probed while it runs. */
-	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
+	int64_t est = est_longest();
 	p->burst_probed = c != NULL && est >= PROBE_MIN_NS && contended();
 	if (p->burst_probed)
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
@@ -785,7 +792,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		p->ev_f = t;
 		p->lag_s_ns = lag;
 	}
-	int64_t est = atomic_load(&est_ns[0]) > atomic_load(&est_ns[1]) ? atomic_load(&est_ns[0]) : atomic_load(&est_ns[1]);
+	int64_t est = est_longest();
 	int64_t min_lag = 100000 + 2 * est;
 	/* A queue many kernels deep at F, or one the GPU was behind on for longer than
 	 * the host took to issue the burst; and most of S→F after the host's last launch
