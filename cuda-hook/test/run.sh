@@ -310,6 +310,8 @@ t pace-procs 2 50 0.8                  # two processes of one container share it
 t light 50 0.6                         # a program needing 20% is not slowed at 50%
 limits 0 "$U1 81920 15 0"
 timed t light 15 0.8                   # held at 15%, it gets 15%: its host time is not owed
+limits 0 "$U1 81920 20 0"
+timed t pace-shift 20 1.5              # short launches after long kernels are not held at 20%
 limits 0 "$U1 81920 30 0"
 # A pause with the stream idle right after a container's first launch is not billed
 # (a fresh container: its region has no tokens left by the checks above).
