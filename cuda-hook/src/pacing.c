@@ -140,13 +140,6 @@ static struct {
  * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
  * set aside. */
 #define PROBE_MIN_NS 200000LL
-/* An estimate resting on fewer samples than this does not explain a burst's overrun
- * (samples_ratio) nor choose a level. */
-#define AGREE_SAMPLES 8
-/* Pacing levels (see level_update): at most 2^MAX_LEVEL periods, and for how many of
- * its periods a container keeps a level no process wants any more. */
-#define MAX_LEVEL 3
-#define LEVEL_HOLD_PERIODS 2
 /* The longer of the two classes' estimates. */
 static int64_t est_longest(void)
 {
@@ -489,10 +482,6 @@ __attribute__((destructor)) static void pacing_summary(void)
 
 /* ---- the container's allowance ------------------------------------------------- */
 
-static int pacer_lock(struct tessera_shared_pacer *s);
-static void pacer_check(struct tessera_shared_pacer *s, int64_t now);
-static void level_set(struct tessera_pacer *p, int l, int64_t now);
-
 void tessera_pacing_setup(void)
 {
 	int paced = 0, last = -1;
@@ -512,18 +501,6 @@ void tessera_pacing_setup(void)
 	}
 	tessera.pacing_any = paced > 0;
 	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
-	/* A process starting in a container at a higher level (an earlier or a running
-	 * process of long kernels) takes it to level 0 before its first launch, and keeps
-	 * no more of its tokens than a level-0 slot (level_update). */
-	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
-		if (!p->enabled || pacer_lock(p->s) != 0)
-			continue;
-		pacer_check(p->s, tessera_now_ns());
-		if (p->s->level > 0)
-			level_set(p, 0, tessera_now_ns());
-		pthread_mutex_unlock(&p->s->mu);
-	}
 	if (paced > 0 && !events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
 					      "launches are paced by count only");
@@ -552,97 +529,13 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
 {
 	const int64_t P = TESSERA_PACING_PERIOD_NS;
 	int64_t tokens = atomic_load(&s->tokens);
-	if (tokens >= -1000 * P && tokens <= (2 * P << MAX_LEVEL) && s->refill_k >= 0 && s->refill_k <= now / P + 2 &&
-	    s->level >= 0 && s->level <= MAX_LEVEL && s->level_seen_ns <= now)
+	if (tokens >= -1000 * P && tokens <= 2 * P && s->refill_k >= 0 && s->refill_k <= now / P + 2)
 		return;
 	static _Atomic int logged;
 	if (atomic_exchange(&logged, 1) == 0)
 		tessera_log(TESSERA_LOG_ERROR, "the container's compute pacer was damaged; starting it afresh");
 	atomic_store(&s->tokens, 0);
 	s->refill_k = 0;
-	s->level = 0;
-	s->level_seen_ns = 0;
-}
-
-/*
- * Levels. A kernel longer than the container's slot runs past it into the next
- * container's; where that one's kernels are as long, its own refill comes while the
- * first still runs, and a time-sliced GPU runs the two in turns, losing time to the
- * switches (two 20 ms kernels at 50/50 on an H200: 45-46 % each, against 49 for 1 ms
- * kernels). At level L, the container's period, refill point and allowance are 2^L
- * times the GPU's: the same share, in slots long enough for its kernels, that begin
- * where the level-0 slots of the GPU's other containers would (the node agent places
- * refill points as fractions of the period), so containers at one level keep out of
- * each other's slots as at level 0. A process wants the least level whose period is
- * at least three of its longest kernels (its estimate), up to MAX_LEVEL (160 ms);
- * the container takes the highest level any of its processes wants (once its
- * estimates rest on a few samples), and comes down only when none has wanted it for
- * LEVEL_HOLD_PERIODS of its periods. Kernels of 6.7 ms or less keep
- * level 0, as before. Containers on a GPU do not tell each other their levels: two
- * with kernels of about one length take the same level, and a container of short
- * kernels beside one of long ones is met by them at any level.
- */
-static int want_level(void)
-{
-	int64_t est = 0;
-	for (int cls = 0; cls < 2; cls++) {
-		int64_t e = atomic_load(&est_ns[cls]);
-		if (e > 0 && atomic_load(&est_samples[cls]) < AGREE_SAMPLES)
-			return -1; /* no say on an estimate's first few samples */
-		if (e > est)
-			est = e;
-	}
-	if (est == 0)
-		return -1; /* nor before any */
-	int l = 0;
-	while (l < MAX_LEVEL && (TESSERA_PACING_PERIOD_NS << l) < 3 * est)
-		l++;
-	return l;
-}
-
-/* The container's level now (caller holds s->mu). A
- * process whose estimates rest on too few samples to say takes the container to level
- * 0 at once: its first launches are charged before its estimate means much, and a
- * level's larger allowance would let them run that much further (a program of mixed
- * kernels started right after one of 20 ms kernels at cap 30 took 45 % at level 2). A
- * process of long kernels still running takes it back up at its next refill. */
-static int level_update(struct tessera_pacer *p, int64_t now)
-{
-	struct tessera_shared_pacer *s = p->s;
-	int w = want_level(), no_say = w < 0;
-	if (no_say)
-		w = 0;
-	if (w > s->level ||
-	    (w < s->level && (no_say || now - s->level_seen_ns > LEVEL_HOLD_PERIODS * (TESSERA_PACING_PERIOD_NS << s->level)))) {
-		level_set(p, w, now);
-	}
-	if (w >= s->level)
-		s->level_seen_ns = now;
-	return (int)s->level;
-}
-
-/* The period (counted from 1) that holds now, for refill points off + (k-1) P. */
-static int64_t period_of(int64_t now, int64_t off, int64_t P)
-{
-	int64_t k = (now - off) / P;
-	if (now < off + k * P)
-		k--;
-	return k + 1;
-}
-
-/* Changes the container's level (caller holds s->mu). The new level's allowances
- * begin at its next refill point: a change gives nothing now, and tokens beyond the
- * new slot's allowance are given up. */
-static void level_set(struct tessera_pacer *p, int l, int64_t now)
-{
-	struct tessera_shared_pacer *s = p->s;
-	tessera_log(TESSERA_LOG_DEBUG, "pacing level %lld -> %d (longest estimate %lld ns)", (long long)s->level, l,
-		    (long long)est_longest());
-	s->level = l;
-	s->refill_k = period_of(now, p->slot_off_ns << l, TESSERA_PACING_PERIOD_NS << l);
-	int64_t t = atomic_load(&s->tokens), len = p->slot_len_ns << l;
-	if (t > len)
-		atomic_fetch_sub(&s->tokens, t - len);
 }
 
 /* Adds the allowance of every refill point passed since the last (caller holds s->mu),
@@ -650,13 +543,14 @@ static void level_set(struct tessera_pacer *p, int l, int64_t now)
 static int64_t refill(struct tessera_pacer *p, int64_t now)
 {
 	struct tessera_shared_pacer *s = p->s;
-	int l = level_update(p, now);
-	p->level = l;
-	const int64_t P = TESSERA_PACING_PERIOD_NS << l, off = p->slot_off_ns << l;
-	int64_t len = p->slot_len_ns << l;
+	const int64_t P = TESSERA_PACING_PERIOD_NS;
+	int64_t len = p->slot_len_ns;
 	if (now < atomic_load_explicit(&met_until_ns, memory_order_relaxed) && len > 4 * SLOT_GAP_NS)
 		len -= SLOT_GAP_NS;
-	int64_t r = period_of(now, off, P); /* refill points are off + (r-1) P */
+	int64_t k = (now - p->slot_off_ns) / P;
+	if (now < p->slot_off_ns + k * P)
+		k--;
+	int64_t r = k + 1; /* refill points are off + (r-1) P */
 	if (s->refill_k == 0 || r > s->refill_k) {
 		int64_t n = s->refill_k == 0 ? 1 : r - s->refill_k;
 		int64_t add = n > 1000 ? 1000 * len : n * len;
@@ -666,7 +560,7 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 			atomic_fetch_add(&s->tokens, want - t);
 		s->refill_k = r;
 	}
-	return off + r * P;
+	return p->slot_off_ns + (k + 1) * P;
 }
 
 static void sleep_until(int64_t t)
@@ -785,6 +679,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
  * mixed kernels, whose long kernels the estimate may set aside, thus has its overrun
  * explained and owed. -1 (the overrun is all owed) while a class rests on its first
  * few samples. */
+#define AGREE_SAMPLES 8
 static double samples_ratio(double x);
 static double samples_excess(void)
 {
@@ -829,15 +724,17 @@ static double samples_ratio(double x)
 /* A burst ran under half its charge (caller holds ev_mu). Where a class's last
  * RESTART_SAMPLES samples all ran under half its estimate too, the program's launches
  * changed (a phase of long kernels, a warm-up or a batch of large matmuls, then small
- * requests or a launch-bound loop): the class's estimate starts afresh, the mean of
- * the samples to come, as a new program's does. Brought down by a quarter a burst,
- * the long kernels' estimate held the short launches at their cap while the few
- * launches each allowance then paid for brought it down (the fake driver's 3 us
- * launches after 2 ms kernels, at cap 20: held 260 ms; a PyTorch training loop after
- * matmuls on an H200: 82.5 % of its rate where it needs 12 % of the GPU). A program
- * of mixed kernels charged their mean has its short kernels' samples under the
- * estimate, but not eight in a row with a burst of them under half its charge too;
- * and restarted, the estimate is the mean of its samples again within a window. */
+ * requests or a launch-bound loop): the class's estimate starts afresh from those
+ * samples, as a new program's does from its first. Brought down by a quarter a burst
+ * instead, the long kernels' estimate held the short launches at their cap while the
+ * few launches each allowance paid for brought it down (the fake driver's 3 us
+ * launches after 2 ms kernels, at cap 20: held 260 ms, now 60-80 ms; a PyTorch
+ * training loop after matmuls in one process on an H200: 82.5 % of its rate where it
+ * needs 12 % of the GPU). A program of mixed kernels charged their mean may restart
+ * now and then (the fake's 20 us and 1 ms kernels at 7:1 did in about half its
+ * runs): its estimate is then the mean of its samples since, as at its start, and a
+ * burst that runs over it owes the difference; its cap held (26-31 % at cap 30 in
+ * the fake suite, 27-32 before). */
 #define RESTART_SAMPLES 4
 static void restart_if_changed(void)
 {
@@ -979,9 +876,8 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	int64_t over = (int64_t)((r - 1) * (double)p->f_charged);
 	if (over > 50 * TESSERA_PACING_PERIOD_NS)
 		over = 50 * TESSERA_PACING_PERIOD_NS;
-	int64_t slot_len = p->slot_len_ns << p->level;
-	if (over < -slot_len)
-		over = -slot_len;
+	if (over < -p->slot_len_ns)
+		over = -p->slot_len_ns;
 	if (over > 0)
 		atomic_fetch_sub(&s->tokens, over);
 	/* A burst that began at its slot's refill and ran past the slot's end ran into the
@@ -1004,7 +900,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		 * woke late (descheduled, a loaded machine) delays this burst alone, and the
 		 * next begins on time. So the spill is the burst's S→F beyond the slot's
 		 * length. */
-		int64_t spill = e + sliced - slot_len;
+		int64_t spill = e + sliced - p->slot_len_ns;
 		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
 		forfeit = spill - (50000 + 2 * est) - (over > 0 ? over : 0) - turns;
 		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)

@@ -16,7 +16,6 @@ struct tessera_pacer {
 	struct tessera_shared_pacer *s;
 	int enabled;
 	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
-	int level;                        /* the container's pacing level at the last refill */
 
 	/* The launches between two waits for a refill, or between two refills (a burst):
 	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against

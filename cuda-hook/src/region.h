@@ -36,10 +36,7 @@ struct tessera_shared_pacer {
 	char pad_[48];
 	pthread_mutex_t mu;
 	int64_t refill_k; /* 1 + the period whose allowance tokens last received (0: none) */
-	/* The container's pacing level: its periods, refill points and allowances are
-	 * 2^level times the GPU's (pacing.c), and when a process last wanted it. */
-	int64_t level, level_seen_ns;
-	int64_t pad2_[1];
+	int64_t pad2_[3];
 } __attribute__((aligned(64)));
 
 /* One process's usage. */
