@@ -196,3 +196,31 @@ func FuzzDecodeLimits(f *testing.F) {
 		}
 	})
 }
+
+// An MPS client's context charge covers what its context took on an H200 (driver 580,
+// docs/node-agent.md, MPS "Limits") at every share measured, falls with the share, and
+// is the plain charge at 100 %.
+func TestMPSContextMiB(t *testing.T) {
+	measured := map[int]int64{5: 58, 10: 72, 20: 122, 30: 166, 50: 274, 75: 390, 100: 516}
+	for pct, took := range measured {
+		if got := MPSContextMiB(DefaultContextMiB, pct); got < took || got > DefaultContextMiB {
+			t.Errorf("MPSContextMiB(%d, %d) = %d, want between the %d MiB measured and %d", DefaultContextMiB, pct, got, took, DefaultContextMiB)
+		}
+	}
+	prev := int64(0)
+	for pct := 1; pct <= 100; pct++ {
+		got := MPSContextMiB(DefaultContextMiB, pct)
+		if got < prev {
+			t.Errorf("MPSContextMiB at %d%% = %d, below %d at %d%%", pct, got, prev, pct-1)
+		}
+		prev = got
+	}
+	for _, pct := range []int{0, -5, 101} {
+		if got := MPSContextMiB(DefaultContextMiB, pct); got != DefaultContextMiB {
+			t.Errorf("MPSContextMiB at %d%% = %d, want the plain charge %d", pct, got, DefaultContextMiB)
+		}
+	}
+	if got := MPSContextMiB(0, 30); got != 0 {
+		t.Errorf("no plain charge: MPS charge %d, want 0", got)
+	}
+}

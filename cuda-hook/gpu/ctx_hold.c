@@ -1,7 +1,8 @@
 /*
  * A CUDA context held for a while, for measuring what a context takes on the device
  * from outside (gpu/mps-context.sh): ctx_hold <seconds>. Prints the driver's free and
- * total memory once the primary context is current, then sleeps.
+ * total memory and the SMs the context sees once the primary context is current, then
+ * sleeps.
  */
 #include <cuda.h>
 #include <stdio.h>
@@ -16,8 +17,10 @@ int main(int argc, char **argv)
 		printf("ctx: no context\n");
 		return 1;
 	}
+	int sms = 0;
 	cuMemGetInfo(&f, &t);
-	printf("ctx pid=%d free=%zu total=%zu MiB\n", getpid(), f >> 20, t >> 20);
+	cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+	printf("ctx pid=%d free=%zu total=%zu MiB sms=%d\n", getpid(), f >> 20, t >> 20, sms);
 	fflush(stdout);
 	sleep(atoi(argv[1]));
 	return 0;

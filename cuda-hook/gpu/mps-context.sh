@@ -1,11 +1,12 @@
 #!/bin/bash
-# Device memory a CUDA context takes, plain and as an MPS client at 100 % and 30 %
-# (docs/node-agent.md, MPS "Limits"): the GPU's used memory (nvidia-smi) before and
-# while one, two and three processes each hold one primary context. Needs root (it
-# starts an MPS control daemon for GPU 0, in a pipe directory of its own, and quits it
-# at the end), gcc and the CUDA headers; no hook.
+# Device memory a CUDA context takes, plain and as an MPS client at each given
+# active-thread percentage (default 100 and 30; docs/node-agent.md, MPS "Limits"): the
+# GPU's used memory (nvidia-smi) before and while one, two and three processes each
+# hold one primary context. Needs root (it starts an MPS control daemon for GPU 0, in
+# a pipe directory of its own, and quits it at the end), gcc and the CUDA headers; no
+# hook.
 #
-#   cuda-hook/gpu/mps-context.sh
+#   cuda-hook/gpu/mps-context.sh [percent...]
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 CI=$(dirname "$(find / -name cuda.h -path '*include*' -not -path '/proc/*' 2>/dev/null | head -1)")
@@ -21,7 +22,7 @@ export CUDA_MPS_PIPE_DIRECTORY=$W/pipe CUDA_MPS_LOG_DIRECTORY=$W/log
 MC=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
 "$MC" -d || { echo "no MPS daemon"; exit 1; }
 sleep 1
-for pct in 100 30; do
+for pct in ${*:-100 30}; do
 	b=$(used)
 	CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct "$W/ctx" 9 & sleep 3; u1=$(used); a1=$(apps)
 	CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$pct "$W/ctx" 6 & sleep 2.5; u2=$(used)

@@ -141,6 +141,10 @@ func (b *Binder) mpsEdits(r *Request, grants []api.DeviceGrant, limits *api.Cont
 		if d.Cores > 0 {
 			limits.MPS.ThreadPercent = d.Cores
 		}
+		// A client's context is smaller than a plain one, the more so the fewer SMs
+		// its share gives it: charged as a plain one, a 30 % container would be
+		// refused about 360 MiB per process below its grant.
+		limits.ContextMiB = api.MPSContextMiB(limits.ContextMiB, limits.MPS.ThreadPercent)
 		env = append(env, [2]string{EnvMPSPipeDirectory, ContainerMPSPipeDir})
 		if d.Cores > 0 {
 			env = append(env, [2]string{EnvMPSThreadPercentage, strconv.Itoa(d.Cores)})

@@ -90,6 +90,10 @@ func TestBindMPSContainer(t *testing.T) {
 	if l.MPS == nil || *l.MPS != (api.MPSLimit{ThreadPercent: 30, PipeDir: ContainerMPSPipeDir}) {
 		t.Errorf("limits' mps line %+v, want 30%% and %s", l.MPS, ContainerMPSPipeDir)
 	}
+	// Each process's context is charged an MPS client's at 30 %, not a plain one's.
+	if want := api.MPSContextMiB(b.cfg.ContextMiB, 30); l.ContextMiB != want || want >= b.cfg.ContextMiB {
+		t.Errorf("context-mib %d, want %d (below the plain %d)", l.ContextMiB, want, b.cfg.ContextMiB)
+	}
 	// The record keeps the grant (cores included) for accounting.
 	if rec, _ := b.cfg.Store.Get("c1"); rec.Devices[0].Cores != 30 {
 		t.Errorf("record %+v", rec)
