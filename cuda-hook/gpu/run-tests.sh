@@ -106,7 +106,18 @@ b=$!
 wait $a $b
 share_ok "tenant A of 30/70" "$(rate <"$G/a30.out")" 30
 share_ok "tenant B of 30/70" "$(rate <"$G/b70.out")" 70
-# Two processes of one container share its 50%: together, not each.
+# Two processes of one container share its 50%: together, not each. Their work meets
+# in every slot, and a time-sliced GPU running two contexts in turns loses part of the
+# time to the switches, with or without the hook: the target is 50% of what two
+# unhooked processes together get (about 92-94% of one's rate on an H200). Against
+# one process's rate the check read 44.7-50.2% with this hook and the one before it.
+"$G/pace" rate kernel 4 >"$G/u2a.out" &
+a=$!
+"$G/pace" rate kernel 4 >"$G/u2b.out" &
+b=$!
+wait $a $b
+two=$(awk -v a="$(rate <"$G/u2a.out")" -v b="$(rate <"$G/u2b.out")" -v u="$base" 'BEGIN{printf "%.1f", 50*(a+b)/u}')
+say "info two unhooked processes together: $(awk -v t="$two" 'BEGIN{printf "%.1f", 2*t}')% of one's rate"
 limits "$G/s50" 130000 50 0 /gpu-test/s50
 hooked "$G/s50" "$G/pace" rate kernel 4 >"$G/s50a.out" &
 a=$!
@@ -114,7 +125,7 @@ hooked "$G/s50" "$G/pace" rate kernel 4 >"$G/s50b.out" &
 b=$!
 wait $a $b
 say "info two processes at 50%: rates $(rate <"$G/s50a.out") + $(rate <"$G/s50b.out")"
-share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" 50
+share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" "$two"
 
 # 7. On a machine with more GPUs than the container was given, the CUDA runtime must
 # see only the container's, in its order (the hook sets CUDA_VISIBLE_DEVICES; without
