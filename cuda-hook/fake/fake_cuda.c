@@ -95,6 +95,7 @@ static void sg_setup(const char *path);
 static void sg_push(int64_t work_ns, int ev);
 static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
 static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
+static int64_t sg_switch_ns = 25000LL;  /* FAKE_CUDA_SWITCH_US */
 static uint64_t busy_ns, syncs, bad_syncs, launches;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
@@ -142,6 +143,8 @@ __attribute__((constructor)) static void setup(void)
 		slow_side_every = atol(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
 		sg_slice_ns = atoll(s) * 1000;
+	if ((s = getenv("FAKE_CUDA_SWITCH_US")) && atoll(s) >= 0)
+		sg_switch_ns = atoll(s) * 1000;
 	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
 		sg_setup(s);
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
@@ -899,13 +902,12 @@ static CUresult run(uint64_t us)
 /* FAKE_CUDA_SHARED_GPU=<file>: the processes naming one file share one simulated GPU
  * that runs their contexts in turns, as a time-sliced GPU does: the context whose
  * turn it is runs its queue for up to a time slice (2 ms, or FAKE_CUDA_SLICE_US) while another has work, then the
- * next with work gets a turn (after SG_SWITCH_NS); a context alone runs on. Events
+ * next with work gets a turn (after a switch of 25 us, or FAKE_CUDA_SWITCH_US); a context alone runs on. Events
  * complete when their context's queue reaches them in its turn. The simulation is
  * advanced lazily to the present by every call that looks at the GPU. */
 #define SG_SLOTS 4
 #define SG_ITEMS 8192
 #define SG_EVENTS 256
-#define SG_SWITCH_NS 25000LL
 struct sg_item {
 	int64_t left_ns;
 	int32_t ev; /* an event (no work), or -1 */
@@ -1004,7 +1006,7 @@ static void sg_advance(int64_t now)
 				else if (sg->s[k].pid != 0 && sg->s[k].nside > 0 && sg->s[k].side[0].rec <= sg->t &&
 					 k != sg->cur) {
 					/* Only side events: a turn that runs them and ends. */
-					sg->t += SG_SWITCH_NS;
+					sg->t += sg_switch_ns;
 					sg_side_run(&sg->s[k], sg->t, sg->t + 1);
 				}
 			}
@@ -1016,7 +1018,7 @@ static void sg_advance(int64_t now)
 				return;
 			}
 			if (next != sg->cur)
-				sg->t += SG_SWITCH_NS;
+				sg->t += sg_switch_ns;
 			sg->cur = next;
 			sg->slice_end = sg->t + sg_slice_ns;
 			continue;
