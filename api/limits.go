@@ -31,6 +31,8 @@ import (
 //	  context-mib <n>                   0..65536
 //	  gpu <uuid> <memory-mib> <cores> <phase>   1 to 64 lines, one per GPU
 //	  mps <percent> <pipe-directory>    optional, at most once, after the gpu lines
+//	  work-conserving                   optional, at most once, after the gpu lines;
+//	                                    not with an mps line
 //
 // Numbers are decimal with no sign and no leading zeros. A uuid is 1-128 characters
 // of [A-Za-z0-9-]. The gpu lines are in the order the container sees the GPUs (CUDA
@@ -48,6 +50,11 @@ import (
 // the SMs, so with an mps line every gpu line has cores 0: the hook does not also pace.
 // A hook that predates the mps line rejects the file, and with it CUDA: an MPS client
 // never runs unlimited under an older hook.
+//
+// A work-conserving line lets the container's kernels use the GPU's time beyond its
+// cores while no other context on the GPU has work, and holds them to cores again as
+// soon as one does (docs/cuda-hook.md, "Work-conserving"). A hook that predates it
+// rejects the file as well.
 
 // LimitsVersion is the version of the limits file this package writes and reads.
 const LimitsVersion = 1
@@ -124,6 +131,9 @@ type ContainerLimits struct {
 	GPUs []GPULimit
 	// MPS is set when the container is an MPS client; nil otherwise.
 	MPS *MPSLimit
+	// WorkConserving lets the container use idle GPU time beyond its cores while no
+	// other tenant of the GPU has work. Not with MPS.
+	WorkConserving bool
 }
 
 // MPSLimit is what an MPS client container may use of its GPUs' MPS servers.
@@ -262,6 +272,9 @@ func (l *ContainerLimits) Validate() error {
 		if err := checkMPSPipeDir(l.MPS.PipeDir); err != nil {
 			return fmt.Errorf("limits: mps: %w", err)
 		}
+		if l.WorkConserving {
+			return errors.New("limits: work-conserving with an mps line (MPS divides the SMs; the hook does not pace)")
+		}
 	}
 	return nil
 }
@@ -329,6 +342,9 @@ func EncodeLimits(l *ContainerLimits) ([]byte, error) {
 	}
 	if l.MPS != nil {
 		fmt.Fprintf(&b, "mps %d %s\n", l.MPS.ThreadPercent, l.MPS.PipeDir)
+	}
+	if l.WorkConserving {
+		b.WriteString("work-conserving\n")
 	}
 	return b.Bytes(), nil
 }
@@ -403,7 +419,13 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			l.ContextMiB = v
 			state = wantGPU
 		case state == done:
-			return nil, fmt.Errorf("limits: line %d: nothing may follow the mps line", ln)
+			return nil, fmt.Errorf("limits: line %d: nothing may follow the mps or work-conserving line", ln)
+		case f[0] == "work-conserving" && len(l.GPUs) > 0:
+			if len(f) != 1 {
+				return nil, fmt.Errorf("limits: line %d: want \"work-conserving\" alone", ln)
+			}
+			l.WorkConserving = true
+			state = done
 		case f[0] == "mps" && len(l.GPUs) > 0:
 			if len(f) != 3 {
 				return nil, fmt.Errorf("limits: line %d: want \"mps <percent> <pipe-directory>\"", ln)
@@ -422,7 +444,7 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			state = done
 		default:
 			if f[0] != "gpu" || len(f) != 5 {
-				return nil, fmt.Errorf("limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\"", ln)
+				return nil, fmt.Errorf("limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\" or \"work-conserving\"", ln)
 			}
 			if len(l.GPUs) == MaxGPUsPerContainer {
 				return nil, fmt.Errorf("limits: line %d: more than %d gpus", ln, MaxGPUsPerContainer)

@@ -71,7 +71,9 @@ func TestDecodeLimitsErrorsNameTheProblem(t *testing.T) {
 		{"version 1\ncgroup a\ncontext-mib 0\ngpu G 1 0 0\n", "line 2: cgroup \"a\" must be an absolute path"},
 		{"version 1\ncgroup /a\ncontext-mib 0\n", "incomplete"},
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nmps 30 /p\n", "cores 30 with an mps line"},
-		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 30 /p\ngpu H 1 0 0\n", "line 6: nothing may follow the mps line"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 30 /p\ngpu H 1 0 0\n", "line 6: nothing may follow the mps or work-conserving line"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nwork-conserving\ngpu H 1 0 0\n", "line 6: nothing may follow the mps or work-conserving line"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nwork-conserving 1\n", "line 5: want \"work-conserving\" alone"},
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 0 /p\n", "line 5: mps percent 0"},
 	} {
 		_, err := DecodeLimits([]byte(tc.in))
@@ -100,6 +102,28 @@ func TestMPSLimitsRoundTrip(t *testing.T) {
 		if _, err := EncodeLimits(l); err == nil {
 			t.Errorf("EncodeLimits with mps %+v: no error", bad)
 		}
+	}
+}
+
+func TestWorkConservingLimitsRoundTrip(t *testing.T) {
+	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480, Cores: 30}},
+		WorkConserving: true}
+	b, err := EncodeLimits(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "gpu GPU-1 20480 30 0\nwork-conserving\n") {
+		t.Errorf("encoded %q, want the work-conserving line after the gpu line", b)
+	}
+	got, err := DecodeLimits(b)
+	if err != nil || !reflect.DeepEqual(got, l) {
+		t.Errorf("DecodeLimits(EncodeLimits(l)) = %+v, %v; want %+v", got, err, l)
+	}
+	// MPS divides the SMs and the hook does not pace an MPS client: nothing to conserve.
+	l.GPUs[0].Cores = 0
+	l.MPS = &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}
+	if _, err := EncodeLimits(l); err == nil || !strings.Contains(err.Error(), "work-conserving with an mps line") {
+		t.Errorf("EncodeLimits work-conserving with mps: %v", err)
 	}
 }
 

@@ -137,8 +137,15 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 			state = WANT_GPU;
 			break;
 		case DONE:
-			return tessera_fail(err, errlen, "limits: line %d: nothing may follow the mps line", ln);
+			return tessera_fail(err, errlen, "limits: line %d: nothing may follow the mps or work-conserving line", ln);
 		case WANT_GPU: {
+			if (is(&f[0], "work-conserving") && out->ngpus > 0) {
+				if (nf != 1)
+					return tessera_fail(err, errlen, "limits: line %d: want \"work-conserving\" alone", ln);
+				out->work_conserving = 1;
+				state = DONE;
+				break;
+			}
 			if (is(&f[0], "mps") && out->ngpus > 0) {
 				if (nf != 3)
 					return tessera_fail(err, errlen, "limits: line %d: want \"mps <percent> <pipe-directory>\"", ln);
@@ -158,7 +165,9 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 			}
 			if (nf != 5 || !is(&f[0], "gpu"))
 				return tessera_fail(err, errlen,
-						    "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\"", ln);
+						    "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\" "
+						    "or \"work-conserving\"",
+						    ln);
 			if (out->ngpus == TESSERA_MAX_GPUS)
 				return tessera_fail(err, errlen, "limits: line %d: more than %d gpus", ln, TESSERA_MAX_GPUS);
 			struct tessera_gpu_limit *g = &out->gpus[out->ngpus];
@@ -252,6 +261,12 @@ int tessera_limits_format(const struct tessera_limits *l, char *buf, size_t len)
 	}
 	if (l->mps_percent > 0) {
 		r = snprintf(buf + off, len - off, "mps %d %s\n", l->mps_percent, l->mps_pipe);
+		if (r < 0 || (size_t)r >= len - off)
+			return -1;
+		off += (size_t)r;
+	}
+	if (l->work_conserving) {
+		r = snprintf(buf + off, len - off, "work-conserving\n");
 		if (r < 0 || (size_t)r >= len - off)
 			return -1;
 		off += (size_t)r;

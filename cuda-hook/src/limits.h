@@ -34,6 +34,9 @@ struct tessera_limits {
 	 * percent (1..100), and its MPS pipe directory as the container sees it. */
 	int mps_percent;
 	char mps_pipe[TESSERA_MAX_MPS_PIPE + 1];
+	/* The work-conserving line: the container may use idle GPU time beyond its cores
+	 * while no other context on the GPU has work (pacing.c). */
+	int work_conserving;
 };
 
 /* Writes a diagnostic to err[0..errlen), cut short where it does not fit (a message

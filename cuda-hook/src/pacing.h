@@ -16,6 +16,7 @@ struct tessera_pacer {
 	struct tessera_shared_pacer *s;
 	int enabled;
 	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
+	int work_conserving;              /* the limits' work-conserving line, and the GPU is paced */
 
 	/* The launches between two waits for a refill, or between two refills (a burst):
 	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against

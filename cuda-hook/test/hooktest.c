@@ -1144,6 +1144,24 @@ static int pace_beside_main(int argc, char **argv)
 	return 0;
 }
 
+/* A work-conserving container (its limits' work-conserving line) saturating alone
+ * takes the idle GPU beyond its share; once another container has work on the GPU
+ * (run.sh starts one after the alone window), it is held to its share again. */
+static int pace_wc_main(int argc, char **argv)
+{
+	CHECK(argc == 5, "usage: pace-wc <cores> <alone-seconds> <together-seconds>");
+	int cores = atoi(argv[2]);
+	setup();
+	run_launches("kernel", 0.3);
+	double alone = run_launches("kernel", atof(argv[3]));
+	double together = run_launches("kernel", atof(argv[4]));
+	printf("pace-wc: cores %d, share %.1f%% alone, %.1f%% beside another container\n", cores, alone, together);
+	CHECK(alone >= 80, "share %.1f%% alone, want at least 80%%: the idle GPU was not used", alone);
+	CHECK(together <= cores + 8, "share %.1f%% beside another container, want at most %d%% + 8: not held to its share", together,
+	      cores);
+	return 0;
+}
+
 /* A program that launches, then leaves its stream idle for a while (asleep, waiting
  * for a request, for a start time) and then saturates the GPU gets its share from the
  * start: the burst its first launch opened spans the pause, in which the GPU idled,
@@ -1370,6 +1388,8 @@ int main(int argc, char **argv)
 		return pace_beside_main(argc, argv);
 	if (strcmp(scenario, "pace-pause") == 0)
 		return pace_pause_main(argc, argv);
+	if (strcmp(scenario, "pace-wc") == 0)
+		return pace_wc_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

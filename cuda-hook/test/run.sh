@@ -366,6 +366,24 @@ pass=$((pass + 2))
 # is not checked here: the light one's switches cost it.
 timed beside 30 0 70 30 "light 30 1.5" "pace kernel 70 1.5"
 pass=$((pass + 2))
+# A work-conserving container saturating alone takes the idle GPU (at least 80 % at
+# cores 30); the other container, started after that, gets its 70 % and the first is
+# held to its 30 % again.
+wc_pair() {
+	beside_n=$((beside_n + 1))
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 30 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/b.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 3 &
+	a=$!
+	sleep 1.3
+	ra=0
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share 70 2.5 || ra=$?
+	wait $a || ra=$?
+	[ $ra = 0 ]
+}
+timed wc_pair
+pass=$((pass + 2))
 mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
