@@ -32,6 +32,26 @@ const (
 // "time-sliced" (the default when it is absent or empty).
 const AnnotationSharing = DefaultDomain + "/gpu-sharing"
 
+// AnnotationWorkConserving is the pod annotation that lets the pod's time-sliced
+// containers use their GPU's idle time beyond their gpu-cores while no other
+// container on the GPU has work: "true", or "false" (the default when it is absent or
+// empty). Each container is held to its gpu-cores again as soon as another one has
+// work (docs/cuda-hook.md, "Work-conserving"). Not with mps sharing, where MPS divides
+// the SMs and nothing is paced.
+const AnnotationWorkConserving = DefaultDomain + "/gpu-work-conserving"
+
+// ParseWorkConserving parses the value of AnnotationWorkConserving; empty means false.
+func ParseWorkConserving(s string) (bool, error) {
+	switch strings.TrimSpace(s) {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, fmt.Errorf("annotation %s: %q is not true or false", AnnotationWorkConserving, s)
+	}
+}
+
 // DefaultMPSClientLimit is how many client CUDA contexts one MPS server accepts on
 // Volta and later GPUs. The scheduler counts one client per container: a container
 // that runs several CUDA processes takes more, which is why a node agent may

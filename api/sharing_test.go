@@ -76,3 +76,16 @@ func TestCheckMPSRequest(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+func TestParseWorkConserving(t *testing.T) {
+	for in, want := range map[string]bool{"": false, "false": false, "true": true, " true ": true} {
+		if got, err := ParseWorkConserving(in); err != nil || got != want {
+			t.Errorf("ParseWorkConserving(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"yes", "1", "True", "on"} {
+		if _, err := ParseWorkConserving(in); err == nil || !strings.Contains(err.Error(), AnnotationWorkConserving) {
+			t.Errorf("ParseWorkConserving(%q): %v, want an error naming the annotation", in, err)
+		}
+	}
+}

@@ -462,6 +462,13 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err != nil {
 		return refuse("%v", err)
 	}
+	if limits.WorkConserving, err = api.ParseWorkConserving(r.PodAnnotations[api.AnnotationWorkConserving]); err != nil {
+		return refuse("%v", err)
+	}
+	if limits.WorkConserving && limits.MPS != nil {
+		return refuse("it asks for work-conserving pacing (%s: true), which is for time-sliced GPUs, but its GPU is served by MPS, "+
+			"which divides the SMs and paces nothing: remove the annotation, or the %s: mps one", api.AnnotationWorkConserving, api.AnnotationSharing)
+	}
 	phases := map[string]int{}
 	for i := range limits.GPUs {
 		g := &limits.GPUs[i]

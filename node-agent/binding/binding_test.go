@@ -382,3 +382,40 @@ func TestPhaseFreesFinishedWindows(t *testing.T) {
 		cached["old"], synced = ps.byUID["old"], true
 	}
 }
+
+// A pod's work-conserving annotation reaches its containers' limits files; a value
+// other than true or false refuses the container with the annotation named.
+func TestBindWorkConserving(t *testing.T) {
+	dir := t.TempDir()
+	b, ps := newBinderWithPods(t, dir)
+	for i, tc := range []struct {
+		value string
+		want  bool
+		err   string
+	}{{"", false, ""}, {"false", false, ""}, {"true", true, ""}, {"yes", false, api.AnnotationWorkConserving}} {
+		uid, id := fmt.Sprintf("uid-wc%d", i), fmt.Sprintf("wc%d", i)
+		ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1024, Cores: 10}}})
+		if tc.value != "" {
+			ann[api.AnnotationWorkConserving] = tc.value
+		}
+		ps.byUID[uid] = pod(uid, "train", ann, ctr("main", gpuLimits(1, 1024, 10)))
+		r := req(id, "main", ann, deviceplugin.EnvRequested+"=1")
+		r.PodUID = uid
+		r.CgroupsPath = "kubepods-burstable-pod" + uid + ".slice:cri-containerd:" + id
+		e, err := b.Bind(r)
+		if tc.err != "" {
+			refusedWith(t, err, tc.err)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.value, err)
+		}
+		l, err := api.DecodeLimits(e.Limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.WorkConserving != tc.want {
+			t.Errorf("annotation %q: limits work-conserving %v, want %v", tc.value, l.WorkConserving, tc.want)
+		}
+	}
+}

@@ -165,6 +165,16 @@ func TestBindMPSNeedsNRIAndAServedGPU(t *testing.T) {
 	refusedWith(t, err, "GPU GPU-0 is in mps mode in the node's inventory, but the node agent does not serve it so")
 }
 
+// Work-conserving pacing is for time-sliced GPUs: an MPS pod asking for it is refused
+// with both annotations named.
+func TestBindMPSWorkConservingRefused(t *testing.T) {
+	b, ps, _ := mpsBinder(t, 48)
+	ann := mpsPod(t, ps, "u1", "infer", "mps", 1, "GPU-0")
+	ann[api.AnnotationWorkConserving] = "true"
+	_, err := b.Bind(mpsReq("u1", "infer", "c1", ann))
+	refusedWith(t, err, api.AnnotationWorkConserving+": true), which is for time-sliced GPUs")
+}
+
 func TestBindMPSContainerWithoutCores(t *testing.T) {
 	b, ps, _ := mpsBinder(t, 48)
 	grants := []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 4096}}
