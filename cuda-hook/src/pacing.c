@@ -603,6 +603,22 @@ static void burst_unprobe(struct tessera_pacer *p)
 	p->burst_probed = 0;
 }
 
+/* The open burst has its context's turns probed from now on, for another second at
+ * least (residency.c stops probing a second after the last call for it): a
+ * work-conserving container's chained bursts, one per allowance, keep the probing on
+ * while it has work, including a burst that began while another context had work and
+ * was not probed then. */
+static void burst_probe(struct tessera_pacer *p)
+{
+	pthread_mutex_lock(&ev_mu);
+	struct ctx_events *c = p->burst_ctx;
+	if (p->burst_started && c != NULL && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
+		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
+		p->burst_probed = 1;
+	}
+	pthread_mutex_unlock(&ev_mu);
+}
+
 /* A burst begins (caller holds s->mu): event S before its first launch. The host's
  * clock is read right before S is recorded and right after F is (not when the slow
  * path began, which may be milliseconds earlier if the thread was descheduled or
@@ -1023,6 +1039,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 				settle_burst(p, 1);
 			if (p->burst_started && !p->fence_pending)
 				end_burst(p, stream, 1);
+			burst_probe(p);
 			int64_t t = atomic_load(&s->tokens);
 			atomic_fetch_add(&s->tokens, p->slot_len_ns - t);
 			PSTAT_ADD(conserved, 1);

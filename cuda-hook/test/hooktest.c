@@ -1146,19 +1146,23 @@ static int pace_beside_main(int argc, char **argv)
 
 /* A work-conserving container (its limits' work-conserving line) saturating alone
  * takes the idle GPU beyond its share; once another container has work on the GPU
- * (run.sh starts one after the alone window), it is held to its share again. */
+ * (run.sh starts one after the alone window), it is held to its share again, and
+ * takes the idle GPU again 2 s after the other has gone. */
 static int pace_wc_main(int argc, char **argv)
 {
-	CHECK(argc == 5, "usage: pace-wc <cores> <alone-seconds> <together-seconds>");
+	CHECK(argc >= 5 && argc <= 7, "usage: pace-wc <cores> <alone-seconds> <together-seconds> [<launch path> [<most together>]]");
 	int cores = atoi(argv[2]);
+	const char *path = argc >= 6 ? argv[5] : "kernel";
+	/* Where the other containers are there for part of the second window only, the
+	 * most this one may get in it is given. */
+	double most = argc == 7 ? atof(argv[6]) : cores + 8;
 	setup();
-	run_launches("kernel", 0.3);
-	double alone = run_launches("kernel", atof(argv[3]));
-	double together = run_launches("kernel", atof(argv[4]));
+	run_launches(path, 0.3);
+	double alone = run_launches(path, atof(argv[3]));
+	double together = run_launches(path, atof(argv[4]));
 	printf("pace-wc: cores %d, share %.1f%% alone, %.1f%% beside another container\n", cores, alone, together);
 	CHECK(alone >= 80, "share %.1f%% alone, want at least 80%%: the idle GPU was not used", alone);
-	CHECK(together <= cores + 8, "share %.1f%% beside another container, want at most %d%% + 8: not held to its share", together,
-	      cores);
+	CHECK(together <= most, "share %.1f%% beside another container, want at most %.0f%%: not held to its share", together, most);
 	return 0;
 }
 
@@ -1239,7 +1243,8 @@ static int pace_shift_main(int argc, char **argv)
 	setup();
 	run_launches("k2000", seconds);
 	/* A step's launches and synchronize take about 100 us in the fake driver; one
-	 * that took 2 ms waited for a refill. */
+	 * that took 4 ms waited for a refill (up to 20 ms; a thread descheduled on a
+	 * loaded machine is out for less, mostly). */
 	double t0 = now_s(), held = 0, last_held = 0;
 	long n = 0;
 	while (now_s() - t0 < seconds) {
@@ -1248,7 +1253,7 @@ static int pace_shift_main(int argc, char **argv)
 			OK(cuLaunchKernel(NULL, 3, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
 		OK(cuCtxSynchronize());
 		double s0 = now_s();
-		if (s0 - l0 > 2e-3) {
+		if (s0 - l0 > 4e-3) {
 			held += s0 - l0;
 			last_held = s0 - t0;
 		}

@@ -384,6 +384,28 @@ wc_pair() {
 }
 timed wc_pair
 pass=$((pass + 2))
+# With short kernels (100 us, not probed for themselves), and again after the GPU was
+# the first container's alone for a while: a second container for 1.5 s, and after it
+# a third. Each must get its 70 %; the first is well under what it would take had it
+# not made room (75 %) over the whole of its second window.
+wc_trio() {
+	beside_n=$((beside_n + 1))
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 30 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/c\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/c.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 7 k100 55 &
+	a=$!
+	sleep 1.3
+	ra=0
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace-share 70 1.2 k100 || ra=$?
+	sleep 2.6
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/c.limits LD_PRELOAD="$PRELOAD" "$T" pace-share 70 1.5 k100 || ra=$?
+	wait $a || ra=$?
+	[ $ra = 0 ]
+}
+timed wc_trio
+pass=$((pass + 3))
 mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3
