@@ -44,6 +44,7 @@ func ParseLimits(p unsafe.Pointer, n int) (*api.ContainerLimits, error) {
 	if out.mps_percent > 0 {
 		l.MPS = &api.MPSLimit{ThreadPercent: int(out.mps_percent), PipeDir: C.GoString(&out.mps_pipe[0])}
 	}
+	l.WorkConserving = out.work_conserving != 0
 	return l, nil
 }
 
@@ -73,6 +74,9 @@ func FormatLimits(l *api.ContainerLimits) ([]byte, error) {
 		}
 		in.mps_percent = C.int(l.MPS.ThreadPercent)
 		copyString(in.mps_pipe[:], l.MPS.PipeDir)
+	}
+	if l.WorkConserving {
+		in.work_conserving = 1
 	}
 	const size = 1 << 17
 	buf := (*C.char)(C.malloc(size))

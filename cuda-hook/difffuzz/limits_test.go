@@ -141,6 +141,7 @@ func FuzzLimitsMPS(f *testing.F) {
 	f.Add("0", "0", "run/tessera-mps", "# after\n")
 	f.Add("0", "101", "/"+strings.Repeat("p", 80), "gpu GPU-2 1 0 0\n")
 	f.Add("0", "30", "/p q", "mps 30 /p\n")
+	f.Add("0", "30", "/p", "work-conserving\n")
 	f.Fuzz(func(t *testing.T, cores, percent, pipe, tail string) {
 		b := "version 1\ncgroup /a\ncontext-mib 576\ngpu GPU-1 4096 " + cores + " 0\nmps " + percent + " " + pipe + "\n" + tail
 		compare(t, []byte(b))
