@@ -281,7 +281,7 @@ type signature struct {
 	Annotations map[string]string      `json:"a,omitempty"`
 }
 
-var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology, api.AnnotationSharing}
+var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology, api.AnnotationSharing, api.AnnotationWorkConserving}
 
 // SignPod lets the scheduler batch pods with identical GPU requests and selection.
 func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {

@@ -105,6 +105,21 @@ func TestSharingModeReasons(t *testing.T) {
 			t.Errorf("annotation %q: %v", ann, got)
 		}
 	}
+	// The work-conserving annotation moves no placement; a bad value, or one on an MPS
+	// pod, keeps the pod pending with the reason.
+	for _, tc := range []struct{ sharing, wc, want string }{
+		{"", "true", ""}, {"", "false", ""}, {"", "yes", `tessera.dev/gpu-work-conserving: "yes" is not true or false`},
+		{"mps", "true", "work-conserving pacing is for time-sliced GPUs"}, {"mps", "false", ""},
+	} {
+		ann := map[string]string{api.AnnotationWorkConserving: tc.wc}
+		if tc.sharing != "" {
+			ann[api.AnnotationSharing] = tc.sharing
+		}
+		got = filterAll(e, makePod("w", ann, ctr{Name: "c", GPU: "1"}))
+		if (tc.want == "" && got["PreFilter"] != "") || (tc.want != "" && !strings.Contains(got["PreFilter"], tc.want)) {
+			t.Errorf("sharing %q, work-conserving %q: %v", tc.sharing, tc.wc, got)
+		}
+	}
 	got = filterAll(e, makePod("m2", mpsAnn, ctr{Name: "c", GPU: "2"}))
 	if !strings.Contains(got["PreFilter"], "UnschedulableAndUnresolvable") || !strings.Contains(got["PreFilter"], "may take only one GPU per container") {
 		t.Errorf("two-GPU MPS pod: %v", got)

@@ -15,11 +15,22 @@ import (
 // EligibleAt), and an MPS GPU takes no more containers than its MPS server's client
 // limit (Fits). The node agent checks both again when it binds the container.
 
-// ParseSharing reads the pod's sharing mode into info.
+// ParseSharing reads the pod's sharing mode into info, and checks its work-conserving
+// annotation (which does not move a placement: the node agent writes it into the
+// container's limits) so that a bad one keeps the pod pending with the reason rather
+// than refused at its containers' creation.
 func ParseSharing(pod *v1.Pod, info *PodInfo) error {
 	mode, err := api.PodSharing(pod)
 	if err != nil {
 		return err
+	}
+	wc, err := api.ParseWorkConserving(pod.Annotations[api.AnnotationWorkConserving])
+	if err != nil {
+		return err
+	}
+	if wc && mode == api.SharingMPS {
+		return fmt.Errorf("annotation %s: work-conserving pacing is for time-sliced GPUs, and the pod's %s is mps, "+
+			"where MPS divides the SMs and nothing is paced: remove one of the two", api.AnnotationWorkConserving, api.AnnotationSharing)
 	}
 	if mode == api.SharingMPS {
 		if err := api.CheckMPSRequest(info.Req); err != nil {
