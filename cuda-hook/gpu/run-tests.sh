@@ -1,7 +1,8 @@
 #!/bin/bash
 # The real-GPU suite (make test-gpu): declarations against the real headers, symbol
 # resolution through the real driver, every allocation path, PyTorch and CuPy under a
-# 4 GiB limit, two processes under one limit, and compute shares. Needs root, the
+# 4 GiB limit, two processes under one limit, and compute shares (work-conserving
+# included). Needs root, the
 # driver, nvcc, PyTorch and CuPy. Results go to $OUT (or build/gpu)/test-gpu.txt.
 . "$(dirname "$0")/common.sh" "$1"
 LOG=$RES/test-gpu.txt
@@ -106,6 +107,24 @@ b=$!
 wait $a $b
 share_ok "tenant A of 30/70" "$(rate <"$G/a30.out")" 30
 share_ok "tenant B of 30/70" "$(rate <"$G/b70.out")" 70
+# Work-conserving (the limits' work-conserving line): a 30% container alone uses the
+# idle GPU; a 70% container started beside it a second later gets its 70%.
+limits "$G/w30" 130000 30 0 /gpu-test/w30
+echo work-conserving >>"$G/w30"
+limits "$G/w70" 130000 70 30 /gpu-test/w70
+wc_alone=$(hooked "$G/w30" "$G/pace" rate kernel 2 | rate)
+s=$(awk -v r="$wc_alone" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')
+if awk -v s="$s" 'BEGIN{exit !(s >= 80)}'; then say "ok   work-conserving 30% container alone: share $s% (want >= 80)"; else
+	say "FAIL work-conserving 30% container alone: share $s% (want >= 80)"
+	fails=$((fails + 1))
+fi
+TESSERA_HOOK_LOG=debug hooked "$G/w30" "$G/pace" rate kernel 6 >"$G/w30.out" 2>"$RES/wc-debug-a30.log" &
+a=$!
+sleep 1
+TESSERA_HOOK_LOG=debug hooked "$G/w70" "$G/pace" rate kernel 4 >"$G/w70.out" 2>"$RES/wc-debug-b70.log"
+wait $a
+say "info work-conserving 30% container over the 6 s (1 s alone): share $(awk -v r="$(rate <"$G/w30.out")" -v b="$base" 'BEGIN{printf "%.1f", 100*r/b}')%"
+share_ok "70% container started beside a work-conserving 30% one" "$(rate <"$G/w70.out")" 70
 # Two processes of one container share its 50%: together, not each. Their work meets
 # in every slot, and a time-sliced GPU running two contexts in turns loses part of the
 # time to the switches, with or without the hook: the target is 50% of what two
