@@ -2,8 +2,8 @@
 # The real-GPU suite (make test-gpu): declarations against the real headers, symbol
 # resolution through the real driver, every allocation path, PyTorch and CuPy under a
 # 4 GiB limit, two processes under one limit, and compute shares (work-conserving
-# included). Needs root, the
-# driver, nvcc, PyTorch and CuPy. Results go to $OUT (or build/gpu)/test-gpu.txt.
+# included). Needs root, the driver, nvcc, PyTorch and CuPy. Results go to $OUT (or
+# build/gpu)/test-gpu.txt.
 . "$(dirname "$0")/common.sh" "$1"
 LOG=$RES/test-gpu.txt
 : >"$LOG"
