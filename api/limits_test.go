@@ -222,7 +222,7 @@ func FuzzDecodeLimits(f *testing.F) {
 }
 
 // An MPS client's context charge covers what its context took on an H200 (driver 580,
-// docs/node-agent.md, MPS "Limits") at every share measured, falls with the share, and
+// docs/node-agent.md, MPS "Context charge") at every share measured, falls with the share, and
 // is the plain charge at 100 %.
 func TestMPSContextMiB(t *testing.T) {
 	measured := map[int]int64{5: 58, 10: 72, 20: 122, 30: 166, 50: 274, 75: 390, 100: 516}

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Device memory a CUDA context takes, plain and as an MPS client at each given
-# active-thread percentage (default 100 and 30; docs/node-agent.md, MPS "Limits"): the
+# active-thread percentage (default 100 and 30; docs/node-agent.md, MPS "Context charge"): the
 # GPU's used memory (nvidia-smi) before and while one, two and three processes each
 # hold one primary context. Needs root (it starts an MPS control daemon for GPU 0, in
 # a pipe directory of its own, and quits it at the end), gcc and the CUDA headers; no
