@@ -157,11 +157,9 @@ static void saw_other(void)
 {
 	atomic_store_explicit(&other_seen_ns, tessera_now_ns(), memory_order_relaxed);
 }
-static int contended(void)
+static int seen_lately(int64_t t)
 {
-	int64_t now = tessera_now_ns(), seen = atomic_load_explicit(&other_seen_ns, memory_order_relaxed);
-	int64_t late = tessera_residency_late_seen_ns();
-	return (seen > 0 && now - seen < CONTENDED_NS) || (late > 0 && now - late < CONTENDED_NS);
+	return t > 0 && tessera_now_ns() - t < CONTENDED_NS;
 }
 /* The same from the signs that can only be another context's work: a launch sample
  * that met another context's turn, a probe that waited for the context's turn (a
@@ -170,9 +168,12 @@ static int contended(void)
 static _Atomic int64_t met_seen_ns;
 static int others_have_work(void)
 {
-	int64_t now = tessera_now_ns(), met = atomic_load_explicit(&met_seen_ns, memory_order_relaxed);
-	int64_t late = tessera_residency_late_seen_ns();
-	return (met > 0 && now - met < CONTENDED_NS) || (late > 0 && now - late < CONTENDED_NS);
+	return seen_lately(atomic_load_explicit(&met_seen_ns, memory_order_relaxed)) ||
+	       seen_lately(tessera_residency_late_seen_ns());
+}
+static int contended(void)
+{
+	return seen_lately(atomic_load_explicit(&other_seen_ns, memory_order_relaxed)) || others_have_work();
 }
 /* A sample still running this long after its launch was queued behind more work than
  * the container was charged for: the launching thread waits for it. This bounds how
