@@ -1244,8 +1244,12 @@ static int pace_shift_main(int argc, char **argv)
 	run_launches("k2000", seconds);
 	/* A step's launches and synchronize take about 100 us in the fake driver; one
 	 * that took 4 ms waited for a refill (up to 20 ms; a thread descheduled on a
-	 * loaded machine is out for less, mostly). */
-	double t0 = now_s(), held = 0, last_held = 0;
+	 * loaded machine is out for less, mostly). What the long kernels' estimate holds
+	 * is held right after them: the first 400 ms are checked (the estimate coming
+	 * down by a quarter a burst held 240-270 ms of them, restarted 60-80). Later
+	 * holds, spread over the window, are a loaded machine's (a sanitizer build beside
+	 * other work held 236-371 ms of 1.5 s, nearly all after the first 400 ms). */
+	double t0 = now_s(), held = 0, held_early = 0, last_held = 0;
 	long n = 0;
 	while (now_s() - t0 < seconds) {
 		double l0 = now_s();
@@ -1256,16 +1260,18 @@ static int pace_shift_main(int argc, char **argv)
 		if (s0 - l0 > 4e-3) {
 			held += s0 - l0;
 			last_held = s0 - t0;
+			if (s0 - t0 <= 0.4)
+				held_early += s0 - l0;
 		}
 		while (now_s() - s0 < 500e-6)
 			;
 		n++;
 	}
 	double wall = now_s() - t0;
-	printf("pace-shift: cores %d, %ld steps after the long kernels, %.0f ms of %.0f held, the last %.0f ms in\n", cores, n,
-	       held * 1e3, wall * 1e3, last_held * 1e3);
-	CHECK(held <= 0.1 * wall, "held %.0f ms of %.0f, want at most 10%%: the long kernels' estimate held the short ones",
-	      held * 1e3, wall * 1e3);
+	printf("pace-shift: cores %d, %ld steps after the long kernels, %.0f ms of %.0f held (%.0f in the first 400), the last %.0f ms in\n",
+	       cores, n, held * 1e3, wall * 1e3, held_early * 1e3, last_held * 1e3);
+	CHECK(held_early <= 0.15, "held %.0f ms of the first 400, want at most 150: the long kernels' estimate held the short ones",
+	      held_early * 1e3);
 	return 0;
 }
 
