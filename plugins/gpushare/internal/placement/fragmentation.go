@@ -542,6 +542,13 @@ type FragStats struct {
 	// cache line on a large cluster, and with its header (fragMemo) these first
 	// ones fill three.
 	total float64
+	// term is per class what it strands on the node, the sum Value weighs: 0 where
+	// no device is eligible, elig where it fits on fewer devices than it needs,
+	// else small.
+	term []float64
+	// low marks the classes (bit k, classes < 64) that fit on fewer devices than
+	// they need: their term is elig, which changes with any eligible device's use.
+	low uint64
 	// elig is per class the free share of its eligible devices, emask the eligible
 	// devices (bit i, devices < 64) and eligible how many there are: eligibility
 	// depends on the node's devices only, never on their usage.
@@ -588,10 +595,10 @@ func newFragStats(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights
 func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) {
 	n, classes := len(m.Devices), wl.classes
 	k := len(classes)
-	words := make([]uint64, 3*n+5*k)
-	floats, rest := float64s(words[:n+2*k]), words[n+2*k:]
+	words := make([]uint64, 3*n+6*k)
+	floats, rest := float64s(words[:n+3*k]), words[n+3*k:]
 	counts, rest := int32s(rest[:k]), rest[k:]
-	*st = FragStats{free: floats[:n:n], small: floats[n : n+k : n+k], elig: floats[n+k:],
+	*st = FragStats{term: floats[:k:k], free: floats[k : k+n : k+n], small: floats[k+n : n+2*k : n+2*k], elig: floats[n+2*k:],
 		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
 	if wl.fit != nil {
 		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
@@ -625,6 +632,25 @@ func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload,
 			}
 		}
 	}
+	for k := range classes {
+		st.setTerm(wl, k)
+	}
+}
+
+// setTerm sets class k's term and low bit from its statistics.
+func (st *FragStats) setTerm(wl *fragWorkload, k int) {
+	lowBit := uint64(0)
+	if k < 64 {
+		lowBit = 1 << uint(k)
+	}
+	switch {
+	case st.eligible[k] == 0:
+		st.term[k], st.low = 0, st.low&^lowBit
+	case st.fits[k] < int32(wl.classes[k].C.GPUs):
+		st.term[k], st.low = st.elig[k], st.low|lowBit
+	default:
+		st.term[k], st.low = st.small[k], st.low&^lowBit
+	}
 }
 
 // placed returns the stats after allocation a, for st measured before it: only the
@@ -647,6 +673,7 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 	out.small = append(out.small[:0], st.small...)
 	out.mask = append(out.mask[:0], st.mask...)
 	out.elig = append(out.elig[:0], st.elig...)
+	out.term, out.low = append(out.term[:0], st.term...), st.low
 	out.classFits = append(out.classFits[:0], st.classFits...)
 	if st.classFits == nil {
 		out.classFits = nil
@@ -685,6 +712,7 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 					out.small[k] += now
 					out.mask[k] &^= bit
 				}
+				out.setTerm(wl, k)
 			}
 		}
 	}
@@ -695,16 +723,22 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 // weighted by its share of the workload, the free capacity of its eligible devices it
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
+//
+// Without hostFits it is the weighed sum of the classes' terms, in the classes' order:
+// fragAfter and placedValue sum the same terms in the same order, so that what they
+// give for a placement is what measuring it again gives, to the bit.
 func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
-	terms := wl.classTerms
-	if hostFits != nil {
-		terms = wl.terms
-	}
 	var f float64
-	for k, t := range terms {
+	if hostFits == nil {
+		for k, t := range wl.classTerms {
+			f += t.weight * st.term[k]
+		}
+		return f
+	}
+	for k, t := range wl.terms {
 		switch {
 		case st.eligible[t.class] == 0:
-		case (hostFits != nil && !hostFits[k]) || st.fits[t.class] < t.gpus:
+		case !hostFits[k] || st.fits[t.class] < t.gpus:
 			f += t.weight * st.elig[t.class]
 		default:
 			f += t.weight * st.small[t.class]
@@ -786,9 +820,8 @@ func alikeDevices(m *nodemodel.Model, used []Usage, i, j int) bool {
 // what placedInto and Value (nil) give for that placement, which the node-level score
 // relies on (nodeMeasure.Picked). used is restored before it returns.
 //
-// One pass over the classes (wl.classTerms), each reading its statistics before and
-// its fit on device i after (the fit index's mask): a class's statistics after cost
-// no more than this, so they are not kept.
+// With the fit index, only the terms of the classes the placement can change are
+// worked out again (changedClasses); the others are st's.
 func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
@@ -797,36 +830,36 @@ func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload
 	used[i].Tenants++
 	fi := DeviceFree(m, used, i, w)
 	total = st.total + (fi - was)
-	// The classes device i admits, and those that fit it before and after, as bit
-	// masks over classes.
-	var admits, before, now uint64
-	bit := uint64(1) << uint(i)
-	indexed := wl.fit != nil && st.classFits != nil
-	if indexed {
-		admits, before, now = st.classElig[i], st.classFits[i], wl.fit.fitMask(m, used, i, w)
+	if wl.fit != nil && st.classFits != nil {
+		now := wl.fit.fitMask(m, used, i, w)
+		used[i] = u
+		d := placedDevice{i: i, was: was, now: fi, fits: now}
+		changed := st.changedClasses(&d)
+		for x, t := range wl.classTerms {
+			v := st.term[x]
+			if changed>>uint(x)&1 != 0 {
+				v = st.termAfter(wl, x, []placedDevice{d})
+			}
+			after += t.weight * v
+		}
+		return after, total
 	}
+	bit := uint64(1) << uint(i)
 	for _, t := range wl.classTerms {
 		x := t.class
 		if st.eligible[x] == 0 {
 			continue
 		}
 		n, small, elig := st.fits[x], st.small[x], st.elig[x]
-		var onDevice, fitBefore, fitAfter bool
-		if indexed {
-			onDevice, fitBefore, fitAfter = admits>>uint(x)&1 != 0, before>>uint(x)&1 != 0, now>>uint(x)&1 != 0
-		} else {
-			onDevice = st.emask[x]&bit != 0
-			fitBefore, fitAfter = st.mask[x]&bit != 0, onDevice && ShapeFits(m, used, &wl.classes[x], i, w)
-		}
-		if onDevice {
+		if onDevice := st.emask[x]&bit != 0; onDevice {
 			// As placedInto: the free share changes by (fi - was).
 			elig += fi - was
-			if fitBefore {
+			if st.mask[x]&bit != 0 {
 				n--
 			} else {
 				small -= was
 			}
-			if fitAfter {
+			if ShapeFits(m, used, &wl.classes[x], i, w) {
 				n++
 			} else {
 				small += fi
@@ -840,6 +873,93 @@ func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload
 	}
 	used[i] = u
 	return after, total
+}
+
+// placedDevice is one device a placement changes: its free share before and after,
+// and the classes that fit it after (the fit index's mask).
+type placedDevice struct {
+	i        int
+	was, now float64
+	fits     uint64
+}
+
+// changedClasses is the set of classes (bit k) whose term a placement on device d
+// may change, for st with a fit index: those d admits that do not fit it both before
+// and after (their fits or small change), and those fitting on fewer devices than they
+// need (their term is elig, which changes with d's free share).
+func (st *FragStats) changedClasses(d *placedDevice) uint64 {
+	i := d.i
+	return st.classElig[i] & (^(st.classFits[i] & d.fits) | st.low)
+}
+
+// termAfter is class x's term once devs are placed on, in their order: the same
+// arithmetic as placedInto's, so the same bits.
+func (st *FragStats) termAfter(wl *fragWorkload, x int, devs []placedDevice) float64 {
+	n, small, elig := st.fits[x], st.small[x], st.elig[x]
+	for k := range devs {
+		d := &devs[k]
+		if st.classElig[d.i]>>uint(x)&1 == 0 {
+			continue
+		}
+		elig += d.now - d.was
+		if st.classFits[d.i]>>uint(x)&1 != 0 {
+			n--
+		} else {
+			small -= d.was
+		}
+		if d.fits>>uint(x)&1 != 0 {
+			n++
+		} else {
+			small += d.now
+		}
+	}
+	if n < int32(wl.classes[x].C.GPUs) {
+		return elig
+	}
+	return small
+}
+
+// maxPlacedValue bounds the devices placedValue measures a placement on; beyond it
+// the node is measured with placedInto.
+const maxPlacedValue = 8
+
+// placedValue is the node's fragmentation (Value with nil) and free GPU capacity after
+// allocation a, for st measured before it, without building the statistics after
+// (placedInto): only the terms of the classes the placed devices can change are
+// worked out again. ok is false where it cannot (no fit index, a node of over 64
+// devices, more than maxPlacedValue devices placed on).
+func (st *FragStats) placedValue(m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) (after, total float64, ok bool) {
+	if wl.fit == nil || st.classFits == nil || len(m.Devices) > 64 {
+		return 0, 0, false
+	}
+	var buf [maxPlacedValue]placedDevice
+	devs := buf[:0]
+	var done, changed uint64
+	total = st.total
+	for _, p := range a.Placements {
+		for _, i := range p.Devices {
+			bit := uint64(1) << uint(i)
+			if done&bit != 0 {
+				continue
+			}
+			if len(devs) == maxPlacedValue {
+				return 0, 0, false
+			}
+			done |= bit
+			d := placedDevice{i: i, was: st.free[i], now: DeviceFree(m, a.used, i, w), fits: wl.fit.fitMask(m, a.used, i, w)}
+			total += d.now - d.was
+			changed |= st.changedClasses(&d)
+			devs = append(devs, d)
+		}
+	}
+	for x, t := range wl.classTerms {
+		v := st.term[x]
+		if changed>>uint(x)&1 != 0 {
+			v = st.termAfter(wl, x, devs)
+		}
+		after += t.weight * v
+	}
+	return after, total, true
 }
 
 // FragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
@@ -902,6 +1022,11 @@ func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool,
 	m, st := a.Model, a.Measured.base
 	if st == nil || len(a.Placements) != 1 {
 		st = newFragStats(m, a.usageBefore(), wl, w)
+	}
+	if !hostHolds {
+		if v, total, ok := st.placedValue(m, a, wl, w); ok {
+			return v - st.Value(wl, nil), total, st.total
+		}
 	}
 	after := st.placedInto(&a.after, m, a, wl, w)
 	if !hostHolds {

@@ -96,15 +96,27 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		if fail != nil {
 			continue
 		}
-		got := newFragStats(m, used, wl, w).placed(m, a, wl, w)
+		before := newFragStats(m, used, wl, w)
+		got := before.placed(m, a, wl, w)
 		want := newFragStats(m, a.used, wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
 			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.total, want.Value(wl, nil), want.total)
 		}
 		for k := range wl.classes {
-			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] {
-				t.Fatalf("trial %d class %d: fits %d/%b, measured again %d/%b", trial, k, got.fits[k], got.mask[k], want.fits[k], want.mask[k])
+			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || got.term[k] != want.term[k] && math.Abs(got.term[k]-want.term[k]) > 1e-9 {
+				t.Fatalf("trial %d class %d: fits %d/%b term %v, measured again %d/%b term %v", trial, k, got.fits[k], got.mask[k], got.term[k], want.fits[k], want.mask[k], want.term[k])
 			}
+		}
+		if got.low != want.low {
+			t.Fatalf("trial %d: low classes %b, measured again %b", trial, got.low, want.low)
+		}
+		// Score takes placedValue's figures for placedInto's and Value's: the same bits.
+		v, total, ok := before.placedValue(m, a, wl, w)
+		if !ok {
+			t.Fatalf("trial %d: placedValue declined a placement on %d devices", trial, g)
+		}
+		if v != got.Value(wl, nil) || total != got.total {
+			t.Fatalf("trial %d: placedValue %v (total %v), placedInto %v (total %v)", trial, v, total, got.Value(wl, nil), got.total)
 		}
 	}
 }
