@@ -539,8 +539,7 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 type FragStats struct {
 	// The fields come in the order the fragmentation sums read them (Value,
 	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
-	// cache line on a large cluster, and with its header (fragMemo) these first
-	// ones fill three.
+	// cache line on a large cluster.
 	total float64
 	// term is per class what it strands on the node, the sum Value weighs: 0 where
 	// no device is eligible, elig where it fits on fewer devices than it needs,
@@ -549,20 +548,25 @@ type FragStats struct {
 	// low marks the classes (bit k, classes < 64) that fit on fewer devices than
 	// they need: their term is elig, which changes with any eligible device's use.
 	low uint64
-	// elig is per class the free share of its eligible devices, emask the eligible
-	// devices (bit i, devices < 64) and eligible how many there are: eligibility
-	// depends on the node's devices only, never on their usage.
-	eligible []int32
-	fits     []int32   // per class, devices it fits on
-	small    []float64 // per class, free share of the eligible devices it does not fit on
-	elig     []float64
-	free     []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
 	// classFits and classElig are per device the classes that fit it and that it
 	// admits (bit k for class k), when the workload has a fit index (at most 64
 	// classes).
 	classFits, classElig []uint64
-	mask                 []uint64 // per class, bit i set when it fits device i (devices < 64)
-	emask                []uint64
+	free                 []float64 // per device, free share of the GPU (0..1), 0 if unhealthy
+	// cls is per class its statistics (classStat), together: a placement that changes
+	// a class's term reads them all.
+	cls   []classStat
+	mask  []uint64 // per class, bit i set when it fits device i (devices < 64)
+	emask []uint64 // per class, its eligible devices (bit i, devices < 64)
+}
+
+// classStat is a class's statistics on a node: on how many devices it fits, the free
+// share of the eligible devices it does not fit on (small) and of all its eligible
+// devices (elig), and how many devices are eligible: eligibility depends on the
+// node's devices only, never on their usage.
+type classStat struct {
+	small, elig    float64
+	fits, eligible int32
 }
 
 // DeviceFree is the free share of device i under used, by the plugin's weights.
@@ -587,21 +591,20 @@ func newFragStats(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights
 }
 
 // measure sets st to the statistics of the node under used. All its figures share
-// one array, those the fragmentation sums read first and together (free, small,
-// elig, fits, eligible, classFits, classElig; then mask and emask), the counts as
-// 32-bit integers: a node's measure is read for every node of every cycle, and on a
-// large cluster each separate object, and each further cache line, is one more
-// memory miss.
+// one array, in the order the fragmentation sums read them: the terms (all of them,
+// for every node), the device's class masks and free share (for each device rated),
+// each class's statistics together (for the classes a placement changes), then mask
+// and emask (placedInto, and nodes without a fit index). A node's measure is read for
+// every node of every cycle, and on a large cluster each separate object, and each
+// further cache line, is one more memory miss.
 func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) {
 	n, classes := len(m.Devices), wl.classes
 	k := len(classes)
 	words := make([]uint64, 3*n+6*k)
-	floats, rest := float64s(words[:n+3*k]), words[n+3*k:]
-	counts, rest := int32s(rest[:k]), rest[k:]
-	*st = FragStats{term: floats[:k:k], free: floats[k : k+n : k+n], small: floats[k+n : n+2*k : n+2*k], elig: floats[n+2*k:],
-		fits: counts[:k:k], eligible: counts[k:], mask: rest[2*n : 2*n+k : 2*n+k], emask: rest[2*n+k:]}
+	*st = FragStats{term: float64s(words[:k:k]), free: float64s(words[k+2*n : k+3*n : k+3*n]),
+		cls: classStats(words[k+3*n : 4*k+3*n : 4*k+3*n]), mask: words[4*k+3*n : 5*k+3*n : 5*k+3*n], emask: words[5*k+3*n:]}
 	if wl.fit != nil {
-		st.classFits, st.classElig = rest[:n:n], rest[n:2*n:2*n]
+		st.classFits, st.classElig = words[k:k+n:k+n], words[k+n:k+2*n:k+2*n]
 	}
 	for i := 0; i < n; i++ {
 		st.free[i] = DeviceFree(m, used, i, w)
@@ -617,18 +620,18 @@ func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload,
 			if !wl.eligibleAt(em, m, k, i) {
 				continue
 			}
-			st.eligible[k]++
-			st.elig[k] += st.free[i]
+			st.cls[k].eligible++
+			st.cls[k].elig += st.free[i]
 			if i < 64 {
 				st.emask[k] |= 1 << uint(i)
 			}
 			if wl.fitsAt(fm, m, used, k, i, w) {
-				st.fits[k]++
+				st.cls[k].fits++
 				if i < 64 {
 					st.mask[k] |= 1 << uint(i)
 				}
 			} else {
-				st.small[k] += st.free[i]
+				st.cls[k].small += st.free[i]
 			}
 		}
 	}
@@ -644,12 +647,12 @@ func (st *FragStats) setTerm(wl *fragWorkload, k int) {
 		lowBit = 1 << uint(k)
 	}
 	switch {
-	case st.eligible[k] == 0:
+	case st.cls[k].eligible == 0:
 		st.term[k], st.low = 0, st.low&^lowBit
-	case st.fits[k] < int32(wl.classes[k].C.GPUs):
-		st.term[k], st.low = st.elig[k], st.low|lowBit
+	case st.cls[k].fits < int32(wl.classes[k].C.GPUs):
+		st.term[k], st.low = st.cls[k].elig, st.low|lowBit
 	default:
-		st.term[k], st.low = st.small[k], st.low&^lowBit
+		st.term[k], st.low = st.cls[k].small, st.low&^lowBit
 	}
 }
 
@@ -669,17 +672,15 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 	}
 	classes := wl.classes
 	out.free, out.total = append(out.free[:0], st.free...), st.total
-	out.fits = append(out.fits[:0], st.fits...)
-	out.small = append(out.small[:0], st.small...)
+	out.cls = append(out.cls[:0], st.cls...)
 	out.mask = append(out.mask[:0], st.mask...)
-	out.elig = append(out.elig[:0], st.elig...)
 	out.term, out.low = append(out.term[:0], st.term...), st.low
 	out.classFits = append(out.classFits[:0], st.classFits...)
 	if st.classFits == nil {
 		out.classFits = nil
 	}
 	// Eligibility does not depend on usage: out shares st's, which neither changes.
-	out.emask, out.eligible, out.classElig = st.emask, st.eligible, st.classElig
+	out.emask, out.classElig = st.emask, st.classElig
 	var done uint64
 	for _, p := range a.Placements {
 		for _, i := range p.Devices {
@@ -699,17 +700,17 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 				if st.emask[k]&bit == 0 {
 					continue // the class cannot use device i, before or after
 				}
-				out.elig[k] += now - was
+				out.cls[k].elig += now - was
 				if st.mask[k]&bit != 0 {
-					out.fits[k]--
+					out.cls[k].fits--
 				} else {
-					out.small[k] -= was
+					out.cls[k].small -= was
 				}
 				if wl.fitsAt(fm, m, a.used, k, i, w) {
-					out.fits[k]++
+					out.cls[k].fits++
 					out.mask[k] |= bit
 				} else {
-					out.small[k] += now
+					out.cls[k].small += now
 					out.mask[k] &^= bit
 				}
 				out.setTerm(wl, k)
@@ -737,11 +738,11 @@ func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 	}
 	for k, t := range wl.terms {
 		switch {
-		case st.eligible[t.class] == 0:
-		case !hostFits[k] || st.fits[t.class] < t.gpus:
-			f += t.weight * st.elig[t.class]
+		case st.cls[t.class].eligible == 0:
+		case !hostFits[k] || st.cls[t.class].fits < t.gpus:
+			f += t.weight * st.cls[t.class].elig
 		default:
-			f += t.weight * st.small[t.class]
+			f += t.weight * st.cls[t.class].small
 		}
 	}
 	return f
@@ -847,10 +848,10 @@ func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload
 	bit := uint64(1) << uint(i)
 	for _, t := range wl.classTerms {
 		x := t.class
-		if st.eligible[x] == 0 {
+		if st.cls[x].eligible == 0 {
 			continue
 		}
-		n, small, elig := st.fits[x], st.small[x], st.elig[x]
+		n, small, elig := st.cls[x].fits, st.cls[x].small, st.cls[x].elig
 		if onDevice := st.emask[x]&bit != 0; onDevice {
 			// As placedInto: the free share changes by (fi - was).
 			elig += fi - was
@@ -895,7 +896,7 @@ func (st *FragStats) changedClasses(d *placedDevice) uint64 {
 // termAfter is class x's term once devs are placed on, in their order: the same
 // arithmetic as placedInto's, so the same bits.
 func (st *FragStats) termAfter(wl *fragWorkload, x int, devs []placedDevice) float64 {
-	n, small, elig := st.fits[x], st.small[x], st.elig[x]
+	n, small, elig := st.cls[x].fits, st.cls[x].small, st.cls[x].elig
 	for k := range devs {
 		d := &devs[k]
 		if st.classElig[d.i]>>uint(x)&1 == 0 {
@@ -1082,8 +1083,8 @@ func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f 
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.CPUMilli && s.memBytes <= memFree-info.MemBytes
-		if before && !after && int(st.fits[s.class]) >= s.C.GPUs {
-			delta += info.Frag.terms[k].weight * (st.elig[s.class] - st.small[s.class])
+		if before && !after && int(st.cls[s.class].fits) >= s.C.GPUs {
+			delta += info.Frag.terms[k].weight * (st.cls[s.class].elig - st.cls[s.class].small)
 		}
 	}
 	feed := info.workloadFeed(v.Model, w)
@@ -1248,10 +1249,11 @@ func float64s(words []uint64) []float64 {
 	return unsafe.Slice((*float64)(unsafe.Pointer(&words[0])), len(words))
 }
 
-// int32s views words as twice as many int32s.
-func int32s(words []uint64) []int32 {
+// classStats views words as a third as many classStats (three words each, no
+// pointers).
+func classStats(words []uint64) []classStat {
 	if len(words) == 0 {
 		return nil
 	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&words[0])), 2*len(words))
+	return unsafe.Slice((*classStat)(unsafe.Pointer(&words[0])), len(words)/3)
 }

@@ -103,8 +103,8 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.total, want.Value(wl, nil), want.total)
 		}
 		for k := range wl.classes {
-			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || got.term[k] != want.term[k] && math.Abs(got.term[k]-want.term[k]) > 1e-9 {
-				t.Fatalf("trial %d class %d: fits %d/%b term %v, measured again %d/%b term %v", trial, k, got.fits[k], got.mask[k], got.term[k], want.fits[k], want.mask[k], want.term[k])
+			if got.cls[k].fits != want.cls[k].fits || got.mask[k] != want.mask[k] || got.term[k] != want.term[k] && math.Abs(got.term[k]-want.term[k]) > 1e-9 {
+				t.Fatalf("trial %d class %d: fits %d/%b term %v, measured again %d/%b term %v", trial, k, got.cls[k].fits, got.mask[k], got.term[k], want.cls[k].fits, want.mask[k], want.term[k])
 			}
 		}
 		if got.low != want.low {

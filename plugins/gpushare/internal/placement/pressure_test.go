@@ -48,10 +48,10 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	used[2] = used[0]
 	st := newFragStats(m, used, wl, w)
 	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
-		t.Errorf("mixed node: fragmentation %v, want 0.6 (elig %v, small %v)", got, st.elig, st.small)
+		t.Errorf("mixed node: fragmentation %v, want 0.6 (classes %+v)", got, st.cls)
 	}
-	if st.eligible[t4] != 2 || st.emask[t4] != 0b0011 || st.eligible[1-t4] != 4 {
-		t.Errorf("eligible %v, masks %b", st.eligible, st.emask)
+	if st.cls[t4].eligible != 2 || st.emask[t4] != 0b0011 || st.cls[1-t4].eligible != 4 {
+		t.Errorf("classes %+v, masks %b", st.cls, st.emask)
 	}
 	a10 := c.existing("a10").model
 	t4only := newFragWorkload(wl.shapes[t4:t4+1:t4+1], []float64{0.5})
@@ -93,9 +93,9 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
 		for k := range wl.classes {
-			if got.fits[k] != want.fits[k] || got.mask[k] != want.mask[k] || math.Abs(got.elig[k]-want.elig[k]) > 1e-9 || math.Abs(got.small[k]-want.small[k]) > 1e-9 {
+			if got.cls[k].fits != want.cls[k].fits || got.mask[k] != want.mask[k] || math.Abs(got.cls[k].elig-want.cls[k].elig) > 1e-9 || math.Abs(got.cls[k].small-want.cls[k].small) > 1e-9 {
 				t.Fatalf("trial %d class %d: placed %d/%b/%v/%v, measured again %d/%b/%v/%v", trial, k,
-					got.fits[k], got.mask[k], got.elig[k], got.small[k], want.fits[k], want.mask[k], want.elig[k], want.small[k])
+					got.cls[k].fits, got.mask[k], got.cls[k].elig, got.cls[k].small, want.cls[k].fits, want.mask[k], want.cls[k].elig, want.cls[k].small)
 			}
 		}
 		i := a.Placements[0].Devices[0]
