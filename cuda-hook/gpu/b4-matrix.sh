@@ -37,11 +37,15 @@ declare -A CW=(
 	[graph10x100us]="$W graph ${IT[100]}"
 	[loop]="$W loop ${IT[5]} 300"
 )
-# B4_CNAMES, B4_TNAMES and B4_ALONE_ONLY=1 (no tenants together) cut the matrix down
-# for a look at some rows; the published matrix is the whole one.
+# B4_CNAMES, B4_TNAMES, B4_ALONE_ONLY=1 (no tenants together) and B4_PARTS (of
+# "pairs wc alone", the default) cut the matrix down for a look at some rows; the
+# published matrix is the whole one.
 CNAMES=${B4_CNAMES-k10us k100us k1ms k5ms k20ms graph10x100us loop}
 TNAMES=${B4_TNAMES-mm2048 mm4096 mm8192 mlp}
 secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
+PARTS=${B4_PARTS:-pairs wc alone}
+[ -z "${B4_ALONE_ONLY:-}" ] || PARTS=alone
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # The SM clock (MHz) and board power (W), every 50 ms for the whole run, from NVML
 # (its clock samples are not kept by every driver): "<epoch-us> <MHz> <W>" lines.
@@ -136,13 +140,15 @@ row() {
 	say "$(printf '%-26s %-14s share %6s%%  %-52s [GPU busy %s%%%s, SM %s MHz, %s W]' "$1" "$2" "$share" "$verdict" "$gpu" "$tshare" "$clk" "$pwr")"
 }
 
-# together <label> <cap:phase:workload>...: the tenants at once, each in its own container.
+# together <label> <cap:phase:workload[:wc]>...: the tenants at once, each in its own
+# container; a tenant marked wc is work-conserving (the limits' work-conserving line).
 together() {
 	local label=$1 i=0 pids=() specs=()
 	shift
 	for t in "$@"; do
-		IFS=: read -r c ph w <<<"$t"
+		IFS=: read -r c ph w x <<<"$t"
 		limits "$G/t$i" 130000 "$c" "$ph" "/b4/${label//[ \/]/_}/$w/$i"
+		[ "$x" != wc ] || echo work-conserving >>"$G/t$i"
 		if [ -n "${CW[$w]:-}" ]; then
 			hk "$G/t$i" ${CW[$w]} "$(secs $w)" >"$G/t$i.out" &
 		else
@@ -154,7 +160,7 @@ together() {
 	done
 	wait "${pids[@]}"
 	for i in "${!specs[@]}"; do
-		IFS=: read -r c ph w <<<"${specs[$i]}"
+		IFS=: read -r c ph w x <<<"${specs[$i]}"
 		row "$label" "$w" "$c" "$(head -1 "$G/t$i.out")" "${PAIR_REF[$i]:-}"
 	done
 	PAIR_REF=()
@@ -180,7 +186,7 @@ unhooked() {
 		"$(awk -v r="$(field rate <"$G/u1.out")" -v b="${SOLO[$b]}" 'BEGIN{printf "%.1f", 100*r/b}')")"
 }
 
-if [ -z "${B4_ALONE_ONLY:-}" ]; then
+if part pairs; then
 	together "pair 30/70" 30:0:k1ms 70:30:k1ms
 	together "pair 30/70" 30:0:mm8192 70:30:mm8192
 	together "pair 50/50" 50:0:k100us 50:50:k100us
@@ -195,9 +201,27 @@ if [ -z "${B4_ALONE_ONLY:-}" ]; then
 	together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us
 fi
 
+# Work-conserving at 30 (docs/cuda-hook.md, "Work-conserving"): alone it may use the
+# whole GPU, so its row is judged against 100; beside a saturating 70 % tenant it
+# keeps to 30 and the neighbour gets its 70.
+if part wc; then
+	for w in k1ms k20ms mm8192; do
+		[[ " $CNAMES $TNAMES " == *" $w "* ]] || continue
+		limits "$G/wc" 130000 30 0 "/b4/wc30/$w"
+		echo work-conserving >>"$G/wc"
+		if [ -n "${CW[$w]:-}" ]; then
+			row "alone wc cap 30" $w 100 "$(hk "$G/wc" ${CW[$w]} "$(secs $w)")"
+		else
+			row "alone wc cap 30" $w 100 "$(hk "$G/wc" $TW "$S" $w | head -1)"
+		fi
+	done
+	together "pair 30wc/70" 30:0:k1ms:wc 70:30:k1ms
+	together "pair 30wc/70" 30:0:mm8192:wc 70:30:mm8192
+fi
+
 # Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
 # limit would otherwise lose).
-for c in 20 50 80; do
+part alone && for c in 20 50 80; do
 	for w in $CNAMES; do
 		limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
 		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)")"
