@@ -46,6 +46,8 @@ secs() { [ "$1" = k20ms ] && echo "$LONG_S" || echo "$S"; }
 PARTS=${B4_PARTS:-pairs wc alone}
 [ -z "${B4_ALONE_ONLY:-}" ] || PARTS=alone
 part() { [[ " $PARTS " == *" $1 "* ]]; }
+# known <workload>: it is one of this run's (B4_CNAMES, B4_TNAMES); rows of others are left out.
+known() { [[ " $CNAMES $TNAMES " == *" $1 "* ]]; }
 
 # The SM clock (MHz) and board power (W), every 50 ms for the whole run, from NVML
 # (its clock samples are not kept by every driver): "<epoch-us> <MHz> <W>" lines.
@@ -147,6 +149,10 @@ together() {
 	shift
 	for t in "$@"; do
 		IFS=: read -r c ph w x <<<"$t"
+		known "$w" || { PAIR_REF=(); return; }
+	done
+	for t in "$@"; do
+		IFS=: read -r c ph w x <<<"$t"
 		limits "$G/t$i" 130000 "$c" "$ph" "/b4/${label//[ \/]/_}/$w/$i"
 		[ "$x" != wc ] || echo work-conserving >>"$G/t$i"
 		if [ -n "${CW[$w]:-}" ]; then
@@ -170,6 +176,7 @@ together() {
 PAIR_REF=()
 unhooked() {
 	local label=$1 a=$2 b=$3
+	known "$a" && known "$b" || return
 	if [ -n "${CW[$a]:-}" ]; then
 		${CW[$a]} "$S" >"$G/u0.out" &
 		p=$!
@@ -194,6 +201,7 @@ if part pairs; then
 	# Kernels longer than a time slice: each is cut by the other tenant's turns.
 	together "pair 30/70" 30:0:k5ms 70:30:k5ms
 	together "pair 50/50" 50:0:k20ms 50:50:k20ms
+	together "pair 30/70" 30:0:k20ms 70:30:k20ms
 	unhooked "pair unhooked" loop loop
 	together "pair 30/70" 30:0:loop 70:30:loop
 	unhooked "pair unhooked" mlp mlp
@@ -206,7 +214,7 @@ fi
 # keeps to 30 and the neighbour gets its 70.
 if part wc; then
 	for w in k1ms k20ms mm8192; do
-		[[ " $CNAMES $TNAMES " == *" $w "* ]] || continue
+		known "$w" || continue
 		limits "$G/wc" 130000 30 0 "/b4/wc30/$w"
 		echo work-conserving >>"$G/wc"
 		if [ -n "${CW[$w]:-}" ]; then
