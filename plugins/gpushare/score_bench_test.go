@@ -1,13 +1,9 @@
 package gpushare
 
 import (
-	"context"
-	"fmt"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 // BenchmarkScorePerPod measures what scoring one fractional pod costs under each node
@@ -20,30 +16,9 @@ func BenchmarkScorePerPod(b *testing.B) {
 	for _, pol := range []Policy{Binpack, Fragmentation} {
 		b.Run(string(pol), func(b *testing.B) {
 			const nodes = 256
-			var ns []*v1.Node
-			var pods []*v1.Pod
-			for n := 0; n < nodes; n++ {
-				name := fmt.Sprintf("n%d", n)
-				ns = append(ns, h100(b, name))
-				for i := 0; i < 4; i++ {
-					pods = append(pods, bindPod(b, makePod(fmt.Sprintf("%s-f%d", name, i), nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, 40000, 50, i)))
-				}
-				pods = append(pods, bindPod(b, makePod(name+"-w", nil, ctr{Name: "c", GPU: "1"}), name, oneGrant(name, h100Mem, 100, 4)))
-			}
-			e := newEnv(b, &TesseraGPUShareArgs{NodePolicy: pol, DevicePolicy: pol}, ns, pods...)
-			if pol == Fragmentation {
-				for k := 0; k < 24; k++ {
-					pct := fmt.Sprint(5 + 4*k)
-					teach(b, e, 1+k%5, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
-				}
-				teach(b, e, 3, ctr{Name: "c", GPU: "8", Cores: "100"})
-			}
 			pod := makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "8192", Cores: "20"})
-			ctx := context.Background()
-			cs := framework.NewCycleState()
-			if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
-				b.Fatal(st)
-			}
+			fs := newFilterScoreBench(b, pol, pod, nodes)
+			e, ctx, cs := fs.e, fs.ctx, fs.cs
 			for _, ni := range e.infos {
 				if st := e.pl.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
 					b.Fatal(st)
