@@ -165,10 +165,20 @@ together() {
 		i=$((i + 1))
 	done
 	wait "${pids[@]}"
+	local shares="" caps=""
 	for i in "${!specs[@]}"; do
 		IFS=: read -r c ph w x <<<"${specs[$i]}"
 		row "$label" "$w" "$c" "$(head -1 "$G/t$i.out")" "${PAIR_REF[$i]:-}"
+		shares="$shares $(awk -v r="$(field rate <"$G/t$i.out")" -v b="${SOLO[$w]}" 'BEGIN{if (b > 0) printf "%.2f", 100*r/b; else print 0}')"
+		caps="$caps $c"
 	done
+	# How the tenants divided what the GPU delivered to them together: a time-sliced GPU
+	# loses the switches between busy contexts (two unhooked saturating processes get
+	# about 92 % of one's rate together), and the caps are shares of GPU time.
+	[ "${#specs[@]}" -lt 2 ] || say "$(awk -v s="$shares" -v c="$caps" -v l="$label" 'BEGIN{
+		n = split(s, a, " "); split(c, k, " "); t = 0; for (i = 1; i <= n; i++) t += a[i]
+		o = ""; q = ""; for (i = 1; i <= n; i++) { o = o (i > 1 ? " / " : "") sprintf("%.1f", t > 0 ? 100 * a[i] / t : 0); q = q (i > 1 ? " / " : "") k[i] }
+		printf "%-26s info split of their total %s (caps %s), together %.1f%% of one solo rate", l, o, q, t }')"
 	PAIR_REF=()
 }
 # unhooked <label> <workload> <workload>: the same pair without limits, for reference;
@@ -178,9 +188,9 @@ unhooked() {
 	local label=$1 a=$2 b=$3
 	known "$a" && known "$b" || return
 	if [ -n "${CW[$a]:-}" ]; then
-		${CW[$a]} "$S" >"$G/u0.out" &
+		${CW[$a]} "$(secs $a)" >"$G/u0.out" &
 		p=$!
-		${CW[$b]} "$S" >"$G/u1.out"
+		${CW[$b]} "$(secs $b)" >"$G/u1.out"
 	else
 		$TW "$S" "$a" >"$G/u0.out" &
 		p=$!
@@ -199,7 +209,9 @@ if part pairs; then
 	together "pair 50/50" 50:0:k100us 50:50:k100us
 	together "pair 50/50" 50:0:mm2048 50:50:mm2048
 	# Kernels longer than a time slice: each is cut by the other tenant's turns.
+	unhooked "pair unhooked" k5ms k5ms
 	together "pair 30/70" 30:0:k5ms 70:30:k5ms
+	unhooked "pair unhooked" k20ms k20ms
 	together "pair 50/50" 50:0:k20ms 50:50:k20ms
 	together "pair 30/70" 30:0:k20ms 70:30:k20ms
 	unhooked "pair unhooked" loop loop
