@@ -725,7 +725,7 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 // cannot use. hostFits[k] reports whether shape k fits the node's free CPU and host
 // memory (nil: all do).
 //
-// Without hostFits it is the weighed sum of the classes' terms, in the classes' order:
+// Without hostFits it is the weighted sum of the classes' terms, in the classes' order:
 // fragAfter and placedValue sum the same terms in the same order, so that what they
 // give for a placement is what measuring it again gives, to the bit.
 func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
