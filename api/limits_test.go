@@ -83,20 +83,27 @@ func TestDecodeLimitsErrorsNameTheProblem(t *testing.T) {
 	}
 }
 
-func TestMPSLimitsRoundTrip(t *testing.T) {
-	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480}},
-		MPS: &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}}
+// roundTripEndsWith checks that l encodes to text ending with tail (its optional
+// lines, after the gpu lines) and decodes back to l.
+func roundTripEndsWith(t *testing.T, l *ContainerLimits, tail string) {
+	t.Helper()
 	b, err := EncodeLimits(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(string(b), "gpu GPU-1 20480 0 0\nmps 30 /run/tessera-mps\n") {
-		t.Errorf("encoded %q, want the mps line after the gpu line", b)
+	if !strings.HasSuffix(string(b), tail) {
+		t.Errorf("encoded %q, want it to end with %q", b, tail)
 	}
 	got, err := DecodeLimits(b)
 	if err != nil || !reflect.DeepEqual(got, l) {
 		t.Errorf("DecodeLimits(EncodeLimits(l)) = %+v, %v; want %+v", got, err, l)
 	}
+}
+
+func TestMPSLimitsRoundTrip(t *testing.T) {
+	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480}},
+		MPS: &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}}
+	roundTripEndsWith(t, l, "gpu GPU-1 20480 0 0\nmps 30 /run/tessera-mps\n")
 	for _, bad := range []MPSLimit{{0, "/p"}, {101, "/p"}, {30, "p"}, {30, "/" + strings.Repeat("p", MaxMPSPipeDirBytes)}} {
 		l.MPS = &bad
 		if _, err := EncodeLimits(l); err == nil {
@@ -108,17 +115,7 @@ func TestMPSLimitsRoundTrip(t *testing.T) {
 func TestWorkConservingLimitsRoundTrip(t *testing.T) {
 	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480, Cores: 30}},
 		WorkConserving: true}
-	b, err := EncodeLimits(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasSuffix(string(b), "gpu GPU-1 20480 30 0\nwork-conserving\n") {
-		t.Errorf("encoded %q, want the work-conserving line after the gpu line", b)
-	}
-	got, err := DecodeLimits(b)
-	if err != nil || !reflect.DeepEqual(got, l) {
-		t.Errorf("DecodeLimits(EncodeLimits(l)) = %+v, %v; want %+v", got, err, l)
-	}
+	roundTripEndsWith(t, l, "gpu GPU-1 20480 30 0\nwork-conserving\n")
 	// MPS divides the SMs and the hook does not pace an MPS client: nothing to conserve.
 	l.GPUs[0].Cores = 0
 	l.MPS = &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}
