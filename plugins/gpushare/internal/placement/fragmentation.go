@@ -834,16 +834,8 @@ func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload
 	if wl.fit != nil && st.classFits != nil {
 		now := wl.fit.fitMask(m, used, i, w)
 		used[i] = u
-		d := placedDevice{i: i, was: was, now: fi, fits: now}
-		changed := st.changedClasses(&d)
-		for x, t := range wl.classTerms {
-			v := st.term[x]
-			if changed>>uint(x)&1 != 0 {
-				v = st.termAfter(wl, x, []placedDevice{d})
-			}
-			after += t.weight * v
-		}
-		return after, total
+		d := []placedDevice{{i: i, was: was, now: fi, fits: now}}
+		return st.valueAfter(wl, st.changedClasses(&d[0]), d), total
 	}
 	bit := uint64(1) << uint(i)
 	for _, t := range wl.classTerms {
@@ -953,14 +945,21 @@ func (st *FragStats) placedValue(m *nodemodel.Model, a *Allocation, wl *fragWork
 			devs = append(devs, d)
 		}
 	}
+	return st.valueAfter(wl, changed, devs), total, true
+}
+
+// valueAfter is Value (nil) once devs are placed on: the classes' terms summed in
+// Value's order, those in changed worked out again (termAfter).
+func (st *FragStats) valueAfter(wl *fragWorkload, changed uint64, devs []placedDevice) float64 {
+	var f float64
 	for x, t := range wl.classTerms {
 		v := st.term[x]
 		if changed>>uint(x)&1 != 0 {
 			v = st.termAfter(wl, x, devs)
 		}
-		after += t.weight * v
+		f += t.weight * v
 	}
-	return after, total, true
+	return f
 }
 
 // FragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
