@@ -27,7 +27,7 @@ TW="python3 $HERE/gpu/torch_work.py"
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 declare -A IT
 for us in 5 10 100 1000 5000 20000; do IT[$us]=$("$W" calib $us | field iters); done
-say "B4 matrix $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader); FMA iterations per kernel: 5us=${IT[5]} 10us=${IT[10]} 100us=${IT[100]} 1ms=${IT[1000]} 5ms=${IT[5000]} 20ms=${IT[20000]}"
+say "B4 matrix $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), GPU turns ${TESSERA_TURNS:-on}; FMA iterations per kernel: 5us=${IT[5]} 10us=${IT[10]} 100us=${IT[100]} 1ms=${IT[1000]} 5ms=${IT[5000]} 20ms=${IT[20000]}"
 
 # The C workloads: name -> command (without the seconds).
 declare -A CW=(
@@ -256,12 +256,23 @@ if part pairs; then
 	together "pair 30/70" 30:0:mm8192 70:30:mm8192
 	together "pair 50/50" 50:0:k100us 50:50:k100us
 	together "pair 50/50" 50:0:mm2048 50:50:mm2048
-	# Kernels longer than a time slice: each is cut by the other tenant's turns.
+	# Kernels longer than a time slice: each would be cut by the other tenant's time
+	# slices; the containers take the GPU's turns instead (docs/cuda-hook.md, "GPU
+	# turns"), and the same pairs without the turn file are shown for comparison.
 	unhooked "pair unhooked" k5ms k5ms
 	together "pair 30/70" 30:0:k5ms 70:30:k5ms
+	together "pair 50/50" 50:0:k5ms 50:50:k5ms
 	unhooked "pair unhooked" k20ms k20ms
 	together "pair 50/50" 50:0:k20ms 50:50:k20ms
 	together "pair 30/70" 30:0:k20ms 70:30:k20ms
+	together "three 20/30/50" 20:0:k20ms 30:20:k5ms 50:50:k20ms
+	together "pair 50/50" 50:0:k20ms 50:50:k100us
+	if [ "${TESSERA_TURNS:-on}" != off ]; then
+		turns off
+		together "pair 50/50 no turns" 50:0:k20ms 50:50:k20ms
+		together "pair 30/70 no turns" 30:0:k20ms 70:30:k20ms
+		turns on
+	fi
 	paired "pair 30/70" 30:0:loop 70:30:loop
 	paired "pair 30/70" 30:0:mlp 70:30:mlp
 	together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us

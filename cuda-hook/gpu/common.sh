@@ -16,11 +16,21 @@ if [ ! -e "$CUDA_INC/cuda.h" ]; then CUDA_INC=$(dirname "$(find / -name cuda.h -
 LIBCUDA_DIR=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')")
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
 CTX=576
+# The GPU's turn file, as the node agent provides it to every paced container
+# (api.ContainerTurnsDir; docs/cuda-hook.md, "GPU turns"); TESSERA_TURNS=off runs
+# without it, each container paced on its own. turns <on|off> sets it up afresh.
+TURNS_DIR=/run/tessera-turns
+turns() {
+	mkdir -p "$TURNS_DIR"
+	rm -f "$TURNS_DIR/$UUID"
+	[ "$1" = off ] || truncate -s 4096 "$TURNS_DIR/$UUID"
+}
 
 if [ "$(id -u)" != 0 ]; then echo "the GPU suite sets up /etc/tessera and needs root"; exit 1; fi
 mkdir -p /etc/tessera
 printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
 chmod 644 /etc/tessera/cuda-hook.conf
+turns "${TESSERA_TURNS:-on}"
 
 # limits <file> <memory-mib> <cores> <phase> [cgroup]
 limits() {

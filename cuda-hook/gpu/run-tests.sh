@@ -27,7 +27,7 @@ else
 fi
 
 # 2. Symbol resolution and memory view through the real driver.
-gcc -O2 -I"$HERE/include" -I"$HERE/test" "$HERE/test/hooktest.c" -o "$G/hooktest" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -l:libnvidia-ml.so.1 -ldl -lpthread -lm
+gcc -O2 -I"$HERE/include" -I"$HERE/src" -I"$HERE/test" "$HERE/test/hooktest.c" -o "$G/hooktest" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -l:libnvidia-ml.so.1 -ldl -lpthread -lm
 limits "$G/l4g" 4096 0 0
 check "cuGetProcAddress/dlsym return the hooks" hooked "$G/l4g" "$G/hooktest" procaddr
 check "cuMemGetInfo/cuDeviceTotalMem/NVML report the limit" hooked "$G/l4g" "$G/hooktest" meminfo 4096 $CTX

@@ -107,8 +107,20 @@ static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
 	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
+	_Atomic int64_t turns, turn_waits, turn_wait_ns, turn_handoffs, turn_gave_up;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
+
+/* GPU turns (turns.h): the container's id in them. Launches estimated at TURN_MIN_NS
+ * or more (longer than the driver's time slice, so that two busy contexts' kernels
+ * are cut by each other's turns) take turns on the GPU while another context is on
+ * it; any paced container's bursts do while such a container says it takes turns. A
+ * wait for the turn is given up after TURN_MAX_WAIT_NS (a holder that never lets go),
+ * and the GPU's turns are then not taken for TURN_OFF_NS. */
+static uint64_t turn_me;
+#define TURN_MIN_NS 2000000LL
+#define TURN_MAX_WAIT_NS (5 * TESSERA_PACING_PERIOD_NS)
+#define TURN_OFF_NS (30 * 1000000000LL)
 
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
  * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
@@ -454,6 +466,7 @@ void tessera_pacing_after_fork(void)
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
+		p->turn_held = 0; /* the parent's */
 		atomic_store(&p->burst_stream_tag, 0);
 	}
 }
@@ -493,6 +506,11 @@ __attribute__((destructor)) static void pacing_summary(void)
 		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
 		    (long long)atomic_load(&pstat.sliced_ns), (long long)atomic_load(&pstat.forfeit_ns),
 		    (long long)atomic_load(&pstat.restarts), (long long)atomic_load(&pstat.conserved));
+	if (atomic_load(&pstat.turns) + atomic_load(&pstat.turn_gave_up) > 0)
+		tessera_log(TESSERA_LOG_DEBUG, "pacing summary turns=%lld turn_waits=%lld turn_wait_ns=%lld turn_handoffs=%lld turn_gave_up=%lld",
+			    (long long)atomic_load(&pstat.turns), (long long)atomic_load(&pstat.turn_waits),
+			    (long long)atomic_load(&pstat.turn_wait_ns), (long long)atomic_load(&pstat.turn_handoffs),
+			    (long long)atomic_load(&pstat.turn_gave_up));
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -510,12 +528,14 @@ void tessera_pacing_setup(void)
 		p->work_conserving = p->enabled && tessera.limits.work_conserving;
 		p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
 		p->slot_len_ns = TESSERA_PACING_PERIOD_NS * l->cores / 100;
+		p->turn = p->enabled ? tessera_turn_open(l->uuid) : NULL;
 		if (p->enabled) {
 			paced++;
 			last = g;
 		}
 	}
 	tessera.pacing_any = paced > 0;
+	turn_me = tessera_turn_id(tessera.limits.cgroup);
 	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
 	if (paced > 0 && !events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
@@ -554,8 +574,22 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
 	s->refill_k = 0;
 }
 
+/* A container that takes the GPU's turns may wait for one past its next refill
+ * (another container's kernels run): it keeps this much more than one period's
+ * allowance, one launch or half a period, the longer, so that the wait does not cost
+ * it a refill; its turns are then longer, and fewer turns lose less of the GPU to
+ * the hand-offs (in the fake driver, whose context switch costs 160 us, 5 ms kernels
+ * at 30/70 got 29.9 / 66.2 % with one launch more, 29.9 / 67.6 % with this). */
+static int64_t turn_bank(void)
+{
+	const int64_t P = TESSERA_PACING_PERIOD_NS;
+	int64_t more = est_longest() > P / 2 ? est_longest() : P / 2;
+	return more < P ? more : P;
+}
+
 /* Adds the allowance of every refill point passed since the last (caller holds s->mu),
- * keeping at most one period's, and returns the next refill point. */
+ * keeping at most one period's (more, turn_bank, while the container takes turns),
+ * and returns the next refill point. */
 static int64_t refill(struct tessera_pacer *p, int64_t now)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -571,7 +605,10 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 		int64_t n = s->refill_k == 0 ? 1 : r - s->refill_k;
 		int64_t add = n > 1000 ? 1000 * len : n * len;
 		int64_t t = atomic_load(&s->tokens);
-		int64_t want = t + add < len ? t + add : len;
+		int64_t cap = len;
+		if (p->turn_used_ns > 0 && now - p->turn_used_ns < CONTENDED_NS)
+			cap += turn_bank();
+		int64_t want = t + add < cap ? t + add : cap;
 		if (want > t)
 			atomic_fetch_add(&s->tokens, want - t);
 		s->refill_k = r;
@@ -652,6 +689,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_charged0 = charged0;
 		p->burst_all0 = all0;
 		p->burst_at_refill = at_refill;
+		p->burst_turn = p->turn_held;
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
@@ -670,12 +708,15 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->fence_pending = 1;
 		p->chained = chain;
 		p->f_host_ns = now - p->burst_t0_ns;
+		p->f_at_ns = now;
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
+		p->f_turn = p->burst_turn && p->turn_held;
+		p->burst_turn = p->turn_held;
 		/* A chained burst goes on at F: the probing with it. */
 		if (p->burst_probed && !chain)
 			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 0, c->ev[p->ev_f]);
@@ -952,7 +993,12 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	/* The burst's launches were charged r times too little: so is the estimate (once
 	 * it is past its first samples, whose bursts hold launches charged nothing). Half
 	 * the way there, so that samples and bursts settle together; or, where the burst
-	 * ran under half its charge and the samples agree, from scratch. */
+	 * ran under half its charge and the samples agree, from scratch. A burst that held
+	 * the GPU's turn throughout ran with no other context on the GPU, so S->F bounds
+	 * its own GPU time: an estimate above it comes down all the way at once, however
+	 * few samples it rests on (the first samples of two containers that start
+	 * together, before they take turns, are cut by each other's time slices: 20 ms
+	 * kernels were charged 37 ms and left the GPU idle between turns for a second). */
 	if (r < 0.5) {
 		pthread_mutex_lock(&ev_mu);
 		restart_if_changed();
@@ -961,10 +1007,11 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	}
 	if (r > 2)
 		r = 2;
+	int alone_down = p->f_turn && r < 1;
 	for (int cls = 0; cls < 2; cls++) {
 		int64_t est_c = atomic_load(&est_ns[cls]);
-		int64_t scaled = (int64_t)((double)est_c * (1 + (r - 1) / 2));
-		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && atomic_load(&est_samples[cls]) >= EST_WINDOW)
+		int64_t scaled = (int64_t)((double)est_c * (alone_down ? r : 1 + (r - 1) / 2));
+		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down))
 			atomic_store(&est_ns[cls], scaled);
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
@@ -973,6 +1020,87 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		    (long long)e + sliced, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, (long long)over,
 		    (long long)sliced, (long long)forfeit, p->f_at_refill, excess);
 	return over < 0 ? -over : 0;
+}
+
+/* ---- GPU turns ---------------------------------------------------------------- */
+
+/* Whether the next burst takes the GPU's turn. */
+static int turn_use(struct tessera_pacer *p, int64_t now)
+{
+	if (p->turn == NULL || now < p->turn_off_until_ns)
+		return 0;
+	if (est_longest() >= TURN_MIN_NS)
+		return contended() || tessera_turn_others(p->turn, turn_me, now, CONTENDED_NS);
+	return now < atomic_load(&p->turn->long_until_ns);
+}
+
+/* How long a burst that takes the turn holds it at most: the most tokens the
+ * container can hold (refill), one launch past them and one more, and a time slice. */
+static int64_t turn_hold(struct tessera_pacer *p)
+{
+	int64_t d = p->slot_len_ns + turn_bank() + 2 * est_longest() + TIME_SLICE_NS;
+	return d < TURN_MAX_WAIT_NS ? d : TURN_MAX_WAIT_NS;
+}
+
+static void turn_took(struct tessera_pacer *p, int64_t now)
+{
+	p->turn_held = 1;
+	p->turn_used_ns = now;
+	PSTAT_ADD(turns, 1);
+	if (est_longest() >= TURN_MIN_NS)
+		atomic_store(&p->turn->long_until_ns, now + CONTENDED_NS);
+}
+
+/* Waits for the turn (without the pacer's lock). */
+static void turn_wait(struct tessera_pacer *p)
+{
+	int64_t waited;
+	int rc = tessera_turn_take(p->turn, turn_me, turn_hold(p), TURN_MAX_WAIT_NS, &waited);
+	PSTAT_ADD(turn_waits, 1);
+	PSTAT_ADD(turn_wait_ns, waited);
+	if (rc != 0) {
+		turn_took(p, tessera_now_ns());
+		return;
+	}
+	PSTAT_ADD(turn_gave_up, 1);
+	p->turn_off_until_ns = tessera_now_ns() + TURN_OFF_NS;
+	static _Atomic int logged;
+	if (atomic_exchange(&logged, 1) == 0)
+		tessera_log(TESSERA_LOG_WARN, "the GPU's turn was not let go for %lld ms, or not to this container for %lld ms; "
+					      "its work is time-sliced with the others' for %lld s",
+			    (long long)(TURN_MAX_WAIT_NS / 1000000), (long long)(TESSERA_TURN_WAIT_MAX_NS / 1000000),
+			    (long long)(TURN_OFF_NS / 1000000000LL));
+}
+
+/* The burst is over: once the GPU has run it (its F), the turn goes to whoever waits.
+ * The thread sleeps through most of the burst's charge first, then waits for F as
+ * settle_burst does. */
+static void turn_finish(struct tessera_pacer *p)
+{
+	if (p->fence_pending) {
+		struct ctx_events *c = p->burst_ctx;
+		pthread_mutex_lock(&ev_mu);
+		int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
+		CUevent f = c->ev[p->ev_f];
+		pthread_mutex_unlock(&ev_mu);
+		/* The burst should end its charge after S; the charge may run over its GPU
+		 * time (an estimate still settling), so the thread sleeps half of what is
+		 * left at a time, then polls every 50 us, and waits for F outright (as
+		 * settle_burst does) only past TURN_MAX_WAIT_NS. */
+		int64_t end = p->f_at_ns - p->f_host_ns + p->f_charged, t0 = tessera_now_ns();
+		for (int64_t now = t0; ok && REAL(cuEventQuery)(f) == CUDA_ERROR_NOT_READY; now = tessera_now_ns()) {
+			if (now - t0 > TURN_MAX_WAIT_NS) {
+				REAL(cuEventSynchronize)(f);
+				break;
+			}
+			int64_t d = (end - now) / 2;
+			sleep_until(now + (d < 50000 ? 50000 : d > 2000000 ? 2000000 : d));
+		}
+	}
+	if (tessera_turn_wanted(p->turn, turn_me, tessera_now_ns()))
+		PSTAT_ADD(turn_handoffs, 1);
+	tessera_turn_release(p->turn, turn_me);
+	p->turn_held = 0;
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -1016,8 +1144,28 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			pthread_mutex_unlock(&ev_mu);
 		}
 		if (atomic_load(&s->tokens) > 0) {
-			if (p->burst_started && refilled && !p->fence_pending)
+			/* A burst on a GPU whose containers take turns begins with the turn: taken
+			 * here if free, else waited for without the lock (and the burst, begun
+			 * late, is not its slot's). */
+			if (!p->turn_held && !p->burst_started && turn_use(p, now)) {
+				if (!tessera_turn_try(p->turn, turn_me, turn_hold(p))) {
+					pthread_mutex_unlock(&s->mu);
+					turn_wait(p);
+					continue;
+				}
+				turn_took(p, now);
+			}
+			if (p->burst_started && refilled && !p->fence_pending) {
+				if (p->turn_held && tessera_turn_wanted(p->turn, turn_me, now)) {
+					/* Another container waits for the turn: the burst ends here
+					 * rather than going on with this refill. */
+					end_burst(p, stream, 0);
+					pthread_mutex_unlock(&s->mu);
+					turn_finish(p);
+					continue;
+				}
 				end_burst(p, stream, 1);
+			}
 			int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
 			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
@@ -1027,7 +1175,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			pthread_mutex_unlock(&s->mu);
 			return slept;
 		}
-		if (p->work_conserving && !others_have_work()) {
+		if (p->work_conserving && !others_have_work() && !(p->turn_held && tessera_turn_wanted(p->turn, turn_me, now))) {
 			/* Work-conserving, and no other context has had work on the GPU for
 			 * CONTENDED_NS: the container takes the idle time, a slot's allowance at a
 			 * time, without waiting for a refill. Each allowance is a burst of its own,
@@ -1050,6 +1198,8 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		if (p->burst_started && !p->fence_pending)
 			end_burst(p, stream, 0);
 		pthread_mutex_unlock(&s->mu);
+		if (p->turn_held)
+			turn_finish(p);
 		PSTAT_ADD(holds, 1);
 		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);
 		sleep_until(wake);

@@ -7,6 +7,7 @@
 
 #include "region.h"
 #include "tessera_cuda.h"
+#include "turns.h"
 
 #define TESSERA_PACING_PERIOD_NS 20000000LL /* api.PacingPeriodMicros */
 
@@ -17,6 +18,12 @@ struct tessera_pacer {
 	int enabled;
 	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
 	int work_conserving;              /* the limits' work-conserving line, and the GPU is paced */
+	/* The GPU's turns (turns.h), NULL where the node provides none; whether this
+	 * process holds the turn, and until when it takes none (a wait for it ran out). */
+	struct tessera_turn *turn;
+	int turn_held;
+	int64_t turn_used_ns; /* when this process last took the turn */
+	int64_t turn_off_until_ns;
 
 	/* The launches between two waits for a refill, or between two refills (a burst):
 	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against
@@ -32,11 +39,13 @@ struct tessera_pacer {
 	int64_t burst_t0_ns, burst_charged0, burst_all0;
 	/* The ended burst, until F is read: host time, this process's charges and the
 	 * container's. */
-	int64_t f_host_ns, f_charged, f_all;
+	int64_t f_host_ns, f_charged, f_all, f_at_ns;
 	int f_other;
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;
+	/* The open (ended) burst held the GPU's turn from its S (to its F). */
+	int burst_turn, f_turn;
 	int burst_probed; /* the context's turns are probed while the open burst runs */
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */

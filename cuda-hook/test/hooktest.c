@@ -27,16 +27,19 @@
  *   hooktest pace-turns <cores> <seconds>
  *   hooktest pace-share <cores> <seconds>
  *   hooktest pace-pause <cores> <pause-seconds> <seconds>
+ *   hooktest turn-hog <turn-file> <seconds>
  *   hooktest capture
  *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +47,7 @@
 #include "fake_mps.h"
 #include "fake_stats.h"
 #include "tessera_cuda.h"
+#include "turns.h"
 
 /* The driver and NVML functions this program calls by name (linked against the fake
  * libcuda.so.1 and libnvidia-ml.so.1; with the hook preloaded, the hooked ones resolve
@@ -1144,6 +1148,33 @@ static int pace_beside_main(int argc, char **argv)
 	return 0;
 }
 
+/* A tenant that takes a GPU's turn and never lets it go (it writes the turn file as
+ * any tenant on the GPU can), saying it holds it for an hour and that it is a
+ * container of long kernels: the paced containers beside it give up waiting and are
+ * time-sliced with it (run.sh checks their share). No CUDA. */
+static int turn_hog_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: turn-hog <turn-file> <seconds>");
+	int fd = open(argv[2], O_RDWR);
+	CHECK(fd >= 0, "open %s", argv[2]);
+	struct tessera_turn *t = mmap(NULL, TESSERA_TURN_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(t != MAP_FAILED, "mmap %s", argv[2]);
+	const uint64_t hog = 0x4855474855474801ULL;
+	double t0 = now_s();
+	while (now_s() - t0 < atof(argv[3])) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+		atomic_store(&t->owner, hog);
+		atomic_store(&t->last_owner, hog);
+		atomic_store(&t->taken_ns, now);
+		atomic_store(&t->until_ns, now + 3600 * 1000000000LL);
+		atomic_store(&t->long_until_ns, now + 3600 * 1000000000LL);
+		usleep(10000);
+	}
+	return 0;
+}
+
 /* A work-conserving container (its limits' work-conserving line) saturating alone
  * takes the idle GPU beyond its share; once another container has work on the GPU
  * (run.sh starts one after the alone window), it is held to its share again, and
@@ -1397,6 +1428,8 @@ int main(int argc, char **argv)
 		return pace_shift_main(argc, argv);
 	if (strcmp(scenario, "pace-turns") == 0 || strcmp(scenario, "pace-share") == 0)
 		return pace_beside_main(argc, argv);
+	if (strcmp(scenario, "turn-hog") == 0)
+		return turn_hog_main(argc, argv);
 	if (strcmp(scenario, "pace-pause") == 0)
 		return pace_pause_main(argc, argv);
 	if (strcmp(scenario, "pace-wc") == 0)

@@ -1,0 +1,162 @@
+/*
+ * GPU turns: the layout and the rules are in turns.h; when pacing takes a turn, in
+ * pacing.c and docs/cuda-hook.md ("GPU turns").
+ *
+ * A waiter sleeps on the turn's sequence word with a futex (the file is mapped
+ * shared, so the futex is keyed by the file, across containers and their mount
+ * namespaces) and wakes at every release, or every millisecond to say it still waits
+ * and to see whether the holder has overrun its word.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "region.h"
+#include "turns.h"
+
+_Static_assert(sizeof(struct tessera_turn) <= TESSERA_TURN_FILE_BYTES, "the turn fits its file");
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+struct tessera_turn *tessera_turn_open(const char *uuid)
+{
+	char path[256];
+	if (uuid[0] == '\0' || strchr(uuid, '/') != NULL || uuid[0] == '.' ||
+	    snprintf(path, sizeof(path), "%s/%s", TESSERA_TURNS_DIR, uuid) >= (int)sizeof(path))
+		return NULL;
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		tessera_log(TESSERA_LOG_DEBUG, "no GPU turns for %s (%s: %s): its containers are time-sliced by the driver", uuid,
+			    path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < TESSERA_TURN_FILE_BYTES) {
+		tessera_log(TESSERA_LOG_WARN, "%s is not a regular file of %d bytes: no GPU turns for %s", path,
+			    TESSERA_TURN_FILE_BYTES, uuid);
+		close(fd);
+		return NULL;
+	}
+	void *m = mmap(NULL, TESSERA_TURN_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) {
+		tessera_log(TESSERA_LOG_WARN, "%s: mmap: %s: no GPU turns for %s", path, strerror(errno), uuid);
+		return NULL;
+	}
+	return m;
+}
+
+uint64_t tessera_turn_id(const char *cgroup)
+{
+	return tessera_region_key(cgroup) | 1;
+}
+
+static void took(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t now)
+{
+	atomic_store(&t->until_ns, now + hold_ns);
+	atomic_store(&t->last_owner, me);
+	atomic_store(&t->taken_ns, now);
+}
+
+/* The container that released the turn within YIELD_NS gives way to another that
+ * waits for it: its release woke that one, which takes a while to run. */
+#define YIELD_NS 1000000LL
+static int yields(const struct tessera_turn *t, uint64_t me, int64_t now)
+{
+	return atomic_load(&t->last_owner) == me && tessera_turn_wanted(t, me, now) &&
+	       now - atomic_load(&t->released_ns) < YIELD_NS;
+}
+
+int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
+{
+	uint64_t o = atomic_load(&t->owner);
+	if ((o != 0 && o != me) || (o == 0 && yields(t, me, now_ns())))
+		return 0;
+	if (o == 0 && !atomic_compare_exchange_strong(&t->owner, &o, me))
+		return 0;
+	took(t, me, hold_ns, now_ns());
+	return 1;
+}
+
+int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns)
+{
+	int64_t t0 = now_ns(), deadline_ns = t0 + stuck_ns;
+	uint32_t seen = atomic_load(&t->seq);
+	*waited_ns = 0;
+	for (int waited = 0;; waited = 1) {
+		int64_t now = now_ns();
+		uint32_t seq = atomic_load(&t->seq);
+		uint64_t o = atomic_load(&t->owner);
+		int yield = o == 0 && !waited && yields(t, me, now);
+		/* The turn changed hands: the wait is not stuck, however long it takes, up
+		 * to TESSERA_TURN_WAIT_MAX_NS. */
+		if (seq != seen) {
+			seen = seq;
+			deadline_ns = now + stuck_ns;
+			if (deadline_ns > t0 + TESSERA_TURN_WAIT_MAX_NS)
+				deadline_ns = t0 + TESSERA_TURN_WAIT_MAX_NS;
+		}
+		if (!yield && (o == 0 || o == me || now > atomic_load(&t->until_ns) + TESSERA_TURN_GRACE_NS)) {
+			/* Free, ours, or its holder overran what it said by more than a time
+			 * slice (it may have died): taken over. */
+			if (o == me || atomic_compare_exchange_strong(&t->owner, &o, me)) {
+				took(t, me, hold_ns, now);
+				*waited_ns = now - t0;
+				return waited ? 2 : 1;
+			}
+			continue;
+		}
+		if (now >= deadline_ns) {
+			*waited_ns = now - t0;
+			return 0;
+		}
+		atomic_store(&t->waiter, me);
+		atomic_store(&t->waiting_ns, now);
+		int64_t d = deadline_ns - now;
+		if (d > 1000000)
+			d = 1000000;
+		if (yield && d > YIELD_NS)
+			d = YIELD_NS;
+		struct timespec rel = {.tv_sec = 0, .tv_nsec = d};
+		/* Not FUTEX_PRIVATE: the word is in a file other processes map. */
+		syscall(SYS_futex, &t->seq, FUTEX_WAIT, seq, &rel, NULL, 0);
+	}
+}
+
+void tessera_turn_release(struct tessera_turn *t, uint64_t me)
+{
+	uint64_t o = me;
+	if (!atomic_compare_exchange_strong(&t->owner, &o, 0))
+		return; /* taken over meanwhile */
+	atomic_store(&t->released_ns, now_ns());
+	atomic_fetch_add(&t->seq, 1);
+	syscall(SYS_futex, &t->seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now)
+{
+	return atomic_load(&t->waiter) != me && now - atomic_load(&t->waiting_ns) < 5000000;
+}
+
+int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
+{
+	if (now < atomic_load(&t->long_until_ns))
+		return 1;
+	if (atomic_load(&t->last_owner) != me && now - atomic_load(&t->taken_ns) < window_ns)
+		return 1;
+	return atomic_load(&t->waiter) != me && now - atomic_load(&t->waiting_ns) < window_ns;
+}

@@ -1,0 +1,66 @@
+/*
+ * GPU turns (turns.c): the paced containers on one GPU take turns on it, one burst at
+ * a time, instead of leaving the driver to time-slice their work. Used where a
+ * container's kernels are longer than a time slice (docs/cuda-hook.md, "GPU turns").
+ *
+ * One 4096-byte file per GPU (api.TurnFileBytes), named by the GPU's UUID in the turns
+ * directory that the node agent mounts read-write into every paced container on the
+ * node (api.ContainerTurnsDir). Every tenant on the GPU can write it: nothing in it
+ * raises a container's share (that is its own allowance, in its own region), and every
+ * wait on it is bounded, so a tenant that damages it or holds the turn costs its
+ * neighbours at most a bounded wait, after which they go back to plain time-slicing.
+ * All zeroes is a free turn.
+ */
+#ifndef TESSERA_TURNS_H
+#define TESSERA_TURNS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#ifndef TESSERA_TURNS_DIR
+#define TESSERA_TURNS_DIR "/run/tessera-turns" /* api.ContainerTurnsDir */
+#endif
+#define TESSERA_TURN_FILE_BYTES 4096 /* api.TurnFileBytes */
+
+struct tessera_turn {
+	_Atomic uint64_t owner;    /* 0: free; else the holding container's id */
+	_Atomic int64_t until_ns;  /* the holder says its turn ends by then (monotonic ns) */
+	_Atomic uint32_t seq;      /* bumped at every release: the waiters' futex word */
+	uint32_t pad;
+	_Atomic uint64_t last_owner;  /* who took it last */
+	_Atomic int64_t taken_ns;     /* and when */
+	_Atomic int64_t released_ns;  /* the last release */
+	_Atomic uint64_t waiter;      /* a container waiting for it */
+	_Atomic int64_t waiting_ns;   /* when it last said so */
+	_Atomic int64_t long_until_ns; /* a container of long kernels takes turns until then */
+};
+
+/* The turn of the GPU with this UUID, mapped; NULL (with the reason logged at debug
+ * level) where the node provides none. */
+struct tessera_turn *tessera_turn_open(const char *uuid);
+
+/* The container's id in turns: never 0. */
+uint64_t tessera_turn_id(const char *cgroup);
+
+/* Takes the turn for container me, saying it ends within hold_ns; waits while another
+ * holds it, until it is free, or its holder overruns its word by TESSERA_TURN_GRACE_NS
+ * (it is taken over then: the holder may have died). Gives up when the turn has not
+ * changed hands for stuck_ns (a holder that never lets go), or after
+ * TESSERA_TURN_WAIT_MAX_NS in all (others that never let this one in). Returns 1 when
+ * taken without waiting, 2 when taken after a wait, 0 when it gave up; *waited_ns:
+ * how long it waited. */
+#define TESSERA_TURN_GRACE_NS 2000000LL
+#define TESSERA_TURN_WAIT_MAX_NS 1000000000LL
+int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns);
+/* Takes it only if free (or me already), and not just released by me while another
+ * waits; 1 on success. */
+int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns);
+/* Releases it if me still holds it, and wakes the waiters. */
+void tessera_turn_release(struct tessera_turn *t, uint64_t me);
+/* Another container waited for the turn within the last 5 ms. */
+int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now);
+/* Another container took or waited for the turn within window_ns, or one of long
+ * kernels said it takes turns. */
+int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns);
+
+#endif
