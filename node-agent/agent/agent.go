@@ -166,6 +166,9 @@ func (c *Config) Validate() error {
 	if (c.NRI || c.Watchdog || c.BindFallback) && c.StateDir == "" {
 		return errors.New("--state-dir is required with --nri or --watchdog")
 	}
+	if (c.NRI || c.BindFallback) && !filepath.IsAbs(c.StateDir) {
+		return fmt.Errorf("--state-dir %q must be an absolute path: the preload file and the GPU turn files in it are mounted into containers", c.StateDir)
+	}
 	if (c.NRI || c.BindFallback) && !filepath.IsAbs(c.LimitsRoot) {
 		return fmt.Errorf("--limits-root %q must be an absolute path", c.LimitsRoot)
 	}
@@ -204,6 +207,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// turnsDir is the host directory of the GPU turn files that the binding mounts
+// read-write into containers paced on a time-sliced GPU; "" without a state directory.
+func (c *Config) turnsDir() string {
+	if c.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(c.StateDir, "turns")
 }
 
 // OpenSource returns the simulated source when a file is given, NVML otherwise.
@@ -341,6 +353,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		if a.CDI != nil {
 			bc.CDI = a.CDI
 		}
+		bc.TurnsDir = cfg.turnsDir()
 		b, err := binding.New(bc)
 		if err != nil {
 			return nil, err

@@ -153,7 +153,8 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 	return nil
 }
 
-// fallbackMounts adds the hook, its preload file and the socket's directory.
+// fallbackMounts adds the hook, its preload file, the socket's directory and the GPU
+// turns directory.
 func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 	r.Mounts = append(r.Mounts,
 		// The socket's directory, read-only where the limits file would otherwise be:
@@ -162,5 +163,15 @@ func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 		&pluginapi.Mount{ContainerPath: a.cfg.HookLibrary, HostPath: a.cfg.HookLibrary, ReadOnly: true},
 		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
 	)
+	if dir := a.cfg.turnsDir(); dir != "" {
+		// Whether the container will be paced is not known before its first CUDA call,
+		// so every GPU container gets the directory; the binding at that call creates
+		// the turn files of the GPUs it paces the container on, before the hook reads
+		// its limits.
+		if err := binding.EnsureTurnsDir(dir); err != nil {
+			return err
+		}
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: api.ContainerTurnsDir, HostPath: dir})
+	}
 	return nil
 }

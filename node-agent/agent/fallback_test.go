@@ -123,9 +123,15 @@ func TestFallbackAgent(t *testing.T) {
 		{ContainerPath: api.ContainerLimitsDir, HostPath: filepath.Dir(socket), ReadOnly: true},
 		{ContainerPath: hook, HostPath: hook, ReadOnly: true},
 		{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(dir, "state", "ld.so.preload"), ReadOnly: true},
+		{ContainerPath: api.ContainerTurnsDir, HostPath: filepath.Join(dir, "state", "turns")},
 	})
 	if fmt.Sprint(resp.Mounts) != wantMounts {
 		t.Errorf("mounts %v\nwant %v", resp.Mounts, wantMounts)
+	}
+	// The turns directory is there for the mount; its files come with the limits.
+	turn := filepath.Join(dir, "state", "turns", devs[2].UUID)
+	if entries, err := os.ReadDir(filepath.Dir(turn)); err != nil || len(entries) != 0 {
+		t.Errorf("turns directory after Allocate: %v %v, want it empty", entries, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -173,6 +179,10 @@ func TestFallbackAgent(t *testing.T) {
 	}
 	if recs := a.Binder.Records(); len(recs) != 1 || recs[0].Pod != "train" || recs[0].Container != "main" {
 		t.Errorf("checkpoint %+v", recs)
+	}
+	// Paced at 25 %: the binding made its GPU's turn file before the hook got the limits.
+	if fi, err := os.Stat(turn); err != nil || fi.Size() != api.TurnFileBytes || fi.Mode().Perm() != 0o666 {
+		t.Errorf("turn file %s: %v %v", turn, fi, err)
 	}
 
 	caller(uid2, cid2)

@@ -343,7 +343,7 @@ func TestFallbackAllocateCDI(t *testing.T) {
 			t.Errorf("%s missing from %v", d.UUID, names)
 		}
 	}
-	if len(resp.Mounts) != 3 || resp.Mounts[1].HostPath != hook {
+	if len(resp.Mounts) != 4 || resp.Mounts[1].HostPath != hook || resp.Mounts[3].ContainerPath != api.ContainerTurnsDir {
 		t.Errorf("mounts %v", resp.Mounts)
 	}
 }

@@ -111,6 +111,10 @@ type Config struct {
 	// PreloadFile is the host file the agent writes with the hook's path, mounted at
 	// PreloadPath. Required with HookLibrary.
 	PreloadFile string
+	// TurnsDir is the host directory of the GPU turn files (turns.go), mounted
+	// read-write at api.ContainerTurnsDir into containers the hook paces on a
+	// time-sliced GPU. Empty: no turn files and no mount.
+	TurnsDir string
 	// CDI, when set, gives containers their GPUs and the driver's files through the
 	// node's CDI spec: the edits name CDI devices and carry no device nodes.
 	CDI CDI
@@ -204,6 +208,9 @@ func New(cfg Config) (*Binder, error) {
 	}
 	if err := os.MkdirAll(cfg.LimitsRoot, 0o755); err != nil {
 		return nil, fmt.Errorf("binding: limits root: %w", err)
+	}
+	if cfg.TurnsDir != "" && !filepath.IsAbs(cfg.TurnsDir) {
+		return nil, fmt.Errorf("binding: the GPU turns directory %q must be an absolute path", cfg.TurnsDir)
 	}
 	return &Binder{cfg: cfg}, nil
 }
@@ -488,6 +495,10 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err != nil {
 		return refuse("%v", err)
 	}
+	turnMounts, err := b.turnMounts(limits)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
+	}
 	dir := api.HostLimitsDir(b.cfg.LimitsRoot, cgroup)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: limits directory: %w", who, err)
@@ -526,6 +537,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 			Mount{Source: b.cfg.HookLibrary, Destination: b.cfg.HookLibrary, ReadOnly: true},
 			Mount{Source: b.cfg.PreloadFile, Destination: PreloadPath, ReadOnly: true})
 	}
+	e.Mounts = append(e.Mounts, turnMounts...)
 	return e, nil
 }
 

@@ -305,9 +305,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		adj.AddEnv(kv[0], kv[1])
 	}
 	for _, m := range e.Mounts {
-		opts := []string{"bind", "nosuid", "nodev"}
+		// rw, the default of a bind mount, said outright: the GPU turns directory is
+		// mounted so on purpose.
+		opts := []string{"bind", "nosuid", "nodev", "rw"}
 		if m.ReadOnly {
-			opts = append(opts, "ro")
+			opts[3] = "ro"
 		}
 		adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
 	}

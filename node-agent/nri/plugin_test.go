@@ -106,7 +106,7 @@ func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *bindin
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
 		},
-		LimitsRoot: filepath.Join(dir, "limits"), StatDevice: fakeDev, CDI: spec,
+		LimitsRoot: filepath.Join(dir, "limits"), TurnsDir: filepath.Join(dir, "state", "turns"), StatDevice: fakeDev, CDI: spec,
 		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
 	})
@@ -194,8 +194,16 @@ func TestPluginOverNRISocket(t *testing.T) {
 		t.Errorf("env %s", got)
 	}
 	mounts := adj.GetMounts()
-	if len(mounts) != 1 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") {
+	if len(mounts) != 2 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
 		t.Fatalf("mounts %+v", mounts)
+	}
+	// Paced at 40 %: the GPU turns directory, read-write, holding GPU-1's turn file.
+	turns := filepath.Join(dir, "state", "turns")
+	if m := mounts[1]; m.Destination != api.ContainerTurnsDir || m.Source != turns || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
+		t.Errorf("turns mount %+v, want %s read-write at %s", m, turns, api.ContainerTurnsDir)
+	}
+	if fi, err := os.Stat(filepath.Join(turns, "GPU-1")); err != nil || fi.Size() != api.TurnFileBytes {
+		t.Errorf("GPU-1's turn file: %v %v", fi, err)
 	}
 	data, err := os.ReadFile(filepath.Join(mounts[0].Source, api.LimitsFileName))
 	if err != nil {

@@ -1,0 +1,32 @@
+package api
+
+import "fmt"
+
+// The CUDA hooks of the paced containers that share one time-sliced GPU take turns on
+// it through one small shared file per GPU, so that containers with long kernels run
+// one after another instead of being cut into time slices by the driver
+// (docs/cuda-hook.md, "GPU turns", which owns the file's layout). The node agent only
+// provides the files: it creates them in one host directory, named by the GPU's UUID,
+// and bind-mounts that directory read-write at ContainerTurnsDir into every container
+// that the hook paces on a time-sliced GPU. To the agent a turn file is opaque: it has
+// TurnFileBytes bytes, and all zeroes is a valid empty state, so a new file needs no
+// content. A tenant that damages a file can only make its neighbours on that GPU fall
+// back to plain time-slicing: the hook bounds every wait on it.
+
+// ContainerTurnsDir is where the node agent mounts the GPU turns directory, read-write,
+// inside the container. It is not under ContainerLimitsDir, which is a read-only mount
+// of another directory.
+const ContainerTurnsDir = "/run/tessera-turns"
+
+// TurnFileBytes is the size of each GPU's turn file.
+const TurnFileBytes = 4096
+
+// TurnFileName returns the name of a GPU's turn file inside the turns directory: the
+// GPU's (or MIG instance's) UUID. A UUID that could not be one in a limits file (which
+// could also name another path, through "/" or "..") is an error.
+func TurnFileName(uuid string) (string, error) {
+	if err := checkLimitsUUID(uuid); err != nil {
+		return "", fmt.Errorf("GPU turn file: %w", err)
+	}
+	return uuid, nil
+}

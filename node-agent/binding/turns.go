@@ -1,0 +1,144 @@
+package binding
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tessera-dev/tessera/api"
+)
+
+// The CUDA hooks of the containers paced on one time-sliced GPU take turns on it
+// through that GPU's turn file (api.TurnFileName; its layout is the hook's,
+// docs/cuda-hook.md, "GPU turns"). The binder creates the file when it binds a
+// container paced on the GPU and mounts the directory of all turn files read-write at
+// api.ContainerTurnsDir. A file is never removed or replaced: the containers running
+// on its GPU have it mapped and must keep sharing one inode, so a file of another size
+// is resized in place and a new file appears only where none was.
+
+// turnsDirMode and turnFileMode are set explicitly, whatever the agent's umask:
+// containers run as any user and must be able to map the files read-write, but
+// (unless they are root) not add files beside them.
+const (
+	turnsDirMode = 0o755
+	turnFileMode = 0o666
+)
+
+// turnsRecovery is what to do about something else in a turn file's place.
+const turnsRecovery = "remove it; the node agent creates the file again when it next binds a container paced on that GPU"
+
+// EnsureTurnsDir makes sure the GPU turns directory dir exists, with mode 0755. A
+// symbolic link or anything else in its place is an error.
+func EnsureTurnsDir(dir string) error {
+	if err := os.MkdirAll(dir, turnsDirMode); err != nil {
+		return fmt.Errorf("GPU turns directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("GPU turns directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("GPU turns directory %s is %s, not a directory: remove it; the node agent creates the directory", dir, fileKind(fi.Mode()))
+	}
+	if err := os.Chmod(dir, turnsDirMode); err != nil {
+		return fmt.Errorf("GPU turns directory: %w", err)
+	}
+	return nil
+}
+
+// ensureTurnFile makes sure the turn file of the GPU uuid exists in dir: a regular
+// file of api.TurnFileBytes bytes with mode 0666. A new file is all zeroes, which the
+// hook reads as no turns taken.
+func ensureTurnFile(dir, uuid string) error {
+	name, err := api.TurnFileName(uuid)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, turnFileMode)
+	if errors.Is(err, fs.ErrExist) {
+		fi, lerr := os.Lstat(p)
+		if lerr != nil {
+			return fmt.Errorf("GPU turn file: %w", lerr)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("GPU turn file %s is %s, not a regular file: %s", p, fileKind(fi.Mode()), turnsRecovery)
+		}
+		// O_NONBLOCK: should a named pipe take the file's place after the check, the
+		// open does not wait for a writer; the check below refuses it.
+		f, err = os.OpenFile(p, os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("GPU turn file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("GPU turn file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("GPU turn file %s is %s, not a regular file: %s", p, fileKind(fi.Mode()), turnsRecovery)
+	}
+	if fi.Size() != api.TurnFileBytes {
+		// In place: the containers that have the file mapped keep sharing it.
+		if err := f.Truncate(api.TurnFileBytes); err != nil {
+			return fmt.Errorf("GPU turn file: resizing %s to %d bytes: %w", p, api.TurnFileBytes, err)
+		}
+	}
+	if err := f.Chmod(turnFileMode); err != nil {
+		return fmt.Errorf("GPU turn file: %w", err)
+	}
+	return f.Close()
+}
+
+// turnMounts makes sure the turn file of every GPU the hook paces the container on
+// exists, and returns the read-write mount of their directory; nothing when the node
+// agent provides no turns, the container is an MPS client (MPS divides the SMs, the
+// hook paces nothing) or it is paced on no GPU (cores 0: not paced; 100: the whole
+// GPU's time).
+func (b *Binder) turnMounts(limits *api.ContainerLimits) ([]Mount, error) {
+	if b.cfg.TurnsDir == "" || limits.MPS != nil {
+		return nil, nil
+	}
+	var paced []string
+	for _, g := range limits.GPUs {
+		if g.Cores > 0 && g.Cores < 100 {
+			paced = append(paced, g.UUID)
+		}
+	}
+	if len(paced) == 0 {
+		return nil, nil
+	}
+	if err := EnsureTurnsDir(b.cfg.TurnsDir); err != nil {
+		return nil, err
+	}
+	for _, uuid := range paced {
+		if err := ensureTurnFile(b.cfg.TurnsDir, uuid); err != nil {
+			return nil, err
+		}
+	}
+	return []Mount{{Source: b.cfg.TurnsDir, Destination: api.ContainerTurnsDir}}, nil
+}
+
+// fileKind names what a file that should be a regular file or directory is instead.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a regular file"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device node"
+	}
+	return "a special file"
+}
