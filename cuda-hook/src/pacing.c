@@ -555,8 +555,10 @@ static int pacer_lock(struct tessera_shared_pacer *s)
 
 /*
  * The pacer lives in the container's region, which any of its processes can write.
- * Values no pacer reaches (more tokens than two periods, more debt than a thousand
- * periods, a refill in the future) are reset to a fresh pacer before they are used
+ * Values no pacer reaches (more tokens than three periods: a period's allowance, what
+ * a container that takes the GPU's turns keeps beyond it, turn_bank, and what a burst
+ * gives back; more debt than a thousand periods, a refill in the future) are reset
+ * to a fresh pacer before they are used
  * (caller holds s->mu), so that no arithmetic on them overflows and no sleep is
  * computed from them. A tenant gains nothing by this that rewriting the pacer
  * consistently would not give it (docs/cuda-hook.md).
@@ -565,7 +567,7 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
 {
 	const int64_t P = TESSERA_PACING_PERIOD_NS;
 	int64_t tokens = atomic_load(&s->tokens);
-	if (tokens >= -1000 * P && tokens <= 2 * P && s->refill_k >= 0 && s->refill_k <= now / P + 2)
+	if (tokens >= -1000 * P && tokens <= 3 * P && s->refill_k >= 0 && s->refill_k <= now / P + 2)
 		return;
 	static _Atomic int logged;
 	if (atomic_exchange(&logged, 1) == 0)
