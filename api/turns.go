@@ -18,6 +18,11 @@ import "fmt"
 // of another directory.
 const ContainerTurnsDir = "/run/tessera-turns"
 
+// DefaultHostTurnsDir is the host directory of the turn files (the node agent's
+// --turns-dir). It is on tmpfs, as /run is: the files must start empty at every boot,
+// since what they hold is in the monotonic clock, which starts again at boot.
+const DefaultHostTurnsDir = "/run/tessera/turns"
+
 // TurnFileBytes is the size of each GPU's turn file.
 const TurnFileBytes = 4096
 

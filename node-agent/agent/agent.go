@@ -72,6 +72,7 @@ type Config struct {
 	BindSocket   string
 	StateDir     string
 	LimitsRoot   string
+	TurnsDir     string
 	HookLibrary  string
 	DevDir       string
 	ContextMiB   int64
@@ -167,7 +168,10 @@ func (c *Config) Validate() error {
 		return errors.New("--state-dir is required with --nri or --watchdog")
 	}
 	if (c.NRI || c.BindFallback) && !filepath.IsAbs(c.StateDir) {
-		return fmt.Errorf("--state-dir %q must be an absolute path: the preload file and the GPU turn files in it are mounted into containers", c.StateDir)
+		return fmt.Errorf("--state-dir %q must be an absolute path: the preload file in it is mounted into containers", c.StateDir)
+	}
+	if (c.NRI || c.BindFallback) && c.TurnsDir != "" && !filepath.IsAbs(c.TurnsDir) {
+		return fmt.Errorf("--turns-dir %q must be an absolute path (or empty, for no GPU turns)", c.TurnsDir)
 	}
 	if (c.NRI || c.BindFallback) && !filepath.IsAbs(c.LimitsRoot) {
 		return fmt.Errorf("--limits-root %q must be an absolute path", c.LimitsRoot)
@@ -207,15 +211,6 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-// turnsDir is the host directory of the GPU turn files that the binding mounts
-// read-write into containers paced on a time-sliced GPU; "" without a state directory.
-func (c *Config) turnsDir() string {
-	if c.StateDir == "" {
-		return ""
-	}
-	return filepath.Join(c.StateDir, "turns")
 }
 
 // OpenSource returns the simulated source when a file is given, NVML otherwise.
@@ -353,7 +348,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		if a.CDI != nil {
 			bc.CDI = a.CDI
 		}
-		bc.TurnsDir = cfg.turnsDir()
+		bc.TurnsDir = cfg.TurnsDir
 		b, err := binding.New(bc)
 		if err != nil {
 			return nil, err

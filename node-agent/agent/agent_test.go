@@ -97,6 +97,7 @@ func TestValidate(t *testing.T) {
 		"--watchdog-action=nuke":          "--watchdog-action",
 		"--hook-library=relative.so":      "--hook-library",
 		"--limits-root=relative":          "--limits-root",
+		"--turns-dir=relative":            "--turns-dir",
 		"--context-mib=-1":                "--context-mib",
 		"--watchdog-interval=1ms":         "--watchdog-interval",
 		"--watchdog-window=10s":           "--watchdog-window",

@@ -163,7 +163,7 @@ func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 		&pluginapi.Mount{ContainerPath: a.cfg.HookLibrary, HostPath: a.cfg.HookLibrary, ReadOnly: true},
 		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
 	)
-	if dir := a.cfg.turnsDir(); dir != "" {
+	if dir := a.cfg.TurnsDir; dir != "" {
 		// Whether the container will be paced is not known before its first CUDA call,
 		// so every GPU container gets the directory; the binding at that call creates
 		// the turn files of the GPUs it paces the container on, before the hook reads

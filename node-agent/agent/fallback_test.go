@@ -73,7 +73,7 @@ func TestFallbackAgent(t *testing.T) {
 	c := parse(t, "--simulate", sample("t4-4x-pcie.yaml"), "--node-name", "n1", "--kubeconfig", "unused",
 		"--nri=false", "--bind-fallback", "--bind-socket", socket, "--hook-library", hook, "--device-plugin",
 		"--device-plugin-dir", filepath.Join(dir, "dp"), "--state-dir", filepath.Join(dir, "state"),
-		"--limits-root", filepath.Join(dir, "limits"), "--dev-dir", dev, "--proc-root", filepath.Join(dir, "proc"))
+		"--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns"), "--dev-dir", dev, "--proc-root", filepath.Join(dir, "proc"))
 	src, err := OpenSource(&c, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -123,13 +123,13 @@ func TestFallbackAgent(t *testing.T) {
 		{ContainerPath: api.ContainerLimitsDir, HostPath: filepath.Dir(socket), ReadOnly: true},
 		{ContainerPath: hook, HostPath: hook, ReadOnly: true},
 		{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(dir, "state", "ld.so.preload"), ReadOnly: true},
-		{ContainerPath: api.ContainerTurnsDir, HostPath: filepath.Join(dir, "state", "turns")},
+		{ContainerPath: api.ContainerTurnsDir, HostPath: filepath.Join(dir, "turns")},
 	})
 	if fmt.Sprint(resp.Mounts) != wantMounts {
 		t.Errorf("mounts %v\nwant %v", resp.Mounts, wantMounts)
 	}
 	// The turns directory is there for the mount; its files come with the limits.
-	turn := filepath.Join(dir, "state", "turns", devs[2].UUID)
+	turn := filepath.Join(dir, "turns", devs[2].UUID)
 	if entries, err := os.ReadDir(filepath.Dir(turn)); err != nil || len(entries) != 0 {
 		t.Errorf("turns directory after Allocate: %v %v, want it empty", entries, err)
 	}

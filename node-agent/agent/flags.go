@@ -56,7 +56,8 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 		"which the device plugin mounts into them with the hook (needs --nri=false, --device-plugin, --hook-library)")
 	fs.StringVar(&c.BindSocket, "bind-socket", bindserver.DefaultSocket, "host path of the fallback binding's socket; its directory holds nothing else "+
 		"and is mounted read-only at "+api.ContainerLimitsDir+" in GPU containers")
-	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/tessera", "directory for the checkpoint of bound containers, the preload file and the GPU turn files")
+	fs.StringVar(&c.StateDir, "state-dir", "/var/lib/tessera", "directory for the checkpoint of bound containers and the preload file")
+	fs.StringVar(&c.TurnsDir, "turns-dir", api.DefaultHostTurnsDir, "host directory of the GPU turn files, mounted read-write into containers paced on a time-sliced GPU (on tmpfs: they must start empty at boot); empty: none")
 	fs.StringVar(&c.LimitsRoot, "limits-root", api.DefaultHostLimitsRoot, "host directory holding one limits directory per bound container")
 	fs.StringVar(&c.HookLibrary, "hook-library", "", "host path of the CUDA hook library to preload in GPU containers (empty: no hook)")
 	fs.StringVar(&c.DevDir, "dev-dir", "/dev", "where the host's NVIDIA device nodes are visible to the agent")

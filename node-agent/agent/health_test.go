@@ -143,7 +143,7 @@ func TestHealthNRIAndDevicePlugin(t *testing.T) {
 		"--nri", "--nri-socket", filepath.Join(dir, "nri.sock"),
 		"--device-plugin", "--device-plugin-dir", dir+"/",
 		"--watchdog", "--watchdog-interval", "100ms",
-		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"))
+		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns"))
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ func TestSimulatedAgentServesMPS(t *testing.T) {
 	}
 	c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused",
 		"--poll", "100ms", "--heartbeat", "1s", "--nri", "--nri-socket", filepath.Join(dir, "nri.sock"), "--state-dir", dir,
-		"--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "0,1", "--mps-control", control, "--mps-root", mpsRoot,
+		"--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns"), "--mps-gpus", "0,1", "--mps-control", control, "--mps-root", mpsRoot,
 		"--mps-clients", "16", "--mps-health-interval", "100ms")
 	c.MPS.NoHelper = true
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "sim-0"}})
@@ -148,7 +148,7 @@ func TestMPSFromNodeLabel(t *testing.T) {
 	}
 	for label, want := range map[string]int{"": 0, "time-sliced": 0, "mps": 8, "MPS": -1} {
 		c := parse(t, "--simulate", sample("h100-8x-two-nvlink-islands.yaml"), "--node-name", "sim-0", "--kubeconfig", "unused",
-			"--nri", "--state-dir", dir, "--limits-root", filepath.Join(dir, "limits"), "--mps-gpus", "node-label",
+			"--nri", "--state-dir", dir, "--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns"), "--mps-gpus", "node-label",
 			"--mps-control", control, "--mps-root", shortMPSRoot(t))
 		c.MPS.NoHelper = true
 		src, err := OpenSource(&c, logr.Discard())

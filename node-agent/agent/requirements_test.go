@@ -145,7 +145,7 @@ func unmetAgent(t *testing.T, extra ...string) (*Agent, *fake.Clientset, *record
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	args := append([]string{"--simulate", sample("t4-4x-pcie.yaml"), "--node-name", "n1", "--kubeconfig", "unused",
 		"--nri", "--nri-socket", filepath.Join(dir, "nri.sock"), "--device-plugin", "--device-plugin-dir", dir,
-		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits")}, extra...)
+		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns")}, extra...)
 	c := parse(t, args...)
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
 	rec := record.NewFakeRecorder(20)
@@ -306,7 +306,7 @@ func TestFallbackAllocateCDI(t *testing.T) {
 	hook := filepath.Join(dir, "libtessera-cuda.so")
 	os.WriteFile(hook, []byte("elf"), 0o644)
 	c := parse(t, "--node-name", "n1", "--kubeconfig", "unused", "--nri=false", "--bind-fallback", "--bind-socket", filepath.Join(dir, "b", "bind.sock"),
-		"--hook-library", hook, "--device-plugin-dir", dir, "--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"),
+		"--hook-library", hook, "--device-plugin-dir", dir, "--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"), "--turns-dir", filepath.Join(dir, "turns"),
 		"--watchdog=false", "--metrics-addr=", "--health-addr=", "--cdi-spec-dir", filepath.Join(dir, "cdi"), "--cdi-driver-root", root)
 	a, err := New(c, logr.Discard(), fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}), src, record.NewFakeRecorder(20))
 	if err != nil {

@@ -28,7 +28,8 @@ const (
 	turnFileMode = 0o666
 )
 
-// turnsRecovery is what to do about something else in a turn file's place.
+// turnsRecovery is what to do about something else in a turn file's place that the
+// agent could not remove.
 const turnsRecovery = "remove it; the node agent creates the file again when it next binds a container paced on that GPU"
 
 // EnsureTurnsDir makes sure the GPU turns directory dir exists, with mode 0755. A
@@ -52,13 +53,21 @@ func EnsureTurnsDir(dir string) error {
 
 // ensureTurnFile makes sure the turn file of the GPU uuid exists in dir: a regular
 // file of api.TurnFileBytes bytes with mode 0666. A new file is all zeroes, which the
-// hook reads as no turns taken.
+// hook reads as no turns taken. Anything else in its place (the directory is writable
+// by a tenant running as root) is removed, without following it, and a new file made:
+// the containers that had the removed file mapped keep coordinating among themselves,
+// and with the new ones only through their own pacing.
 func ensureTurnFile(dir, uuid string) error {
 	name, err := api.TurnFileName(uuid)
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(dir, name)
+	return ensureTurnPath(filepath.Join(dir, name), true)
+}
+
+// ensureTurnPath is ensureTurnFile for the file's path; replace: whatever else is in
+// its place may be removed (once: what takes its place again is refused).
+func ensureTurnPath(p string, replace bool) error {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, turnFileMode)
 	if errors.Is(err, fs.ErrExist) {
 		fi, lerr := os.Lstat(p)
@@ -66,7 +75,14 @@ func ensureTurnFile(dir, uuid string) error {
 			return fmt.Errorf("GPU turn file: %w", lerr)
 		}
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("GPU turn file %s is %s, not a regular file: %s", p, fileKind(fi.Mode()), turnsRecovery)
+			if !replace {
+				return fmt.Errorf("GPU turn file %s is %s, not a regular file: %s", p, fileKind(fi.Mode()), turnsRecovery)
+			}
+			// os.RemoveAll unlinks a symbolic link itself and never follows one.
+			if rerr := os.RemoveAll(p); rerr != nil {
+				return fmt.Errorf("GPU turn file %s is %s, not a regular file, and removing it failed (%v): %s", p, fileKind(fi.Mode()), rerr, turnsRecovery)
+			}
+			return ensureTurnPath(p, false)
 		}
 		// O_NONBLOCK: should a named pipe take the file's place after the check, the
 		// open does not wait for a writer; the check below refuses it.

@@ -190,13 +190,15 @@ func TestTurnFileKeptInPlace(t *testing.T) {
 }
 
 // Anything but a regular file at a turn file's path (a tenant that is root in its
-// container can put one there) refuses the binding with the path and what to do, and
-// is left as it is; so is anything but a directory at the turns directory's.
-func TestTurnFileNotRegularRefused(t *testing.T) {
+// container can put one there) is removed without being followed, and a turn file
+// made in its place: the binding goes on. Anything but a directory at the turns
+// directory's path refuses the binding with the path and what to do, and is left as
+// it is.
+func TestTurnFileNotRegular(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		setup func(t *testing.T, turns string) string // returns the path the error names
-		want  string
+		setup func(t *testing.T, turns string) string // returns the path of the turn file or directory
+		want  string                                  // the error, or "" where the entry is replaced
 	}{
 		{"symbolic link", func(t *testing.T, turns string) string {
 			target := filepath.Join(filepath.Dir(turns), "secret")
@@ -208,28 +210,31 @@ func TestTurnFileNotRegularRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			return p
-		}, "is a symbolic link, not a regular file: remove it"},
+		}, ""},
 		{"dangling symbolic link", func(t *testing.T, turns string) string {
 			p := filepath.Join(turns, "GPU-0")
 			if err := os.Symlink(filepath.Join(filepath.Dir(turns), "new"), p); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, "is a symbolic link"},
-		{"directory", func(t *testing.T, turns string) string {
+		}, ""},
+		{"directory with files", func(t *testing.T, turns string) string {
 			p := filepath.Join(turns, "GPU-0")
-			if err := os.Mkdir(p, 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Join(p, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(filepath.Dir(turns), "secret"), filepath.Join(p, "sub", "link")); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, "is a directory, not a regular file"},
+		}, ""},
 		{"named pipe", func(t *testing.T, turns string) string {
 			p := filepath.Join(turns, "GPU-0")
 			if err := syscall.Mkfifo(p, 0o666); err != nil {
 				t.Fatal(err)
 			}
 			return p
-		}, "is a named pipe"},
+		}, ""},
 		{"turns directory a symbolic link", func(t *testing.T, turns string) string {
 			if err := os.Remove(turns); err != nil {
 				t.Fatal(err)
@@ -248,25 +253,50 @@ func TestTurnFileNotRegularRefused(t *testing.T) {
 			if err := os.Mkdir(turns, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.WriteFile(filepath.Join(dir, "secret"), []byte("x"), 0o600); err != nil && !os.IsExist(err) {
+				t.Fatal(err)
+			}
 			p := tc.setup(t, turns)
 			before, _ := os.Lstat(p)
 			_, err := bindGrants(t, b, ps, "u1", api.DeviceGrant{UUID: "GPU-0", MemoryMiB: 1024, Cores: 30})
-			if err == nil || !strings.Contains(err.Error(), p+" "+tc.want) {
-				t.Fatalf("error %v, want one naming %s and %q", err, p, tc.want)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), p+" "+tc.want) {
+					t.Fatalf("error %v, want one naming %s and %q", err, p, tc.want)
+				}
+				if _, ok := b.cfg.Store.Get("c-u1"); ok {
+					t.Error("a container whose turn file could not be made was recorded")
+				}
+				if after, _ := os.Lstat(p); !os.SameFile(before, after) || after.Mode() != before.Mode() {
+					t.Errorf("%s was changed: %v, was %v", p, after.Mode(), before.Mode())
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("binding: %v", err)
+				}
+				fi, err := os.Lstat(p)
+				if err != nil || !fi.Mode().IsRegular() || fi.Size() != api.TurnFileBytes || fi.Mode().Perm() != 0o666 {
+					t.Errorf("%s after binding: %v %v, want a regular file of %d bytes, mode 0666", p, fi, err, api.TurnFileBytes)
+				}
 			}
-			if _, ok := b.cfg.Store.Get("c-u1"); ok {
-				t.Error("a container whose turn file could not be made was recorded")
-			}
-			if after, _ := os.Lstat(p); !os.SameFile(before, after) || after.Mode() != before.Mode() {
-				t.Errorf("%s was changed: %v, was %v", p, after.Mode(), before.Mode())
-			}
-			if data, err := os.ReadFile(filepath.Join(dir, "secret")); err == nil && string(data) != "x" {
-				t.Errorf("the link's target was written: %q", data)
+			if data, err := os.ReadFile(filepath.Join(dir, "secret")); err != nil || string(data) != "x" {
+				t.Errorf("the link's target was removed or written: %q %v", data, err)
 			}
 			if fi, err := os.Stat(filepath.Join(dir, "secret")); err == nil && fi.Mode().Perm() != 0o600 {
 				t.Errorf("the link's target's mode changed to %v", fi.Mode())
 			}
 		})
+	}
+}
+
+// What takes a turn file's place again after the agent removed something else from it
+// is refused, with the path and what to do.
+func TestTurnFileReplacedOnce(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "GPU-0")
+	if err := os.Symlink("/", p); err != nil {
+		t.Fatal(err)
+	}
+	if err := ensureTurnPath(p, false); err == nil || !strings.Contains(err.Error(), p+" is a symbolic link, not a regular file: remove it") {
+		t.Fatalf("error %v", err)
 	}
 }
 

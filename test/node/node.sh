@@ -214,7 +214,7 @@ start_agent() {
   mkdir -p "$NODE_DIR/agent" "$NODE_DIR/limits" "$NODE_DIR/bind"
   local args=(--node-name "$NODE_NAME" --kubeconfig "$RUN_DIR/kubeconfig"
     --device-plugin --device-plugin-dir "$NODE_DIR/device-plugins"
-    --state-dir "$NODE_DIR/agent" --limits-root "$NODE_DIR/limits" --hook-library "$HOOK_LIBRARY"
+    --state-dir "$NODE_DIR/agent" --limits-root "$NODE_DIR/limits" --turns-dir "$NODE_DIR/turns" --hook-library "$HOOK_LIBRARY"
     --metrics-addr "" --health-addr "127.0.0.1:$AGENT_HEALTH_PORT" --poll 1s --heartbeat 10s --logging-format text)
   # CDI: the spec goes to containerd's cdi_spec_dirs, on this node only. No
   # nvidia-cdi-hook: the spec mounts the libraries into /usr/local/nvidia/lib64.
