@@ -119,7 +119,7 @@ static struct {
  * and the GPU's turns are then not taken for TURN_OFF_NS. */
 static uint64_t turn_me;
 #define TURN_MIN_NS 2000000LL
-#define TURN_MAX_WAIT_NS (5 * TESSERA_PACING_PERIOD_NS)
+#define TURN_MAX_WAIT_NS TESSERA_TURN_HOLD_MAX_NS
 #define TURN_OFF_NS (30 * 1000000000LL)
 
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
@@ -1033,7 +1033,7 @@ static int turn_use(struct tessera_pacer *p, int64_t now)
 		return 0;
 	if (est_longest() >= TURN_MIN_NS)
 		return contended() || tessera_turn_others(p->turn, turn_me, now, CONTENDED_NS);
-	return now < atomic_load(&p->turn->long_until_ns);
+	return tessera_turn_long(p->turn, now, CONTENDED_NS);
 }
 
 /* How long a burst that takes the turn holds it at most: the most tokens the
@@ -1050,7 +1050,7 @@ static void turn_took(struct tessera_pacer *p, int64_t now)
 	p->turn_used_ns = now;
 	PSTAT_ADD(turns, 1);
 	if (est_longest() >= TURN_MIN_NS)
-		atomic_store(&p->turn->long_until_ns, now + CONTENDED_NS);
+		atomic_store(&p->turn->long_seen_ns, now);
 }
 
 /* Waits for the turn (without the pacer's lock). */

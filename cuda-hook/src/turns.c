@@ -32,6 +32,20 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Whether a time of the file's lies within window_ns before now (not ahead of it). */
+static int within(int64_t t, int64_t now, int64_t window_ns)
+{
+	return t <= now && now - t < window_ns;
+}
+
+/* The holder overran what it said by more than a time slice (it may have died), or
+ * said more than any holder may. */
+static int overrun(const struct tessera_turn *t, int64_t now)
+{
+	int64_t u = atomic_load(&t->until_ns);
+	return now > u + TESSERA_TURN_GRACE_NS || u > now + TESSERA_TURN_HOLD_MAX_NS + TESSERA_TURN_GRACE_NS;
+}
+
 struct tessera_turn *tessera_turn_open(const char *uuid)
 {
 	char path[256];
@@ -78,7 +92,7 @@ static void took(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t n
 static int yields(const struct tessera_turn *t, uint64_t me, int64_t now)
 {
 	return atomic_load(&t->last_owner) == me && tessera_turn_wanted(t, me, now) &&
-	       now - atomic_load(&t->released_ns) < YIELD_NS;
+	       within(atomic_load(&t->released_ns), now, YIELD_NS);
 }
 
 int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
@@ -110,9 +124,8 @@ int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int6
 			if (deadline_ns > t0 + TESSERA_TURN_WAIT_MAX_NS)
 				deadline_ns = t0 + TESSERA_TURN_WAIT_MAX_NS;
 		}
-		if (!yield && (o == 0 || o == me || now > atomic_load(&t->until_ns) + TESSERA_TURN_GRACE_NS)) {
-			/* Free, ours, or its holder overran what it said by more than a time
-			 * slice (it may have died): taken over. */
+		if (!yield && (o == 0 || o == me || overrun(t, now))) {
+			/* Free, ours, or its holder overran what it said: taken over. */
 			if (o == me || atomic_compare_exchange_strong(&t->owner, &o, me)) {
 				took(t, me, hold_ns, now);
 				*waited_ns = now - t0;
@@ -149,14 +162,17 @@ void tessera_turn_release(struct tessera_turn *t, uint64_t me)
 
 int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now)
 {
-	return atomic_load(&t->waiter) != me && now - atomic_load(&t->waiting_ns) < 5000000;
+	return atomic_load(&t->waiter) != me && within(atomic_load(&t->waiting_ns), now, 5000000);
 }
 
 int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
 {
-	if (now < atomic_load(&t->long_until_ns))
+	if (atomic_load(&t->last_owner) != me && within(atomic_load(&t->taken_ns), now, window_ns))
 		return 1;
-	if (atomic_load(&t->last_owner) != me && now - atomic_load(&t->taken_ns) < window_ns)
-		return 1;
-	return atomic_load(&t->waiter) != me && now - atomic_load(&t->waiting_ns) < window_ns;
+	return atomic_load(&t->waiter) != me && within(atomic_load(&t->waiting_ns), now, window_ns);
+}
+
+int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns)
+{
+	return within(atomic_load(&t->long_seen_ns), now, window_ns);
 }

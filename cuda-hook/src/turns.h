@@ -32,7 +32,7 @@ struct tessera_turn {
 	_Atomic int64_t released_ns;  /* the last release */
 	_Atomic uint64_t waiter;      /* a container waiting for it */
 	_Atomic int64_t waiting_ns;   /* when it last said so */
-	_Atomic int64_t long_until_ns; /* a container of long kernels takes turns until then */
+	_Atomic int64_t long_seen_ns; /* when a container of long kernels last took the turn */
 };
 
 /* The turn of the GPU with this UUID, mapped; NULL (with the reason logged at debug
@@ -51,6 +51,10 @@ uint64_t tessera_turn_id(const char *cgroup);
  * how long it waited. */
 #define TESSERA_TURN_GRACE_NS 2000000LL
 #define TESSERA_TURN_WAIT_MAX_NS 1000000000LL
+/* No holder says it keeps the turn longer than this: a word further ahead (a file
+ * left from before a reboot, whose clock started again, or a tenant's) is void, and
+ * so are the file's other times ahead of now. */
+#define TESSERA_TURN_HOLD_MAX_NS 100000000LL
 int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns);
 /* Takes it only if free (or me already), and not just released by me while another
  * waits; 1 on success. */
@@ -59,8 +63,9 @@ int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns);
 void tessera_turn_release(struct tessera_turn *t, uint64_t me);
 /* Another container waited for the turn within the last 5 ms. */
 int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now);
-/* Another container took or waited for the turn within window_ns, or one of long
- * kernels said it takes turns. */
+/* Another container took or waited for the turn within window_ns. */
 int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns);
+/* A container of long kernels said, within window_ns, that it takes turns. */
+int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns);
 
 #endif

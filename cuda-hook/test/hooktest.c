@@ -27,7 +27,7 @@
  *   hooktest pace-turns <cores> <seconds>
  *   hooktest pace-share <cores> <seconds>
  *   hooktest pace-pause <cores> <pause-seconds> <seconds>
- *   hooktest turn-hog <turn-file> <seconds>
+ *   hooktest turn-hog <turn-file> <seconds> [<ahead-seconds>]
  *   hooktest capture
  *   hooktest mps <percent> <pipe> <pinned> <granted> | mps refused
  */
@@ -1149,29 +1149,32 @@ static int pace_beside_main(int argc, char **argv)
 }
 
 /* A tenant that takes a GPU's turn and never lets it go (it writes the turn file as
- * any tenant on the GPU can), saying it holds it for an hour and that it is a
- * container of long kernels: the paced containers beside it give up waiting and are
- * time-sliced with it (run.sh checks their share). No CUDA. */
+ * any tenant on the GPU can), saying every 10 ms that it holds it for the longest a
+ * holder may (or for <ahead-seconds>: a file left from before a reboot says times
+ * far ahead of the new boot's clock) and that it is a container of long kernels. The
+ * paced containers beside it give up waiting and are time-sliced with it, or take a
+ * word too far ahead for void (run.sh checks their shares). No CUDA. */
 static int turn_hog_main(int argc, char **argv)
 {
-	CHECK(argc == 4, "usage: turn-hog <turn-file> <seconds>");
+	CHECK(argc == 4 || argc == 5, "usage: turn-hog <turn-file> <seconds> [<ahead-seconds>]");
+	int64_t ahead = argc == 5 ? (int64_t)(atof(argv[4]) * 1e9) : TESSERA_TURN_HOLD_MAX_NS;
 	int fd = open(argv[2], O_RDWR);
 	CHECK(fd >= 0, "open %s", argv[2]);
 	struct tessera_turn *t = mmap(NULL, TESSERA_TURN_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	CHECK(t != MAP_FAILED, "mmap %s", argv[2]);
 	const uint64_t hog = 0x4855474855474801ULL;
 	double t0 = now_s();
-	while (now_s() - t0 < atof(argv[3])) {
+	do {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 		atomic_store(&t->owner, hog);
 		atomic_store(&t->last_owner, hog);
 		atomic_store(&t->taken_ns, now);
-		atomic_store(&t->until_ns, now + 3600 * 1000000000LL);
-		atomic_store(&t->long_until_ns, now + 3600 * 1000000000LL);
+		atomic_store(&t->until_ns, now + ahead);
+		atomic_store(&t->long_seen_ns, now);
 		usleep(10000);
-	}
+	} while (now_s() - t0 < atof(argv[3]));
 	return 0;
 }
 
