@@ -471,6 +471,15 @@ void tessera_pacing_after_fork(void)
 	}
 }
 
+/* A process that ends holding a GPU's turn lets it go: its work ends with it, and the
+ * others need not wait for its word to run out. */
+__attribute__((destructor)) static void turns_at_exit(void)
+{
+	for (int g = 0; g < TESSERA_MAX_GPUS; g++)
+		if (tessera.pacers[g].turn_held && tessera.pacers[g].turn != NULL)
+			tessera_turn_release(tessera.pacers[g].turn, turn_me);
+}
+
 /* What pacing did, in the debug log when the process ends: where a program's time
  * went (holds), what its launches were measured at (samples that found the stream
  * idle against those queued behind other work) and what bursts owed or gave back. */
