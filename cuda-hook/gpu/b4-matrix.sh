@@ -193,8 +193,8 @@ report_together() {
 		printf "%-26s info split of their total %s (caps %s), together %.1f%% of one solo rate", l, o, q, t }')"
 }
 # paired <label> <spec> <spec>: a pair of programs that need less than their caps, in
-# B4_ROUNDS rounds (3), each the same pair without limits and then with them; each
-# tenant's row is from the round where its ratio to its unhooked rate is its median.
+# B4_ROUNDS rounds (3), each the same pair without limits and with them (odd rounds
+# with them first); each tenant's row is from the round where its ratio to its unhooked rate is its median.
 # Two Python processes' rates move by 10-20 % from one start to the next, more than the
 # 5 % the not-slowed rows tell apart, and each round compares processes started moments
 # apart.
@@ -204,8 +204,15 @@ paired() {
 	IFS=: read -r _ _ b _ <<<"$3"
 	known "$a" && known "$b" || return
 	for ((r = 0; r < n; r++)); do
-		unhooked "$label unhooked" "$a" "$b"
-		run_together "$@" || return
+		# Odd rounds run the hooked pair first: whatever drifts from one run to the
+		# next (caches, clocks, the host) falls on each side alike.
+		if ((r % 2 == 0)); then
+			unhooked "$label unhooked" "$a" "$b"
+			run_together "$@" || return
+		else
+			run_together "$@" || return
+			unhooked "$label unhooked" "$a" "$b"
+		fi
 		mkdir -p "$G/round$r"
 		cp "$G/t0.out" "$G/t1.out" "$G/round$r/"
 		echo "${PAIR_REF[*]}" >"$G/round$r/ref"
@@ -297,13 +304,15 @@ if part wc; then
 fi
 
 # alone_paired <cap> <torch-workload>: the not-slowed row of a PyTorch program alone, in
-# B4_ROUNDS rounds (3) of the program without limits and then with them, each in a
+# B4_ROUNDS rounds (3) of the program without limits and with them (odd rounds with
+# them first), each in a
 # process of its own; the round whose ratio is the median is reported (as paired).
 alone_paired() {
 	local c=$1 w=$2 r n=${B4_ROUNDS:-3} ratios="" u
 	for ((r = 0; r < n; r++)); do
+		((r % 2 == 0)) || hk "$G/m$c" $TW "$S" "$w" | head -1 >"$G/a$r.h"
 		$TW "$S" "$w" | head -1 >"$G/a$r.u"
-		hk "$G/m$c" $TW "$S" "$w" | head -1 >"$G/a$r.h"
+		((r % 2 == 1)) || hk "$G/m$c" $TW "$S" "$w" | head -1 >"$G/a$r.h"
 		ratios="$ratios $((r + 1)):$(awk -v h="$(field rate <"$G/a$r.h")" -v u="$(field rate <"$G/a$r.u")" 'BEGIN{printf "%.4f", (u > 0 ? h / u : 0)}')"
 	done
 	r=$(($(median_round "$ratios" "$n") - 1))
