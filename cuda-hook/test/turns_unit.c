@@ -1,0 +1,179 @@
+/*
+ * GPU turns (src/turns.c) on their own, without CUDA: opening the file, taking and
+ * releasing the turn, waiting for it, taking it over from a holder that overran its
+ * word or said too much, giving up on one that never lets go, and the hand-off to a
+ * waiter. Built with the variant's TESSERA_TURNS_DIR; run.sh runs it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "turns.h"
+
+static int fails;
+#define CHECK(cond, ...)                                                     \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__);                        \
+			fputc('\n', stderr);                                 \
+			fails++;                                             \
+		}                                                            \
+	} while (0)
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns)
+{
+	struct timespec ts = {.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
+	nanosleep(&ts, NULL);
+}
+
+static void make_file(const char *name, off_t size)
+{
+	char p[512];
+	snprintf(p, sizeof(p), "%s/%s", TESSERA_TURNS_DIR, name);
+	unlink(p);
+	int fd = open(p, O_CREAT | O_RDWR | O_TRUNC, 0666);
+	if (fd < 0 || ftruncate(fd, size) != 0) {
+		fprintf(stderr, "cannot make %s: %s\n", p, strerror(errno));
+		exit(2);
+	}
+	close(fd);
+}
+
+enum { A = 0x0a01, B = 0x0b01 };
+
+/* A holder that releases the turn after a while. */
+struct later {
+	struct tessera_turn *t;
+	uint64_t who;
+	int64_t after_ns;
+};
+static void *release_later(void *arg)
+{
+	struct later *l = arg;
+	sleep_ns(l->after_ns);
+	tessera_turn_release(l->t, l->who);
+	return NULL;
+}
+/* A holder that keeps saying it holds the turn, and never releases it. */
+static volatile int hog_stop;
+static void *hog(void *arg)
+{
+	struct tessera_turn *t = arg;
+	while (!hog_stop) {
+		atomic_store(&t->owner, (uint64_t)A);
+		atomic_store(&t->until_ns, now_ns() + 20000000LL);
+		sleep_ns(2000000);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	mkdir(TESSERA_TURNS_DIR, 0755);
+
+	/* Opening: only a regular file of the turn's size, named by a UUID. */
+	make_file("GPU-small", 100);
+	CHECK(tessera_turn_open("GPU-small") == NULL, "a 100-byte file was taken for a turn file");
+	CHECK(tessera_turn_open("GPU-missing") == NULL, "a missing file was opened");
+	CHECK(tessera_turn_open("../GPU-t") == NULL && tessera_turn_open("") == NULL, "a name with a path was opened");
+	char d[512];
+	snprintf(d, sizeof(d), "%s/GPU-dir", TESSERA_TURNS_DIR);
+	mkdir(d, 0755);
+	CHECK(tessera_turn_open("GPU-dir") == NULL, "a directory was opened");
+	make_file("GPU-t", TESSERA_TURN_FILE_BYTES);
+	struct tessera_turn *t = tessera_turn_open("GPU-t");
+	CHECK(t != NULL, "the turn file was not opened");
+	if (t == NULL)
+		return 1;
+	CHECK(tessera_turn_id("/a") != 0 && tessera_turn_id("/a") != tessera_turn_id("/b"), "ids");
+
+	/* Free, taken, held by another, released by its holder only. */
+	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "a free turn was not taken");
+	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "the holder could not take its own turn again");
+	CHECK(tessera_turn_try(t, B, 50000000LL) == 0, "a held turn was taken");
+	uint32_t seq = atomic_load(&t->seq);
+	tessera_turn_release(t, B);
+	CHECK(atomic_load(&t->owner) == A && atomic_load(&t->seq) == seq, "another container released the turn");
+	CHECK(tessera_turn_others(t, B, now_ns(), 2000000000LL), "B does not see that A took the turn");
+	CHECK(!tessera_turn_others(t, A, now_ns(), 2000000000LL), "A sees itself as another");
+
+	/* A waiter gets the turn when the holder releases it. */
+	struct later l = {t, A, 20000000LL};
+	pthread_t th;
+	pthread_create(&th, NULL, release_later, &l);
+	int64_t waited;
+	int rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
+	pthread_join(th, NULL);
+	CHECK(rc == 2 && atomic_load(&t->owner) == B, "the waiter did not get the released turn: %d", rc);
+	CHECK(waited >= 15000000LL && waited < 90000000LL, "waited %lld ns for a release after 20 ms", (long long)waited);
+	CHECK(atomic_load(&t->seq) == seq + 1, "the release did not bump the sequence word");
+	CHECK(tessera_turn_wanted(t, A, now_ns()), "the wait was not seen by the holder");
+	tessera_turn_release(t, B);
+	/* B just let it go while A waited: B gives way for a while. */
+	atomic_store(&t->waiter, (uint64_t)A);
+	atomic_store(&t->waiting_ns, now_ns());
+	CHECK(tessera_turn_try(t, B, 50000000LL) == 0, "the releaser took the turn back from a waiter");
+	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "the waiter could not take the turn given way to it");
+	tessera_turn_release(t, A);
+
+	/* A holder that overruns its word by more than the grace is taken over. */
+	CHECK(tessera_turn_try(t, A, 10000000LL) == 1, "take");
+	int64_t t0 = now_ns();
+	rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
+	int64_t took = now_ns() - t0;
+	CHECK(rc != 0 && atomic_load(&t->owner) == B, "an overrun holder was not taken over");
+	CHECK(took >= 10000000LL && took < 60000000LL, "took over after %lld ns, want 12 ms", (long long)took);
+	tessera_turn_release(t, B);
+
+	/* A word further ahead than any holder may say is void: taken over at once. */
+	atomic_store(&t->owner, (uint64_t)A);
+	atomic_store(&t->until_ns, now_ns() + 3600 * 1000000000LL);
+	t0 = now_ns();
+	rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
+	CHECK(rc != 0 && now_ns() - t0 < 5000000LL, "a word an hour ahead held the turn: %d after %lld ns", rc,
+	      (long long)(now_ns() - t0));
+	tessera_turn_release(t, B);
+	/* So are the file's other times ahead of now. */
+	atomic_store(&t->last_owner, (uint64_t)A);
+	atomic_store(&t->taken_ns, now_ns() + 3600 * 1000000000LL);
+	atomic_store(&t->waiting_ns, now_ns() + 3600 * 1000000000LL);
+	atomic_store(&t->long_seen_ns, now_ns() + 3600 * 1000000000LL);
+	CHECK(!tessera_turn_others(t, B, now_ns(), 2000000000LL), "a time ahead of now read as another container's");
+	CHECK(!tessera_turn_wanted(t, B, now_ns()), "a wait ahead of now read as a wait");
+	CHECK(!tessera_turn_long(t, now_ns(), 2000000000LL), "a long container's time ahead of now read as recent");
+	atomic_store(&t->long_seen_ns, now_ns());
+	CHECK(tessera_turn_long(t, now_ns(), 2000000000LL), "a long container's turn not seen");
+
+	/* A holder that keeps renewing its word and never lets go: given up after the
+	 * stuck time, and the turn is left to it. */
+	hog_stop = 0;
+	pthread_create(&th, NULL, hog, t);
+	sleep_ns(3000000);
+	t0 = now_ns();
+	rc = tessera_turn_take(t, B, 50000000LL, 40000000LL, &waited);
+	took = now_ns() - t0;
+	hog_stop = 1;
+	pthread_join(th, NULL);
+	CHECK(rc == 0, "a turn never let go was taken: %d", rc);
+	CHECK(took >= 35000000LL && took < 200000000LL, "gave up after %lld ns, want 40 ms", (long long)took);
+	tessera_turn_release(t, A);
+
+	if (fails == 0)
+		printf("ok GPU turns: open, take, release, wait, take over, void words, give up, hand-off\n");
+	return fails != 0;
+}
