@@ -1038,7 +1038,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 /* Whether the next burst takes the GPU's turn. */
 static int turn_use(struct tessera_pacer *p, int64_t now)
 {
-	if (p->turn == NULL || now < p->turn_off_until_ns)
+	if (p->turn == NULL || now < p->turn_off_until_ns || tessera_turn_broken())
 		return 0;
 	if (est_longest() >= TURN_MIN_NS)
 		return contended() || tessera_turn_others(p->turn, turn_me, now, CONTENDED_NS);
@@ -1059,7 +1059,7 @@ static void turn_took(struct tessera_pacer *p, int64_t now)
 	p->turn_used_ns = now;
 	PSTAT_ADD(turns, 1);
 	if (est_longest() >= TURN_MIN_NS)
-		atomic_store(&p->turn->long_seen_ns, now);
+		tessera_turn_say_long(p->turn, now);
 }
 
 /* Waits for the turn (without the pacer's lock). */

@@ -6,10 +6,21 @@
  * shared, so the futex is keyed by the file, across containers and their mount
  * namespaces) and wakes at every release, or every millisecond to say it still waits
  * and to see whether the holder has overrun its word.
+ *
+ * Any tenant on the GPU can write the file, and so cut it short: a page of a shared
+ * mapping past the file's end faults with SIGBUS. Every access to the mapping is made
+ * under a guard: the hook's SIGBUS handler, installed when a turn file is first
+ * mapped, jumps back out of an access that faulted (the turn is then broken for this
+ * process, which stops taking turns), and hands every other SIGBUS to the handler
+ * that was there before, or to the default action.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +57,73 @@ static int overrun(const struct tessera_turn *t, int64_t now)
 	return now > u + TESSERA_TURN_GRACE_NS || u > now + TESSERA_TURN_HOLD_MAX_NS + TESSERA_TURN_GRACE_NS;
 }
 
+/* ---- the guard -------------------------------------------------------------- */
+
+static struct sigaction bus_before;
+static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
+static _Atomic int bus_ready;
+static __thread sigjmp_buf *bus_jump;
+static _Atomic int broken;
+
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+	if (bus_jump != NULL)
+		siglongjmp(*bus_jump, 1);
+	/* Not an access to a turn file. */
+	if (bus_before.sa_flags & SA_SIGINFO) {
+		if (bus_before.sa_sigaction != NULL)
+			bus_before.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (bus_before.sa_handler == SIG_IGN)
+		return;
+	if (bus_before.sa_handler != SIG_DFL && bus_before.sa_handler != NULL) {
+		bus_before.sa_handler(sig);
+		return;
+	}
+	/* The default action: returning re-runs the faulting access, which now ends the
+	 * process as it would have without the hook. */
+	signal(SIGBUS, SIG_DFL);
+}
+
+static void install_bus(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_bus;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &bus_before) == 0)
+		atomic_store(&bus_ready, 1);
+}
+
+int tessera_turn_broken(void)
+{
+	return atomic_load(&broken);
+}
+
+static void cut_short(void)
+{
+	if (atomic_exchange(&broken, 1) == 0)
+		tessera_log(TESSERA_LOG_WARN, "a GPU turn file was cut short by another tenant on the GPU; this process takes no turns "
+					      "and is time-sliced with the others");
+}
+
+/* GUARDED(fallback) { body }: runs body with SIGBUS on the mapping jumping back here;
+ * then, and on a broken turn, the function returns fallback. The body must not return
+ * (it sets the result), so that the jump buffer is cleared on every way out. */
+#define GUARD_BEGIN(fallback)                                     \
+	if (!atomic_load(&bus_ready) || atomic_load(&broken))      \
+		return fallback;                                   \
+	sigjmp_buf jb_;                                            \
+	if (sigsetjmp(jb_, 1) != 0) {                              \
+		bus_jump = NULL;                                   \
+		cut_short();                                       \
+		return fallback;                                   \
+	}                                                          \
+	bus_jump = &jb_;
+#define GUARD_END() bus_jump = NULL;
+
 struct tessera_turn *tessera_turn_open(const char *uuid)
 {
 	char path[256];
@@ -71,6 +149,12 @@ struct tessera_turn *tessera_turn_open(const char *uuid)
 		tessera_log(TESSERA_LOG_WARN, "%s: mmap: %s: no GPU turns for %s", path, strerror(errno), uuid);
 		return NULL;
 	}
+	pthread_once(&bus_once, install_bus);
+	if (!atomic_load(&bus_ready)) {
+		munmap(m, TESSERA_TURN_FILE_BYTES);
+		tessera_log(TESSERA_LOG_WARN, "cannot guard the GPU turn file %s against being cut short: no GPU turns", path);
+		return NULL;
+	}
 	return m;
 }
 
@@ -86,16 +170,18 @@ static void took(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t n
 	atomic_store(&t->taken_ns, now);
 }
 
+static int raw_wanted(const struct tessera_turn *t, uint64_t me, int64_t now);
+
 /* The container that released the turn within YIELD_NS gives way to another that
  * waits for it: its release woke that one, which takes a while to run. */
 #define YIELD_NS 1000000LL
 static int yields(const struct tessera_turn *t, uint64_t me, int64_t now)
 {
-	return atomic_load(&t->last_owner) == me && tessera_turn_wanted(t, me, now) &&
+	return atomic_load(&t->last_owner) == me && raw_wanted(t, me, now) &&
 	       within(atomic_load(&t->released_ns), now, YIELD_NS);
 }
 
-int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
+static int raw_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
 {
 	uint64_t o = atomic_load(&t->owner);
 	if ((o != 0 && o != me) || (o == 0 && yields(t, me, now_ns())))
@@ -106,7 +192,7 @@ int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
 	return 1;
 }
 
-int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns)
+static int raw_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns)
 {
 	int64_t t0 = now_ns(), deadline_ns = t0 + stuck_ns;
 	uint32_t seen = atomic_load(&t->seq);
@@ -150,7 +236,7 @@ int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int6
 	}
 }
 
-void tessera_turn_release(struct tessera_turn *t, uint64_t me)
+static void raw_release(struct tessera_turn *t, uint64_t me)
 {
 	uint64_t o = me;
 	if (!atomic_compare_exchange_strong(&t->owner, &o, 0))
@@ -160,19 +246,76 @@ void tessera_turn_release(struct tessera_turn *t, uint64_t me)
 	syscall(SYS_futex, &t->seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }
 
-int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now)
+static int raw_wanted(const struct tessera_turn *t, uint64_t me, int64_t now)
 {
 	return atomic_load(&t->waiter) != me && within(atomic_load(&t->waiting_ns), now, 5000000);
 }
 
-int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
+static int raw_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
 {
 	if (atomic_load(&t->last_owner) != me && within(atomic_load(&t->taken_ns), now, window_ns))
 		return 1;
 	return atomic_load(&t->waiter) != me && within(atomic_load(&t->waiting_ns), now, window_ns);
 }
 
-int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns)
+static int raw_long(const struct tessera_turn *t, int64_t now, int64_t window_ns)
 {
 	return within(atomic_load(&t->long_seen_ns), now, window_ns);
+}
+
+/* ---- guarded ------------------------------------------------------------------ */
+
+int tessera_turn_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
+{
+	GUARD_BEGIN(0)
+	int r = raw_try(t, me, hold_ns);
+	GUARD_END()
+	return r;
+}
+
+int tessera_turn_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns)
+{
+	*waited_ns = 0;
+	GUARD_BEGIN(0)
+	int r = raw_take(t, me, hold_ns, stuck_ns, waited_ns);
+	GUARD_END()
+	return r;
+}
+
+void tessera_turn_release(struct tessera_turn *t, uint64_t me)
+{
+	GUARD_BEGIN()
+	raw_release(t, me);
+	GUARD_END()
+}
+
+int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now)
+{
+	GUARD_BEGIN(0)
+	int r = raw_wanted(t, me, now);
+	GUARD_END()
+	return r;
+}
+
+int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
+{
+	GUARD_BEGIN(0)
+	int r = raw_others(t, me, now, window_ns);
+	GUARD_END()
+	return r;
+}
+
+int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns)
+{
+	GUARD_BEGIN(0)
+	int r = raw_long(t, now, window_ns);
+	GUARD_END()
+	return r;
+}
+
+void tessera_turn_say_long(struct tessera_turn *t, int64_t now)
+{
+	GUARD_BEGIN()
+	atomic_store(&t->long_seen_ns, now);
+	GUARD_END()
 }

@@ -8,8 +8,9 @@
  * node (api.ContainerTurnsDir). Every tenant on the GPU can write it: nothing in it
  * raises a container's share (that is its own allowance, in its own region), and every
  * wait on it is bounded, so a tenant that damages it or holds the turn costs its
- * neighbours at most a bounded wait, after which they go back to plain time-slicing.
- * All zeroes is a free turn.
+ * neighbours at most a bounded wait, after which they go back to plain time-slicing;
+ * one that cuts the file short makes them stop taking turns (turns.c guards every
+ * access to the mapping). All zeroes is a free turn.
  */
 #ifndef TESSERA_TURNS_H
 #define TESSERA_TURNS_H
@@ -67,5 +68,10 @@ int tessera_turn_wanted(const struct tessera_turn *t, uint64_t me, int64_t now);
 int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns);
 /* A container of long kernels said, within window_ns, that it takes turns. */
 int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns);
+/* This container of long kernels takes the turn now. */
+void tessera_turn_say_long(struct tessera_turn *t, int64_t now);
+/* A turn file mapped by this process was cut short (every call above then returns
+ * what it would for no turns): the process takes no turns. */
+int tessera_turn_broken(void);
 
 #endif
