@@ -62,7 +62,9 @@ static int overrun(const struct tessera_turn *t, int64_t now)
 static struct sigaction bus_before;
 static pthread_once_t bus_once = PTHREAD_ONCE_INIT;
 static _Atomic int bus_ready;
-static __thread sigjmp_buf *bus_jump;
+/* Initial-exec, as pacing.c's: read in the signal handler, on any thread, it must not
+ * make the dynamic loader allocate the thread's block of the hook's TLS there. */
+static __thread sigjmp_buf *bus_jump __attribute__((tls_model("initial-exec")));
 static _Atomic int broken;
 
 static void on_bus(int sig, siginfo_t *si, void *uc)
