@@ -46,20 +46,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "devices.h"
 #include "graph.h"
 #include "log.h"
 #include "pacing.h"
 #include "residency.h"
 #include "state.h"
-
-/* Monotonic nanoseconds. */
-static int64_t tessera_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
@@ -115,8 +108,9 @@ static struct {
  * or more (longer than the driver's time slice, so that two busy contexts' kernels
  * are cut by each other's turns) take turns on the GPU while another context is on
  * it; any paced container's bursts do while such a container says it takes turns. A
- * wait for the turn is given up after TURN_MAX_WAIT_NS (a holder that never lets go),
- * and the GPU's turns are then not taken for TURN_OFF_NS. */
+ * wait for the turn is given up when the turn has not changed hands for
+ * TURN_MAX_WAIT_NS (a holder that never lets go), or after TESSERA_TURN_WAIT_MAX_NS in
+ * all, and the GPU's turns are then not taken for TURN_OFF_NS. */
 static uint64_t turn_me;
 #define TURN_MIN_NS 2000000LL
 #define TURN_MAX_WAIT_NS TESSERA_TURN_HOLD_MAX_NS

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 #include "residency.h"
 #include "state.h"
@@ -99,13 +100,6 @@ static struct {
 } rs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static _Atomic int64_t late_seen_ns;
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static int usable(void)
 {
@@ -178,7 +172,7 @@ static int make_probes(void)
 	}
 	rs.made_in = rs.ctx;
 	rs.ref_base = 0;
-	rs.reanchor_at = now_ns() + REANCHOR_NS;
+	rs.reanchor_at = tessera_now_ns() + REANCHOR_NS;
 	rs.head = rs.tail = 0;
 	rs.nbase = 0;
 	rs.noff = 0;
@@ -251,7 +245,7 @@ static void collect(void)
 			rs.cover_from = g;
 		} else if (d - rs.base > LATE_NS) {
 			rs.late++;
-			atomic_store_explicit(&late_seen_ns, now_ns(), memory_order_relaxed);
+			atomic_store_explicit(&late_seen_ns, tessera_now_ns(), memory_order_relaxed);
 			/* Off the GPU from between the previous probe's completion and this
 			 * one's recording (where it would have completed) until now. */
 			int64_t due = h + rs.base, from = due > rs.prev_g ? rs.prev_g + (due - rs.prev_g) / 2 : rs.prev_g;
@@ -275,14 +269,14 @@ static void probe_once(int64_t now)
 	if (rs.tail - rs.head >= NPROBE)
 		return; /* off the GPU for a while: the outstanding probes say until when */
 	unsigned i = rs.tail % NPROBE;
-	int64_t t0 = now_ns();
+	int64_t t0 = tessera_now_ns();
 	if (REAL(cuEventRecord)(rs.ev[i], rs.stream) != CUDA_SUCCESS) {
 		break_coverage();
 		return;
 	}
 	/* Read after the record: a thread descheduled in between makes the probe look
 	 * early, never late; and such a probe does not set the usual lag. */
-	rs.host[i] = now_ns();
+	rs.host[i] = tessera_now_ns();
 	rs.sure[i] = rs.host[i] - t0 <= RECORD_SURE_NS;
 	rs.tail++;
 }
@@ -312,7 +306,7 @@ static void *prober(void *arg)
 	CUcontext mine = NULL; /* current on this thread */
 	pthread_mutex_lock(&rs.mu);
 	for (;;) {
-		int64_t now = now_ns();
+		int64_t now = tessera_now_ns();
 		if (rs.stopping)
 			break;
 		int want = rs.ctx != NULL && now < rs.armed_until && atomic_load(&tessera.captures) == 0;
@@ -356,7 +350,7 @@ void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until)
 	if (ctx == NULL || who < 0 || who >= TESSERA_RESIDENCY_HOLDS || !usable())
 		return;
 	pthread_mutex_lock(&rs.mu);
-	int64_t now = now_ns();
+	int64_t now = tessera_now_ns();
 	if (rs.stopping || (rs.ctx != NULL && rs.ctx != ctx && now < rs.armed_until)) {
 		pthread_mutex_unlock(&rs.mu); /* one context at a time */
 		return;

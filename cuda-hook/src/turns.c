@@ -30,18 +30,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "region.h"
 #include "turns.h"
 
 _Static_assert(sizeof(struct tessera_turn) <= TESSERA_TURN_FILE_BYTES, "the turn fits its file");
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Whether a time of the file's lies within window_ns before now (not ahead of it). */
 static int within(int64_t t, int64_t now, int64_t window_ns)
@@ -186,21 +180,21 @@ static int yields(const struct tessera_turn *t, uint64_t me, int64_t now)
 static int raw_try(struct tessera_turn *t, uint64_t me, int64_t hold_ns)
 {
 	uint64_t o = atomic_load(&t->owner);
-	if ((o != 0 && o != me) || (o == 0 && yields(t, me, now_ns())))
+	if ((o != 0 && o != me) || (o == 0 && yields(t, me, tessera_now_ns())))
 		return 0;
 	if (o == 0 && !atomic_compare_exchange_strong(&t->owner, &o, me))
 		return 0;
-	took(t, me, hold_ns, now_ns());
+	took(t, me, hold_ns, tessera_now_ns());
 	return 1;
 }
 
 static int raw_take(struct tessera_turn *t, uint64_t me, int64_t hold_ns, int64_t stuck_ns, int64_t *waited_ns)
 {
-	int64_t t0 = now_ns(), deadline_ns = t0 + stuck_ns;
+	int64_t t0 = tessera_now_ns(), deadline_ns = t0 + stuck_ns;
 	uint32_t seen = atomic_load(&t->seq);
 	*waited_ns = 0;
 	for (int waited = 0;; waited = 1) {
-		int64_t now = now_ns();
+		int64_t now = tessera_now_ns();
 		uint32_t seq = atomic_load(&t->seq);
 		uint64_t o = atomic_load(&t->owner);
 		int yield = o == 0 && !waited && yields(t, me, now);
@@ -243,7 +237,7 @@ static void raw_release(struct tessera_turn *t, uint64_t me)
 	uint64_t o = me;
 	if (!atomic_compare_exchange_strong(&t->owner, &o, 0))
 		return; /* taken over meanwhile */
-	atomic_store(&t->released_ns, now_ns());
+	atomic_store(&t->released_ns, tessera_now_ns());
 	atomic_fetch_add(&t->seq, 1);
 	syscall(SYS_futex, &t->seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
 }

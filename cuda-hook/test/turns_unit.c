@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "turns.h"
 
 static int fails;
@@ -30,13 +31,6 @@ static int fails;
 			fails++;                                             \
 		}                                                            \
 	} while (0)
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void sleep_ns(int64_t ns)
 {
@@ -79,7 +73,7 @@ static void *hog(void *arg)
 	struct tessera_turn *t = arg;
 	while (!hog_stop) {
 		atomic_store(&t->owner, (uint64_t)A);
-		atomic_store(&t->until_ns, now_ns() + 20000000LL);
+		atomic_store(&t->until_ns, tessera_now_ns() + 20000000LL);
 		sleep_ns(2000000);
 	}
 	return NULL;
@@ -124,8 +118,8 @@ int main(void)
 	uint32_t seq = atomic_load(&t->seq);
 	tessera_turn_release(t, B);
 	CHECK(atomic_load(&t->owner) == A && atomic_load(&t->seq) == seq, "another container released the turn");
-	CHECK(tessera_turn_others(t, B, now_ns(), 2000000000LL), "B does not see that A took the turn");
-	CHECK(!tessera_turn_others(t, A, now_ns(), 2000000000LL), "A sees itself as another");
+	CHECK(tessera_turn_others(t, B, tessera_now_ns(), 2000000000LL), "B does not see that A took the turn");
+	CHECK(!tessera_turn_others(t, A, tessera_now_ns(), 2000000000LL), "A sees itself as another");
 
 	/* A waiter gets the turn when the holder releases it. */
 	struct later l = {t, A, 20000000LL};
@@ -137,51 +131,51 @@ int main(void)
 	CHECK(rc == 2 && atomic_load(&t->owner) == B, "the waiter did not get the released turn: %d", rc);
 	CHECK(waited >= 15000000LL && waited < 90000000LL, "waited %lld ns for a release after 20 ms", (long long)waited);
 	CHECK(atomic_load(&t->seq) == seq + 1, "the release did not bump the sequence word");
-	CHECK(tessera_turn_wanted(t, A, now_ns()), "the wait was not seen by the holder");
+	CHECK(tessera_turn_wanted(t, A, tessera_now_ns()), "the wait was not seen by the holder");
 	tessera_turn_release(t, B);
 	/* B just let it go while A waited: B gives way for a while. */
 	atomic_store(&t->waiter, (uint64_t)A);
-	atomic_store(&t->waiting_ns, now_ns());
+	atomic_store(&t->waiting_ns, tessera_now_ns());
 	CHECK(tessera_turn_try(t, B, 50000000LL) == 0, "the releaser took the turn back from a waiter");
 	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "the waiter could not take the turn given way to it");
 	tessera_turn_release(t, A);
 
 	/* A holder that overruns its word by more than the grace is taken over. */
 	CHECK(tessera_turn_try(t, A, 10000000LL) == 1, "take");
-	int64_t t0 = now_ns();
+	int64_t t0 = tessera_now_ns();
 	rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
-	int64_t took = now_ns() - t0;
+	int64_t took = tessera_now_ns() - t0;
 	CHECK(rc != 0 && atomic_load(&t->owner) == B, "an overrun holder was not taken over");
 	CHECK(took >= 10000000LL && took < 60000000LL, "took over after %lld ns, want 12 ms", (long long)took);
 	tessera_turn_release(t, B);
 
 	/* A word further ahead than any holder may say is void: taken over at once. */
 	atomic_store(&t->owner, (uint64_t)A);
-	atomic_store(&t->until_ns, now_ns() + 3600 * 1000000000LL);
-	t0 = now_ns();
+	atomic_store(&t->until_ns, tessera_now_ns() + 3600 * 1000000000LL);
+	t0 = tessera_now_ns();
 	rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
-	CHECK(rc != 0 && now_ns() - t0 < 5000000LL, "a word an hour ahead held the turn: %d after %lld ns", rc,
-	      (long long)(now_ns() - t0));
+	CHECK(rc != 0 && tessera_now_ns() - t0 < 5000000LL, "a word an hour ahead held the turn: %d after %lld ns", rc,
+	      (long long)(tessera_now_ns() - t0));
 	tessera_turn_release(t, B);
 	/* So are the file's other times ahead of now. */
 	atomic_store(&t->last_owner, (uint64_t)A);
-	atomic_store(&t->taken_ns, now_ns() + 3600 * 1000000000LL);
-	atomic_store(&t->waiting_ns, now_ns() + 3600 * 1000000000LL);
-	atomic_store(&t->long_seen_ns, now_ns() + 3600 * 1000000000LL);
-	CHECK(!tessera_turn_others(t, B, now_ns(), 2000000000LL), "a time ahead of now read as another container's");
-	CHECK(!tessera_turn_wanted(t, B, now_ns()), "a wait ahead of now read as a wait");
-	CHECK(!tessera_turn_long(t, now_ns(), 2000000000LL), "a long container's time ahead of now read as recent");
-	atomic_store(&t->long_seen_ns, now_ns());
-	CHECK(tessera_turn_long(t, now_ns(), 2000000000LL), "a long container's turn not seen");
+	atomic_store(&t->taken_ns, tessera_now_ns() + 3600 * 1000000000LL);
+	atomic_store(&t->waiting_ns, tessera_now_ns() + 3600 * 1000000000LL);
+	atomic_store(&t->long_seen_ns, tessera_now_ns() + 3600 * 1000000000LL);
+	CHECK(!tessera_turn_others(t, B, tessera_now_ns(), 2000000000LL), "a time ahead of now read as another container's");
+	CHECK(!tessera_turn_wanted(t, B, tessera_now_ns()), "a wait ahead of now read as a wait");
+	CHECK(!tessera_turn_long(t, tessera_now_ns(), 2000000000LL), "a long container's time ahead of now read as recent");
+	atomic_store(&t->long_seen_ns, tessera_now_ns());
+	CHECK(tessera_turn_long(t, tessera_now_ns(), 2000000000LL), "a long container's turn not seen");
 
 	/* A holder that keeps renewing its word and never lets go: given up after the
 	 * stuck time, and the turn is left to it. */
 	hog_stop = 0;
 	pthread_create(&th, NULL, hog, t);
 	sleep_ns(3000000);
-	t0 = now_ns();
+	t0 = tessera_now_ns();
 	rc = tessera_turn_take(t, B, 50000000LL, 40000000LL, &waited);
-	took = now_ns() - t0;
+	took = tessera_now_ns() - t0;
 	hog_stop = 1;
 	pthread_join(th, NULL);
 	CHECK(rc == 0, "a turn never let go was taken: %d", rc);
@@ -196,11 +190,11 @@ int main(void)
 	CHECK(truncate(p, 0) == 0, "truncate");
 	CHECK(tessera_turn_try(t, A, 50000000LL) == 0, "a turn taken in a file cut short");
 	CHECK(tessera_turn_broken(), "a file cut short not noticed");
-	CHECK(tessera_turn_take(t, A, 50000000LL, 40000000LL, &waited) == 0 && !tessera_turn_wanted(t, B, now_ns()) &&
-		      !tessera_turn_others(t, B, now_ns(), 1000000000LL) && !tessera_turn_long(t, now_ns(), 1000000000LL),
+	CHECK(tessera_turn_take(t, A, 50000000LL, 40000000LL, &waited) == 0 && !tessera_turn_wanted(t, B, tessera_now_ns()) &&
+		      !tessera_turn_others(t, B, tessera_now_ns(), 1000000000LL) && !tessera_turn_long(t, tessera_now_ns(), 1000000000LL),
 	      "a broken turn answered");
 	tessera_turn_release(t, A);
-	tessera_turn_say_long(t, now_ns());
+	tessera_turn_say_long(t, tessera_now_ns());
 	/* A fault of the program's own, outside the turn file, goes to its handler. */
 	make_file("own", 4096);
 	snprintf(p, sizeof(p), "%s/own", TESSERA_TURNS_DIR);
