@@ -7,12 +7,15 @@
 # A row's target depends on how much of the GPU the workload needs (its GPU
 # utilisation alone, from NVML's samples over its measured interval):
 #   need >= 90%            saturating: share within +-3 points of the cap
-#   need <= cap - 5        not slowed: share >= 95% (in a pair: >= 95% of its rate in
-#                          the same pair without limits, measured right before; two
-#                          launch-bound programs slow each other on a time-sliced GPU
-#                          with no limits at all, and that is not the hook's to undo;
-#                          a PyTorch program alone: >= 95% of its rate without limits
-#                          run right before; both the median of B4_ROUNDS rounds, 3)
+#   need <= cap - 5        not slowed: share >= 95%; a program that needs at most 25 %
+#                          alone, and a PyTorch pair: >= 95% of the rate of its
+#                          unhooked twin, the same program without limits started
+#                          beside it at the same moment, the median of B4_ROUNDS
+#                          rounds, 5 (see "Twins" below); the C loop pair: >= 95% of
+#                          its rate in the same pair without limits, run right before
+#                          (two launch-bound programs slow each other on a
+#                          time-sliced GPU with no limits at all, and that is not the
+#                          hook's to undo)
 #   otherwise              held to its cap: share about 100 * cap / need (shown, no verdict,
 #                          since NVML's utilisation is too coarse to score it to 3 points)
 . "$(dirname "$0")/common.sh" "$1"
@@ -102,6 +105,9 @@ hk() {
 }
 
 declare -A SOLO NEED CLK PWR
+# Each tenant's unhooked rate beside the same neighbours, for the not-slowed rows of a
+# pair (unhooked and paired, below).
+PAIR_REF=()
 # nvml <output-line>: NVML's utilisation, SM clock and power over the line's measured interval.
 nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
 # Solo, unhooked.
@@ -152,6 +158,7 @@ together() {
 }
 # run_together <label> <spec>...: together's run; each tenant's output in $G/t<i>.out.
 # Fails (runs nothing) where a workload is not one of this run's.
+# With TWINS=1, each tenant's unhooked twin runs beside it too, its output in $G/u<i>.out.
 run_together() {
 	local label=$1 i=0 pids=()
 	shift
@@ -159,19 +166,41 @@ run_together() {
 		IFS=: read -r c ph w x <<<"$t"
 		known "$w" || return 1
 	done
+	local -x TESSERA_BENCH_BARRIER
+	line_up $(for t in "$@"; do
+		IFS=: read -r c ph w x <<<"$t"
+		echo "$w"
+		[ -z "${TWINS:-}" ] || echo "$w"
+	done)
 	for t in "$@"; do
 		IFS=: read -r c ph w x <<<"$t"
 		limits "$G/t$i" 130000 "$c" "$ph" "/b4/${label//[ \/]/_}/$w/$i"
 		[ "$x" != wc ] || echo work-conserving >>"$G/t$i"
-		if [ -n "${CW[$w]:-}" ]; then
-			hk "$G/t$i" ${CW[$w]} "$(secs $w)" >"$G/t$i.out" &
-		else
-			hk "$G/t$i" $TW "$S" "$w" >"$G/t$i.out" &
-		fi
+		hk "$G/t$i" $(cmd "$w") >"$G/t$i.out" &
 		pids+=($!)
+		if [ -n "${TWINS:-}" ]; then
+			$(cmd "$w") >"$G/u$i.out" &
+			pids+=($!)
+		fi
 		i=$((i + 1))
 	done
 	wait "${pids[@]}"
+}
+# line_up <workload>...: the PyTorch processes of the next run, started together, measure
+# the same seconds (torch_work.py, TESSERA_BENCH_BARRIER, which the caller makes local
+# and exported); a PyTorch process's start-up takes seconds, and is not what its
+# neighbours' rates should be measured beside.
+BARRIERS=0
+line_up() {
+	local n=0 w
+	for w in "$@"; do [ -n "${CW[$w]:-}" ] || n=$((n + 1)); done
+	BARRIERS=$((BARRIERS + 1))
+	rm -rf "$G/barrier.$BARRIERS"
+	TESSERA_BENCH_BARRIER=$G/barrier.$BARRIERS:$n
+}
+# cmd <workload>: its command line, seconds included.
+cmd() {
+	if [ -n "${CW[$1]:-}" ]; then echo "${CW[$1]} $(secs "$1")"; else echo "$TW $S $1"; fi
 }
 # report_together <label> <spec>...: the rows of the run in $G/t<i>.out, and how the
 # tenants divided what the GPU delivered to them together: a time-sliced GPU loses the
@@ -192,65 +221,56 @@ report_together() {
 		o = ""; q = ""; for (i = 1; i <= n; i++) { o = o (i > 1 ? " / " : "") sprintf("%.1f", t > 0 ? 100 * a[i] / t : 0); q = q (i > 1 ? " / " : "") k[i] }
 		printf "%-26s info split of their total %s (caps %s), together %.1f%% of one solo rate", l, o, q, t }')"
 }
-# paired <label> <spec> <spec>: a pair of programs that need less than their caps, in
-# B4_ROUNDS rounds (3), each the same pair without limits and with them (odd rounds
-# with them first); each tenant's row is from the round where its ratio to its unhooked rate is its median.
-# Two Python processes' rates move by 10-20 % from one start to the next, more than the
-# 5 % the not-slowed rows tell apart, and each round compares processes started moments
-# apart.
+# Twins. A launch-bound program's rate is its host thread's, and the host's speed
+# drifts: the same PyTorch loop, started again and again on an idle H200 host, reads
+# 560-760 steps/s, pinned to its own cores or not, while two copies started together
+# read within 10 % of each other, most often within 5 %. A not-slowed row therefore compares each
+# tenant with an unhooked twin of itself (the same program without limits) started at
+# the same moment beside it: both see the same host, and the twin's work on the GPU,
+# a tenant's one more neighbour, is what the tenant's share must leave room for
+# anyway. B4_ROUNDS rounds (5); the row is from the round whose ratio is the median.
+#
+# paired <label> <spec>...: tenants that need less than their caps, each beside its twin.
 paired() {
-	local label=$1 a b r i n=${B4_ROUNDS:-3} ratios ref=()
-	IFS=: read -r _ _ a _ <<<"$2"
-	IFS=: read -r _ _ b _ <<<"$3"
-	known "$a" && known "$b" || return
+	local label=$1 r i n=${B4_ROUNDS:-5} ratios
+	shift
 	for ((r = 0; r < n; r++)); do
-		# Odd rounds run the hooked pair first: whatever drifts from one run to the
-		# next (caches, clocks, the host) falls on each side alike.
-		if ((r % 2 == 0)); then
-			unhooked "$label unhooked" "$a" "$b"
-			run_together "$@" || return
-		else
-			run_together "$@" || return
-			unhooked "$label unhooked" "$a" "$b"
-		fi
+		TWINS=1 run_together "$label" "$@" || return
 		mkdir -p "$G/round$r"
-		cp "$G/t0.out" "$G/t1.out" "$G/round$r/"
-		echo "${PAIR_REF[*]}" >"$G/round$r/ref"
+		for ((i = 0; i < $#; i++)); do cp "$G/t$i.out" "$G/u$i.out" "$G/round$r/"; done
 	done
-	for i in 0 1; do
+	for ((i = 0; i < $#; i++)); do
 		ratios=""
 		for ((r = 0; r < n; r++)); do
-			read -r -a ref <"$G/round$r/ref"
-			ratios="$ratios $((r + 1)):$(awk -v h="$(field rate <"$G/round$r/t$i.out")" -v u="${ref[$i]}" 'BEGIN{printf "%.4f", (u > 0 ? h / u : 0)}')"
+			ratios="$ratios $((r + 1)):$(ratio "$G/round$r/t$i.out" "$G/round$r/u$i.out")"
 		done
 		r=$(($(median_round "$ratios" "$n") - 1))
 		cp "$G/round$r/t$i.out" "$G/t$i.out"
-		read -r -a ref <"$G/round$r/ref"
-		PAIR_REF[$i]=${ref[$i]}
-		say "$(printf '%-26s tenant %d: the median of %d rounds (round %d; its rate against its unhooked rate:%s)' "$label" "$((i + 1))" "$n" "$((r + 1))" "$ratios")"
+		PAIR_REF[$i]=$(field rate <"$G/round$r/u$i.out")
+		say "$(printf '%-26s tenant %d: the median of %d rounds (round %d; its rate against its twin'"'"'s:%s)' "$label" "$((i + 1))" "$n" "$((r + 1))" "$ratios")"
 	done
-	report_together "$@"
+	report_together "$label" "$@"
 	PAIR_REF=()
+}
+# ratio <hooked-output> <unhooked-output>: the first's rate over the second's.
+ratio() {
+	awk -v h="$(field rate <"$1")" -v u="$(field rate <"$2")" 'BEGIN{printf "%.4f", (u > 0 ? h / u : 0)}'
 }
 # median_round "<round>:<ratio> ..." <n>: the round whose ratio is the median.
 median_round() {
 	tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -t: -k2 -g | sed -n "$((($2 + 1) / 2))p" | cut -d: -f1
 }
 # unhooked <label> <workload> <workload>: the same pair without limits, for reference;
-# the next together's not-slowed rows are judged against these rates (PAIR_REF).
-PAIR_REF=()
+# the next together's not-slowed rows are judged against these rates (PAIR_REF), a
+# C program's rate being steady from one run to the next.
 unhooked() {
 	local label=$1 a=$2 b=$3
 	known "$a" && known "$b" || return
-	if [ -n "${CW[$a]:-}" ]; then
-		${CW[$a]} "$(secs $a)" >"$G/u0.out" &
-		p=$!
-		${CW[$b]} "$(secs $b)" >"$G/u1.out"
-	else
-		$TW "$S" "$a" >"$G/u0.out" &
-		p=$!
-		$TW "$S" "$b" >"$G/u1.out"
-	fi
+	local -x TESSERA_BENCH_BARRIER
+	line_up "$a" "$b"
+	$(cmd "$a") >"$G/u0.out" &
+	p=$!
+	$(cmd "$b") >"$G/u1.out"
 	wait $p
 	PAIR_REF=("$(field rate <"$G/u0.out")" "$(field rate <"$G/u1.out")")
 	say "$(printf '%-26s %-14s share %6s%% + %s%% (no limits, for reference)' "$label" "$a+$b" \
@@ -280,7 +300,8 @@ if part pairs; then
 		together "pair 30/70 no turns" 30:0:k20ms 70:30:k20ms
 		turns on
 	fi
-	paired "pair 30/70" 30:0:loop 70:30:loop
+	unhooked "pair 30/70 unhooked" loop loop
+	together "pair 30/70" 30:0:loop 70:30:loop
 	paired "pair 30/70" 30:0:mlp 70:30:mlp
 	together "three 20/30/50" 20:0:k100us 30:20:k1ms 50:50:graph10x100us
 fi
@@ -303,39 +324,54 @@ if part wc; then
 	together "pair 30wc/70" 30:0:mm8192:wc 70:30:mm8192
 fi
 
-# alone_paired <cap> <torch-workload>: the not-slowed row of a PyTorch program alone, in
-# B4_ROUNDS rounds (3) of the program without limits and with them (odd rounds with
-# them first), each in a
-# process of its own; the round whose ratio is the median is reported (as paired).
-alone_paired() {
-	local c=$1 w=$2 r n=${B4_ROUNDS:-3} ratios="" u
+# alone_twin <cap> <workload>: the not-slowed row of a host-bound program alone under
+# its limits, beside its twin (see paired), in B4_ROUNDS rounds (5).
+alone_twin() {
+	local c=$1 w=$2 r n=${B4_ROUNDS:-5} ratios="" u
 	for ((r = 0; r < n; r++)); do
-		((r % 2 == 0)) || hk "$G/m$c" $TW "$S" "$w" | head -1 >"$G/a$r.h"
-		$TW "$S" "$w" | head -1 >"$G/a$r.u"
-		((r % 2 == 1)) || hk "$G/m$c" $TW "$S" "$w" | head -1 >"$G/a$r.h"
-		ratios="$ratios $((r + 1)):$(awk -v h="$(field rate <"$G/a$r.h")" -v u="$(field rate <"$G/a$r.u")" 'BEGIN{printf "%.4f", (u > 0 ? h / u : 0)}')"
+		TWINS=1 run_together "alone cap $c" "$c:0:$w" || return
+		cp "$G/t0.out" "$G/a$r.h"
+		cp "$G/u0.out" "$G/a$r.u"
+		ratios="$ratios $((r + 1)):$(ratio "$G/a$r.h" "$G/a$r.u")"
 	done
 	r=$(($(median_round "$ratios" "$n") - 1))
 	u=$(field rate <"$G/a$r.u")
-	say "$(printf '%-26s %-14s the median of %d rounds (round %d; rate with limits against without:%s; unhooked %s/s)' "alone cap $c" "$w" "$n" "$((r + 1))" "$ratios" "$u")"
-	row "alone cap $c" "$w" "$c" "$(cat "$G/a$r.h")" "$u"
+	say "$(printf '%-26s %-14s the median of %d rounds (round %d; rate with limits against its twin'"'"'s:%s; twin %s/s)' "alone cap $c" "$w" "$n" "$((r + 1))" "$ratios" "$u")"
+	row "alone cap $c" "$w" "$c" "$(head -1 "$G/a$r.h")" "$u"
+}
+# host_bound <workload> <cap>: a not-slowed row (it needs at most cap - 5 % of the GPU)
+# of a program light enough on the GPU (25 % at most) for a twin beside it to leave
+# the GPU as free as it was: its host sets its pace. A heavier one is judged against
+# its solo rate.
+host_bound() {
+	awk -v n="${NEED[$1]}" -v c="$2" 'BEGIN{exit !(n >= 0 && n <= c - 5 && n <= 25)}'
 }
 
+# A host-bound PyTorch program under the hook with pacing off (gpu-cores 100) beside
+# its twin: what the hook's interception alone costs it, against which the not-slowed
+# rows below, pacing and all, can be read.
+part alone && for w in $TNAMES; do
+	! host_bound "$w" 100 || alone_twin 100 "$w"
+done
+
 # Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
-# limit would otherwise lose).
+# limit would otherwise lose). The PyTorch programs held to a cap run one after the
+# other in one process, as in the solo run.
 part alone && for c in 20 50 80; do
-	for w in $CNAMES; do
-		limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
-		row "alone cap $c" $w $c "$(hk "$G/m$c" ${CW[$w]} "$(secs $w)")"
-	done
-	limits "$G/m$c" 130000 $c 0 "/b4/alone$c/torch"
-	[ -n "$TNAMES" ] && hk "$G/m$c" $TW "$S" $TNAMES >"$G/torch.$c"
-	for w in $TNAMES; do
-		if awk -v n="${NEED[$w]}" -v c=$c 'BEGIN{exit !(n >= 0 && n <= c - 5)}'; then
-			alone_paired $c $w
+	held=""
+	for w in $CNAMES $TNAMES; do
+		if host_bound "$w" $c; then
+			alone_twin $c "$w"
+		elif [ -n "${CW[$w]:-}" ]; then
+			limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
+			row "alone cap $c" "$w" $c "$(hk "$G/m$c" $(cmd "$w"))"
 		else
-			row "alone cap $c" $w $c "$(grep "^$w " "$G/torch.$c")"
+			held="$held $w"
 		fi
 	done
+	[ -n "$held" ] || continue
+	limits "$G/m$c" 130000 $c 0 "/b4/alone$c/torch"
+	hk "$G/m$c" $TW "$S" $held >"$G/torch.$c"
+	for w in $held; do row "alone cap $c" "$w" $c "$(grep "^$w " "$G/torch.$c")"; done
 done
 say "B4 matrix: $fails rows failed"

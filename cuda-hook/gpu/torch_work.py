@@ -9,28 +9,71 @@ Workloads, run one after the other in this process:
             Adam, loss.item() every step
 
 For each, prints "<workload> rate=<steps per second>" over <seconds> after a warm-up,
-from a synchronize to a synchronize, and that interval's start and end (t0_us, t1_us:
-microseconds since the epoch, for NVML's utilisation samples).
+from a synchronize to a synchronize, the process's CPU time per step (cpu_us, all its
+threads), and that interval's start and end (t0_us, t1_us: microseconds since the
+epoch, for NVML's utilisation samples).
+
+TESSERA_BENCH_BARRIER=<dir>:<n> lines up the measured intervals of n processes
+started together: after its warm-up each one leaves a file in <dir> and goes on
+stepping, unmeasured, until all n have (60 s at most; "barrier=late" then says the
+interval began without the others), so all of them measure the same seconds of the
+host and the GPU rather than one's start-up beside another's measured steps.
 """
+import os
 import sys
 import time
 
 import torch
 
 
-def run(step, seconds, warm=0.5):
+def barrier(k):
+    """Waits, stepping, for every process of TESSERA_BENCH_BARRIER to reach workload k."""
+    spec = os.environ.get("TESSERA_BENCH_BARRIER")
+    if not spec:
+        return lambda: True
+    d, n = spec.rsplit(":", 1)
+    os.makedirs(d, exist_ok=True)
+    open(os.path.join(d, f"{k}.{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + 60
+    last = 0.0
+
+    def reached():
+        nonlocal last
+        now = time.monotonic()
+        if now > deadline:
+            return None
+        if now - last < 0.001:  # a look every millisecond at most
+            return False
+        last = now
+        return sum(1 for f in os.listdir(d) if f.startswith(f"{k}.")) >= int(n)
+
+    return reached
+
+
+def run(step, seconds, k, warm=0.5):
     t = time.monotonic()
     while time.monotonic() - t < warm:
+        step()
+    reached = barrier(k)
+    while True:
+        r = reached()
+        if r is None:
+            print("barrier=late", file=sys.stderr, flush=True)
+        if r is not False:
+            break
         step()
     torch.cuda.synchronize()
     n = 0
     e0 = int(time.time() * 1e6)
+    c0 = time.process_time()
     t0 = time.monotonic()
     while time.monotonic() - t0 < seconds:
         step()
         n += 1
     torch.cuda.synchronize()
-    return n / (time.monotonic() - t0), e0, int(time.time() * 1e6)
+    t1 = time.monotonic()
+    cpu_us = (time.process_time() - c0) * 1e6 / max(n, 1)
+    return n / (t1 - t0), cpu_us, e0, int(time.time() * 1e6)
 
 
 def matmul(n):
@@ -67,10 +110,10 @@ def mlp():
 
 def main():
     seconds = float(sys.argv[1])
-    for w in sys.argv[2:]:
+    for k, w in enumerate(sys.argv[2:]):
         step = mlp() if w == "mlp" else matmul(int(w[2:]))
-        rate, e0, e1 = run(step, seconds)
-        print(f"{w} rate={rate:.3f} t0_us={e0} t1_us={e1}", flush=True)
+        rate, cpu_us, e0, e1 = run(step, seconds, k)
+        print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}", flush=True)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,13 @@
  * more than four times as many. */
 #define TAKE_EVERY 16
 /* One sample per this much estimated GPU time (a sample costs the host a few
- * microseconds: two event records, a query and an elapsed-time read). */
+ * microseconds: two event records, a query and an elapsed-time read). A diagnostic
+ * build may set another (Makefile, HOOK_CFLAGS). */
+#ifdef TESSERA_SAMPLE_EVERY_NS
+#define SAMPLE_EVERY_NS TESSERA_SAMPLE_EVERY_NS
+#else
 #define SAMPLE_EVERY_NS 200000LL
+#endif
 #define SAMPLE_MAX_GAP 256
 /* No estimate of one launch beyond this (ten periods): a sample that says more is
  * not a kernel's time. */
