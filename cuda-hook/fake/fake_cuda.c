@@ -1350,6 +1350,22 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
 {
 	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, p);
 }
+/* The first driver API's launches: a grid of width w runs w us, as the others. */
+CUresult cuLaunch(CUfunction f)
+{
+	(void)f;
+	return run(1);
+}
+CUresult cuLaunchGrid(CUfunction f, int w, int h)
+{
+	(void)f, (void)h;
+	return w > 0 ? run((unsigned)w) : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuLaunchGridAsync(CUfunction f, int w, int h, CUstream s)
+{
+	(void)s;
+	return cuLaunchGrid(f, w, h);
+}
 /* ---- graphs ------------------------------------------------------------------- */
 
 #define GRAPH_MAGIC 0x47524150u
@@ -1848,6 +1864,9 @@ static const struct {
 	{"cuLaunchKernelEx", (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz},
 	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz},
 	{"cuGraphLaunch", (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz},
+	{"cuLaunch", (void *)cuLaunch, NULL},
+	{"cuLaunchGrid", (void *)cuLaunchGrid, NULL},
+	{"cuLaunchGridAsync", (void *)cuLaunchGridAsync, NULL},
 	{"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, (void *)cuStreamBeginCapture_v2_ptsz},
 	{"cuStreamEndCapture", (void *)cuStreamEndCapture, (void *)cuStreamEndCapture_ptsz},
 	{"cuStreamIsCapturing", (void *)cuStreamIsCapturing, NULL},

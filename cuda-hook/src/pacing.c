@@ -1319,6 +1319,23 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
 	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
+/* The first driver API's launches: cuLaunch and cuLaunchGrid run on the legacy default
+ * stream. */
+CUresult cuLaunch(CUfunction f)
+{
+	LAUNCH_HOOK(cuLaunch, NULL, (f));
+}
+
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
+{
+	LAUNCH_HOOK(cuLaunchGrid, NULL, (f, grid_width, grid_height));
+}
+
+CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s)
+{
+	LAUNCH_HOOK(cuLaunchGridAsync, s, (f, grid_width, grid_height, s));
+}
+
 /* A graph with memory nodes reserves what it allocates before it is launched
  * (graph.c); the others pay one relaxed load for that. */
 #define GRAPH_LAUNCH_HOOK(name, g, s)                                  \

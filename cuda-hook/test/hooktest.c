@@ -97,6 +97,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
 CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				   CUstream, void **);
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuLaunchGrid(CUfunction, int, int);
+CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
 CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
 nvmlReturn_t nvmlInit_v2(void);
@@ -653,6 +655,20 @@ static int procaddr_main(void)
 		CHECK(procaddr(hooked[i][0], 0) == hook, "cuGetProcAddress(%s) is not the hook", hooked[i][0]);
 		CHECK(dlsym(libcuda(), hooked[i][1]) == hook, "dlsym(libcuda, %s) is not the hook", hooked[i][1]);
 	}
+	/* The first driver API's launches: exported by drivers for old binaries; whether
+	 * cuGetProcAddress answers for them is the driver's choice, and where it does it
+	 * must answer with the hook. */
+	static const char *const first_api[] = {"cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync"};
+	for (size_t i = 0; i < sizeof(first_api) / sizeof(first_api[0]); i++) {
+		void *hook = dlsym(RTLD_DEFAULT, first_api[i]);
+		CHECK(hook != NULL && hook != driver_sym(first_api[i]), "%s: the hook does not export it", first_api[i]);
+		CHECK(dlsym(libcuda(), first_api[i]) == hook, "dlsym(libcuda, %s) is not the hook", first_api[i]);
+		gpa_fn gpa = (gpa_fn)dlsym(libcuda(), "cuGetProcAddress_v2");
+		void *p = NULL;
+		CHECK(gpa != NULL, "no cuGetProcAddress_v2");
+		if (gpa(first_api[i], &p, 13000, 0, NULL) == CUDA_SUCCESS)
+			CHECK(p == hook, "cuGetProcAddress(%s) is not the hook", first_api[i]);
+	}
 	for (size_t i = 0; i < sizeof(ptsz) / sizeof(ptsz[0]); i++)
 		CHECK(procaddr(ptsz[i][0], CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) == dlsym(RTLD_DEFAULT, ptsz[i][1]),
 		      "cuGetProcAddress(%s, per-thread stream) is not the hook's %s", ptsz[i][0], ptsz[i][1]);
@@ -1083,6 +1099,10 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchCooperativeKernel(NULL, 200, 1, 1, 1, 1, 1, 0, NULL, NULL);
 		else if (strcmp(path, "graph") == 0)
 			rc = cuGraphLaunch((CUgraphExec)(uintptr_t)200, NULL);
+		else if (strcmp(path, "grid") == 0) /* the first driver API's launches */
+			rc = cuLaunchGrid(NULL, 200, 1);
+		else if (strcmp(path, "grid-async") == 0)
+			rc = cuLaunchGridAsync(NULL, 200, 1, NULL);
 		else if (strcmp(path, "small") == 0) /* 10 us kernels */
 			rc = cuLaunchKernel(NULL, 10, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "long") == 0) /* 20 ms kernels: one period each */

@@ -280,7 +280,7 @@ refused_with "inside a Tessera container" $ENV_LIMITS                # agent res
 echo "== $variant: compute pacing"
 reset
 limits 0 "$U1 81920 30 0"
-for p in kernel kernel-ptsz ex coop graph; do
+for p in kernel kernel-ptsz ex coop graph grid grid-async; do
 	t pace $p 30 0.6
 done
 t pace long 30 1.2                     # kernels longer than the allowance: owed, not free
