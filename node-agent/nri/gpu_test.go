@@ -115,6 +115,7 @@ func setupRealNode(t *testing.T) *realNode {
 		LimitsRoot: filepath.Join(n.dir, "limits"), HookLibrary: n.hook, PreloadFile: filepath.Join(n.dir, "state", "ld.so.preload"),
 		Pods: n.pods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return n.inv, nil },
+		TurnsDir:  filepath.Join(n.dir, "turns"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +307,8 @@ func field(t *testing.T, out, key string) string {
 
 // A container bound to GPU 0 sees and opens only GPU 0: nvidia-smi and PyTorch (with
 // the hook) show one GPU, a node made for GPU 1 cannot be opened (the device cgroup
-// says EPERM) while one made for GPU 0 can, and the limits are read-only.
+// says EPERM) while one made for GPU 0 can, the limits are read-only, and GPU 0's turn
+// file, alone, is there to write.
 func TestRealContainerBoundToOneGPU(t *testing.T) {
 	n := setupRealNode(t)
 	script := fmt.Sprintf(`
@@ -329,8 +331,10 @@ for n in ("nvidia0", "nvidia1"):
 if (echo x >> /run/tessera/limits) 2>/tmp/w; then echo "limits-write ok"; else echo "limits-write $(cat /tmp/w)"; fi
 echo "limits-mount $(grep " /run/tessera " /proc/self/mountinfo)"
 echo "preload $(cat /etc/ld.so.preload)"
+echo "turns $(cd /run/tessera-turns && for f in *; do echo "$f:$(stat -c %%s "$f")"; done)"
+if (printf x | dd of=/run/tessera-turns/%[2]s bs=1 seek=4095 conv=notrunc) 2>/tmp/w; then echo "turn-write ok"; else echo "turn-write $(cat /tmp/w)"; fi
 echo "== limits"; cat /run/tessera/limits
-`, n.major)
+`, n.major, n.uuids[0])
 	out, _ := n.run(t, "one", []api.DeviceGrant{{UUID: n.uuids[0], Index: 0, MemoryMiB: 16384, Cores: 50}}, script)
 
 	var listed []string
@@ -362,6 +366,14 @@ echo "== limits"; cat /run/tessera/limits
 	}
 	if got := field(t, out, "preload"); got != n.hook {
 		t.Errorf("ld.so.preload: %q", got)
+	}
+	// The GPU's turn file, and only that GPU's: shared read-write with the GPU's other
+	// paced containers (docs/cuda-hook.md, "GPU turns").
+	if got, want := field(t, out, "turns"), n.uuids[0]+":4096"; got != want {
+		t.Errorf("the turns directory holds %q, want %q", got, want)
+	}
+	if got := field(t, out, "turn-write"); got != "ok" {
+		t.Errorf("writing the GPU's turn file: %q", got)
 	}
 }
 
