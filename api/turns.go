@@ -7,14 +7,15 @@ import "fmt"
 // one after another instead of being cut into time slices by the driver
 // (docs/cuda-hook.md, "GPU turns", which owns the file's layout). The node agent only
 // provides the files: it creates them in one host directory, named by the GPU's UUID,
-// and bind-mounts that directory read-write at ContainerTurnsDir into every container
-// that the hook paces on a time-sliced GPU. To the agent a turn file is opaque: it has
+// and bind-mounts each file on its own, read-write, at ContainerTurnsDir/<name> into
+// every container that the hook paces on that GPU (never the directory, so that a
+// tenant can neither remove nor replace a file). To the agent a turn file is opaque: it has
 // TurnFileBytes bytes, and all zeroes is a valid empty state, so a new file needs no
 // content. A tenant that damages a file can only make its neighbours on that GPU fall
 // back to plain time-slicing: the hook bounds every wait on it.
 
-// ContainerTurnsDir is where the node agent mounts the GPU turns directory, read-write,
-// inside the container. It is not under ContainerLimitsDir, which is a read-only mount
+// ContainerTurnsDir is the directory inside the container where the node agent mounts
+// the GPU turn files, each read-write. It is not under ContainerLimitsDir, which is a read-only mount
 // of another directory.
 const ContainerTurnsDir = "/run/tessera-turns"
 

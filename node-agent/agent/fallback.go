@@ -154,7 +154,7 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 }
 
 // fallbackMounts adds the hook, its preload file, the socket's directory and the GPU
-// turns directory.
+// turn files.
 func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 	r.Mounts = append(r.Mounts,
 		// The socket's directory, read-only where the limits file would otherwise be:
@@ -164,14 +164,25 @@ func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
 	)
 	if dir := a.cfg.TurnsDir; dir != "" {
-		// Whether the container will be paced is not known before its first CUDA call,
-		// so every GPU container gets the directory; the binding at that call creates
-		// the turn files of the GPUs it paces the container on, before the hook reads
-		// its limits.
-		if err := binding.EnsureTurnsDir(dir); err != nil {
+		// Whether the container will be paced, and on which GPUs, is not known before
+		// its first CUDA call, so every GPU container gets the turn file of every GPU
+		// and MIG instance of the node, each file mounted on its own (binding,
+		// turns.go): the hook uses those of the GPUs it paces the container on.
+		devs, err := a.source.Devices()
+		if err != nil {
+			return fmt.Errorf("listing the node's GPUs: %w", err)
+		}
+		var uuids []string
+		for _, d := range devs {
+			uuids = append(uuids, d.UUID)
+		}
+		mounts, err := binding.TurnFileMounts(dir, uuids)
+		if err != nil {
 			return err
 		}
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: api.ContainerTurnsDir, HostPath: dir})
+		for _, m := range mounts {
+			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.Destination, HostPath: m.Source})
+		}
 	}
 	return nil
 }

@@ -119,19 +119,22 @@ func TestFallbackAgent(t *testing.T) {
 	if strings.Join(got, ",") != "/dev/nvidia0,/dev/nvidia1,/dev/nvidia2,/dev/nvidia3,/dev/nvidiactl,/dev/nvidia-uvm" {
 		t.Errorf("devices %v", got)
 	}
-	wantMounts := fmt.Sprint([]*pluginapi.Mount{
+	want := []*pluginapi.Mount{
 		{ContainerPath: api.ContainerLimitsDir, HostPath: filepath.Dir(socket), ReadOnly: true},
 		{ContainerPath: hook, HostPath: hook, ReadOnly: true},
 		{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(dir, "state", "ld.so.preload"), ReadOnly: true},
-		{ContainerPath: api.ContainerTurnsDir, HostPath: filepath.Join(dir, "turns")},
-	})
-	if fmt.Sprint(resp.Mounts) != wantMounts {
-		t.Errorf("mounts %v\nwant %v", resp.Mounts, wantMounts)
 	}
-	// The turns directory is there for the mount; its files come with the limits.
+	// Every GPU's turn file, each on its own and read-write: which the container is
+	// paced on is known only at its first CUDA call.
+	for _, d := range devs {
+		want = append(want, &pluginapi.Mount{ContainerPath: api.ContainerTurnsDir + "/" + d.UUID, HostPath: filepath.Join(dir, "turns", d.UUID)})
+	}
+	if fmt.Sprint(resp.Mounts) != fmt.Sprint(want) {
+		t.Errorf("mounts %v\nwant %v", resp.Mounts, want)
+	}
 	turn := filepath.Join(dir, "turns", devs[2].UUID)
-	if entries, err := os.ReadDir(filepath.Dir(turn)); err != nil || len(entries) != 0 {
-		t.Errorf("turns directory after Allocate: %v %v, want it empty", entries, err)
+	if entries, err := os.ReadDir(filepath.Dir(turn)); err != nil || len(entries) != len(devs) {
+		t.Errorf("turns directory after Allocate: %v %v, want a file per GPU", entries, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -343,7 +343,8 @@ func TestFallbackAllocateCDI(t *testing.T) {
 			t.Errorf("%s missing from %v", d.UUID, names)
 		}
 	}
-	if len(resp.Mounts) != 4 || resp.Mounts[1].HostPath != hook || resp.Mounts[3].ContainerPath != api.ContainerTurnsDir {
+	// The limits directory, the hook, the preload file, and every GPU's turn file.
+	if len(resp.Mounts) != 3+len(devs) || resp.Mounts[1].HostPath != hook || resp.Mounts[3].ContainerPath != api.ContainerTurnsDir+"/"+devs[0].UUID {
 		t.Errorf("mounts %v", resp.Mounts)
 	}
 }

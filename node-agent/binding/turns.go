@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -15,14 +17,16 @@ import (
 // The CUDA hooks of the containers paced on one time-sliced GPU take turns on it
 // through that GPU's turn file (api.TurnFileName; its layout is the hook's,
 // docs/cuda-hook.md, "GPU turns"). The binder creates the file when it binds a
-// container paced on the GPU and mounts the directory of all turn files read-write at
-// api.ContainerTurnsDir. A file is never removed or replaced: the containers running
-// on its GPU have it mapped and must keep sharing one inode, so a file of another size
-// is resized in place and a new file appears only where none was.
+// container paced on the GPU and bind-mounts it, read-write, at
+// api.ContainerTurnsDir/<name>: each file on its own, never the directory, so that a
+// tenant (even root in its container) can neither remove nor replace a turn file
+// (a mount point cannot be unlinked) nor reach the files of GPUs it is not on. A file
+// is never removed or replaced: the containers running on its GPU have it mapped and
+// must keep sharing one inode, so a file of another size is resized in place and a
+// new file appears only where none was.
 
 // turnsDirMode and turnFileMode are set explicitly, whatever the agent's umask:
-// containers run as any user and must be able to map the files read-write, but
-// (unless they are root) not add files beside them.
+// containers run as any user and must be able to map the files read-write.
 const (
 	turnsDirMode = 0o755
 	turnFileMode = 0o666
@@ -51,17 +55,39 @@ func EnsureTurnsDir(dir string) error {
 	return nil
 }
 
-// ensureTurnFile makes sure the turn file of the GPU uuid exists in dir: a regular
-// file of api.TurnFileBytes bytes with mode 0666. A new file is all zeroes, which the
-// hook reads as no turns taken. Anything else in its place (the directory is writable
-// by a tenant running as root) is removed, without following it, and a new file made:
-// the containers that had the removed file mapped keep coordinating among themselves,
-// and with the new ones only through their own pacing.
-func ensureTurnFile(dir, uuid string) error {
-	name, err := api.TurnFileName(uuid)
-	if err != nil {
-		return err
+// TurnFileMounts makes sure the turns directory dir and the turn file of each GPU in
+// uuids exist, and returns the read-write bind mount of each file at
+// api.ContainerTurnsDir/<name>, in the order of uuids, once per file.
+func TurnFileMounts(dir string, uuids []string) ([]Mount, error) {
+	if err := EnsureTurnsDir(dir); err != nil {
+		return nil, err
 	}
+	var mounts []Mount
+	for _, uuid := range uuids {
+		name, err := api.TurnFileName(uuid)
+		if err != nil {
+			return nil, err
+		}
+		dst := path.Join(api.ContainerTurnsDir, name)
+		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Destination == dst }) {
+			continue
+		}
+		if err := ensureTurnFile(dir, name); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, Mount{Source: filepath.Join(dir, name), Destination: dst})
+	}
+	return mounts, nil
+}
+
+// ensureTurnFile makes sure the turn file name exists in dir: a regular file of
+// api.TurnFileBytes bytes with mode 0666. A new file is all zeroes, which the hook
+// reads as no turns taken. Anything else in its place (something on the host, or a
+// container that had the whole directory mounted before the files were mounted one
+// by one) is removed, without following it, and a new file made: the containers that
+// had the removed file mapped keep coordinating among themselves, and with the new
+// ones only through their own pacing.
+func ensureTurnFile(dir, name string) error {
 	return ensureTurnPath(filepath.Join(dir, name), true)
 }
 
@@ -112,10 +138,10 @@ func ensureTurnPath(p string, replace bool) error {
 }
 
 // turnMounts makes sure the turn file of every GPU the hook paces the container on
-// exists, and returns the read-write mount of their directory; nothing when the node
-// agent provides no turns, the container is an MPS client (MPS divides the SMs, the
-// hook paces nothing) or it is paced on no GPU (cores 0: not paced; 100: the whole
-// GPU's time).
+// exists, and returns the read-write mount of each; nothing when the node agent
+// provides no turns, the container is an MPS client (MPS divides the SMs, the hook
+// paces nothing) or it is paced on no GPU (cores 0: not paced; 100: the whole GPU's
+// time).
 func (b *Binder) turnMounts(limits *api.ContainerLimits) ([]Mount, error) {
 	if b.cfg.TurnsDir == "" || limits.MPS != nil {
 		return nil, nil
@@ -129,15 +155,7 @@ func (b *Binder) turnMounts(limits *api.ContainerLimits) ([]Mount, error) {
 	if len(paced) == 0 {
 		return nil, nil
 	}
-	if err := EnsureTurnsDir(b.cfg.TurnsDir); err != nil {
-		return nil, err
-	}
-	for _, uuid := range paced {
-		if err := ensureTurnFile(b.cfg.TurnsDir, uuid); err != nil {
-			return nil, err
-		}
-	}
-	return []Mount{{Source: b.cfg.TurnsDir, Destination: api.ContainerTurnsDir}}, nil
+	return TurnFileMounts(b.cfg.TurnsDir, paced)
 }
 
 // fileKind names what a file that should be a regular file or directory is instead.

@@ -42,10 +42,10 @@ func turnFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// A container the hook paces on time-sliced GPUs gets the turns directory, read-write,
-// with a 4096-byte, mode 0666 file per paced GPU, whatever the agent's umask; a
-// container paced on no GPU, an MPS client, and a binder without a turns directory get
-// neither.
+// A container the hook paces on time-sliced GPUs gets a 4096-byte, mode 0666 turn file
+// per paced GPU, whatever the agent's umask, each bind-mounted read-write on its own
+// under the container's turns directory (never the directory itself); a container
+// paced on no GPU, an MPS client, and a binder without a turns directory get neither.
 func TestBindTurns(t *testing.T) {
 	old := syscall.Umask(0o077)
 	t.Cleanup(func() { syscall.Umask(old) })
@@ -88,18 +88,28 @@ func TestBindTurns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			i := slices.IndexFunc(e.Mounts, func(m Mount) bool { return m.Destination == api.ContainerTurnsDir })
+			var got []Mount
+			for _, m := range e.Mounts {
+				if strings.HasPrefix(m.Destination, api.ContainerTurnsDir) {
+					got = append(got, m)
+				}
+			}
 			if len(tc.want) == 0 {
-				if i >= 0 {
-					t.Errorf("mounts %v: the turns directory is mounted", e.Mounts)
+				if len(got) > 0 {
+					t.Errorf("mounts %v: turn files are mounted", got)
 				}
 				if got := turnFiles(t, turns); got != nil {
 					t.Errorf("turns directory holds %v", got)
 				}
 				return
 			}
-			if i < 0 || e.Mounts[i] != (Mount{Source: turns, Destination: api.ContainerTurnsDir}) {
-				t.Fatalf("mounts %v, want %s read-write at %s", e.Mounts, turns, api.ContainerTurnsDir)
+			var want []Mount
+			for _, name := range tc.want {
+				want = append(want, Mount{Source: filepath.Join(turns, name), Destination: api.ContainerTurnsDir + "/" + name})
+			}
+			slices.SortFunc(got, func(a, b Mount) int { return strings.Compare(a.Destination, b.Destination) })
+			if !slices.Equal(got, want) {
+				t.Fatalf("turn mounts %v, want %v (read-write, each file on its own)", got, want)
 			}
 			if fi, err := os.Lstat(turns); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
 				t.Errorf("turns directory: %v %v, want a directory of mode 0755", fi.Mode(), err)
@@ -189,8 +199,8 @@ func TestTurnFileKeptInPlace(t *testing.T) {
 	check("second container")
 }
 
-// Anything but a regular file at a turn file's path (a tenant that is root in its
-// container can put one there) is removed without being followed, and a turn file
+// Anything but a regular file at a turn file's path (left on the host, or put there by
+// a tenant when containers had the whole directory mounted) is removed without being followed, and a turn file
 // made in its place: the binding goes on. Anything but a directory at the turns
 // directory's path refuses the binding with the path and what to do, and is left as
 // it is.
@@ -304,9 +314,9 @@ func TestTurnFileReplacedOnce(t *testing.T) {
 func TestTurnFileBadUUID(t *testing.T) {
 	dir := t.TempDir()
 	for _, uuid := range []string{"../GPU-0", "GPU-0/x", "..", ""} {
-		err := ensureTurnFile(dir, uuid)
+		m, err := TurnFileMounts(dir, []string{uuid})
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("uuid %q", uuid)) {
-			t.Errorf("ensureTurnFile(%q): %v, want an error naming the uuid", uuid, err)
+			t.Errorf("TurnFileMounts(%q): %v %v, want an error naming the uuid", uuid, m, err)
 		}
 	}
 	if got := turnFiles(t, dir); got != nil {
@@ -314,5 +324,24 @@ func TestTurnFileBadUUID(t *testing.T) {
 	}
 	if got := turnFiles(t, filepath.Dir(dir)); slices.Contains(got, "GPU-0") {
 		t.Error("a file was made outside the turns directory")
+	}
+}
+
+// Every GPU's file is mounted once, in the order asked, however often a GPU is named.
+func TestTurnFileMountsOncePerFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "turns")
+	m, err := TurnFileMounts(dir, []string{"GPU-1", "GPU-0", "GPU-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Mount{
+		{Source: filepath.Join(dir, "GPU-1"), Destination: api.ContainerTurnsDir + "/GPU-1"},
+		{Source: filepath.Join(dir, "GPU-0"), Destination: api.ContainerTurnsDir + "/GPU-0"},
+	}
+	if !slices.Equal(m, want) {
+		t.Errorf("mounts %v, want %v", m, want)
+	}
+	if got := turnFiles(t, dir); !slices.Equal(got, []string{"GPU-0", "GPU-1"}) {
+		t.Errorf("turn files %v", got)
 	}
 }

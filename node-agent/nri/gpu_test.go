@@ -308,7 +308,7 @@ func field(t *testing.T, out, key string) string {
 // A container bound to GPU 0 sees and opens only GPU 0: nvidia-smi and PyTorch (with
 // the hook) show one GPU, a node made for GPU 1 cannot be opened (the device cgroup
 // says EPERM) while one made for GPU 0 can, the limits are read-only, and GPU 0's turn
-// file, alone, is there to write.
+// file, alone, is there to write but not to remove.
 func TestRealContainerBoundToOneGPU(t *testing.T) {
 	n := setupRealNode(t)
 	script := fmt.Sprintf(`
@@ -333,6 +333,7 @@ echo "limits-mount $(grep " /run/tessera " /proc/self/mountinfo)"
 echo "preload $(cat /etc/ld.so.preload)"
 echo "turns $(cd /run/tessera-turns && for f in *; do echo "$f:$(stat -c %%s "$f")"; done)"
 if (printf x | dd of=/run/tessera-turns/%[2]s bs=1 seek=4095 conv=notrunc) 2>/tmp/w; then echo "turn-write ok"; else echo "turn-write $(cat /tmp/w)"; fi
+if rm /run/tessera-turns/%[2]s 2>/tmp/w; then echo "turn-unlink removed"; else echo "turn-unlink $(cat /tmp/w)"; fi
 echo "== limits"; cat /run/tessera/limits
 `, n.major, n.uuids[0])
 	out, _ := n.run(t, "one", []api.DeviceGrant{{UUID: n.uuids[0], Index: 0, MemoryMiB: 16384, Cores: 50}}, script)
@@ -374,6 +375,9 @@ echo "== limits"; cat /run/tessera/limits
 	}
 	if got := field(t, out, "turn-write"); got != "ok" {
 		t.Errorf("writing the GPU's turn file: %q", got)
+	}
+	if got := field(t, out, "turn-unlink"); !strings.Contains(got, "Device or resource busy") {
+		t.Errorf("removing the GPU's turn file: %q, want EBUSY (the file is a mount of its own)", got)
 	}
 }
 

@@ -197,10 +197,10 @@ func TestPluginOverNRISocket(t *testing.T) {
 	if len(mounts) != 2 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
 		t.Fatalf("mounts %+v", mounts)
 	}
-	// Paced at 40 %: the GPU turns directory, read-write, holding GPU-1's turn file.
+	// Paced at 40 %: GPU-1's turn file, on its own, read-write.
 	turns := filepath.Join(dir, "state", "turns")
-	if m := mounts[1]; m.Destination != api.ContainerTurnsDir || m.Source != turns || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
-		t.Errorf("turns mount %+v, want %s read-write at %s", m, turns, api.ContainerTurnsDir)
+	if m := mounts[1]; m.Destination != api.ContainerTurnsDir+"/GPU-1" || m.Source != filepath.Join(turns, "GPU-1") || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
+		t.Errorf("turns mount %+v, want %s/GPU-1 read-write at %s/GPU-1", m, turns, api.ContainerTurnsDir)
 	}
 	if fi, err := os.Stat(filepath.Join(turns, "GPU-1")); err != nil || fi.Size() != api.TurnFileBytes {
 		t.Errorf("GPU-1's turn file: %v %v", fi, err)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -50,7 +52,7 @@ func testCoresShares(n *node) {
 	shares := map[int]*v1.Pod{}
 	for _, c := range []int{30, 70} {
 		shares[c] = n.create(ctx, spec(fmt.Sprintf("cores-%d", c), c, "-compute", strconv.Itoa(computeMS),
-			"-start-at", strconv.FormatInt(at.UnixMilli(), 10)))
+			"-start-at", strconv.FormatInt(at.UnixMilli(), 10), "-turns"))
 	}
 	limits := map[int]api.GPULimit{}
 	for _, c := range []int{30, 70} {
@@ -73,6 +75,7 @@ func testCoresShares(n *node) {
 		r, late := n.rate(p)
 		got[c] = 100 * r / soloRate
 		n.checkStartedTogether(p, late)
+		n.checkTurnFiles(p, uuid)
 		for _, l := range n.podLogLines(p, "probe", "pacing summary charged") {
 			n.t.Logf("pod %s: %s", p.Name, l)
 		}
@@ -100,6 +103,32 @@ func (n *node) checkStartedTogether(p *v1.Pod, late int64) {
 		n.t.Error(msg)
 	} else {
 		n.t.Log(msg)
+	}
+}
+
+// checkTurnFiles checks what the probe of a pod paced on the GPU uuid saw of the GPU
+// turn files: that GPU's file, of 4096 bytes, among them (with NRI the only one; the
+// fallback binding, which does not know the pod at Allocate, gives every GPU's), and
+// a file the tenant, root in its container, cannot unlink: each is a mount of its own.
+func (n *node) checkTurnFiles(p *v1.Pod, uuid string) {
+	n.t.Helper()
+	l, ok := find(n.probeLines(p), "turns")
+	if !ok {
+		n.t.Errorf("pod %s: no turns line from the probe", p.Name)
+		return
+	}
+	files := strings.Split(l.fields["files"], ",")
+	want := uuid + ":" + strconv.Itoa(api.TurnFileBytes)
+	if !slices.Contains(files, want) || (n.mode == "nri" && len(files) != 1) {
+		n.t.Errorf("pod %s: turn files %v, want %s (alone, with NRI)", p.Name, files, want)
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, ":"+strconv.Itoa(api.TurnFileBytes)) {
+			n.t.Errorf("pod %s: turn file %s, want %d bytes", p.Name, f, api.TurnFileBytes)
+		}
+	}
+	if l.fields["unlink"] != "EBUSY" {
+		n.t.Errorf("pod %s: unlinking a turn file in the container gave %s, want EBUSY (a mount point)", p.Name, l.fields["unlink"])
 	}
 }
 

@@ -20,6 +20,10 @@
  *                            ("opened", or the errno's name: EPERM where the
  *                            container's device cgroup denies it, ENXIO where the
  *                            node has no driver behind it, as on the fake driver)
+ *   turns       files unlink with -turns, before CUDA: the GPU turn files the container
+ *                            has (name:size, comma-separated, "-" when none) and
+ *                            what unlinking the first gave ("removed", or the errno's
+ *                            name: EBUSY where the file is a mount point of its own)
  *   driver      path         the file libcuda.so.1 was loaded from
  *   first-cuda  unix_ns      cuInit, a context and a 1 MiB cuMemAlloc succeeded
  *   devices     count        cuDeviceGetCount: the GPUs CUDA shows the process
@@ -50,7 +54,7 @@
  *   error       call err     a call failed; the program exits 1
  *
  *   tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps]
- *                 [-try-gpus m,m,...]
+ *                 [-try-gpus m,m,...] [-turns]
  *   tessera-probe -sleep ms      sleep, then exit 0 without touching CUDA (an init container)
  */
 #define _GNU_SOURCE
@@ -182,6 +186,7 @@ static const char *errno_name(int e)
 	case ENODEV: return "ENODEV";
 	case ENOENT: return "ENOENT";
 	case EROFS: return "EROFS";
+	case EBUSY: return "EBUSY";
 	default: return "other";
 	}
 }
@@ -214,6 +219,28 @@ static void try_gpus(const char *list)
 	free(copy);
 }
 
+/* turns: the GPU turn files under /run/tessera-turns, and whether the first can be
+ * unlinked (a tenant that is root in its container tries): the node agent mounts each
+ * file on its own, so that it cannot. */
+static void turns(void)
+{
+	glob_t g;
+	char files[2048] = "-";
+	const char *unlinked = "-";
+	if (glob("/run/tessera-turns/*", 0, NULL, &g) == 0) {
+		size_t off = 0;
+		for (size_t i = 0; i < g.gl_pathc && off < sizeof(files); i++) {
+			struct stat st;
+			long long size = stat(g.gl_pathv[i], &st) == 0 ? (long long)st.st_size : -1;
+			off += (size_t)snprintf(files + off, sizeof(files) - off, "%s%s:%lld", i ? "," : "",
+						strrchr(g.gl_pathv[i], '/') + 1, size);
+		}
+		unlinked = unlink(g.gl_pathv[0]) == 0 ? "removed" : errno_name(errno);
+		globfree(&g);
+	}
+	printf("tessera-probe turns files=%s unlink=%s\n", files, unlinked);
+}
+
 #define CALL(name, expr)                                                     \
 	do {                                                                 \
 		CUresult r_ = (expr);                                        \
@@ -225,7 +252,7 @@ static void try_gpus(const char *list)
 
 int main(int argc, char **argv)
 {
-	int fill = 0, hold = 0, mps = 0;
+	int fill = 0, hold = 0, mps = 0, show_turns = 0;
 	long chunk_mib = 256, interval_ms = 500, compute_ms = 0;
 	long long start_at_ms = 0, sleep_ms = 0;
 	const char *try_list = NULL;
@@ -264,8 +291,10 @@ int main(int argc, char **argv)
 			mps = 1;
 		else if (strcmp(argv[i], "-try-gpus") == 0 && i + 1 < argc)
 			try_list = argv[++i];
+		else if (strcmp(argv[i], "-turns") == 0)
+			show_turns = 1;
 		else {
-			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps] [-try-gpus m,m,...] [-sleep ms]\n");
+			fprintf(stderr, "usage: tessera-probe [-fill] [-chunk MiB] [-hold] [-interval ms] [-compute ms] [-start-at unix_ms] [-mps] [-try-gpus m,m,...] [-turns] [-sleep ms]\n");
 			return 2;
 		}
 	}
@@ -280,6 +309,8 @@ int main(int argc, char **argv)
 	}
 	if (try_list != NULL)
 		try_gpus(try_list);
+	if (show_turns)
+		turns();
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
 	if (lib == NULL) {
 		printf("tessera-probe error call=dlopen err=-1 msg=\"%s\"\n", dlerror());
