@@ -96,6 +96,25 @@ for c in 25 50; do
 	limits "$G/c$c" 130000 $c 0
 	share_ok "one tenant at $c%" "$(hooked "$G/c$c" "$G/pace" rate kernel 4 | rate)" $c
 done
+# The first driver API's launches (cuLaunchGridAsync) are paced like the others: their
+# share at 25 % of the same program's unhooked rate.
+if nvcc -cubin -arch=sm_90 -o "$G/work.cubin" "$HERE/gpu/work.cu" &&
+	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/legacy_launch.c" -o "$G/legacy_launch" -L"$LIBCUDA_DIR" -l:libcuda.so.1; then
+	lbase=$("$G/legacy_launch" "$G/work.cubin" grid 40000 3 2>&1 | tail -1)
+	if [[ $lbase == *rate=* ]]; then
+		lbase=$(rate <<<"$lbase")
+		say "info unhooked cuLaunchGridAsync rate: $lbase kernels/s (cuLaunchKernel: $("$G/legacy_launch" "$G/work.cubin" kernel 40000 3 | rate))"
+		kbase=$base base=$lbase
+		share_ok "cuLaunchGridAsync at 25%" "$(hooked "$G/c25" "$G/legacy_launch" "$G/work.cubin" grid 40000 3 | rate)" 25
+		base=$kbase
+	else
+		say "FAIL cuLaunchGridAsync unhooked: $lbase"
+		fails=$((fails + 1))
+	fi
+else
+	say "FAIL building gpu/legacy_launch.c or work.cubin"
+	fails=$((fails + 1))
+fi
 limits "$G/a30" 130000 30 0 /gpu-test/a
 limits "$G/b70" 130000 70 30 /gpu-test/b
 # With the hook's debug log (every burst's GPU time, charge and lag, and what pacing
