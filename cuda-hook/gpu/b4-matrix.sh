@@ -230,7 +230,8 @@ report_together() {
 # a tenant's one more neighbour, is what the tenant's share must leave room for
 # anyway. B4_ROUNDS rounds (5); the row is from the round whose ratio is the median.
 #
-# paired <label> <spec>...: tenants that need less than their caps, each beside its twin.
+# paired <label> <spec>...: tenants that need less than their caps (one alone, or
+# several together), each beside its twin.
 paired() {
 	local label=$1 r i n=${B4_ROUNDS:-5} ratios
 	shift
@@ -324,21 +325,6 @@ if part wc; then
 	together "pair 30wc/70" 30:0:mm8192:wc 70:30:mm8192
 fi
 
-# alone_twin <cap> <workload>: the not-slowed row of a host-bound program alone under
-# its limits, beside its twin (see paired), in B4_ROUNDS rounds (5).
-alone_twin() {
-	local c=$1 w=$2 r n=${B4_ROUNDS:-5} ratios="" u
-	for ((r = 0; r < n; r++)); do
-		TWINS=1 run_together "alone cap $c" "$c:0:$w" || return
-		cp "$G/t0.out" "$G/a$r.h"
-		cp "$G/u0.out" "$G/a$r.u"
-		ratios="$ratios $((r + 1)):$(ratio "$G/a$r.h" "$G/a$r.u")"
-	done
-	r=$(($(median_round "$ratios" "$n") - 1))
-	u=$(field rate <"$G/a$r.u")
-	say "$(printf '%-26s %-14s the median of %d rounds (round %d; rate with limits against its twin'"'"'s:%s; twin %s/s)' "alone cap $c" "$w" "$n" "$((r + 1))" "$ratios" "$u")"
-	row "alone cap $c" "$w" "$c" "$(head -1 "$G/a$r.h")" "$u"
-}
 # host_bound <workload> <cap>: a not-slowed row (it needs at most cap - 5 % of the GPU)
 # of a program light enough on the GPU (25 % at most) for a twin beside it to leave
 # the GPU as free as it was: its host sets its pace. A heavier one is judged against
@@ -351,7 +337,7 @@ host_bound() {
 # its twin: what the hook's interception alone costs it, against which the not-slowed
 # rows below, pacing and all, can be read.
 part alone && for w in $TNAMES; do
-	! host_bound "$w" 100 || alone_twin 100 "$w"
+	! host_bound "$w" 100 || paired "alone cap 100" "100:0:$w"
 done
 
 # Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
@@ -361,7 +347,7 @@ part alone && for c in 20 50 80; do
 	held=""
 	for w in $CNAMES $TNAMES; do
 		if host_bound "$w" $c; then
-			alone_twin $c "$w"
+			paired "alone cap $c" "$c:0:$w"
 		elif [ -n "${CW[$w]:-}" ]; then
 			limits "$G/m$c" 130000 $c 0 "/b4/alone$c/$w"
 			row "alone cap $c" "$w" $c "$(hk "$G/m$c" $(cmd "$w"))"

@@ -17,15 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_check.h"
+
 #define MIB (1024ULL * 1024ULL)
-#define CK(x)                                                                    \
-	do {                                                                     \
-		CUresult r_ = (x);                                               \
-		if (r_ != CUDA_SUCCESS) {                                        \
-			fprintf(stderr, "%s failed: %d\n", #x, r_);              \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
 
 /* The driver's own cuMemGetInfo, past the hook: libc's dlsym on libcuda. */
 static CUresult driver_meminfo(size_t *f, size_t *t)

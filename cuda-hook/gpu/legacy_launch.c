@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "../src/clock.h"
+#include "driver_check.h"
 
 /* Deprecated long ago, and no longer declared by every cuda.h; drivers still run them. */
 CUresult cuFuncSetBlockShape(CUfunction hfunc, int x, int y, int z);
@@ -19,22 +21,6 @@ CUresult cuParamSetSize(CUfunction hfunc, unsigned int numbytes);
 CUresult cuParamSeti(CUfunction hfunc, int offset, unsigned int value);
 CUresult cuParamSetv(CUfunction hfunc, int offset, void *ptr, unsigned int numbytes);
 CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream hStream);
-
-#define CK(x)                                                       \
-	do {                                                        \
-		CUresult r_ = (x);                                  \
-		if (r_ != CUDA_SUCCESS) {                           \
-			fprintf(stderr, "%s failed: %d\n", #x, r_); \
-			exit(1);                                    \
-		}                                                   \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int main(int argc, char **argv)
 {
@@ -72,13 +58,13 @@ int main(int argc, char **argv)
 	CK(LAUNCH());
 	CK(cuStreamSynchronize(s));
 	long kernels = 0;
-	double t0 = now();
-	while (now() - t0 < seconds) {
+	int64_t t0 = tessera_now_ns();
+	while (tessera_now_ns() - t0 < (int64_t)(seconds * 1e9)) {
 		CK(LAUNCH());
 		kernels++;
 	}
 	CK(cuStreamSynchronize(s));
-	double wall = now() - t0;
+	double wall = (double)(tessera_now_ns() - t0) / 1e9;
 	printf("path=%s kernels=%ld seconds=%.3f rate=%.1f\n", argv[2], kernels, wall, (double)kernels / wall);
 	return 0;
 }

@@ -11,6 +11,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/node-agent/cdi"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
 
 func (c *Config) validateCDI() error {
@@ -92,11 +93,7 @@ func (a *Agent) allocate(r *pluginapi.ContainerAllocateResponse) error {
 // fallbackCDIDevices names every whole GPU's CDI device: the fallback binding gives
 // a container all of them (as it gives all device nodes without CDI), and the hook
 // shows it only its assigned ones.
-func (a *Agent) fallbackCDIDevices() ([]string, error) {
-	devs, err := a.source.Devices()
-	if err != nil {
-		return nil, fmt.Errorf("listing the node's GPUs: %w", err)
-	}
+func (a *Agent) fallbackCDIDevices(devs []gpu.Device) ([]string, error) {
 	var uuids []string
 	for _, d := range devs {
 		if d.ParentUUID == "" {

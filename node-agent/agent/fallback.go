@@ -14,6 +14,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
 	"github.com/tessera-dev/tessera/node-agent/bindserver"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
 
 // fallbackReconcile is how often records of containers that are gone are forgotten
@@ -97,21 +98,21 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 	if !a.cfg.BindFallback {
 		return nil
 	}
+	devs, err := a.source.Devices()
+	if err != nil {
+		return fmt.Errorf("listing the node's GPUs: %w", err)
+	}
 	if a.CDI != nil {
 		// The runtime adds the GPUs' device nodes and the driver's files from the
 		// node's CDI spec (kubelet passes the names on through the CRI).
-		names, err := a.fallbackCDIDevices()
+		names, err := a.fallbackCDIDevices(devs)
 		if err != nil {
 			return err
 		}
 		for _, n := range names {
 			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: n})
 		}
-		return a.fallbackMounts(r)
-	}
-	devs, err := a.source.Devices()
-	if err != nil {
-		return fmt.Errorf("listing the node's GPUs: %w", err)
+		return a.fallbackMounts(r, devs)
 	}
 	seen := map[int]bool{}
 	add := func(name string, required bool) error {
@@ -141,7 +142,7 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 			return err
 		}
 	}
-	if err := a.fallbackMounts(r); err != nil {
+	if err := a.fallbackMounts(r, devs); err != nil {
 		return err
 	}
 	if r.Envs == nil {
@@ -153,9 +154,9 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 	return nil
 }
 
-// fallbackMounts adds the hook, its preload file, the socket's directory and the GPU
-// turn files.
-func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
+// fallbackMounts adds the hook, its preload file, the socket's directory and the turn
+// files of devs, the node's GPUs and MIG instances.
+func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse, devs []gpu.Device) error {
 	r.Mounts = append(r.Mounts,
 		// The socket's directory, read-only where the limits file would otherwise be:
 		// the hook finds the socket there and the tenant can add nothing beside it.
@@ -168,10 +169,6 @@ func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse) error {
 		// its first CUDA call, so every GPU container gets the turn file of every GPU
 		// and MIG instance of the node, each file mounted on its own (binding,
 		// turns.go): the hook uses those of the GPUs it paces the container on.
-		devs, err := a.source.Devices()
-		if err != nil {
-			return fmt.Errorf("listing the node's GPUs: %w", err)
-		}
 		var uuids []string
 		for _, d := range devs {
 			uuids = append(uuids, d.UUID)

@@ -72,7 +72,7 @@ func TurnFileMounts(dir string, uuids []string) ([]Mount, error) {
 		if slices.ContainsFunc(mounts, func(m Mount) bool { return m.Destination == dst }) {
 			continue
 		}
-		if err := ensureTurnFile(dir, name); err != nil {
+		if err := ensureTurnPath(filepath.Join(dir, name), true); err != nil {
 			return nil, err
 		}
 		mounts = append(mounts, Mount{Source: filepath.Join(dir, name), Destination: dst})
@@ -80,19 +80,13 @@ func TurnFileMounts(dir string, uuids []string) ([]Mount, error) {
 	return mounts, nil
 }
 
-// ensureTurnFile makes sure the turn file name exists in dir: a regular file of
-// api.TurnFileBytes bytes with mode 0666. A new file is all zeroes, which the hook
-// reads as no turns taken. Anything else in its place (something on the host, or a
-// container that had the whole directory mounted before the files were mounted one
-// by one) is removed, without following it, and a new file made: the containers that
-// had the removed file mapped keep coordinating among themselves, and with the new
-// ones only through their own pacing.
-func ensureTurnFile(dir, name string) error {
-	return ensureTurnPath(filepath.Join(dir, name), true)
-}
-
-// ensureTurnPath is ensureTurnFile for the file's path; replace: whatever else is in
-// its place may be removed (once: what takes its place again is refused).
+// ensureTurnPath makes sure p is a turn file: a regular file of api.TurnFileBytes
+// bytes with mode 0666. A new file is all zeroes, which the hook reads as no turns
+// taken. With replace, anything else in its place (something on the host, or left by
+// a container that had the whole directory mounted before the files were mounted one
+// by one) is removed, without following it, and a new file made, once: what takes
+// its place again is refused. The containers that had a removed file mapped keep
+// coordinating among themselves, and with the new ones only through their own pacing.
 func ensureTurnPath(p string, replace bool) error {
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, turnFileMode)
 	if errors.Is(err, fs.ErrExist) {
