@@ -58,11 +58,13 @@ struct later {
 	struct tessera_turn *t;
 	uint64_t who;
 	int64_t after_ns;
+	int64_t released_ns; /* the clock right before the release (read after the join) */
 };
 static void *release_later(void *arg)
 {
 	struct later *l = arg;
 	sleep_ns(l->after_ns);
+	l->released_ns = tessera_now_ns();
 	tessera_turn_release(l->t, l->who);
 	return NULL;
 }
@@ -122,14 +124,20 @@ int main(void)
 	CHECK(!tessera_turn_others(t, A, tessera_now_ns(), 2000000000LL), "A sees itself as another");
 
 	/* A waiter gets the turn when the holder releases it. */
-	struct later l = {t, A, 20000000LL};
+	struct later l = {t, A, 20000000LL, 0};
 	pthread_t th;
 	pthread_create(&th, NULL, release_later, &l);
-	int64_t waited;
+	int64_t waited, w0 = tessera_now_ns();
 	int rc = tessera_turn_take(t, B, 50000000LL, 100000000LL, &waited);
+	int64_t w1 = tessera_now_ns();
 	pthread_join(th, NULL);
 	CHECK(rc == 2 && atomic_load(&t->owner) == B, "the waiter did not get the released turn: %d", rc);
-	CHECK(waited >= 15000000LL && waited < 90000000LL, "waited %lld ns for a release after 20 ms", (long long)waited);
+	/* Timed from the release itself: on a loaded machine either thread may start late. */
+	CHECK(w1 >= l.released_ns && w1 - l.released_ns < 70000000LL, "took the turn %lld ns after its release",
+	      (long long)(w1 - l.released_ns));
+	CHECK(waited >= l.released_ns - w0 - 2000000LL && waited <= w1 - w0 + 1000000LL,
+	      "said it waited %lld ns, %lld ns from the take's start to the release", (long long)waited,
+	      (long long)(l.released_ns - w0));
 	CHECK(atomic_load(&t->seq) == seq + 1, "the release did not bump the sequence word");
 	CHECK(tessera_turn_wanted(t, A, tessera_now_ns()), "the wait was not seen by the holder");
 	tessera_turn_release(t, B);
