@@ -1188,6 +1188,8 @@ CUresult cuEventDestroy_v2(CUevent e)
 struct fstream {
 	uint32_t magic;
 	unsigned flags;
+	CUcontext ctx; /* the context current when it was made */
+	int queued;    /* launches ran on it (a multi-device launch's entries): it is the queue */
 };
 static int made_stream(CUstream s)
 {
@@ -1205,7 +1207,17 @@ CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	f->magic = STREAM_MAGIC;
 	f->flags = flags;
+	cuCtxGetCurrent(&f->ctx);
 	*s = (CUstream)f;
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
+{
+	if (c == NULL || (s != NULL && !made_stream(s)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s == NULL)
+		return cuCtxGetCurrent(c);
+	*c = ((struct fstream *)s)->ctx;
 	return CUDA_SUCCESS;
 }
 CUresult cuStreamDestroy_v2(CUstream s)
@@ -1227,7 +1239,9 @@ static CUresult event_record(CUevent e, CUstream s)
 	if (atomic_load(&capturing))
 		return CUDA_ERROR_NOT_SUPPORTED; /* the hook must never record into a capture */
 	atomic_fetch_add(&event_calls, 1);
-	int side = made_stream(s);
+	/* A made stream no launch ran on is a side stream (the hook's probes'); one that
+	 * had launches is the process's one queue, as the default stream. */
+	int side = made_stream(s) && !((struct fstream *)s)->queued;
 	if (sg != NULL) {
 		v->recorded = 1;
 		if (side)
@@ -1349,6 +1363,29 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
 					unsigned bz, unsigned shm, CUstream s, void **p)
 {
 	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, p);
+}
+/* One kernel per GPU, each entry on a made stream of its GPU's context (or the
+ * default stream): each runs gridDimX us in its stream's context, one after another
+ * on the one simulated GPU, whose queue that stream is from then on. */
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *l, unsigned n, unsigned flags)
+{
+	(void)flags;
+	if (l == NULL || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUcontext cur;
+	cuCtxGetCurrent(&cur);
+	CUresult rc = CUDA_SUCCESS;
+	for (unsigned i = 0; i < n && rc == CUDA_SUCCESS; i++) {
+		CUcontext c;
+		if ((rc = cuStreamGetCtx(l[i].hStream, &c)) != CUDA_SUCCESS)
+			break;
+		if (l[i].hStream != NULL)
+			((struct fstream *)l[i].hStream)->queued = 1;
+		cuCtxSetCurrent(c);
+		rc = run(l[i].gridDimX);
+		cuCtxSetCurrent(cur);
+	}
+	return rc;
 }
 /* The first driver API's launches: a grid of width w runs w us, as the others. */
 CUresult cuLaunch(CUfunction f)
@@ -1863,6 +1900,7 @@ static const struct {
 	{"cuLaunchKernel", (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
 	{"cuLaunchKernelEx", (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz},
 	{"cuLaunchCooperativeKernel", (void *)cuLaunchCooperativeKernel, (void *)cuLaunchCooperativeKernel_ptsz},
+	{"cuLaunchCooperativeKernelMultiDevice", (void *)cuLaunchCooperativeKernelMultiDevice, NULL},
 	{"cuGraphLaunch", (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz},
 	{"cuLaunch", (void *)cuLaunch, NULL},
 	{"cuLaunchGrid", (void *)cuLaunchGrid, NULL},

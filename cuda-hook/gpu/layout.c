@@ -42,6 +42,8 @@ int main(void)
 	VAL(CU_EXEC_AFFINITY_TYPE_SM_COUNT); VAL(CU_DEVICE_ATTRIBUTE_MPS_ENABLED); VAL(CUDA_ERROR_MPS_CONNECTION_FAILED);
 	SZ(CUlaunchConfig); OFF(CUlaunchConfig, sharedMemBytes); OFF(CUlaunchConfig, hStream); OFF(CUlaunchConfig, attrs);
 	OFF(CUlaunchConfig, numAttrs);
+	SZ(CUDA_LAUNCH_PARAMS); OFF(CUDA_LAUNCH_PARAMS, gridDimX); OFF(CUDA_LAUNCH_PARAMS, sharedMemBytes);
+	OFF(CUDA_LAUNCH_PARAMS, hStream); OFF(CUDA_LAUNCH_PARAMS, kernelParams);
 	SZ(CUmemPoolProps); OFF(CUmemPoolProps, location); OFF(CUmemPoolProps, win32SecurityAttributes);
 	OFF(CUmemPoolProps, maxSize); OFF(CUmemPoolProps, usage);
 	SZ(CUDA_MEM_ALLOC_NODE_PARAMS); OFF(CUDA_MEM_ALLOC_NODE_PARAMS, accessDescs);

@@ -96,21 +96,27 @@ for c in 25 50; do
 	limits "$G/c$c" 130000 $c 0
 	share_ok "one tenant at $c%" "$(hooked "$G/c$c" "$G/pace" rate kernel 4 | rate)" $c
 done
-# The first driver API's launches (cuLaunchGridAsync) are paced like the others: their
-# share at 25 % of the same program's unhooked rate.
+# Deprecated launches, the first driver API's (cuLaunchGridAsync) and the multi-device
+# one (cuLaunchCooperativeKernelMultiDevice), are paced like the others: their share
+# at 25 % of the same program's unhooked rate.
 if nvcc -cubin -arch=sm_90 -o "$G/work.cubin" "$HERE/gpu/work.cu" &&
-	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/legacy_launch.c" -o "$G/legacy_launch" -L"$LIBCUDA_DIR" -l:libcuda.so.1; then
-	lbase=$("$G/legacy_launch" "$G/work.cubin" grid 40000 3 2>&1 | tail -1)
-	if [[ $lbase == *rate=* ]]; then
-		lbase=$(rate <<<"$lbase")
-		say "info unhooked cuLaunchGridAsync rate: $lbase kernels/s (cuLaunchKernel: $("$G/legacy_launch" "$G/work.cubin" kernel 40000 3 | rate))"
-		kbase=$base base=$lbase
-		share_ok "cuLaunchGridAsync at 25%" "$(hooked "$G/c25" "$G/legacy_launch" "$G/work.cubin" grid 40000 3 | rate)" 25
-		base=$kbase
-	else
-		say "FAIL cuLaunchGridAsync unhooked: $lbase"
-		fails=$((fails + 1))
-	fi
+	gcc -O2 -Wno-deprecated-declarations -I"$CUDA_INC" "$HERE/gpu/legacy_launch.c" -o "$G/legacy_launch" -L"$LIBCUDA_DIR" -l:libcuda.so.1; then
+	say "info unhooked cuLaunchKernel rate: $("$G/legacy_launch" "$G/work.cubin" kernel 40000 3 | rate) kernels/s"
+	kbase=$base
+	for p in grid:cuLaunchGridAsync multi:cuLaunchCooperativeKernelMultiDevice; do
+		lbase=$("$G/legacy_launch" "$G/work.cubin" "${p%%:*}" 40000 3 2>&1 | tail -1)
+		if [[ $lbase == unsupported* ]]; then
+			say "info ${p#*:}: $lbase"
+		elif [[ $lbase == *rate=* ]]; then
+			base=$(rate <<<"$lbase")
+			say "info unhooked ${p#*:} rate: $base kernels/s"
+			share_ok "${p#*:} at 25%" "$(hooked "$G/c25" "$G/legacy_launch" "$G/work.cubin" "${p%%:*}" 40000 3 | rate)" 25
+		else
+			say "FAIL ${p#*:} unhooked: $lbase"
+			fails=$((fails + 1))
+		fi
+	done
+	base=$kbase
 else
 	say "FAIL building gpu/legacy_launch.c or work.cubin"
 	fails=$((fails + 1))

@@ -240,6 +240,18 @@ typedef struct CUlaunchConfig_st {
 	CUlaunchAttribute *attrs;
 	unsigned int numAttrs;
 } CUlaunchConfig;
+typedef struct CUDA_LAUNCH_PARAMS_st {
+	CUfunction function;
+	unsigned int gridDimX;
+	unsigned int gridDimY;
+	unsigned int gridDimZ;
+	unsigned int blockDimX;
+	unsigned int blockDimY;
+	unsigned int blockDimZ;
+	unsigned int sharedMemBytes;
+	CUstream hStream;
+	void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
 
 /* NVML */
 typedef enum nvmlReturn_enum {

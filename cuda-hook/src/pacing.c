@@ -1319,6 +1319,49 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
 	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
+/* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
+ * driver still runs it). Each entry is paced before the call as a launch on its
+ * stream's GPU, with that stream's context current meanwhile (the pacer, the launch
+ * sample's events and the GPU's turns are the context's), and the caller's context
+ * is current again after. A list longer than the GPUs a process can have is refused
+ * unpaced: the driver allows one entry per GPU. */
+#define MULTI_DEVICE_MAX 64
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuLaunchCooperativeKernelMultiDevice);
+	if (list == NULL || n == 0)
+		return REAL(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
+	if (n > MULTI_DEVICE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct tessera_pace_ticket pt[MULTI_DEVICE_MAX];
+	CUcontext ctx[MULTI_DEVICE_MAX], cur = NULL;
+	if (REAL(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS)
+		cur = NULL;
+	for (unsigned int i = 0; i < n; i++) {
+		ctx[i] = cur;
+		if (list[i].hStream != NULL && REAL(cuStreamGetCtx) != NULL &&
+		    (REAL(cuStreamGetCtx)(list[i].hStream, &ctx[i]) != CUDA_SUCCESS || ctx[i] == NULL))
+			ctx[i] = cur;
+		if (ctx[i] != cur && REAL(cuCtxSetCurrent)(ctx[i]) != CUDA_SUCCESS)
+			ctx[i] = cur;
+		tessera_pace(list[i].hStream, 0, &pt[i]);
+		if (ctx[i] != cur)
+			REAL(cuCtxSetCurrent)(cur);
+	}
+	CUresult rc = REAL(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
+	for (unsigned int i = 0; i < n; i++) {
+		if (!pt[i].sampled)
+			continue;
+		if (ctx[i] != cur)
+			REAL(cuCtxSetCurrent)(ctx[i]);
+		tessera_pace_done(list[i].hStream, &pt[i], rc);
+		if (ctx[i] != cur)
+			REAL(cuCtxSetCurrent)(cur);
+	}
+	return rc;
+}
+
 /* The first driver API's launches: cuLaunch and cuLaunchGrid run on the legacy default
  * stream. */
 CUresult cuLaunch(CUfunction f)

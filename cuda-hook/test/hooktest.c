@@ -99,6 +99,9 @@ CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, uns
 CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuLaunchGrid(CUfunction, int, int);
 CUresult cuLaunchGridAsync(CUfunction, int, int, CUstream);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *, unsigned int, unsigned int);
+CUresult cuStreamCreate(CUstream *, unsigned int);
+CUresult cuCtxGetCurrent(CUcontext *);
 CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
 CUresult cuStreamEndCapture(CUstream, CUgraph *);
 nvmlReturn_t nvmlInit_v2(void);
@@ -655,10 +658,11 @@ static int procaddr_main(void)
 		CHECK(procaddr(hooked[i][0], 0) == hook, "cuGetProcAddress(%s) is not the hook", hooked[i][0]);
 		CHECK(dlsym(libcuda(), hooked[i][1]) == hook, "dlsym(libcuda, %s) is not the hook", hooked[i][1]);
 	}
-	/* The first driver API's launches: exported by drivers for old binaries; whether
-	 * cuGetProcAddress answers for them is the driver's choice, and where it does it
-	 * must answer with the hook. */
-	static const char *const first_api[] = {"cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync"};
+	/* The first driver API's launches and the deprecated multi-device one: exported by
+	 * drivers for old binaries; whether cuGetProcAddress answers for them is the
+	 * driver's choice, and where it does it must answer with the hook. */
+	static const char *const first_api[] = {"cuLaunch", "cuLaunchGrid", "cuLaunchGridAsync",
+						"cuLaunchCooperativeKernelMultiDevice"};
 	for (size_t i = 0; i < sizeof(first_api) / sizeof(first_api[0]); i++) {
 		void *hook = dlsym(RTLD_DEFAULT, first_api[i]);
 		CHECK(hook != NULL && hook != driver_sym(first_api[i]), "%s: the hook does not export it", first_api[i]);
@@ -1085,6 +1089,24 @@ static double run_launches(const char *path, double seconds)
 				      CUstream, void **, void **))procaddr("cuLaunchKernel",
 									   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
 	CUlaunchConfig cfg = {.gridDimX = 200, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
+	/* The deprecated multi-device launch, one entry: on a stream of the current
+	 * context (multi), or of the container's second GPU's context while the first's is
+	 * current (multi-other: the entry is paced on its stream's GPU, and the caller's
+	 * context is current again after). */
+	CUDA_LAUNCH_PARAMS mp = {.gridDimX = 200, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
+	CUcontext mine = NULL;
+	if (strncmp(path, "multi", 5) == 0) {
+		OK(cuCtxGetCurrent(&mine));
+		if (strcmp(path, "multi-other") == 0) {
+			CUdevice d1;
+			CUcontext c1;
+			OK(cuDeviceGet(&d1, 1));
+			OK(cuDevicePrimaryCtxRetain(&c1, d1));
+			OK(cuCtxSetCurrent(c1));
+		}
+		OK(cuStreamCreate(&mp.hStream, 0));
+		OK(cuCtxSetCurrent(mine));
+	}
 	uint64_t busy0 = stats().busy_ns;
 	double t0 = now_s();
 	while (now_s() - t0 < seconds) {
@@ -1103,7 +1125,12 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchGrid(NULL, 200, 1);
 		else if (strcmp(path, "grid-async") == 0)
 			rc = cuLaunchGridAsync(NULL, 200, 1, NULL);
-		else if (strcmp(path, "small") == 0) /* 10 us kernels */
+		else if (mine != NULL) {
+			rc = cuLaunchCooperativeKernelMultiDevice(&mp, 1, 0);
+			CUcontext now = NULL;
+			OK(cuCtxGetCurrent(&now));
+			CHECK(now == mine, "the multi-device launch left another context current");
+		} else if (strcmp(path, "small") == 0) /* 10 us kernels */
 			rc = cuLaunchKernel(NULL, 10, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "long") == 0) /* 20 ms kernels: one period each */
 			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);

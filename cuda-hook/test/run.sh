@@ -280,9 +280,15 @@ refused_with "inside a Tessera container" $ENV_LIMITS                # agent res
 echo "== $variant: compute pacing"
 reset
 limits 0 "$U1 81920 30 0"
-for p in kernel kernel-ptsz ex coop graph grid grid-async; do
+for p in kernel kernel-ptsz ex coop graph grid grid-async multi; do
 	t pace $p 30 0.6
 done
+# A multi-device launch's entry is paced on its stream's GPU, not the current
+# context's: the first GPU unpaced and current, the entry on the second's stream.
+limits 0 "$U3 81920 0 0" "$U1 81920 30 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/multi-other|" "$ROOT/run/tessera/limits"
+t pace multi-other 30 0.6
+limits 0 "$U1 81920 30 0"
 t pace long 30 1.2                     # kernels longer than the allowance: owed, not free
 t pace mixed 30 0.8                    # kernels of two lengths charged their mean
 # 10 us kernels whose samples read 2 us of event time more than the kernels take back
