@@ -114,8 +114,17 @@ declare -A SOLO NEED CLK PWR
 PAIR_REF=()
 # Each tenant's ratio to its twins over rounds, "mean low high" (paired, below).
 PAIR_RATIO=()
-# nvml <output-line>: NVML's utilisation, SM clock and power over the line's measured interval.
-nvml() { util "$(field t0_us <<<"$1")" "$(field t1_us <<<"$1")"; }
+# nvml <output-line>: NVML's utilisation, SM clock and power over the line's measured
+# interval. NVML keeps only the last seconds of utilisation samples, so a row reported
+# long after its run (paired's, after all its rounds) reads them as remembered right
+# after the run: a call in this shell (not in $(...)) remembers them.
+declare -A NVML_SEEN
+nvml() {
+	local k
+	k="$(field t0_us <<<"$1") $(field t1_us <<<"$1")"
+	[ -n "${NVML_SEEN[$k]:-}" ] || NVML_SEEN[$k]=$(util $k)
+	echo "${NVML_SEEN[$k]}"
+}
 # Solo, unhooked.
 for w in $CNAMES; do
 	out=$(${CW[$w]} "$(secs $w)")
@@ -143,10 +152,10 @@ row() {
 	rate=$(field rate <<<"$4")
 	read -r gpu clk pwr <<<"$(nvml "$4")"
 	share=$(awk -v r="$rate" -v b="${SOLO[$2]}" 'BEGIN{if (b > 0) printf "%.1f", 100*r/b; else print "nan"}')
-	# Alone, the GPU's busy time is the tenant's: its share of the solo run's is the
-	# time share the cap is about.
+	# Alone, the GPU's busy time is the tenant's (not beside a twin): its share of the
+	# solo run's is the time share the cap is about.
 	local t=-1
-	[[ $1 == alone* ]] && t=$(awk -v g="$gpu" -v n="$need" 'BEGIN{if (g >= 0 && n > 0) printf "%.1f", 100*g/n; else print -1}')
+	[[ $1 == alone* ]] && [ -z "${6:-}" ] && t=$(awk -v g="$gpu" -v n="$need" 'BEGIN{if (g >= 0 && n > 0) printf "%.1f", 100*g/n; else print -1}')
 	verdict=$(awk -v s="$share" -v c="$3" -v n="$need" -v r="$rate" -v u="${5:-}" -v m="${6:-}" \
 		-v t="$t" -v k="$clk" -v k0="${CLK[$2]}" 'BEGIN{
 		if (s == "nan") { print "FAIL no rate"; exit }
@@ -262,7 +271,10 @@ paired() {
 	for ((r = 0; r < n; r++)); do
 		TWINS=1 run_together "$label" "$@" || return
 		mkdir -p "$G/round$r"
-		for ((i = 0; i < $#; i++)); do cp "$G/t$i.out" "$G/u$i.out" "$G/round$r/"; done
+		for ((i = 0; i < $#; i++)); do
+			cp "$G/t$i.out" "$G/u$i.out" "$G/round$r/"
+			nvml "$(head -1 "$G/t$i.out")" >/dev/null
+		done
 	done
 	for ((i = 0; i < $#; i++)); do
 		ratios=""
