@@ -184,8 +184,25 @@ if [ ${#uuids[@]} -ge 2 ]; then
 	printf 'version 1\ncgroup /gpu-test/rev\ncontext-mib %s\ngpu %s 8192 0 0\ngpu %s 8192 0 0\n' $CTX "${uuids[$last]}" "${uuids[0]}" >"$G/rev"
 	check "PyTorch given GPUs $last and 0 sees them in that order" hooked "$G/rev" python3 "$HERE/gpu/torch_mem.py" devices "${uuids[$last]}" "${uuids[0]}"
 	check "the tenant's CUDA_VISIBLE_DEVICES=1 picks the container's second GPU" env CUDA_VISIBLE_DEVICES=1 TESSERA_LIMITS_FILE="$G/rev" LD_PRELOAD="$HOOK" python3 "$HERE/gpu/torch_mem.py" devices "${uuids[0]}"
+	# A multi-device launch is paced entry by entry on each entry's GPU: GPU 0 unpaced
+	# and its context current, GPU 1 at 25 %, so the launches get 25 % of their rate.
+	if [ -x "$G/legacy_launch" ]; then
+		printf 'version 1\ncgroup /gpu-test/multi2\ncontext-mib %s\ngpu %s 130000 0 0\ngpu %s 130000 25 0\n' $CTX "${uuids[0]}" "${uuids[1]}" >"$G/multi2"
+		m2=$("$G/legacy_launch" "$G/work.cubin" multi2 40000 3 2>&1 | tail -1)
+		if [[ $m2 == unsupported* ]]; then
+			say "info cuLaunchCooperativeKernelMultiDevice on two GPUs: $m2"
+		elif [[ $m2 == *rate=* ]]; then
+			kbase=$base base=$(rate <<<"$m2")
+			share_ok "cuLaunchCooperativeKernelMultiDevice on GPUs 0 and 1, paced on GPU 1's 25% with GPU 0's context current" \
+				"$(hooked "$G/multi2" "$G/legacy_launch" "$G/work.cubin" multi2 40000 3 | rate)" 25
+			base=$kbase
+		else
+			say "FAIL cuLaunchCooperativeKernelMultiDevice on two GPUs, unhooked: $m2"
+			fails=$((fails + 1))
+		fi
+	fi
 else
-	say "info one GPU: the multi-GPU visibility checks need two"
+	say "info one GPU: the multi-GPU checks (visibility, a multi-device launch) need two"
 fi
 
 say "test-gpu: $fails failed"
