@@ -99,24 +99,27 @@ done
 # Deprecated launches, the first driver API's (cuLaunchGridAsync) and the multi-device
 # one (cuLaunchCooperativeKernelMultiDevice), are paced like the others: their share
 # at 25 % of the same program's unhooked rate.
+# legacy_ok <name> <legacy_launch mode> <limits-file> <target>: the share gpu/legacy_launch.c
+# gets under the limits against its unhooked rate (info where the GPU cannot run it).
+legacy_ok() {
+	local out base # share_ok's base, this program's unhooked rate here
+	out=$("$G/legacy_launch" "$G/work.cubin" "$2" 40000 3 2>&1 | tail -1)
+	if [[ $out == unsupported* ]]; then
+		say "info $1: $out"
+	elif [[ $out == *rate=* ]]; then
+		base=$(rate <<<"$out")
+		say "info unhooked $1 rate: $base launches/s"
+		share_ok "$1 at $4%" "$(hooked "$3" "$G/legacy_launch" "$G/work.cubin" "$2" 40000 3 | rate)" "$4"
+	else
+		say "FAIL $1 unhooked: $out"
+		fails=$((fails + 1))
+	fi
+}
 if nvcc -cubin -arch=sm_90 -o "$G/work.cubin" "$HERE/gpu/work.cu" &&
 	gcc -O2 -Wno-deprecated-declarations -I"$CUDA_INC" "$HERE/gpu/legacy_launch.c" -o "$G/legacy_launch" -L"$LIBCUDA_DIR" -l:libcuda.so.1; then
 	say "info unhooked cuLaunchKernel rate: $("$G/legacy_launch" "$G/work.cubin" kernel 40000 3 | rate) kernels/s"
-	kbase=$base
-	for p in grid:cuLaunchGridAsync multi:cuLaunchCooperativeKernelMultiDevice; do
-		lbase=$("$G/legacy_launch" "$G/work.cubin" "${p%%:*}" 40000 3 2>&1 | tail -1)
-		if [[ $lbase == unsupported* ]]; then
-			say "info ${p#*:}: $lbase"
-		elif [[ $lbase == *rate=* ]]; then
-			base=$(rate <<<"$lbase")
-			say "info unhooked ${p#*:} rate: $base kernels/s"
-			share_ok "${p#*:} at 25%" "$(hooked "$G/c25" "$G/legacy_launch" "$G/work.cubin" "${p%%:*}" 40000 3 | rate)" 25
-		else
-			say "FAIL ${p#*:} unhooked: $lbase"
-			fails=$((fails + 1))
-		fi
-	done
-	base=$kbase
+	legacy_ok cuLaunchGridAsync grid "$G/c25" 25
+	legacy_ok cuLaunchCooperativeKernelMultiDevice multi "$G/c25" 25
 else
 	say "FAIL building gpu/legacy_launch.c or work.cubin"
 	fails=$((fails + 1))
@@ -188,18 +191,7 @@ if [ ${#uuids[@]} -ge 2 ]; then
 	# and its context current, GPU 1 at 25 %, so the launches get 25 % of their rate.
 	if [ -x "$G/legacy_launch" ]; then
 		printf 'version 1\ncgroup /gpu-test/multi2\ncontext-mib %s\ngpu %s 130000 0 0\ngpu %s 130000 25 0\n' $CTX "${uuids[0]}" "${uuids[1]}" >"$G/multi2"
-		m2=$("$G/legacy_launch" "$G/work.cubin" multi2 40000 3 2>&1 | tail -1)
-		if [[ $m2 == unsupported* ]]; then
-			say "info cuLaunchCooperativeKernelMultiDevice on two GPUs: $m2"
-		elif [[ $m2 == *rate=* ]]; then
-			kbase=$base base=$(rate <<<"$m2")
-			share_ok "cuLaunchCooperativeKernelMultiDevice on GPUs 0 and 1, paced on GPU 1's 25% with GPU 0's context current" \
-				"$(hooked "$G/multi2" "$G/legacy_launch" "$G/work.cubin" multi2 40000 3 | rate)" 25
-			base=$kbase
-		else
-			say "FAIL cuLaunchCooperativeKernelMultiDevice on two GPUs, unhooked: $m2"
-			fails=$((fails + 1))
-		fi
+		legacy_ok "cuLaunchCooperativeKernelMultiDevice on GPUs 0 and 1 (GPU 0's context current, unpaced), GPU 1" multi2 "$G/multi2" 25
 	fi
 else
 	say "info one GPU: the multi-GPU checks (visibility, a multi-device launch) need two"

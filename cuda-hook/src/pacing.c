@@ -1324,7 +1324,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
  * stream's GPU, with that stream's context current meanwhile (the pacer, the launch
  * sample's events and the GPU's turns are the context's), and the caller's context
  * is current again after. A list longer than the GPUs a process can have is refused
- * unpaced: the driver allows one entry per GPU. */
+ * rather than run unpaced: the driver allows one entry per GPU. */
 #define MULTI_DEVICE_MAX 64
 CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
 {
