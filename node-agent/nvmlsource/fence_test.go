@@ -141,7 +141,10 @@ func TestFenceOnDriverWithout(t *testing.T) {
 		called := false
 		for _, d := range devs {
 			// A driver without the symbol ends the process when it is called.
-			d.GetMemoryLimits_v1Func = func(string) (nvml.MemoryLimits_v1, nvml.Return) { called = true; return nvml.MemoryLimits_v1{}, nvml.SUCCESS }
+			d.GetMemoryLimits_v1Func = func(string) (nvml.MemoryLimits_v1, nvml.Return) {
+				called = true
+				return nvml.MemoryLimits_v1{}, nvml.SUCCESS
+			}
 			d.SetMemoryLimits_v1Func = func(string, uint64, uint64) nvml.Return { called = true; return nvml.SUCCESS }
 		}
 		src, err := New(s, logr.Discard())
