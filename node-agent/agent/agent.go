@@ -277,6 +277,10 @@ type Agent struct {
 	Auth *serving.Auth
 	// MPS supervises the MPS control daemons (--mps-gpus); nil when none.
 	MPS *mps.Supervisor
+	// fenceDriver is the source's per-cgroup memory limit, nil when it has none;
+	// fence is what detectFence found of it.
+	fenceDriver gpu.MemoryFence
+	fence       fenceState
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -286,6 +290,8 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder, statfs: unix.Statfs}
+	// Taken before the source is wrapped: the wrappers pass on only gpu.Source.
+	a.fenceDriver, _ = source.(gpu.MemoryFence)
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -300,6 +306,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if err != nil {
 		return nil, err
 	}
+	source = &fenceSource{Source: source, fence: &a.fence}
 	a.source, a.Publisher.Source = source, source
 
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
@@ -344,6 +351,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
 			Pods: pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal,
+		}
+		if a.fenceDriver != nil {
+			bc.Fence = &binding.Fence{Driver: a.fenceDriver, Supported: a.fence.has, CgroupRoot: a.cgroupRoot()}
 		}
 		if a.CDI != nil {
 			bc.CDI = a.CDI
@@ -536,6 +546,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Checked before anything is served: a GPU container is refused while the node
 	// lacks what Tessera needs.
 	a.checkStatic()
+	a.detectFence()
 	// The first CDI spec is written before the NRI plugin and the device plugin serve:
 	// a GPU container arriving in their first milliseconds would otherwise be refused
 	// for want of a spec (in the fallback mode kubelet then fails its pod for good).

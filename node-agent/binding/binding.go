@@ -151,7 +151,11 @@ type Config struct {
 	// MPS returns the MPS directories of a GPU the agent serves in mps mode, and
 	// false for any other GPU; nil when no GPU is served so (see mps.go).
 	MPS func(uuid string) (MPSDirs, bool)
-	Now func() time.Time
+	// Fence, when set, is the driver's per-cgroup memory limit (fence.go): set at
+	// StartContainer through NRI, and before the first CUDA call is answered by the
+	// fallback binding.
+	Fence *Fence
+	Now   func() time.Time
 }
 
 // CDI names the CDI devices of the node's spec.
@@ -494,6 +498,14 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	data, err := api.EncodeLimits(limits)
 	if err != nil {
 		return refuse("%v", err)
+	}
+	if r.Started {
+		// The fallback binding: the container runs, and its first CUDA call waits
+		// for this answer. Through NRI the cgroup does not exist yet at creation:
+		// the plugin sets the fence at StartContainer (FenceContainer).
+		if err := b.fence(cgroup, grants); err != nil {
+			return refuse("%v. Its CUDA calls are refused", err)
+		}
 	}
 	turnMounts, err := b.turnMounts(limits)
 	if err != nil {

@@ -229,6 +229,13 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
 	}
+	// Containers that started while the agent was away (or under an agent that set
+	// no fence) get the driver's fence now; a running container cannot be refused.
+	for _, r := range live {
+		if err := p.binder.FenceContainer(r.ContainerID); err != nil {
+			p.log.Error(err, "setting the memory fence of a running container", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+		}
+	}
 	p.setConnected(true, nil)
 	p.log.Info("synchronised with the runtime", "pods", len(pods), "containers", len(ctrs), "bound", len(p.binder.Records()))
 	select {
@@ -316,6 +323,29 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices),
 		"cdiDevices", e.CDIDevices, "took", time.Since(start).String())
 	return adj, nil, nil
+}
+
+// StartContainer sets the driver's memory fence on a bound container's cgroup. The
+// runtime calls it after it has created the container (runc create: the cgroup
+// exists, the container's process waits to exec) and before it starts it; an error
+// fails the start, so a container whose fence cannot be set never runs. (At
+// CreateContainer and PostCreateContainer the cgroup does not exist yet.)
+func (p *Plugin) StartContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) error {
+	err := p.binder.FenceContainer(ctr.GetId())
+	if err == nil {
+		return nil
+	}
+	r := request(pod, ctr)
+	var refused *binding.RefusedError
+	if errors.As(err, &refused) {
+		p.log.Info("container refused at start", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "reason", refused.Reason)
+		if p.OnRefused != nil {
+			p.OnRefused(r.Namespace, r.Pod, r.Container, refused.Reason)
+		}
+	} else {
+		p.log.Error(err, "setting the memory fence failed", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+	}
+	return err
 }
 
 // RemoveContainer forgets a container and its limits.

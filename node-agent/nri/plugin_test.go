@@ -95,13 +95,13 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 }
 
 // newPluginWith is newPlugin with the binder given the node's CDI spec.
-func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *binding.Binder) {
+func newPluginWith(t *testing.T, dir string, spec binding.CDI, opts ...func(*binding.Config)) (*Plugin, *binding.Binder) {
 	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "state", "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := binding.New(binding.Config{
+	cfg := binding.Config{
 		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
@@ -109,7 +109,11 @@ func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *bindin
 		LimitsRoot: filepath.Join(dir, "limits"), TurnsDir: filepath.Join(dir, "state", "turns"), StatDevice: fakeDev, CDI: spec,
 		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := binding.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
