@@ -31,6 +31,13 @@ gcc -O2 -I"$HERE/include" -I"$HERE/src" -I"$HERE/test" "$HERE/test/hooktest.c" -
 limits "$G/l4g" 4096 0 0
 check "cuGetProcAddress/dlsym return the hooks" hooked "$G/l4g" "$G/hooktest" procaddr
 check "cuMemGetInfo/cuDeviceTotalMem/NVML report the limit" hooked "$G/l4g" "$G/hooktest" meminfo 4096 $CTX
+# The lookups a program can ask for by name on the real driver and this glibc: libc's
+# dlsym through dlvsym (8,518 MiB held under a 1024 MiB grant before), dlsym, dlvsym,
+# glibc's private lookups, cuGetProcAddress. Each must answer the hook.
+limits "$G/l1024" 1024 0 0
+for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
+	check "lookup route $r answers the hook on the real driver" hooked "$G/l1024" "$G/hooktest" lookup $r 1024
+done
 
 # 3. Every allocation path stops at the limit (driver API).
 for p in alloc pitch managed async pool vmm array array3d mipmap graph graphcapture; do

@@ -85,6 +85,18 @@ limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
 tenv FAKE_CUDA_IGNORE_VISIBLE=1 devices
 t procaddr
+echo "== $variant: no lookup by name hands out the driver's own functions"
+# libc's dlsym from dlsym or dlvsym (any handle, any version), dlvsym itself, glibc's
+# private lookups and cuGetProcAddress: each answer is the hook's, and the whole
+# grant allocated through it is refused (the dlvsym route held 8000 MiB under this
+# 1024 MiB grant before).
+reset
+limits 64 "$U1 1024 0 0"
+for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
+	t lookup $r 1024
+done
+reset
+limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 echo "== $variant: the tenant's CUDA_VISIBLE_DEVICES narrows the container's GPUs"
 tenv CUDA_VISIBLE_DEVICES=1 visible 01
 tenv CUDA_VISIBLE_DEVICES=$U1,$U3 visible 01,03
