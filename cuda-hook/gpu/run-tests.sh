@@ -87,6 +87,11 @@ check "second process within the shared limit" hooked "$G/shared" python3 "$HERE
 kill -9 $holder
 wait $holder 2>/dev/null
 check "killed process's usage reclaimed" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 3072 ok
+# 5b. The reclaim above is right only because the driver frees a dead process's memory:
+# also while a child it forked holds the driver's descriptors (the hook gives that
+# process's usage back all the same).
+check "B5 a dead process's memory is freed while its forked child holds the driver's descriptors" \
+	env CUDA_VISIBLE_DEVICES="$UUID" "$G/orphan" 4096 "$UUID"
 
 # 6. Compute shares: one tenant at 25% and 50%, two at 30/70 (ratios to an unhooked run).
 rate() { awk -F'rate=' '/rate=/{print $2}'; }

@@ -19,6 +19,7 @@
  *   hooktest modules <module|library> <limit-mib> <module-mib>
  *   hooktest devlimits <limit-mib>
  *   hooktest fork <limit-mib> <context-mib>
+ *   hooktest orphan <generations> <mib> <limit-mib>
  *   hooktest threads <n> <limit-mib>
  *   hooktest refused <cuda-error>
  *   hooktest total-is <mib>
@@ -40,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1084,6 +1087,78 @@ static int fork_main(int argc, char **argv)
 	return 0;
 }
 
+/* ---- orphan: a dead process's memory is not kept alive by its child ------------- */
+
+/* The generations: each allocates mib through the hook (the one before it, which held
+ * as much, has exited and been reaped: the hook must have given its usage back),
+ * checks what the container's processes hold together, forks the next generation,
+ * which keeps the inherited driver state and nothing else, and exits without freeing
+ * anything. */
+__attribute__((noreturn)) static void orphan_generations(int n, uint64_t mib, uint64_t limit)
+{
+	scenario = "orphan (generation)";
+	pid_t before = 0;
+	for (int left = n;; left--) {
+		if (before != 0) {
+			for (int i = 0; i < 2000 && !(kill(before, 0) < 0 && errno == ESRCH); i++)
+				usleep(5000);
+			CHECK(kill(before, 0) < 0 && errno == ESRCH, "the generation before never went away");
+		}
+		CUdevice d = setup();
+		CUdeviceptr p;
+		CUresult rc = cuMemAlloc_v2(&p, mib);
+		CHECK(rc == CUDA_SUCCESS,
+		      "%d generations to go: allocating %llu MiB gave %d (the exited generation's usage was not given back)",
+		      left, (unsigned long long)(mib / MIB), rc);
+		struct fake_cuda_stats s = stats();
+		CHECK(s.all_used[d] <= limit && s.all_peak[d] <= limit,
+		      "the container's processes hold %llu MiB (at most %llu at once), over its %llu MiB grant",
+		      (unsigned long long)(s.all_used[d] / MIB), (unsigned long long)(s.all_peak[d] / MIB),
+		      (unsigned long long)(limit / MIB));
+		if (left == 1)
+			_exit(0);
+		before = getpid();
+		pid_t c = fork();
+		CHECK(c >= 0, "fork failed");
+		if (c != 0)
+			_exit(0); /* no free, no exit handlers: only the driver's cleanup and the hook's reclaim */
+	}
+}
+
+/* orphan <generations> <mib> <limit-mib>: a process allocates, forks a child that
+ * keeps the inherited driver state, and exits; the child does the same, and so on.
+ * With FAKE_CUDA_TALLY the fake driver counts what every process holds, and drops what
+ * a process held once it has exited, as the real driver does: the container must never
+ * hold more than its grant at once (had the driver kept a dead process's memory while
+ * its child lived, the generations would have held n x mib). This process reaps them
+ * all (a subreaper) and reads the tally last. */
+static int orphan_main(int argc, char **argv)
+{
+	CHECK(argc == 5 && getenv("FAKE_CUDA_TALLY") != NULL, "usage: FAKE_CUDA_TALLY=<file> orphan <generations> <mib> <limit-mib>");
+	int n = atoi(argv[2]);
+	uint64_t mib = strtoull(argv[3], NULL, 10) * MIB, limit = strtoull(argv[4], NULL, 10) * MIB;
+	CHECK(n >= 2 && mib > limit / 2 && mib <= limit, "want 2 or more generations of more than half the grant each");
+	CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "cannot become a subreaper");
+	pid_t first = fork();
+	CHECK(first >= 0, "fork failed");
+	if (first == 0)
+		orphan_generations(n, mib, limit);
+	int reaped = 0, st;
+	pid_t w;
+	while ((w = waitpid(-1, &st, 0)) > 0) {
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "generation %d (pid %d) failed", reaped + 1, (int)w);
+		reaped++;
+	}
+	CHECK(reaped == n, "%d generations ran, want %d", reaped, n);
+	struct fake_cuda_stats s = stats();
+	CHECK(s.all_peak[0] <= limit, "the generations held %llu MiB at once, over the %llu MiB grant",
+	      (unsigned long long)(s.all_peak[0] / MIB), (unsigned long long)(limit / MIB));
+	CHECK(s.all_used[0] == 0, "%llu MiB still held after every generation exited", (unsigned long long)(s.all_used[0] / MIB));
+	printf("ok orphan: %d generations of %s MiB, at most %llu MiB held at once under %s MiB\n", n, argv[3],
+	       (unsigned long long)(s.all_peak[0] / MIB), argv[4]);
+	return 0;
+}
+
 /* ---- threads: no race past the limit -------------------------------------------- */
 
 static uint64_t thread_limit;
@@ -1634,6 +1709,8 @@ int main(int argc, char **argv)
 		return hold_main(argc, argv);
 	if (strcmp(scenario, "fork") == 0)
 		return fork_main(argc, argv);
+	if (strcmp(scenario, "orphan") == 0)
+		return orphan_main(argc, argv);
 	if (strcmp(scenario, "damaged") == 0)
 		return damaged_main(argc, argv);
 	if (strcmp(scenario, "damaged-new") == 0)

@@ -170,6 +170,17 @@ reset
 limits 32 "$U1 1024 0 0"
 t fork 1024 32
 
+echo "== $variant: a forked child holding the driver's descriptors never keeps a dead process's memory counted"
+# Three generations of 900 MiB under a 1024 MiB grant, each allocating, forking and
+# exiting without freeing: the hook gives an exited process's usage back, which is
+# right only because the driver frees a dead process's memory (gpu/orphan.c checks
+# that on a GPU); the fake driver does the same, and the container never holds more
+# than its grant (a driver that kept the memory would have held 2700 MiB).
+reset
+limits 32 "$U1 1024 0 0"
+rm -f "$ROOT/tally"
+FAKE_CUDA_TALLY=$ROOT/tally t orphan 3 900 1024
+
 echo "== $variant: threads and processes racing for one limit"
 reset
 limits 0 "$U1 1024 0 0"
