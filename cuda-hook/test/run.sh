@@ -154,6 +154,20 @@ t pace kernel 30 0.3
 "$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
 t pace kernel 30 0.3 2>/dev/null
 
+echo "== $variant: the accounting region lives where the limits file's region line says"
+# An MPS client's /dev/shm is its GPU's MPS server's, shared by every client of it: the
+# node agent gives each container a directory of its own and names it in a region
+# line; the hook keeps the region there and nowhere else.
+reset
+mkdir -p "$ROOT/region-a"
+limits 32 "$U1 1024 0 0"
+sed -i "s|^context-mib 32\$|context-mib 32\nregion $ROOT/region-a|" "$ROOT/run/tessera/limits"
+grep -q "^region $ROOT/region-a\$" "$ROOT/run/tessera/limits"
+t try 64 ok
+ls "$ROOT"/region-a/tessera-*.region >/dev/null 2>&1 || { echo "FAIL no region in the region line's directory"; exit 1; }
+[ -z "$(ls "$ROOT/shm")" ] || { echo "FAIL a region in the default directory:"; ls "$ROOT/shm"; exit 1; }
+pass=$((pass + 1))
+
 echo "== $variant: every context, raised device limits and module globals are counted"
 reset
 limits 256 "$U1 4096 0 0"
