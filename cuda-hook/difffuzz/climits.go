@@ -31,7 +31,8 @@ func ParseLimits(p unsafe.Pointer, n int) (*api.ContainerLimits, error) {
 	if C.tessera_limits_parse((*C.char)(p), C.size_t(n), out, &msg[0], C.size_t(len(msg))) != 0 {
 		return nil, errors.New(C.GoString(&msg[0]))
 	}
-	l := &api.ContainerLimits{Cgroup: C.GoString(&out.cgroup[0]), ContextMiB: int64(out.context_mib)}
+	l := &api.ContainerLimits{Cgroup: C.GoString(&out.cgroup[0]), ContextMiB: int64(out.context_mib),
+		RegionDir: C.GoString(&out.region_dir[0])}
 	for i := 0; i < int(out.ngpus); i++ {
 		g := &out.gpus[i]
 		l.GPUs = append(l.GPUs, api.GPULimit{
@@ -57,6 +58,10 @@ func FormatLimits(l *api.ContainerLimits) ([]byte, error) {
 		return nil, errors.New("limits do not fit the C struct")
 	}
 	copyString(in.cgroup[:], l.Cgroup)
+	if len(l.RegionDir) > C.TESSERA_MAX_REGION_DIR {
+		return nil, errors.New("region directory does not fit the C struct")
+	}
+	copyString(in.region_dir[:], l.RegionDir)
 	in.context_mib = C.uint64_t(l.ContextMiB)
 	in.ngpus = C.int(len(l.GPUs))
 	for i, g := range l.GPUs {

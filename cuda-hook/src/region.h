@@ -111,7 +111,9 @@ static inline uint64_t tessera_region_key(const char *cgroup)
 	return h;
 }
 
-int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **out, char *err, size_t errlen);
+/* Opens (creating it if need be) the region of the container in cgroup, in dir (the
+ * limits file's region line) or, when dir is empty, in TESSERA_SHM_DIR. */
+int tessera_region_open(const char *cgroup, const char *dir, int ngpus, struct tessera_region **out, char *err, size_t errlen);
 /* Adds bytes to this process's usage of GPU gpu if the container's total stays within
  * limit; returns CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (also when the region is
  * damaged: a damaged region refuses every reservation from then on). */

@@ -85,6 +85,18 @@ limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
 tenv FAKE_CUDA_IGNORE_VISIBLE=1 devices
 t procaddr
+echo "== $variant: no lookup by name hands out the driver's own functions"
+# libc's dlsym from dlsym or dlvsym (any handle, any version), dlvsym itself, glibc's
+# private lookups and cuGetProcAddress: each answer is the hook's, and the whole
+# grant allocated through it is refused (the dlvsym route held 8000 MiB under this
+# 1024 MiB grant before).
+reset
+limits 64 "$U1 1024 0 0"
+for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
+	t lookup $r 1024
+done
+reset
+limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 echo "== $variant: the tenant's CUDA_VISIBLE_DEVICES narrows the container's GPUs"
 tenv CUDA_VISIBLE_DEVICES=1 visible 01
 tenv CUDA_VISIBLE_DEVICES=$U1,$U3 visible 01,03
@@ -142,6 +154,20 @@ t pace kernel 30 0.3
 "$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
 t pace kernel 30 0.3 2>/dev/null
 
+echo "== $variant: the accounting region lives where the limits file's region line says"
+# An MPS client's /dev/shm is its GPU's MPS server's, shared by every client of it: the
+# node agent gives each container a directory of its own and names it in a region
+# line; the hook keeps the region there and nowhere else.
+reset
+mkdir -p "$ROOT/region-a"
+limits 32 "$U1 1024 0 0"
+sed -i "s|^context-mib 32\$|context-mib 32\nregion $ROOT/region-a|" "$ROOT/run/tessera/limits"
+grep -q "^region $ROOT/region-a\$" "$ROOT/run/tessera/limits"
+t try 64 ok
+ls "$ROOT"/region-a/tessera-*.region >/dev/null 2>&1 || { echo "FAIL no region in the region line's directory"; exit 1; }
+[ -z "$(ls "$ROOT/shm")" ] || { echo "FAIL a region in the default directory:"; ls "$ROOT/shm"; exit 1; }
+pass=$((pass + 1))
+
 echo "== $variant: every context, raised device limits and module globals are counted"
 reset
 limits 256 "$U1 4096 0 0"
@@ -157,6 +183,17 @@ echo "== $variant: fork"
 reset
 limits 32 "$U1 1024 0 0"
 t fork 1024 32
+
+echo "== $variant: a forked child holding the driver's descriptors never keeps a dead process's memory counted"
+# Three generations of 900 MiB under a 1024 MiB grant, each allocating, forking and
+# exiting without freeing: the hook gives an exited process's usage back, which is
+# right only because the driver frees a dead process's memory (gpu/orphan.c checks
+# that on a GPU); the fake driver does the same, and the container never holds more
+# than its grant (a driver that kept the memory would have held 2700 MiB).
+reset
+limits 32 "$U1 1024 0 0"
+rm -f "$ROOT/tally"
+FAKE_CUDA_TALLY=$ROOT/tally t orphan 3 900 1024
 
 echo "== $variant: threads and processes racing for one limit"
 reset
