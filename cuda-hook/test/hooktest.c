@@ -1506,6 +1506,50 @@ static int pace_wc_main(int argc, char **argv)
 	return 0;
 }
 
+/* Writes a GPU's share file as the node agent does: a new file renamed over the old. */
+static void write_share(const char *path, const char *content)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	CHECK(f != NULL, "create %s", tmp);
+	fputs(content, f);
+	CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "write %s", path);
+}
+
+/* A container granted no cores (its limits say cores 0) follows its GPU's share file
+ * while it runs: not paced while nothing is reserved (share 100), held to 30 % once a
+ * 70 % reservation comes, kept there when the file turns to garbage (the last share
+ * read well), and not paced again once the reservation is gone. The scenario writes
+ * the file itself, as the node agent would. */
+static int pace_follow_main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: pace-follow <share-file>");
+	const char *file = argv[2];
+	const char *free_gpu = "version 1\nreserved 0\ncontainers 1\nshare 100\nphase 0\n";
+	write_share(file, free_gpu);
+	setup();
+	run_launches("kernel", 0.3);
+	double alone = run_launches("kernel", 1);
+	write_share(file, "version 1\nreserved 70\ncontainers 1\nshare 30\nphase 70\n");
+	run_launches("kernel", 0.3);
+	double held = run_launches("kernel", 1.5);
+	write_share(file, "version 1\nreserved 70\nshare 100\n");
+	run_launches("kernel", 0.3);
+	double garbage = run_launches("kernel", 1);
+	write_share(file, free_gpu);
+	run_launches("kernel", 0.3);
+	double again = run_launches("kernel", 1);
+	printf("pace-follow: %.1f%% with nothing reserved, %.1f%% beside 70%%, %.1f%% with a malformed file, %.1f%% with "
+	       "nothing reserved again\n",
+	       alone, held, garbage, again);
+	CHECK(alone > 90, "share %.1f%% with nothing reserved, want more than 90%%: paced", alone);
+	CHECK(held <= 38 && held >= 20, "share %.1f%% beside a 70%% reservation, want 30%% (20..38)", held);
+	CHECK(garbage <= 38, "share %.1f%% with a malformed file, want the last good 30%% (at most 38)", garbage);
+	CHECK(again > 90, "share %.1f%% once the reservation left, want more than 90%%: still paced", again);
+	return 0;
+}
+
 /* A program that launches, then leaves its stream idle for a while (asleep, waiting
  * for a request, for a start time) and then saturates the GPU gets its share from the
  * start: the burst its first launch opened spans the pause, in which the GPU idled,
@@ -1747,6 +1791,8 @@ int main(int argc, char **argv)
 		return pace_pause_main(argc, argv);
 	if (strcmp(scenario, "pace-wc") == 0)
 		return pace_wc_main(argc, argv);
+	if (strcmp(scenario, "pace-follow") == 0)
+		return pace_follow_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

@@ -483,6 +483,55 @@ timed env TESSERA_LIMITS_FILE="$ROOT/a.limits" LD_PRELOAD="$PRELOAD" "$T" pace-s
 wait $hog
 pass=$((pass + 1))
 rm -f "$ROOT/turns/$U1"
+
+echo "== $variant: reserved compute: a container without cores is paced to what is not reserved"
+# Reserved compute is a guarantee: a container granted no cores on a GPU whose share
+# directory the node agent mounted is paced to the share its file gives (what the
+# reservations leave), and follows it while it runs. Without it, the container beside
+# a 70 % reservation was time-sliced with it and took half the GPU.
+S1=$ROOT/shares/$U1
+mkdir -p "$S1"
+share() {
+	printf 'version 1\nreserved %s\ncontainers 1\nshare %s\nphase %s\n' "$1" "$2" "$3" >"$S1/share"
+}
+# Beside a saturating 70 % container, the one without cores is held to 30 % and the
+# 70 % container gets its 70 (floors that a loaded machine leaves room under: 20 and
+# 60; unpaced, the one without cores took half the GPU and left the other half).
+share 70 30 70
+timed beside 0 0 70 0 "pace kernel 30 2 20" "pace kernel 70 2 60"
+pass=$((pass + 2))
+# Alone with nothing reserved: not paced.
+share 0 100 0
+printf 'version 1\ncgroup /share/alone\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 0 1
+# It follows the file: arrivals, departures, a malformed file (the last share kept).
+printf 'version 1\ncgroup /share/follow\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-follow "$S1/share"
+# No valid file ever read: the least share (1 %), never unpaced.
+rm -f "$S1/share"
+printf 'version 1\ncgroup /share/missing\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 1 1
+# Work-conserving (its pod's annotation) takes the idle GPU alone and is held to the
+# unreserved 30 % once the 70 % container has work, which gets at least 60 (unpaced,
+# the work-conserving one took 62 % and left it 38): an opt-in to idle time, not out
+# of the reservations.
+wc_unreserved() {
+	beside_n=$((beside_n + 1))
+	share 70 30 70
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 0 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 0\n' $beside_n $U1 >"$ROOT/b.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 3 &
+	a=$!
+	sleep 1.3
+	ra=0
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace kernel 70 2.5 60 || ra=$?
+	wait $a || ra=$?
+	[ $ra = 0 ]
+}
+timed wc_unreserved
+pass=$((pass + 2))
+rm -rf "$ROOT/shares"
 mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3

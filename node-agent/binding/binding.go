@@ -511,6 +511,10 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", who, err)
 	}
+	shareMounts, err := b.shareMounts(limits)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
+	}
 	dir := api.HostLimitsDir(b.cfg.LimitsRoot, cgroup)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: limits directory: %w", who, err)
@@ -529,6 +533,11 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	}
 	if err := b.cfg.Store.Put(rec); err != nil {
 		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
+	}
+	// Before the container starts: the containers without cores on its GPUs are held
+	// to what is left (shares.go), and this one, if it has none, finds its file.
+	if err := b.writeShares(uuids); err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
 	}
 
 	e := &Edits{Devices: nodes, CDIDevices: cdiNames, Limits: data}
@@ -550,6 +559,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 			Mount{Source: b.cfg.PreloadFile, Destination: PreloadPath, ReadOnly: true})
 	}
 	e.Mounts = append(e.Mounts, turnMounts...)
+	e.Mounts = append(e.Mounts, shareMounts...)
 	return e, nil
 }
 
@@ -670,7 +680,8 @@ func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) 
 	return append(out, capNodes...), nil
 }
 
-// Unbind forgets a container that is gone and removes its limits directory.
+// Unbind forgets a container that is gone, rewrites the share files of its GPUs and
+// removes its limits directory.
 func (b *Binder) Unbind(containerID string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -679,6 +690,14 @@ func (b *Binder) Unbind(containerID string) error {
 		return nil
 	}
 	if err := b.cfg.Store.Delete(containerID); err != nil {
+		return err
+	}
+	// The containers without cores left on its GPUs get back what it reserved.
+	uuids := make([]string, len(r.Devices))
+	for i, d := range r.Devices {
+		uuids[i] = d.UUID
+	}
+	if err := b.writeShares(uuids); err != nil {
 		return err
 	}
 	if r.LimitsDir != "" && strings.HasPrefix(r.LimitsDir, b.cfg.LimitsRoot+string(os.PathSeparator)) {
@@ -715,6 +734,9 @@ func (b *Binder) Reconcile(live []Request) []error {
 		if _, err := b.Bind(r); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := b.RefreshShares(); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }
