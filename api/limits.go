@@ -100,6 +100,12 @@ const MaxRegionDirBytes = 128
 // its accounting region (the region line names it).
 const ContainerRegionDir = "/run/tessera-region"
 
+// RegionDirBytes is the size of the file system the node agent mounts at
+// ContainerRegionDir. It holds one region, about 144 KiB in the hook's layout 4; a
+// write past a tmpfs's size is a SIGBUS in the process that mapped the region, so the
+// hook's tests check that the region fits with room to spare.
+const RegionDirBytes = 1 << 20
+
 // MaxContextMiB bounds the per-context charge.
 const MaxContextMiB = 64 << 10
 

@@ -8,9 +8,12 @@ package difffuzz
 
 /*
 #cgo CFLAGS: -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -pthread
-#cgo CFLAGS: -I${SRCDIR}/../src -include ${SRCDIR}/../compat/glibc-2.28.h
+#cgo CFLAGS: -I${SRCDIR}/../src -I${SRCDIR}/../include -include ${SRCDIR}/../compat/glibc-2.28.h
 #include "../src/limits.c"
 #include "../src/bind_reply.c"
+#include "../src/region.h"
+
+static size_t tessera_region_bytes(void) { return sizeof(struct tessera_region); }
 */
 import "C"
 
@@ -112,3 +115,6 @@ func ParseReply(p unsafe.Pointer, n int) (kind, size int, text string) {
 	}
 	return int(k), 0, C.GoString(&msg[0])
 }
+
+// RegionBytes is the size of the hook's accounting region file.
+func RegionBytes() int { return int(C.tessera_region_bytes()) }

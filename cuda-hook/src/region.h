@@ -3,8 +3,9 @@
  * it (region.c). The layout is here, not in region.c, so that the fake-driver suite
  * can damage a region the way a tenant could (test/region_poke.c).
  *
- * The region lives in the container's own /dev/shm: every process of the container
- * can write it. The hook therefore checks it on every use that indexes it and fails
+ * The region lives in the directory the limits file's region line names (a tmpfs of
+ * the container's own that the node agent mounts) or, without the line, in the
+ * container's /dev/shm: every process of the container can write it. The hook therefore checks it on every use that indexes it and fails
  * closed when it does not hold together; what a tenant can still do by rewriting it
  * consistently is backed by the node agent's NVML watchdog (docs/cuda-hook.md).
  */

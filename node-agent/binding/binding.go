@@ -48,10 +48,14 @@ type DeviceNode struct {
 	UID, GID uint32
 }
 
-// Mount is a bind mount into the container.
+// Mount is a mount into the container: a bind mount of the host path Source, or, when
+// Type is set, a new file system of that type (Source names it, as mount(8) would) with
+// Options.
 type Mount struct {
 	Source, Destination string
 	ReadOnly            bool
+	Type                string
+	Options             []string
 }
 
 // EnvLibraryPath is the dynamic loader's search path.
@@ -87,6 +91,11 @@ type Request struct {
 	// Started is set when the container already runs (the fallback binding at its
 	// first CUDA call): its environment and mounts can no longer be changed.
 	Started bool
+	// Running is set for a container the runtime already runs when NRI reports it at
+	// synchronisation (bound again after a lost checkpoint): the edits are not applied,
+	// and Mounts are the destinations of the mounts it was created with.
+	Running bool
+	Mounts  []string
 }
 
 // RefusedError is a container that must not start, with the reason a user can act on.
@@ -469,6 +478,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
+	limits.RegionDir = regionDir(&r, prev)
 	mpsEnv, mpsMounts, err := b.mpsEdits(&r, grants, limits)
 	if err != nil {
 		return refuse("%v", err)
@@ -526,7 +536,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	}
 	rec := checkpoint.Record{
 		ContainerID: r.ContainerID, PodUID: r.PodUID, Namespace: r.Namespace, Pod: r.Pod, Container: r.Container,
-		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, BoundAt: b.cfg.Now().UTC(),
+		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, RegionDir: limits.RegionDir, BoundAt: b.cfg.Now().UTC(),
 	}
 	if prev != nil {
 		rec.BoundAt = prev.BoundAt
@@ -551,6 +561,9 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		e.Env = append(e.Env, [2]string{EnvLibraryPath, appendPath(r.Env, dir)})
 	}
 	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
+	if limits.RegionDir != "" {
+		e.Mounts = append(e.Mounts, RegionMount())
+	}
 	e.Env = append(e.Env, mpsEnv...)
 	e.Mounts = append(e.Mounts, mpsMounts...)
 	if b.cfg.HookLibrary != "" {

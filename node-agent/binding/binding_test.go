@@ -168,6 +168,7 @@ func TestBindAssignedContainer(t *testing.T) {
 	limitsDir := api.HostLimitsDir(filepath.Join(dir, "limits"), cg)
 	want := []Mount{
 		{Source: limitsDir, Destination: api.ContainerLimitsDir, ReadOnly: true},
+		{Source: "tmpfs", Destination: api.ContainerRegionDir, Type: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=1048576", "nr_inodes=16", "mode=1777"}},
 		{Source: filepath.Join(dir, "libtessera-cuda.so"), Destination: filepath.Join(dir, "libtessera-cuda.so"), ReadOnly: true},
 		{Source: filepath.Join(dir, "ld.so.preload"), Destination: PreloadPath, ReadOnly: true},
 	}
@@ -182,7 +183,7 @@ func TestBindAssignedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Cgroup != cg || len(l.GPUs) != 2 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30, Phase: 0}) || l.GPUs[1].UUID != "GPU-0" {
+	if l.Cgroup != cg || l.RegionDir != api.ContainerRegionDir || len(l.GPUs) != 2 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30, Phase: 0}) || l.GPUs[1].UUID != "GPU-0" {
 		t.Errorf("limits %+v", l)
 	}
 	if pre, _ := os.ReadFile(filepath.Join(dir, "ld.so.preload")); string(pre) != filepath.Join(dir, "libtessera-cuda.so")+"\n" {

@@ -39,7 +39,11 @@ type Record struct {
 	// Phases are the compute-pacing phases chosen per GPU UUID.
 	Phases map[string]int `json:"phases,omitempty"`
 	// LimitsDir is the host directory mounted into the container.
-	LimitsDir string    `json:"limitsDir"`
+	LimitsDir string `json:"limitsDir"`
+	// RegionDir is the region line of the container's limits file (the directory of
+	// its accounting region as it sees it), "" for none: chosen at the first bind
+	// from the mounts the container was created with, and kept.
+	RegionDir string    `json:"regionDir,omitempty"`
 	BoundAt   time.Time `json:"boundAt"`
 }
 
@@ -124,8 +128,8 @@ func decode(data []byte) (map[string]Record, error) {
 
 // Validate checks that r is a record the agent could have written: a container id,
 // devices that make a valid grant (as in an assignment), a clean cgroup path, phases
-// only for the granted GPUs that the limits file accepts, and a limits directory
-// named after the cgroup. A checkpoint whose checksum matches but that holds any
+// only for the granted GPUs that the limits file accepts, a limits directory
+// named after the cgroup, and no region directory but the container's own. A checkpoint whose checksum matches but that holds any
 // other record is corrupt all the same: the agent rebuilds from the runtime rather
 // than enforce, or remove directories, from it.
 func (r Record) Validate() error {
@@ -163,6 +167,9 @@ func (r Record) Validate() error {
 	if r.LimitsDir != "" && (!filepath.IsAbs(r.LimitsDir) || filepath.Clean(r.LimitsDir) != r.LimitsDir ||
 		filepath.Base(r.LimitsDir) != api.LimitsKey(r.Cgroup)) {
 		return bad("limits directory %q is not the cgroup's", r.LimitsDir)
+	}
+	if r.RegionDir != "" && r.RegionDir != api.ContainerRegionDir {
+		return bad("region directory %q is not %s", r.RegionDir, api.ContainerRegionDir)
 	}
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package nri is the node agent's NRI plugin: the runtime (containerd or CRI-O) calls
 // it at every container creation, and it applies the binding package's decision to
 // the container's spec (CDI devices or device nodes and device cgroup, environment,
-// read-only mounts)
-// or fails the creation with the binding's reason.
+// bind mounts and the container's own region tmpfs) or fails the creation with the
+// binding's reason.
 package nri
 
 import (
@@ -224,7 +224,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 		case nriapi.ContainerState_CONTAINER_STOPPED:
 			continue
 		}
-		live = append(live, request(byID[c.GetPodSandboxId()], c))
+		r := request(byID[c.GetPodSandboxId()], c)
+		r.Running = true
+		for _, m := range c.GetMounts() {
+			r.Mounts = append(r.Mounts, m.GetDestination())
+		}
+		live = append(live, r)
 	}
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
@@ -312,6 +317,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		adj.AddEnv(kv[0], kv[1])
 	}
 	for _, m := range e.Mounts {
+		if m.Type != "" {
+			// A file system of the container's own (its region directory).
+			adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: m.Type, Options: append([]string(nil), m.Options...)})
+			continue
+		}
 		// rw, the default of a bind mount, said outright: the GPU turns directory is
 		// mounted so on purpose.
 		opts := []string{"bind", "nosuid", "nodev", "rw"}

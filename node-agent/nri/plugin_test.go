@@ -198,12 +198,18 @@ func TestPluginOverNRISocket(t *testing.T) {
 		t.Errorf("env %s", got)
 	}
 	mounts := adj.GetMounts()
-	if len(mounts) != 2 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
+	if len(mounts) != 3 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
 		t.Fatalf("mounts %+v", mounts)
+	}
+	// The container's own region directory: a tmpfs, with the binding's options, not a
+	// bind mount of anything of the host's.
+	if m := mounts[1]; m.Destination != api.ContainerRegionDir || m.Type != "tmpfs" || m.Source != "tmpfs" ||
+		strings.Join(m.Options, ",") != strings.Join(binding.RegionMount().Options, ",") || contains(m.Options, "bind") {
+		t.Errorf("region mount %+v, want a tmpfs with options %v", m, binding.RegionMount().Options)
 	}
 	// Paced at 40 %: GPU-1's turn file, on its own, read-write.
 	turns := filepath.Join(dir, "state", "turns")
-	if m := mounts[1]; m.Destination != api.ContainerTurnsDir+"/GPU-1" || m.Source != filepath.Join(turns, "GPU-1") || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
+	if m := mounts[2]; m.Destination != api.ContainerTurnsDir+"/GPU-1" || m.Source != filepath.Join(turns, "GPU-1") || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
 		t.Errorf("turns mount %+v, want %s/GPU-1 read-write at %s/GPU-1", m, turns, api.ContainerTurnsDir)
 	}
 	if fi, err := os.Stat(filepath.Join(turns, "GPU-1")); err != nil || fi.Size() != api.TurnFileBytes {
@@ -214,7 +220,8 @@ func TestPluginOverNRISocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := api.DecodeLimits(data)
-	if err != nil || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 8192, Cores: 40}) || l.Cgroup != "/kubepods.slice/kubepods-podu1.slice/cri-containerd-c1.scope" {
+	if err != nil || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 8192, Cores: 40}) || l.Cgroup != "/kubepods.slice/kubepods-podu1.slice/cri-containerd-c1.scope" ||
+		l.RegionDir != api.ContainerRegionDir {
 		t.Fatalf("limits %+v %v", l, err)
 	}
 
@@ -293,4 +300,51 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Containers the runtime reports running at synchronisation, with no record (a lost
+// checkpoint), are bound again with the region they were created with: the private
+// directory where their mounts have it, their /dev/shm where they were created
+// without it (by an agent that mounted none), so that their next process still finds
+// its region.
+func TestSynchronizeKeepsTheRegionContainersWereCreatedWith(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	grant := func(name string) api.ContainerAssignment {
+		return api.ContainerAssignment{Name: name, Devices: []api.DeviceGrant{{UUID: "GPU-0", Index: 0, MemoryMiB: 4096, Cores: 20}}}
+	}
+	p1, p2 := pod(t, "s1", grant("new")), pod(t, "s2", grant("old"))
+	withRegion := ctr(p1, "r1", "new")
+	withRegion.Mounts = []*nriapi.Mount{{Destination: api.ContainerLimitsDir, Type: "bind"}, {Destination: api.ContainerRegionDir, Type: "tmpfs", Source: "tmpfs"}}
+	without := ctr(p2, "r2", "old")
+	without.Mounts = []*nriapi.Mount{{Destination: api.ContainerLimitsDir, Type: "bind"}, {Destination: "/dev/shm", Type: "bind"}}
+	rt := startRuntime(t, dir, []*nriapi.PodSandbox{p1, p2}, []*nriapi.Container{withRegion, without})
+	defer rt.r.Stop()
+	p, b := newPlugin(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitConnected(t, p)
+
+	want := map[string]string{"r1": api.ContainerRegionDir, "r2": ""}
+	if len(b.Records()) != len(want) {
+		t.Fatalf("records %+v", b.Records())
+	}
+	for _, rec := range b.Records() {
+		data, err := os.ReadFile(filepath.Join(rec.LimitsDir, api.LimitsFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := api.DecodeLimits(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.RegionDir != want[rec.ContainerID] || rec.RegionDir != want[rec.ContainerID] {
+			t.Errorf("%s: region %q (record %q), want %q", rec.ContainerID, l.RegionDir, rec.RegionDir, want[rec.ContainerID])
+		}
+	}
 }
