@@ -3,6 +3,7 @@ package binding
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestShareFileFollowsGrants(t *testing.T) {
 
 			e := bindShare(t, b, ps, "u1", 0, mode.started)
 			want := Mount{Source: dir, Destination: api.ContainerSharesDir + "/GPU-0", ReadOnly: true}
-			if !slices.Contains(e.Mounts, want) {
+			if !slices.ContainsFunc(e.Mounts, func(m Mount) bool { return reflect.DeepEqual(m, want) }) {
 				t.Fatalf("mounts %v lack the GPU's share directory %v", e.Mounts, want)
 			}
 			if got := readShare(t, b); got != (api.UnreservedShare{Containers: 1, Share: 100}) {
