@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -101,13 +102,18 @@ func (w *Watchdog) stop(cu *Usage, p *podEscalation, now time.Time) {
 	var killed []string
 	// A process forked while the container is being ended escapes one scan: scan
 	// again until a scan finds nothing left (the container's init usually takes the
-	// rest of its PID namespace with it at once).
-	for round := 0; round < 3; round++ {
+	// rest of its PID namespace with it at once). Never the agent itself: a record
+	// whose cgroup is the root, or the agent's own, is not a container to stop.
+	self, _ := CgroupOf(w.cfg.ProcRoot, os.Getpid())
+	for round := 0; r.Cgroup != "" && r.Cgroup != "/" && r.Cgroup != self && round < 3; round++ {
 		pids := cgroupProcs(w.cfg.ProcRoot, r.Cgroup)
 		if len(pids) == 0 {
 			break
 		}
 		for _, pid := range pids {
+			if pid == os.Getpid() {
+				continue
+			}
 			if err := w.cfg.Kill(pid); err != nil {
 				w.cfg.Log.Error(err, "stopping a container over its limit", "pid", pid)
 				continue
