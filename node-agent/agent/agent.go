@@ -17,6 +17,9 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -94,6 +97,10 @@ type Config struct {
 	WatchdogComputeAction    string
 	WatchdogComputeWindow    time.Duration
 	WatchdogComputeTolerance int
+	// WatchdogEscalationWindow and WatchdogEvictAfter: the memory escalation from a
+	// kill to stopping the container and evicting the pod.
+	WatchdogEscalationWindow time.Duration
+	WatchdogEvictAfter       int
 
 	// MetricsAddr serves /metrics: over HTTPS to callers the API server authenticates
 	// and allows to get the /metrics URL when MetricsSecure, in plain HTTP on a
@@ -208,6 +215,9 @@ func (c *Config) Validate() error {
 		}
 		if c.WatchdogComputeWindow < 2*c.WatchdogInterval || c.WatchdogComputeTolerance < 0 || c.WatchdogComputeTolerance > 100 {
 			return errors.New("--watchdog-compute-window must be at least twice --watchdog-interval, --watchdog-compute-tolerance between 0 and 100")
+		}
+		if c.WatchdogEscalationWindow < c.WatchdogWindow || c.WatchdogEvictAfter < 0 {
+			return fmt.Errorf("--watchdog-escalation-window %s must be at least --watchdog-window, --watchdog-evict-after not negative", c.WatchdogEscalationWindow)
 		}
 	}
 	return nil
@@ -390,10 +400,12 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
 			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
+			EscalationWindow: cfg.WatchdogEscalationWindow, EvictAfter: cfg.WatchdogEvictAfter, Evict: a.evict,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
 			},
+			NodeEvent: func(reason, msg string) { a.nodeEvent(corev1.EventTypeWarning, reason, msg) },
 		})
 		if err != nil {
 			return nil, err
@@ -522,6 +534,24 @@ func (a *Agent) podEvent(namespace, pod, uid, reason, msg string) {
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(uid)}
 	a.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+}
+
+// evict asks the API server to evict the pod of r (policy/v1 Eviction, so that
+// PodDisruptionBudgets are honoured), for that pod's UID only: a pod of the same name
+// created since is not touched. A pod that is gone, or replaced, needs no eviction.
+func (a *Agent) evict(r checkpoint.Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: r.Pod, Namespace: r.Namespace}}
+	if r.PodUID != "" {
+		uid := types.UID(r.PodUID)
+		ev.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	}
+	err := a.client.CoreV1().Pods(r.Namespace).EvictV1(ctx, ev)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && r.PodUID != "" {
+		return nil
+	}
+	return err
 }
 
 // onPublish fans a freshly published inventory out to the subsystems that follow it.

@@ -496,9 +496,17 @@ func TestChartRBAC(t *testing.T) {
 		if err != nil || sar.Status.Allowed {
 			t.Errorf("the agent's access review of a tenant getting /metrics: %v, %+v", err, sar)
 		}
+		// The watchdog evicts a pod that keeps coming back over its GPU memory grant:
+		// through the Eviction API only (PodDisruptionBudgets hold), never a delete.
+		if !c.allowed(agent, authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: ns}) {
+			t.Errorf("the agent's service account may not create pods/eviction")
+		}
 		for _, chk := range []authorizationv1.ResourceAttributes{
 			{Verb: "get", Resource: "secrets", Namespace: ns},
 			{Verb: "patch", Resource: "pods", Namespace: ns},
+			{Verb: "delete", Resource: "pods", Namespace: ns},
+			{Verb: "get", Resource: "pods", Subresource: "eviction", Namespace: ns},
+			{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: ns},
 			{Verb: "delete", Resource: "nodes"},
 			{Verb: "patch", Resource: "nodes", Subresource: "status"},
 		} {
