@@ -50,9 +50,9 @@ func TestRenderDefaults(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
-		// The agent's own-node and CDI-annotation policies and the scheduler's
-		// assignment policy.
-		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
+		// The agent's own-node, CDI-annotation and scheduled-GPU-pod policies and the
+		// scheduler's assignment policy.
+		"ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4,
 		// GPU pods get a Tessera schedulerName, and their GPU containers require the
 		// agent's NRI plugin.
 		"MutatingAdmissionPolicy": 2, "MutatingAdmissionPolicyBinding": 2,
@@ -280,6 +280,40 @@ func TestRenderCDI(t *testing.T) {
 	for _, off := range []string{"agent.cdi.enabled=false", "agent.cdi.annotationPolicy=false"} {
 		if p := policy(off); p != "" {
 			t.Errorf("%s: CDI-annotation policy still rendered", off)
+		}
+	}
+}
+
+// TestRenderNodeNamePolicy: the policy against GPU pods that set spec.nodeName names
+// the configured resource names, and goes with the device plugin or its switch.
+func TestRenderNodeNamePolicy(t *testing.T) {
+	policy := func(set ...string) string {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Kind == "ValidatingAdmissionPolicy" && m.Name == "gpu-node-agent-scheduled-gpu-pods" {
+				return m.YAML
+			}
+		}
+		return ""
+	}
+	p := policy()
+	for _, s := range []string{`k in ["tessera.dev/gpu", "tessera.dev/gpu-memory", "tessera.dev/gpu-memory-percent", "tessera.dev/gpu-cores"]`,
+		"object.spec.nodeName", `request.userInfo.username.startsWith("system:node:")`, "kubernetes.io/config.mirror", "operations: [CREATE]"} {
+		if !strings.Contains(p, s) {
+			t.Errorf("the policy lacks %q:\n%s", s, p)
+		}
+	}
+	p = policy("resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
+		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores")
+	if !strings.Contains(p, `k in ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]`) || strings.Contains(p, "tessera.dev/gpu") {
+		t.Errorf("the policy for other resource names:\n%s", p)
+	}
+	for _, off := range []string{"agent.devicePlugin.enabled=false", "agent.devicePlugin.nodeNamePolicy=false", "agent.enabled=false"} {
+		if p := policy(off); p != "" {
+			t.Errorf("%s: the policy is still rendered", off)
 		}
 	}
 }
