@@ -68,7 +68,7 @@ sections() {
 }
 
 if [ "$mode" = cpu ]; then
-	make --no-print-directory bin/etcd >/dev/null
+	make --no-print-directory "$PWD/bin/etcd" >/dev/null
 	PATH=$PWD/bin:$PATH go_tests go
 	# The fake-driver suite stops at its first failed check, so a section header
 	# followed by the suite's last line means all of that section passed.
