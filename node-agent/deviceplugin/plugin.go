@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
@@ -53,8 +55,16 @@ type Config struct {
 	Allocate func(*pluginapi.ContainerAllocateResponse) error
 	// CheckInterval is how often kubelet's restart is checked for.
 	CheckInterval time.Duration
-	Log           logr.Logger
+	// Backoff paces the attempts to register after a failure; it starts again from
+	// its first step after each registration. Zero: DefaultBackoff.
+	Backoff wait.Backoff
+	Log     logr.Logger
 }
+
+// DefaultBackoff waits 1s after a failed registration, doubling to 30s, each wait up
+// to 10% longer at random so that retries do not fall in step with other clients of
+// the same kubelet.
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
 
 // Plugin is the device plugin.
 type Plugin struct {
@@ -107,6 +117,9 @@ func New(cfg Config) (*Plugin, error) {
 	}
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = time.Second
+	}
+	if cfg.Backoff.Duration <= 0 {
+		cfg.Backoff = DefaultBackoff
 	}
 	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16)}, nil
 }
@@ -233,7 +246,7 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 // sign makes the plugin start a fresh server and register again.
 func (p *Plugin) Run(ctx context.Context) error {
 	log := p.cfg.Log
-	backoff := time.Second
+	backoff := p.cfg.Backoff
 	for ctx.Err() == nil {
 		srv, err := p.serve()
 		if err != nil {
@@ -243,18 +256,16 @@ func (p *Plugin) Run(ctx context.Context) error {
 		kubeletID, _ := fileID(kubelet)
 		if err := p.register(ctx, kubelet); err != nil {
 			p.setRegistered(false, err)
-			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", backoff.String())
+			delay := backoff.Step()
+			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", delay.String())
 			srv.Stop()
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			if backoff < 30*time.Second {
-				backoff *= 2
+			case <-time.After(delay):
 			}
 			continue
 		}
-		backoff = time.Second
+		backoff = p.cfg.Backoff
 		p.setRegistered(true, nil)
 		log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "socket", p.socketPath())
 		select {
