@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,7 +54,8 @@ type Config struct {
 	// mounts the hook and the agent socket there). It must not depend on which device
 	// ids kubelet picked. An error fails the allocation (kubelet retries the pod).
 	Allocate func(*pluginapi.ContainerAllocateResponse) error
-	// CheckInterval is how often kubelet's restart is checked for.
+	// CheckInterval is how often kubelet's restart is checked for when the
+	// device-plugin directory cannot be watched.
 	CheckInterval time.Duration
 	// Backoff paces the attempts to register after a failure; it starts again from
 	// its first step after each registration. Zero: DefaultBackoff.
@@ -76,6 +78,10 @@ type Plugin struct {
 	changed chan struct{} // closed and replaced when devices change
 
 	registered chan struct{} // signalled after each successful registration, for tests
+
+	// newWatcher starts the watch of kubelet's directory (fsnotify.NewWatcher; tests
+	// make it fail to exercise the polling).
+	newWatcher func() (*fsnotify.Watcher, error)
 
 	// regMu guards the registration state the readiness probe reads.
 	regMu     sync.Mutex
@@ -121,7 +127,7 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.Backoff.Duration <= 0 {
 		cfg.Backoff = DefaultBackoff
 	}
-	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16)}, nil
+	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16), newWatcher: fsnotify.NewWatcher}, nil
 }
 
 // DeviceID names replica k of a GPU or MIG instance.
@@ -321,19 +327,70 @@ func (p *Plugin) register(ctx context.Context, kubelet string) error {
 	return err
 }
 
+// waitForKubeletRestart returns when the plugin's socket is gone or kubelet.sock is
+// another file than kubeletID, as NVIDIA's device plugin does: it watches the
+// device-plugin directory through inotify (fsnotify) and checks both at every event
+// there. Where the watch cannot be set up or fails (no inotify instance left, an
+// event queue overflow, the directory itself removed), it checks every
+// CheckInterval instead.
 func (p *Plugin) waitForKubeletRestart(ctx context.Context, kubelet string, kubeletID string) {
-	t := time.NewTicker(p.cfg.CheckInterval)
-	defer t.Stop()
+	restarted := func() bool {
+		if _, err := os.Stat(p.socketPath()); err != nil {
+			return true
+		}
+		id, err := fileID(kubelet)
+		return err == nil && id != kubeletID
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	poll := func(why error) {
+		events, errs = nil, nil
+		if ticker == nil {
+			p.cfg.Log.Info("cannot watch kubelet's device-plugin directory; polling it", "dir", p.cfg.Dir, "interval", p.cfg.CheckInterval.String(), "error", why.Error())
+			ticker = time.NewTicker(p.cfg.CheckInterval)
+			tick = ticker.C
+		}
+	}
+	w, err := p.newWatcher()
+	if err == nil {
+		defer w.Close()
+		if err = w.Add(p.cfg.Dir); err == nil {
+			events, errs = w.Events, w.Errors
+		}
+	}
+	if err != nil {
+		poll(err)
+	}
+	// A restart between the registration and the watch raised no event.
+	if restarted() {
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case ev, ok := <-events:
+			switch {
+			case !ok:
+				poll(errors.New("the watch ended"))
+			case ev.Name == p.cfg.Dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+				poll(errors.New("the directory was removed"))
+			}
+		case err, ok := <-errs:
+			if !ok {
+				err = errors.New("the watch ended")
+			}
+			poll(err)
+		case <-tick:
 		}
-		if _, err := os.Stat(p.socketPath()); err != nil {
-			return
-		}
-		if id, err := fileID(kubelet); err == nil && id != kubeletID {
+		if restarted() {
 			return
 		}
 	}

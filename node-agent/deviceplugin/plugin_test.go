@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -102,7 +103,8 @@ func TestRegisterListAllocateAndKubeletRestart(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	k := startKubelet(t, dir)
-	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 3, CheckInterval: 20 * time.Millisecond, Log: logr.Discard()})
+	// No polling within the test: the restarts are seen through the directory watch.
+	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 3, CheckInterval: time.Hour, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +184,24 @@ func TestRegisterListAllocateAndKubeletRestart(t *testing.T) {
 		t.Error("plugin socket left behind")
 	}
 	k3.srv.Stop()
+}
+
+// Without a watch of kubelet's directory the plugin polls it, and still sees kubelet
+// restart.
+func TestKubeletRestartPolledWithoutWatch(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	p, _ := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 1, CheckInterval: 20 * time.Millisecond, Log: logr.Discard()})
+	p.newWatcher = func() (*fsnotify.Watcher, error) { return nil, errors.New("too many open files") }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	k.await(t)
+	k.srv.Stop()
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	k2 := startKubelet(t, dir)
+	defer k2.srv.Stop()
+	k2.await(t)
 }
 
 // Kubelet not up yet: the plugin keeps trying and registers once it appears.
