@@ -3,6 +3,24 @@
 // reloads it; a file that fails its checksum is set aside (never trusted, never
 // deleted) and the agent rebuilds the records from the runtime's list of running
 // containers instead.
+//
+// Kubelet's checkpoint manager (k8s.io/kubernetes/pkg/kubelet/checkpointmanager, in
+// the pinned module) is not used, because it would not keep what this package
+// guarantees for what it would replace:
+//
+//   - Durable writes. Its file store writes a temporary file, syncs it and renames it
+//     over the old one, but does not sync the directory afterwards, so the rename may
+//     be lost in a power cut; every write here syncs the directory after it.
+//   - A checksum of the file's content. Its checksum package is a 32-bit FNV hash of
+//     the Go value as spew prints it, which changes with the Go types rather than
+//     with the bytes on disk; this file carries the SHA-256 of its records' compact
+//     JSON, which a person can re-indent without breaking and check with any tool.
+//   - Corruption handling and the decoder's fuzz test stay here either way: the
+//     manager only returns a CorruptCheckpointError and leaves the file in place, and
+//     the decoding is the caller's.
+//
+// It would also make the node agent import k8s.io/kubernetes, which it does not
+// otherwise, for about thirty lines of file handling.
 package checkpoint
 
 import (

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-dev/tessera/node-agent/binding"
 )
@@ -35,6 +37,10 @@ type Plugin struct {
 	Name, Index string
 	// OnRefused is told of every refused container (for events and metrics).
 	OnRefused func(namespace, pod, container, reason string)
+	// Backoff paces reconnection after the runtime goes away or cannot be reached
+	// (DefaultBackoff from New); it starts again from its first step after a
+	// connection that lasted a minute.
+	Backoff wait.Backoff
 	// dial, when set, replaces the stub's dialer (tests use it to drop the
 	// connection as a dying runtime would).
 	dial func(string) (net.Conn, error)
@@ -83,18 +89,23 @@ func (p *Plugin) Connected() (bool, time.Time, error) {
 	return p.isUp, p.upChange, p.lastErr
 }
 
+// DefaultBackoff waits 1s before reconnecting, doubling to 30s, each wait up to 10%
+// longer at random so that reconnections do not fall in step with the runtime's other
+// plugins.
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+
 // New returns a plugin that will connect to socket.
 func New(b *binding.Binder, socket string, log logr.Logger) *Plugin {
 	if socket == "" {
 		socket = DefaultSocket
 	}
-	return &Plugin{binder: b, log: log, socket: socket, Name: "tessera", Index: "90", connected: make(chan struct{}, 8)}
+	return &Plugin{binder: b, log: log, socket: socket, Name: "tessera", Index: "90", Backoff: DefaultBackoff, connected: make(chan struct{}, 8)}
 }
 
 // Run connects to the runtime and serves it until ctx is done, reconnecting when the
 // runtime restarts (the connection drops).
 func (p *Plugin) Run(ctx context.Context) error {
-	backoff := time.Second
+	backoff := p.Backoff
 	p.setConnected(false, nil)
 	for ctx.Err() == nil {
 		opts := []stub.Option{stub.WithPluginName(p.Name), stub.WithPluginIdx(p.Index), stub.WithSocketPath(p.socket),
@@ -119,15 +130,13 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		p.setConnected(false, err)
 		if time.Since(start) > time.Minute {
-			backoff = time.Second
+			backoff = p.Backoff
 		}
-		p.log.Info("NRI runtime not reachable or went away; reconnecting", "socket", p.socket, "error", fmt.Sprint(err), "retryIn", backoff.String())
+		delay := backoff.Step()
+		p.log.Info("NRI runtime not reachable or went away; reconnecting", "socket", p.socket, "error", fmt.Sprint(err), "retryIn", delay.String())
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		if backoff < 30*time.Second {
-			backoff *= 2
+		case <-time.After(delay):
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	nriapi "github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
@@ -160,6 +161,8 @@ func TestPluginOverNRISocket(t *testing.T) {
 	defer os.RemoveAll(dir)
 	rt := startRuntime(t, dir, nil, nil)
 	p, b := newPlugin(t, dir)
+	// Reconnect after 10 ms rather than DefaultBackoff's 1 s once the runtime dies.
+	p.Backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 5, Cap: 100 * time.Millisecond}
 	var connMu sync.Mutex
 	var conn net.Conn
 	p.dial = func(path string) (net.Conn, error) {
