@@ -387,6 +387,11 @@ func TestChartRBAC(t *testing.T) {
 		if d.MemoryMiB != 20000 || d.Cores != 30 {
 			t.Errorf("granted %+v, want 20000 MiB and 30%% cores", d)
 		}
+		// The chart's quota policy gave the pod its quota resources, which no node
+		// advertises: the chart's scheduler placed it all the same.
+		if q, want := p.Spec.Containers[0].Resources.Requests[api.ResourceTotalGPUMemory], int64(20000); q.Value() != want {
+			t.Errorf("bound pod's %s request %s, want %d", api.ResourceTotalGPUMemory, q.String(), want)
+		}
 		lease, err := c.client.CoordinationV1().Leases(ns).Get(c.ctx, "tessera-scheduler", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the scheduler's lease: %v", err)
