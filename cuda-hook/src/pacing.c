@@ -88,6 +88,55 @@ static struct {
 static int recent_n[2];
 static int64_t last_at_ns[2];
 
+/* Per-kernel estimates: a launch whose function (cuLaunchKernel's CUfunction) or
+ * executable graph has an entry here is charged that entry's estimate, not its
+ * class's. An attention step, a fused optimizer or an inference server mixes a few
+ * kernels of milliseconds with many of microseconds; charged the class's mean, with
+ * samples over 3x it set aside as another context's turns, its long kernels were
+ * charged as short ones (on the H200 a flash-attention training step ran 87 % of its
+ * rate at cap 25). Per function the lengths agree, so each entry is the mean of that
+ * function's samples (the first KT_WINDOW, then a moving average over about as many)
+ * and its 3x rule sets aside only what its own launches do not take.
+ *
+ * Direct-mapped: KT_SIZE entries indexed by a hash of the handle. What a launch reads
+ * is one word, the entry's tag (24 bits of the hash, never 0) and its estimate (40
+ * bits of ns), so a launch pays one relaxed load and a compare; the rest of an entry
+ * is kept under ev_mu by the launch samples, which alone write the table. A function
+ * whose entry another holds (a collision; the other sampled in the last KT_STALE_NS)
+ * is charged its class's estimate; one whose entry is empty has its next launch
+ * sampled, so that it is charged its own time from its first sample on. */
+#define KT_BITS 9
+#define KT_SIZE (1 << KT_BITS)
+#define KT_NS_BITS 40
+#define KT_NS_MASK ((1ULL << KT_NS_BITS) - 1)
+#define KT_WINDOW 8
+#define KT_STALE_NS (10 * 1000000000LL)
+static _Atomic uint64_t kt_word[KT_SIZE];
+static struct {
+	uintptr_t key;
+	int cls;
+	int rejected; /* samples set aside in a row */
+	int64_t n;    /* samples taken */
+	int64_t last_ns;
+} kt_meta[KT_SIZE];
+/* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
+ * table was last scanned for it. */
+static _Atomic int64_t kt_longest_ns;
+static int64_t kt_scan_at_ns;
+
+static inline uint64_t kt_hash(uintptr_t key)
+{
+	return (uint64_t)key * 0x9e3779b97f4a7c15ULL;
+}
+static inline unsigned kt_index(uint64_t h)
+{
+	return (unsigned)(h >> (64 - KT_BITS));
+}
+static inline uint64_t kt_tag(uint64_t h)
+{
+	return ((h >> 16) & 0xffffffULL) | 1;
+}
+
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
 /* After a slot burst met another container's turns, the container's allowance is this
@@ -141,6 +190,7 @@ static struct {
 	struct ctx_events *c;
 	uint64_t gen;
 	int cls;
+	uintptr_t key;       /* its function or executable graph (0: none, charged its class's) */
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
@@ -151,11 +201,88 @@ static struct {
  * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
  * set aside. */
 #define PROBE_MIN_NS 200000LL
-/* The longer of the two classes' estimates. */
+/* The longest launch estimated: the two classes' estimates and the longest
+ * per-kernel entry in use. */
 static int64_t est_longest(void)
 {
-	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]);
-	return k > g ? k : g;
+	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]), t = atomic_load(&kt_longest_ns);
+	k = k > g ? k : g;
+	return k > t ? k : t;
+}
+
+/* Rescans the table for its longest entry in use (caller holds ev_mu). */
+static void kt_rescan(int64_t now)
+{
+	int64_t m = 0;
+	for (int i = 0; i < KT_SIZE; i++)
+		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS) {
+			int64_t e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
+			m = e > m ? e : m;
+		}
+	atomic_store(&kt_longest_ns, m);
+	kt_scan_at_ns = now;
+}
+
+/* The entry of key: its slot, and its estimate (0 if it has none). */
+static int64_t kt_lookup(uintptr_t key, int *slot)
+{
+	uint64_t h = kt_hash(key);
+	*slot = (int)kt_index(h);
+	uint64_t w = atomic_load_explicit(&kt_word[*slot], memory_order_relaxed);
+	return (w >> KT_NS_BITS) == kt_tag(h) && kt_meta[*slot].key == key ? (int64_t)(w & KT_NS_MASK) : 0;
+}
+
+/* Folds a sample of ns into key's entry (caller holds ev_mu): the mean of its first
+ * KT_WINDOW samples, then a moving average; a sample over 3x the entry is set aside
+ * (it most likely holds another context's time slice) unless three in a row say so. An
+ * entry that another key holds is taken over once that key has not been sampled for
+ * KT_STALE_NS. */
+static void kt_fold(uintptr_t key, int cls, int64_t ns)
+{
+	uint64_t h = kt_hash(key);
+	int i = (int)kt_index(h);
+	int64_t now = tessera_now_ns();
+	int64_t e;
+	if (kt_meta[i].key != key) {
+		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS)
+			return;
+		kt_meta[i].key = key;
+		kt_meta[i].cls = cls;
+		kt_meta[i].rejected = 0;
+		kt_meta[i].n = 1;
+		e = ns;
+	} else {
+		e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
+		if (kt_meta[i].n >= 4 && ns > 3 * e && kt_meta[i].rejected < 3) {
+			kt_meta[i].rejected++;
+			PSTAT_ADD(set_aside, 1);
+			return;
+		}
+		kt_meta[i].rejected = 0;
+		int64_t n = ++kt_meta[i].n < KT_WINDOW ? kt_meta[i].n : KT_WINDOW;
+		e += (ns - e) / n;
+	}
+	if (e < 1)
+		e = 1;
+	kt_meta[i].last_ns = now;
+	atomic_store_explicit(&kt_word[i], kt_tag(h) << KT_NS_BITS | (uint64_t)e, memory_order_relaxed);
+	if (e > atomic_load(&kt_longest_ns) || now - kt_scan_at_ns > 100000000LL)
+		kt_rescan(now);
+}
+
+/* Scales the entries of class cls by f (caller holds ev_mu): a burst said that its
+ * launches were charged f times too little or too much. */
+static void kt_scale(int cls, double f)
+{
+	for (int i = 0; i < KT_SIZE; i++) {
+		if (kt_meta[i].key == 0 || kt_meta[i].cls != cls)
+			continue;
+		uint64_t w = atomic_load_explicit(&kt_word[i], memory_order_relaxed);
+		int64_t e = (int64_t)((double)(int64_t)(w & KT_NS_MASK) * f);
+		if (e > 0 && e <= MAX_EST_NS)
+			atomic_store_explicit(&kt_word[i], (w & ~KT_NS_MASK) | (uint64_t)e, memory_order_relaxed);
+	}
+	kt_rescan(tessera_now_ns());
 }
 
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
@@ -282,6 +409,12 @@ static void settle_sample(void)
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	/* What the sample is read against: its kernel's own entry where it has one
+	 * (settled once it rests on KT_WINDOW samples), else its class's estimate. */
+	int slot;
+	int64_t ke = smp.key != 0 ? kt_lookup(smp.key, &slot) : 0;
+	int64_t eref = ke > 0 ? ke : e;
+	int settled = ke > 0 ? kt_meta[slot].n >= KT_WINDOW : atomic_load(&est_samples[smp.cls]) >= EST_WINDOW;
 	/* The launch waited for a refill, so its stream had drained, yet its start event
 	 * had not run when the launch returned: another context held the GPU (a
 	 * time-sliced GPU runs one context at a time). A sample that ran well over the
@@ -290,18 +423,19 @@ static void settle_sample(void)
 	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
 	 * taken for that). Eight in a row are taken anyway: the launches may have
 	 * changed while every sample met another's turn. */
-	if (off < 0 && smp.met && e > 0 && atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > e + e / 20 + 20000 &&
-	    met_rejected[smp.cls] < 8) {
+	if (off < 0 && smp.met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[smp.cls] < 8) {
 		met_rejected[smp.cls]++;
 		PSTAT_ADD(met, 1);
 		return;
 	}
 	met_rejected[smp.cls] = 0;
-	if (e > 0) {
+	if (eref > 0) {
 		int i = recent_n[smp.cls]++ % RECENT;
 		recent[smp.cls][i].ns = ns;
-		recent[smp.cls][i].est = e;
+		recent[smp.cls][i].est = eref;
 	}
+	if (smp.key != 0)
+		kt_fold(smp.key, smp.cls, ns);
 	/* A sample far above the estimate most likely waited for another context's
 	 * time slice between its events; three in a row mean the work changed. */
 	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
@@ -341,7 +475,7 @@ static uint32_t next_random(void)
 }
 
 /* A sample is due: read the one in flight, and claim the next for this launch. */
-static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
+static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
 {
 	int64_t m = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
 	if (m < 1 || atomic_load_explicit(&est_samples[cls], memory_order_relaxed) < EST_WINDOW)
@@ -367,6 +501,7 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.c = c;
 			smp.gen = c->gen;
 			smp.cls = cls;
+			smp.key = key;
 			/* A launch long enough for another context's time slice to cut it has the
 			 * context's turns probed while it runs, while another context shares the
 			 * GPU or the estimate is being formed (its first samples; containers that
@@ -457,6 +592,11 @@ void tessera_pacing_after_fork(void)
 	memset(recent, 0, sizeof(recent));
 	recent_n[0] = recent_n[1] = 0;
 	last_at_ns[0] = last_at_ns[1] = 0;
+	for (int i = 0; i < KT_SIZE; i++)
+		atomic_store(&kt_word[i], 0);
+	memset(kt_meta, 0, sizeof(kt_meta));
+	atomic_store(&kt_longest_ns, 0);
+	kt_scan_at_ns = 0;
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
 	atomic_store(&other_seen_ns, 0);
@@ -496,6 +636,11 @@ __attribute__((destructor)) static void pacing_summary(void)
 			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
 	}
+	for (int i = 0, shown = 0; i < KT_SIZE && shown < 16; i++)
+		if (kt_meta[i].key != 0 && ++shown)
+			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
+				    (unsigned long long)kt_meta[i].key, kt_meta[i].cls,
+				    (long long)(atomic_load(&kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n);
 	int64_t probes, late, covered, uncovered;
 	tessera_residency_stats(&probes, &late, &covered, &uncovered);
 	if (probes > 0)
@@ -1018,11 +1163,26 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	if (r > 2)
 		r = 2;
 	int alone_down = p->f_turn && r < 1;
+	double f = alone_down ? r : 1 + (r - 1) / 2;
 	for (int cls = 0; cls < 2; cls++) {
 		int64_t est_c = atomic_load(&est_ns[cls]);
-		int64_t scaled = (int64_t)((double)est_c * (alone_down ? r : 1 + (r - 1) / 2));
+		int64_t scaled = (int64_t)((double)est_c * f);
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down))
 			atomic_store(&est_ns[cls], scaled);
+	}
+	/* The per-kernel entries only where the burst held the GPU's turn: its S->F is
+	 * then its own GPU time. Each entry is the mean of one function's samples, and
+	 * moved half-way by every burst it drifted from them: bursts of a program whose
+	 * kernels differ by orders of magnitude read under their charge far more often
+	 * than they are counted over it (a burst over its charge that did not run back to
+	 * back is not counted), and took a 5 ms kernel's entry down to a fraction of it
+	 * (67-76 % at cap 25 in the fake suite's attn5000, 24.4 % without). What such a
+	 * burst runs over or under its charge is still owed or given back. */
+	if (alone_down && atomic_load_explicit(&kt_longest_ns, memory_order_relaxed) > 0) {
+		pthread_mutex_lock(&ev_mu);
+		for (int cls = 0; cls < 2; cls++)
+			kt_scale(cls, f);
+		pthread_mutex_unlock(&ev_mu);
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
@@ -1224,7 +1384,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 static __thread int64_t local_left TLS_IE;
 static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
 
-void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
+void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t)
 {
 	t->sampled = 0;
 	t->waited = 0;
@@ -1239,6 +1399,16 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 	struct tessera_shared_pacer *s = p->s;
 	t->p = p;
 	int64_t cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+	/* The launch's own estimate where its kernel has an entry; an empty entry has the
+	 * launch sampled, so that a kernel is charged its own time from its first sample. */
+	if (key != 0) {
+		uint64_t h = kt_hash(key);
+		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
+		if ((w >> KT_NS_BITS) == kt_tag(h))
+			cost = (int64_t)(w & KT_NS_MASK);
+		else if (w == 0)
+			sample_countdown = 1;
+	}
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
 	if (tag != 0 && tag != (uintptr_t)stream + 1)
 		atomic_store_explicit(&p->other_stream, 1, memory_order_relaxed);
@@ -1269,18 +1439,18 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
 	if (--sample_countdown <= 0)
-		sample_due(t, cls, cost);
+		sample_due(t, cls, key, cost);
 	if (t->sampled)
 		sample_start(stream, t);
 }
 
 /* ---- the launch hooks ------------------------------------------------------- */
 
-#define LAUNCH_HOOK(name, stream, args)            \
-	HOOK_ENTER();                              \
-	HOOK_REAL(name);                           \
-	struct tessera_pace_ticket pt_;            \
-	tessera_pace(stream, 0, &pt_);             \
+#define LAUNCH_HOOK(name, f, stream, args)                   \
+	HOOK_ENTER();                                        \
+	HOOK_REAL(name);                                     \
+	struct tessera_pace_ticket pt_;                      \
+	tessera_pace(stream, 0, (uintptr_t)(f), &pt_);       \
 	CUresult lrc_ = REAL(name) args;           \
 	tessera_pace_done(stream, &pt_, lrc_);     \
 	return lrc_
@@ -1288,35 +1458,35 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
 			unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 			     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx, f, config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 				   unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 					unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 /* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
@@ -1345,7 +1515,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
 			ctx[i] = cur;
 		if (ctx[i] != cur && REAL(cuCtxSetCurrent)(ctx[i]) != CUDA_SUCCESS)
 			ctx[i] = cur;
-		tessera_pace(list[i].hStream, 0, &pt[i]);
+		tessera_pace(list[i].hStream, 0, (uintptr_t)list[i].function, &pt[i]);
 		if (ctx[i] != cur)
 			REAL(cuCtxSetCurrent)(cur);
 	}
@@ -1366,17 +1536,17 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
  * stream. */
 CUresult cuLaunch(CUfunction f)
 {
-	LAUNCH_HOOK(cuLaunch, NULL, (f));
+	LAUNCH_HOOK(cuLaunch, f, NULL, (f));
 }
 
 CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-	LAUNCH_HOOK(cuLaunchGrid, NULL, (f, grid_width, grid_height));
+	LAUNCH_HOOK(cuLaunchGrid, f, NULL, (f, grid_width, grid_height));
 }
 
 CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s)
 {
-	LAUNCH_HOOK(cuLaunchGridAsync, s, (f, grid_width, grid_height, s));
+	LAUNCH_HOOK(cuLaunchGridAsync, f, s, (f, grid_width, grid_height, s));
 }
 
 /* A graph with memory nodes reserves what it allocates before it is launched
@@ -1389,7 +1559,7 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
 	if (rc != CUDA_SUCCESS)                                        \
 		return rc;                                             \
 	struct tessera_pace_ticket pt_;                                \
-	tessera_pace(s, 1, &pt_);                                      \
+	tessera_pace(s, 1, (uintptr_t)(g), &pt_);                      \
 	rc = REAL(name)(g, s);                                         \
 	tessera_pace_done(s, &pt_, rc);                                \
 	tessera_graph_admitted(&t_, rc);                               \

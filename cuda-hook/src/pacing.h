@@ -67,8 +67,10 @@ struct tessera_pace_ticket {
 };
 
 void tessera_pacing_setup(void);
-/* cls: 0 kernel launches, 1 graph launches (their GPU time is estimated apart). */
-void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t);
+/* cls: 0 kernel launches, 1 graph launches (their GPU time is estimated apart); key:
+ * the launch's function or executable graph, whose own estimate it is charged once
+ * sampled (0: its class's). */
+void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t);
 void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
 /* A context is gone: its events with it. */
 void tessera_pacing_forget_ctx(CUcontext ctx);
