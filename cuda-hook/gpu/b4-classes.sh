@@ -1,0 +1,85 @@
+#!/bin/bash
+# B4's workload classes (gpu/torch_work.py: attn convnet llm graphmix streams, and
+# mlp as the launch-bound neighbour), judged in GPU time:
+#
+#   gpu/b4-classes.sh <build-dir> [<build-dir>...]
+#
+# Each workload's unhooked solo rate and GPU busy fraction (torch.profiler's kernel
+# time over wall time) first; then, for each build's hook (to set one hook against
+# another in the same run), every workload alone at B4_CAPS (25 50 80), all of them
+# in one process per cap; pairs of the same workload at 30/70 and 50/50; and the
+# mixed pair, attn at 70 beside the launch-bound mlp at 30. A row's GPU share is its
+# rate share times its busy fraction alone: within +-3 points of the cap where the
+# cap is under what it needs, else not slowed (>= 95 % of its rate). The
+# launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
+# rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
+# B4_SECONDS the measured seconds (2). Results: $OUT (or build/gpu)/b4-classes.txt.
+. "$(dirname "$0")/common.sh" "$1"
+M=$RES/b4-classes.txt
+: >"$M"
+say() { echo "$*" | tee -a "$M"; }
+S=${B4_SECONDS:-2}
+CL=${B4_CLASSES:-attn convnet llm graphmix streams}
+CAPS=${B4_CAPS:-25 50 80}
+PARTS=${B4_PARTS:-alone pairs mixed}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+TW="python3 $HERE/gpu/torch_work.py"
+field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
+declare -A SOLO BUSY
+say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
+TESSERA_BENCH_BUSY=1 $TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
+for w in $CL mlp; do
+	out=$(grep "^$w " "$G/classes.solo")
+	SOLO[$w]=$(field rate <<<"$out")
+	BUSY[$w]=$(field busy <<<"$out")
+	say "solo $w: rate ${SOLO[$w]}/s, GPU busy ${BUSY[$w]}%"
+done
+# row <label> <workload> <cap> <rate>
+row() {
+	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$4" -v s="${SOLO[$2]}" -v b="${BUSY[$2]}" 'BEGIN{
+		if (r == "" || s <= 0) { printf "%-30s %-8s no rate", l, w; exit }
+		sh = 100 * r / s; g = sh * b / 100
+		printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% (busy alone %.0f%%) ", l, w, r, sh, g, b
+		if (b > c + 3) { e = g - c; printf "%s err %+.1f (cap %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c }
+		else printf "%s not slowed (cap %d, want >= 95)", (sh >= 95) ? "ok  " : "FAIL", c }')"
+}
+n=0
+for bd in "$@"; do
+	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
+	say "== hook $HOOK ($(git -C "$HERE" log -1 --format=%h 2>/dev/null))"
+	part alone && for c in $CAPS; do
+		n=$((n + 1))
+		limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
+		hooked "$G/c$n" $TW "$S" $CL >"$G/classes.$n" || say "alone cap $c failed"
+		for w in $CL; do row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n" | field rate)"; done
+	done
+	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
+	# seconds lined up (TESSERA_BENCH_BARRIER).
+	together() {
+		local label=$1 pids=() specs=() i=0
+		shift
+		n=$((n + 1))
+		rm -rf "$G/bar$n"
+		for spec in "$@"; do
+			IFS=: read -r c ph ws <<<"$spec"
+			limits "$G/t$n.$i" 130000 $c $ph "/b4c/$n/t$i"
+			TESSERA_BENCH_BARRIER="$G/bar$n:$#" hooked "$G/t$n.$i" $TW "$S" $ws >"$G/together.$n.$i" &
+			pids+=($!)
+			specs+=("$c:$ws")
+			i=$((i + 1))
+		done
+		for p in "${pids[@]}"; do wait $p || say "$label: a tenant failed"; done
+		i=0
+		for spec in "${specs[@]}"; do
+			for w in ${spec#*:}; do row "$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" $w ${spec%%:*} "$(grep "^$w " "$G/together.$n.$i" | field rate)"; done
+			i=$((i + 1))
+		done
+	}
+	part pairs && together "pair" "30:0:$CL" "70:30:$CL" && together "pair" "50:0:$CL" "50:50:$CL"
+	if part mixed; then
+		together "mixed" "70:0:attn" "30:70:mlp"
+		say "$(awk -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${BUSY[mlp]}" 'BEGIN{
+			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
+			printf "mixed launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", v, w, (v >= w) ? "ok" : "FAIL" }')"
+	fi
+done
