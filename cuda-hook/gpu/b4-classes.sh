@@ -4,11 +4,16 @@
 #
 #   gpu/b4-classes.sh <build-dir> [<build-dir>...]
 #
-# Each workload's unhooked solo rate and GPU busy fraction (torch.profiler's kernel
-# time over wall time) first; then, for each build's hook (to set one hook against
-# another in the same run), every workload alone at B4_CAPS (25 50 80), all of them
-# in one process per cap; pairs of the same workload at 30/70 and 50/50; and the
-# mixed pair, attn at 70 beside the launch-bound mlp at 30. A row's GPU share is its
+# Each workload's unhooked solo rate first, all of them in one process without the
+# profiler (torch.profiler slows launches, and the workloads run after it in the same
+# process, so a rate beside it is not the solo rate), and its GPU busy fraction
+# (torch.profiler's kernel time over wall time) in a process of its own; then, for
+# each build's hook (to set one hook against another in the same run), every workload
+# alone at B4_CAPS (25 50 80), all of them in one process per cap; pairs of the same
+# workload at 30/70 and 50/50, one workload per pair of processes, so that both
+# tenants run the same class over the same seconds; and the mixed pair, attn at 70
+# beside the launch-bound mlp at 30. A build directory whose parent holds a file
+# REVISION is labelled with it (a tree copied out of git has no history). A row's GPU share is its
 # rate share times its busy fraction alone: within +-3 points of the cap where the
 # cap is under what it needs, else not slowed (>= 95 % of its rate). The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
@@ -27,11 +32,11 @@ TW="python3 $HERE/gpu/torch_work.py"
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 declare -A SOLO BUSY
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
-TESSERA_BENCH_BUSY=1 $TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
+$TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
 for w in $CL mlp; do
-	out=$(grep "^$w " "$G/classes.solo")
-	SOLO[$w]=$(field rate <<<"$out")
-	BUSY[$w]=$(field busy <<<"$out")
+	TESSERA_BENCH_BUSY=1 $TW 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
+	SOLO[$w]=$(grep "^$w " "$G/classes.solo" | field rate)
+	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
 	say "solo $w: rate ${SOLO[$w]}/s, GPU busy ${BUSY[$w]}%"
 done
 # row <label> <workload> <cap> <rate>
@@ -46,7 +51,7 @@ row() {
 n=0
 for bd in "$@"; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
-	say "== hook $HOOK ($(git -C "$HERE" log -1 --format=%h 2>/dev/null))"
+	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null))"
 	part alone && for c in $CAPS; do
 		n=$((n + 1))
 		limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
@@ -75,7 +80,10 @@ for bd in "$@"; do
 			i=$((i + 1))
 		done
 	}
-	part pairs && together "pair" "30:0:$CL" "70:30:$CL" && together "pair" "50:0:$CL" "50:50:$CL"
+	part pairs && for w in $CL; do
+		together "pair" "30:0:$w" "70:30:$w"
+		together "pair" "50:0:$w" "50:50:$w"
+	done
 	if part mixed; then
 		together "mixed" "70:0:attn" "30:70:mlp"
 		say "$(awk -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${BUSY[mlp]}" 'BEGIN{

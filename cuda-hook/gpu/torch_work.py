@@ -23,7 +23,8 @@ Workloads, run one after the other in this process:
 TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fraction (busy=<pct>):
 kernel time over wall time from torch.profiler's kernel events over a further second
 of steps (kernels of several streams that overlap counted once), what the GPU time a
-cap gives the workload is measured against.
+cap gives the workload is measured against. The profiler slows launches, also those of
+the workloads after it in the same process: measure rates in a process without it.
 
 For each, prints "<workload> rate=<steps per second>" over <seconds> after a warm-up,
 from a synchronize to a synchronize, the process's CPU time per step (cpu_us, all its
