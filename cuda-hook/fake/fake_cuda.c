@@ -87,6 +87,11 @@ static int64_t other_start_ns, other_len_ns, other_period_ns;
  * GPU's does (about 1 us on an H200): a launch sample, bracketed by two events, then
  * reads more than the kernel takes back to back. Not in the shared GPU. */
 static int64_t event_ns;
+/* FAKE_CUDA_LAUNCH_NS=<ns>: a kernel launched onto an idle queue starts this long after
+ * its launch returns, as a real GPU's does (its launch latency): a launch sample on an
+ * idle stream then reads the latency too, which is not the kernel's GPU time. Not in
+ * the shared GPU. */
+static int64_t launch_ns;
 /* FAKE_CUDA_SLOW_SIDE_RECORD=<n>: every n-th event recorded on a made stream returns
  * 1 ms after it was recorded, as a call whose thread was descheduled does. */
 static long slow_side_every;
@@ -139,6 +144,8 @@ __attribute__((constructor)) static void setup(void)
 	}
 	if ((s = getenv("FAKE_CUDA_EVENT_NS")) && atoll(s) > 0)
 		event_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_LAUNCH_NS")) && atoll(s) > 0)
+		launch_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_SLOW_SIDE_RECORD")) && atol(s) > 0)
 		slow_side_every = atol(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
@@ -891,7 +898,7 @@ static CUresult run(uint64_t us)
 		pthread_mutex_lock(&mu);
 		now = now_ns();
 	}
-	int64_t start = busy_until_ns > now ? busy_until_ns : now;
+	int64_t start = busy_until_ns > now ? busy_until_ns : now + launch_ns;
 	busy_until_ns = gpu_advance(start, (int64_t)us * 1000);
 	busy_ns += us * 1000;
 	launches++;

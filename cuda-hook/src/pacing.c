@@ -119,6 +119,25 @@ static struct {
 	int64_t n;    /* samples taken */
 	int64_t last_ns;
 } kt_meta[KT_SIZE];
+/* What the bursts say of the entries, class by class (KT_GAIN_ONE is 1): a launch is
+ * charged its entry times its class's gain. The entries hold what the samples read,
+ * each kernel with an event either side: a kernel of a few us reads its events' cost
+ * and its launch latency on an idle stream too, and kernels of two streams that run
+ * at once each read their own span, together more than the GPU time they took. The
+ * samples cannot tell; bursts can, as they tell the class estimates, and move the
+ * gain as they move those (half-way, or all the way down where a burst held the GPU's
+ * turn). One factor for the class, not the entries one by one: moving every entry
+ * with every burst took a 5 ms kernel's entry, sampled seldom, down to a fraction of
+ * it, while its short neighbours' samples kept theirs up (67-76 % at cap 25 in the
+ * fake driver's steps of one 5 ms kernel and 40 of 20 us). */
+#define KT_GAIN_SHIFT 16
+#define KT_GAIN_ONE (1LL << KT_GAIN_SHIFT)
+static _Atomic int64_t kt_gain[2] = {KT_GAIN_ONE, KT_GAIN_ONE};
+static inline int64_t kt_charge(uint64_t w, int cls)
+{
+	return (int64_t)(((w & KT_NS_MASK) * (uint64_t)atomic_load_explicit(&kt_gain[cls], memory_order_relaxed)) >>
+			 KT_GAIN_SHIFT);
+}
 /* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
  * table was last scanned for it. */
 static _Atomic int64_t kt_longest_ns;
@@ -270,21 +289,6 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 		kt_rescan(now);
 }
 
-/* Scales the entries of class cls by f (caller holds ev_mu): a burst said that its
- * launches were charged f times too little or too much. */
-static void kt_scale(int cls, double f)
-{
-	for (int i = 0; i < KT_SIZE; i++) {
-		if (kt_meta[i].key == 0 || kt_meta[i].cls != cls)
-			continue;
-		uint64_t w = atomic_load_explicit(&kt_word[i], memory_order_relaxed);
-		int64_t e = (int64_t)((double)(int64_t)(w & KT_NS_MASK) * f);
-		if (e > 0 && e <= MAX_EST_NS)
-			atomic_store_explicit(&kt_word[i], (w & ~KT_NS_MASK) | (uint64_t)e, memory_order_relaxed);
-	}
-	kt_rescan(tessera_now_ns());
-}
-
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
  * sample whose start event waited on a drained stream, a burst that ran over its
  * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
@@ -432,7 +436,8 @@ static void settle_sample(void)
 	if (eref > 0) {
 		int i = recent_n[smp.cls]++ % RECENT;
 		recent[smp.cls][i].ns = ns;
-		recent[smp.cls][i].est = eref;
+		/* What it was charged: the entry times the class's gain. */
+		recent[smp.cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, smp.cls) : e;
 	}
 	if (smp.key != 0)
 		kt_fold(smp.key, smp.cls, ns);
@@ -597,6 +602,8 @@ void tessera_pacing_after_fork(void)
 	memset(kt_meta, 0, sizeof(kt_meta));
 	atomic_store(&kt_longest_ns, 0);
 	kt_scan_at_ns = 0;
+	atomic_store(&kt_gain[0], KT_GAIN_ONE);
+	atomic_store(&kt_gain[1], KT_GAIN_ONE);
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
 	atomic_store(&other_seen_ns, 0);
@@ -636,6 +643,8 @@ __attribute__((destructor)) static void pacing_summary(void)
 			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
 	}
+	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f",
+		    (double)atomic_load(&kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&kt_gain[1]) / KT_GAIN_ONE);
 	for (int i = 0, shown = 0; i < KT_SIZE && shown < 16; i++)
 		if (kt_meta[i].key != 0 && ++shown)
 			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
@@ -836,6 +845,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_ctx_gen = c->gen;
 		p->burst_stream = stream;
 		atomic_store(&p->other_stream, 0);
+		atomic_store(&p->class_charged, 0);
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
@@ -867,6 +877,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
 		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
+		p->f_class = atomic_exchange(&p->class_charged, 0);
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
@@ -1170,19 +1181,15 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down))
 			atomic_store(&est_ns[cls], scaled);
 	}
-	/* The per-kernel entries only where the burst held the GPU's turn: its S->F is
-	 * then its own GPU time. Each entry is the mean of one function's samples, and
-	 * moved half-way by every burst it drifted from them: bursts of a program whose
-	 * kernels differ by orders of magnitude read under their charge far more often
-	 * than they are counted over it (a burst over its charge that did not run back to
-	 * back is not counted), and took a 5 ms kernel's entry down to a fraction of it
-	 * (67-76 % at cap 25 in the fake suite's attn5000, 24.4 % without). What such a
-	 * burst runs over or under its charge is still owed or given back. */
-	if (alone_down && atomic_load_explicit(&kt_longest_ns, memory_order_relaxed) > 0) {
-		pthread_mutex_lock(&ev_mu);
-		for (int cls = 0; cls < 2; cls++)
-			kt_scale(cls, f);
-		pthread_mutex_unlock(&ev_mu);
+	/* The per-kernel entries through their class's gain, as the class estimates; only
+	 * by bursts whose every launch was charged its entry (a program's first bursts
+	 * charge its kernels their class's estimate until their entries are sampled, and
+	 * ran well under or over their charge whatever the entries). */
+	for (int cls = 0; cls < 2 && !p->f_class; cls++) {
+		int64_t g = (int64_t)((double)atomic_load(&kt_gain[cls]) * f);
+		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
+		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down)
+			atomic_store(&kt_gain[cls], g);
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
@@ -1398,16 +1405,22 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		return;
 	struct tessera_shared_pacer *s = p->s;
 	t->p = p;
-	int64_t cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
-	/* The launch's own estimate where its kernel has an entry; an empty entry has the
-	 * launch sampled, so that a kernel is charged its own time from its first sample. */
+	int64_t cost = -1;
+	/* The launch's own estimate where its kernel has an entry (times its class's
+	 * gain); an empty entry has the launch sampled, so that a kernel is charged its
+	 * own time from its first sample. */
 	if (key != 0) {
 		uint64_t h = kt_hash(key);
 		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
 		if ((w >> KT_NS_BITS) == kt_tag(h))
-			cost = (int64_t)(w & KT_NS_MASK);
+			cost = kt_charge(w, cls);
 		else if (w == 0)
 			sample_countdown = 1;
+	}
+	if (cost < 0) {
+		cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+		if (!atomic_load_explicit(&p->class_charged, memory_order_relaxed))
+			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 	}
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
 	if (tag != 0 && tag != (uintptr_t)stream + 1)
@@ -1429,10 +1442,17 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 			local_left = have + take - cost;
 			local_pacer = s;
 		} else {
-			atomic_fetch_add_explicit(&s->tokens, take, memory_order_relaxed);
+			/* The credit the thread held goes back with the take: it was charged and
+			 * not launched, and a burst charged for it reads under its charge (a
+			 * step's 20 us kernels took 320 us ahead, and the bursts of a 1 ms kernel
+			 * among them read 8 % under, which moved the per-kernel gain down). */
+			atomic_fetch_add_explicit(&s->tokens, take + have, memory_order_relaxed);
+			if (have > 0) {
+				atomic_fetch_sub_explicit(&charged_ns, have, memory_order_relaxed);
+				atomic_fetch_sub_explicit(&s->charged, have, memory_order_relaxed);
+			}
 			local_left = 0;
 			local_pacer = NULL;
-			/* The credit the thread held is given up: it was charged already. */
 			t->waited = slow_path(p, stream, cost);
 		}
 	}

@@ -41,6 +41,7 @@ struct tessera_pacer {
 	 * container's. */
 	int64_t f_host_ns, f_charged, f_all, f_at_ns;
 	int f_other;
+	int f_class; /* a launch of the ended burst was charged its class's estimate */
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;
@@ -51,9 +52,11 @@ struct tessera_pacer {
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;
 	/* Read by every launch: the open burst's stream + 1, or 0; and whether a launch of
-	 * the burst went to another stream. */
+	 * the burst went to another stream, and whether one was charged its class's
+	 * estimate (its kernel has no entry of its own). */
 	_Atomic uintptr_t burst_stream_tag;
 	_Atomic int other_stream;
+	_Atomic int class_charged;
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */

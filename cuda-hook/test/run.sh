@@ -298,6 +298,10 @@ t pace mixed 30 0.8                    # kernels of two lengths charged their me
 limits 0 "$U1 81920 25 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn|" "$ROOT/run/tessera/limits"
 timed t pace-near attn1000 25 1.5 3
+# The same with a launch latency of 10 us on an idle queue (a sample on an idle stream
+# reads it too): the bursts bring the entries' level down through their class's gain.
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-latency|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_LAUNCH_NS=10000 pace-near attn1000 25 1.5 3
 limits 0 "$U1 81920 30 0"
 # 10 us kernels whose samples read 2 us of event time more than the kernels take back
 # to back: the bursts give the difference back, and it is not lost to the refill's cap
