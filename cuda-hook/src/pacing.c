@@ -195,7 +195,7 @@ static uint64_t turn_me;
 struct ctx_events {
 	CUcontext ctx;
 	uint64_t gen; /* changes whenever the events are made anew or lost */
-	CUevent ev[4];
+	CUevent ev[6];
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ctx_events evc[NCTX];
@@ -349,13 +349,13 @@ static struct ctx_events *events_current(void)
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
-			for (int e = 0; e < 4; e++) {
+			for (int e = 0; e < 6; e++) {
 				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(c->ev[e]);
 			}
 		c->ctx = NULL;
 		c->gen = ++ev_gen;
-		for (int e = 0; e < 4; e++) {
+		for (int e = 0; e < 6; e++) {
 			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
 				while (e-- > 0)
 					REAL(cuEventDestroy_v2)(c->ev[e]);
@@ -366,6 +366,18 @@ static struct ctx_events *events_current(void)
 		return c;
 	}
 	return NULL;
+}
+
+/* GPU ns from a to b, two completed events, signed (b may have completed first); 0
+ * and *ok cleared if the driver cannot tell. */
+static int64_t signed_ns(CUevent a, CUevent b, int *ok)
+{
+	float ms = 0;
+	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms > -3.6e6f && ms < 3.6e6f)) {
+		*ok = 0;
+		return 0;
+	}
+	return (int64_t)((double)ms * 1e6);
 }
 
 /* GPU ns between two completed events; -1 if they cannot tell. */
@@ -581,6 +593,38 @@ void tessera_pacing_forget_ctx(CUcontext ctx)
 	tessera_residency_forget(ctx);
 }
 
+/* A stream is being destroyed: pacing records nothing on it from now on (a burst
+ * that launched on it is no longer measured), and it is no stream's start mark. */
+static void forget_stream(CUstream stream)
+{
+	uintptr_t t = (uintptr_t)stream + 1;
+	pthread_mutex_lock(&ev_mu);
+	for (int g = 0; g < tessera.limits.ngpus; g++) {
+		struct tessera_pacer *p = &tessera.pacers[g];
+		uintptr_t o = t;
+		atomic_compare_exchange_strong(&p->other_stream, &o, TESSERA_OTHER_MANY);
+		if (p->xp_stream == t)
+			p->xp_stream = 0;
+	}
+	pthread_mutex_unlock(&ev_mu);
+}
+
+CUresult cuStreamDestroy_v2(CUstream stream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuStreamDestroy_v2);
+	forget_stream(stream);
+	return REAL(cuStreamDestroy_v2)(stream);
+}
+
+CUresult cuStreamDestroy(CUstream stream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuStreamDestroy);
+	forget_stream(stream);
+	return REAL(cuStreamDestroy)(stream);
+}
+
 void tessera_pacing_after_fork(void)
 {
 	tessera_residency_after_fork();
@@ -686,6 +730,8 @@ void tessera_pacing_setup(void)
 		p->s = tessera_region_pacer(tessera.region, g);
 		p->ev_s = 2;
 		p->ev_f = 3;
+		p->ev_x = 4;
+		p->ev_xp = 5;
 		p->enabled = l->cores > 0 && l->cores < 100;
 		p->work_conserving = p->enabled && tessera.limits.work_conserving;
 		p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
@@ -876,7 +922,31 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_at_ns = now;
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
-		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
+		/* The streams of the burst: S's, F's and the one other a launch went to. Two
+		 * are measured (X after the last launch on the one F is not on), more are not. */
+		uintptr_t o = atomic_exchange(&p->other_stream, 0), a = (uintptr_t)p->burst_stream + 1,
+			  fs = (uintptr_t)stream + 1, x = fs != a ? a : o;
+		p->f_other = o == TESSERA_OTHER_MANY || (fs != a && o != 0 && o != fs);
+		p->f_x_stream = 0;
+		uintptr_t xp = p->xp_stream;
+		p->xp_stream = 0; /* a start mark for the next burst only */
+		if (!p->f_other && x != 0 && x != fs) {
+			if (REAL(cuEventRecord)(c->ev[p->ev_x], (CUstream)(x - 1)) == CUDA_SUCCESS) {
+				/* Where the work of the stream that is not S's began: after the last X
+				 * recorded on it, if that is one, else (settle_burst) after S. */
+				uintptr_t not_s = fs != a ? fs : x;
+				p->f_xp_ev = xp == not_s && p->xp_gen == c->gen ? p->ev_xp : -1;
+				p->f_x_ev = p->ev_x;
+				p->f_x_stream = x;
+				int t = p->ev_x;
+				p->ev_x = p->ev_xp;
+				p->ev_xp = t;
+				p->xp_stream = x;
+				p->xp_gen = c->gen;
+			} else {
+				p->f_other = 1;
+			}
+		}
 		p->f_class = atomic_exchange(&p->class_charged, 0);
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
@@ -1027,12 +1097,16 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	struct ctx_events *c = p->burst_ctx;
 	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
 	CUresult q = ok ? REAL(cuEventQuery)(c->ev[p->ev_f]) : CUDA_ERROR_INVALID_VALUE;
+	if (q == CUDA_SUCCESS && p->f_x_stream != 0)
+		q = REAL(cuEventQuery)(c->ev[p->f_x_ev]);
 	pthread_mutex_unlock(&ev_mu);
 	if (q == CUDA_ERROR_NOT_READY && !wait)
 		return 0;
 	if (q == CUDA_ERROR_NOT_READY) {
 		PSTAT_ADD(waits, 1);
 		q = REAL(cuEventSynchronize)(c->ev[p->ev_f]);
+		if (q == CUDA_SUCCESS && p->f_x_stream != 0)
+			q = REAL(cuEventSynchronize)(c->ev[p->f_x_ev]);
 	}
 	p->fence_pending = 0;
 	int64_t e = -1, off = -1;
@@ -1041,6 +1115,21 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
 		if (e >= 0)
 			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f]);
+		if (e >= 0 && p->f_x_stream != 0) {
+			/* Two streams: from the earlier start to the later end of the two (their
+			 * kernels overlap, and each launch was charged its own length). S bounds
+			 * the other stream's start where S found its stream idle (its work was
+			 * launched after S ran); else, for a burst that began at the last one's
+			 * F, the X recorded with that F on the other stream does. */
+			int good = 1;
+			int64_t x = signed_ns(c->ev[p->ev_s], c->ev[p->f_x_ev], &good), back = 0;
+			if (p->f_lag_s_ns != 0 && p->f_xp_ev >= 0)
+				back = signed_ns(c->ev[p->f_xp_ev], c->ev[p->ev_s], &good);
+			else if (p->f_lag_s_ns != 0)
+				good = 0;
+			e = good ? (x > e ? x : e) + (back > 0 ? back : 0) : -1;
+			off = -1;
+		}
 	}
 	double excess = samples_excess(), ratio = samples_signed();
 	pthread_mutex_unlock(&ev_mu);
@@ -1423,8 +1512,15 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 	}
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
-	if (tag != 0 && tag != (uintptr_t)stream + 1)
-		atomic_store_explicit(&p->other_stream, 1, memory_order_relaxed);
+	if (tag != 0 && tag != (uintptr_t)stream + 1) {
+		/* The first launch of the burst on another stream names it (a locked
+		 * instruction once a burst); a third stream makes the burst one of many. */
+		uintptr_t o = atomic_load_explicit(&p->other_stream, memory_order_relaxed);
+		if (o == 0 && atomic_compare_exchange_strong(&p->other_stream, &o, (uintptr_t)stream + 1))
+			;
+		else if (o != (uintptr_t)stream + 1 && o != TESSERA_OTHER_MANY)
+			atomic_store_explicit(&p->other_stream, TESSERA_OTHER_MANY, memory_order_relaxed);
+	}
 	/* No locked instruction on most launches: after the driver has written a launch
 	 * to the GPU's command buffer, one waits for those writes to drain (measured +40 ns
 	 * per launch on an H200 host). A thread takes TAKE_EVERY launches' worth at a time

@@ -1148,6 +1148,21 @@ static double run_launches(const char *path, double seconds)
 					 : cuLaunchKernel((CUfunction)short_fn, 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 			if (i++ % 41 == 40 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "streams", 7) == 0 && atoi(path + 7) > 0) {
+			/* streams<us>: kernels of that many us on two streams at once, each
+			 * stream its own function, joined by a synchronize every 40 launches
+			 * (the fake's FAKE_CUDA_STREAMS runs the two streams' kernels at once:
+			 * the GPU is busy half their summed lengths). */
+			static CUstream st[2];
+			static unsigned i;
+			if (st[0] == NULL) {
+				OK(cuStreamCreate(&st[0], 0));
+				OK(cuStreamCreate(&st[1], 0));
+			}
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7e7000 + 0x40 * (i % 2)), (unsigned)atoi(path + 7), 1, 1,
+					    1, 1, 1, 0, st[i % 2], NULL, NULL);
+			if (i++ % 40 == 39 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (path[0] == 'k' && atoi(path + 1) > 0) /* k<us>: kernels of that many us */
 			rc = cuLaunchKernel(NULL, (unsigned)atoi(path + 1), 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else

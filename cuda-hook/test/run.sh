@@ -302,6 +302,15 @@ timed t pace-near attn1000 25 1.5 3
 # reads it too): the bursts bring the entries' level down through their class's gain.
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-latency|" "$ROOT/run/tessera/limits"
 timed tenv FAKE_CUDA_LAUNCH_NS=10000 pace-near attn1000 25 1.5 3
+# 200 us kernels on two streams at once (the fake's FAKE_CUDA_STREAMS runs them
+# overlapped): each launch is charged its own length, together twice the GPU time they
+# take; bursts measured over both streams bring the gain down to it (13.0 % at cap 25
+# and 25.6 % at 50 when a burst of two streams was not measured).
+for c in 25 50; do
+	limits 0 "$U1 81920 $c 0"
+	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/streams$c|" "$ROOT/run/tessera/limits"
+	timed tenv FAKE_CUDA_STREAMS=1 pace-near streams200 $c 1.5 3
+done
 limits 0 "$U1 81920 30 0"
 # 10 us kernels whose samples read 2 us of event time more than the kernels take back
 # to back: the bursts give the difference back, and it is not lost to the refill's cap
