@@ -9,12 +9,13 @@
 # process, so a rate beside it is not the solo rate), and its GPU busy fraction
 # (torch.profiler's kernel time over wall time) in a process of its own; then, for
 # each build's hook (to set one hook against another in the same run), every workload
-# alone at B4_CAPS (25 50 80), all of them in one process per cap; pairs of the same
-# workload at 30/70 and 50/50, one workload per pair of processes, so that both
-# tenants run the same class over the same seconds; and the mixed pair, attn at 70
-# beside the launch-bound mlp at 30. A build directory whose parent holds a file
-# REVISION is labelled with it (a tree copied out of git has no history). A row's GPU share is its
-# rate share times its busy fraction alone: within +-3 points of the cap where the
+# alone at B4_CAPS (25 50 80), each in a process (and container) of its own, so
+# that none starts with what the one before it owed or taught the estimates; pairs of
+# the same workload at 30/70 and 50/50, one workload per pair of processes, so that
+# both tenants run the same class over the same seconds; and the mixed pair, attn at
+# 70 beside the launch-bound mlp at 30. A build directory whose parent holds a file
+# REVISION is labelled with it (a tree copied out of git has no history). A row's GPU
+# share is its rate share times its busy fraction alone: within +-3 points of the cap where the
 # cap is under what it needs, else not slowed (>= 95 % of its rate). The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
 # rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
@@ -53,10 +54,12 @@ for bd in "$@"; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
 	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null))"
 	part alone && for c in $CAPS; do
-		n=$((n + 1))
-		limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
-		hooked "$G/c$n" $TW "$S" $CL >"$G/classes.$n" || say "alone cap $c failed"
-		for w in $CL; do row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n" | field rate)"; done
+		for w in $CL; do
+			n=$((n + 1))
+			limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
+			hooked "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
+			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n" | field rate)"
+		done
 	done
 	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
 	# seconds lined up (TESSERA_BENCH_BARRIER).
