@@ -128,8 +128,8 @@ static struct {
  * gain as they move those (half-way, or all the way down where a burst held the GPU's
  * turn). One factor for the class, not the entries one by one: moving every entry
  * with every burst took a 5 ms kernel's entry, sampled seldom, down to a fraction of
- * it, while its short neighbours' samples kept theirs up (67-76 % at cap 25 in the
- * fake driver's steps of one 5 ms kernel and 40 of 20 us). */
+ * it (67-76 % at cap 25 in the fake driver's steps of one 5 ms kernel and 40 of
+ * 20 us). */
 #define KT_GAIN_SHIFT 16
 #define KT_GAIN_ONE (1LL << KT_GAIN_SHIFT)
 static _Atomic int64_t kt_gain[2] = {KT_GAIN_ONE, KT_GAIN_ONE};
