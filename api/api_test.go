@@ -205,6 +205,52 @@ func TestParsePodRequest(t *testing.T) {
 	}
 }
 
+// A container whose gpu-memory is below the CUDA hook's context charge could never
+// create a context: 576 MiB time-sliced; an MPS client's charge at its share
+// (MPSContextMiB: 30% gives 214, 5% gives 84, no gpu-cores 576).
+func TestParsePodRequestContextCharge(t *testing.T) {
+	n := DefaultResourceNames()
+	tests := []struct {
+		name    string
+		sharing string
+		limits  map[string]string
+		want    string // "" when accepted
+	}{
+		{"time-sliced below", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "512"},
+			"asks for 512 MiB per GPU, less than the 576 MiB the CUDA hook charges for each process's CUDA context"},
+		{"time-sliced one below", "time-sliced", map[string]string{"tessera.dev/gpu": "2", "tessera.dev/gpu-memory": "575", "tessera.dev/gpu-cores": "10"},
+			"ask for at least 576 MiB"},
+		{"time-sliced at the charge", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "576"}, ""},
+		{"mps 30% below", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "213", "tessera.dev/gpu-cores": "30"},
+			"less than the 214 MiB the CUDA hook charges for each MPS client's CUDA context at 30% of the SMs"},
+		{"mps 30% at the charge", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "214", "tessera.dev/gpu-cores": "30"}, ""},
+		{"mps 5%", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "84", "tessera.dev/gpu-cores": "5"}, ""},
+		{"mps without cores below", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "512"},
+			"576 MiB the CUDA hook charges for each MPS client's CUDA context using all SMs"},
+		{"percent is checked on the GPU, not here", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory-percent": "1"}, ""},
+		{"whole memory", "", map[string]string{"tessera.dev/gpu": "1"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := podWith(tt.limits)
+			if tt.sharing != "" {
+				pod.Annotations = map[string]string{AnnotationSharing: tt.sharing}
+			}
+			_, err := ParsePodRequest(pod, n)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var re *RequestError
+			if err == nil || !asRequestError(err, &re) || re.Field != "tessera.dev/gpu-memory" || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want a tessera.dev/gpu-memory error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
 func asRequestError(err error, out **RequestError) bool {
 	re, ok := err.(*RequestError)
 	if ok {

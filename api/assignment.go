@@ -9,8 +9,9 @@ import (
 // AssignmentVersion is the version of PodAssignment this package writes and reads.
 const AssignmentVersion = 1
 
-// PodAssignment is the scheduler's decision for one pod, written in PreBind to the
-// AnnotationAssignment annotation. It is the single source of truth that the
+// PodAssignment is the scheduler's decision for one pod, written to the
+// AnnotationAssignment annotation when the pod is bound (carried in the binding by
+// default; merge-patched in PreBind under assignmentWrite: PreBind). It is the single source of truth that the
 // scheduler rebuilds its cache from and that the node agent enforces.
 type PodAssignment struct {
 	// Version is AssignmentVersion.

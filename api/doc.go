@@ -3,7 +3,8 @@
 //
 //   - Resource names a container asks for (configurable domain, default tessera.dev).
 //   - The node inventory annotation the node agent publishes on its Node.
-//   - The pod assignment annotation the scheduler writes in PreBind.
+//   - The pod assignment annotation the scheduler writes when it binds the pod (in
+//     the binding by default, or in PreBind with assignmentWrite: PreBind).
 //   - The per-container limits file the node agent hands to the CUDA hook.
 //
 // Every annotation is JSON with a "version" field. Decode functions never panic on

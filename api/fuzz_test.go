@@ -108,7 +108,8 @@ func FuzzParsePodRequest(f *testing.F) {
 		}
 		for _, c := range req.Containers {
 			if c.GPUs < 1 || c.GPUs > MaxGPUsPerContainer || c.MemoryMiB < 0 || c.MemoryMiB > MaxMemoryMiB ||
-				c.MemoryPercent < 0 || c.MemoryPercent > 100 || c.Cores < 0 || c.Cores > 100 {
+				c.MemoryPercent < 0 || c.MemoryPercent > 100 || c.Cores < 0 || c.Cores > 100 ||
+				(c.MemoryMiB > 0 && c.MemoryMiB < DefaultContextMiB) {
 				t.Fatalf("accepted out-of-range request %+v", c)
 			}
 		}

@@ -59,7 +59,21 @@ type GPU struct {
 	// MPSClients is how many MPS clients (containers) the GPU's MPS server takes;
 	// set only in mps mode.
 	MPSClients int `json:"mpsClients,omitempty"`
+	// MemoryFence is the fence below the process that holds a container's memory on
+	// this GPU: MemoryFenceDriver where the driver limits each container's cgroup,
+	// empty where only the CUDA hook and the node agent's watchdog do.
+	MemoryFence MemoryFence `json:"memoryFence,omitempty"`
 }
+
+// MemoryFence names the fence below the process that holds a GPU's memory grants.
+type MemoryFence string
+
+// MemoryFenceDriver is the NVIDIA driver's per-cgroup memory limit
+// (nvmlDeviceSetMemoryLimits_v1; drivers r615 and later, cgroup v2, whole GPUs): the
+// node agent sets each GPU container's grant as its cgroup's hard limit before the
+// container's first process runs, so an allocation past the grant fails in the driver
+// whether or not the process loaded the CUDA hook.
+const MemoryFenceDriver MemoryFence = "driver"
 
 // MIG describes a GPU in MIG mode.
 type MIG struct {
@@ -201,6 +215,12 @@ func (inv *NodeInventory) Validate() error {
 		}
 		if err := g.validateSharing(p); err != nil {
 			return err
+		}
+		switch {
+		case g.MemoryFence != "" && g.MemoryFence != MemoryFenceDriver:
+			return fmt.Errorf("%s: memoryFence %q is not %q (or absent)", p, g.MemoryFence, MemoryFenceDriver)
+		case g.MemoryFence != "" && g.MIG != nil:
+			return fmt.Errorf("%s: memoryFence %q on a MIG-mode GPU: the driver's limit takes no MIG instance", p, g.MemoryFence)
 		}
 		if g.MIG != nil {
 			var total int64

@@ -29,6 +29,7 @@ import (
 //	  version 1
 //	  cgroup <path>                     absolute, at most 4096 bytes
 //	  context-mib <n>                   0..65536
+//	  region <directory>                optional, at most once, before the gpu lines
 //	  gpu <uuid> <memory-mib> <cores> <phase>   1 to 64 lines, one per GPU
 //	  mps <percent> <pipe-directory>    optional, at most once, after the gpu lines
 //	  work-conserving                   optional, at most once, after the gpu lines;
@@ -50,6 +51,12 @@ import (
 // the SMs, so with an mps line every gpu line has cores 0: the hook does not also pace.
 // A hook that predates the mps line rejects the file, and with it CUDA: an MPS client
 // never runs unlimited under an older hook.
+//
+// A region line names the directory (absolute, printable ASCII without spaces, at
+// most MaxRegionDirBytes) in which the hook keeps the container's accounting region,
+// instead of /dev/shm: a directory of the container's own, which no other container
+// can reach (an MPS client's /dev/shm is its GPU's MPS server's, shared by every
+// client). A hook that predates the line rejects the file, and with it CUDA.
 //
 // A work-conserving line lets the container's kernels use the GPU's time beyond its
 // cores while no other context on the GPU has work, and holds them to cores again as
@@ -84,6 +91,20 @@ const MaxCgroupPathBytes = 4096
 // MaxMPSPipeDirBytes bounds the mps line's pipe directory: MPS clients connect to Unix
 // sockets in it, whose paths must fit sockaddr_un's 108 bytes with the socket's name.
 const MaxMPSPipeDirBytes = 80
+
+// MaxRegionDirBytes bounds the region line's directory: the hook's path of the
+// region in it must fit its buffer.
+const MaxRegionDirBytes = 128
+
+// ContainerRegionDir is where the node agent mounts the container's own directory for
+// its accounting region (the region line names it).
+const ContainerRegionDir = "/run/tessera-region"
+
+// RegionDirBytes is the size of the file system the node agent mounts at
+// ContainerRegionDir. It holds one region, about 144 KiB in the hook's layout 4; a
+// write past a tmpfs's size is a SIGBUS in the process that mapped the region, so the
+// hook's tests check that the region fits with room to spare.
+const RegionDirBytes = 1 << 20
 
 // MaxContextMiB bounds the per-context charge.
 const MaxContextMiB = 64 << 10
@@ -127,6 +148,9 @@ type ContainerLimits struct {
 	// ContextMiB is charged against each GPU's memory limit per process that creates a
 	// CUDA context on that GPU.
 	ContextMiB int64
+	// RegionDir is the directory, as the container sees it, of its accounting
+	// region; "" for the hook's default (/dev/shm).
+	RegionDir string
 	// GPUs are the container's GPUs, in the order the container sees them.
 	GPUs []GPULimit
 	// MPS is set when the container is an MPS client; nil otherwise.
@@ -233,6 +257,11 @@ func (l *ContainerLimits) Validate() error {
 	if l.ContextMiB < 0 || l.ContextMiB > MaxContextMiB {
 		return fmt.Errorf("limits: context-mib %d out of range 0..%d", l.ContextMiB, MaxContextMiB)
 	}
+	if l.RegionDir != "" {
+		if err := checkRegionDir(l.RegionDir); err != nil {
+			return fmt.Errorf("limits: %w", err)
+		}
+	}
 	if len(l.GPUs) == 0 || len(l.GPUs) > MaxGPUsPerContainer {
 		return fmt.Errorf("limits: %d gpus, want 1..%d", len(l.GPUs), MaxGPUsPerContainer)
 	}
@@ -275,6 +304,16 @@ func (l *ContainerLimits) Validate() error {
 		if l.WorkConserving {
 			return errors.New("limits: work-conserving with an mps line (MPS divides the SMs; the hook does not pace)")
 		}
+	}
+	return nil
+}
+
+func checkRegionDir(d string) error {
+	if len(d) > MaxRegionDirBytes {
+		return fmt.Errorf("region directory is %d bytes, more than %d", len(d), MaxRegionDirBytes)
+	}
+	if err := checkCgroup(d); err != nil {
+		return fmt.Errorf("region directory: %w", err)
 	}
 	return nil
 }
@@ -337,6 +376,9 @@ func EncodeLimits(l *ContainerLimits) ([]byte, error) {
 	fmt.Fprintf(&b, "version %d\n", LimitsVersion)
 	fmt.Fprintf(&b, "cgroup %s\n", l.Cgroup)
 	fmt.Fprintf(&b, "context-mib %d\n", l.ContextMiB)
+	if l.RegionDir != "" {
+		fmt.Fprintf(&b, "region %s\n", l.RegionDir)
+	}
 	for _, g := range l.GPUs {
 		fmt.Fprintf(&b, "gpu %s %d %d %d\n", g.UUID, g.MemoryMiB, g.Cores, g.Phase)
 	}
@@ -420,6 +462,17 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			state = wantGPU
 		case state == done:
 			return nil, fmt.Errorf("limits: line %d: nothing may follow the mps or work-conserving line", ln)
+		case f[0] == "region" && len(l.GPUs) == 0:
+			if len(f) != 2 {
+				return nil, fmt.Errorf("limits: line %d: want \"region <directory>\"", ln)
+			}
+			if l.RegionDir != "" {
+				return nil, fmt.Errorf("limits: line %d: a second region line", ln)
+			}
+			if err := checkRegionDir(f[1]); err != nil {
+				return nil, fmt.Errorf("limits: line %d: %w", ln, err)
+			}
+			l.RegionDir = f[1]
 		case f[0] == "work-conserving" && len(l.GPUs) > 0:
 			if len(f) != 1 {
 				return nil, fmt.Errorf("limits: line %d: want \"work-conserving\" alone", ln)

@@ -22,7 +22,8 @@ const (
 	// "<requirement>: <what is wrong>" per line while the node lacks something Tessera
 	// needs (the agent then refuses GPU containers; the scheduler places none there).
 	AnnotationRequirements = DefaultDomain + "/node-requirements"
-	// AnnotationAssignment is set on a Pod by the scheduler in PreBind (PodAssignment, JSON).
+	// AnnotationAssignment is set on a Pod by the scheduler when it binds the pod, in
+	// the binding or in PreBind (PodAssignment, JSON).
 	AnnotationAssignment = DefaultDomain + "/gpu-assignment"
 
 	// Pod annotations a user may set.

@@ -21,3 +21,15 @@ func TestRequirementsError(t *testing.T) {
 		}
 	}
 }
+
+func TestRequirementsMemoryFenceIsInformation(t *testing.T) {
+	for _, raw := range []string{"met\nmemory-fence: driver on every GPU", "met\nmemory-fence: hook and watchdog only (driver 580.65.06 has no per-cgroup memory limit)\n"} {
+		if err := RequirementsError(raw); err != nil {
+			t.Errorf("%q: %v", raw, err)
+		}
+	}
+	err := RequirementsError("nri: no NRI socket\nmemory-fence: driver on every GPU")
+	if err == nil || strings.Contains(err.Error(), "memory-fence") || !strings.Contains(err.Error(), "nri: no NRI socket") {
+		t.Errorf("unmet requirement beside the fence line: %v", err)
+	}
+}

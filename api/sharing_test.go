@@ -89,3 +89,32 @@ func TestParseWorkConserving(t *testing.T) {
 		}
 	}
 }
+
+func TestInventoryMemoryFence(t *testing.T) {
+	inv := sampleInventory()
+	inv.GPUs[0].MemoryFence = MemoryFenceDriver
+	s, err := EncodeInventory(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeInventory(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.GPUs[0].MemoryFence != MemoryFenceDriver || out.GPUs[1].MemoryFence != "" {
+		t.Errorf("fences after round trip: %+v", out.GPUs)
+	}
+	if strings.Contains(s[strings.Index(s, `"GPU-b"`):], "memoryFence") {
+		t.Errorf("a GPU without the driver's fence should carry no memoryFence field (older readers): %s", s)
+	}
+	for name, mutate := range map[string]func(*NodeInventory){
+		"unknown fence": func(i *NodeInventory) { i.GPUs[0].MemoryFence = "cgroup" },
+		"fence on MIG":  func(i *NodeInventory) { i.GPUs[1].MemoryFence = MemoryFenceDriver },
+	} {
+		inv := sampleInventory()
+		mutate(inv)
+		if _, err := EncodeInventory(inv); err == nil || !strings.Contains(err.Error(), "memoryFence") {
+			t.Errorf("%s: error %v, want one naming memoryFence", name, err)
+		}
+	}
+}

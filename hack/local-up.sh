@@ -20,6 +20,16 @@
 #   INVENTORY_STALENESS  the scheduler's inventoryStaleness (default 5m)
 #   AGENT_HEARTBEAT      the agents' --heartbeat (default 10s)
 #   TESSERA_OWNER_PID    stop the cluster when this process exits (used by the e2e suite)
+#
+# Why not kwokctl, kwok's own cluster tool: go.mod's tool block builds only
+# sigs.k8s.io/kwok/cmd/kwok; kwokctl (same module, v0.8.0) downloads kube-apiserver
+# and etcd from dl.k8s.io and GitHub by default (pkg/consts' KubeBinaryPrefix,
+# EtcdBinaryPrefix), where make run builds the pinned ones from Go modules offline.
+# Its kubeApiserverBinary and etcdBinary settings could take those, but the Tessera
+# scheduler, one simulated node agent per node, --start and TESSERA_OWNER_PID would
+# all become custom components of a generated kwokctl configuration, and the e2e
+# suite drives this script: a rewrite larger than swapping the start-up of etcd and
+# the API server.
 set -euo pipefail
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib/local-cluster.sh"

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -19,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/tessera-dev/tessera/internal/filehash"
 )
 
 // BuildOptions are the inputs of a build besides the spec.
@@ -204,7 +204,7 @@ func buildArch(ctx context.Context, spec *Spec, o BuildOptions, arch string) (*A
 				return nil, err
 			}
 		}
-		sum, err := sha256File(src)
+		sum, err := filehash.SHA256(src)
 		if err != nil {
 			return nil, err
 		}
@@ -337,17 +337,4 @@ func debArch(goarch string) string {
 		return "ppc64el"
 	}
 	return goarch
-}
-
-func sha256File(file string) (string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -22,6 +22,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
+
+	"github.com/tessera-dev/tessera/internal/filehash"
 )
 
 // multiArchRoot has each file of testSpec once per architecture, under out/<arch>/.
@@ -161,7 +163,7 @@ func TestSBOM(t *testing.T) {
 	if libc, ok := findPackage(pkgs, "libc6"); !ok || libc.VersionInfo != "1.0-1" || libc.ExternalRefs[0].ReferenceLocator != "pkg:deb/debian/libc6@1.0-1?arch=all" {
 		t.Errorf("libc6: %+v", libc)
 	}
-	sum := sha256File
+	sum := filehash.SHA256
 	libSum, _ := sum(filepath.Join(root, "out/lib.so"))
 	if lib, ok := findPackage(pkgs, "lib.so"); !ok || lib.Checksums[0].ChecksumValue != libSum || lib.PrimaryPackagePurpose != "LIBRARY" {
 		t.Errorf("lib.so: %+v", lib)

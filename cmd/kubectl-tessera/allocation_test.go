@@ -86,7 +86,7 @@ func fixtureState(t *testing.T) *state {
 	wrongNode := boundPod(t, "wrong-node", "t4", 1000, 0, 0)
 	wrongNode.Spec.NodeName = "h100"
 	invalid := gpuRequest("bad", 1, 0, 150)
-	eventOnly := gpuRequest("event-only", 1, 100, 0)
+	eventOnly := gpuRequest("event-only", 1, 1024, 0)
 	st := &state{
 		nodes: []v1.Node{
 			gpuNode(t, "t4", fixtures.PCIeNode("t4", 4, "Tesla T4", fixtures.T4MiB), true),
@@ -102,7 +102,7 @@ func fixtureState(t *testing.T) *state {
 			unschedulable(gpuRequest("too-big", 8, 0, 100), "0/2 nodes are available: no NVLink"),
 			unschedulable(invalid, `container "main": tessera.dev/gpu-cores: must be a whole percent`),
 			eventOnly,
-			gpuRequest("unseen", 1, 100, 0),
+			gpuRequest("unseen", 1, 1024, 0),
 		},
 		events: []v1.Event{
 			{InvolvedObject: v1.ObjectReference{Kind: "Pod", UID: "uid-event-only"}, Reason: "FailedScheduling", Message: "older", LastTimestamp: metav1.NewTime(now.Add(-time.Minute))},

@@ -1,5 +1,5 @@
 // Command tessera-sim replays a cluster trace through the Tessera scheduler's real
-// plugin code and reports placement quality (BRIEF §5 B1). It follows the protocol of
+// plugin code and reports placement quality (benchmark B1, docs/benchmarks.md). It follows the protocol of
 // the FGD paper (USENIX ATC'23) on the Alibaba GPU trace: for each seed the pod list
 // is shuffled and inflated with pods drawn with replacement until the GPU demand
 // reaches 130% of the cluster's GPU capacity; pods are scheduled one at a time through

@@ -78,12 +78,13 @@ func TestRenderMonitoring(t *testing.T) {
 		}
 	}
 	sort.Strings(alerts)
-	if got := strings.Join(alerts, " "); got != "TesseraContainersRefused TesseraGPUFragmentationHigh TesseraGPUUnhealthy TesseraInventoryStale "+
+	if got := strings.Join(alerts, " "); got != "TesseraContainersRefused TesseraGPUFragmentationHigh TesseraGPUMemoryUnattributed TesseraGPUUnhealthy TesseraInventoryStale "+
 		"TesseraNodeAgentDown TesseraNodeAgentNotReady TesseraReserveConflicts TesseraSchedulerDown TesseraUnschedulableGPUPodsRising TesseraWatchdogKills" {
 		t.Errorf("alerts %s", got)
 	}
 	exprs := strings.Join(ruleExprs(t, ms), "\n")
-	for _, s := range []string{`up{job="gpu-node-agent-metrics"}`, `up{job="gpu-scheduler-metrics"}`, "tessera_inventory_age_seconds > 180"} {
+	for _, s := range []string{`up{job="gpu-node-agent-metrics"}`, `up{job="gpu-scheduler-metrics"}`, "tessera_inventory_age_seconds > 180",
+		"max by (node, gpu, UUID) (tessera_gpu_unattributed_memory_bytes) > 268435456", `action=~"kill|stop|evict"`} {
 		if !strings.Contains(exprs, s) {
 			t.Errorf("rules lack %s:\n%s", s, exprs)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 func chartDir(t *testing.T) string {
@@ -50,12 +52,12 @@ func TestRenderDefaults(t *testing.T) {
 	want := map[string]int{
 		"Namespace": 1, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 1, "ClusterRoleBinding": 3,
 		"Role": 1, "RoleBinding": 2, "Service": 2, "DaemonSet": 1, "Deployment": 1,
-		// The agent's own-node and CDI-annotation policies and the scheduler's
-		// assignment policy.
-		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
-		// GPU pods get a Tessera schedulerName, and their GPU containers require the
-		// agent's NRI plugin.
-		"MutatingAdmissionPolicy": 2, "MutatingAdmissionPolicyBinding": 2,
+		// The agent's own-node, CDI-annotation and scheduled-GPU-pod policies, the
+		// scheduler's assignment policy and the quota resources' check.
+		"ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
+		// GPU pods get a Tessera schedulerName and their quota resources, and their GPU
+		// containers require the agent's NRI plugin.
+		"MutatingAdmissionPolicy": 3, "MutatingAdmissionPolicyBinding": 3,
 	}
 	got := kinds(ms)
 	for k, n := range want {
@@ -132,7 +134,7 @@ agent:
 	}
 	cm := find(t, ms, "ConfigMap", "gpu-scheduler")
 	cfg := cm["data"].(map[string]any)["scheduler-config.yaml"].(string)
-	for _, s := range []string{"schedulerName: gpu-pack", `ignoredResourceGroups: ["nvidia.com"]`, "gpuMemory: nvidia.com/gpumem", "topologyWeight: 5", "devicePolicy: Spread"} {
+	for _, s := range []string{"schedulerName: gpu-pack", `ignoredResourceGroups: ["nvidia.com", "tessera.dev"]`, "gpuMemory: nvidia.com/gpumem", "topologyWeight: 5", "devicePolicy: Spread"} {
 		if !strings.Contains(cfg, s) {
 			t.Errorf("scheduler config lacks %q:\n%s", s, cfg)
 		}
@@ -281,6 +283,97 @@ func TestRenderCDI(t *testing.T) {
 		if p := policy(off); p != "" {
 			t.Errorf("%s: CDI-annotation policy still rendered", off)
 		}
+	}
+}
+
+// TestRenderNodeNamePolicy: the policy against GPU pods that set spec.nodeName names
+// the configured resource names, and goes with the device plugin or its switch.
+func TestRenderNodeNamePolicy(t *testing.T) {
+	policy := func(set ...string) string {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if m.Kind == "ValidatingAdmissionPolicy" && m.Name == "gpu-node-agent-scheduled-gpu-pods" {
+				return m.YAML
+			}
+		}
+		return ""
+	}
+	p := policy()
+	for _, s := range []string{`k in ["tessera.dev/gpu", "tessera.dev/gpu-memory", "tessera.dev/gpu-memory-percent", "tessera.dev/gpu-cores"]`,
+		"object.spec.nodeName", `request.userInfo.username.startsWith("system:node:")`, "kubernetes.io/config.mirror", "operations: [CREATE]"} {
+		if !strings.Contains(p, s) {
+			t.Errorf("the policy lacks %q:\n%s", s, p)
+		}
+	}
+	p = policy("resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
+		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores")
+	if !strings.Contains(p, `k in ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]`) || strings.Contains(p, "tessera.dev/gpu") {
+		t.Errorf("the policy for other resource names:\n%s", p)
+	}
+	for _, off := range []string{"agent.devicePlugin.enabled=false", "agent.devicePlugin.nodeNamePolicy=false", "agent.enabled=false"} {
+		if p := policy(off); p != "" {
+			t.Errorf("%s: the policy is still rendered", off)
+		}
+	}
+}
+
+// TestRenderQuotaPolicies: the quota policies follow the chart's resource names and
+// write the api package's quota resource names; under other resource names the
+// scheduler also ignores the tessera.dev group they live in; quota.enabled=false
+// renders neither policy.
+func TestRenderQuotaPolicies(t *testing.T) {
+	render := func(set ...string) (policies map[string]string, schedulerConfig string) {
+		ms, err := Render(Options{ChartDir: chartDir(t), Release: "gpu", Namespace: "gpu-system", Set: set, KubeVersion: "1.37.2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		policies = map[string]string{}
+		for _, m := range ms {
+			if m.Name == "gpu-quota-resources" {
+				policies[m.Kind] = m.YAML
+			}
+		}
+		cm := find(t, ms, "ConfigMap", "gpu-scheduler")
+		return policies, cm["data"].(map[string]any)["scheduler-config.yaml"].(string)
+	}
+	p, cfg := render()
+	if len(p) != 4 {
+		t.Fatalf("rendered %d quota policy objects, want both policies and their bindings: %v", len(p), p)
+	}
+	names := make([]string, 0, 4)
+	for _, n := range api.QuotaResourceNames() {
+		names = append(names, fmt.Sprintf("%q", n))
+	}
+	quota := "[" + strings.Join(names, ", ") + "]"
+	limits := fmt.Sprintf("[%d, %d, 100, 100]", api.MaxGPUsPerContainer, api.MaxMemoryMiB)
+	for _, kind := range []string{"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} {
+		for _, s := range []string{quota, limits, `"tessera.dev/gpu-memory" in c.resources.limits`, "operations: [CREATE]", "failurePolicy: Fail"} {
+			if !strings.Contains(p[kind], s) {
+				t.Errorf("%s lacks %q:\n%s", kind, s, p[kind])
+			}
+		}
+	}
+	if !strings.Contains(cfg, `ignoredResourceGroups: ["tessera.dev"]`) {
+		t.Errorf("scheduler config:\n%s", cfg)
+	}
+	hami := []string{"resourceNames.gpu=nvidia.com/gpu", "resourceNames.gpuMemory=nvidia.com/gpumem",
+		"resourceNames.gpuMemoryPercent=nvidia.com/gpumem-percentage", "resourceNames.gpuCores=nvidia.com/gpucores"}
+	p, cfg = render(hami...)
+	if !strings.Contains(p["MutatingAdmissionPolicy"], `"nvidia.com/gpumem" in c.resources.limits`) || !strings.Contains(p["MutatingAdmissionPolicy"], quota) {
+		t.Errorf("the policy under other resource names:\n%s", p["MutatingAdmissionPolicy"])
+	}
+	if !strings.Contains(cfg, `ignoredResourceGroups: ["nvidia.com", "tessera.dev"]`) {
+		t.Errorf("under other resource names the scheduler must ignore the tessera.dev quota resources too:\n%s", cfg)
+	}
+	p, cfg = render(append(hami, "quota.enabled=false")...)
+	if len(p) != 0 {
+		t.Errorf("quota.enabled=false still renders %v", p)
+	}
+	if !strings.Contains(cfg, `ignoredResourceGroups: ["nvidia.com"]`) {
+		t.Errorf("scheduler config without quota resources:\n%s", cfg)
 	}
 }
 

@@ -8,9 +8,12 @@ package difffuzz
 
 /*
 #cgo CFLAGS: -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -pthread
-#cgo CFLAGS: -I${SRCDIR}/../src -include ${SRCDIR}/../compat/glibc-2.28.h
+#cgo CFLAGS: -I${SRCDIR}/../src -I${SRCDIR}/../include -include ${SRCDIR}/../compat/glibc-2.28.h
 #include "../src/limits.c"
 #include "../src/bind_reply.c"
+#include "../src/region.h"
+
+static size_t tessera_region_bytes(void) { return sizeof(struct tessera_region); }
 */
 import "C"
 
@@ -31,7 +34,8 @@ func ParseLimits(p unsafe.Pointer, n int) (*api.ContainerLimits, error) {
 	if C.tessera_limits_parse((*C.char)(p), C.size_t(n), out, &msg[0], C.size_t(len(msg))) != 0 {
 		return nil, errors.New(C.GoString(&msg[0]))
 	}
-	l := &api.ContainerLimits{Cgroup: C.GoString(&out.cgroup[0]), ContextMiB: int64(out.context_mib)}
+	l := &api.ContainerLimits{Cgroup: C.GoString(&out.cgroup[0]), ContextMiB: int64(out.context_mib),
+		RegionDir: C.GoString(&out.region_dir[0])}
 	for i := 0; i < int(out.ngpus); i++ {
 		g := &out.gpus[i]
 		l.GPUs = append(l.GPUs, api.GPULimit{
@@ -57,6 +61,10 @@ func FormatLimits(l *api.ContainerLimits) ([]byte, error) {
 		return nil, errors.New("limits do not fit the C struct")
 	}
 	copyString(in.cgroup[:], l.Cgroup)
+	if len(l.RegionDir) > C.TESSERA_MAX_REGION_DIR {
+		return nil, errors.New("region directory does not fit the C struct")
+	}
+	copyString(in.region_dir[:], l.RegionDir)
 	in.context_mib = C.uint64_t(l.ContextMiB)
 	in.ngpus = C.int(len(l.GPUs))
 	for i, g := range l.GPUs {
@@ -107,3 +115,6 @@ func ParseReply(p unsafe.Pointer, n int) (kind, size int, text string) {
 	}
 	return int(k), 0, C.GoString(&msg[0])
 }
+
+// RegionBytes is the size of the hook's accounting region file.
+func RegionBytes() int { return int(C.tessera_region_bytes()) }

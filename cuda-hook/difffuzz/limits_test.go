@@ -147,3 +147,13 @@ func FuzzLimitsMPS(f *testing.F) {
 		compare(t, []byte(b))
 	})
 }
+
+// The node agent mounts a tmpfs of api.RegionDirBytes at the region directory; a
+// region that outgrew it would be a SIGBUS at the first write past the file system's
+// end. Half of it at most, so that a layout change has room.
+func TestRegionFitsTheRegionDirectory(t *testing.T) {
+	if n := RegionBytes(); n <= 0 || n > api.RegionDirBytes/2 {
+		t.Errorf("the accounting region is %d bytes; the region directory's tmpfs holds %d (api.RegionDirBytes): keep the region within half of it",
+			n, api.RegionDirBytes)
+	}
+}

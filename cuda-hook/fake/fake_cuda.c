@@ -27,7 +27,12 @@
  *     microseconds;
  *   - with FAKE_CUDA_TALLY=<file>, every process using the fake driver also adds what
  *     it holds per device to a tally kept in that file (used and peak, all processes
- *     together), so a test can check what several processes held at once.
+ *     together), so a test can check what several processes held at once;
+ *   - memory belongs to the process that allocated it and dies with it, as on the
+ *     real driver (an H200 with driver 580 freed a process's memory when it exited,
+ *     though a child it forked still held the driver's descriptors; gpu/orphan.c
+ *     checks that on a GPU): a forked child starts holding nothing, and the tally drops
+ *     a process's part once it has exited (or is a zombie).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -57,23 +62,105 @@ static int initialized;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used[MAXDEV], peak[MAXDEV];
 
-/* Machine-wide tally across processes (FAKE_CUDA_TALLY); NULL when not asked for. */
+/* Machine-wide tally across processes (FAKE_CUDA_TALLY); NULL when not asked for.
+ * Each process's part is kept in a slot of its own, so that the part of a process
+ * that has exited can be dropped: the driver frees a process's memory when it exits. */
+#define TALLY_PROCS 128
+struct tally_proc {
+	_Atomic int pid;            /* 0: free */
+	_Atomic uint64_t start;     /* its start time (/proc/<pid>/stat), against pid reuse */
+	_Atomic uint64_t used[MAXDEV];
+};
 struct tally {
 	_Atomic uint64_t used[MAXDEV];
 	_Atomic uint64_t peak[MAXDEV];
+	struct tally_proc procs[TALLY_PROCS];
 };
 static struct tally *tally;
+static struct tally_proc *my_proc; /* this process's slot, taken at its first allocation */
+static int my_proc_pid;
+
+/* A process's start time and whether it still runs (not exited, not a zombie). */
+static uint64_t proc_start(int pid, int *running)
+{
+	char path[64], buf[1024];
+	*running = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	if (p == NULL || p[1] != ' ')
+		return 0;
+	char state = p[2];
+	unsigned long long st = 0;
+	/* Fields after the command: state is the 3rd, starttime the 22nd. */
+	p += 2;
+	for (int field = 3; field < 22 && p != NULL; field++) {
+		p = strchr(p, ' ');
+		if (p != NULL)
+			p++;
+	}
+	if (p == NULL || sscanf(p, "%llu", &st) != 1)
+		return 0;
+	*running = state != 'Z' && state != 'X';
+	return st;
+}
+
+/* Drops the parts of processes that have exited. */
+static void tally_reap(void)
+{
+	for (int i = 0; i < TALLY_PROCS; i++) {
+		struct tally_proc *t = &tally->procs[i];
+		int pid = atomic_load(&t->pid), running;
+		if (pid <= 0 || t == my_proc)
+			continue;
+		uint64_t st = proc_start(pid, &running);
+		if (running && st == atomic_load(&t->start))
+			continue;
+		if (!atomic_compare_exchange_strong(&t->pid, &pid, -1))
+			continue; /* another process drops it */
+		for (int d = 0; d < MAXDEV; d++)
+			atomic_fetch_sub(&tally->used[d], atomic_exchange(&t->used[d], 0));
+		atomic_store(&t->pid, 0);
+	}
+}
 
 /* Records that this process now holds delta more (or less) on dev. */
 static void tally_add(int dev, int64_t delta)
 {
 	if (tally == NULL || delta == 0)
 		return;
+	tally_reap();
+	if (my_proc == NULL || my_proc_pid != getpid()) {
+		int me = getpid(), running;
+		uint64_t st = proc_start(me, &running);
+		my_proc = NULL;
+		for (int i = 0; i < TALLY_PROCS && my_proc == NULL; i++) {
+			int zero = 0; /* claimed as -1 (skipped by tally_reap) until its start is set */
+			if (atomic_compare_exchange_strong(&tally->procs[i].pid, &zero, -1))
+				my_proc = &tally->procs[i];
+		}
+		if (my_proc == NULL) {
+			fprintf(stderr, "fake libcuda: the tally has no free process slot\n");
+			abort();
+		}
+		atomic_store(&my_proc->start, st);
+		atomic_store(&my_proc->pid, me);
+		my_proc_pid = me;
+	}
+	atomic_fetch_add(&my_proc->used[dev], (uint64_t)delta);
 	uint64_t now = atomic_fetch_add(&tally->used[dev], (uint64_t)delta) + (uint64_t)delta;
 	uint64_t p = atomic_load(&tally->peak[dev]);
 	while (now > p && !atomic_compare_exchange_weak(&tally->peak[dev], &p, now))
 		;
 }
+
 static __thread int current = -1; /* device of the current context */
 static _Atomic uint64_t next_addr = 0x7f0000000000ULL;
 
@@ -126,6 +213,18 @@ static uint64_t pool_cached[MAXDEV];
 static struct alloc *allocs;
 static size_t nallocs, cap_allocs;
 
+/* A forked child holds none of its parent's memory: the driver's allocations belong
+ * to the process that made them. */
+static void fork_child(void)
+{
+	memset(used, 0, sizeof(used));
+	memset(peak, 0, sizeof(peak));
+	memset(pool_cached, 0, sizeof(pool_cached));
+	nallocs = 0;
+	my_proc = NULL;
+	my_proc_pid = 0;
+}
+
 static int64_t now_ns(void)
 {
 	struct timespec ts;
@@ -162,6 +261,7 @@ __attribute__((constructor)) static void setup(void)
 		sg_switch_ns = atoll(s) * 1000;
 	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
 		sg_setup(s);
+	pthread_atfork(NULL, NULL, fork_child);
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
 		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
@@ -264,6 +364,8 @@ static uint64_t size_of(uint64_t key)
 void fake_cuda_stats(struct fake_cuda_stats *out)
 {
 	memset(out, 0, sizeof(*out));
+	if (tally != NULL)
+		tally_reap();
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < MAXDEV; i++) {
 		out->used[i] = used[i];

@@ -19,21 +19,7 @@
 #include <cuda_bf16.h>
 #endif
 
-#define CK(x)                                                                    \
-	do {                                                                     \
-		cudaError_t e_ = (x);                                            \
-		if (e_ != cudaSuccess) {                                         \
-			fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "driver_check.h"
 
 __global__ void axpy(float *y, const float *x, int n)
 {
@@ -63,18 +49,18 @@ int main(int argc, char **argv)
 	int mm = strcmp(argv[1], "mm") == 0;
 	double seconds = atof(argv[2]), start = atof(argv[3]);
 	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CKRT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	long done = 0;
 	double t0, t1;
 	if (mm) {
 #ifndef NO_CUBLAS
 		const int n = 8192;
 		__nv_bfloat16 *a, *b, *c;
-		CK(cudaMalloc(&a, (size_t)n * n * 2));
-		CK(cudaMalloc(&b, (size_t)n * n * 2));
-		CK(cudaMalloc(&c, (size_t)n * n * 2));
-		CK(cudaMemsetAsync(a, 0, (size_t)n * n * 2, s));
-		CK(cudaMemsetAsync(b, 0, (size_t)n * n * 2, s));
+		CKRT(cudaMalloc(&a, (size_t)n * n * 2));
+		CKRT(cudaMalloc(&b, (size_t)n * n * 2));
+		CKRT(cudaMalloc(&c, (size_t)n * n * 2));
+		CKRT(cudaMemsetAsync(a, 0, (size_t)n * n * 2, s));
+		CKRT(cudaMemsetAsync(b, 0, (size_t)n * n * 2, s));
 		cublasHandle_t h;
 		if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) {
 			fprintf(stderr, "cublas init failed\n");
@@ -86,46 +72,46 @@ int main(int argc, char **argv)
 		     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
 #else
 		float *o;
-		CK(cudaMalloc(&o, 4));
+		CKRT(cudaMalloc(&o, 4));
 #define STEP() fma_work<<<1024, 256, 0, s>>>(o, 1 << 16)
 #endif
 		for (int i = 0; i < 3; i++)
 			STEP();
-		CK(cudaStreamSynchronize(s));
-		while (start > 0 && now() < start)
+		CKRT(cudaStreamSynchronize(s));
+		while (start > 0 && epoch_s() < start)
 			usleep(1000);
-		t0 = now();
+		t0 = epoch_s();
 		for (;;) {
 			for (int i = 0; i < 4; i++)
 				STEP();
-			CK(cudaStreamSynchronize(s));
+			CKRT(cudaStreamSynchronize(s));
 			done += 4;
-			if ((t1 = now()) - t0 >= seconds)
+			if ((t1 = epoch_s()) - t0 >= seconds)
 				break;
 		}
 	} else {
 		const int n = 1 << 16;
 		float *x, *y;
-		CK(cudaMalloc(&x, n * 4));
-		CK(cudaMalloc(&y, n * 4));
-		CK(cudaMemsetAsync(x, 0, n * 4, s));
-		CK(cudaMemsetAsync(y, 0, n * 4, s));
+		CKRT(cudaMalloc(&x, n * 4));
+		CKRT(cudaMalloc(&y, n * 4));
+		CKRT(cudaMemsetAsync(x, 0, n * 4, s));
+		CKRT(cudaMemsetAsync(y, 0, n * 4, s));
 		for (int i = 0; i < 32; i++)
 			axpy<<<n / 256, 256, 0, s>>>(y, x, n);
-		CK(cudaStreamSynchronize(s));
-		while (start > 0 && now() < start)
+		CKRT(cudaStreamSynchronize(s));
+		while (start > 0 && epoch_s() < start)
 			usleep(1000);
-		t0 = now();
+		t0 = epoch_s();
 		for (;;) {
 			for (int i = 0; i < 32; i++)
 				axpy<<<n / 256, 256, 0, s>>>(y, x, n);
-			CK(cudaStreamSynchronize(s));
+			CKRT(cudaStreamSynchronize(s));
 			done += 32;
-			if ((t1 = now()) - t0 >= seconds)
+			if ((t1 = epoch_s()) - t0 >= seconds)
 				break;
 		}
 	}
-	CK(cudaGetLastError());
+	CKRT(cudaGetLastError());
 	printf("mode=%s n=%ld seconds=%.3f rate=%.1f\n", argv[1], done, t1 - t0, done / (t1 - t0));
 	return 0;
 }

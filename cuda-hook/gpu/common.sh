@@ -46,5 +46,6 @@ hooked() {
 build_gpu_programs() {
 	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/b5_paths.c" -o "$G/b5_paths" -L"$LIBCUDA_DIR" -l:libcuda.so.1 -ldl || return 1
 	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/ctx_mem.c" -o "$G/ctx_mem" -L"$LIBCUDA_DIR" -l:libcuda.so.1 || return 1
+	gcc -O2 -I"$CUDA_INC" "$HERE/gpu/orphan.c" -o "$G/orphan" -L"$LIBCUDA_DIR" -l:libcuda.so.1 || return 1
 	nvcc -O2 -arch=sm_90 "$HERE/gpu/pace.cu" -o "$G/pace" || return 1
 }

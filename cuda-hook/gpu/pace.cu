@@ -14,21 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                      \
-	do {                                                                       \
-		cudaError_t e_ = (x);                                              \
-		if (e_ != cudaSuccess) {                                           \
-			fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));   \
-			exit(1);                                                   \
-		}                                                                  \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "driver_check.h"
 
 // Fixed arithmetic per thread, so a kernel's run time is GPU time actually given to
 // it, whoever else shares the GPU.
@@ -48,20 +34,20 @@ int main(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "overhead") == 0) {
 		const int N = 200000;
 		empty<<<1, 1>>>();
-		CK(cudaDeviceSynchronize());
-		double t0 = now();
+		CKRT(cudaDeviceSynchronize());
+		double t0 = now_s();
 		for (int i = 0; i < N; i++)
 			empty<<<1, 1>>>();
-		double t1 = now();
-		CK(cudaDeviceSynchronize());
+		double t1 = now_s();
+		CKRT(cudaDeviceSynchronize());
 		const int M = 20000;
 		void *p;
-		double t2 = now();
+		double t2 = now_s();
 		for (int i = 0; i < M; i++) {
-			CK(cudaMalloc(&p, 1 << 20));
-			CK(cudaFree(p));
+			CKRT(cudaMalloc(&p, 1 << 20));
+			CKRT(cudaFree(p));
 		}
-		double t3 = now();
+		double t3 = now_s();
 		printf("launch_ns=%.1f allocfree_ns=%.1f\n", (t1 - t0) / N * 1e9, (t3 - t2) / M * 1e9);
 		return 0;
 	}
@@ -72,23 +58,23 @@ int main(int argc, char **argv)
 	const char *path = argv[2];
 	double seconds = atof(argv[3]);
 	int sms;
-	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	CKRT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
 	float *out;
-	CK(cudaMalloc(&out, 4));
+	CKRT(cudaMalloc(&out, 4));
 	int iters = 40000; // about 200 us per kernel on an H200 with one block per SM
 	dim3 grid(sms), block(256);
 	void *args[] = {&out, &iters};
 	cudaStream_t s;
-	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	CKRT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	cudaGraphExec_t exec = NULL;
 	const int per_graph = 10;
 	if (strcmp(path, "graph") == 0) {
 		cudaGraph_t g;
-		CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+		CKRT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
 		for (int i = 0; i < per_graph; i++)
 			work<<<grid, block, 0, s>>>(out, iters);
-		CK(cudaStreamEndCapture(s, &g));
-		CK(cudaGraphInstantiate(&exec, g, 0));
+		CKRT(cudaStreamEndCapture(s, &g));
+		CKRT(cudaGraphInstantiate(&exec, g, 0));
 	}
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
@@ -96,30 +82,30 @@ int main(int argc, char **argv)
 	cfg.stream = s;
 	// Warm up (module load, first-launch costs) outside the timed part.
 	work<<<grid, block, 0, s>>>(out, iters);
-	CK(cudaStreamSynchronize(s));
+	CKRT(cudaStreamSynchronize(s));
 	long kernels = 0;
-	double t0 = now();
-	while (now() - t0 < seconds) {
+	double t0 = now_s();
+	while (now_s() - t0 < seconds) {
 		if (strcmp(path, "kernel") == 0) {
 			work<<<grid, block, 0, s>>>(out, iters);
 			kernels++;
 		} else if (strcmp(path, "ex") == 0) {
-			CK(cudaLaunchKernelEx(&cfg, work, out, iters));
+			CKRT(cudaLaunchKernelEx(&cfg, work, out, iters));
 			kernels++;
 		} else if (strcmp(path, "coop") == 0) {
-			CK(cudaLaunchCooperativeKernel((void *)work, grid, block, args, 0, s));
+			CKRT(cudaLaunchCooperativeKernel((void *)work, grid, block, args, 0, s));
 			kernels++;
 		} else if (strcmp(path, "graph") == 0) {
-			CK(cudaGraphLaunch(exec, s));
+			CKRT(cudaGraphLaunch(exec, s));
 			kernels += per_graph;
 		} else {
 			fprintf(stderr, "unknown path %s\n", path);
 			return 2;
 		}
 	}
-	CK(cudaStreamSynchronize(s));
-	double wall = now() - t0;
-	CK(cudaGetLastError());
+	CKRT(cudaStreamSynchronize(s));
+	double wall = now_s() - t0;
+	CKRT(cudaGetLastError());
 	printf("path=%s kernels=%ld seconds=%.3f rate=%.1f\n", path, kernels, wall, kernels / wall);
 	return 0;
 }

@@ -31,6 +31,13 @@ gcc -O2 -I"$HERE/include" -I"$HERE/src" -I"$HERE/test" "$HERE/test/hooktest.c" -
 limits "$G/l4g" 4096 0 0
 check "cuGetProcAddress/dlsym return the hooks" hooked "$G/l4g" "$G/hooktest" procaddr
 check "cuMemGetInfo/cuDeviceTotalMem/NVML report the limit" hooked "$G/l4g" "$G/hooktest" meminfo 4096 $CTX
+# The lookups a program can ask for by name on the real driver and this glibc: libc's
+# dlsym through dlvsym (8,518 MiB held under a 1024 MiB grant before), dlsym, dlvsym,
+# glibc's private lookups, cuGetProcAddress. Each must answer the hook.
+limits "$G/l1024" 1024 0 0
+for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
+	check "lookup route $r answers the hook on the real driver" hooked "$G/l1024" "$G/hooktest" lookup $r 1024
+done
 
 # 3. Every allocation path stops at the limit (driver API).
 for p in alloc pitch managed async pool vmm array array3d mipmap graph graphcapture; do
@@ -80,6 +87,11 @@ check "second process within the shared limit" hooked "$G/shared" python3 "$HERE
 kill -9 $holder
 wait $holder 2>/dev/null
 check "killed process's usage reclaimed" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 3072 ok
+# 5b. The reclaim above is right only because the driver frees a dead process's memory:
+# also while a child it forked holds the driver's descriptors (the hook gives that
+# process's usage back all the same).
+check "B5 a dead process's memory is freed while its forked child holds the driver's descriptors" \
+	env CUDA_VISIBLE_DEVICES="$UUID" "$G/orphan" 4096 "$UUID"
 
 # 6. Compute shares: one tenant at 25% and 50%, two at 30/70 (ratios to an unhooked run).
 rate() { awk -F'rate=' '/rate=/{print $2}'; }

@@ -20,21 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CK(x)                                                                      \
-	do {                                                                       \
-		cudaError_t e_ = (x);                                              \
-		if (e_ != cudaSuccess) {                                           \
-			fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));   \
-			exit(1);                                                   \
-		}                                                                  \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "driver_check.h"
 
 // Fixed arithmetic per thread: a kernel's run time is GPU time actually given to it.
 // Unmangled: gpu/legacy_launch.c loads it by name from this file's cubin.
@@ -69,25 +55,25 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *mode = argv[1];
-	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-	CK(cudaMalloc(&out, 4));
+	CKRT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	CKRT(cudaMalloc(&out, 4));
 	cudaStream_t st;
-	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	CKRT(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	if (strcmp(mode, "calib") == 0) {
 		double us = atof(argv[2]);
 		cudaEvent_t a, b;
-		CK(cudaEventCreate(&a));
-		CK(cudaEventCreate(&b));
+		CKRT(cudaEventCreate(&a));
+		CKRT(cudaEventCreate(&b));
 		int iters = 1000;
 		for (int round = 0; round < 6; round++) {
 			launch(iters, st);
-			CK(cudaEventRecord(a, st));
+			CKRT(cudaEventRecord(a, st));
 			for (int i = 0; i < 5; i++)
 				launch(iters, st);
-			CK(cudaEventRecord(b, st));
-			CK(cudaEventSynchronize(b));
+			CKRT(cudaEventRecord(b, st));
+			CKRT(cudaEventSynchronize(b));
 			float ms;
-			CK(cudaEventElapsedTime(&ms, a, b));
+			CKRT(cudaEventElapsedTime(&ms, a, b));
 			double per = ms * 1000.0 / 5;
 			iters = (int)(iters * us / per);
 			if (iters < 1)
@@ -102,11 +88,11 @@ int main(int argc, char **argv)
 	cudaGraphExec_t exec = NULL;
 	if (strcmp(mode, "graph") == 0) {
 		cudaGraph_t g;
-		CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+		CKRT(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
 		for (int i = 0; i < 10; i++)
 			launch(iters, st);
-		CK(cudaStreamEndCapture(st, &g));
-		CK(cudaGraphInstantiate(&exec, g, 0));
+		CKRT(cudaStreamEndCapture(st, &g));
+		CKRT(cudaGraphInstantiate(&exec, g, 0));
 	} else if (strcmp(mode, "kernel") != 0 && strcmp(mode, "loop") != 0) {
 		fprintf(stderr, "unknown mode %s\n", mode);
 		return 2;
@@ -114,34 +100,34 @@ int main(int argc, char **argv)
 	long n = 0;
 	long long e0 = 0;
 	double t0 = 0, warm = 0.4;
-	double start = now();
+	double start = now_s();
 	for (;;) {
-		double t = now();
+		double t = now_s();
 		if (t0 == 0 && t - start >= warm) {
-			CK(cudaStreamSynchronize(st));
-			t0 = now();
+			CKRT(cudaStreamSynchronize(st));
+			t0 = now_s();
 			e0 = epoch_us();
 			n = 0;
 		}
 		if (t0 != 0 && t - t0 >= seconds)
 			break;
 		if (exec != NULL) {
-			CK(cudaGraphLaunch(exec, st));
+			CKRT(cudaGraphLaunch(exec, st));
 		} else if (host_us > 0) {
 			for (int i = 0; i < 10; i++)
 				launch(iters, st);
-			double h = now();
-			while ((now() - h) * 1e6 < host_us)
+			double h = now_s();
+			while ((now_s() - h) * 1e6 < host_us)
 				;
-			CK(cudaStreamSynchronize(st));
+			CKRT(cudaStreamSynchronize(st));
 		} else {
 			launch(iters, st);
 		}
 		n++;
 	}
-	CK(cudaStreamSynchronize(st));
-	CK(cudaGetLastError());
-	double wall = now() - t0;
+	CKRT(cudaStreamSynchronize(st));
+	CKRT(cudaGetLastError());
+	double wall = now_s() - t0;
 	printf("rate=%.3f n=%ld wall=%.3f t0_us=%lld t1_us=%lld\n", n / wall, n, wall, e0, epoch_us());
 	return 0;
 }

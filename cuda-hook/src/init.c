@@ -73,7 +73,7 @@ static void init(void)
 		return;
 	}
 	char err[300];
-	if (tessera_region_open(tessera.limits.cgroup, tessera.limits.ngpus, &tessera.region, err, sizeof(err)) < 0) {
+	if (tessera_region_open(tessera.limits.cgroup, tessera.limits.region_dir, tessera.limits.ngpus, &tessera.region, err, sizeof(err)) < 0) {
 		snprintf(tessera.why, sizeof(tessera.why), "%s", err);
 		tessera.status = CUDA_ERROR_OPERATING_SYSTEM;
 		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);

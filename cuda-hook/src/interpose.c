@@ -5,6 +5,13 @@
  * names with its hooks, and calls the real functions through a table filled from the
  * libraries (tessera_resolve). One table, generated from symbols.def, serves every
  * path.
+ *
+ * The lookups themselves are hooked names too: whatever a program asks for by name
+ * (dlsym, dlvsym with any handle and any version, glibc's private lookups, the
+ * driver's cuGetProcAddress), asking for a lookup function answers the hook's, so no
+ * lookup reachable by name hands out libc's own dlsym and, through it, the driver's
+ * functions. A process can still find the driver's code without asking the loader by
+ * name (docs/cuda-hook.md, "What the hook cannot see").
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -12,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "elf_lookup.h"
 #include "interpose.h"
 #include "state.h"
 
@@ -43,21 +51,14 @@ static void **real_slot(const struct symbol *s)
 /*
  * dlsym is called very early: the sanitizer runtimes resolve their interceptors with
  * dlsym(RTLD_NEXT, ...) before their own set-up, so this path must not be
- * instrumented, must not allocate and must not need the hook's state.
+ * instrumented, must not allocate and must not need the hook's state (EARLY, from
+ * elf_lookup.h).
  */
-#define EARLY __attribute__((no_sanitize_address))
-
-EARLY static int same_name(const char *a, const char *b)
-{
-	while (*a && *a == *b)
-		a++, b++;
-	return *a == *b;
-}
 
 EARLY static const struct symbol *hook_by_name(const char *name)
 {
 	for (size_t i = 0; i < NSYMBOLS; i++)
-		if (symbols[i].hook != NULL && same_name(symbols[i].name, name))
+		if (symbols[i].hook != NULL && tessera_same_name(symbols[i].name, name))
 			return &symbols[i];
 	return NULL;
 }
@@ -77,73 +78,6 @@ static dlsym_fn real_dlsym_fn;
 static dlvsym_fn real_dlvsym_fn;
 static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
 
-EARLY static uintptr_t dyn_ptr(const struct link_map *l, const ElfW(Dyn) *d)
-{
-	/* glibc relocates these entries in place on most targets, not on all. */
-	uintptr_t p = (uintptr_t)d->d_un.d_ptr;
-	return p < (uintptr_t)l->l_addr ? p + (uintptr_t)l->l_addr : p;
-}
-
-/* The default-version definition of a function named name in object l, or NULL. */
-EARLY static void *elf_lookup(const struct link_map *l, const char *name)
-{
-	const ElfW(Sym) *symtab = NULL;
-	const char *strtab = NULL;
-	const uint32_t *gnu = NULL, *sysv = NULL;
-	const ElfW(Half) *versym = NULL;
-	if (l->l_ld == NULL)
-		return NULL;
-	for (const ElfW(Dyn) *d = l->l_ld; d->d_tag != DT_NULL; d++) {
-		switch (d->d_tag) {
-		case DT_SYMTAB: symtab = (const ElfW(Sym) *)dyn_ptr(l, d); break;
-		case DT_STRTAB: strtab = (const char *)dyn_ptr(l, d); break;
-		case DT_GNU_HASH: gnu = (const uint32_t *)dyn_ptr(l, d); break;
-		case DT_HASH: sysv = (const uint32_t *)dyn_ptr(l, d); break;
-		case DT_VERSYM: versym = (const ElfW(Half) *)dyn_ptr(l, d); break;
-		}
-	}
-	if (symtab == NULL || strtab == NULL)
-		return NULL;
-#define USABLE(i)                                                                                     \
-	(symtab[i].st_shndx != SHN_UNDEF && ELF64_ST_TYPE(symtab[i].st_info) == STT_FUNC &&           \
-	 (versym == NULL || (versym[i] & 0x8000) == 0) && same_name(strtab + symtab[i].st_name, name))
-	if (gnu != NULL) {
-		uint32_t h = 5381;
-		for (const unsigned char *c = (const unsigned char *)name; *c; c++)
-			h = h * 33 + *c;
-		uint32_t nbuckets = gnu[0], symoffset = gnu[1], bloom_size = gnu[2];
-		const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)&gnu[4] + bloom_size);
-		const uint32_t *chain = buckets + nbuckets;
-		uint32_t i = nbuckets ? buckets[h % nbuckets] : 0;
-		if (i < symoffset)
-			return NULL;
-		for (;; i++) {
-			uint32_t c = chain[i - symoffset];
-			if ((c | 1) == (h | 1) && USABLE(i))
-				return (void *)(l->l_addr + symtab[i].st_value);
-			if (c & 1)
-				return NULL;
-		}
-	}
-	if (sysv != NULL) {
-		uint32_t h = 0, g;
-		for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-			h = (h << 4) + *c;
-			g = h & 0xf0000000;
-			if (g)
-				h ^= g >> 24;
-			h &= ~g;
-		}
-		uint32_t nbucket = sysv[0];
-		const uint32_t *bucket = &sysv[2], *chain = &sysv[2 + nbucket];
-		for (uint32_t i = nbucket ? bucket[h % nbucket] : 0; i != 0; i = chain[i])
-			if (USABLE(i))
-				return (void *)(l->l_addr + symtab[i].st_value);
-	}
-#undef USABLE
-	return NULL;
-}
-
 EARLY static void find_real_dlsym(void)
 {
 	Dl_info info;
@@ -151,7 +85,7 @@ EARLY static void find_real_dlsym(void)
 	if (dladdr1((void *)find_real_dlsym, &info, (void **)&self, RTLD_DL_LINKMAP) == 0 || self == NULL)
 		return;
 	for (struct link_map *l = self->l_next; l != NULL && real_dlvsym_fn == NULL; l = l->l_next)
-		real_dlvsym_fn = (dlvsym_fn)elf_lookup(l, "dlvsym");
+		real_dlvsym_fn = (dlvsym_fn)tessera_elf_lookup(l, "dlvsym");
 	if (real_dlvsym_fn == NULL)
 		return;
 	static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
@@ -209,14 +143,96 @@ EARLY static void *lookup_next(const void *caller, const char *name, const char 
 	return NULL;
 }
 
+/* ---- glibc's private lookups ---------------------------------------------------- */
+
+/*
+ * glibc 2.28 to 2.33 export four more lookups from libc.so.6, version GLIBC_PRIVATE:
+ * _dl_sym and _dl_vsym (what libdl's dlsym and dlvsym call) and __libc_dlsym and
+ * __libc_dlvsym (for libpthread and NSS). A program can link against them or ask
+ * dlvsym for them, and each would hand out the driver's functions. The hook exports
+ * them too, so that they are answered like dlsym; glibc 2.34 and later export none of
+ * them, and there the hook's answer with its own lookup.
+ *
+ * Before 2.34 the hook's own lookups (real_dlsym: libdl's dlsym) reach the hook's
+ * _dl_sym, called from libdl: those get the real answer, or the hook would resolve
+ * its real-function table to itself. Every other caller gets the hooked answer. The
+ * caller is told by the return address, not by the `who` argument, which a program
+ * may set to anything.
+ */
+typedef void *(*dl_sym_fn)(void *, const char *, void *);
+typedef void *(*dl_vsym_fn)(void *, const char *, const char *, void *);
+static dl_sym_fn real__dl_sym;
+static dl_vsym_fn real__dl_vsym;
+static dlsym_fn real___libc_dlsym;
+static dlvsym_fn real___libc_dlvsym;
+static struct link_map *libdl_map; /* the object whose dlvsym real_dlvsym uses */
+static pthread_once_t private_once = PTHREAD_ONCE_INIT;
+
+/* Only the dynamic linker's tables are read here (no lookup through dlsym): the hook's
+ * _dl_vsym runs inside find_real_dlsym on glibc before 2.34. */
+EARLY static void find_private(void)
+{
+	Dl_info info;
+	struct link_map *self = NULL;
+	if (dladdr1((void *)find_private, &info, (void **)&self, RTLD_DL_LINKMAP) == 0 || self == NULL)
+		return;
+	for (struct link_map *l = self->l_next; l != NULL; l = l->l_next) {
+		if (libdl_map == NULL && tessera_elf_lookup(l, "dlvsym") != NULL)
+			libdl_map = l;
+		if (real__dl_sym == NULL)
+			real__dl_sym = (dl_sym_fn)tessera_elf_lookup(l, "_dl_sym");
+		if (real__dl_vsym == NULL)
+			real__dl_vsym = (dl_vsym_fn)tessera_elf_lookup(l, "_dl_vsym");
+		if (real___libc_dlsym == NULL)
+			real___libc_dlsym = (dlsym_fn)tessera_elf_lookup(l, "__libc_dlsym");
+		if (real___libc_dlvsym == NULL)
+			real___libc_dlvsym = (dlvsym_fn)tessera_elf_lookup(l, "__libc_dlvsym");
+	}
+}
+
+/* Whether a call returning to ret comes from the dlsym and dlvsym the hook calls. */
+EARLY static int from_libdl(const void *ret)
+{
+	Dl_info info;
+	struct link_map *lm = NULL;
+	return libdl_map != NULL && dladdr1(ret, &info, (void **)&lm, RTLD_DL_LINKMAP) != 0 && lm == libdl_map;
+}
+
+/* ---- the answer ------------------------------------------------------------------ */
+
+TESSERA_EXPORT void *_dl_sym(void *handle, const char *name, void *who);
+TESSERA_EXPORT void *_dl_vsym(void *handle, const char *name, const char *version, void *who);
+TESSERA_EXPORT void *__libc_dlsym(void *map, const char *name);
+TESSERA_EXPORT void *__libc_dlvsym(void *map, const char *name, const char *version);
+
+/* The lookup functions, answered with the hook's own (which answer like dlsym). */
+static const struct {
+	const char *name;
+	void *hook;
+} lookups[] = {
+	{"dlsym", (void *)dlsym},
+	{"dlvsym", (void *)dlvsym},
+	{"_dl_sym", (void *)_dl_sym},
+	{"_dl_vsym", (void *)_dl_vsym},
+	{"__libc_dlsym", (void *)__libc_dlsym},
+	{"__libc_dlvsym", (void *)__libc_dlvsym},
+};
+
 /* A program or runtime that looks up a hooked function in the driver (the CUDA runtime
- * does dlopen("libcuda.so.1") then dlsym) gets the hook, whichever lookup it uses. */
+ * does dlopen("libcuda.so.1") then dlsym), or a lookup function in libc or libdl, gets
+ * the hook, whichever lookup it uses. */
 EARLY static void *hooked_answer(const char *name, void *p)
 {
-	if (p != NULL && ((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v' && name[2] == 'm'))) {
+	if (p == NULL || name == NULL)
+		return p;
+	if ((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v' && name[2] == 'm')) {
 		const struct symbol *s = hook_by_name(name);
 		if (s != NULL)
 			return s->hook;
+	} else if (name[0] == 'd' || name[0] == '_') {
+		for (size_t i = 0; i < sizeof(lookups) / sizeof(lookups[0]); i++)
+			if (tessera_same_name(lookups[i].name, name))
+				return lookups[i].hook;
 	}
 	return p;
 }
@@ -232,6 +248,43 @@ TESSERA_EXPORT EARLY void *dlvsym(void *handle, const char *name, const char *ve
 	void *p = handle == RTLD_NEXT ? lookup_next(__builtin_return_address(0), name, version)
 				      : real_dlvsym(handle, name, version);
 	return hooked_answer(name, p);
+}
+
+TESSERA_EXPORT EARLY void *_dl_sym(void *handle, const char *name, void *who)
+{
+	pthread_once(&private_once, find_private);
+	const void *ret = __builtin_return_address(0);
+	if (real__dl_sym != NULL) {
+		void *p = real__dl_sym(handle, name, who);
+		return from_libdl(ret) ? p : hooked_answer(name, p);
+	}
+	void *p = handle == RTLD_NEXT ? lookup_next(ret, name, NULL) : real_dlsym(handle, name);
+	return hooked_answer(name, p);
+}
+
+TESSERA_EXPORT EARLY void *_dl_vsym(void *handle, const char *name, const char *version, void *who)
+{
+	pthread_once(&private_once, find_private);
+	const void *ret = __builtin_return_address(0);
+	if (real__dl_vsym != NULL) {
+		void *p = real__dl_vsym(handle, name, version, who);
+		return from_libdl(ret) ? p : hooked_answer(name, p);
+	}
+	void *p = handle == RTLD_NEXT ? lookup_next(ret, name, version) : real_dlvsym(handle, name, version);
+	return hooked_answer(name, p);
+}
+
+TESSERA_EXPORT EARLY void *__libc_dlsym(void *map, const char *name)
+{
+	pthread_once(&private_once, find_private);
+	return hooked_answer(name, real___libc_dlsym != NULL ? real___libc_dlsym(map, name) : real_dlsym(map, name));
+}
+
+TESSERA_EXPORT EARLY void *__libc_dlvsym(void *map, const char *name, const char *version)
+{
+	pthread_once(&private_once, find_private);
+	return hooked_answer(name, real___libc_dlvsym != NULL ? real___libc_dlvsym(map, name, version)
+							    : real_dlvsym(map, name, version));
 }
 
 /* ---- filling the real-function table ---------------------------------------- */

@@ -163,6 +163,19 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 				state = DONE;
 				break;
 			}
+			if (is(&f[0], "region") && out->ngpus == 0) {
+				if (nf != 2)
+					return tessera_fail(err, errlen, "limits: line %d: want \"region <directory>\"", ln);
+				if (out->region_dir[0] != '\0')
+					return tessera_fail(err, errlen, "limits: line %d: a second region line", ln);
+				if (f[1].p[0] != '/' || f[1].n > TESSERA_MAX_REGION_DIR)
+					return tessera_fail(err, errlen,
+							    "limits: line %d: region directory must be an absolute path of at most %d bytes", ln,
+							    TESSERA_MAX_REGION_DIR);
+				memcpy(out->region_dir, f[1].p, f[1].n);
+				out->region_dir[f[1].n] = '\0';
+				break;
+			}
 			if (nf != 5 || !is(&f[0], "gpu"))
 				return tessera_fail(err, errlen,
 						    "limits: line %d: want \"gpu <uuid> <memory-mib> <cores> <phase>\" or, last, \"mps <percent> <pipe-directory>\" "
@@ -251,6 +264,12 @@ int tessera_limits_format(const struct tessera_limits *l, char *buf, size_t len)
 	if (r < 0 || (size_t)r >= len)
 		return -1;
 	off = (size_t)r;
+	if (l->region_dir[0] != '\0') {
+		r = snprintf(buf + off, len - off, "region %s\n", l->region_dir);
+		if (r < 0 || (size_t)r >= len - off)
+			return -1;
+		off += (size_t)r;
+	}
 	for (int i = 0; i < l->ngpus; i++) {
 		const struct tessera_gpu_limit *g = &l->gpus[i];
 		r = snprintf(buf + off, len - off, "gpu %s %llu %d %d\n", g->uuid, (unsigned long long)g->memory_mib,

@@ -17,6 +17,7 @@
 #define TESSERA_MAX_MEMORY_MIB (16ULL << 20)  /* api.MaxMemoryMiB */
 #define TESSERA_MAX_CONTEXT_MIB 65536   /* api.MaxContextMiB */
 #define TESSERA_MAX_MPS_PIPE 80         /* api.MaxMPSPipeDirBytes */
+#define TESSERA_MAX_REGION_DIR 128      /* api.MaxRegionDirBytes */
 
 struct tessera_gpu_limit {
 	char uuid[TESSERA_MAX_UUID + 1];
@@ -28,6 +29,9 @@ struct tessera_gpu_limit {
 struct tessera_limits {
 	char cgroup[TESSERA_MAX_CGROUP + 1];
 	uint64_t context_mib;
+	/* The region line: the directory of the container's accounting region, "" for
+	 * the default (TESSERA_SHM_DIR). */
+	char region_dir[TESSERA_MAX_REGION_DIR + 1];
 	int ngpus;
 	struct tessera_gpu_limit gpus[TESSERA_MAX_GPUS];
 	/* The mps line: 0 when there is none, else the client's share of the SMs in

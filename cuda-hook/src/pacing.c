@@ -52,6 +52,7 @@
 #include "log.h"
 #include "pacing.h"
 #include "residency.h"
+#include "share.h"
 #include "state.h"
 
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
@@ -721,6 +722,41 @@ __attribute__((destructor)) static void pacing_summary(void)
 
 /* ---- the container's allowance ------------------------------------------------- */
 
+/*
+ * A container granted no cores on a GPU whose share directory the node agent mounted
+ * is paced to the GPU's unreserved share (share.h): its allowance and refill point
+ * follow the file, read here (at set-up, then at most every TESSERA_SHARE_REREAD_NS,
+ * with s->mu held once the pacer runs). A file that is missing, unreadable or
+ * malformed keeps the last share read well, or, before any was, the least share
+ * (TESSERA_SHARE_MIN): what the tenant can do to the file's directory (nothing: it is
+ * read-only) or the agent's trouble never unpaces the container. Share 100 (nothing
+ * reserved on the GPU) is not paced: the launch path then only checks, on a coarse
+ * clock, whether the next read is due.
+ */
+static void share_apply(struct tessera_pacer *p, int64_t now)
+{
+	const char *uuid = tessera.limits.gpus[p - tessera.pacers].uuid;
+	struct tessera_share sh;
+	atomic_store(&p->share_read_ns, now);
+	if (tessera_share_read(uuid, &sh) == 0) {
+		if (!p->share_ok || sh.share != p->share_pct || sh.phase != p->share_phase)
+			tessera_log(TESSERA_LOG_DEBUG, "GPU %s: paced to the unreserved share, %d %% from %d %%", uuid,
+				    sh.share, sh.phase);
+		p->share_ok = 1;
+		p->share_pct = sh.share;
+		p->share_phase = sh.phase;
+	} else if (!p->share_ok) {
+		if (p->share_pct != TESSERA_SHARE_MIN)
+			tessera_log(TESSERA_LOG_WARN, "GPU %s: no valid share file in %s/%s: paced to the least share, %d %%", uuid,
+				    TESSERA_SHARES_DIR, uuid, TESSERA_SHARE_MIN);
+		p->share_pct = TESSERA_SHARE_MIN;
+		p->share_phase = 0;
+	}
+	p->slot_off_ns = TESSERA_PACING_PERIOD_NS * p->share_phase / 100;
+	p->slot_len_ns = TESSERA_PACING_PERIOD_NS * p->share_pct / 100;
+	atomic_store(&p->enabled, p->share_pct < 100);
+}
+
 void tessera_pacing_setup(void)
 {
 	int paced = 0, last = -1;
@@ -732,12 +768,18 @@ void tessera_pacing_setup(void)
 		p->ev_f = 3;
 		p->ev_x = 4;
 		p->ev_xp = 5;
-		p->enabled = l->cores > 0 && l->cores < 100;
-		p->work_conserving = p->enabled && tessera.limits.work_conserving;
-		p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
-		p->slot_len_ns = TESSERA_PACING_PERIOD_NS * l->cores / 100;
-		p->turn = p->enabled ? tessera_turn_open(l->uuid) : NULL;
-		if (p->enabled) {
+		p->share_dynamic = l->cores == 0 && tessera.limits.mps_percent == 0 && tessera_share_present(l->uuid);
+		if (p->share_dynamic) {
+			share_apply(p, tessera_now_ns());
+		} else {
+			p->enabled = l->cores > 0 && l->cores < 100;
+			p->slot_off_ns = TESSERA_PACING_PERIOD_NS * l->phase / 100;
+			p->slot_len_ns = TESSERA_PACING_PERIOD_NS * l->cores / 100;
+		}
+		p->work_conserving = (p->enabled || p->share_dynamic) && tessera.limits.work_conserving;
+		/* A container without cores takes no GPU turns: the node mounts it no turn file. */
+		p->turn = p->enabled && !p->share_dynamic ? tessera_turn_open(l->uuid) : NULL;
+		if (p->enabled || p->share_dynamic) {
 			paced++;
 			last = g;
 		}
@@ -1386,6 +1428,20 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		}
 		int64_t now = tessera_now_ns();
 		pacer_check(s, now);
+		if (p->share_dynamic && now - atomic_load(&p->share_read_ns) >= TESSERA_SHARE_REREAD_NS) {
+			share_apply(p, now);
+			if (!p->enabled) {
+				/* Nothing is reserved on the GPU any more: not paced. What was open
+				 * is dropped; a burst begins afresh once the share falls again. */
+				p->burst_started = p->fence_pending = p->slept = 0;
+				atomic_store(&p->burst_stream_tag, 0);
+				pthread_mutex_lock(&ev_mu);
+				burst_unprobe(p);
+				pthread_mutex_unlock(&ev_mu);
+				pthread_mutex_unlock(&s->mu);
+				return slept;
+			}
+		}
 		if (slept)
 			p->slept = 1;
 		/* The ended burst is settled before the refill, so that what it owes is
@@ -1490,9 +1546,25 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	if (g < 0 && tessera_current_gpu(&g) != CUDA_SUCCESS)
 		return; /* the launch itself will report the problem */
 	struct tessera_pacer *p = &tessera.pacers[g];
-	if (!p->enabled)
-		return;
 	struct tessera_shared_pacer *s = p->s;
+	if (!atomic_load_explicit(&p->enabled, memory_order_relaxed)) {
+		/* Not paced; a container without cores checks its share file every
+		 * TESSERA_SHARE_REREAD_NS (the coarse clock: a few ns, no system call). */
+		if (!p->share_dynamic)
+			return;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		int64_t coarse = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+		if (coarse - atomic_load_explicit(&p->share_read_ns, memory_order_relaxed) < TESSERA_SHARE_REREAD_NS ||
+		    pacer_lock(s) != 0)
+			return;
+		int64_t now = tessera_now_ns();
+		if (now - atomic_load(&p->share_read_ns) >= TESSERA_SHARE_REREAD_NS)
+			share_apply(p, now);
+		pthread_mutex_unlock(&s->mu);
+		if (!p->enabled)
+			return;
+	}
 	t->p = p;
 	int64_t cost = -1;
 	/* The launch's own estimate where its kernel has an entry (times its class's

@@ -15,7 +15,7 @@
  * and are used under the shared pacer's lock. */
 struct tessera_pacer {
 	struct tessera_shared_pacer *s;
-	int enabled;
+	_Atomic int enabled; /* paced now (a container without cores: while its share is under 100) */
 	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
 	int work_conserving;              /* the limits' work-conserving line, and the GPU is paced */
 	/* The GPU's turns (turns.h), NULL where the node provides none; whether this
@@ -68,6 +68,14 @@ struct tessera_pacer {
 	uintptr_t xp_stream, f_x_stream;
 	uint64_t xp_gen;
 	int f_x_ev, f_xp_ev;
+
+	/* A container granted no cores on this GPU, whose share directory the node agent
+	 * mounted: paced to the GPU's unreserved share (share.h), re-read at most every
+	 * TESSERA_SHARE_REREAD_NS under the shared pacer's lock; the last share read well
+	 * (share_ok), and when the file was last read. */
+	int share_dynamic;
+	int share_ok, share_pct, share_phase;
+	_Atomic int64_t share_read_ns;
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */

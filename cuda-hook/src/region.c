@@ -142,11 +142,11 @@ static uint64_t start_time_of(pid_t pid)
 	return strtoull(p, NULL, 10);
 }
 
-int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **out, char *err, size_t errlen)
+int tessera_region_open(const char *cgroup, const char *dir, int ngpus, struct tessera_region **out, char *err, size_t errlen)
 {
 	char path[256];
 	(void)ngpus;
-	snprintf(path, sizeof(path), "%s/tessera-%016llx.region", TESSERA_SHM_DIR,
+	snprintf(path, sizeof(path), "%s/tessera-%016llx.region", dir != NULL && dir[0] != '\0' ? dir : TESSERA_SHM_DIR,
 		 (unsigned long long)tessera_region_key(cgroup));
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, REGION_MODE);
 	if (fd < 0) {

@@ -3,8 +3,9 @@
  * it (region.c). The layout is here, not in region.c, so that the fake-driver suite
  * can damage a region the way a tenant could (test/region_poke.c).
  *
- * The region lives in the container's own /dev/shm: every process of the container
- * can write it. The hook therefore checks it on every use that indexes it and fails
+ * The region lives in the directory the limits file's region line names (a tmpfs of
+ * the container's own that the node agent mounts) or, without the line, in the
+ * container's /dev/shm: every process of the container can write it. The hook therefore checks it on every use that indexes it and fails
  * closed when it does not hold together; what a tenant can still do by rewriting it
  * consistently is backed by the node agent's NVML watchdog (docs/cuda-hook.md).
  */
@@ -111,7 +112,9 @@ static inline uint64_t tessera_region_key(const char *cgroup)
 	return h;
 }
 
-int tessera_region_open(const char *cgroup, int ngpus, struct tessera_region **out, char *err, size_t errlen);
+/* Opens (creating it if need be) the region of the container in cgroup, in dir (the
+ * limits file's region line) or, when dir is empty, in TESSERA_SHM_DIR. */
+int tessera_region_open(const char *cgroup, const char *dir, int ngpus, struct tessera_region **out, char *err, size_t errlen);
 /* Adds bytes to this process's usage of GPU gpu if the container's total stays within
  * limit; returns CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (also when the region is
  * damaged: a damaged region refuses every reservation from then on). */

@@ -51,7 +51,7 @@ struct tessera_state {
 	/* Open stream captures in this process: pacing never synchronizes during one. */
 	_Atomic int captures;
 
-	int pacing_any;  /* some GPU has 0 < cores < 100 */
+	int pacing_any;  /* some GPU has 0 < cores < 100, or is paced to its unreserved share */
 	int pacing_only; /* the paced GPU when there is exactly one GPU, else -1 */
 	struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 };

@@ -1,10 +1,11 @@
 #!/bin/sh
-# The hook must export exactly its hooks (symbols.def) and dlsym/dlvsym (anything else would
+# The hook must export exactly its hooks (symbols.def) and the lookups (dlsym, dlvsym and glibc's
+# private _dl_sym, _dl_vsym, __libc_dlsym, __libc_dlvsym; anything else would
 # interpose on the program or the libraries it loads), and import nothing newer than glibc 2.28.
 set -eu
 lib=$1
 dir=$(dirname "$0")/..
-want=$( (sed -n 's/^TESSERA_\(CU\|NVML\)_\(HOOK\|LEGACY\)(\([A-Za-z0-9_]*\),.*/\3/p' "$dir/src/symbols.def"; echo dlsym; echo dlvsym) | sort)
+want=$( (sed -n 's/^TESSERA_\(CU\|NVML\)_\(HOOK\|LEGACY\)(\([A-Za-z0-9_]*\),.*/\3/p' "$dir/src/symbols.def"; echo dlsym; echo dlvsym; echo _dl_sym; echo _dl_vsym; echo __libc_dlsym; echo __libc_dlvsym) | sort)
 got=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" || $2 == "D" || $2 == "B" {print $3}' | sort)
 if [ "$want" != "$got" ]; then
 	echo "FAIL exports of $lib differ from symbols.def:"

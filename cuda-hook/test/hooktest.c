@@ -10,6 +10,7 @@
  *   hooktest devices
  *   hooktest visible <uuid-suffixes|none>
  *   hooktest procaddr
+ *   hooktest lookup <route> <limit-mib>
  *   hooktest try <mib> ok|oom
  *   hooktest hold <mib> <ready-file>
  *   hooktest damaged <ready-file> <go-file>
@@ -18,6 +19,7 @@
  *   hooktest modules <module|library> <limit-mib> <module-mib>
  *   hooktest devlimits <limit-mib>
  *   hooktest fork <limit-mib> <context-mib>
+ *   hooktest orphan <generations> <mib> <limit-mib>
  *   hooktest threads <n> <limit-mib>
  *   hooktest refused <cuda-error>
  *   hooktest total-is <mib>
@@ -39,11 +41,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "elf_lookup.h"
 #include "fake_mps.h"
 #include "fake_stats.h"
 #include "tessera_cuda.h"
@@ -53,6 +58,7 @@
  * libcuda.so.1 and libnvidia-ml.so.1; with the hook preloaded, the hooked ones resolve
  * to the hook). */
 CUresult cuInit(unsigned int);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 CUresult cuDeviceGetCount(int *);
 CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuDeviceGetUuid_v2(CUuuid *, CUdevice);
@@ -601,18 +607,12 @@ static int visible_main(const char *want)
 
 /* The driver's own definition, bypassing the hook's dlsym: libc's dlsym, called
  * directly. */
+/* The driver's own function: read from its symbol table, as the dynamic linker would,
+ * since every lookup by name answers the hook (a process going around the hook can
+ * do this too; docs/cuda-hook.md, "What the hook cannot see"). */
 static void *driver_sym(const char *name)
 {
-	static void *(*libc_dlsym)(void *, const char *);
-	if (libc_dlsym == NULL) {
-		void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-		CHECK(libc != NULL, "libc.so.6 not loaded");
-		libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
-		if (libc_dlsym == NULL)
-			libc_dlsym = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
-		CHECK(libc_dlsym != NULL, "libc's dlsym not found");
-	}
-	return libc_dlsym(libcuda(), name);
+	return tessera_elf_lookup((const struct link_map *)libcuda(), name);
 }
 
 static int procaddr_main(void)
@@ -697,6 +697,193 @@ static int procaddr_main(void)
 	}
 	CHECK(dlvsym(libcuda(), "cuMemAlloc_v2", "NO_SUCH_VERSION") == NULL, "dlvsym found a version that does not exist");
 	printf("ok procaddr\n");
+	return 0;
+}
+
+/* ---- lookup: no lookup by name hands out the driver's own functions ------------ */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+typedef void *(*dl_sym_fn)(void *, const char *, void *);
+typedef void *(*dl_vsym_fn)(void *, const char *, const char *, void *);
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+
+/* glibc's versions of dlsym and dlvsym: the current one, and the first of each target
+ * (x86-64, aarch64, i386). */
+static const char *const glibc_versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+#define NVERSIONS (sizeof(glibc_versions) / sizeof(glibc_versions[0]))
+
+static const char *route;
+static uint64_t route_limit;
+static int route_tries;
+
+/* An allocation function a route handed out must be the hook's: the whole grant is
+ * refused (the context's charge is on it too), and a small allocation works. */
+static void must_be_hook(const char *how, void *fn)
+{
+	CHECK(fn != NULL, "%s: %s found nothing", route, how);
+	alloc_fn a = (alloc_fn)fn;
+	CUdeviceptr p;
+	CUresult rc = a(&p, route_limit);
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY,
+	      "%s: %s allocated the whole %llu MiB grant (rc %d): the route reached the driver's own cuMemAlloc_v2", route,
+	      how, (unsigned long long)(route_limit / MIB), rc);
+	OK(a(&p, MIB));
+	OK(cuMemFree_v2(p));
+	CHECK(fn == (void *)cuMemAlloc_v2, "%s: %s is not the hook's cuMemAlloc_v2", route, how);
+	route_tries++;
+}
+
+/* What a dlsym-shaped function found by the route gives: the driver's functions by
+ * name, and through cuGetProcAddress. */
+static void through_dlsym(const char *how, dlsym_fn f)
+{
+	char what[256];
+	CHECK(f != NULL, "%s: %s found nothing", route, how);
+	snprintf(what, sizeof(what), "%s then (libcuda, cuMemAlloc_v2)", how);
+	must_be_hook(what, f(libcuda(), "cuMemAlloc_v2"));
+	snprintf(what, sizeof(what), "%s then (RTLD_DEFAULT, cuMemAlloc_v2)", how);
+	must_be_hook(what, f(RTLD_DEFAULT, "cuMemAlloc_v2"));
+	gpa_fn gpa = (gpa_fn)f(libcuda(), "cuGetProcAddress_v2");
+	CHECK(gpa == (gpa_fn)cuGetProcAddress_v2, "%s: %s then cuGetProcAddress_v2 is not the hook's", route, how);
+	void *p = NULL;
+	OK(gpa("cuMemAlloc", &p, 13000, 0, NULL));
+	snprintf(what, sizeof(what), "%s then cuGetProcAddress_v2(cuMemAlloc)", how);
+	must_be_hook(what, p);
+	gpa1_fn gpa1 = (gpa1_fn)f(libcuda(), "cuGetProcAddress");
+	CHECK(gpa1 != NULL, "%s: %s then cuGetProcAddress found nothing", route, how);
+	p = NULL;
+	OK(gpa1("cuMemAlloc", &p, 12000, 0));
+	snprintf(what, sizeof(what), "%s then cuGetProcAddress(cuMemAlloc)", how);
+	must_be_hook(what, p);
+	CHECK(f == (dlsym_fn)dlsym, "%s: %s is not the hook's dlsym", route, how);
+}
+
+/* A dlvsym-shaped function: asked for dlsym at each of glibc's versions. */
+static void through_dlvsym(const char *how, dlvsym_fn f)
+{
+	char what[256];
+	CHECK(f != NULL, "%s: %s found nothing", route, how);
+	int found = 0;
+	for (size_t i = 0; i < NVERSIONS; i++) {
+		dlsym_fn d = (dlsym_fn)f(RTLD_DEFAULT, "dlsym", glibc_versions[i]);
+		if (d == NULL)
+			continue;
+		snprintf(what, sizeof(what), "%s then (RTLD_DEFAULT, dlsym, %s)", how, glibc_versions[i]);
+		through_dlsym(what, d);
+		found++;
+	}
+	CHECK(found > 0, "%s: %s found dlsym at none of glibc's versions", route, how);
+	CHECK(f == (dlvsym_fn)dlvsym, "%s: %s is not the hook's dlvsym", route, how);
+}
+
+/* lookup <route> <limit-mib>: a program asks the loader, by name, for a lookup
+ * function (libc's dlsym, dlvsym, glibc's private lookups) or for the driver's
+ * functions through one, every way there is; each answer must be the hook's and an
+ * allocation through it held to the grant. A route this glibc lacks is skipped, and
+ * at least one lookup must have been checked. */
+static int lookup_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: lookup <route> <limit-mib>");
+	route = argv[2];
+	route_limit = strtoull(argv[3], NULL, 10) * MIB;
+	setup();
+	void *libc = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	void *libdl = dlopen("libdl.so.2", RTLD_LAZY);
+	CHECK(libc != NULL, "libc.so.6 is not loaded");
+	char what[256];
+	if (strcmp(route, "dlsym") == 0) {
+		/* dlsym asked for dlsym, from every handle. */
+		through_dlsym("dlsym(RTLD_DEFAULT, dlsym)", (dlsym_fn)dlsym(RTLD_DEFAULT, "dlsym"));
+		through_dlsym("dlsym(RTLD_NEXT, dlsym)", (dlsym_fn)dlsym(RTLD_NEXT, "dlsym"));
+		through_dlsym("dlsym(libc.so.6, dlsym)", (dlsym_fn)dlsym(libc, "dlsym"));
+		if (libdl != NULL && dlsym(libdl, "dlsym") != NULL)
+			through_dlsym("dlsym(libdl.so.2, dlsym)", (dlsym_fn)dlsym(libdl, "dlsym"));
+	} else if (strcmp(route, "dlvsym") == 0) {
+		/* dlvsym asked for dlsym at each version, from every handle: the route that
+		 * held 8000 MiB under a 1024 MiB grant. */
+		void *handles[] = {RTLD_DEFAULT, RTLD_NEXT, libc, libdl};
+		const char *names[] = {"RTLD_DEFAULT", "RTLD_NEXT", "libc.so.6", "libdl.so.2"};
+		for (size_t h = 0; h < 4; h++) {
+			if (handles[h] == NULL && h == 3)
+				continue;
+			for (size_t i = 0; i < NVERSIONS; i++) {
+				dlsym_fn d = (dlsym_fn)dlvsym(handles[h], "dlsym", glibc_versions[i]);
+				if (d == NULL)
+					continue;
+				snprintf(what, sizeof(what), "dlvsym(%s, dlsym, %s)", names[h], glibc_versions[i]);
+				through_dlsym(what, d);
+			}
+		}
+	} else if (strcmp(route, "dlvsym-dlvsym") == 0) {
+		/* dlsym or dlvsym asked for dlvsym. */
+		through_dlvsym("dlsym(RTLD_DEFAULT, dlvsym)", (dlvsym_fn)dlsym(RTLD_DEFAULT, "dlvsym"));
+		through_dlvsym("dlsym(libc.so.6, dlvsym)", (dlvsym_fn)dlsym(libc, "dlvsym"));
+		for (size_t i = 0; i < NVERSIONS; i++) {
+			dlvsym_fn v = (dlvsym_fn)dlvsym(libc, "dlvsym", glibc_versions[i]);
+			if (v == NULL)
+				continue;
+			snprintf(what, sizeof(what), "dlvsym(libc.so.6, dlvsym, %s)", glibc_versions[i]);
+			through_dlvsym(what, v);
+		}
+	} else if (strcmp(route, "private") == 0) {
+		/* glibc's private lookups (exported by glibc 2.28 to 2.33, GLIBC_PRIVATE),
+		 * asked for by name or by version, and called as a program would. */
+		static const char *const priv[] = {"_dl_sym", "_dl_vsym", "__libc_dlsym", "__libc_dlvsym"};
+		for (size_t k = 0; k < 4; k++) {
+			void *cands[3] = {dlsym(RTLD_DEFAULT, priv[k]), dlvsym(RTLD_DEFAULT, priv[k], "GLIBC_PRIVATE"),
+					  dlvsym(libc, priv[k], "GLIBC_PRIVATE")};
+			for (size_t c = 0; c < 3; c++) {
+				void *f = cands[c];
+				if (f == NULL)
+					continue;
+				snprintf(what, sizeof(what), "%s (lookup %zu)", priv[k], c);
+				void *self = (void *)lookup_main; /* a `who` inside the program */
+				switch (k) {
+				case 0:
+					must_be_hook(what, ((dl_sym_fn)f)(libcuda(), "cuMemAlloc_v2", self));
+					through_dlsym(what, (dlsym_fn)((dl_sym_fn)f)(libc, "dlsym", self));
+					/* A `who` inside the hook does not make the answer the real one. */
+					must_be_hook(what, ((dl_sym_fn)f)(libcuda(), "cuMemAlloc_v2", (void *)cuMemAlloc_v2));
+					break;
+				case 1:
+					for (size_t i = 0; i < NVERSIONS; i++) {
+						dlsym_fn d = (dlsym_fn)((dl_vsym_fn)f)(libc, "dlsym", glibc_versions[i], self);
+						if (d != NULL)
+							through_dlsym(what, d);
+					}
+					break;
+				case 2:
+					must_be_hook(what, ((dlsym_fn)f)(libcuda(), "cuMemAlloc_v2"));
+					through_dlsym(what, (dlsym_fn)((dlsym_fn)f)(libc, "dlsym"));
+					break;
+				case 3:
+					for (size_t i = 0; i < NVERSIONS; i++) {
+						dlsym_fn d = (dlsym_fn)((dlvsym_fn)f)(libc, "dlsym", glibc_versions[i]);
+						if (d != NULL)
+							through_dlsym(what, d);
+					}
+					break;
+				}
+			}
+		}
+	} else if (strcmp(route, "procaddr") == 0) {
+		/* cuGetProcAddress asked for itself, then for an allocation. */
+		void *p = NULL;
+		gpa_fn gpa = (gpa_fn)procaddr("cuGetProcAddress", 0);
+		CHECK(gpa == (gpa_fn)cuGetProcAddress_v2, "cuGetProcAddress(cuGetProcAddress) is not the hook's");
+		OK(gpa("cuMemAlloc", &p, 13000, 0, NULL));
+		must_be_hook("cuGetProcAddress(cuGetProcAddress) then (cuMemAlloc)", p);
+		gpa1_fn gpa1 = (gpa1_fn)dlsym(libcuda(), "cuGetProcAddress");
+		p = NULL;
+		OK(gpa1("cuGetProcAddress", &p, 12000, 0));
+		CHECK(p == (void *)cuGetProcAddress_v2, "cuGetProcAddress v1 (cuGetProcAddress) is not the hook's");
+		must_be_hook("dlsym(libcuda, cuMemAlloc_v2)", dlsym(libcuda(), "cuMemAlloc_v2"));
+	} else {
+		CHECK(0, "unknown route %s", route);
+	}
+	CHECK(route_tries > 0, "%s: no lookup of this route exists here, nothing was checked", route);
+	printf("ok lookup %s: %d allocation functions found, each the hook's and held to the grant\n", route, route_tries);
 	return 0;
 }
 
@@ -897,6 +1084,78 @@ static int fork_main(int argc, char **argv)
 	CHECK(cuMemAlloc_v2(&b, ctx + MIB) == CUDA_ERROR_OUT_OF_MEMORY, "the parent went past the limit");
 	OK(cuMemFree_v2(a));
 	printf("ok fork\n");
+	return 0;
+}
+
+/* ---- orphan: a dead process's memory is not kept alive by its child ------------- */
+
+/* The generations: each allocates mib through the hook (the one before it, which held
+ * as much, has exited and been reaped: the hook must have given its usage back),
+ * checks what the container's processes hold together, forks the next generation,
+ * which keeps the inherited driver state and nothing else, and exits without freeing
+ * anything. */
+__attribute__((noreturn)) static void orphan_generations(int n, uint64_t mib, uint64_t limit)
+{
+	scenario = "orphan (generation)";
+	pid_t before = 0;
+	for (int left = n;; left--) {
+		if (before != 0) {
+			for (int i = 0; i < 2000 && !(kill(before, 0) < 0 && errno == ESRCH); i++)
+				usleep(5000);
+			CHECK(kill(before, 0) < 0 && errno == ESRCH, "the generation before never went away");
+		}
+		CUdevice d = setup();
+		CUdeviceptr p;
+		CUresult rc = cuMemAlloc_v2(&p, mib);
+		CHECK(rc == CUDA_SUCCESS,
+		      "%d generations to go: allocating %llu MiB gave %d (the exited generation's usage was not given back)",
+		      left, (unsigned long long)(mib / MIB), rc);
+		struct fake_cuda_stats s = stats();
+		CHECK(s.all_used[d] <= limit && s.all_peak[d] <= limit,
+		      "the container's processes hold %llu MiB (at most %llu at once), over its %llu MiB grant",
+		      (unsigned long long)(s.all_used[d] / MIB), (unsigned long long)(s.all_peak[d] / MIB),
+		      (unsigned long long)(limit / MIB));
+		if (left == 1)
+			_exit(0);
+		before = getpid();
+		pid_t c = fork();
+		CHECK(c >= 0, "fork failed");
+		if (c != 0)
+			_exit(0); /* no free, no exit handlers: only the driver's cleanup and the hook's reclaim */
+	}
+}
+
+/* orphan <generations> <mib> <limit-mib>: a process allocates, forks a child that
+ * keeps the inherited driver state, and exits; the child does the same, and so on.
+ * With FAKE_CUDA_TALLY the fake driver counts what every process holds, and drops what
+ * a process held once it has exited, as the real driver does: the container must never
+ * hold more than its grant at once (had the driver kept a dead process's memory while
+ * its child lived, the generations would have held n x mib). This process reaps them
+ * all (a subreaper) and reads the tally last. */
+static int orphan_main(int argc, char **argv)
+{
+	CHECK(argc == 5 && getenv("FAKE_CUDA_TALLY") != NULL, "usage: FAKE_CUDA_TALLY=<file> orphan <generations> <mib> <limit-mib>");
+	int n = atoi(argv[2]);
+	uint64_t mib = strtoull(argv[3], NULL, 10) * MIB, limit = strtoull(argv[4], NULL, 10) * MIB;
+	CHECK(n >= 2 && mib > limit / 2 && mib <= limit, "want 2 or more generations of more than half the grant each");
+	CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "cannot become a subreaper");
+	pid_t first = fork();
+	CHECK(first >= 0, "fork failed");
+	if (first == 0)
+		orphan_generations(n, mib, limit);
+	int reaped = 0, st;
+	pid_t w;
+	while ((w = waitpid(-1, &st, 0)) > 0) {
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "generation %d (pid %d) failed", reaped + 1, (int)w);
+		reaped++;
+	}
+	CHECK(reaped == n, "%d generations ran, want %d", reaped, n);
+	struct fake_cuda_stats s = stats();
+	CHECK(s.all_peak[0] <= limit, "the generations held %llu MiB at once, over the %llu MiB grant",
+	      (unsigned long long)(s.all_peak[0] / MIB), (unsigned long long)(limit / MIB));
+	CHECK(s.all_used[0] == 0, "%llu MiB still held after every generation exited", (unsigned long long)(s.all_used[0] / MIB));
+	printf("ok orphan: %d generations of %s MiB, at most %llu MiB held at once under %s MiB\n", n, argv[3],
+	       (unsigned long long)(s.all_peak[0] / MIB), argv[4]);
 	return 0;
 }
 
@@ -1291,6 +1550,50 @@ static int pace_wc_main(int argc, char **argv)
 	return 0;
 }
 
+/* Writes a GPU's share file as the node agent does: a new file renamed over the old. */
+static void write_share(const char *path, const char *content)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	CHECK(f != NULL, "create %s", tmp);
+	fputs(content, f);
+	CHECK(fclose(f) == 0 && rename(tmp, path) == 0, "write %s", path);
+}
+
+/* A container granted no cores (its limits say cores 0) follows its GPU's share file
+ * while it runs: not paced while nothing is reserved (share 100), held to 30 % once a
+ * 70 % reservation comes, kept there when the file turns to garbage (the last share
+ * read well), and not paced again once the reservation is gone. The scenario writes
+ * the file itself, as the node agent would. */
+static int pace_follow_main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: pace-follow <share-file>");
+	const char *file = argv[2];
+	const char *free_gpu = "version 1\nreserved 0\ncontainers 1\nshare 100\nphase 0\n";
+	write_share(file, free_gpu);
+	setup();
+	run_launches("kernel", 0.3);
+	double alone = run_launches("kernel", 1);
+	write_share(file, "version 1\nreserved 70\ncontainers 1\nshare 30\nphase 70\n");
+	run_launches("kernel", 0.3);
+	double held = run_launches("kernel", 1.5);
+	write_share(file, "version 1\nreserved 70\nshare 100\n");
+	run_launches("kernel", 0.3);
+	double garbage = run_launches("kernel", 1);
+	write_share(file, free_gpu);
+	run_launches("kernel", 0.3);
+	double again = run_launches("kernel", 1);
+	printf("pace-follow: %.1f%% with nothing reserved, %.1f%% beside 70%%, %.1f%% with a malformed file, %.1f%% with "
+	       "nothing reserved again\n",
+	       alone, held, garbage, again);
+	CHECK(alone > 90, "share %.1f%% with nothing reserved, want more than 90%%: paced", alone);
+	CHECK(held <= 38 && held >= 20, "share %.1f%% beside a 70%% reservation, want 30%% (20..38)", held);
+	CHECK(garbage <= 38, "share %.1f%% with a malformed file, want the last good 30%% (at most 38)", garbage);
+	CHECK(again > 90, "share %.1f%% once the reservation left, want more than 90%%: still paced", again);
+	return 0;
+}
+
 /* A program that launches, then leaves its stream idle for a while (asleep, waiting
  * for a request, for a start time) and then saturates the GPU gets its share from the
  * start: the burst its first launch opened spans the pause, in which the GPU idled,
@@ -1486,12 +1789,16 @@ int main(int argc, char **argv)
 		return visible_main(argv[2]);
 	if (strcmp(scenario, "procaddr") == 0)
 		return procaddr_main();
+	if (strcmp(scenario, "lookup") == 0)
+		return lookup_main(argc, argv);
 	if (strcmp(scenario, "try") == 0)
 		return try_main(argc, argv);
 	if (strcmp(scenario, "hold") == 0)
 		return hold_main(argc, argv);
 	if (strcmp(scenario, "fork") == 0)
 		return fork_main(argc, argv);
+	if (strcmp(scenario, "orphan") == 0)
+		return orphan_main(argc, argv);
 	if (strcmp(scenario, "damaged") == 0)
 		return damaged_main(argc, argv);
 	if (strcmp(scenario, "damaged-new") == 0)
@@ -1530,6 +1837,8 @@ int main(int argc, char **argv)
 		return pace_pause_main(argc, argv);
 	if (strcmp(scenario, "pace-wc") == 0)
 		return pace_wc_main(argc, argv);
+	if (strcmp(scenario, "pace-follow") == 0)
+		return pace_follow_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

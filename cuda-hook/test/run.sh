@@ -85,6 +85,18 @@ limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 t devices
 tenv FAKE_CUDA_IGNORE_VISIBLE=1 devices
 t procaddr
+echo "== $variant: no lookup by name hands out the driver's own functions"
+# libc's dlsym from dlsym or dlvsym (any handle, any version), dlvsym itself, glibc's
+# private lookups and cuGetProcAddress: each answer is the hook's, and the whole
+# grant allocated through it is refused (the dlvsym route held 8000 MiB under this
+# 1024 MiB grant before).
+reset
+limits 64 "$U1 1024 0 0"
+for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
+	t lookup $r 1024
+done
+reset
+limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 echo "== $variant: the tenant's CUDA_VISIBLE_DEVICES narrows the container's GPUs"
 tenv CUDA_VISIBLE_DEVICES=1 visible 01
 tenv CUDA_VISIBLE_DEVICES=$U1,$U3 visible 01,03
@@ -142,6 +154,20 @@ t pace kernel 30 0.3
 "$B/region_poke" "$ROOT"/shm/tessera-*.region pacer
 t pace kernel 30 0.3 2>/dev/null
 
+echo "== $variant: the accounting region lives where the limits file's region line says"
+# An MPS client's /dev/shm is its GPU's MPS server's, shared by every client of it: the
+# node agent gives each container a directory of its own and names it in a region
+# line; the hook keeps the region there and nowhere else.
+reset
+mkdir -p "$ROOT/region-a"
+limits 32 "$U1 1024 0 0"
+sed -i "s|^context-mib 32\$|context-mib 32\nregion $ROOT/region-a|" "$ROOT/run/tessera/limits"
+grep -q "^region $ROOT/region-a\$" "$ROOT/run/tessera/limits"
+t try 64 ok
+ls "$ROOT"/region-a/tessera-*.region >/dev/null 2>&1 || { echo "FAIL no region in the region line's directory"; exit 1; }
+[ -z "$(ls "$ROOT/shm")" ] || { echo "FAIL a region in the default directory:"; ls "$ROOT/shm"; exit 1; }
+pass=$((pass + 1))
+
 echo "== $variant: every context, raised device limits and module globals are counted"
 reset
 limits 256 "$U1 4096 0 0"
@@ -157,6 +183,17 @@ echo "== $variant: fork"
 reset
 limits 32 "$U1 1024 0 0"
 t fork 1024 32
+
+echo "== $variant: a forked child holding the driver's descriptors never keeps a dead process's memory counted"
+# Three generations of 900 MiB under a 1024 MiB grant, each allocating, forking and
+# exiting without freeing: the hook gives an exited process's usage back, which is
+# right only because the driver frees a dead process's memory (gpu/orphan.c checks
+# that on a GPU); the fake driver does the same, and the container never holds more
+# than its grant (a driver that kept the memory would have held 2700 MiB).
+reset
+limits 32 "$U1 1024 0 0"
+rm -f "$ROOT/tally"
+FAKE_CUDA_TALLY=$ROOT/tally t orphan 3 900 1024
 
 echo "== $variant: threads and processes racing for one limit"
 reset
@@ -467,6 +504,55 @@ timed env TESSERA_LIMITS_FILE="$ROOT/a.limits" LD_PRELOAD="$PRELOAD" "$T" pace-s
 wait $hog
 pass=$((pass + 1))
 rm -f "$ROOT/turns/$U1"
+
+echo "== $variant: reserved compute: a container without cores is paced to what is not reserved"
+# Reserved compute is a guarantee: a container granted no cores on a GPU whose share
+# directory the node agent mounted is paced to the share its file gives (what the
+# reservations leave), and follows it while it runs. Without it, the container beside
+# a 70 % reservation was time-sliced with it and took half the GPU.
+S1=$ROOT/shares/$U1
+mkdir -p "$S1"
+share() {
+	printf 'version 1\nreserved %s\ncontainers 1\nshare %s\nphase %s\n' "$1" "$2" "$3" >"$S1/share"
+}
+# Beside a saturating 70 % container, the one without cores is held to 30 % and the
+# 70 % container gets its 70 (floors that a loaded machine leaves room under: 20 and
+# 60; unpaced, the one without cores took half the GPU and left the other half).
+share 70 30 70
+timed beside 0 0 70 0 "pace kernel 30 2 20" "pace kernel 70 2 60"
+pass=$((pass + 2))
+# Alone with nothing reserved: not paced.
+share 0 100 0
+printf 'version 1\ncgroup /share/alone\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 0 1
+# It follows the file: arrivals, departures, a malformed file (the last share kept).
+printf 'version 1\ncgroup /share/follow\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-follow "$S1/share"
+# No valid file ever read: the least share (1 %), never unpaced.
+rm -f "$S1/share"
+printf 'version 1\ncgroup /share/missing\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 1 1
+# Work-conserving (its pod's annotation) takes the idle GPU alone and is held to the
+# unreserved 30 % once the 70 % container has work, which gets at least 60 (unpaced,
+# the work-conserving one took 62 % and left it 38): an opt-in to idle time, not out
+# of the reservations.
+wc_unreserved() {
+	beside_n=$((beside_n + 1))
+	share 70 30 70
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 0 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 0\n' $beside_n $U1 >"$ROOT/b.limits"
+	rm -f "$ROOT/gpu"
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 3 &
+	a=$!
+	sleep 1.3
+	ra=0
+	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/b.limits LD_PRELOAD="$PRELOAD" "$T" pace kernel 70 2.5 60 || ra=$?
+	wait $a || ra=$?
+	[ $ra = 0 ]
+}
+timed wc_unreserved
+pass=$((pass + 2))
+rm -rf "$ROOT/shares"
 mkdir -p "$ROOT/run/tessera"
 limits 0 "$U1 81920 0 0"
 t pace kernel 0 0.3

@@ -3,6 +3,13 @@
 // values.schema.json; with -verify it only checks that the table is up to date.
 //
 //	go run ./hack/chart-readme [-chart config/deploy/tessera] [-verify]
+//
+// The project keeps its own generator (config/deploy's valuesdoc.go) rather than
+// helm-docs: helm-docs (github.com/norwoodj/helm-docs) is not in the Go module
+// graph, so it would be the one tool of make verify not built from go.mod, and
+// the staleness check would leave go test ./config/deploy
+// (TestChartReadmeUpToDate, TestChartReadmeCoversEveryValue) for a separate
+// binary's run.
 package main
 
 import (

@@ -17,6 +17,9 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -94,6 +97,10 @@ type Config struct {
 	WatchdogComputeAction    string
 	WatchdogComputeWindow    time.Duration
 	WatchdogComputeTolerance int
+	// WatchdogEscalationWindow and WatchdogEvictAfter: the memory escalation from a
+	// kill to stopping the container and evicting the pod.
+	WatchdogEscalationWindow time.Duration
+	WatchdogEvictAfter       int
 
 	// MetricsAddr serves /metrics: over HTTPS to callers the API server authenticates
 	// and allows to get the /metrics URL when MetricsSecure, in plain HTTP on a
@@ -209,6 +216,9 @@ func (c *Config) Validate() error {
 		if c.WatchdogComputeWindow < 2*c.WatchdogInterval || c.WatchdogComputeTolerance < 0 || c.WatchdogComputeTolerance > 100 {
 			return errors.New("--watchdog-compute-window must be at least twice --watchdog-interval, --watchdog-compute-tolerance between 0 and 100")
 		}
+		if c.WatchdogEscalationWindow < c.WatchdogWindow || c.WatchdogEvictAfter < 0 {
+			return fmt.Errorf("--watchdog-escalation-window %s must be at least --watchdog-window, --watchdog-evict-after not negative", c.WatchdogEscalationWindow)
+		}
 	}
 	return nil
 }
@@ -277,6 +287,10 @@ type Agent struct {
 	Auth *serving.Auth
 	// MPS supervises the MPS control daemons (--mps-gpus); nil when none.
 	MPS *mps.Supervisor
+	// fenceDriver is the source's per-cgroup memory limit, nil when it has none;
+	// fence is what detectFence found of it.
+	fenceDriver gpu.MemoryFence
+	fence       fenceState
 }
 
 // New builds an agent from its parts; Run starts it. A nil recorder sends events to
@@ -286,6 +300,8 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: log, client: client, source: source, recorder: recorder, statfs: unix.Statfs}
+	// Taken before the source is wrapped: the wrappers pass on only gpu.Source.
+	a.fenceDriver, _ = source.(gpu.MemoryFence)
 	a.Publisher = &inventory.Publisher{
 		Client: client, NodeName: cfg.NodeName, Source: source, Log: log.WithName("inventory"),
 		Heartbeat: cfg.Heartbeat, Poll: cfg.Poll,
@@ -300,6 +316,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if err != nil {
 		return nil, err
 	}
+	source = &fenceSource{Source: source, fence: &a.fence}
 	a.source, a.Publisher.Source = source, source
 
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)
@@ -345,6 +362,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			Pods: pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal,
 		}
+		if a.fenceDriver != nil {
+			bc.Fence = &binding.Fence{Driver: a.fenceDriver, Supported: a.fence.has, CgroupRoot: a.cgroupRoot()}
+		}
 		if a.CDI != nil {
 			bc.CDI = a.CDI
 		}
@@ -380,10 +400,12 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
 			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
+			EscalationWindow: cfg.WatchdogEscalationWindow, EvictAfter: cfg.WatchdogEvictAfter, Evict: a.evict,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
 			},
+			NodeEvent: func(reason, msg string) { a.nodeEvent(corev1.EventTypeWarning, reason, msg) },
 		})
 		if err != nil {
 			return nil, err
@@ -514,6 +536,24 @@ func (a *Agent) podEvent(namespace, pod, uid, reason, msg string) {
 	a.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
 }
 
+// evict asks the API server to evict the pod of r (policy/v1 Eviction, so that
+// PodDisruptionBudgets are honoured), for that pod's UID only: a pod of the same name
+// created since is not touched. A pod that is gone, or replaced, needs no eviction.
+func (a *Agent) evict(r checkpoint.Record) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: r.Pod, Namespace: r.Namespace}}
+	if r.PodUID != "" {
+		uid := types.UID(r.PodUID)
+		ev.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	}
+	err := a.client.CoreV1().Pods(r.Namespace).EvictV1(ctx, ev)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && r.PodUID != "" {
+		return nil
+	}
+	return err
+}
+
 // onPublish fans a freshly published inventory out to the subsystems that follow it.
 func (a *Agent) onPublish(inv *api.NodeInventory) {
 	if a.Plugin != nil {
@@ -536,6 +576,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Checked before anything is served: a GPU container is refused while the node
 	// lacks what Tessera needs.
 	a.checkStatic()
+	a.detectFence()
 	// The first CDI spec is written before the NRI plugin and the device plugin serve:
 	// a GPU container arriving in their first milliseconds would otherwise be refused
 	// for want of a spec (in the fallback mode kubelet then fails its pod for good).

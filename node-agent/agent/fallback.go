@@ -154,8 +154,8 @@ func (a *Agent) fallbackAllocate(r *pluginapi.ContainerAllocateResponse) error {
 	return nil
 }
 
-// fallbackMounts adds the hook, its preload file, the socket's directory and the turn
-// files of devs, the node's GPUs and MIG instances.
+// fallbackMounts adds the hook, its preload file, the socket's directory, and the share
+// directories and turn files of devs, the node's GPUs and MIG instances.
 func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse, devs []gpu.Device) error {
 	r.Mounts = append(r.Mounts,
 		// The socket's directory, read-only where the limits file would otherwise be:
@@ -164,15 +164,24 @@ func (a *Agent) fallbackMounts(r *pluginapi.ContainerAllocateResponse, devs []gp
 		&pluginapi.Mount{ContainerPath: a.cfg.HookLibrary, HostPath: a.cfg.HookLibrary, ReadOnly: true},
 		&pluginapi.Mount{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(a.cfg.StateDir, "ld.so.preload"), ReadOnly: true},
 	)
+	// Likewise every GPU's share directory, read-only: the hook paces a container
+	// granted no cores on a GPU to the share its file gives (binding, shares.go).
+	var uuids []string
+	for _, d := range devs {
+		uuids = append(uuids, d.UUID)
+	}
+	shares, err := binding.ShareDirMounts(a.cfg.LimitsRoot, uuids)
+	if err != nil {
+		return err
+	}
+	for _, m := range shares {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.Destination, HostPath: m.Source, ReadOnly: true})
+	}
 	if dir := a.cfg.TurnsDir; dir != "" {
 		// Whether the container will be paced, and on which GPUs, is not known before
 		// its first CUDA call, so every GPU container gets the turn file of every GPU
 		// and MIG instance of the node, each file mounted on its own (binding,
 		// turns.go): the hook uses those of the GPUs it paces the container on.
-		var uuids []string
-		for _, d := range devs {
-			uuids = append(uuids, d.UUID)
-		}
 		mounts, err := binding.TurnFileMounts(dir, uuids)
 		if err != nil {
 			return err

@@ -124,8 +124,13 @@ func TestFallbackAgent(t *testing.T) {
 		{ContainerPath: hook, HostPath: hook, ReadOnly: true},
 		{ContainerPath: binding.PreloadPath, HostPath: filepath.Join(dir, "state", "ld.so.preload"), ReadOnly: true},
 	}
-	// Every GPU's turn file, each on its own and read-write: which the container is
-	// paced on is known only at its first CUDA call.
+	// Every GPU's share directory, read-only, and every GPU's turn file, each on its
+	// own and read-write: which GPUs the container has, and with what cores, is known
+	// only at its first CUDA call.
+	for _, d := range devs {
+		want = append(want, &pluginapi.Mount{ContainerPath: api.ContainerSharesDir + "/" + d.UUID,
+			HostPath: filepath.Join(c.LimitsRoot, api.SharesSubdir, d.UUID), ReadOnly: true})
+	}
 	for _, d := range devs {
 		want = append(want, &pluginapi.Mount{ContainerPath: api.ContainerTurnsDir + "/" + d.UUID, HostPath: filepath.Join(dir, "turns", d.UUID)})
 	}

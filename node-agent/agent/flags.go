@@ -97,6 +97,10 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 		"whose SM use averaged over --watchdog-compute-window stays above its gpu-cores grant: off, event or kill")
 	fs.DurationVar(&c.WatchdogComputeWindow, "watchdog-compute-window", watchdog.DefaultComputeWindow, "the span SM use is averaged over")
 	fs.IntVar(&c.WatchdogComputeTolerance, "watchdog-compute-tolerance", watchdog.DefaultComputeTolerance, "percentage points of the GPU tolerated above the gpu-cores grant")
+	fs.DurationVar(&c.WatchdogEscalationWindow, "watchdog-escalation-window", watchdog.DefaultEscalationWindow, "with --watchdog-action=kill: how long a pod "+
+		"is remembered after a memory kill or stop; a container of it over its memory limit again within it is stopped as a whole (every process), without a grace")
+	fs.IntVar(&c.WatchdogEvictAfter, "watchdog-evict-after", watchdog.DefaultEvictAfter, "with --watchdog-action=kill: evict a pod (Eviction API) "+
+		"once its containers were stopped this many times within --watchdog-escalation-window; 0 never evicts")
 	bindMPSFlags(fs, &c.MPS)
 	fs.StringVar(&c.ProcRoot, "proc-root", "/proc", "the host's /proc (the agent needs the host PID namespace)")
 

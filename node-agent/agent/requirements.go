@@ -257,12 +257,18 @@ func (a *Agent) nodeEvent(kind, reason, msg string) {
 	a.recorder.Event(&corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}, kind, reason, msg)
 }
 
-// requirementsValue is the Node annotation's value.
+// requirementsValue is the Node annotation's value: "met" or the unmet
+// requirements, then the memory-fence line (information, api.RequirementMemoryFence)
+// once the fence was detected.
 func (a *Agent) requirementsValue() string {
+	v := api.RequirementsMet
 	if l := a.req.list(); len(l) > 0 {
-		return strings.Join(l, "\n")
+		v = strings.Join(l, "\n")
 	}
-	return api.RequirementsMet
+	if f := a.fence.info(); f != "" {
+		v += "\n" + api.RequirementMemoryFence + ": " + f
+	}
+	return v
 }
 
 // markNode writes the requirements annotation on the Node (a merge patch of that key

@@ -343,8 +343,11 @@ func TestFallbackAllocateCDI(t *testing.T) {
 			t.Errorf("%s missing from %v", d.UUID, names)
 		}
 	}
-	// The limits directory, the hook, the preload file, and every GPU's turn file.
-	if len(resp.Mounts) != 3+len(devs) || resp.Mounts[1].HostPath != hook || resp.Mounts[3].ContainerPath != api.ContainerTurnsDir+"/"+devs[0].UUID {
+	// The limits directory, the hook, the preload file, every GPU's share directory
+	// (read-only) and every GPU's turn file.
+	if len(resp.Mounts) != 3+2*len(devs) || resp.Mounts[1].HostPath != hook ||
+		resp.Mounts[3].ContainerPath != api.ContainerSharesDir+"/"+devs[0].UUID || !resp.Mounts[3].ReadOnly ||
+		resp.Mounts[3+len(devs)].ContainerPath != api.ContainerTurnsDir+"/"+devs[0].UUID {
 		t.Errorf("mounts %v", resp.Mounts)
 	}
 }

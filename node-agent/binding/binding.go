@@ -48,10 +48,14 @@ type DeviceNode struct {
 	UID, GID uint32
 }
 
-// Mount is a bind mount into the container.
+// Mount is a mount into the container: a bind mount of the host path Source, or, when
+// Type is set, a new file system of that type (Source names it, as mount(8) would) with
+// Options.
 type Mount struct {
 	Source, Destination string
 	ReadOnly            bool
+	Type                string
+	Options             []string
 }
 
 // EnvLibraryPath is the dynamic loader's search path.
@@ -87,6 +91,11 @@ type Request struct {
 	// Started is set when the container already runs (the fallback binding at its
 	// first CUDA call): its environment and mounts can no longer be changed.
 	Started bool
+	// Running is set for a container the runtime already runs when NRI reports it at
+	// synchronisation (bound again after a lost checkpoint): the edits are not applied,
+	// and Mounts are the destinations of the mounts it was created with.
+	Running bool
+	Mounts  []string
 }
 
 // RefusedError is a container that must not start, with the reason a user can act on.
@@ -151,7 +160,11 @@ type Config struct {
 	// MPS returns the MPS directories of a GPU the agent serves in mps mode, and
 	// false for any other GPU; nil when no GPU is served so (see mps.go).
 	MPS func(uuid string) (MPSDirs, bool)
-	Now func() time.Time
+	// Fence, when set, is the driver's per-cgroup memory limit (fence.go): set at
+	// StartContainer through NRI, and before the first CUDA call is answered by the
+	// fallback binding.
+	Fence *Fence
+	Now   func() time.Time
 }
 
 // CDI names the CDI devices of the node's spec.
@@ -465,6 +478,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
+	limits.RegionDir = regionDir(&r, prev)
 	mpsEnv, mpsMounts, err := b.mpsEdits(&r, grants, limits)
 	if err != nil {
 		return refuse("%v", err)
@@ -495,7 +509,19 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err != nil {
 		return refuse("%v", err)
 	}
+	if r.Started {
+		// The fallback binding: the container runs, and its first CUDA call waits
+		// for this answer. Through NRI the cgroup does not exist yet at creation:
+		// the plugin sets the fence at StartContainer (FenceContainer).
+		if err := b.fence(cgroup, grants); err != nil {
+			return refuse("%v. Its CUDA calls are refused", err)
+		}
+	}
 	turnMounts, err := b.turnMounts(limits)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
+	}
+	shareMounts, err := b.shareMounts(limits)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", who, err)
 	}
@@ -510,13 +536,18 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	}
 	rec := checkpoint.Record{
 		ContainerID: r.ContainerID, PodUID: r.PodUID, Namespace: r.Namespace, Pod: r.Pod, Container: r.Container,
-		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, BoundAt: b.cfg.Now().UTC(),
+		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, RegionDir: limits.RegionDir, BoundAt: b.cfg.Now().UTC(),
 	}
 	if prev != nil {
 		rec.BoundAt = prev.BoundAt
 	}
 	if err := b.cfg.Store.Put(rec); err != nil {
 		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
+	}
+	// Before the container starts: the containers without cores on its GPUs are held
+	// to what is left (shares.go), and this one, if it has none, finds its file.
+	if err := b.writeShares(uuids); err != nil {
+		return nil, fmt.Errorf("%s: %w", who, err)
 	}
 
 	e := &Edits{Devices: nodes, CDIDevices: cdiNames, Limits: data}
@@ -530,6 +561,9 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		e.Env = append(e.Env, [2]string{EnvLibraryPath, appendPath(r.Env, dir)})
 	}
 	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
+	if limits.RegionDir != "" {
+		e.Mounts = append(e.Mounts, RegionMount())
+	}
 	e.Env = append(e.Env, mpsEnv...)
 	e.Mounts = append(e.Mounts, mpsMounts...)
 	if b.cfg.HookLibrary != "" {
@@ -538,6 +572,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 			Mount{Source: b.cfg.PreloadFile, Destination: PreloadPath, ReadOnly: true})
 	}
 	e.Mounts = append(e.Mounts, turnMounts...)
+	e.Mounts = append(e.Mounts, shareMounts...)
 	return e, nil
 }
 
@@ -658,7 +693,8 @@ func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) 
 	return append(out, capNodes...), nil
 }
 
-// Unbind forgets a container that is gone and removes its limits directory.
+// Unbind forgets a container that is gone, rewrites the share files of its GPUs and
+// removes its limits directory.
 func (b *Binder) Unbind(containerID string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -667,6 +703,14 @@ func (b *Binder) Unbind(containerID string) error {
 		return nil
 	}
 	if err := b.cfg.Store.Delete(containerID); err != nil {
+		return err
+	}
+	// The containers without cores left on its GPUs get back what it reserved.
+	uuids := make([]string, len(r.Devices))
+	for i, d := range r.Devices {
+		uuids[i] = d.UUID
+	}
+	if err := b.writeShares(uuids); err != nil {
 		return err
 	}
 	if r.LimitsDir != "" && strings.HasPrefix(r.LimitsDir, b.cfg.LimitsRoot+string(os.PathSeparator)) {
@@ -703,6 +747,9 @@ func (b *Binder) Reconcile(live []Request) []error {
 		if _, err := b.Bind(r); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := b.RefreshShares(); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

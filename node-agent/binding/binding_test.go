@@ -168,6 +168,7 @@ func TestBindAssignedContainer(t *testing.T) {
 	limitsDir := api.HostLimitsDir(filepath.Join(dir, "limits"), cg)
 	want := []Mount{
 		{Source: limitsDir, Destination: api.ContainerLimitsDir, ReadOnly: true},
+		{Source: "tmpfs", Destination: api.ContainerRegionDir, Type: "tmpfs", Options: []string{"nosuid", "nodev", "noexec", "size=1048576", "nr_inodes=16", "mode=1777"}},
 		{Source: filepath.Join(dir, "libtessera-cuda.so"), Destination: filepath.Join(dir, "libtessera-cuda.so"), ReadOnly: true},
 		{Source: filepath.Join(dir, "ld.so.preload"), Destination: PreloadPath, ReadOnly: true},
 	}
@@ -182,7 +183,7 @@ func TestBindAssignedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Cgroup != cg || len(l.GPUs) != 2 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30, Phase: 0}) || l.GPUs[1].UUID != "GPU-0" {
+	if l.Cgroup != cg || l.RegionDir != api.ContainerRegionDir || len(l.GPUs) != 2 || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 4096, Cores: 30, Phase: 0}) || l.GPUs[1].UUID != "GPU-0" {
 		t.Errorf("limits %+v", l)
 	}
 	if pre, _ := os.ReadFile(filepath.Join(dir, "ld.so.preload")); string(pre) != filepath.Join(dir, "libtessera-cuda.so")+"\n" {
@@ -219,11 +220,11 @@ func TestBindAssignedContainer(t *testing.T) {
 
 func TestUntouchedAndRefused(t *testing.T) {
 	b, ps := newBinderWithPods(t, t.TempDir())
-	good := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100}}})
+	good := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1024}}})
 	marker := deviceplugin.EnvRequested + "=1"
 	// The pod's spec asks for what the cases' assignments grant; its annotation is
 	// whatever each case's request carries (the API server and the runtime agree).
-	spec := pod("uid-1", "train", nil, ctr("main", gpuLimits(1, 100, 0)), ctr("sidecar", nil))
+	spec := pod("uid-1", "train", nil, ctr("main", gpuLimits(1, 1024, 0)), ctr("sidecar", nil))
 	ps.byUID["uid-1"] = spec
 	for name, tc := range map[string]struct {
 		r       Request
@@ -236,8 +237,8 @@ func TestUntouchedAndRefused(t *testing.T) {
 		"requested, bad annotation":    {req("e", "main", map[string]string{api.AnnotationAssignment: `{"version":7}`}, marker), "version 7 is not supported"},
 		"requested, not in assignment": {req("f", "sidecar", good, marker), "has no entry for it"},
 		"assignment for another node":  {req("g", "main", assignment(t, "node-2", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1}}})), `is for node "node-2"`},
-		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 100}}})), "GPU-9, which is not a schedulable GPU or MIG instance of this node"},
-		"MIG instance without IDs":     {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 100}}})), "MIG instance MIG-1: its GPU and compute instance IDs could not be read"},
+		"GPU not on node":              {req("h", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-9", MemoryMiB: 1024}}})), "GPU-9, which is not a schedulable GPU or MIG instance of this node"},
+		"MIG instance without IDs":     {req("i", "main", assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "MIG-1", Index: 1, MemoryMiB: 1024}}})), "MIG instance MIG-1: its GPU and compute instance IDs could not be read"},
 		"bad cgroups path":             {Request{PodAnnotations: good, Container: "main", ContainerID: "j", CgroupsPath: "nonsense"}, "cgroups path"},
 		"no cgroups path":              {Request{PodAnnotations: good, Container: "main", ContainerID: "k"}, "no cgroups path"},
 	} {
@@ -271,8 +272,8 @@ func TestUntouchedAndRefused(t *testing.T) {
 func TestReconcileAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	b, ps := newBinderWithPods(t, dir)
-	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 100, Cores: 20}}})
-	ps.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", gpuLimits(1, 100, 20)))
+	ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1024, Cores: 20}}})
+	ps.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", gpuLimits(1, 1024, 20)))
 	if _, err := b.Bind(req("gone", "main", ann)); err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,9 @@ func TestBindThroughCDI(t *testing.T) {
 	if len(e.Env) != 1 || e.Env[0] != [2]string{EnvLibraryPath, "/opt/app/lib:/usr/local/nvidia/lib64"} {
 		t.Fatalf("env %v", e.Env)
 	}
-	// The limits and the hook come as before.
-	if len(e.Mounts) != 3 || e.Mounts[0].Destination != api.ContainerLimitsDir || e.Mounts[2].Destination != PreloadPath {
+	// The limits, the region directory and the hook come as before.
+	if len(e.Mounts) != 4 || e.Mounts[0].Destination != api.ContainerLimitsDir || e.Mounts[1].Destination != api.ContainerRegionDir ||
+		e.Mounts[3].Destination != PreloadPath {
 		t.Fatalf("mounts %v", e.Mounts)
 	}
 

@@ -108,7 +108,7 @@ func TestBindTurns(t *testing.T) {
 				want = append(want, Mount{Source: filepath.Join(turns, name), Destination: api.ContainerTurnsDir + "/" + name})
 			}
 			slices.SortFunc(got, func(a, b Mount) int { return strings.Compare(a.Destination, b.Destination) })
-			if !slices.Equal(got, want) {
+			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("turn mounts %v, want %v (read-write, each file on its own)", got, want)
 			}
 			if fi, err := os.Lstat(turns); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o755 {
@@ -338,7 +338,7 @@ func TestTurnFileMountsOncePerFile(t *testing.T) {
 		{Source: filepath.Join(dir, "GPU-1"), Destination: api.ContainerTurnsDir + "/GPU-1"},
 		{Source: filepath.Join(dir, "GPU-0"), Destination: api.ContainerTurnsDir + "/GPU-0"},
 	}
-	if !slices.Equal(m, want) {
+	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Errorf("mounts %v, want %v", m, want)
 	}
 	if got := turnFiles(t, dir); !slices.Equal(got, []string{"GPU-0", "GPU-1"}) {

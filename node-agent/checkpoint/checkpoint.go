@@ -3,6 +3,24 @@
 // reloads it; a file that fails its checksum is set aside (never trusted, never
 // deleted) and the agent rebuilds the records from the runtime's list of running
 // containers instead.
+//
+// Kubelet's checkpoint manager (k8s.io/kubernetes/pkg/kubelet/checkpointmanager, in
+// the pinned module) is not used, because it would not keep what this package
+// guarantees for what it would replace:
+//
+//   - Durable writes. Its file store writes a temporary file, syncs it and renames it
+//     over the old one, but does not sync the directory afterwards, so the rename may
+//     be lost in a power cut; every write here syncs the directory after it.
+//   - A checksum of the file's content. Its checksum package is a 32-bit FNV hash of
+//     the Go value as spew prints it, which changes with the Go types rather than
+//     with the bytes on disk; this file carries the SHA-256 of its records' compact
+//     JSON, which a person can re-indent without breaking and check with any tool.
+//   - Corruption handling and the decoder's fuzz test stay here either way: the
+//     manager only returns a CorruptCheckpointError and leaves the file in place, and
+//     the decoding is the caller's.
+//
+// It would also make the node agent import k8s.io/kubernetes, which it does not
+// otherwise, for about thirty lines of file handling.
 package checkpoint
 
 import (
@@ -39,7 +57,11 @@ type Record struct {
 	// Phases are the compute-pacing phases chosen per GPU UUID.
 	Phases map[string]int `json:"phases,omitempty"`
 	// LimitsDir is the host directory mounted into the container.
-	LimitsDir string    `json:"limitsDir"`
+	LimitsDir string `json:"limitsDir"`
+	// RegionDir is the region line of the container's limits file (the directory of
+	// its accounting region as it sees it), "" for none: chosen at the first bind
+	// from the mounts the container was created with, and kept.
+	RegionDir string    `json:"regionDir,omitempty"`
 	BoundAt   time.Time `json:"boundAt"`
 }
 
@@ -124,8 +146,8 @@ func decode(data []byte) (map[string]Record, error) {
 
 // Validate checks that r is a record the agent could have written: a container id,
 // devices that make a valid grant (as in an assignment), a clean cgroup path, phases
-// only for the granted GPUs that the limits file accepts, and a limits directory
-// named after the cgroup. A checkpoint whose checksum matches but that holds any
+// only for the granted GPUs that the limits file accepts, a limits directory
+// named after the cgroup, and no region directory but the container's own. A checkpoint whose checksum matches but that holds any
 // other record is corrupt all the same: the agent rebuilds from the runtime rather
 // than enforce, or remove directories, from it.
 func (r Record) Validate() error {
@@ -163,6 +185,9 @@ func (r Record) Validate() error {
 	if r.LimitsDir != "" && (!filepath.IsAbs(r.LimitsDir) || filepath.Clean(r.LimitsDir) != r.LimitsDir ||
 		filepath.Base(r.LimitsDir) != api.LimitsKey(r.Cgroup)) {
 		return bad("limits directory %q is not the cgroup's", r.LimitsDir)
+	}
+	if r.RegionDir != "" && r.RegionDir != api.ContainerRegionDir {
+		return bad("region directory %q is not %s", r.RegionDir, api.ContainerRegionDir)
 	}
 	return nil
 }

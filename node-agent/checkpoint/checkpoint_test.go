@@ -15,7 +15,7 @@ import (
 func rec(id string) Record {
 	return Record{ContainerID: id, PodUID: "uid-" + id, Namespace: "ns", Pod: "p", Container: "c",
 		Cgroup: "/kubepods/pod/" + id, Devices: []api.DeviceGrant{{UUID: "GPU-1", MemoryMiB: 100, Cores: 30}},
-		Phases: map[string]int{"GPU-1": 30}, BoundAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)}
+		Phases: map[string]int{"GPU-1": 30}, RegionDir: api.ContainerRegionDir, BoundAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)}
 }
 
 func TestRoundTripAndRestart(t *testing.T) {
@@ -44,7 +44,7 @@ func TestRoundTripAndRestart(t *testing.T) {
 	if len(got) != 2 || got[0].ContainerID != "a" || got[1].ContainerID != "b" {
 		t.Fatalf("reloaded %+v", got)
 	}
-	if r, ok := s2.Get("b"); !ok || r.Phases["GPU-1"] != 30 || r.Devices[0].Cores != 30 || !r.BoundAt.Equal(rec("b").BoundAt) {
+	if r, ok := s2.Get("b"); !ok || r.Phases["GPU-1"] != 30 || r.Devices[0].Cores != 30 || !r.BoundAt.Equal(rec("b").BoundAt) || r.RegionDir != api.ContainerRegionDir {
 		t.Fatalf("record b: %+v", r)
 	}
 	matches, _ := filepath.Glob(path + ".tmp-*")
@@ -76,6 +76,11 @@ func TestCorruption(t *testing.T) {
 		"phase past the period": func([]byte) []byte {
 			r := rec("a")
 			r.Phases["GPU-1"] = 80
+			return mustFile(t, "["+recJSON(t, r)+"]")
+		},
+		"region in the shared /dev/shm": func([]byte) []byte {
+			r := rec("a")
+			r.RegionDir = "/dev/shm"
 			return mustFile(t, "["+recJSON(t, r)+"]")
 		},
 		"negative index": func([]byte) []byte {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,9 +24,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
@@ -51,10 +54,19 @@ type Config struct {
 	// mounts the hook and the agent socket there). It must not depend on which device
 	// ids kubelet picked. An error fails the allocation (kubelet retries the pod).
 	Allocate func(*pluginapi.ContainerAllocateResponse) error
-	// CheckInterval is how often kubelet's restart is checked for.
+	// CheckInterval is how often kubelet's restart is checked for when the
+	// device-plugin directory cannot be watched.
 	CheckInterval time.Duration
-	Log           logr.Logger
+	// Backoff paces the attempts to register after a failure; it starts again from
+	// its first step after each registration. Zero: DefaultBackoff.
+	Backoff wait.Backoff
+	Log     logr.Logger
 }
+
+// DefaultBackoff waits 1s after a failed registration, doubling to 30s, each wait up
+// to 10% longer at random so that retries do not fall in step with other clients of
+// the same kubelet.
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
 
 // Plugin is the device plugin.
 type Plugin struct {
@@ -66,6 +78,10 @@ type Plugin struct {
 	changed chan struct{} // closed and replaced when devices change
 
 	registered chan struct{} // signalled after each successful registration, for tests
+
+	// newWatcher starts the watch of kubelet's directory (fsnotify.NewWatcher; tests
+	// make it fail to exercise the polling).
+	newWatcher func() (*fsnotify.Watcher, error)
 
 	// regMu guards the registration state the readiness probe reads.
 	regMu     sync.Mutex
@@ -108,7 +124,10 @@ func New(cfg Config) (*Plugin, error) {
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = time.Second
 	}
-	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16)}, nil
+	if cfg.Backoff.Duration <= 0 {
+		cfg.Backoff = DefaultBackoff
+	}
+	return &Plugin{cfg: cfg, changed: make(chan struct{}), registered: make(chan struct{}, 16), newWatcher: fsnotify.NewWatcher}, nil
 }
 
 // DeviceID names replica k of a GPU or MIG instance.
@@ -233,7 +252,7 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 // sign makes the plugin start a fresh server and register again.
 func (p *Plugin) Run(ctx context.Context) error {
 	log := p.cfg.Log
-	backoff := time.Second
+	backoff := p.cfg.Backoff
 	for ctx.Err() == nil {
 		srv, err := p.serve()
 		if err != nil {
@@ -243,18 +262,16 @@ func (p *Plugin) Run(ctx context.Context) error {
 		kubeletID, _ := fileID(kubelet)
 		if err := p.register(ctx, kubelet); err != nil {
 			p.setRegistered(false, err)
-			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", backoff.String())
+			delay := backoff.Step()
+			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", delay.String())
 			srv.Stop()
 			select {
 			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			if backoff < 30*time.Second {
-				backoff *= 2
+			case <-time.After(delay):
 			}
 			continue
 		}
-		backoff = time.Second
+		backoff = p.cfg.Backoff
 		p.setRegistered(true, nil)
 		log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "socket", p.socketPath())
 		select {
@@ -310,19 +327,70 @@ func (p *Plugin) register(ctx context.Context, kubelet string) error {
 	return err
 }
 
+// waitForKubeletRestart returns when the plugin's socket is gone or kubelet.sock is
+// another file than kubeletID, as NVIDIA's device plugin does: it watches the
+// device-plugin directory through inotify (fsnotify) and checks both at every event
+// there. Where the watch cannot be set up or fails (no inotify instance left, an
+// event queue overflow, the directory itself removed), it checks every
+// CheckInterval instead.
 func (p *Plugin) waitForKubeletRestart(ctx context.Context, kubelet string, kubeletID string) {
-	t := time.NewTicker(p.cfg.CheckInterval)
-	defer t.Stop()
+	restarted := func() bool {
+		if _, err := os.Stat(p.socketPath()); err != nil {
+			return true
+		}
+		id, err := fileID(kubelet)
+		return err == nil && id != kubeletID
+	}
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	var tick <-chan time.Time
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	poll := func(why error) {
+		events, errs = nil, nil
+		if ticker == nil {
+			p.cfg.Log.Info("cannot watch kubelet's device-plugin directory; polling it", "dir", p.cfg.Dir, "interval", p.cfg.CheckInterval.String(), "error", why.Error())
+			ticker = time.NewTicker(p.cfg.CheckInterval)
+			tick = ticker.C
+		}
+	}
+	w, err := p.newWatcher()
+	if err == nil {
+		defer w.Close()
+		if err = w.Add(p.cfg.Dir); err == nil {
+			events, errs = w.Events, w.Errors
+		}
+	}
+	if err != nil {
+		poll(err)
+	}
+	// A restart between the registration and the watch raised no event.
+	if restarted() {
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case ev, ok := <-events:
+			switch {
+			case !ok:
+				poll(errors.New("the watch ended"))
+			case ev.Name == p.cfg.Dir && ev.Has(fsnotify.Remove|fsnotify.Rename):
+				poll(errors.New("the directory was removed"))
+			}
+		case err, ok := <-errs:
+			if !ok {
+				err = errors.New("the watch ended")
+			}
+			poll(err)
+		case <-tick:
 		}
-		if _, err := os.Stat(p.socketPath()); err != nil {
-			return
-		}
-		if id, err := fileID(kubelet); err == nil && id != kubeletID {
+		if restarted() {
 			return
 		}
 	}

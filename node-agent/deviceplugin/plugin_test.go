@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/tessera-dev/tessera/api"
@@ -23,9 +26,15 @@ type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	srv  *grpc.Server
 	reqs chan *pluginapi.RegisterRequest
+	// refuse is how many registrations to refuse before accepting; refused counts them.
+	refuse, refused atomic.Int32
 }
 
 func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	if k.refused.Load() < k.refuse.Load() {
+		k.refused.Add(1)
+		return nil, errors.New("refused for the test")
+	}
 	k.reqs <- r
 	return &pluginapi.Empty{}, nil
 }
@@ -94,7 +103,8 @@ func TestRegisterListAllocateAndKubeletRestart(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	k := startKubelet(t, dir)
-	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 3, CheckInterval: 20 * time.Millisecond, Log: logr.Discard()})
+	// No polling within the test: the restarts are seen through the directory watch.
+	p, err := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 3, CheckInterval: time.Hour, Log: logr.Discard()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +186,24 @@ func TestRegisterListAllocateAndKubeletRestart(t *testing.T) {
 	k3.srv.Stop()
 }
 
+// Without a watch of kubelet's directory the plugin polls it, and still sees kubelet
+// restart.
+func TestKubeletRestartPolledWithoutWatch(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	p, _ := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 1, CheckInterval: 20 * time.Millisecond, Log: logr.Discard()})
+	p.newWatcher = func() (*fsnotify.Watcher, error) { return nil, errors.New("too many open files") }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	k.await(t)
+	k.srv.Stop()
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	k2 := startKubelet(t, dir)
+	defer k2.srv.Stop()
+	k2.await(t)
+}
+
 // Kubelet not up yet: the plugin keeps trying and registers once it appears.
 func TestRegisterWhenKubeletAppearsLater(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "dp")
@@ -198,6 +226,32 @@ func TestRegisterWhenKubeletAppearsLater(t *testing.T) {
 	}
 	if ok, since, err := p.Registered(); !ok || since.IsZero() || err != nil {
 		t.Errorf("Registered() after registration: %v %v %v", ok, since, err)
+	}
+}
+
+// A refused registration is retried after the configured backoff, and a success
+// starts the backoff again from its first step.
+func TestRegistrationRetriedWithBackoff(t *testing.T) {
+	dir := t.TempDir()
+	k := startKubelet(t, dir)
+	defer k.srv.Stop()
+	k.refuse.Store(3)
+	p, _ := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 1, Log: logr.Discard(),
+		Backoff: wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 10, Cap: 80 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	go func() { _ = p.Run(ctx) }()
+	k.await(t)
+	// Three refusals wait 20, 40 and 80 ms (each up to 10% more) before the fourth try.
+	if took, least := time.Since(start), 140*time.Millisecond; took < least {
+		t.Errorf("registered %v after start, before the backoff's %v", took, least)
+	}
+	if n := k.refused.Load(); n != 3 {
+		t.Errorf("kubelet refused %d registrations, want 3", n)
+	}
+	if p.cfg.Backoff.Duration != 20*time.Millisecond {
+		t.Errorf("the configured backoff was consumed: %+v", p.cfg.Backoff)
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/tessera-dev/tessera/internal/filehash"
 )
 
 // DefaultSource is where the node agent's image carries the hook.
@@ -98,14 +100,14 @@ func Install(o Options) (*Result, error) {
 		return nil, fmt.Errorf("writing %s: %w", tmp.Name(), err)
 	}
 	// What reached the disk, read back.
-	written, err := fileSHA256(tmp.Name())
+	written, err := filehash.SHA256(tmp.Name())
 	if err != nil {
 		return nil, err
 	}
 	if written != got {
 		return nil, fmt.Errorf("%s reads back with sha256 %s, not %s as written", tmp.Name(), written, got)
 	}
-	if old, err := fileSHA256(dst); err == nil && old == got {
+	if old, err := filehash.SHA256(dst); err == nil && old == got {
 		return &Result{Path: dst, SHA256: got, Unchanged: true}, nil
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
@@ -139,19 +141,6 @@ func readChecksum(file, name string) (string, error) {
 		return strings.ToLower(f[0]), nil
 	}
 	return "", fmt.Errorf("checksum file %s has no sha256 line for %s", file, name)
-}
-
-func fileSHA256(file string) (string, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Main is the install-hook command line; it returns the exit status.

@@ -63,7 +63,7 @@ func New(inventoryAge func() (time.Duration, bool)) *Metrics {
 	m.gpuCoresAllocated = g("gpu_cores_allocated_ratio", "Share of the GPU's compute (0-1) granted to bound containers.", gpuLabels)
 	m.gpuUtilization = g("gpu_utilization_ratio", "GPU core utilisation (0-1), as NVML reports it.", gpuLabels)
 	m.gpuHealthy = g("gpu_healthy", "1 when the GPU is healthy.", gpuLabels)
-	m.gpuUnattributed = g("gpu_unattributed_memory_bytes", "Device memory held by processes that belong to no bound container.", gpuLabels)
+	m.gpuUnattributed = g("gpu_unattributed_memory_bytes", "Device memory the watchdog can attribute to no container: held by processes that are gone, of another PID namespace or outside the pods Tessera bound GPUs to, whose device files no single container holds.", gpuLabels)
 	m.containerMemoryUsed = g("container_gpu_memory_used_bytes", "Device memory the container's processes hold on the GPU.", containerLabels)
 	m.containerMemoryLimit = g("container_gpu_memory_limit_bytes", "Device memory the container may hold on the GPU.", containerLabels)
 	m.containerSM = g("container_gpu_sm_ratio", "Share of the GPU's SMs (0-1) the container's processes used in the last sample.", containerLabels)

@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path"
@@ -33,6 +34,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-dev/tessera/api"
 )
@@ -82,8 +84,8 @@ type Config struct {
 	// Timeout bounds one control command (5s when zero).
 	Timeout time.Duration
 	// MinBackoff and MaxBackoff bound the wait before a restart (1s and 1m when zero);
-	// the wait doubles with each failure in a row and resets once a daemon has been
-	// healthy for MaxBackoff.
+	// the wait doubles with each failure in a row, each wait up to 10% longer at
+	// random, and resets once a daemon has been healthy for MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
 	Log                    logr.Logger
 	// OnEvent, when set, is called for every failure and recovery, from the GPU's
@@ -380,16 +382,19 @@ func (d *daemon) alive() bool {
 
 func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 	log := s.cfg.Log.WithValues("gpu", uuid)
-	backoff := s.cfg.MinBackoff
+	initial := restartBackoff(s.cfg.MinBackoff, s.cfg.MaxBackoff)
+	backoff := initial
 	failed := false
 	for ctx.Err() == nil {
+		var delay time.Duration
 		d, err := s.start(ctx, uuid)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.update(uuid, func(st *Status) { st.Up, st.PID, st.LastError = false, 0, err.Error(); st.Restarts++ })
-			s.emit(Event{GPU: uuid, Kind: DaemonFailed, Message: fmt.Sprintf("MPS control daemon for GPU %s could not start: %v; retrying in %s", uuid, err, backoff)})
+			delay = backoff.Step()
+			s.emit(Event{GPU: uuid, Kind: DaemonFailed, Message: fmt.Sprintf("MPS control daemon for GPU %s could not start: %v; retrying in %s", uuid, err, delay.Round(time.Millisecond))})
 			failed = true
 		} else {
 			healthySince, why := s.watch(ctx, uuid, d, &failed)
@@ -402,7 +407,7 @@ func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 				return
 			}
 			if !healthySince.IsZero() && time.Since(healthySince) >= s.cfg.MaxBackoff {
-				backoff = s.cfg.MinBackoff
+				backoff = initial
 			}
 			s.stop(uuid, d)
 			// The failure event speaks for the servers that went with the daemon; the
@@ -411,17 +416,24 @@ func (s *Supervisor) superviseGPU(ctx context.Context, uuid string) {
 				st.Up, st.PID, st.Adopted, st.LastError, st.Servers = false, 0, false, why, map[int][]int{}
 				st.Restarts++
 			})
-			s.emit(Event{GPU: uuid, Kind: DaemonFailed, Message: fmt.Sprintf("MPS control daemon for GPU %s failed: %s; its clients lost their MPS server. Restarting in %s", uuid, why, backoff)})
+			delay = backoff.Step()
+			s.emit(Event{GPU: uuid, Kind: DaemonFailed, Message: fmt.Sprintf("MPS control daemon for GPU %s failed: %s; its clients lost their MPS server. Restarting in %s", uuid, why, delay.Round(time.Millisecond))})
 			failed = true
 		}
-		log.V(1).Info("waiting before restarting the MPS control daemon", "backoff", backoff)
+		log.V(1).Info("waiting before restarting the MPS control daemon", "backoff", delay)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(delay):
 		}
-		backoff = min(2*backoff, s.cfg.MaxBackoff)
 	}
+}
+
+// restartBackoff waits from lo, doubling to hi, each wait up to 10% longer at random
+// so that the daemons of several GPUs that failed together (a driver reset) are not
+// restarted in step.
+func restartBackoff(lo, hi time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: lo, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: hi}
 }
 
 // start adopts a daemon that already answers on the GPU's pipe directory, or starts

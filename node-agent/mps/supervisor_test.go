@@ -327,6 +327,24 @@ func TestAdoptsARunningDaemon(t *testing.T) {
 	}
 }
 
+// The restart waits double from the least to the most, each up to 10% longer.
+func TestRestartBackoff(t *testing.T) {
+	b := restartBackoff(time.Second, time.Minute)
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60}
+	jittered := false
+	for i, w := range want {
+		w *= time.Second
+		got := b.Step()
+		if got < w || got > w+w/10 {
+			t.Errorf("wait %d: %v, want %v to %v", i+1, got, w, w+w/10)
+		}
+		jittered = jittered || got != w
+	}
+	if !jittered {
+		t.Error("no wait was jittered")
+	}
+}
+
 func TestMissingControlProgram(t *testing.T) {
 	var mu sync.Mutex
 	var events []Event

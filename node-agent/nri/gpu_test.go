@@ -307,8 +307,9 @@ func field(t *testing.T, out, key string) string {
 
 // A container bound to GPU 0 sees and opens only GPU 0: nvidia-smi and PyTorch (with
 // the hook) show one GPU, a node made for GPU 1 cannot be opened (the device cgroup
-// says EPERM) while one made for GPU 0 can, the limits are read-only, and GPU 0's turn
-// file, alone, is there to write but not to remove.
+// says EPERM) while one made for GPU 0 can, the limits are read-only, the accounting
+// region is in a tmpfs of the container's own, and GPU 0's turn file, alone, is there
+// to write but not to remove.
 func TestRealContainerBoundToOneGPU(t *testing.T) {
 	n := setupRealNode(t)
 	script := fmt.Sprintf(`
@@ -331,6 +332,9 @@ for n in ("nvidia0", "nvidia1"):
 if (echo x >> /run/tessera/limits) 2>/tmp/w; then echo "limits-write ok"; else echo "limits-write $(cat /tmp/w)"; fi
 echo "limits-mount $(grep " /run/tessera " /proc/self/mountinfo)"
 echo "preload $(cat /etc/ld.so.preload)"
+echo "region-mount $(grep " /run/tessera-region " /proc/self/mountinfo)"
+echo "region-files $(ls -A /run/tessera-region | tr '\n' ' ')"
+echo "shm-regions $(ls -A /dev/shm 2>/dev/null | grep -c '[.]region$')"
 echo "turns $(cd /run/tessera-turns && for f in *; do echo "$f:$(stat -c %%s "$f")"; done)"
 if (printf x | dd of=/run/tessera-turns/%[2]s bs=1 seek=4095 conv=notrunc) 2>/tmp/w; then echo "turn-write ok"; else echo "turn-write $(cat /tmp/w)"; fi
 if rm /run/tessera-turns/%[2]s 2>/tmp/w; then echo "turn-unlink removed"; else echo "turn-unlink $(cat /tmp/w)"; fi
@@ -367,6 +371,21 @@ echo "== limits"; cat /run/tessera/limits
 	}
 	if got := field(t, out, "preload"); got != n.hook {
 		t.Errorf("ld.so.preload: %q", got)
+	}
+	// PyTorch ran through the hook, whose region is in the container's own capped tmpfs
+	// (mountinfo: mount options, then after " - " the type, source and the file
+	// system's options), not in /dev/shm.
+	mi := field(t, out, "region-mount")
+	if opts, fs, ok := strings.Cut(mi, " - "); !ok || !strings.HasPrefix(fs, "tmpfs ") || !strings.Contains(fs, "size=1024k") ||
+		!regexp.MustCompile(`\bnosuid\b`).MatchString(opts) || !regexp.MustCompile(`\bnodev\b`).MatchString(opts) ||
+		!regexp.MustCompile(`\bnoexec\b`).MatchString(opts) {
+		t.Errorf("region directory mount %q, want a tmpfs of 1024k, nosuid, nodev, noexec", mi)
+	}
+	if got := field(t, out, "region-files"); !regexp.MustCompile(`^tessera-[0-9a-f]{16}\.region$`).MatchString(got) {
+		t.Errorf("the region directory holds %q, want the container's region alone", got)
+	}
+	if got := field(t, out, "shm-regions"); got != "0" {
+		t.Errorf("%s accounting regions in /dev/shm, want none", got)
 	}
 	// The GPU's turn file, and only that GPU's: shared read-write with the GPU's other
 	// paced containers (docs/cuda-hook.md, "GPU turns").

@@ -1,14 +1,15 @@
 // Package nri is the node agent's NRI plugin: the runtime (containerd or CRI-O) calls
 // it at every container creation, and it applies the binding package's decision to
 // the container's spec (CDI devices or device nodes and device cgroup, environment,
-// read-only mounts)
-// or fails the creation with the binding's reason.
+// bind mounts and the container's own region tmpfs) or fails the creation with the
+// binding's reason.
 package nri
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/go-logr/logr"
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-dev/tessera/node-agent/binding"
 )
@@ -35,6 +37,10 @@ type Plugin struct {
 	Name, Index string
 	// OnRefused is told of every refused container (for events and metrics).
 	OnRefused func(namespace, pod, container, reason string)
+	// Backoff paces reconnection after the runtime goes away or cannot be reached
+	// (DefaultBackoff from New); it starts again from its first step after a
+	// connection that lasted a minute.
+	Backoff wait.Backoff
 	// dial, when set, replaces the stub's dialer (tests use it to drop the
 	// connection as a dying runtime would).
 	dial func(string) (net.Conn, error)
@@ -83,18 +89,23 @@ func (p *Plugin) Connected() (bool, time.Time, error) {
 	return p.isUp, p.upChange, p.lastErr
 }
 
+// DefaultBackoff waits 1s before reconnecting, doubling to 30s, each wait up to 10%
+// longer at random so that reconnections do not fall in step with the runtime's other
+// plugins.
+var DefaultBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+
 // New returns a plugin that will connect to socket.
 func New(b *binding.Binder, socket string, log logr.Logger) *Plugin {
 	if socket == "" {
 		socket = DefaultSocket
 	}
-	return &Plugin{binder: b, log: log, socket: socket, Name: "tessera", Index: "90", connected: make(chan struct{}, 8)}
+	return &Plugin{binder: b, log: log, socket: socket, Name: "tessera", Index: "90", Backoff: DefaultBackoff, connected: make(chan struct{}, 8)}
 }
 
 // Run connects to the runtime and serves it until ctx is done, reconnecting when the
 // runtime restarts (the connection drops).
 func (p *Plugin) Run(ctx context.Context) error {
-	backoff := time.Second
+	backoff := p.Backoff
 	p.setConnected(false, nil)
 	for ctx.Err() == nil {
 		opts := []stub.Option{stub.WithPluginName(p.Name), stub.WithPluginIdx(p.Index), stub.WithSocketPath(p.socket),
@@ -119,15 +130,13 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		p.setConnected(false, err)
 		if time.Since(start) > time.Minute {
-			backoff = time.Second
+			backoff = p.Backoff
 		}
-		p.log.Info("NRI runtime not reachable or went away; reconnecting", "socket", p.socket, "error", fmt.Sprint(err), "retryIn", backoff.String())
+		delay := backoff.Step()
+		p.log.Info("NRI runtime not reachable or went away; reconnecting", "socket", p.socket, "error", fmt.Sprint(err), "retryIn", delay.String())
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		if backoff < 30*time.Second {
-			backoff *= 2
+		case <-time.After(delay):
 		}
 	}
 	return nil
@@ -224,10 +233,22 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 		case nriapi.ContainerState_CONTAINER_STOPPED:
 			continue
 		}
-		live = append(live, request(byID[c.GetPodSandboxId()], c))
+		r := request(byID[c.GetPodSandboxId()], c)
+		r.Running = true
+		for _, m := range c.GetMounts() {
+			r.Mounts = append(r.Mounts, m.GetDestination())
+		}
+		live = append(live, r)
 	}
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
+	}
+	// Containers that started while the agent was away (or under an agent that set
+	// no fence) get the driver's fence now; a running container cannot be refused.
+	for _, r := range live {
+		if err := p.binder.FenceContainer(r.ContainerID); err != nil {
+			p.log.Error(err, "setting the memory fence of a running container", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+		}
 	}
 	p.setConnected(true, nil)
 	p.log.Info("synchronised with the runtime", "pods", len(pods), "containers", len(ctrs), "bound", len(p.binder.Records()))
@@ -305,6 +326,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		adj.AddEnv(kv[0], kv[1])
 	}
 	for _, m := range e.Mounts {
+		if m.Type != "" {
+			// A file system of the container's own (its region directory).
+			adj.AddMount(&nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: m.Type, Options: append([]string(nil), m.Options...)})
+			continue
+		}
 		// rw, the default of a bind mount, said outright: the GPU turns directory is
 		// mounted so on purpose.
 		opts := []string{"bind", "nosuid", "nodev", "rw"}
@@ -316,6 +342,29 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 	p.log.Info("container bound", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "id", r.ContainerID, "devices", len(e.Devices),
 		"cdiDevices", e.CDIDevices, "took", time.Since(start).String())
 	return adj, nil, nil
+}
+
+// StartContainer sets the driver's memory fence on a bound container's cgroup. The
+// runtime calls it after it has created the container (runc create: the cgroup
+// exists, the container's process waits to exec) and before it starts it; an error
+// fails the start, so a container whose fence cannot be set never runs. (At
+// CreateContainer and PostCreateContainer the cgroup does not exist yet.)
+func (p *Plugin) StartContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) error {
+	err := p.binder.FenceContainer(ctr.GetId())
+	if err == nil {
+		return nil
+	}
+	r := request(pod, ctr)
+	var refused *binding.RefusedError
+	if errors.As(err, &refused) {
+		p.log.Info("container refused at start", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "reason", refused.Reason)
+		if p.OnRefused != nil {
+			p.OnRefused(r.Namespace, r.Pod, r.Container, refused.Reason)
+		}
+	} else {
+		p.log.Error(err, "setting the memory fence failed", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+	}
+	return err
 }
 
 // RemoveContainer forgets a container and its limits.

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	nriapi "github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
@@ -95,13 +96,13 @@ func newPlugin(t *testing.T, dir string) (*Plugin, *binding.Binder) {
 }
 
 // newPluginWith is newPlugin with the binder given the node's CDI spec.
-func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *binding.Binder) {
+func newPluginWith(t *testing.T, dir string, spec binding.CDI, opts ...func(*binding.Config)) (*Plugin, *binding.Binder) {
 	t.Helper()
 	store, err := checkpoint.Open(filepath.Join(dir, "state", "checkpoint.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := binding.New(binding.Config{
+	cfg := binding.Config{
 		NodeName: "node-1", Names: api.DefaultResourceNames(), Store: store,
 		Devices: func() ([]gpu.Device, error) {
 			return []gpu.Device{{UUID: "GPU-0", Index: 0, Minor: 0}, {UUID: "GPU-1", Index: 1, Minor: 1}}, nil
@@ -109,7 +110,11 @@ func newPluginWith(t *testing.T, dir string, spec binding.CDI) (*Plugin, *bindin
 		LimitsRoot: filepath.Join(dir, "limits"), TurnsDir: filepath.Join(dir, "state", "turns"), StatDevice: fakeDev, CDI: spec,
 		Pods: apiPods.Get, SchedulerNames: []string{bindingtest.Scheduler},
 		Inventory: func() (*api.NodeInventory, error) { return bindingtest.Inventory(81920, "GPU-0", "GPU-1"), nil },
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := binding.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +161,8 @@ func TestPluginOverNRISocket(t *testing.T) {
 	defer os.RemoveAll(dir)
 	rt := startRuntime(t, dir, nil, nil)
 	p, b := newPlugin(t, dir)
+	// Reconnect after 10 ms rather than DefaultBackoff's 1 s once the runtime dies.
+	p.Backoff = wait.Backoff{Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 5, Cap: 100 * time.Millisecond}
 	var connMu sync.Mutex
 	var conn net.Conn
 	p.dial = func(path string) (net.Conn, error) {
@@ -194,12 +201,18 @@ func TestPluginOverNRISocket(t *testing.T) {
 		t.Errorf("env %s", got)
 	}
 	mounts := adj.GetMounts()
-	if len(mounts) != 2 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
+	if len(mounts) != 3 || mounts[0].Destination != api.ContainerLimitsDir || !contains(mounts[0].Options, "ro") || contains(mounts[0].Options, "rw") {
 		t.Fatalf("mounts %+v", mounts)
+	}
+	// The container's own region directory: a tmpfs, with the binding's options, not a
+	// bind mount of anything of the host's.
+	if m := mounts[1]; m.Destination != api.ContainerRegionDir || m.Type != "tmpfs" || m.Source != "tmpfs" ||
+		strings.Join(m.Options, ",") != strings.Join(binding.RegionMount().Options, ",") || contains(m.Options, "bind") {
+		t.Errorf("region mount %+v, want a tmpfs with options %v", m, binding.RegionMount().Options)
 	}
 	// Paced at 40 %: GPU-1's turn file, on its own, read-write.
 	turns := filepath.Join(dir, "state", "turns")
-	if m := mounts[1]; m.Destination != api.ContainerTurnsDir+"/GPU-1" || m.Source != filepath.Join(turns, "GPU-1") || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
+	if m := mounts[2]; m.Destination != api.ContainerTurnsDir+"/GPU-1" || m.Source != filepath.Join(turns, "GPU-1") || m.Type != "bind" || !contains(m.Options, "rw") || contains(m.Options, "ro") {
 		t.Errorf("turns mount %+v, want %s/GPU-1 read-write at %s/GPU-1", m, turns, api.ContainerTurnsDir)
 	}
 	if fi, err := os.Stat(filepath.Join(turns, "GPU-1")); err != nil || fi.Size() != api.TurnFileBytes {
@@ -210,7 +223,8 @@ func TestPluginOverNRISocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	l, err := api.DecodeLimits(data)
-	if err != nil || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 8192, Cores: 40}) || l.Cgroup != "/kubepods.slice/kubepods-podu1.slice/cri-containerd-c1.scope" {
+	if err != nil || l.GPUs[0] != (api.GPULimit{UUID: "GPU-1", MemoryMiB: 8192, Cores: 40}) || l.Cgroup != "/kubepods.slice/kubepods-podu1.slice/cri-containerd-c1.scope" ||
+		l.RegionDir != api.ContainerRegionDir {
 		t.Fatalf("limits %+v %v", l, err)
 	}
 
@@ -289,4 +303,51 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Containers the runtime reports running at synchronisation, with no record (a lost
+// checkpoint), are bound again with the region they were created with: the private
+// directory where their mounts have it, their /dev/shm where they were created
+// without it (by an agent that mounted none), so that their next process still finds
+// its region.
+func TestSynchronizeKeepsTheRegionContainersWereCreatedWith(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	grant := func(name string) api.ContainerAssignment {
+		return api.ContainerAssignment{Name: name, Devices: []api.DeviceGrant{{UUID: "GPU-0", Index: 0, MemoryMiB: 4096, Cores: 20}}}
+	}
+	p1, p2 := pod(t, "s1", grant("new")), pod(t, "s2", grant("old"))
+	withRegion := ctr(p1, "r1", "new")
+	withRegion.Mounts = []*nriapi.Mount{{Destination: api.ContainerLimitsDir, Type: "bind"}, {Destination: api.ContainerRegionDir, Type: "tmpfs", Source: "tmpfs"}}
+	without := ctr(p2, "r2", "old")
+	without.Mounts = []*nriapi.Mount{{Destination: api.ContainerLimitsDir, Type: "bind"}, {Destination: "/dev/shm", Type: "bind"}}
+	rt := startRuntime(t, dir, []*nriapi.PodSandbox{p1, p2}, []*nriapi.Container{withRegion, without})
+	defer rt.r.Stop()
+	p, b := newPlugin(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitConnected(t, p)
+
+	want := map[string]string{"r1": api.ContainerRegionDir, "r2": ""}
+	if len(b.Records()) != len(want) {
+		t.Fatalf("records %+v", b.Records())
+	}
+	for _, rec := range b.Records() {
+		data, err := os.ReadFile(filepath.Join(rec.LimitsDir, api.LimitsFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := api.DecodeLimits(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.RegionDir != want[rec.ContainerID] || rec.RegionDir != want[rec.ContainerID] {
+			t.Errorf("%s: region %q (record %q), want %q", rec.ContainerID, l.RegionDir, rec.RegionDir, want[rec.ContainerID])
+		}
+	}
 }

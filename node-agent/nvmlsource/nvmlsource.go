@@ -55,6 +55,10 @@ type Source struct {
 	// utilStamp is the last process-utilisation timestamp per GPU UUID, so each
 	// sample covers only the time since the previous one.
 	utilStamp map[string]uint64
+
+	// fenceOnce reads once whether NVML has the per-cgroup memory-limit calls.
+	fenceOnce sync.Once
+	fenceErr  error
 }
 
 var _ gpu.Source = (*Source)(nil)

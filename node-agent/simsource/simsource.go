@@ -36,9 +36,13 @@ const FileVersion = 1
 //	  nvlinkDomain: a       # GPUs of one domain are all NVLink-joined
 //	  nvlinks: 18           # links between each pair in the domain
 //	  pcieSwitch: sw0       # GPUs behind one switch are PCIe "single"
+//	memoryFence: true       # the driver limits cgroups' memory (r615 and later)
 type Topology struct {
 	Version int    `json:"version"`
 	Driver  string `json:"driver,omitempty"`
+	// MemoryFence gives the simulated driver the per-cgroup memory limit
+	// (nvmlDeviceSetMemoryLimits_v1) on its whole GPUs, kept in a gpu.CgroupMemory.
+	MemoryFence bool `json:"memoryFence,omitempty"`
 	// Processes are simulated GPU processes, for exercising the usage watchdog.
 	Processes []Process `json:"processes,omitempty"`
 	GPUs      []GPUSpec `json:"gpus"`
@@ -89,22 +93,39 @@ type Source struct {
 	// one file: the scheduler's assignments name UUIDs and must stay valid across
 	// agent restarts.
 	seed string
+	// mem holds the cgroups' memory limits of the GPUs the file had at start.
+	mem *gpu.CgroupMemory
 }
 
 type built struct {
 	inv     *api.NodeInventory
 	devices []gpu.Device
 	usage   *gpu.Usage
+	fence   bool
 }
 
-var _ gpu.Source = (*Source)(nil)
+var (
+	_ gpu.Source      = (*Source)(nil)
+	_ gpu.MemoryFence = (*Source)(nil)
+)
 
 // New reads path once, failing on any error so that a wrong file is caught at start.
 func New(path, seed string) (*Source, error) {
 	s := &Source{path: path, seed: seed}
-	if _, err := s.load(); err != nil {
+	b, err := s.load()
+	if err != nil {
 		return nil, err
 	}
+	total := map[string]uint64{}
+	for _, g := range b.inv.GPUs {
+		if g.MIG == nil {
+			total[g.UUID] = uint64(g.MemoryMiB) << 20
+		}
+	}
+	s.mem = gpu.NewCgroupMemory(total, func(dir string) bool {
+		st, err := os.Stat(dir)
+		return err == nil && st.IsDir()
+	})
 	return s, nil
 }
 
@@ -130,7 +151,11 @@ func (s *Source) load() (*built, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
-	return &built{inv: inv, devices: devs, usage: usage}, nil
+	var t struct {
+		MemoryFence bool `json:"memoryFence"`
+	}
+	_ = yaml.Unmarshal(data, &t) // Parse has checked the file
+	return &built{inv: inv, devices: devs, usage: usage, fence: t.MemoryFence}, nil
 }
 
 type gpuEntry struct {
@@ -295,3 +320,61 @@ func (s *Source) WatchHealth(ctx context.Context, report func(gpu.HealthEvent)) 
 
 // Close does nothing.
 func (s *Source) Close() error { return nil }
+
+// Memory is the simulated driver's memory per cgroup, for tests: allocations made
+// through it are held to the limits the agent sets.
+func (s *Source) Memory() *gpu.CgroupMemory { return s.mem }
+
+// fenceGPU says why the simulated driver has no memory limit on a GPU, or "".
+func fenceGPU(b *built, uuid string) string {
+	if !b.fence {
+		return "the simulated driver has no per-cgroup memory limit (memoryFence is not set in its topology)"
+	}
+	for _, g := range b.inv.GPUs {
+		if g.UUID == uuid {
+			if g.MIG != nil {
+				return "MIG mode (the driver's limit takes no MIG instance; MIG partitions memory itself)"
+			}
+			return ""
+		}
+	}
+	return "no such whole GPU"
+}
+
+// FenceSupport reports the file's whole GPUs as supported when it sets memoryFence.
+func (s *Source) FenceSupport(string) ([]gpu.FenceSupport, error) {
+	b, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gpu.FenceSupport, 0, len(b.inv.GPUs))
+	for _, g := range b.inv.GPUs {
+		why := fenceGPU(b, g.UUID)
+		out = append(out, gpu.FenceSupport{UUID: g.UUID, Supported: why == "", Reason: why})
+	}
+	return out, nil
+}
+
+// SetMemoryLimit sets a cgroup's limit in the simulated driver.
+func (s *Source) SetMemoryLimit(uuid, dir string, soft, hard uint64) error {
+	b, err := s.load()
+	if err != nil {
+		return err
+	}
+	if why := fenceGPU(b, uuid); why != "" {
+		return fmt.Errorf("GPU %s: %s: %w", uuid, why, gpu.ErrFenceUnsupported)
+	}
+	return s.mem.SetMemoryLimit(uuid, dir, soft, hard)
+}
+
+// MemoryLimit reads a cgroup's limit in the simulated driver.
+func (s *Source) MemoryLimit(uuid, dir string) (gpu.MemoryLimit, error) {
+	b, err := s.load()
+	if err != nil {
+		return gpu.MemoryLimit{}, err
+	}
+	if why := fenceGPU(b, uuid); why != "" {
+		return gpu.MemoryLimit{}, fmt.Errorf("GPU %s: %s: %w", uuid, why, gpu.ErrFenceUnsupported)
+	}
+	return s.mem.MemoryLimit(uuid, dir)
+}

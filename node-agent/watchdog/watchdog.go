@@ -17,6 +17,13 @@
 // for a whole window is acted on. A container without a cores grant is never acted on
 // for compute (its share is not enforced, as with time-slicing).
 //
+// With the kill action, memory escalates (escalate.go): a pod whose container was
+// acted on has its containers stopped as a whole when they are over again, without a
+// new grace, and is evicted after repeated stops. Memory NVML lists for a process
+// that is gone, in another PID namespace or in no bound container is attributed by
+// who holds the GPU's device files (devfiles.go); what cannot be attributed raises a
+// Warning event on the Node.
+//
 // Every action is a Warning event on the pod and a metric; a kill also ends the
 // container's processes on that GPU.
 package watchdog
@@ -128,7 +135,25 @@ type Config struct {
 	// CUDA context of its own, outside the MPS server (mps.go). Nil: no MPS GPU.
 	MPSGPU func(uuid string) bool
 	// Event records an event on the container's pod (kind "Warning").
-	Event   func(rec checkpoint.Record, reason, message string)
+	Event func(rec checkpoint.Record, reason, message string)
+	// NodeEvent records a Warning event on the Node: memory the watchdog cannot
+	// attribute to any container.
+	NodeEvent func(reason, message string)
+	// EscalationWindow is how long a pod is remembered after a memory kill or stop
+	// (escalate.go). Default DefaultEscalationWindow.
+	EscalationWindow time.Duration
+	// EvictAfter is the number of container stops within EscalationWindow that evict
+	// the pod; 0 never evicts.
+	EvictAfter int
+	// Evict evicts the pod of rec through the Eviction API; nil error also when the
+	// pod is gone. Nil: pods are never evicted.
+	Evict func(rec checkpoint.Record) error
+	// EvictRetry and MaxEvictRetry bound the backoff between refused evictions.
+	// Defaults EvictRetry and MaxEvictRetry.
+	EvictRetry, MaxEvictRetry time.Duration
+	// Devices lists the GPUs with their device minor numbers, for attribution by
+	// device files. Default Source.Devices.
+	Devices func() ([]gpu.Device, error)
 	Kill    func(pid int) error
 	Metrics *metrics.Metrics
 	Log     logr.Logger
@@ -153,8 +178,11 @@ type Usage struct {
 // Sample is the outcome of one pass.
 type Sample struct {
 	Containers []Usage
-	// Unattributed is memory per GPU held by processes of no bound container.
+	// Unattributed is memory per GPU that could be attributed to no container, by PID
+	// or by device files.
 	Unattributed map[string]int64
+	// ByDeviceFiles is memory per GPU attributed by who holds its device files.
+	ByDeviceFiles map[string]int64
 	// Acted lists "namespace/pod/container gpu resource" for each action taken in
 	// this pass (resource is memory or compute).
 	Acted []string
@@ -197,6 +225,13 @@ type Watchdog struct {
 	mu       sync.Mutex
 	tracks   map[string]*track
 	lastPass time.Time
+	// pods holds the escalation state of pods acted on for memory.
+	pods map[string]*podEscalation
+	// unattributed tracks, per GPU, the passes that found memory no container could
+	// be charged with, for the Node event.
+	unattributed map[string]*track
+	// devOf reads the device numbers behind a /proc/<pid>/fd link (tests replace it).
+	devOf func(string) (uint32, uint32, bool)
 
 	// progress records every completed pass, for the liveness probe.
 	progress health.Progress
@@ -219,8 +254,24 @@ func New(cfg Config) (*Watchdog, error) {
 	if _, err := ParseComputeAction(string(cfg.ComputeAction)); err != nil {
 		return nil, fmt.Errorf("watchdog: %w", err)
 	}
-	if cfg.Grace < 0 || cfg.Window < 0 || cfg.ComputeWindow < 0 || cfg.ComputeTolerance < 0 || cfg.ToleranceMiB < 0 {
-		return nil, errors.New("watchdog: grace, windows and tolerances must not be negative")
+	if cfg.Grace < 0 || cfg.Window < 0 || cfg.ComputeWindow < 0 || cfg.ComputeTolerance < 0 || cfg.ToleranceMiB < 0 ||
+		cfg.EscalationWindow < 0 || cfg.EvictAfter < 0 || cfg.EvictRetry < 0 || cfg.MaxEvictRetry < 0 {
+		return nil, errors.New("watchdog: grace, windows, tolerances, evict-after and retries must not be negative")
+	}
+	if cfg.EscalationWindow == 0 {
+		cfg.EscalationWindow = DefaultEscalationWindow
+	}
+	if cfg.EvictRetry == 0 {
+		cfg.EvictRetry = EvictRetry
+	}
+	if cfg.MaxEvictRetry == 0 {
+		cfg.MaxEvictRetry = max(MaxEvictRetry, cfg.EvictRetry)
+	}
+	if cfg.MaxEvictRetry < cfg.EvictRetry {
+		return nil, fmt.Errorf("watchdog: the longest eviction retry %s is shorter than the first %s", cfg.MaxEvictRetry, cfg.EvictRetry)
+	}
+	if cfg.Devices == nil {
+		cfg.Devices = cfg.Source.Devices
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
@@ -243,7 +294,8 @@ func New(cfg Config) (*Watchdog, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Watchdog{cfg: cfg, tracks: map[string]*track{}}, nil
+	return &Watchdog{cfg: cfg, tracks: map[string]*track{}, pods: map[string]*podEscalation{},
+		unattributed: map[string]*track{}, devOf: charDev}, nil
 }
 
 // Run samples every Interval until ctx is done.
@@ -370,7 +422,7 @@ func (w *Watchdog) Check() (*Sample, error) {
 	now := w.cfg.Now()
 	type key struct{ container, gpu string }
 	acc := map[key]*Usage{}
-	s := &Sample{Unattributed: map[string]int64{}}
+	s := &Sample{Unattributed: map[string]int64{}, ByDeviceFiles: map[string]int64{}}
 	grant := func(cu *Usage, r checkpoint.Record) {
 		for _, d := range r.Devices {
 			if d.UUID == cu.GPU {
@@ -378,24 +430,18 @@ func (w *Watchdog) Check() (*Sample, error) {
 			}
 		}
 	}
-	for _, p := range u.Processes {
-		cg, err := CgroupOf(w.cfg.ProcRoot, p.PID)
-		var rec checkpoint.Record
-		ok := false
-		if err == nil {
-			rec, ok = owner(recs, cg)
-		}
-		if !ok {
-			s.Unattributed[p.GPUUUID] += p.UsedMemoryMiB
-			continue
-		}
-		k := key{rec.ContainerID, p.GPUUUID}
+	usage := func(rec checkpoint.Record, gpuID string) *Usage {
+		k := key{rec.ContainerID, gpuID}
 		cu := acc[k]
 		if cu == nil {
-			cu = &Usage{Record: rec, GPU: p.GPUUUID, LimitMiB: -1}
+			cu = &Usage{Record: rec, GPU: gpuID, LimitMiB: -1}
 			grant(cu, rec)
 			acc[k] = cu
 		}
+		return cu
+	}
+	add := func(rec checkpoint.Record, p gpu.ProcessUsage) {
+		cu := usage(rec, p.GPUUUID)
 		cu.UsedMiB += p.UsedMemoryMiB
 		if p.SMPercent > 0 {
 			cu.SMPercent += p.SMPercent
@@ -403,6 +449,39 @@ func (w *Watchdog) Check() (*Sample, error) {
 		cu.PIDs = append(cu.PIDs, p.PID)
 		if !p.MPSClient {
 			cu.OwnContext = append(cu.OwnContext, p.PID)
+		}
+	}
+	// The agent's own processes (the MPS servers it runs) are Tessera's: neither a
+	// tenant's nor unattributed.
+	self, _ := CgroupOf(w.cfg.ProcRoot, os.Getpid())
+	var pending []gpu.ProcessUsage
+	for _, p := range u.Processes {
+		cg, err := CgroupOf(w.cfg.ProcRoot, p.PID)
+		if err == nil {
+			if rec, ok := owner(recs, cg); ok {
+				add(rec, p)
+				continue
+			}
+			if self != "" && cg == self {
+				continue
+			}
+		}
+		pending = append(pending, p)
+	}
+	why := map[string][]string{}
+	if len(pending) > 0 {
+		for _, c := range w.byDeviceFiles(u.Processes, pending, recs, self, s, why) {
+			if c.process != nil {
+				add(c.rec, *c.process)
+				continue
+			}
+			cu := usage(c.rec, c.gpu)
+			cu.UsedMiB += c.mib
+			for _, pid := range c.pids {
+				if !slices.Contains(cu.PIDs, pid) {
+					cu.PIDs = append(cu.PIDs, pid)
+				}
+			}
 		}
 	}
 	// Containers with no process on a granted GPU still appear, at zero, so that the
@@ -463,12 +542,15 @@ func (w *Watchdog) Check() (*Sample, error) {
 			continue
 		}
 		// A container no longer bound is forgotten; one that left a GPU it was not
-		// granted is remembered until its time over the limit leaves the window, so
-		// that leaving and coming back does not start a new grace.
-		if w.pruneMemory(tr, now); !live[tr.container] || len(tr.over) == 0 {
+		// granted, or a container without a grant that held memory, is remembered
+		// until its time over the limit leaves the window, so that leaving and coming
+		// back does not start a new grace.
+		if w.pruneMemory(tr, now); !live[tr.container] && !strings.HasPrefix(tr.container, "cgroup:") || len(tr.over) == 0 {
 			delete(w.tracks, ek)
 		}
 	}
+	w.unattributedEvents(s, why, now, dur)
+	w.evictions(now)
 	w.export(u, s, recs)
 	return s, nil
 }
@@ -481,6 +563,11 @@ func (w *Watchdog) memory(tr *track, cu *Usage, now time.Time, dur time.Duration
 		tr.over = append(tr.over, span{at: now, dur: dur})
 	}
 	w.pruneMemory(tr, now)
+	if p := w.escalation(cu.Record); over && p != nil && len(p.acted) > 0 && now.Sub(p.acted[len(p.acted)-1]) <= w.cfg.EscalationWindow {
+		w.stop(cu, p, now)
+		tr.over = nil
+		return true
+	}
 	if !over || tr.memActed {
 		return false
 	}
@@ -499,8 +586,9 @@ func (w *Watchdog) memory(tr *track, cu *Usage, now time.Time, dur time.Duration
 	}
 	w.act(cu, w.cfg.Action, "memory", "GPUMemoryOverLimit", what)
 	if w.cfg.Action == ActionKill {
-		// Whatever runs next in the container gets a grace of its own.
+		// Whatever the pod runs next over its grant is stopped on sight (escalate.go).
 		tr.over = nil
+		w.struck(cu.Record, now)
 	} else {
 		tr.memActed = true
 	}

@@ -33,6 +33,17 @@ func (f *fakeSource) Usage() (*gpu.Usage, error) {
 	return &c, nil
 }
 
+// Devices gives GPU-N the minor number N.
+func (f *fakeSource) Devices() ([]gpu.Device, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []gpu.Device
+	for _, g := range f.u.GPUs {
+		out = append(out, gpu.Device{UUID: g.UUID, Index: g.Index, Minor: g.Index})
+	}
+	return out, nil
+}
+
 func (f *fakeSource) set(p ...gpu.ProcessUsage) {
 	f.mu.Lock()
 	f.u.Processes = p

@@ -17,7 +17,7 @@ import (
 
 // BenchmarkFilterScore measures the per-node cost of Filter followed by Score for a
 // fractional pod on an 8-GPU node (two NVLink islands) that is half full, the shape
-// BRIEF §5 B2 asks for, under each node/GPU policy. Fragmentation is measured with a
+// benchmark B2 (docs/benchmarks.md) asks for, under each node/GPU policy. Fragmentation is measured with a
 // learned workload of 24 distinct shapes (the openb trace has ~25 GPU shapes). Report:
 // ns/op and allocs/op per node.
 //
@@ -217,7 +217,7 @@ func BenchmarkFilterFullNodes(b *testing.B) {
 }
 
 // BenchmarkCacheMemory reports the heap the plugin's cache holds for 5,000 nodes of 8
-// NVLinked GPUs, each GPU shared by two fractional pods (BRIEF §5 B2): bytes/node and
+// NVLinked GPUs, each GPU shared by two fractional pods (benchmark B2): bytes/node and
 // MiB in all.
 func BenchmarkCacheMemory(b *testing.B) {
 	const nodes = 5000

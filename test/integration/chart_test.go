@@ -387,6 +387,11 @@ func TestChartRBAC(t *testing.T) {
 		if d.MemoryMiB != 20000 || d.Cores != 30 {
 			t.Errorf("granted %+v, want 20000 MiB and 30%% cores", d)
 		}
+		// The chart's quota policy gave the pod its quota resources, which no node
+		// advertises: the chart's scheduler placed it all the same.
+		if q, want := p.Spec.Containers[0].Resources.Requests[api.ResourceTotalGPUMemory], int64(20000); q.Value() != want {
+			t.Errorf("bound pod's %s request %s, want %d", api.ResourceTotalGPUMemory, q.String(), want)
+		}
 		lease, err := c.client.CoordinationV1().Leases(ns).Get(c.ctx, "tessera-scheduler", metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the scheduler's lease: %v", err)
@@ -496,9 +501,17 @@ func TestChartRBAC(t *testing.T) {
 		if err != nil || sar.Status.Allowed {
 			t.Errorf("the agent's access review of a tenant getting /metrics: %v, %+v", err, sar)
 		}
+		// The watchdog evicts a pod that keeps coming back over its GPU memory grant:
+		// through the Eviction API only (PodDisruptionBudgets hold), never a delete.
+		if !c.allowed(agent, authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "eviction", Namespace: ns}) {
+			t.Errorf("the agent's service account may not create pods/eviction")
+		}
 		for _, chk := range []authorizationv1.ResourceAttributes{
 			{Verb: "get", Resource: "secrets", Namespace: ns},
 			{Verb: "patch", Resource: "pods", Namespace: ns},
+			{Verb: "delete", Resource: "pods", Namespace: ns},
+			{Verb: "get", Resource: "pods", Subresource: "eviction", Namespace: ns},
+			{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: ns},
 			{Verb: "delete", Resource: "nodes"},
 			{Verb: "patch", Resource: "nodes", Subresource: "status"},
 		} {
@@ -521,6 +534,94 @@ func TestChartRBAC(t *testing.T) {
 	t.Run("CDI annotations", func(t *testing.T) {
 		testCDIAnnotationPolicy(t, parent.withT(t))
 	})
+	t.Run("spec.nodeName", func(t *testing.T) {
+		testNodeNamePolicy(t, parent.withT(t))
+	})
+}
+
+// TestChartRBAC's "spec.nodeName" part: a pod created with spec.nodeName skips every
+// scheduler, and kubelet would give it the node's device-plugin slots that it keeps
+// while the agent refuses its containers. No one creates one that asks for a Tessera
+// resource, a cluster administrator included, except a node's kubelet creating the
+// mirror pod of a static pod.
+func testNodeNamePolicy(t *testing.T, c *cluster) {
+	ns := c.ns
+	tenant := c.tenantClient("nodename-tenant")
+	node := c.createNode("gpu-by-hand", fixtures.PCIeNode("gpu-by-hand", 2, "Tesla T4", fixtures.T4MiB))
+	denied := func(err error) bool {
+		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
+			strings.Contains(err.Error(), "the pod sets spec.nodeName (gpu-by-hand) and asks for a Tessera GPU resource")
+	}
+	bound := func(name string, ann map[string]string, lim gpuLimits) *v1.Pod {
+		p := newPod(ns, name, "", ann, lim)
+		p.Spec.NodeName = node.Name
+		return p
+	}
+	create := func(cs clientset.Interface, p *v1.Pod) error {
+		_, err := cs.CoreV1().Pods(ns).Create(c.ctx, p, metav1.CreateOptions{})
+		return err
+	}
+	// Every one of a GPU's 32 device-plugin slots (agent.devicePlugin.replicas).
+	allSlots := gpuLimits{name: "c", gpu: "32"}
+	probes := 0
+	var last error
+	chartWaitFor(t, c.ctx, "the spec.nodeName policy to be enforced", func() bool {
+		probes++
+		name := fmt.Sprintf("nodename-probe-%d", probes)
+		if last = create(tenant, bound(name, nil, allSlots)); last == nil {
+			_ = c.client.CoreV1().Pods(ns).Delete(c.ctx, name, metav1.DeleteOptions{})
+		}
+		return denied(last)
+	})
+
+	if err := create(tenant, bound("strand", nil, allSlots)); !denied(err) {
+		t.Errorf("a tenant creating a pod with spec.nodeName that asks for every slot: %v", err)
+	}
+	if err := create(c.client, bound("strand-admin", nil, gpuLimits{name: "c", gpu: "1"})); !denied(err) {
+		t.Errorf("an administrator creating a GPU pod with spec.nodeName: %v", err)
+	}
+	// Any Tessera resource, in any container.
+	names := api.DefaultResourceNames()
+	initOnly := bound("strand-init", nil, gpuLimits{name: "c"})
+	initOnly.Spec.InitContainers = []v1.Container{{Name: "init", Image: "registry.k8s.io/pause:3.10",
+		Resources: v1.ResourceRequirements{Limits: v1.ResourceList{names.GPUMemory: resource.MustParse("1000")}}}}
+	if err := create(tenant, initOnly); !denied(err) {
+		t.Errorf("a pod with spec.nodeName whose init container asks for %s: %v", names.GPUMemory, err)
+	}
+	// The mirror-pod annotation exempts no one but a node's kubelet.
+	mirror := map[string]string{"kubernetes.io/config.mirror": "0123456789abcdef"}
+	if err := create(tenant, bound("strand-mirror", mirror, allSlots)); !denied(err) {
+		t.Errorf("a tenant creating a GPU pod with spec.nodeName and the mirror-pod annotation: %v", err)
+	}
+	// What passes: a pod with spec.nodeName that asks for no Tessera resource, a GPU
+	// pod left to the scheduler, and the mirror pod of a static GPU pod created by its
+	// node's kubelet (kubelet admitted the static pod from its own manifests).
+	if err := create(tenant, bound("by-hand-cpu", nil, gpuLimits{name: "c"})); err != nil {
+		t.Errorf("a pod with spec.nodeName that asks for no GPU was refused: %v", err)
+	}
+	if err := create(tenant, newPod(ns, "scheduled", "no-such-scheduler", nil, allSlots)); err != nil {
+		t.Errorf("a GPU pod without spec.nodeName was refused: %v", err)
+	}
+	rc := c.restConfig()
+	rc.Impersonate = restclient.ImpersonationConfig{UserName: "system:node:" + node.Name, Groups: []string{"system:nodes", "system:authenticated"}}
+	kubelet, err := clientset.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := bound("static-gpu-"+node.Name, mirror, gpuLimits{name: "c", gpu: "1"})
+	static.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: new(bool)}}
+	*static.OwnerReferences[0].Controller = true
+	if err := create(kubelet, static); err != nil {
+		t.Errorf("kubelet creating the mirror pod of a static GPU pod was refused: %v", err)
+	}
+
+	vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-node-agent-scheduled-gpu-pods", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+		t.Errorf("the spec.nodeName policy does not type-check: %+v", tc.ExpressionWarnings)
+	}
 }
 
 // TestChartRBAC's "CDI annotations" part: no one, a cluster administrator included,
@@ -561,6 +662,63 @@ func testCDIAnnotationPolicy(t *testing.T, c *cluster) {
 	if _, err := pods.Patch(c.ctx, "cdi-plain", types.MergePatchType, []byte(body), metav1.PatchOptions{}); !denied(err) {
 		t.Errorf("adding an annotation that names a Tessera CDI device: %v", err)
 	}
+
+	// Through pods/status, whose updates keep annotation changes: by an administrator
+	// and by a tenant (given pods/status, more than tenants usually have).
+	tenant := c.tenantClient("cdi-tenant")
+	admins := []struct {
+		who string
+		cs  clientset.Interface
+	}{{"an administrator", c.client}, {"a tenant", tenant}}
+	for _, a := range admins {
+		if _, err := a.cs.CoreV1().Pods(ns).Patch(c.ctx, "cdi-plain", types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status"); !denied(err) {
+			t.Errorf("%s adding an annotation that names a Tessera CDI device through pods/status: %v", a.who, err)
+		}
+	}
+	// Another vendor's device passes there; changing its value to name a Tessera
+	// device is adding one.
+	other := `{"metadata":{"annotations":{"cdi.k8s.io/x":"vendor.example/dev=b"}}}`
+	if _, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, "cdi-plain", types.MergePatchType, []byte(other), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("another vendor's CDI annotation through pods/status was refused: %v", err)
+	}
+	if cur, err := tenant.CoreV1().Pods(ns).Get(c.ctx, "cdi-plain", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else {
+		cur.Annotations["cdi.k8s.io/x"] = "tessera.dev/gpu=GPU-00000000-0000-0000-0000-000000000003"
+		_, err := tenant.CoreV1().Pods(ns).UpdateStatus(c.ctx, cur, metav1.UpdateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "the annotation cdi.k8s.io/x names a tessera.dev/gpu CDI device") {
+			t.Errorf("changing a CDI annotation to name a Tessera device with an update of pods/status: %v", err)
+		}
+	}
+
+	// In a binding, whose annotations the API server copies onto the pod.
+	c.createNode("cdi-node", nil)
+	bind := func(cs clientset.Interface, name string, ann map[string]string) error {
+		b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}, Target: v1.ObjectReference{Kind: "Node", Name: "cdi-node"}}
+		return cs.CoreV1().Pods(ns).Bind(c.ctx, b, metav1.CreateOptions{})
+	}
+	for _, a := range admins {
+		if err := bind(a.cs, "cdi-plain", named); !denied(err) {
+			t.Errorf("%s binding a pod with an annotation that names a Tessera CDI device: %v", a.who, err)
+		}
+	}
+	if err := bind(c.client, "cdi-other", map[string]string{"cdi.k8s.io/y": "vendor.example/dev=c"}); err != nil {
+		t.Errorf("a binding with another vendor's CDI annotation was refused: %v", err)
+	}
+	for name, wantNode := range map[string]string{"cdi-plain": "", "cdi-other": "cdi-node"} {
+		p, err := pods.Get(c.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != wantNode {
+			t.Errorf("pod %s is on node %q, want %q", name, p.Spec.NodeName, wantNode)
+		}
+		for k, v := range p.Annotations {
+			if strings.HasPrefix(k, "cdi.k8s.io/") && strings.Contains(v, "tessera.dev/gpu") {
+				t.Errorf("pod %s carries %s: %s", name, k, v)
+			}
+		}
+	}
 	vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-node-agent-cdi-annotations", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -575,24 +733,7 @@ func testCDIAnnotationPolicy(t *testing.T, c *cluster) {
 // any way, and the scheduler's own binding, which carries it, still goes through.
 func testAssignmentPolicy(t *testing.T, c *cluster, schedulerConfig string) {
 	ns := c.ns
-	rbac := c.client.RbacV1()
-	if _, err := c.client.CoreV1().ServiceAccounts(ns).Create(c.ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "update", "patch", "delete"}},
-		// More than tenants usually have: the policy, not RBAC, must refuse the binding.
-		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
-	}}
-	if _, err := rbac.Roles(ns).Create(c.ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "tenant"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "tenant", Namespace: ns}}}
-	if _, err := rbac.RoleBindings(ns).Create(c.ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tenant := c.clientFor(c.serviceAccountKubeconfig(ns, "tenant", nil))
+	tenant := c.tenantClient("tenant")
 
 	c.createNode("gpu-policy", fixtures.NVLinkNode("gpu-policy", 8, 4, "NVIDIA H100 80GB HBM3", fixtures.H100MiB))
 	forged, err := api.EncodeAssignment(&api.PodAssignment{Version: api.AssignmentVersion, Node: "gpu-policy",
@@ -632,24 +773,35 @@ func testAssignmentPolicy(t *testing.T, c *cluster, schedulerConfig string) {
 	if err := create("forged", withForged, ""); !denied(err, "only the Tessera scheduler may set") {
 		t.Errorf("creating a pod with the annotation: %v", err)
 	}
-	if err := create("forged-bound", withForged, "gpu-policy"); !denied(err, "only the Tessera scheduler may set") {
+	// The policy against GPU pods that set spec.nodeName may be the one that answers.
+	if err := create("forged-bound", withForged, "gpu-policy"); !denied(err, "only the Tessera scheduler may set") && !denied(err, "sets spec.nodeName") {
 		t.Errorf("creating a bound pod with the annotation: %v", err)
 	}
 	// Add it to a pod of its own.
 	if err := create("plain", nil, ""); err != nil {
 		t.Fatalf("the tenant cannot create a plain pod: %v", err)
 	}
-	patch := func(name, value string) error {
+	// patchAs sets (value "": removes) the annotation with a merge patch of the pod
+	// or, with subresource "status", of its pods/status, whose updates keep
+	// annotation changes.
+	patchAs := func(cs clientset.Interface, name, value string, subresource ...string) error {
 		v := "null"
 		if value != "" {
 			v = fmt.Sprintf("%q", value)
 		}
 		body := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, api.AnnotationAssignment, v)
-		_, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		_, err := cs.CoreV1().Pods(ns).Patch(c.ctx, name, types.MergePatchType, []byte(body), metav1.PatchOptions{}, subresource...)
 		return err
 	}
+	patch := func(name, value string) error { return patchAs(tenant, name, value) }
 	if err := patch("plain", forged); !denied(err, "only the Tessera scheduler may change") {
 		t.Errorf("adding the annotation: %v", err)
+	}
+	if err := patchAs(tenant, "plain", forged, "status"); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("adding the annotation through pods/status: %v", err)
+	}
+	if err := patchAs(c.client, "plain", forged, "status"); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("an administrator adding the annotation through pods/status: %v", err)
 	}
 	// Bind its pending pod itself with the annotation in the binding.
 	b := &v1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "plain", Annotations: withForged}, Target: v1.ObjectReference{Kind: "Node", Name: "gpu-policy"}}
@@ -680,6 +832,29 @@ func testAssignmentPolicy(t *testing.T, c *cluster, schedulerConfig string) {
 	if _, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, "placed", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"a"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Errorf("an edit that leaves the annotation alone: %v", err)
 	}
+	// The same through pods/status: a patch and a whole-object update.
+	if err := patchAs(tenant, "placed", forged, "status"); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("changing the annotation through pods/status: %v", err)
+	}
+	if err := patchAs(tenant, "placed", "", "status"); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("removing the annotation through pods/status: %v", err)
+	}
+	if err := patchAs(c.client, "placed", "", "status"); !denied(err, "only the Tessera scheduler may change") {
+		t.Errorf("an administrator removing the annotation through pods/status: %v", err)
+	}
+	if cur, err := tenant.CoreV1().Pods(ns).Get(c.ctx, "placed", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else {
+		cur.Annotations[api.AnnotationAssignment] = forged
+		if _, err := tenant.CoreV1().Pods(ns).UpdateStatus(c.ctx, cur, metav1.UpdateOptions{}); !denied(err, "only the Tessera scheduler may change") {
+			t.Errorf("changing the annotation with an update of pods/status: %v", err)
+		}
+	}
+	// A status write that leaves it alone, as kubelet's are, passes.
+	status := `{"status":{"conditions":[{"type":"example.com/ready","status":"True"}]}}`
+	if _, err := tenant.CoreV1().Pods(ns).Patch(c.ctx, "placed", types.StrategicMergePatchType, []byte(status), metav1.PatchOptions{}, "status"); err != nil {
+		t.Errorf("a status write that leaves the annotation alone: %v", err)
+	}
 	if got, err := c.client.CoreV1().Pods(ns).Get(c.ctx, "placed", metav1.GetOptions{}); err != nil || got.Annotations[api.AnnotationAssignment] != granted {
 		t.Errorf("the scheduler's assignment changed: %v", err)
 	}
@@ -695,6 +870,33 @@ func testAssignmentPolicy(t *testing.T, c *cluster, schedulerConfig string) {
 	if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
 		t.Errorf("the assignment policy does not type-check: %+v", tc.ExpressionWarnings)
 	}
+}
+
+// tenantClient creates a service account in the test namespace that may create, edit
+// and delete pods there, and returns a client acting as it. It may also write
+// pods/status and pods/binding, more than tenants usually have: the policies, not
+// RBAC, must refuse what the tests try through them.
+func (c *cluster) tenantClient(name string) clientset.Interface {
+	c.t.Helper()
+	ns := c.ns
+	rbac := c.client.RbacV1()
+	if _, err := c.client.CoreV1().ServiceAccounts(ns).Create(c.ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+	}}
+	if _, err := rbac.Roles(ns).Create(c.ctx, role, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}}
+	if _, err := rbac.RoleBindings(ns).Create(c.ctx, rb, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	return c.clientFor(c.serviceAccountKubeconfig(ns, name, nil))
 }
 
 // serviceAccountKubeconfig mints a token for a service account (bound to pod when

@@ -434,9 +434,9 @@ func TestDeletionFreesCapacity(t *testing.T) {
 	c.startScheduler("tessera-scheduler.yaml")
 	c.createPod(newPod(c.ns, "first", binpack, nil, gpuLimits{name: "c", gpu: "1"}))
 	c.waitBound("first", 30*time.Second)
-	c.createPod(newPod(c.ns, "second", binpack, nil, gpuLimits{name: "c", gpu: "1", mem: "100"}))
+	c.createPod(newPod(c.ns, "second", binpack, nil, gpuLimits{name: "c", gpu: "1", mem: "1024"}))
 	msg := c.waitUnschedulable("second", 30*time.Second)
-	if !strings.Contains(msg, `1 node(s) had no GPU with 100 MiB free for container "c"`) {
+	if !strings.Contains(msg, `1 node(s) had no GPU with 1024 MiB free for container "c"`) {
 		t.Errorf("message %q", msg)
 	}
 	zero := int64(0)

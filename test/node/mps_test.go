@@ -149,6 +149,11 @@ func (n *node) checkMPSClient(p *v1.Pod, uuid string, smCount, cores int, memMiB
 	if l.GPUs[0].Cores != 0 || l.MPS == nil || l.MPS.ThreadPercent != percent || l.MPS.PipeDir != containerMPSPipeDir {
 		n.t.Errorf("pod %s: limits file has cores %d and mps %+v, want cores 0 (no pacing) and mps %d %s", p.Name, l.GPUs[0].Cores, l.MPS, percent, containerMPSPipeDir)
 	}
+	// Its accounting region is in a tmpfs of its own, not in the /dev/shm it shares with
+	// the GPU's other clients.
+	if l.RegionDir != api.ContainerRegionDir {
+		n.t.Errorf("pod %s: limits file's region directory %q, want %s", p.Name, l.RegionDir, api.ContainerRegionDir)
+	}
 	// The agent's MPS events: the watchdog's GPUMPSBypassed (a process with a CUDA
 	// context of its own), GPUMPSDaemonFailed, GPUMPSServerFailed.
 	evs, err := n.podEvents(context.Background(), p.Name)

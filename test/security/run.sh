@@ -40,6 +40,8 @@ go_tests() {
 		else
 			go test -count=1 -v ${tags:+-tags "$tags"} -run "^($top)\$" "$pkg" >"$out/log" 2>&1 || true
 		fi
+		# Keep each package's log beside the results where the caller collects them.
+		[ -n "${OUT:-}" ] && cp "$out/log" "$OUT/$(basename "$pkg")-$kind.log"
 		while IFS= read -r name; do
 			if grep -qE -- "--- PASS: $(printf '%s' "$name" | sed 's/ /_/g; s/[.[\*^$()+?{}]/\\&/g') \(" "$out/log"; then
 				echo "ok   $name ($pkg)"
@@ -66,7 +68,7 @@ sections() {
 }
 
 if [ "$mode" = cpu ]; then
-	make --no-print-directory bin/etcd >/dev/null
+	make --no-print-directory "$PWD/bin/etcd" >/dev/null
 	PATH=$PWD/bin:$PATH go_tests go
 	# The fake-driver suite stops at its first failed check, so a section header
 	# followed by the suite's last line means all of that section passed.
@@ -79,6 +81,7 @@ if [ "$mode" = cpu ]; then
 	fi
 else
 	make --no-print-directory -C cuda-hook test-gpu >"$out/gpu.log" 2>&1 || true
+	[ -n "${OUT:-}" ] && cp "$out/gpu.log" "$OUT/hook-gpu.log"
 	sections gpu-hook "$out/gpu.log"
 	# The fallback binding's test preloads the hook the suite above built.
 	export TESSERA_HOOK=$PWD/cuda-hook/build/libtessera-cuda.so

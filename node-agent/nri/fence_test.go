@@ -1,0 +1,97 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/containerd/nri/pkg/adaptation"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
+)
+
+// The attack: a process in a GPU container that never loads the CUDA hook (a static
+// binary, raw ioctls, the driver found through dl_iterate_phdr) allocates past its
+// grant. On a node whose driver has the per-cgroup memory limit, the agent sets the
+// grant on the container's cgroup at NRI's StartContainer, before the container's
+// first process runs, and the driver refuses the allocation; a container whose
+// fence cannot be set is not started.
+func TestDriverFenceHoldsProcessWithoutHook(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	root := filepath.Join(dir, "cgroup")
+	mem := gpu.NewCgroupMemory(map[string]uint64{"GPU-0": 80 << 30, "GPU-1": 80 << 30}, func(d string) bool {
+		st, err := os.Stat(d)
+		return err == nil && st.IsDir()
+	})
+	rt := startRuntime(t, dir, nil, nil)
+	p, _ := newPluginWith(t, dir, nil, func(c *binding.Config) {
+		c.Fence = &binding.Fence{Driver: mem, CgroupRoot: root, Supported: func(string) bool { return true }}
+	})
+	var refusedMu sync.Mutex
+	var refusals []string
+	p.OnRefused = func(ns, pod, c, reason string) {
+		refusedMu.Lock()
+		refusals = append(refusals, reason)
+		refusedMu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	waitConnected(t, p)
+
+	gpuPod := pod(t, "f1", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 8192}}})
+	c := ctr(gpuPod, "fc1", "train", deviceplugin.EnvRequested+"=1")
+	if _, err := rt.create(t, gpuPod, c); err != nil {
+		t.Fatal(err)
+	}
+	// runc create makes the container's cgroup; then the runtime calls StartContainer.
+	cg := filepath.Join(root, "/kubepods.slice/kubepods-podf1.slice/cri-containerd-fc1.scope")
+	if err := os.MkdirAll(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: gpuPod, Container: c}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if l, err := mem.MemoryLimit("GPU-1", cg); err != nil || l.Hard != 8192<<20 {
+		t.Fatalf("the container's driver limit: %+v, %v; want 8192 MiB", l, err)
+	}
+	// The process without the hook: what the hook would have refused, the driver does.
+	if err := mem.Alloc("GPU-1", cg, 8000<<20); err != nil {
+		t.Fatalf("within the grant: %v", err)
+	}
+	if err := mem.Alloc("GPU-1", cg, 1<<30); !errors.Is(err, gpu.ErrOutOfMemory) {
+		t.Errorf("allocation past the grant by a process without the hook: %v, want out of memory", err)
+	}
+
+	// A container whose cgroup the driver cannot be given a limit on does not start.
+	other := pod(t, "f2", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-0", Index: 0, MemoryMiB: 4096}}})
+	c2 := ctr(other, "fc2", "train", deviceplugin.EnvRequested+"=1")
+	if _, err := rt.create(t, other, c2); err != nil {
+		t.Fatal(err)
+	}
+	err = rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: other, Container: c2})
+	if err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("start without a fence: %v, want the start to fail", err)
+	}
+	refusedMu.Lock()
+	defer refusedMu.Unlock()
+	if len(refusals) != 1 || !strings.Contains(refusals[0], "memory limit") {
+		t.Errorf("refusals %q, want one for the fence", refusals)
+	}
+	// A container that is not Tessera's starts untouched.
+	plain := pod(t, "f3")
+	if err := rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: plain, Container: ctr(plain, "fc3", "web")}); err != nil {
+		t.Errorf("start of a container without GPUs: %v", err)
+	}
+}
