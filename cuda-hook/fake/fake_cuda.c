@@ -28,11 +28,17 @@
  *   - with FAKE_CUDA_TALLY=<file>, every process using the fake driver also adds what
  *     it holds per device to a tally kept in that file (used and peak, all processes
  *     together), so a test can check what several processes held at once;
- *   - memory belongs to the process that allocated it and dies with it, as on the
- *     real driver (an H200 with driver 580 freed a process's memory when it exited,
- *     though a child it forked still held the driver's descriptors; gpu/orphan.c
- *     checks that on a GPU): a forked child starts holding nothing, and the tally drops
- *     a process's part once it has exited (or is a zombie).
+ *   - memory belongs to the driver descriptors of the process that allocated it, as
+ *     on the real driver (an H200 with driver 580 kept a dead process's 4096 MiB while
+ *     a child it forked held the inherited descriptors, and freed it when the last
+ *     holder went; gpu/orphan.c shows it on a GPU): with FAKE_CUDA_TALLY each process
+ *     opens a descriptor of its own at cuInit or its first allocation, a file
+ *     <tally>.<slot> on which it takes a shared flock, O_CLOEXEC as libcuda opens its
+ *     device files, so that fork (or a raw clone) shares it and exec closes it. The
+ *     kernel drops the lock when the last descriptor referring to that open file
+ *     description closes, and the tally drops a process's part exactly then: not when
+ *     the process exits while a child still holds the description. A forked child
+ *     starts holding nothing of its own.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -63,12 +69,12 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used[MAXDEV], peak[MAXDEV];
 
 /* Machine-wide tally across processes (FAKE_CUDA_TALLY); NULL when not asked for.
- * Each process's part is kept in a slot of its own, so that the part of a process
- * that has exited can be dropped: the driver frees a process's memory when it exits. */
+ * Each process's part is kept in a slot of its own, with the process's descriptor
+ * <tally>.<slot> (see the top of this file): the part is dropped once no process holds
+ * that descriptor any more, as the driver frees the memory then. */
 #define TALLY_PROCS 128
 struct tally_proc {
-	_Atomic int pid;            /* 0: free */
-	_Atomic uint64_t start;     /* its start time (/proc/<pid>/stat), against pid reuse */
+	_Atomic int pid;            /* 0: free; -1: being claimed or dropped */
 	_Atomic uint64_t used[MAXDEV];
 };
 struct tally {
@@ -77,58 +83,69 @@ struct tally {
 	struct tally_proc procs[TALLY_PROCS];
 };
 static struct tally *tally;
-static struct tally_proc *my_proc; /* this process's slot, taken at its first allocation */
+static char tally_path[200];
+static struct tally_proc *my_proc; /* this process's slot, taken at cuInit or its first allocation */
 static int my_proc_pid;
 
-/* A process's start time and whether it still runs (not exited, not a zombie). */
-static uint64_t proc_start(int pid, int *running)
+static void descriptor_path(char *buf, size_t n, const struct tally_proc *t)
 {
-	char path[64], buf[1024];
-	*running = 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');
-	if (p == NULL || p[1] != ' ')
-		return 0;
-	char state = p[2];
-	unsigned long long st = 0;
-	/* Fields after the command: state is the 3rd, starttime the 22nd. */
-	p += 2;
-	for (int field = 3; field < 22 && p != NULL; field++) {
-		p = strchr(p, ' ');
-		if (p != NULL)
-			p++;
-	}
-	if (p == NULL || sscanf(p, "%llu", &st) != 1)
-		return 0;
-	*running = state != 'Z' && state != 'X';
-	return st;
+	snprintf(buf, n, "%s.%d", tally_path, (int)(t - tally->procs));
 }
 
-/* Drops the parts of processes that have exited. */
+/* Drops the parts whose descriptor no process holds any more (the lock can be taken
+ * exclusively), and removes the descriptor's file. */
 static void tally_reap(void)
 {
 	for (int i = 0; i < TALLY_PROCS; i++) {
 		struct tally_proc *t = &tally->procs[i];
-		int pid = atomic_load(&t->pid), running;
+		int pid = atomic_load(&t->pid);
 		if (pid <= 0 || t == my_proc)
 			continue;
-		uint64_t st = proc_start(pid, &running);
-		if (running && st == atomic_load(&t->start))
+		char path[256];
+		descriptor_path(path, sizeof(path), t);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
 			continue;
-		if (!atomic_compare_exchange_strong(&t->pid, &pid, -1))
-			continue; /* another process drops it */
+		int held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+		if (held || !atomic_compare_exchange_strong(&t->pid, &pid, -1)) {
+			close(fd); /* still held, or another process drops it */
+			continue;
+		}
 		for (int d = 0; d < MAXDEV; d++)
 			atomic_fetch_sub(&tally->used[d], atomic_exchange(&t->used[d], 0));
+		unlink(path);
+		close(fd);
 		atomic_store(&t->pid, 0);
 	}
+}
+
+/* This process's slot and descriptor, taken on first need. Its descriptor is never
+ * closed: the process holds it until it exits or execs, and so does every child it
+ * forks from then on. */
+static void tally_claim(void)
+{
+	if (tally == NULL || (my_proc != NULL && my_proc_pid == getpid()))
+		return;
+	int me = getpid();
+	my_proc = NULL;
+	for (int i = 0; i < TALLY_PROCS && my_proc == NULL; i++) {
+		int zero = 0; /* claimed as -1 (skipped by tally_reap) until its descriptor is held */
+		if (atomic_compare_exchange_strong(&tally->procs[i].pid, &zero, -1))
+			my_proc = &tally->procs[i];
+	}
+	if (my_proc == NULL) {
+		fprintf(stderr, "fake libcuda: the tally has no free process slot\n");
+		abort();
+	}
+	char path[256];
+	descriptor_path(path, sizeof(path), my_proc);
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_SH) != 0) {
+		fprintf(stderr, "fake libcuda: cannot hold the descriptor %s\n", path);
+		abort();
+	}
+	atomic_store(&my_proc->pid, me);
+	my_proc_pid = me;
 }
 
 /* Records that this process now holds delta more (or less) on dev. */
@@ -137,23 +154,7 @@ static void tally_add(int dev, int64_t delta)
 	if (tally == NULL || delta == 0)
 		return;
 	tally_reap();
-	if (my_proc == NULL || my_proc_pid != getpid()) {
-		int me = getpid(), running;
-		uint64_t st = proc_start(me, &running);
-		my_proc = NULL;
-		for (int i = 0; i < TALLY_PROCS && my_proc == NULL; i++) {
-			int zero = 0; /* claimed as -1 (skipped by tally_reap) until its start is set */
-			if (atomic_compare_exchange_strong(&tally->procs[i].pid, &zero, -1))
-				my_proc = &tally->procs[i];
-		}
-		if (my_proc == NULL) {
-			fprintf(stderr, "fake libcuda: the tally has no free process slot\n");
-			abort();
-		}
-		atomic_store(&my_proc->start, st);
-		atomic_store(&my_proc->pid, me);
-		my_proc_pid = me;
-	}
+	tally_claim();
 	atomic_fetch_add(&my_proc->used[dev], (uint64_t)delta);
 	uint64_t now = atomic_fetch_add(&tally->used[dev], (uint64_t)delta) + (uint64_t)delta;
 	uint64_t p = atomic_load(&tally->peak[dev]);
@@ -213,8 +214,8 @@ static uint64_t pool_cached[MAXDEV];
 static struct alloc *allocs;
 static size_t nallocs, cap_allocs;
 
-/* A forked child holds none of its parent's memory: the driver's allocations belong
- * to the process that made them. */
+/* A forked child holds none of its parent's memory as its own; it keeps the parent's
+ * descriptor open (and with it the parent's memory) until it exits or execs. */
 static void fork_child(void)
 {
 	memset(used, 0, sizeof(used));
@@ -263,6 +264,7 @@ __attribute__((constructor)) static void setup(void)
 		sg_setup(s);
 	pthread_atfork(NULL, NULL, fork_child);
 	if ((s = getenv("FAKE_CUDA_TALLY")) && *s) {
+		snprintf(tally_path, sizeof(tally_path), "%s", s);
 		int fd = open(s, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd < 0 || ftruncate(fd, sizeof(struct tally)) != 0) {
 			fprintf(stderr, "fake libcuda: cannot open the tally %s\n", s);
@@ -469,6 +471,7 @@ CUresult cuInit(unsigned int flags)
 {
 	(void)flags;
 	pthread_mutex_lock(&mu);
+	tally_claim(); /* the driver opens its descriptors here */
 	if (!initialized) {
 		mps_init();
 		/* Like the driver: CUDA_VISIBLE_DEVICES, read once at initialisation, lists the

@@ -1,22 +1,26 @@
 /*
- * Whether the driver frees a dead process's memory while a child it forked still
- * holds the driver's descriptors. The hook gives an exited process's usage back to its
- * container (docs/cuda-hook.md, "Shared by the container's processes"); that is right
- * only if the driver frees the memory too, and this checks it on the real driver
- * (the hook's fake driver models it so).
+ * What the driver does with a dead process's memory while a child it forked still
+ * holds the driver's descriptors. On an H200 with driver 580 it keeps it until the
+ * last holder exits (memory belongs to the open file description, not to the PID),
+ * which is why the hook gives a dead process's usage back only once no process holds
+ * its lease (docs/cuda-hook.md, "Shared by the container's processes"); the fake
+ * driver models it so. make test-gpu prints this as information.
  *
  *   orphan <mib> <gpu-uuid>   run with CUDA_VISIBLE_DEVICES=<gpu-uuid>
  *
  * A process allocates mib on the GPU, forks a child that keeps the inherited
  * descriptors and does nothing else, and exits; this program (a subreaper, with no
  * CUDA of its own) reads the GPU's used memory through nvidia-smi before, while the
- * allocator lives, and after it exited while the child still runs. Exit status 0: the
- * memory was freed within 10 s; 1: the driver kept it; 2: nothing was tested (the
- * allocation did not show, or the child held no driver descriptor).
+ * allocator lives, and after it exited while the child still runs. It also reports how
+ * many of the child's driver descriptors are close-on-exec (the hook's lease file is
+ * O_CLOEXEC on the assumption that they all are). Exit status 0: the memory was freed
+ * within 10 s; 1: the driver kept it; 2: nothing was tested (the allocation did not
+ * show, or the child held no driver descriptor).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,13 +51,15 @@ static long gpu_used(void)
 	return mib;
 }
 
-/* How many of this process's descriptors are the driver's device files. */
-static int driver_fds(void)
+/* How many of this process's descriptors are the driver's device files, and how many
+ * of those are close-on-exec. */
+static int driver_fds(int *cloexec)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
 	char path[300], target[256];
 	int n = 0;
+	*cloexec = 0;
 	if (d == NULL)
 		return 0;
 	while ((e = readdir(d)) != NULL) {
@@ -61,8 +67,11 @@ static int driver_fds(void)
 		ssize_t k = readlink(path, target, sizeof(target) - 1);
 		if (k > 0) {
 			target[k] = 0;
-			if (strncmp(target, "/dev/nvidia", 11) == 0)
+			if (strncmp(target, "/dev/nvidia", 11) == 0) {
+				int fl = fcntl(atoi(e->d_name), F_GETFD);
 				n++;
+				*cloexec += fl >= 0 && (fl & FD_CLOEXEC);
+			}
 		}
 	}
 	closedir(d);
@@ -102,7 +111,8 @@ int main(int argc, char **argv)
 		pid_t child = fork();
 		if (child == 0) {
 			/* Keeps what it inherited and nothing more, until told to go. */
-			int msg[2] = {(int)getpid(), driver_fds()};
+			int msg[3] = {(int)getpid(), 0, 0};
+			msg[1] = driver_fds(&msg[2]);
 			char c;
 			if (write(info[1], msg, sizeof(msg)) != sizeof(msg))
 				_exit(2);
@@ -115,7 +125,7 @@ int main(int argc, char **argv)
 			_exit(2);
 		_exit(0); /* nothing freed, no context destroyed */
 	}
-	int msg[2];
+	int msg[3];
 	if (read(info[0], msg, sizeof(msg)) != sizeof(msg)) {
 		fprintf(stderr, "the allocator failed before it forked\n");
 		return 2;
@@ -145,10 +155,10 @@ int main(int argc, char **argv)
 		verdict = "not tested (allocation not seen, or the child held no driver descriptor)";
 		rc = 2;
 	} else if (after < 0 || after >= base + mib / 4) {
-		verdict = "KEPT: the driver holds a dead process's memory while its child lives";
+		verdict = "KEPT: the driver holds a dead process's memory while its child lives (the hook keeps it counted)";
 		rc = 1;
 	}
-	printf("orphan mib=%ld child_driver_fds=%d used_mib before=%ld held=%ld after_exit=%ld (%.1f s after, child alive) %s\n",
-	       mib, msg[1], base, held, after, t, verdict);
+	printf("orphan mib=%ld child_driver_fds=%d cloexec=%d used_mib before=%ld held=%ld after_exit=%ld (%.1f s after, child alive) %s\n",
+	       mib, msg[1], msg[2], base, held, after, t, verdict);
 	return rc;
 }

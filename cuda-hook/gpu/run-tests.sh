@@ -87,11 +87,18 @@ check "second process within the shared limit" hooked "$G/shared" python3 "$HERE
 kill -9 $holder
 wait $holder 2>/dev/null
 check "killed process's usage reclaimed" hooked "$G/shared" python3 "$HERE/gpu/torch_mem.py" try 3072 ok
-# 5b. The reclaim above is right only because the driver frees a dead process's memory:
-# also while a child it forked holds the driver's descriptors (the hook gives that
-# process's usage back all the same).
-check "B5 a dead process's memory is freed while its forked child holds the driver's descriptors" \
-	env CUDA_VISIBLE_DEVICES="$UUID" "$G/orphan" 4096 "$UUID"
+# 5b. What the driver does with a dead process's memory while a child it forked holds
+# the driver's descriptors: information, not a check (H200, driver 580: kept until the
+# child exits, 4623 MiB used 10 s after the allocator's exit; exit 1 = kept).
+out=$(env CUDA_VISIBLE_DEVICES="$UUID" "$G/orphan" 4096 "$UUID" 2>&1)
+rc=$?
+say "info driver and a dead process's memory while its forked child holds the descriptors (exit $rc: 0 freed, 1 kept, 2 not tested): $(echo "$out" | tail -1)"
+# 5c. So the hook keeps it counted: a new process allocates 400 MiB (with its 576 MiB
+# context) under 1024 MiB, leaves a holder of its descriptors (fork, or a raw clone)
+# and exits; a new process is refused while the holder lives and served after.
+limits "$G/lorphan" 1024 0 0
+check "B5 a fork-orphan's memory stays counted while its child holds the driver's descriptors" \
+	hooked "$G/lorphan" "$G/hooktest" orphan 3 400 1024
 
 # 6. Compute shares: one tenant at 25% and 50%, two at 30/70 (ratios to an unhooked run).
 rate() { awk -F'rate=' '/rate=/{print $2}'; }

@@ -102,6 +102,13 @@ CUresult cuInit(unsigned int flags)
 {
 	HOOK_ENTER();
 	HOOK_REAL(cuInit);
+	/* A forked child that initialises the driver anew takes its own lease first
+	 * (region.c): the descriptors the driver opens now are its own. */
+	char err[300];
+	if (tessera_region_hold_lease(err, sizeof(err)) < 0) {
+		tessera_log(TESSERA_LOG_ERROR, "%s", err);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
 	CUresult rc = REAL(cuInit)(flags);
 	if (rc != CUDA_SUCCESS)
 		return rc;

@@ -79,6 +79,14 @@ static void init(void)
 		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
 		return;
 	}
+	/* Before the driver opens its descriptors (the hooked cuInit), so that every
+	 * process that comes to share them shares the lease. */
+	if (tessera_region_hold_lease(err, sizeof(err)) < 0) {
+		snprintf(tessera.why, sizeof(tessera.why), "%s", err);
+		tessera.status = CUDA_ERROR_OPERATING_SYSTEM;
+		tessera_log(TESSERA_LOG_ERROR, "%s", tessera.why);
+		return;
+	}
 	for (int i = 0; i < TESSERA_MAX_GPUS; i++)
 		tessera.real_dev[i] = -1;
 	tessera_pacing_setup();

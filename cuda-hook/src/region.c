@@ -7,7 +7,8 @@
  * limit, so threads and processes cannot race past it. The lock is a robust
  * process-shared mutex: a process killed while holding it leaves the next locker
  * EOWNERDEAD, and since every update is a single store the region is still consistent.
- * Slots of processes that died are reclaimed before a reservation is refused.
+ * Slots of processes that died are reclaimed before a reservation is refused, once
+ * no live process holds their lease (below).
  *
  * Any process of the container can write the region, so it is checked before every
  * use that indexes it: the header (magic, layout, checksum) before the lock is taken,
@@ -29,6 +30,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -46,6 +48,99 @@
 
 static int my_slot = -1;
 static pid_t my_pid; /* getpid() is a system call; set when the slot is taken */
+
+/*
+ * Leases. The driver's device memory belongs to the open file descriptions of its
+ * device files, not to the process that opened them: a child forked after the driver
+ * opened them shares them, and the driver frees the memory only when the last
+ * process holding them exits or closes them (an H200 with driver 580 kept a dead
+ * process's 4096 MiB while its forked child lived; gpu/orphan.c). So a dead process's
+ * usage may be given back only once no process holds its descriptions any more.
+ *
+ * The hook follows them with a file of its own: each process, before the driver
+ * opens its descriptors, creates <dir>/tessera-<key>.<pid>-<lease>.lease and holds
+ * a shared flock on it, and its slot records <lease>. The file is opened O_CLOEXEC, as
+ * libcuda opens its device files, so that whatever shares the driver's descriptions
+ * shares this one: a fork, or a raw clone that runs no atfork handler, and not an
+ * exec'd image. The kernel releases the lock when the last descriptor referring to the
+ * description closes, so a slot whose process is gone is given back only when an
+ * exclusive flock on its lease file can be taken. A lease file that cannot be opened
+ * (removed, unreadable) keeps its slot counted.
+ */
+static char lease_prefix[232]; /* "<dir>/tessera-<key>", set when the region is opened */
+static pthread_mutex_t lease_mu = PTHREAD_MUTEX_INITIALIZER;
+static int my_lease_fd = -1; /* never closed but at exit: forked children keep it */
+static uint32_t my_lease;
+static pid_t lease_pid; /* the process my_lease belongs to */
+
+static void lease_path(char *buf, size_t n, pid_t pid, uint32_t lease)
+{
+	snprintf(buf, n, "%s.%d-%08x.lease", lease_prefix, (int)pid, (unsigned)lease);
+}
+
+int tessera_region_hold_lease(char *err, size_t errlen)
+{
+	pid_t me = getpid();
+	int rc = -1;
+	pthread_mutex_lock(&lease_mu);
+	if (my_lease_fd >= 0 && lease_pid == me) {
+		rc = 0;
+		goto out;
+	}
+	if (lease_prefix[0] == '\0') {
+		(void)tessera_fail(err, errlen, "no accounting region to hold a lease in");
+		goto out;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint32_t n = (uint32_t)ts.tv_nsec ^ (uint32_t)ts.tv_sec * 2654435761u;
+	char path[300];
+	for (int tries = 0; tries < 16; tries++, n++) {
+		if (n == 0)
+			n = 1;
+		lease_path(path, sizeof(path), me, n);
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, REGION_MODE);
+		if (fd < 0 && errno == EEXIST)
+			continue;
+		if (fd < 0) {
+			(void)tessera_fail(err, errlen, "cannot create the lease %s: %s", path, strerror(errno));
+			goto out;
+		}
+		/* Readable by the container's other CUDA users, as the region is. */
+		if (fchmod(fd, REGION_MODE) < 0 && errno != EPERM)
+			tessera_log(TESSERA_LOG_WARN, "cannot chmod %s: %s", path, strerror(errno));
+		if (flock(fd, LOCK_SH) < 0) {
+			(void)tessera_fail(err, errlen, "cannot lock the lease %s: %s", path, strerror(errno));
+			unlink(path);
+			close(fd);
+			goto out;
+		}
+		my_lease_fd = fd;
+		my_lease = n;
+		lease_pid = me;
+		rc = 0;
+		goto out;
+	}
+	(void)tessera_fail(err, errlen, "cannot create a lease file next to the accounting region");
+out:
+	pthread_mutex_unlock(&lease_mu);
+	return rc;
+}
+
+/* Whether no process holds the lease any more; if so, removes its file. */
+static int lease_free(pid_t pid, uint32_t lease)
+{
+	char path[300];
+	lease_path(path, sizeof(path), pid, lease);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	int free_ = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	if (free_)
+		unlink(path); /* may fail in a sticky directory; a stale file is harmless */
+	close(fd);
+	return free_;
+}
 
 /* Set once this process has found the region damaged: from then on it refuses every
  * reservation, so that a tenant cannot damage the region, allocate, and repair it. */
@@ -146,8 +241,9 @@ int tessera_region_open(const char *cgroup, const char *dir, int ngpus, struct t
 {
 	char path[256];
 	(void)ngpus;
-	snprintf(path, sizeof(path), "%s/tessera-%016llx.region", dir != NULL && dir[0] != '\0' ? dir : TESSERA_SHM_DIR,
+	snprintf(lease_prefix, sizeof(lease_prefix), "%s/tessera-%016llx", dir != NULL && dir[0] != '\0' ? dir : TESSERA_SHM_DIR,
 		 (unsigned long long)tessera_region_key(cgroup));
+	snprintf(path, sizeof(path), "%s.region", lease_prefix);
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, REGION_MODE);
 	if (fd < 0) {
 		int e = errno;
@@ -293,17 +389,29 @@ static int alive(const struct tessera_region_slot *s)
 	return st == 0 || st == s->start_time; /* 0: cannot tell, assume alive */
 }
 
-/* Frees the slots of dead processes; returns how many. Caller holds the lock. */
+/* Frees the slots of processes that are gone (exited, or this pid's image before an
+ * exec) and whose lease no process holds any more; returns how many. Caller holds the
+ * lock. */
 static int reclaim(struct tessera_region *r)
 {
 	int n = 0, hw = slots_hw(r);
+	pid_t me = getpid();
 	for (int i = 0; i < hw; i++) {
 		struct tessera_region_slot *s = &r->slots[i];
-		if (s->pid != 0 && i != my_slot && !alive(s)) {
-			tessera_log(TESSERA_LOG_INFO, "reclaiming the usage of exited process %d", s->pid);
-			memset(s, 0, sizeof(*s));
-			n++;
+		if (s->pid == 0 || i == my_slot)
+			continue;
+		int gone = s->pid == me ? s->lease != my_lease || lease_pid != me : !alive(s);
+		if (!gone)
+			continue;
+		if (!lease_free(s->pid, s->lease)) {
+			tessera_log(TESSERA_LOG_DEBUG,
+				    "keeping the usage of exited process %d: a process it forked still holds its driver descriptors",
+				    s->pid);
+			continue;
 		}
+		tessera_log(TESSERA_LOG_INFO, "reclaiming the usage of exited process %d", s->pid);
+		memset(s, 0, sizeof(*s));
+		n++;
 	}
 	return n;
 }
@@ -313,22 +421,22 @@ static int own_slot(struct tessera_region *r)
 {
 	if (my_slot >= 0 && r->slots[my_slot].pid == my_pid)
 		return my_slot;
+	char err[300];
+	if (tessera_region_hold_lease(err, sizeof(err)) < 0) {
+		tessera_log(TESSERA_LOG_ERROR, "%s", err);
+		return -1;
+	}
 	pid_t me = getpid();
 	uint64_t st = start_time_of(me);
 	int free_slot = -1;
 	for (int pass = 0; pass < 2 && free_slot < 0; pass++) {
 		int hw = slots_hw(r);
 		int end = hw < REGION_SLOTS ? hw + 1 : REGION_SLOTS;
-		for (int i = 0; i < end; i++) {
-			struct tessera_region_slot *s = &r->slots[i];
-			if (s->pid == me) {
-				/* Left by this pid before an exec: that image's memory is gone. */
+		/* A slot this pid left before an exec is not reused here: a child of that image
+		 * may still hold its descriptors (reclaim gives it back once its lease is free). */
+		for (int i = 0; i < end && free_slot < 0; i++)
+			if (r->slots[i].pid == 0)
 				free_slot = i;
-				break;
-			}
-			if (s->pid == 0 && free_slot < 0)
-				free_slot = i;
-		}
 		if (free_slot < 0 && pass == 0 && reclaim(r) == 0)
 			break;
 	}
@@ -337,6 +445,7 @@ static int own_slot(struct tessera_region *r)
 	memset(&r->slots[free_slot], 0, sizeof(struct tessera_region_slot));
 	r->slots[free_slot].pid = me;
 	r->slots[free_slot].start_time = st;
+	r->slots[free_slot].lease = my_lease;
 	if (free_slot >= r->slots_hw) {
 		r->slots_hw = free_slot + 1;
 		seal(r);
@@ -425,9 +534,16 @@ uint64_t tessera_region_used(struct tessera_region *r, int gpu)
 
 void tessera_region_forget_process(struct tessera_region *r)
 {
-	if (my_slot < 0 || lock(r) != 0)
+	pid_t me = getpid();
+	if (my_lease_fd < 0 || lease_pid != me)
+		return; /* no lease of its own, so no slot either */
+	close(my_lease_fd);
+	my_lease_fd = -1;
+	if (lock(r) != 0)
 		return;
-	if (r->slots[my_slot].pid == getpid())
+	/* With its own descriptor closed, the lease is free unless a process it forked (or
+	 * cloned) still holds it: then the slot stays, for reclaim once that one is gone. */
+	if (lease_free(me, my_lease) && my_slot >= 0 && r->slots[my_slot].pid == me && r->slots[my_slot].lease == my_lease)
 		memset(&r->slots[my_slot], 0, sizeof(struct tessera_region_slot));
 	my_slot = -1;
 	unlock(r);
@@ -437,6 +553,12 @@ void tessera_region_after_fork(void)
 {
 	my_slot = -1;
 	my_pid = 0;
+	/* The parent's lease stays open in the child, as the driver's descriptors do; the
+	 * child takes a lease of its own when it first needs one. */
+	pthread_mutex_init(&lease_mu, NULL);
+	my_lease_fd = -1;
+	my_lease = 0;
+	lease_pid = 0;
 }
 
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu)

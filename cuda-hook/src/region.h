@@ -21,7 +21,9 @@
 #include "tessera_cuda.h"
 
 #define TESSERA_REGION_MAGIC 0x3141534553534554ULL /* "TESSERA1", little-endian */
-#define TESSERA_REGION_VERSION 4
+/* 5: a slot names its process's lease (region.c), and a dead process's slot is given
+ * back only once its lease is free; a version-4 hook would give it back at once. */
+#define TESSERA_REGION_VERSION 5
 #define TESSERA_REGION_SLOTS 256
 /* No process can hold more than this on one GPU (api.MaxMemoryMiB); a slot that says
  * more is damaged. It also keeps the sum of all slots far from overflowing. */
@@ -43,7 +45,7 @@ struct tessera_shared_pacer {
 /* One process's usage. */
 struct tessera_region_slot {
 	int32_t pid;
-	uint32_t pad;
+	uint32_t lease; /* its lease file's number (region.c); never 0 in a taken slot */
 	uint64_t start_time; /* /proc/<pid>/stat starttime: tells a reused pid apart */
 	uint64_t used[TESSERA_MAX_GPUS];
 };
@@ -122,6 +124,12 @@ CUresult tessera_region_reserve(struct tessera_region *r, int gpu, uint64_t byte
 void tessera_region_release(struct tessera_region *r, int gpu, uint64_t bytes);
 /* The container's usage of GPU gpu; UINT64_MAX when the region is damaged. */
 uint64_t tessera_region_used(struct tessera_region *r, int gpu);
+/* Makes this process hold a lease of its own (region.c), if it does not yet: before
+ * the driver opens its descriptors, so that every process that later shares them
+ * holds the lease too. Returns 0, or -1 with err set. */
+int tessera_region_hold_lease(char *err, size_t errlen);
+/* At exit: gives this process's usage back, unless a process it forked still holds its
+ * lease (and with it the driver's descriptors). */
 void tessera_region_forget_process(struct tessera_region *r);
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu);
 void tessera_region_after_fork(void);

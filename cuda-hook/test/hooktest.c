@@ -42,8 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1087,75 +1089,121 @@ static int fork_main(int argc, char **argv)
 	return 0;
 }
 
-/* ---- orphan: a dead process's memory is not kept alive by its child ------------- */
+/* ---- orphan: a dead process's memory stays counted while its child holds it ----- */
 
-/* The generations: each allocates mib through the hook (the one before it, which held
- * as much, has exited and been reaped: the hook must have given its usage back),
- * checks what the container's processes hold together, forks the next generation,
- * which keeps the inherited driver state and nothing else, and exits without freeing
- * anything. */
-__attribute__((noreturn)) static void orphan_generations(int n, uint64_t mib, uint64_t limit)
+/* A new process of the container allocates mib through the hook, makes a holder that
+ * keeps the inherited driver descriptors and does nothing else, sends the holder's pid
+ * and exits without freeing anything. Odd generations fork the holder and leave
+ * through _exit (no exit handlers); even ones make it with a raw clone system call,
+ * which runs no atfork handler, and leave through exit (the hook's exit handler). */
+__attribute__((noreturn)) static void orphan_allocator(int gen, uint64_t mib, const int info[2], const int release[2])
 {
-	scenario = "orphan (generation)";
-	pid_t before = 0;
-	for (int left = n;; left--) {
-		if (before != 0) {
-			for (int i = 0; i < 2000 && !(kill(before, 0) < 0 && errno == ESRCH); i++)
-				usleep(5000);
-			CHECK(kill(before, 0) < 0 && errno == ESRCH, "the generation before never went away");
-		}
-		CUdevice d = setup();
-		CUdeviceptr p;
-		CUresult rc = cuMemAlloc_v2(&p, mib);
-		CHECK(rc == CUDA_SUCCESS,
-		      "%d generations to go: allocating %llu MiB gave %d (the exited generation's usage was not given back)",
-		      left, (unsigned long long)(mib / MIB), rc);
-		struct fake_cuda_stats s = stats();
-		CHECK(s.all_used[d] <= limit && s.all_peak[d] <= limit,
-		      "the container's processes hold %llu MiB (at most %llu at once), over its %llu MiB grant",
-		      (unsigned long long)(s.all_used[d] / MIB), (unsigned long long)(s.all_peak[d] / MIB),
-		      (unsigned long long)(limit / MIB));
-		if (left == 1)
-			_exit(0);
-		before = getpid();
-		pid_t c = fork();
-		CHECK(c >= 0, "fork failed");
-		if (c != 0)
-			_exit(0); /* no free, no exit handlers: only the driver's cleanup and the hook's reclaim */
+	scenario = "orphan (allocator)";
+	/* Only the test writes release: a holder sees its end when the test goes. */
+	close(info[0]);
+	close(release[1]);
+	int info_fd = info[1], release_fd = release[0];
+	setup();
+	CUdeviceptr p;
+	CUresult rc = cuMemAlloc_v2(&p, mib);
+	CHECK(rc == CUDA_SUCCESS,
+	      "generation %d: allocating %llu MiB gave %d (the usage of the generation before was not given back after its holder exited)",
+	      gen, (unsigned long long)(mib / MIB), rc);
+	pid_t h = gen % 2 ? fork() : (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+	CHECK(h >= 0, "making the holder failed");
+	if (h == 0) {
+		char c;
+		_exit(read(release_fd, &c, 1) == 1 ? 0 : 2);
 	}
+	CHECK(write(info_fd, &h, sizeof(h)) == sizeof(h), "cannot send the holder's pid");
+	if (gen % 2)
+		_exit(0);
+	exit(0);
 }
 
-/* orphan <generations> <mib> <limit-mib>: a process allocates, forks a child that
- * keeps the inherited driver state, and exits; the child does the same, and so on.
- * With FAKE_CUDA_TALLY the fake driver counts what every process holds, and drops what
- * a process held once it has exited, as the real driver does: the container must never
- * hold more than its grant at once (had the driver kept a dead process's memory while
- * its child lived, the generations would have held n x mib). This process reaps them
- * all (a subreaper) and reads the tally last. */
+/* A new process of the container asks for mib (with a context of its own): 0 when it
+ * got it, 1 when the hook refused it (CUDA_ERROR_OUT_OF_MEMORY at the context or the
+ * allocation), 3 on any other error. */
+static int orphan_probe(uint64_t mib)
+{
+	pid_t c = fork();
+	CHECK(c >= 0, "fork failed");
+	if (c == 0) {
+		CUdevice d;
+		CUcontext ctx;
+		CUdeviceptr p;
+		if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS)
+			_exit(3);
+		CUresult rc = cuDevicePrimaryCtxRetain(&ctx, d);
+		if (rc == CUDA_SUCCESS && (rc = cuCtxSetCurrent(ctx)) == CUDA_SUCCESS)
+			rc = cuMemAlloc_v2(&p, mib);
+		_exit(rc == CUDA_SUCCESS ? 0 : rc == CUDA_ERROR_OUT_OF_MEMORY ? 1 : 3);
+	}
+	int st;
+	CHECK(waitpid(c, &st, 0) == c && WIFEXITED(st), "the probe did not exit");
+	return WEXITSTATUS(st);
+}
+
+/* orphan <generations> <mib> <limit-mib>: the fork-orphan attack, generation after
+ * generation. Each generation is a new process that allocates mib, leaves a holder of
+ * its driver descriptors and exits; while the holder lives, a new process of the
+ * container must be refused (the driver still holds the dead process's memory: the
+ * hook must keep it counted); once the holder has exited, a new process must get mib
+ * (the usage is given back), and so must the next generation. Choose mib so that two
+ * processes holding it (with their contexts) exceed the grant and one fits.
+ *
+ * This process (a subreaper, with no CUDA of its own) reaps them all. On the fake
+ * driver with FAKE_CUDA_TALLY, which keeps a dead process's memory while its
+ * descriptors are held, it also checks that the memory was held while the holder
+ * lived and that the container never held more than its grant at once. */
 static int orphan_main(int argc, char **argv)
 {
-	CHECK(argc == 5 && getenv("FAKE_CUDA_TALLY") != NULL, "usage: FAKE_CUDA_TALLY=<file> orphan <generations> <mib> <limit-mib>");
+	CHECK(argc == 5, "usage: orphan <generations> <mib> <limit-mib>");
 	int n = atoi(argv[2]);
 	uint64_t mib = strtoull(argv[3], NULL, 10) * MIB, limit = strtoull(argv[4], NULL, 10) * MIB;
-	CHECK(n >= 2 && mib > limit / 2 && mib <= limit, "want 2 or more generations of more than half the grant each");
+	CHECK(n >= 2 && mib > 0 && mib <= limit, "want 2 or more generations of at most the grant each");
 	CHECK(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "cannot become a subreaper");
-	pid_t first = fork();
-	CHECK(first >= 0, "fork failed");
-	if (first == 0)
-		orphan_generations(n, mib, limit);
-	int reaped = 0, st;
-	pid_t w;
-	while ((w = waitpid(-1, &st, 0)) > 0) {
-		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "generation %d (pid %d) failed", reaped + 1, (int)w);
-		reaped++;
+	int tally = getenv("FAKE_CUDA_TALLY") != NULL && dlsym(libcuda(), "fake_cuda_stats") != NULL;
+	for (int g = 1; g <= n; g++) {
+		int info[2], release[2], st;
+		CHECK(pipe(info) == 0 && pipe(release) == 0, "pipe failed");
+		pid_t a = fork();
+		CHECK(a >= 0, "fork failed");
+		if (a == 0)
+			orphan_allocator(g, mib, info, release);
+		close(info[1]);
+		close(release[0]);
+		pid_t holder;
+		CHECK(read(info[0], &holder, sizeof(holder)) == sizeof(holder), "generation %d failed before its holder", g);
+		CHECK(waitpid(a, &st, 0) == a && WIFEXITED(st) && WEXITSTATUS(st) == 0, "generation %d's allocator failed", g);
+		const char *how = g % 2 ? "forked" : "raw-cloned";
+		if (tally) {
+			struct fake_cuda_stats s = stats();
+			CHECK(s.all_used[0] >= mib, "generation %d: the fake driver freed the dead allocator's memory while its %s holder lived", g, how);
+		}
+		int rc = orphan_probe(mib);
+		CHECK(rc == 1, "generation %d: a new process %s %llu MiB while the dead allocator's %s holder kept its memory on the GPU (grant %llu MiB)",
+		      g, rc == 0 ? "got" : "failed (not refused) asking for", (unsigned long long)(mib / MIB), how,
+		      (unsigned long long)(limit / MIB));
+		CHECK(write(release[1], "x", 1) == 1, "cannot release the holder");
+		CHECK(waitpid(holder, &st, 0) == holder && WIFEXITED(st) && WEXITSTATUS(st) == 0, "generation %d's holder failed", g);
+		close(info[0]);
+		close(release[1]);
+		rc = orphan_probe(mib);
+		CHECK(rc == 0, "generation %d: a new process was %s %llu MiB after the %s holder exited (the usage was not given back)", g,
+		      rc == 1 ? "refused" : "failed asking for", (unsigned long long)(mib / MIB), how);
 	}
-	CHECK(reaped == n, "%d generations ran, want %d", reaped, n);
-	struct fake_cuda_stats s = stats();
-	CHECK(s.all_peak[0] <= limit, "the generations held %llu MiB at once, over the %llu MiB grant",
-	      (unsigned long long)(s.all_peak[0] / MIB), (unsigned long long)(limit / MIB));
-	CHECK(s.all_used[0] == 0, "%llu MiB still held after every generation exited", (unsigned long long)(s.all_used[0] / MIB));
-	printf("ok orphan: %d generations of %s MiB, at most %llu MiB held at once under %s MiB\n", n, argv[3],
-	       (unsigned long long)(s.all_peak[0] / MIB), argv[4]);
+	if (tally) {
+		struct fake_cuda_stats s = stats();
+		CHECK(s.all_peak[0] <= limit, "the generations held %llu MiB at once, over the %llu MiB grant",
+		      (unsigned long long)(s.all_peak[0] / MIB), (unsigned long long)(limit / MIB));
+		CHECK(s.all_used[0] == 0, "%llu MiB still held after every process exited", (unsigned long long)(s.all_used[0] / MIB));
+		printf("ok orphan: %d generations of %s MiB, each refused to a new process while its holder lived and given back after; "
+		       "at most %llu MiB held at once under %s MiB\n",
+		       n, argv[3], (unsigned long long)(s.all_peak[0] / MIB), argv[4]);
+	} else
+		printf("ok orphan: %d generations of %s MiB under %s MiB, each refused to a new process while its holder lived and given back after\n",
+		       n, argv[3], argv[4]);
 	return 0;
 }
 

@@ -184,15 +184,17 @@ reset
 limits 32 "$U1 1024 0 0"
 t fork 1024 32
 
-echo "== $variant: a forked child holding the driver's descriptors never keeps a dead process's memory counted"
-# Three generations of 900 MiB under a 1024 MiB grant, each allocating, forking and
-# exiting without freeing: the hook gives an exited process's usage back, which is
-# right only because the driver frees a dead process's memory (gpu/orphan.c checks
-# that on a GPU); the fake driver does the same, and the container never holds more
-# than its grant (a driver that kept the memory would have held 2700 MiB).
+echo "== $variant: a dead process's memory stays counted while a child holds its driver descriptors"
+# The fork-orphan attack: a new process allocates 900 MiB under a 1024 MiB grant,
+# makes a holder that keeps the driver's descriptors (fork, or a raw clone that runs no
+# atfork handler) and exits. The driver keeps the memory while the holder lives (on an
+# H200, gpu/orphan.c; the fake driver models it), so a new process must be refused
+# then and get the memory once the holder has exited; three generations, and the
+# container never holds more than its grant (giving the usage back at the allocator's
+# exit held 1800 MiB at once).
 reset
 limits 32 "$U1 1024 0 0"
-rm -f "$ROOT/tally"
+rm -f "$ROOT/tally"*
 FAKE_CUDA_TALLY=$ROOT/tally t orphan 3 900 1024
 
 echo "== $variant: threads and processes racing for one limit"

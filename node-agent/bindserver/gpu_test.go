@@ -158,8 +158,15 @@ func TestFallbackRealGPU(t *testing.T) {
 		}
 		defer os.Remove(binding.PreloadPath)
 	}
-	if err := os.MkdirAll(api.ContainerLimitsDir, 0o755); err != nil {
-		t.Fatal(err)
+	// The container's limits directory is a mount point inside each test container;
+	// on the host it must not outlive the test: the hook takes a /run/tessera it finds
+	// for a Tessera container's and refuses CUDA without limits there (the hook's GPU
+	// suite run after this test on the same machine would fail every check).
+	if _, err := os.Stat(api.ContainerLimitsDir); os.IsNotExist(err) {
+		if err := os.MkdirAll(api.ContainerLimitsDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(api.ContainerLimitsDir)
 	}
 	const script = `mount --bind -o ro "$1" /run/tessera && mount -o remount,bind,ro /run/tessera && mount --bind "$2" /etc/ld.so.preload && shift 2 && ` +
 		`test ! -e /run/tessera/limits && exec "$@"`
