@@ -73,6 +73,13 @@ import (
 // soon as one does (docs/cuda-hook.md, "Work-conserving"). A hook that predates it
 // rejects the file as well.
 
+// The charge models of the hook's pacer: the node agent's --pacing-charge, and the
+// limits file's charge line (ContainerLimits.ChargeKernel) for PacingChargeKernel.
+const (
+	PacingChargeClass  = "class"
+	PacingChargeKernel = "kernel"
+)
+
 // LimitsVersion is the version of the limits file this package writes and reads.
 const LimitsVersion = 1
 

@@ -106,6 +106,12 @@ static int64_t last_at_ns[2];
  * whose entry another holds (a collision; the other sampled in the last KT_STALE_NS)
  * is charged its class's estimate; one whose entry is empty has its next launch
  * sampled, so that it is charged its own time from its first sample on. */
+/* The limits file's charge line (limits.h), set at setup: per-kernel charges, their
+ * gain and the measurement of bursts of two streams only with it; without it every
+ * launch is charged its class's estimate (the class estimator), and a burst on more
+ * than one stream is not measured. */
+static int charge_kernel;
+
 #define KT_BITS 9
 #define KT_SIZE (1 << KT_BITS)
 #define KT_NS_BITS 40
@@ -760,6 +766,7 @@ static void share_apply(struct tessera_pacer *p, int64_t now)
 void tessera_pacing_setup(void)
 {
 	int paced = 0, last = -1;
+	charge_kernel = tessera.limits.charge_kernel;
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
@@ -968,7 +975,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		 * are measured (X after the last launch on the one F is not on), more are not. */
 		uintptr_t o = atomic_exchange(&p->other_stream, 0), a = (uintptr_t)p->burst_stream + 1,
 			  fs = (uintptr_t)stream + 1, x = fs != a ? a : o;
-		p->f_other = o == TESSERA_OTHER_MANY || (fs != a && o != 0 && o != fs);
+		p->f_other = charge_kernel ? o == TESSERA_OTHER_MANY || (fs != a && o != 0 && o != fs) : o != 0 || fs != a;
 		p->f_x_stream = 0;
 		uintptr_t xp = p->xp_stream;
 		p->xp_stream = 0; /* a start mark for the next burst only */
@@ -1316,7 +1323,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * by bursts whose every launch was charged its entry (a program's first bursts
 	 * charge its kernels their class's estimate until their entries are sampled, and
 	 * ran well under or over their charge whatever the entries). */
-	for (int cls = 0; cls < 2 && !p->f_class; cls++) {
+	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class; cls++) {
 		int64_t g = (int64_t)((double)atomic_load(&kt_gain[cls]) * f);
 		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
 		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down)
@@ -1567,9 +1574,11 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	t->p = p;
 	int64_t cost = -1;
-	/* The launch's own estimate where its kernel has an entry (times its class's
-	 * gain); an empty entry has the launch sampled, so that a kernel is charged its
-	 * own time from its first sample. */
+	/* With the charge line, the launch's own estimate where its kernel has an entry
+	 * (times its class's gain); an empty entry has the launch sampled, so that a
+	 * kernel is charged its own time from its first sample. Without it, its class's. */
+	if (!charge_kernel)
+		key = 0;
 	if (key != 0) {
 		uint64_t h = kt_hash(key);
 		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
@@ -1580,7 +1589,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	if (cost < 0) {
 		cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
-		if (!atomic_load_explicit(&p->class_charged, memory_order_relaxed))
+		if (charge_kernel && !atomic_load_explicit(&p->class_charged, memory_order_relaxed))
 			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 	}
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
@@ -1590,7 +1599,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		uintptr_t o = atomic_load_explicit(&p->other_stream, memory_order_relaxed);
 		if (o == 0 && atomic_compare_exchange_strong(&p->other_stream, &o, (uintptr_t)stream + 1))
 			;
-		else if (o != (uintptr_t)stream + 1 && o != TESSERA_OTHER_MANY)
+		else if (charge_kernel && o != (uintptr_t)stream + 1 && o != TESSERA_OTHER_MANY)
 			atomic_store_explicit(&p->other_stream, TESSERA_OTHER_MANY, memory_order_relaxed);
 	}
 	/* No locked instruction on most launches: after the driver has written a launch
@@ -1610,11 +1619,13 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 			local_left = have + take - cost;
 			local_pacer = s;
 		} else {
-			/* The credit the thread held goes back with the take: it was charged and
-			 * not launched, and a burst charged for it reads under its charge, which
-			 * moved the per-kernel gain down (steps of 20 us kernels and a 1 ms one
-			 * with a 10 us launch latency at cap 25 in the fake driver: gain 0.915 and
-			 * 26.5 %, now 0.945 and 25.8 %). */
+			/* With the charge line, the credit the thread held goes back with the
+			 * take: it was charged and not launched, and a burst charged for it
+			 * reads under its charge, which moved the per-kernel gain down (steps of
+			 * 20 us kernels and a 1 ms one with a 10 us launch latency at cap 25 in
+			 * the fake driver: gain 0.915 and 26.5 %, now 0.945 and 25.8 %). */
+			if (!charge_kernel)
+				have = 0; /* the class estimator gives it up: it was charged already */
 			atomic_fetch_add_explicit(&s->tokens, take + have, memory_order_relaxed);
 			if (have > 0) {
 				atomic_fetch_sub_explicit(&charged_ns, have, memory_order_relaxed);
