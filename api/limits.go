@@ -30,6 +30,8 @@ import (
 //	  cgroup <path>                     absolute, at most 4096 bytes
 //	  context-mib <n>                   0..65536
 //	  region <directory>                optional, at most once, before the gpu lines
+//	  charge kernel                     optional, at most once, after any region line,
+//	                                    before the gpu lines
 //	  gpu <uuid> <memory-mib> <cores> <phase>   1 to 64 lines, one per GPU
 //	  mps <percent> <pipe-directory>    optional, at most once, after the gpu lines
 //	  work-conserving                   optional, at most once, after the gpu lines;
@@ -58,10 +60,25 @@ import (
 // can reach (an MPS client's /dev/shm is its GPU's MPS server's, shared by every
 // client). A hook that predates the line rejects the file, and with it CUDA.
 //
+// A charge line chooses how the hook's pacer charges a kernel launch against the
+// container's cores (docs/cuda-hook.md, "Charge models"): without it, each launch is
+// charged its class's estimate (the class estimator); with "charge kernel", each
+// launch is charged its own kernel's estimate times its class's gain. The node agent
+// writes it from its --pacing-charge flag, for every container of the node, so that a
+// tenant cannot choose. A file without it means the same to every hook; a hook that
+// predates the line rejects a file that has it, and with it CUDA.
+//
 // A work-conserving line lets the container's kernels use the GPU's time beyond its
 // cores while no other context on the GPU has work, and holds them to cores again as
 // soon as one does (docs/cuda-hook.md, "Work-conserving"). A hook that predates it
 // rejects the file as well.
+
+// The charge models of the hook's pacer: the node agent's --pacing-charge, and the
+// limits file's charge line (ContainerLimits.ChargeKernel) for PacingChargeKernel.
+const (
+	PacingChargeClass  = "class"
+	PacingChargeKernel = "kernel"
+)
 
 // LimitsVersion is the version of the limits file this package writes and reads.
 const LimitsVersion = 1
@@ -151,6 +168,9 @@ type ContainerLimits struct {
 	// RegionDir is the directory, as the container sees it, of its accounting
 	// region; "" for the hook's default (/dev/shm).
 	RegionDir string
+	// ChargeKernel charges each kernel launch its own kernel's estimate (the charge
+	// line); false for the class estimator.
+	ChargeKernel bool
 	// GPUs are the container's GPUs, in the order the container sees them.
 	GPUs []GPULimit
 	// MPS is set when the container is an MPS client; nil otherwise.
@@ -379,6 +399,9 @@ func EncodeLimits(l *ContainerLimits) ([]byte, error) {
 	if l.RegionDir != "" {
 		fmt.Fprintf(&b, "region %s\n", l.RegionDir)
 	}
+	if l.ChargeKernel {
+		b.WriteString("charge kernel\n")
+	}
 	for _, g := range l.GPUs {
 		fmt.Fprintf(&b, "gpu %s %d %d %d\n", g.UUID, g.MemoryMiB, g.Cores, g.Phase)
 	}
@@ -469,10 +492,21 @@ func DecodeLimits(data []byte) (*ContainerLimits, error) {
 			if l.RegionDir != "" {
 				return nil, fmt.Errorf("limits: line %d: a second region line", ln)
 			}
+			if l.ChargeKernel {
+				return nil, fmt.Errorf("limits: line %d: the region line must come before the charge line", ln)
+			}
 			if err := checkRegionDir(f[1]); err != nil {
 				return nil, fmt.Errorf("limits: line %d: %w", ln, err)
 			}
 			l.RegionDir = f[1]
+		case f[0] == "charge" && len(l.GPUs) == 0:
+			if len(f) != 2 || f[1] != "kernel" {
+				return nil, fmt.Errorf("limits: line %d: want \"charge kernel\"", ln)
+			}
+			if l.ChargeKernel {
+				return nil, fmt.Errorf("limits: line %d: a second charge line", ln)
+			}
+			l.ChargeKernel = true
 		case f[0] == "work-conserving" && len(l.GPUs) > 0:
 			if len(f) != 1 {
 				return nil, fmt.Errorf("limits: line %d: want \"work-conserving\" alone", ln)

@@ -75,6 +75,8 @@ func TestDecodeLimitsErrorsNameTheProblem(t *testing.T) {
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nwork-conserving\ngpu H 1 0 0\n", "line 6: nothing may follow the mps or work-conserving line"},
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 30 0\nwork-conserving 1\n", "line 5: want \"work-conserving\" alone"},
 		{"version 1\ncgroup /a\ncontext-mib 0\ngpu G 1 0 0\nmps 0 /p\n", "line 5: mps percent 0"},
+		{"version 1\ncgroup /a\ncontext-mib 0\ncharge class\ngpu G 1 0 0\n", "line 4: want \"charge kernel\""},
+		{"version 1\ncgroup /a\ncontext-mib 0\ncharge kernel\nregion /r\ngpu G 1 0 0\n", "line 5: the region line must come before the charge line"},
 	} {
 		_, err := DecodeLimits([]byte(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -121,6 +123,18 @@ func TestWorkConservingLimitsRoundTrip(t *testing.T) {
 	l.MPS = &MPSLimit{ThreadPercent: 30, PipeDir: "/run/tessera-mps"}
 	if _, err := EncodeLimits(l); err == nil || !strings.Contains(err.Error(), "work-conserving with an mps line") {
 		t.Errorf("EncodeLimits work-conserving with mps: %v", err)
+	}
+}
+
+func TestChargeKernelLimitsRoundTrip(t *testing.T) {
+	l := &ContainerLimits{Cgroup: "/a", ContextMiB: 576, RegionDir: "/run/tessera-region", ChargeKernel: true,
+		GPUs: []GPULimit{{UUID: "GPU-1", MemoryMiB: 20480, Cores: 30}}}
+	roundTripEndsWith(t, l, "region /run/tessera-region\ncharge kernel\ngpu GPU-1 20480 30 0\n")
+	// The class estimator is the absence of the line: a file any hook reads.
+	l.ChargeKernel = false
+	b, err := EncodeLimits(l)
+	if err != nil || strings.Contains(string(b), "charge") {
+		t.Errorf("EncodeLimits without ChargeKernel = %q, %v; want no charge line", b, err)
 	}
 }
 

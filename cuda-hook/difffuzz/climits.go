@@ -35,7 +35,7 @@ func ParseLimits(p unsafe.Pointer, n int) (*api.ContainerLimits, error) {
 		return nil, errors.New(C.GoString(&msg[0]))
 	}
 	l := &api.ContainerLimits{Cgroup: C.GoString(&out.cgroup[0]), ContextMiB: int64(out.context_mib),
-		RegionDir: C.GoString(&out.region_dir[0])}
+		RegionDir: C.GoString(&out.region_dir[0]), ChargeKernel: out.charge_kernel != 0}
 	for i := 0; i < int(out.ngpus); i++ {
 		g := &out.gpus[i]
 		l.GPUs = append(l.GPUs, api.GPULimit{
@@ -65,6 +65,9 @@ func FormatLimits(l *api.ContainerLimits) ([]byte, error) {
 		return nil, errors.New("region directory does not fit the C struct")
 	}
 	copyString(in.region_dir[:], l.RegionDir)
+	if l.ChargeKernel {
+		in.charge_kernel = 1
+	}
 	in.context_mib = C.uint64_t(l.ContextMiB)
 	in.ngpus = C.int(len(l.GPUs))
 	for i, g := range l.GPUs {

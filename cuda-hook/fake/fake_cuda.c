@@ -175,6 +175,18 @@ static int64_t other_start_ns, other_len_ns, other_period_ns;
  * GPU's does (about 1 us on an H200): a launch sample, bracketed by two events, then
  * reads more than the kernel takes back to back. Not in the shared GPU. */
 static int64_t event_ns;
+/* FAKE_CUDA_LAUNCH_NS=<ns>: a kernel launched onto an idle queue starts this long after
+ * its launch returns, as a real GPU's does (its launch latency): a launch sample on an
+ * idle stream then reads the latency too, which is not the kernel's GPU time. Not in
+ * the shared GPU. */
+static int64_t launch_ns;
+/* FAKE_CUDA_STREAMS=1: a made stream that launches run on is a queue of its own, run
+ * at once with the default stream's and the others' (each kernel at its full length,
+ * as kernels that leave each other room do), so that kernels of two streams overlap;
+ * the GPU's busy time (busy_ns) counts their overlap once. Not in the shared GPU. */
+static int streams_mode;
+static int64_t union_end_ns; /* the end of the busy time counted so far */
+static int64_t all_until_ns; /* when every queue has run what it holds */
 /* FAKE_CUDA_SLOW_SIDE_RECORD=<n>: every n-th event recorded on a made stream returns
  * 1 ms after it was recorded, as a call whose thread was descheduled does. */
 static long slow_side_every;
@@ -239,6 +251,9 @@ __attribute__((constructor)) static void setup(void)
 	}
 	if ((s = getenv("FAKE_CUDA_EVENT_NS")) && atoll(s) > 0)
 		event_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_LAUNCH_NS")) && atoll(s) > 0)
+		launch_ns = atoll(s);
+	streams_mode = (s = getenv("FAKE_CUDA_STREAMS")) && atoi(s) > 0;
 	if ((s = getenv("FAKE_CUDA_SLOW_SIDE_RECORD")) && atol(s) > 0)
 		slow_side_every = atol(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
@@ -968,7 +983,9 @@ static int64_t gpu_advance(int64_t t, int64_t work_ns)
 }
 
 static void capture_us(uint64_t us);
-static CUresult run(uint64_t us)
+static int64_t *stream_queue(CUstream s, int launch);
+/* Runs a kernel of us on stream s's queue (the default one but with FAKE_CUDA_STREAMS). */
+static CUresult run_on(uint64_t us, CUstream s)
 {
 	if (current < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -985,23 +1002,35 @@ static CUresult run(uint64_t us)
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&mu);
+	int64_t *q = stream_queue(s, 1);
 	int64_t now = now_ns();
 	/* A real driver blocks a launch when its queue is full; model a queue that holds
 	 * 50 ms of work. */
-	while (busy_until_ns > now + 50000000LL) {
-		int64_t wait = busy_until_ns - 50000000LL;
+	while (*q > now + 50000000LL) {
+		int64_t wait = *q - 50000000LL;
 		pthread_mutex_unlock(&mu);
 		struct timespec ts = {.tv_sec = wait / 1000000000LL, .tv_nsec = wait % 1000000000LL};
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 		pthread_mutex_lock(&mu);
 		now = now_ns();
 	}
-	int64_t start = busy_until_ns > now ? busy_until_ns : now;
-	busy_until_ns = gpu_advance(start, (int64_t)us * 1000);
-	busy_ns += us * 1000;
+	int64_t start = *q > now ? *q : now + launch_ns;
+	*q = gpu_advance(start, (int64_t)us * 1000);
+	if (streams_mode) {
+		int64_t from = start > union_end_ns ? start : union_end_ns;
+		busy_ns += *q > from ? (uint64_t)(*q - from) : 0;
+		union_end_ns = *q > union_end_ns ? *q : union_end_ns;
+		all_until_ns = *q > all_until_ns ? *q : all_until_ns;
+	} else {
+		busy_ns += us * 1000;
+	}
 	launches++;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+static CUresult run(uint64_t us)
+{
+	return run_on(us, NULL);
 }
 
 /* FAKE_CUDA_SHARED_GPU=<file>: the processes naming one file share one simulated GPU
@@ -1295,11 +1324,22 @@ struct fstream {
 	unsigned flags;
 	CUcontext ctx; /* the context current when it was made */
 	int queued;    /* launches ran on it (a multi-device launch's entries): it is the queue */
+	int64_t until; /* FAKE_CUDA_STREAMS: when its own queue has run what it holds */
 };
 static int made_stream(CUstream s)
 {
 	struct fstream *f = (struct fstream *)s;
 	return f != NULL && (uintptr_t)f > 0x10000 && f->magic == STREAM_MAGIC;
+}
+/* The queue of s (caller holds mu); with FAKE_CUDA_STREAMS a made stream's own, which
+ * is no side stream once a launch has run on it. */
+static int64_t *stream_queue(CUstream s, int launch)
+{
+	if (!streams_mode || !made_stream(s))
+		return &busy_until_ns;
+	if (launch)
+		((struct fstream *)s)->queued = 1;
+	return &((struct fstream *)s)->until;
 }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 {
@@ -1363,9 +1403,10 @@ static CUresult event_record(CUevent e, CUstream s)
 		pthread_mutex_unlock(&mu);
 		return CUDA_SUCCESS;
 	}
-	v->at_ns = gpu_advance(busy_until_ns > now ? busy_until_ns : now, event_ns);
+	int64_t *q = stream_queue(s, 0);
+	v->at_ns = gpu_advance(*q > now ? *q : now, event_ns);
 	if (event_ns > 0)
-		busy_until_ns = v->at_ns;
+		*q = v->at_ns;
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
@@ -1444,8 +1485,8 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			unsigned shm, CUstream s, void **p, void **e)
 {
-	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)s, (void)p, (void)e;
-	return run(gx);
+	(void)f, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)p, (void)e;
+	return run_on(gx, s);
 }
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			     unsigned bz, unsigned shm, CUstream s, void **p, void **e)
@@ -1887,7 +1928,7 @@ CUresult cuCtxSynchronize(void)
 		pthread_mutex_unlock(&mu);
 		return (CUresult)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
-	int64_t until = busy_until_ns;
+	int64_t until = busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns;
 	/* Pools with release threshold 0 give their cache back at a synchronize. */
 	for (int d = 0; d < MAXDEV; d++) {
 		used[d] -= pool_cached[d];

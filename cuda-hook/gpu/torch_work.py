@@ -7,6 +7,24 @@ Workloads, run one after the other in this process:
             per kernel on an H200)
     mlp     a launch-bound training loop: a small MLP (3 layers of 512, batch 64),
             Adam, loss.item() every step
+    attn    a transformer's attention training step: scaled_dot_product_attention
+            (flash kernels, bf16, causal, batch 8 x 16 heads x 2048 x 64) forward
+            and backward, loss.item() every step: a few long kernels among short ones
+    convnet a small mixed-precision convnet training step (batch 32, 3 x 64 x 64,
+            autocast fp16, GradScaler, SGD), loss.item() every step
+    llm     LLM-inference-like work: a prefill of 1024 tokens through 4 layers of
+            1024 (long matmuls and attention), then 32 decode steps of one token
+            against the cached keys and values (many short kernels), per step
+    graphmix a CUDA graph of an MLP's forward replayed, then eager launches on its
+            output (a loss, a backward of a small head, an update), per step
+    streams two streams at once, 2048^2 bf16 matmuls on one and elementwise work
+            on the other, joined every step
+
+TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fraction (busy=<pct>):
+kernel time over wall time from torch.profiler's kernel events over a further second
+of steps (kernels of several streams that overlap counted once), what the GPU time a
+cap gives the workload is measured against. The profiler slows launches, also those of
+the workloads after it in the same process: measure rates in a process without it.
 
 For each, prints "<workload> rate=<steps per second>" over <seconds> after a warm-up,
 from a synchronize to a synchronize, the process's CPU time per step (cpu_us, all its
@@ -108,12 +126,170 @@ def mlp():
     return step
 
 
+def attn():
+    torch.manual_seed(0)
+    shape = (8, 16, 2048, 64)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        loss = out.float().square().mean()
+        loss.backward()
+        loss.item()
+
+    return step
+
+
+def convnet():
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(128, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.cuda.amp.GradScaler()
+    x = torch.randn(32, 3, 64, 64, device="cuda")
+    y = torch.randint(0, 10, (32,), device="cuda")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        loss.item()
+
+    return step
+
+
+def llm():
+    torch.manual_seed(0)
+    d, heads, layers, batch, prompt, decode = 1024, 16, 4, 4, 1024, 32
+    hd = d // heads
+    w = [(torch.randn(d, 3 * d, device="cuda", dtype=torch.bfloat16) * 0.02,
+          torch.randn(d, d, device="cuda", dtype=torch.bfloat16) * 0.02,
+          torch.randn(d, 4 * d, device="cuda", dtype=torch.bfloat16) * 0.02,
+          torch.randn(4 * d, d, device="cuda", dtype=torch.bfloat16) * 0.02) for _ in range(layers)]
+    x0 = torch.randn(batch, prompt, d, device="cuda", dtype=torch.bfloat16)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def layer(x, wl, cache, causal):
+        b, t, _ = x.shape
+        q, k, v = (x @ wl[0]).view(b, t, 3, heads, hd).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        a = sdpa(q, k, v, is_causal=causal).transpose(1, 2).reshape(b, t, d)
+        x = x + a @ wl[1]
+        x = x + torch.nn.functional.gelu(x @ wl[2]) @ wl[3]
+        return x, (k, v)
+
+    @torch.no_grad()
+    def step():
+        x, caches = x0, []
+        for wl in w:  # prefill: long kernels
+            x, c = layer(x, wl, None, True)
+            caches.append(c)
+        tok = x[:, -1:, :]
+        for _ in range(decode):  # decode: one token at a time, many short kernels
+            for i, wl in enumerate(w):
+                tok, caches[i] = layer(tok, wl, caches[i], False)
+        tok.float().sum().item()
+
+    return step
+
+
+def graphmix():
+    torch.manual_seed(0)
+    nn = torch.nn
+    body = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024), nn.GELU(),
+                         nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda().half()
+    head = nn.Linear(1024, 10).cuda()
+    opt = torch.optim.SGD(head.parameters(), lr=0.01)
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.half)
+    y = torch.randint(0, 10, (256,), device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(3):
+            body(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        feat = body(x)
+
+    def step():
+        g.replay()  # the graph, then eager launches on its output
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(head(feat.float()), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return step
+
+
+def streams():
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    e = torch.randn(16, 1 << 20, device="cuda")
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    main = torch.cuda.current_stream()
+
+    def step():
+        s1.wait_stream(main)
+        s2.wait_stream(main)
+        with torch.cuda.stream(s1):
+            for _ in range(4):
+                torch.mm(a, b, out=c)
+        with torch.cuda.stream(s2):
+            for _ in range(8):
+                e.mul_(1.0001).add_(1e-4)
+        main.wait_stream(s1)
+        main.wait_stream(s2)
+
+    return step
+
+
+WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix": graphmix, "streams": streams}
+
+
+def busy(step, seconds=1.0):
+    """Kernel time over wall time over seconds of steps, from the profiler's kernel
+    events; kernels that overlap (several streams) are counted once."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            step()
+        torch.cuda.synchronize()
+        wall = time.monotonic() - t0
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    total, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return 100.0 * total / 1e6 / wall
+
+
 def main():
     seconds = float(sys.argv[1])
     for k, w in enumerate(sys.argv[2:]):
-        step = mlp() if w == "mlp" else matmul(int(w[2:]))
+        step = WORKLOADS[w]() if w in WORKLOADS else matmul(int(w[2:]))
         rate, cpu_us, e0, e1 = run(step, seconds, k)
-        print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}", flush=True)
+        extra = f" busy={busy(step):.1f}" if os.environ.get("TESSERA_BENCH_BUSY") else ""
+        print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}{extra}", flush=True)
 
 
 if __name__ == "__main__":

@@ -168,12 +168,22 @@ int tessera_limits_parse(const char *buf, size_t len, struct tessera_limits *out
 					return tessera_fail(err, errlen, "limits: line %d: want \"region <directory>\"", ln);
 				if (out->region_dir[0] != '\0')
 					return tessera_fail(err, errlen, "limits: line %d: a second region line", ln);
+				if (out->charge_kernel)
+					return tessera_fail(err, errlen, "limits: line %d: the region line must come before the charge line", ln);
 				if (f[1].p[0] != '/' || f[1].n > TESSERA_MAX_REGION_DIR)
 					return tessera_fail(err, errlen,
 							    "limits: line %d: region directory must be an absolute path of at most %d bytes", ln,
 							    TESSERA_MAX_REGION_DIR);
 				memcpy(out->region_dir, f[1].p, f[1].n);
 				out->region_dir[f[1].n] = '\0';
+				break;
+			}
+			if (is(&f[0], "charge") && out->ngpus == 0) {
+				if (nf != 2 || !is(&f[1], "kernel"))
+					return tessera_fail(err, errlen, "limits: line %d: want \"charge kernel\"", ln);
+				if (out->charge_kernel)
+					return tessera_fail(err, errlen, "limits: line %d: a second charge line", ln);
+				out->charge_kernel = 1;
 				break;
 			}
 			if (nf != 5 || !is(&f[0], "gpu"))
@@ -266,6 +276,12 @@ int tessera_limits_format(const struct tessera_limits *l, char *buf, size_t len)
 	off = (size_t)r;
 	if (l->region_dir[0] != '\0') {
 		r = snprintf(buf + off, len - off, "region %s\n", l->region_dir);
+		if (r < 0 || (size_t)r >= len - off)
+			return -1;
+		off += (size_t)r;
+	}
+	if (l->charge_kernel) {
+		r = snprintf(buf + off, len - off, "charge kernel\n");
 		if (r < 0 || (size_t)r >= len - off)
 			return -1;
 		off += (size_t)r;

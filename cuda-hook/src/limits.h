@@ -32,6 +32,9 @@ struct tessera_limits {
 	/* The region line: the directory of the container's accounting region, "" for
 	 * the default (TESSERA_SHM_DIR). */
 	char region_dir[TESSERA_MAX_REGION_DIR + 1];
+	/* The charge line: each launch is charged its own kernel's estimate times its
+	 * class's gain (pacing.c); 0 for the class estimator. */
+	int charge_kernel;
 	int ngpus;
 	struct tessera_gpu_limit gpus[TESSERA_MAX_GPUS];
 	/* The mps line: 0 when there is none, else the client's share of the SMs in

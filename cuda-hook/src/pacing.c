@@ -89,6 +89,80 @@ static struct {
 static int recent_n[2];
 static int64_t last_at_ns[2];
 
+/* Per-kernel estimates: a launch whose function (cuLaunchKernel's CUfunction) or
+ * executable graph has an entry here is charged that entry's estimate, not its
+ * class's. An attention step, a fused optimizer or an inference server mixes a few
+ * kernels of milliseconds with many of microseconds; charged the class's mean, with
+ * samples over 3x it set aside as another context's turns, its long kernels were
+ * charged as short ones (on the H200 a flash-attention training step ran 87 % of its
+ * rate at cap 25). Per function the lengths agree, so each entry is the mean of that
+ * function's samples (the first KT_WINDOW, then a moving average over about as many)
+ * and its 3x rule sets aside only what its own launches do not take.
+ *
+ * Direct-mapped: KT_SIZE entries indexed by a hash of the handle. What a launch reads
+ * is one word, the entry's tag (24 bits of the hash, never 0) and its estimate (40
+ * bits of ns), so a launch pays one relaxed load and a compare; the rest of an entry
+ * is kept under ev_mu by the launch samples, which alone write the table. A function
+ * whose entry another holds (a collision; the other sampled in the last KT_STALE_NS)
+ * is charged its class's estimate; one whose entry is empty has its next launch
+ * sampled, so that it is charged its own time from its first sample on. */
+/* The limits file's charge line (limits.h), set at setup: per-kernel charges, their
+ * gain and the measurement of bursts of two streams only with it; without it every
+ * launch is charged its class's estimate (the class estimator), and a burst on more
+ * than one stream is not measured. */
+static int charge_kernel;
+
+#define KT_BITS 9
+#define KT_SIZE (1 << KT_BITS)
+#define KT_NS_BITS 40
+#define KT_NS_MASK ((1ULL << KT_NS_BITS) - 1)
+#define KT_WINDOW 8
+#define KT_STALE_NS (10 * 1000000000LL)
+static _Atomic uint64_t kt_word[KT_SIZE];
+static struct {
+	uintptr_t key;
+	int cls;
+	int rejected; /* samples set aside in a row */
+	int64_t n;    /* samples taken */
+	int64_t last_ns;
+} kt_meta[KT_SIZE];
+/* What the bursts say of the entries, class by class (KT_GAIN_ONE is 1): a launch is
+ * charged its entry times its class's gain. The entries hold what the samples read,
+ * each kernel with an event either side: a kernel of a few us reads its events' cost
+ * and its launch latency on an idle stream too, and kernels of two streams that run
+ * at once each read their own span, together more than the GPU time they took. The
+ * samples cannot tell; bursts can, as they tell the class estimates, and move the
+ * gain as they move those (half-way, or all the way down where a burst held the GPU's
+ * turn). One factor for the class, not the entries one by one: moving every entry
+ * with every burst took a 5 ms kernel's entry, sampled seldom, down to a fraction of
+ * it (67-76 % at cap 25 in the fake driver's steps of one 5 ms kernel and 40 of
+ * 20 us). */
+#define KT_GAIN_SHIFT 16
+#define KT_GAIN_ONE (1LL << KT_GAIN_SHIFT)
+static _Atomic int64_t kt_gain[2] = {KT_GAIN_ONE, KT_GAIN_ONE};
+static inline int64_t kt_charge(uint64_t w, int cls)
+{
+	return (int64_t)(((w & KT_NS_MASK) * (uint64_t)atomic_load_explicit(&kt_gain[cls], memory_order_relaxed)) >>
+			 KT_GAIN_SHIFT);
+}
+/* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
+ * table was last scanned for it. */
+static _Atomic int64_t kt_longest_ns;
+static int64_t kt_scan_at_ns;
+
+static inline uint64_t kt_hash(uintptr_t key)
+{
+	return (uint64_t)key * 0x9e3779b97f4a7c15ULL;
+}
+static inline unsigned kt_index(uint64_t h)
+{
+	return (unsigned)(h >> (64 - KT_BITS));
+}
+static inline uint64_t kt_tag(uint64_t h)
+{
+	return ((h >> 16) & 0xffffffULL) | 1;
+}
+
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
 /* After a slot burst met another container's turns, the container's allowance is this
@@ -128,7 +202,7 @@ static uint64_t turn_me;
 struct ctx_events {
 	CUcontext ctx;
 	uint64_t gen; /* changes whenever the events are made anew or lost */
-	CUevent ev[4];
+	CUevent ev[6];
 };
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ctx_events evc[NCTX];
@@ -142,6 +216,7 @@ static struct {
 	struct ctx_events *c;
 	uint64_t gen;
 	int cls;
+	uintptr_t key;       /* its function or executable graph (0: none, charged its class's) */
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
@@ -152,11 +227,73 @@ static struct {
  * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
  * set aside. */
 #define PROBE_MIN_NS 200000LL
-/* The longer of the two classes' estimates. */
+/* The longest launch estimated: the two classes' estimates and the longest
+ * per-kernel entry in use. */
 static int64_t est_longest(void)
 {
-	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]);
-	return k > g ? k : g;
+	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]), t = atomic_load(&kt_longest_ns);
+	k = k > g ? k : g;
+	return k > t ? k : t;
+}
+
+/* Rescans the table for its longest entry in use (caller holds ev_mu). */
+static void kt_rescan(int64_t now)
+{
+	int64_t m = 0;
+	for (int i = 0; i < KT_SIZE; i++)
+		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS) {
+			int64_t e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
+			m = e > m ? e : m;
+		}
+	atomic_store(&kt_longest_ns, m);
+	kt_scan_at_ns = now;
+}
+
+/* The entry of key: its slot, and its estimate (0 if it has none). */
+static int64_t kt_lookup(uintptr_t key, int *slot)
+{
+	uint64_t h = kt_hash(key);
+	*slot = (int)kt_index(h);
+	uint64_t w = atomic_load_explicit(&kt_word[*slot], memory_order_relaxed);
+	return (w >> KT_NS_BITS) == kt_tag(h) && kt_meta[*slot].key == key ? (int64_t)(w & KT_NS_MASK) : 0;
+}
+
+/* Folds a sample of ns into key's entry (caller holds ev_mu): the mean of its first
+ * KT_WINDOW samples, then a moving average; a sample over 3x the entry is set aside
+ * (it most likely holds another context's time slice) unless three in a row say so. An
+ * entry that another key holds is taken over once that key has not been sampled for
+ * KT_STALE_NS. */
+static void kt_fold(uintptr_t key, int cls, int64_t ns)
+{
+	uint64_t h = kt_hash(key);
+	int i = (int)kt_index(h);
+	int64_t now = tessera_now_ns();
+	int64_t e;
+	if (kt_meta[i].key != key) {
+		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS)
+			return;
+		kt_meta[i].key = key;
+		kt_meta[i].cls = cls;
+		kt_meta[i].rejected = 0;
+		kt_meta[i].n = 1;
+		e = ns;
+	} else {
+		e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
+		if (kt_meta[i].n >= 4 && ns > 3 * e && kt_meta[i].rejected < 3) {
+			kt_meta[i].rejected++;
+			PSTAT_ADD(set_aside, 1);
+			return;
+		}
+		kt_meta[i].rejected = 0;
+		int64_t n = ++kt_meta[i].n < KT_WINDOW ? kt_meta[i].n : KT_WINDOW;
+		e += (ns - e) / n;
+	}
+	if (e < 1)
+		e = 1;
+	kt_meta[i].last_ns = now;
+	atomic_store_explicit(&kt_word[i], kt_tag(h) << KT_NS_BITS | (uint64_t)e, memory_order_relaxed);
+	if (e > atomic_load(&kt_longest_ns) || now - kt_scan_at_ns > 100000000LL)
+		kt_rescan(now);
 }
 
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
@@ -219,13 +356,13 @@ static struct ctx_events *events_current(void)
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
-			for (int e = 0; e < 4; e++) {
+			for (int e = 0; e < 6; e++) {
 				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(c->ev[e]);
 			}
 		c->ctx = NULL;
 		c->gen = ++ev_gen;
-		for (int e = 0; e < 4; e++) {
+		for (int e = 0; e < 6; e++) {
 			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
 				while (e-- > 0)
 					REAL(cuEventDestroy_v2)(c->ev[e]);
@@ -236,6 +373,18 @@ static struct ctx_events *events_current(void)
 		return c;
 	}
 	return NULL;
+}
+
+/* GPU ns from a to b, two completed events, signed (b may have completed first); 0
+ * and *ok cleared if the driver cannot tell. */
+static int64_t signed_ns(CUevent a, CUevent b, int *ok)
+{
+	float ms = 0;
+	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms > -3.6e6f && ms < 3.6e6f)) {
+		*ok = 0;
+		return 0;
+	}
+	return (int64_t)((double)ms * 1e6);
 }
 
 /* GPU ns between two completed events; -1 if they cannot tell. */
@@ -283,6 +432,12 @@ static void settle_sample(void)
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
 	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
+	/* What the sample is read against: its kernel's own entry where it has one
+	 * (settled once it rests on KT_WINDOW samples), else its class's estimate. */
+	int slot;
+	int64_t ke = smp.key != 0 ? kt_lookup(smp.key, &slot) : 0;
+	int64_t eref = ke > 0 ? ke : e;
+	int settled = ke > 0 ? kt_meta[slot].n >= KT_WINDOW : atomic_load(&est_samples[smp.cls]) >= EST_WINDOW;
 	/* The launch waited for a refill, so its stream had drained, yet its start event
 	 * had not run when the launch returned: another context held the GPU (a
 	 * time-sliced GPU runs one context at a time). A sample that ran well over the
@@ -291,18 +446,20 @@ static void settle_sample(void)
 	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
 	 * taken for that). Eight in a row are taken anyway: the launches may have
 	 * changed while every sample met another's turn. */
-	if (off < 0 && smp.met && e > 0 && atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > e + e / 20 + 20000 &&
-	    met_rejected[smp.cls] < 8) {
+	if (off < 0 && smp.met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[smp.cls] < 8) {
 		met_rejected[smp.cls]++;
 		PSTAT_ADD(met, 1);
 		return;
 	}
 	met_rejected[smp.cls] = 0;
-	if (e > 0) {
+	if (eref > 0) {
 		int i = recent_n[smp.cls]++ % RECENT;
 		recent[smp.cls][i].ns = ns;
-		recent[smp.cls][i].est = e;
+		/* What it was charged: the entry times the class's gain. */
+		recent[smp.cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, smp.cls) : e;
 	}
+	if (smp.key != 0)
+		kt_fold(smp.key, smp.cls, ns);
 	/* A sample far above the estimate most likely waited for another context's
 	 * time slice between its events; three in a row mean the work changed. */
 	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
@@ -342,7 +499,7 @@ static uint32_t next_random(void)
 }
 
 /* A sample is due: read the one in flight, and claim the next for this launch. */
-static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
+static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
 {
 	int64_t m = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
 	if (m < 1 || atomic_load_explicit(&est_samples[cls], memory_order_relaxed) < EST_WINDOW)
@@ -368,6 +525,7 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, int64_t cost)
 			smp.c = c;
 			smp.gen = c->gen;
 			smp.cls = cls;
+			smp.key = key;
 			/* A launch long enough for another context's time slice to cut it has the
 			 * context's turns probed while it runs, while another context shares the
 			 * GPU or the estimate is being formed (its first samples; containers that
@@ -442,6 +600,38 @@ void tessera_pacing_forget_ctx(CUcontext ctx)
 	tessera_residency_forget(ctx);
 }
 
+/* A stream is being destroyed: pacing records nothing on it from now on (a burst
+ * that launched on it is no longer measured), and it is no stream's start mark. */
+static void forget_stream(CUstream stream)
+{
+	uintptr_t t = (uintptr_t)stream + 1;
+	pthread_mutex_lock(&ev_mu);
+	for (int g = 0; g < tessera.limits.ngpus; g++) {
+		struct tessera_pacer *p = &tessera.pacers[g];
+		uintptr_t o = t;
+		atomic_compare_exchange_strong(&p->other_stream, &o, TESSERA_OTHER_MANY);
+		if (p->xp_stream == t)
+			p->xp_stream = 0;
+	}
+	pthread_mutex_unlock(&ev_mu);
+}
+
+CUresult cuStreamDestroy_v2(CUstream stream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuStreamDestroy_v2);
+	forget_stream(stream);
+	return REAL(cuStreamDestroy_v2)(stream);
+}
+
+CUresult cuStreamDestroy(CUstream stream)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuStreamDestroy);
+	forget_stream(stream);
+	return REAL(cuStreamDestroy)(stream);
+}
+
 void tessera_pacing_after_fork(void)
 {
 	tessera_residency_after_fork();
@@ -458,6 +648,13 @@ void tessera_pacing_after_fork(void)
 	memset(recent, 0, sizeof(recent));
 	recent_n[0] = recent_n[1] = 0;
 	last_at_ns[0] = last_at_ns[1] = 0;
+	for (int i = 0; i < KT_SIZE; i++)
+		atomic_store(&kt_word[i], 0);
+	memset(kt_meta, 0, sizeof(kt_meta));
+	atomic_store(&kt_longest_ns, 0);
+	kt_scan_at_ns = 0;
+	atomic_store(&kt_gain[0], KT_GAIN_ONE);
+	atomic_store(&kt_gain[1], KT_GAIN_ONE);
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
 	atomic_store(&other_seen_ns, 0);
@@ -497,6 +694,13 @@ __attribute__((destructor)) static void pacing_summary(void)
 			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
 	}
+	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f",
+		    (double)atomic_load(&kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&kt_gain[1]) / KT_GAIN_ONE);
+	for (int i = 0, shown = 0; i < KT_SIZE && shown < 16; i++)
+		if (kt_meta[i].key != 0 && ++shown)
+			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
+				    (unsigned long long)kt_meta[i].key, kt_meta[i].cls,
+				    (long long)(atomic_load(&kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n);
 	int64_t probes, late, covered, uncovered;
 	tessera_residency_stats(&probes, &late, &covered, &uncovered);
 	if (probes > 0)
@@ -562,12 +766,15 @@ static void share_apply(struct tessera_pacer *p, int64_t now)
 void tessera_pacing_setup(void)
 {
 	int paced = 0, last = -1;
+	charge_kernel = tessera.limits.charge_kernel;
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
 		struct tessera_pacer *p = &tessera.pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
 		p->s = tessera_region_pacer(tessera.region, g);
 		p->ev_s = 2;
 		p->ev_f = 3;
+		p->ev_x = 4;
+		p->ev_xp = 5;
 		p->share_dynamic = l->cores == 0 && tessera.limits.mps_percent == 0 && tessera_share_present(l->uuid);
 		if (p->share_dynamic) {
 			share_apply(p, tessera_now_ns());
@@ -733,6 +940,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_ctx_gen = c->gen;
 		p->burst_stream = stream;
 		atomic_store(&p->other_stream, 0);
+		atomic_store(&p->class_charged, 0);
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
@@ -763,7 +971,32 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_at_ns = now;
 		p->f_charged = atomic_load(&charged_ns) - p->burst_charged0;
 		p->f_all = atomic_load(&p->s->charged) - p->burst_all0;
-		p->f_other = atomic_exchange(&p->other_stream, 0) || stream != p->burst_stream;
+		/* The streams of the burst: S's, F's and the one other a launch went to. Two
+		 * are measured (X after the last launch on the one F is not on), more are not. */
+		uintptr_t o = atomic_exchange(&p->other_stream, 0), a = (uintptr_t)p->burst_stream + 1,
+			  fs = (uintptr_t)stream + 1, x = fs != a ? a : o;
+		p->f_other = charge_kernel ? o == TESSERA_OTHER_MANY || (fs != a && o != 0 && o != fs) : o != 0 || fs != a;
+		p->f_x_stream = 0;
+		uintptr_t xp = p->xp_stream;
+		p->xp_stream = 0; /* a start mark for the next burst only */
+		if (!p->f_other && x != 0 && x != fs) {
+			if (REAL(cuEventRecord)(c->ev[p->ev_x], (CUstream)(x - 1)) == CUDA_SUCCESS) {
+				/* Where the work of the stream that is not S's began: after the last X
+				 * recorded on it, if that is one, else (settle_burst) after S. */
+				uintptr_t not_s = fs != a ? fs : x;
+				p->f_xp_ev = xp == not_s && p->xp_gen == c->gen ? p->ev_xp : -1;
+				p->f_x_ev = p->ev_x;
+				p->f_x_stream = x;
+				int t = p->ev_x;
+				p->ev_x = p->ev_xp;
+				p->ev_xp = t;
+				p->xp_stream = x;
+				p->xp_gen = c->gen;
+			} else {
+				p->f_other = 1;
+			}
+		}
+		p->f_class = atomic_exchange(&p->class_charged, 0);
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
@@ -913,12 +1146,16 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	struct ctx_events *c = p->burst_ctx;
 	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
 	CUresult q = ok ? REAL(cuEventQuery)(c->ev[p->ev_f]) : CUDA_ERROR_INVALID_VALUE;
+	if (q == CUDA_SUCCESS && p->f_x_stream != 0)
+		q = REAL(cuEventQuery)(c->ev[p->f_x_ev]);
 	pthread_mutex_unlock(&ev_mu);
 	if (q == CUDA_ERROR_NOT_READY && !wait)
 		return 0;
 	if (q == CUDA_ERROR_NOT_READY) {
 		PSTAT_ADD(waits, 1);
 		q = REAL(cuEventSynchronize)(c->ev[p->ev_f]);
+		if (q == CUDA_SUCCESS && p->f_x_stream != 0)
+			q = REAL(cuEventSynchronize)(c->ev[p->f_x_ev]);
 	}
 	p->fence_pending = 0;
 	int64_t e = -1, off = -1;
@@ -927,6 +1164,21 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
 		if (e >= 0)
 			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f]);
+		if (e >= 0 && p->f_x_stream != 0) {
+			/* Two streams: from the earlier start to the later end of the two (their
+			 * kernels overlap, and each launch was charged its own length). S bounds
+			 * the other stream's start where S found its stream idle (its work was
+			 * launched after S ran); else, for a burst that began at the last one's
+			 * F, the X recorded with that F on the other stream does. */
+			int good = 1;
+			int64_t x = signed_ns(c->ev[p->ev_s], c->ev[p->f_x_ev], &good), back = 0;
+			if (p->f_lag_s_ns != 0 && p->f_xp_ev >= 0)
+				back = signed_ns(c->ev[p->f_xp_ev], c->ev[p->ev_s], &good);
+			else if (p->f_lag_s_ns != 0)
+				good = 0;
+			e = good ? (x > e ? x : e) + (back > 0 ? back : 0) : -1;
+			off = -1;
+		}
 	}
 	double excess = samples_excess(), ratio = samples_signed();
 	pthread_mutex_unlock(&ev_mu);
@@ -1060,11 +1312,22 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	if (r > 2)
 		r = 2;
 	int alone_down = p->f_turn && r < 1;
+	double f = alone_down ? r : 1 + (r - 1) / 2;
 	for (int cls = 0; cls < 2; cls++) {
 		int64_t est_c = atomic_load(&est_ns[cls]);
-		int64_t scaled = (int64_t)((double)est_c * (alone_down ? r : 1 + (r - 1) / 2));
+		int64_t scaled = (int64_t)((double)est_c * f);
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down))
 			atomic_store(&est_ns[cls], scaled);
+	}
+	/* The per-kernel entries through their class's gain, as the class estimates; only
+	 * by bursts whose every launch was charged its entry (a program's first bursts
+	 * charge its kernels their class's estimate until their entries are sampled, and
+	 * ran well under or over their charge whatever the entries). */
+	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class; cls++) {
+		int64_t g = (int64_t)((double)atomic_load(&kt_gain[cls]) * f);
+		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
+		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down)
+			atomic_store(&kt_gain[cls], g);
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
@@ -1280,7 +1543,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 static __thread int64_t local_left TLS_IE;
 static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
 
-void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
+void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t)
 {
 	t->sampled = 0;
 	t->waited = 0;
@@ -1310,10 +1573,35 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 			return;
 	}
 	t->p = p;
-	int64_t cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+	int64_t cost = -1;
+	/* With the charge line, the launch's own estimate where its kernel has an entry
+	 * (times its class's gain); an empty entry has the launch sampled, so that a
+	 * kernel is charged its own time from its first sample. Without it, its class's. */
+	if (!charge_kernel)
+		key = 0;
+	if (key != 0) {
+		uint64_t h = kt_hash(key);
+		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
+		if ((w >> KT_NS_BITS) == kt_tag(h))
+			cost = kt_charge(w, cls);
+		else if (w == 0)
+			sample_countdown = 1;
+	}
+	if (cost < 0) {
+		cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+		if (charge_kernel && !atomic_load_explicit(&p->class_charged, memory_order_relaxed))
+			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
+	}
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
-	if (tag != 0 && tag != (uintptr_t)stream + 1)
-		atomic_store_explicit(&p->other_stream, 1, memory_order_relaxed);
+	if (tag != 0 && tag != (uintptr_t)stream + 1) {
+		/* The first launch of the burst on another stream names it (a locked
+		 * instruction once a burst); a third stream makes the burst one of many. */
+		uintptr_t o = atomic_load_explicit(&p->other_stream, memory_order_relaxed);
+		if (o == 0 && atomic_compare_exchange_strong(&p->other_stream, &o, (uintptr_t)stream + 1))
+			;
+		else if (charge_kernel && o != (uintptr_t)stream + 1 && o != TESSERA_OTHER_MANY)
+			atomic_store_explicit(&p->other_stream, TESSERA_OTHER_MANY, memory_order_relaxed);
+	}
 	/* No locked instruction on most launches: after the driver has written a launch
 	 * to the GPU's command buffer, one waits for those writes to drain (measured +40 ns
 	 * per launch on an H200 host). A thread takes TAKE_EVERY launches' worth at a time
@@ -1331,28 +1619,38 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 			local_left = have + take - cost;
 			local_pacer = s;
 		} else {
-			atomic_fetch_add_explicit(&s->tokens, take, memory_order_relaxed);
+			/* With the charge line, the credit the thread held goes back with the
+			 * take: it was charged and not launched, and a burst charged for it
+			 * reads under its charge, which moved the per-kernel gain down (steps of
+			 * 20 us kernels and a 1 ms one with a 10 us launch latency at cap 25 in
+			 * the fake driver: gain 0.915 and 26.5 %, now 0.945 and 25.8 %). */
+			if (!charge_kernel)
+				have = 0; /* the class estimator gives it up: it was charged already */
+			atomic_fetch_add_explicit(&s->tokens, take + have, memory_order_relaxed);
+			if (have > 0) {
+				atomic_fetch_sub_explicit(&charged_ns, have, memory_order_relaxed);
+				atomic_fetch_sub_explicit(&s->charged, have, memory_order_relaxed);
+			}
 			local_left = 0;
 			local_pacer = NULL;
-			/* The credit the thread held is given up: it was charged already. */
 			t->waited = slow_path(p, stream, cost);
 		}
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
 	if (--sample_countdown <= 0)
-		sample_due(t, cls, cost);
+		sample_due(t, cls, key, cost);
 	if (t->sampled)
 		sample_start(stream, t);
 }
 
 /* ---- the launch hooks ------------------------------------------------------- */
 
-#define LAUNCH_HOOK(name, stream, args)            \
-	HOOK_ENTER();                              \
-	HOOK_REAL(name);                           \
-	struct tessera_pace_ticket pt_;            \
-	tessera_pace(stream, 0, &pt_);             \
+#define LAUNCH_HOOK(name, f, stream, args)                   \
+	HOOK_ENTER();                                        \
+	HOOK_REAL(name);                                     \
+	struct tessera_pace_ticket pt_;                      \
+	tessera_pace(stream, 0, (uintptr_t)(f), &pt_);       \
 	CUresult lrc_ = REAL(name) args;           \
 	tessera_pace_done(stream, &pt_, lrc_);     \
 	return lrc_
@@ -1360,35 +1658,35 @@ void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t)
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
 			unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 			     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx, f, config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 				   unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 					unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 /* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
@@ -1417,7 +1715,7 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
 			ctx[i] = cur;
 		if (ctx[i] != cur && REAL(cuCtxSetCurrent)(ctx[i]) != CUDA_SUCCESS)
 			ctx[i] = cur;
-		tessera_pace(list[i].hStream, 0, &pt[i]);
+		tessera_pace(list[i].hStream, 0, (uintptr_t)list[i].function, &pt[i]);
 		if (ctx[i] != cur)
 			REAL(cuCtxSetCurrent)(cur);
 	}
@@ -1438,17 +1736,17 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
  * stream. */
 CUresult cuLaunch(CUfunction f)
 {
-	LAUNCH_HOOK(cuLaunch, NULL, (f));
+	LAUNCH_HOOK(cuLaunch, f, NULL, (f));
 }
 
 CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-	LAUNCH_HOOK(cuLaunchGrid, NULL, (f, grid_width, grid_height));
+	LAUNCH_HOOK(cuLaunchGrid, f, NULL, (f, grid_width, grid_height));
 }
 
 CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s)
 {
-	LAUNCH_HOOK(cuLaunchGridAsync, s, (f, grid_width, grid_height, s));
+	LAUNCH_HOOK(cuLaunchGridAsync, f, s, (f, grid_width, grid_height, s));
 }
 
 /* A graph with memory nodes reserves what it allocates before it is launched
@@ -1461,7 +1759,7 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
 	if (rc != CUDA_SUCCESS)                                        \
 		return rc;                                             \
 	struct tessera_pace_ticket pt_;                                \
-	tessera_pace(s, 1, &pt_);                                      \
+	tessera_pace(s, 1, (uintptr_t)(g), &pt_);                      \
 	rc = REAL(name)(g, s);                                         \
 	tessera_pace_done(s, &pt_, rc);                                \
 	tessera_graph_admitted(&t_, rc);                               \

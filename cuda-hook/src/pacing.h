@@ -41,6 +41,7 @@ struct tessera_pacer {
 	 * container's. */
 	int64_t f_host_ns, f_charged, f_all, f_at_ns;
 	int f_other;
+	int f_class; /* a launch of the ended burst was charged its class's estimate */
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;
@@ -50,10 +51,23 @@ struct tessera_pacer {
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;
-	/* Read by every launch: the open burst's stream + 1, or 0; and whether a launch of
-	 * the burst went to another stream. */
+	/* Read by every launch: the open burst's stream + 1, or 0; the one other stream a
+	 * launch of the burst went to + 1 (0: none, TESSERA_OTHER_MANY: more than one); and
+	 * whether one was charged its class's estimate (its kernel has no entry of its
+	 * own). */
 	_Atomic uintptr_t burst_stream_tag;
-	_Atomic int other_stream;
+	_Atomic uintptr_t other_stream;
+	_Atomic int class_charged;
+	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
+	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
+	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of
+	 * xp_gen), which work launched on that stream since runs after; f_x_stream: the
+	 * ended burst's X's stream + 1 (0: one stream), f_xp: its start on that stream
+	 * was xp (f_xp_ev; -1: S, where S found its stream idle). */
+	int ev_x, ev_xp;
+	uintptr_t xp_stream, f_x_stream;
+	uint64_t xp_gen;
+	int f_x_ev, f_xp_ev;
 
 	/* A container granted no cores on this GPU, whose share directory the node agent
 	 * mounted: paced to the GPU's unreserved share (share.h), re-read at most every
@@ -65,6 +79,8 @@ struct tessera_pacer {
 };
 
 /* What the launch hook needs after the driver's launch: whether it is a sample. */
+#define TESSERA_OTHER_MANY UINTPTR_MAX
+
 struct tessera_pace_ticket {
 	int sampled;
 	int cls;
@@ -75,8 +91,10 @@ struct tessera_pace_ticket {
 };
 
 void tessera_pacing_setup(void);
-/* cls: 0 kernel launches, 1 graph launches (their GPU time is estimated apart). */
-void tessera_pace(CUstream stream, int cls, struct tessera_pace_ticket *t);
+/* cls: 0 kernel launches, 1 graph launches (their GPU time is estimated apart); key:
+ * the launch's function or executable graph, whose own estimate it is charged once
+ * sampled (0: its class's). */
+void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t);
 void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
 /* A context is gone: its events with it. */
 void tessera_pacing_forget_ctx(CUcontext ctx);

@@ -79,6 +79,9 @@ type Config struct {
 	HookLibrary  string
 	DevDir       string
 	ContextMiB   int64
+	// PacingCharge is the hook's charge model for every container of the node:
+	// api.PacingChargeClass or api.PacingChargeKernel.
+	PacingCharge string
 	// MPS selects the GPUs served in mps sharing mode.
 	MPS MPSConfig
 
@@ -199,6 +202,10 @@ func (c *Config) Validate() error {
 	}
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
+	}
+	if c.PacingCharge != api.PacingChargeClass && c.PacingCharge != api.PacingChargeKernel {
+		return fmt.Errorf("--pacing-charge %q: want %s (each launch charged its class's estimate) or %s (its own kernel's)",
+			c.PacingCharge, api.PacingChargeClass, api.PacingChargeKernel)
 	}
 	if c.Watchdog {
 		if _, err := watchdog.ParseAction(c.WatchdogAction); err != nil {
@@ -359,7 +366,8 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			NodeName: cfg.NodeName, Names: names, Devices: source.Devices, Store: store,
 			LimitsRoot: cfg.LimitsRoot, HookLibrary: cfg.HookLibrary, PreloadFile: filepath.Join(cfg.StateDir, "ld.so.preload"),
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
-			Pods: pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
+			ChargeKernel: cfg.PacingCharge == api.PacingChargeKernel,
+			Pods:         pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal,
 		}
 		if a.fenceDriver != nil {

@@ -99,6 +99,8 @@ func TestValidate(t *testing.T) {
 		"--limits-root=relative":           "--limits-root",
 		"--turns-dir=relative":             "--turns-dir",
 		"--context-mib=-1":                 "--context-mib",
+		"--pacing-charge=graph":            "--pacing-charge \"graph\": want class",
+		"--pacing-charge=":                 "--pacing-charge",
 		"--watchdog-interval=1ms":          "--watchdog-interval",
 		"--watchdog-window=10s":            "--watchdog-window",
 		"--watchdog-compute-action=pause":  "--watchdog-compute-action",

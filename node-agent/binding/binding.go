@@ -157,6 +157,9 @@ type Config struct {
 	Inventory func() (*api.NodeInventory, error)
 	// ContextMiB overrides api.DefaultContextMiB in the limits files.
 	ContextMiB int64
+	// ChargeKernel writes the charge line (per-kernel charges) into every limits
+	// file; false for the class estimator.
+	ChargeKernel bool
 	// MPS returns the MPS directories of a GPU the agent serves in mps mode, and
 	// false for any other GPU; nil when no GPU is served so (see mps.go).
 	MPS func(uuid string) (MPSDirs, bool)
@@ -478,6 +481,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 		return refuse("%v", err)
 	}
 	limits.ContextMiB = b.cfg.ContextMiB
+	limits.ChargeKernel = b.cfg.ChargeKernel
 	limits.RegionDir = regionDir(&r, prev)
 	mpsEnv, mpsMounts, err := b.mpsEdits(&r, grants, limits)
 	if err != nil {

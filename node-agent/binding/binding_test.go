@@ -384,6 +384,33 @@ func TestPhaseFreesFinishedWindows(t *testing.T) {
 	}
 }
 
+// The agent's charge model reaches every container's limits file: the charge line with
+// the kernel model, none with the class estimator.
+func TestBindChargeKernel(t *testing.T) {
+	dir := t.TempDir()
+	b, ps := newBinderWithPods(t, dir)
+	for i, kernel := range []bool{false, true} {
+		b.cfg.ChargeKernel = kernel
+		uid, id := fmt.Sprintf("uid-charge%d", i), fmt.Sprintf("charge%d", i)
+		ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 1024, Cores: 10}}})
+		ps.byUID[uid] = pod(uid, "train", ann, ctr("main", gpuLimits(1, 1024, 10)))
+		r := req(id, "main", ann, deviceplugin.EnvRequested+"=1")
+		r.PodUID = uid
+		r.CgroupsPath = "kubepods-burstable-pod" + uid + ".slice:cri-containerd:" + id
+		e, err := b.Bind(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := api.DecodeLimits(e.Limits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ChargeKernel != kernel || strings.Contains(string(e.Limits), "\ncharge kernel\n") != kernel {
+			t.Errorf("ChargeKernel %v: limits file %q", kernel, e.Limits)
+		}
+	}
+}
+
 // A pod's work-conserving annotation reaches its containers' limits files; a value
 // other than true or false refuses the container with the annotation named.
 func TestBindWorkConserving(t *testing.T) {

@@ -1,0 +1,96 @@
+#!/bin/bash
+# B4's workload classes (gpu/torch_work.py: attn convnet llm graphmix streams, and
+# mlp as the launch-bound neighbour), judged in GPU time:
+#
+#   gpu/b4-classes.sh <build-dir> [<build-dir>...]
+#
+# Each workload's unhooked solo rate first, all of them in one process without the
+# profiler (torch.profiler slows launches, and the workloads run after it in the same
+# process, so a rate beside it is not the solo rate), and its GPU busy fraction
+# (torch.profiler's kernel time over wall time) in a process of its own; then, for
+# each build's hook (to set one hook against another in the same run), every workload
+# alone at B4_CAPS (25 50 80), each in a process (and container) of its own, so
+# that none starts with what the one before it owed or taught the estimates; pairs of
+# the same workload at 30/70 and 50/50, one workload per pair of processes, so that
+# both tenants run the same class over the same seconds; and the mixed pair, attn at
+# 70 beside the launch-bound mlp at 30. A build directory whose parent holds a file
+# REVISION is labelled with it (a tree copied out of git has no history). A row's GPU
+# share is its rate share times its busy fraction alone: within +-3 points of the cap where the
+# cap is under what it needs, else not slowed (>= 95 % of its rate). The
+# launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
+# rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
+# B4_SECONDS the measured seconds (2). Results: $OUT (or build/gpu)/b4-classes.txt.
+. "$(dirname "$0")/common.sh" "$1"
+M=$RES/b4-classes.txt
+: >"$M"
+say() { echo "$*" | tee -a "$M"; }
+S=${B4_SECONDS:-2}
+CL=${B4_CLASSES:-attn convnet llm graphmix streams}
+CAPS=${B4_CAPS:-25 50 80}
+PARTS=${B4_PARTS:-alone pairs mixed}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+TW="python3 $HERE/gpu/torch_work.py"
+field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
+declare -A SOLO BUSY
+say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
+$TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
+for w in $CL mlp; do
+	TESSERA_BENCH_BUSY=1 $TW 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
+	SOLO[$w]=$(grep "^$w " "$G/classes.solo" | field rate)
+	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
+	say "solo $w: rate ${SOLO[$w]}/s, GPU busy ${BUSY[$w]}%"
+done
+# row <label> <workload> <cap> <rate>
+row() {
+	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$4" -v s="${SOLO[$2]}" -v b="${BUSY[$2]}" 'BEGIN{
+		if (r == "" || s <= 0) { printf "%-30s %-8s no rate", l, w; exit }
+		sh = 100 * r / s; g = sh * b / 100
+		printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% (busy alone %.0f%%) ", l, w, r, sh, g, b
+		if (b > c + 3) { e = g - c; printf "%s err %+.1f (cap %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c }
+		else printf "%s not slowed (cap %d, want >= 95)", (sh >= 95) ? "ok  " : "FAIL", c }')"
+}
+n=0
+for bd in "$@"; do
+	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
+	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null))"
+	part alone && for c in $CAPS; do
+		for w in $CL; do
+			n=$((n + 1))
+			limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
+			hooked "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
+			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n" | field rate)"
+		done
+	done
+	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
+	# seconds lined up (TESSERA_BENCH_BARRIER).
+	together() {
+		local label=$1 pids=() specs=() i=0
+		shift
+		n=$((n + 1))
+		rm -rf "$G/bar$n"
+		for spec in "$@"; do
+			IFS=: read -r c ph ws <<<"$spec"
+			limits "$G/t$n.$i" 130000 $c $ph "/b4c/$n/t$i"
+			TESSERA_BENCH_BARRIER="$G/bar$n:$#" hooked "$G/t$n.$i" $TW "$S" $ws >"$G/together.$n.$i" &
+			pids+=($!)
+			specs+=("$c:$ws")
+			i=$((i + 1))
+		done
+		for p in "${pids[@]}"; do wait $p || say "$label: a tenant failed"; done
+		i=0
+		for spec in "${specs[@]}"; do
+			for w in ${spec#*:}; do row "$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" $w ${spec%%:*} "$(grep "^$w " "$G/together.$n.$i" | field rate)"; done
+			i=$((i + 1))
+		done
+	}
+	part pairs && for w in $CL; do
+		together "pair" "30:0:$w" "70:30:$w"
+		together "pair" "50:0:$w" "50:50:$w"
+	done
+	if part mixed; then
+		together "mixed" "70:0:attn" "30:70:mlp"
+		say "$(awk -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${BUSY[mlp]}" 'BEGIN{
+			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
+			printf "mixed launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", v, w, (v >= w) ? "ok" : "FAIL" }')"
+	fi
+done
