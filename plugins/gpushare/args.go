@@ -29,9 +29,12 @@ const (
 	Fragmentation = placement.Fragmentation
 )
 
+// policies are the placement policies, in the order messages name them.
+var policies = placement.Registry{placement.BinpackRegistration, placement.SpreadRegistration, placement.FragmentationRegistration}
+
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range placement.Policies {
+	for _, p := range policies.Names() {
 		if strings.EqualFold(s, string(p)) {
 			return p, nil
 		}
@@ -186,8 +189,8 @@ func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if _, ok := placement.PlacerFactories[f.v]; !ok {
-			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, placement.Policies))
+		if !policies.Has(f.v) {
+			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, policies.Names()))
 		}
 	}
 	weightsSet := true

@@ -29,16 +29,16 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
-	// The node's kept fragmentation measure (nil unless a placer learned shapes for
-	// the pod) serves one-container pods on the node as the cache has it, not under
-	// preemption's what-if changes.
-	var base *placement.FragStats
+	// The node's measure kept by the pod's placer (nil unless one keeps one, as
+	// Fragmentation does) serves one-container pods on the node as the cache has it,
+	// not under preemption's what-if changes.
+	var base any
 	gen := v.UsageGen // what the allocation is made against (0: a what-if)
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.Model, used, d, pl.cache, node.Name)
 		gen = 0
-	} else if len(s.info.Order) == 1 {
-		base = e.FragBase(&v, used, s.info, &pl.w)
+	} else if len(s.info.Order) == 1 && s.info.State != nil {
+		base = s.info.State.KeptMeasure(e, &v, used, &pl.w)
 	}
 	if fail := e.Keep(s.id, gen, v.Model, used, s.info, &pl.w, base); fail != nil {
 		return fail.Status()

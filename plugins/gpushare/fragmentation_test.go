@@ -188,10 +188,15 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 		}
 	}
 	e := newEnv(t, fragArgs(), nodes, pods...)
+	// The learned workload's largest host requests: every pod asks 1Gi, and the
+	// window holds every pod PreFilter has seen.
+	maxCPU, maxMem := int64(0), int64(1<<30)
 	for k := 0; k < 30; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
 		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
-		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(6)), "1Gi")
+		cores := 1 + rng.Intn(6)
+		maxCPU = max(maxCPU, int64(cores)*1000)
+		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(cores), "1Gi")
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatal(st)
 		}
@@ -200,7 +205,9 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 	for k := 0; k < 20; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
 		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
-		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(4)), "1Gi")
+		cores := 1 + rng.Intn(4)
+		maxCPU = max(maxCPU, int64(cores)*1000)
+		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(cores), "1Gi")
 		ctx, cs := context.Background(), framework.NewCycleState()
 		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
 			t.Fatal(st)
@@ -222,14 +229,14 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 			e.pl.cache.ExistingFor(ni.Node()).WithKept(s.id, func(a *placement.Allocation) {
 				kept := a.Measured
 				got := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
-				a.Measured.Picked = false
+				a.Measured = nil
 				want := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.Measured = kept
 				if got != want {
 					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
 				}
 				cpu, mem := placement.HostFree(ni)
-				if kept.Picked && s.info.Frag.MaxCPUMilli <= cpu-s.info.CPUMilli && s.info.Frag.MaxMemBytes <= mem-s.info.MemBytes {
+				if kept != nil && maxCPU <= cpu-s.info.CPUMilli && maxMem <= mem-s.info.MemBytes {
 					fast++
 				} else {
 					slow++

@@ -40,7 +40,8 @@ type Plugin struct {
 	cache     *placement.Cache
 	synced    func() bool
 	now       func() time.Time
-	// workload is the recent mix of GPU pods, for the Fragmentation policy.
+	// workload is the recent mix of GPU pods the Fragmentation placer learns, for
+	// the metrics.
 	workload *placement.WorkloadModel
 	// placers holds one placer per policy; node is the profile's node-level one.
 	placers map[Policy]placement.Placer
@@ -103,8 +104,6 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 }
 
 func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, synced func() bool) *Plugin {
-	workload := placement.NewWorkloadModel(args.FragmentationWindow)
-	placers := placement.NewPlacers(workload)
 	pl := &Plugin{
 		handle: h,
 		args:   args,
@@ -118,11 +117,10 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, sync
 		cache:     c,
 		synced:    synced,
 		now:       time.Now,
-		workload:  workload,
-		placers:   placers,
-		node:      placers[args.NodePolicy],
 	}
-	workload.Bind(c, &pl.w)
+	pl.placers = policies.Build(&placement.Env{Cache: c, Weights: &pl.w, Window: args.FragmentationWindow})
+	pl.node = pl.placers[args.NodePolicy]
+	pl.workload = placement.WorkloadOf(pl.placers[Fragmentation])
 	return pl
 }
 

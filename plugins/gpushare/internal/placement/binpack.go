@@ -16,15 +16,21 @@ type binpack struct{}
 
 var _ Placer = binpack{}
 
+// Binpack is the Binpack policy's name.
+const Binpack Policy = "Binpack"
+
+// BinpackRegistration registers the Binpack policy.
+var BinpackRegistration = Registration{Policy: Binpack, New: func(*Env) Placer { return binpack{} }}
+
 func (binpack) Policy() Policy { return Binpack }
 
 func (binpack) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (binpack) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func (binpack) DeviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return packScore(m, used, c, i, w)
 }
 
-func (binpack) pickDevice(m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
+func (binpack) PickDevice(_ *Allocation, m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int) int {
 	return pickBest(m, used, c, w, cand, packScore)
 }
 

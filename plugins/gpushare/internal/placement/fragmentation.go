@@ -58,7 +58,49 @@ type fragmentation struct {
 
 var _ Placer = &fragmentation{}
 
+// Fragmentation is the Fragmentation policy's name.
+const Fragmentation Policy = "Fragmentation"
+
+// FragmentationRegistration registers the Fragmentation policy: its placer learns
+// from the last env.Window GPU pods, and measures model pressure on env.Cache.
+var FragmentationRegistration = Registration{Policy: Fragmentation, New: func(env *Env) Placer {
+	wl := NewWorkloadModel(env.Window)
+	wl.Bind(env.Cache, env.Weights)
+	return &fragmentation{workload: wl}
+}}
+
 func (*fragmentation) Policy() Policy { return Fragmentation }
+
+// podState is what the policy keeps of a pod for the cycle (PodInfo.State).
+type podState struct {
+	// wl is the expected workload when the pod was prepared.
+	wl *fragWorkload
+	// feed is wl's workloadFeed for the GPU size last asked for: the same for every
+	// node with GPUs of that size, so Score computes it once per cycle on a cluster
+	// of one GPU size (podState.workloadFeed). Read and replaced by the parallel
+	// Score without a lock.
+	feed atomic.Pointer[feedMemo]
+	// pressure is the workload's model pressure when the pod was prepared (nil:
+	// none), which placements are charged with (pressure.go).
+	pressure *modelPressure
+}
+
+// stateOf is the policy's state of the pod, or nil when the policy did not prepare it.
+func stateOf(p *PodInfo) *podState {
+	if p == nil {
+		return nil
+	}
+	s, _ := p.State.(*podState)
+	return s
+}
+
+// workloadOf is the expected workload the pod was prepared with (nil: none).
+func workloadOf(p *PodInfo) *fragWorkload {
+	if s := stateOf(p); s != nil {
+		return s.wl
+	}
+	return nil
+}
 
 // PreparePod counts the pod's shape into the workload and gives the cycle the
 // workload as it is now. The node-level and GPU-level placers are one value when
@@ -66,32 +108,63 @@ func (*fragmentation) Policy() Policy { return Fragmentation }
 func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
 	info.CPUMilli, info.MemBytes = PodHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
-	info.Frag = f.workload.Snapshot()
-	info.pressure = f.workload.PressureNow()
+	info.State = &podState{wl: f.workload.Snapshot(), pressure: f.workload.PressureNow()}
 }
 
-// deviceScore is Binpack's: the policy only differs for one-GPU containers
-// (pickDevice).
-func (*fragmentation) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+// DeviceScore is Binpack's: the policy only differs for one-GPU containers
+// (PickDevice).
+func (*fragmentation) DeviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return packScore(m, used, c, i, w)
 }
 
-// pickDevice takes the device whose use adds the least fragmentation
-// (pickByFragmentation), and leaves its measure of the node in *measured for the
-// node-level score. A measure already in measured.base (the cache's, see place) is
-// the node under used and is not taken again. Without a learned workload it places
-// as Binpack.
-func (*fragmentation) pickDevice(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
-	if p.Frag.Empty() {
+// scratch is what the policy keeps with an allocation (Allocation.Scratch): the
+// pick's measure of the node (Allocation.Measured points to it) and the node-level
+// score's measure of the node after the pod (FragStats.placedInto), whose slices are
+// reused from cycle to cycle with the allocation a node's cache entry keeps.
+type scratch struct {
+	measured nodeMeasure
+	after    FragStats
+}
+
+// scratchOf is the policy's scratch in a, made when a has none.
+func scratchOf(a *Allocation) *scratch {
+	s, ok := a.Scratch.(*scratch)
+	if !ok {
+		s = &scratch{}
+		a.Scratch = s
+	}
+	return s
+}
+
+// nodeMeasure is what PickDevice measured of a node while picking a device, kept
+// with the allocation (Allocation.Measured) so that the node-level score need not
+// measure the node again.
+type nodeMeasure struct {
+	// base is the node's statistics before the pod.
+	base *FragStats
+	// before and after are the node's fragmentation before and after the pick, and
+	// afterTotal its free GPU capacity after, with no shape held back by host
+	// resources (FragStats.Value(wl, nil)): what the node-level score computes when
+	// the node's CPU and memory hold back none.
+	before, after, afterTotal float64
+}
+
+// PickDevice takes the device whose use adds the least fragmentation
+// (pickByFragmentation), and for a pod of one GPU container leaves its measure of the
+// node in a.Measured for the node-level score. A measure already in a.Base (the
+// cache's, see KeptMeasure) is the node under used and is not taken again. Without a
+// learned workload it places as Binpack.
+func (*fragmentation) PickDevice(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int) int {
+	wl := workloadOf(p)
+	if wl.Empty() {
 		return pickBest(m, used, c, w, cand, packScore)
 	}
-	var base *FragStats
-	if measured != nil {
-		base = measured.base
-	}
-	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
-	if measured != nil && ms.base != nil {
-		*measured = ms
+	base, _ := a.Base.(*FragStats)
+	i, ms := pickByFragmentation(m, used, wl, c, w, cand, base)
+	if len(p.Order) == 1 && ms.base != nil {
+		sc := scratchOf(a)
+		sc.measured = ms
+		a.Measured = &sc.measured
 	}
 	return i
 }
@@ -103,7 +176,7 @@ func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
 	if wl.Empty() {
 		return nil
 	}
-	h := &PodInfo{Frag: wl}
+	h := &PodInfo{State: &podState{wl: wl}}
 	h.CPUMilli, h.MemBytes = PodHostRequests(pod)
 	return h
 }
@@ -753,11 +826,10 @@ func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
 // measured here) and the fragmentation before and after the pick.
-func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
+func pickByFragmentation(m *nodemodel.Model, used []Usage, wl *fragWorkload, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
 	if len(m.Devices) > 64 {
 		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
 	}
-	wl := p.Frag
 	if st == nil {
 		st = newFragStats(m, used, wl, w)
 	}
@@ -799,7 +871,7 @@ func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.Co
 			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
 	}
-	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
+	return best, nodeMeasure{base: st, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
 // sameRating reports whether pickByFragmentation rates devices i and j of m alike:
@@ -819,7 +891,7 @@ func alikeDevices(m *nodemodel.Model, used []Usage, i, j int) bool {
 // fragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
 // what placedInto and Value (nil) give for that placement, which the node-level score
-// relies on (nodeMeasure.Picked). used is restored before it returns.
+// relies on (Allocation.Measured). used is restored before it returns.
 //
 // With the fit index, only the terms of the classes the placement can change are
 // worked out again (changedClasses); the others are st's.
@@ -978,27 +1050,35 @@ const FragScale = 1000
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
 func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
 	m := a.Model
-	wl := info.Frag
-	if wl == nil {
-		wl = noWorkload
+	ps := stateOf(info)
+	wl := noWorkload
+	if ps != nil && ps.wl != nil {
+		wl = ps.wl
 	}
 	cpuFree, memFree := HostFree(ni)
 	cpuAfter, memAfter := cpuFree-info.CPUMilli, memFree-info.MemBytes
-	st, ms := a.Measured.base, &a.Measured
+	// The node before the pod: as the pick measured it, else as the cache kept it.
+	st, _ := a.Base.(*FragStats)
+	ms, _ := a.Measured.(*nodeMeasure)
+	if ms != nil {
+		st = ms.base
+	}
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
 	// after the pod.
 	hostHolds := wl.MaxCPUMilli > min(cpuFree, cpuAfter) || wl.MaxMemBytes > min(memFree, memAfter)
 	var delta, totalAfter, totalBefore float64
-	if st != nil && ms.Picked && len(a.Placements) == 1 && !hostHolds {
+	if st != nil && ms != nil && len(a.Placements) == 1 && !hostHolds {
 		// Filter measured this placement: placementDelta would give exactly this.
 		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
 	} else {
-		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
+		delta, totalAfter, totalBefore = placementDelta(a, st, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
-	feed := info.workloadFeed(m, w)
-	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
-	if p := info.pressure; p != nil {
-		delta += p.cost(m, a, w)
+	if ps != nil {
+		feed := ps.workloadFeed(m, w)
+		delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
+		if p := ps.pressure; p != nil {
+			delta += p.cost(m, a, w)
+		}
 	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
@@ -1010,7 +1090,8 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 	return int64(math.Round(raw * FragScale))
 }
 
-// placementDelta measures the node of allocation a before and after it: the change
+// placementDelta measures the node of allocation a before and after it (st: the node
+// before it, when known): the change
 // of its fragmentation (shapes held back by the node's CPU and memory, before and
 // after the pod, count all their eligible capacity when hostHolds), and its free GPU
 // capacity after and before. Apart from ScoreNode, whose common case (Filter measured
@@ -1018,8 +1099,8 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 // frame stays small.
 //
 //go:noinline
-func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
-	m, st := a.Model, a.Measured.base
+func placementDelta(a *Allocation, st *FragStats, wl *fragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+	m := a.Model
 	if st == nil || len(a.Placements) != 1 {
 		st = newFragStats(m, a.usageBefore(), wl, w)
 	}
@@ -1028,7 +1109,7 @@ func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool,
 			return v - st.Value(wl, nil), total, st.total
 		}
 	}
-	after := st.placedInto(&a.after, m, a, wl, w)
+	after := st.placedInto(&scratchOf(a).after, m, a, wl, w)
 	if !hostHolds {
 		return after.Value(wl, nil) - st.Value(wl, nil), after.total, st.total
 	}
@@ -1066,7 +1147,8 @@ func (a *Allocation) usageBefore() []Usage {
 // least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
 // prefer them.
 func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
-	if info == nil {
+	ps := stateOf(info)
+	if ps == nil {
 		return 0
 	}
 	var buf [16]Usage
@@ -1074,19 +1156,19 @@ func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f 
 	if v.Model == nil || len(v.Model.Devices) == 0 {
 		return 0
 	}
-	shapes := info.Frag.shapes
+	shapes := ps.wl.shapes
 	cpuFree, memFree := HostFree(ni)
-	st := e.FragBase(&v, used, info, w)
+	st := ps.kept(e, &v, used, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.CPUMilli && s.memBytes <= memFree-info.MemBytes
 		if before && !after && int(st.cls[s.class].fits) >= s.C.GPUs {
-			delta += info.Frag.terms[k].weight * (st.cls[s.class].elig - st.cls[s.class].small)
+			delta += ps.wl.terms[k].weight * (st.cls[s.class].elig - st.cls[s.class].small)
 		}
 	}
-	feed := info.workloadFeed(v.Model, w)
+	feed := ps.workloadFeed(v.Model, w)
 	delta += feed.unfed(st.total, cpuFree-info.CPUMilli, memFree-info.MemBytes) - feed.unfed(st.total, cpuFree, memFree)
 	delta += FragFitWeight * leftover(v.Model, used, ni, f, w)
 	return int64(math.Round(-w.Policy * delta * FragScale))
@@ -1106,7 +1188,7 @@ type feedMemo struct {
 
 // workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
 // first GPU differs in memory from the one it was last computed for.
-func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
+func (p *podState) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
 	var memMiB int64
 	if len(m.Hot) > 0 {
 		memMiB = m.Hot[0].MemoryMiB
@@ -1114,7 +1196,7 @@ func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := workloadFeed(p.Frag, m, w)
+	r := workloadFeed(p.wl, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -1200,18 +1282,30 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (NodeEntry.frag): the node's usage generation and the workload's class generation
+// (NodeEntry.LoadMemo): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
 type fragMemo struct {
+	// Memo is the cache's handle on the memo (Of points back to it): first, so
+	// that the entry reaches the statistics in the same cache line.
+	Memo
 	usageGen uint64
 	gen      uint64
 	// st is kept in the memo rather than beside it: one object fewer to reach.
 	st FragStats
 }
 
-// FragBase is the node's fragmentation statistics under used (the usage of view v)
+// KeptMeasure is the node's fragmentation statistics (*FragStats) under used (the
+// usage of view v) for the pod's workload, or nil (kept, below).
+func (p *podState) KeptMeasure(e *NodeEntry, v *NodeView, used []Usage, w *Weights) any {
+	if st := p.kept(e, v, used, w); st != nil {
+		return st
+	}
+	return nil
+}
+
+// kept is the node's fragmentation statistics under used (the usage of view v)
 // for the pod's workload: kept from an earlier cycle when neither the node's usage
 // nor the workload's classes have changed since, else measured now and kept. It is
 // nil for a pod without a learned workload from a model.
@@ -1223,19 +1317,19 @@ type fragMemo struct {
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
 // newFragStats would compute, so no score moves.
-func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
-	if p == nil || p.Frag.Empty() || p.Frag.gen == 0 {
+func (p *podState) kept(e *NodeEntry, v *NodeView, used []Usage, w *Weights) *FragStats {
+	if p == nil || p.wl.Empty() || p.wl.gen == 0 {
 		return nil
 	}
-	old := e.frag.Load()
-	if old != nil && old.usageGen == v.UsageGen && old.gen == p.Frag.gen {
+	if old, ok := e.LoadMemo().(*fragMemo); ok && old.usageGen == v.UsageGen && old.gen == p.wl.gen {
 		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.UsageGen, gen: p.Frag.gen}
-	memo.st.measure(v.Model, used, p.Frag, w)
+	memo := &fragMemo{usageGen: v.UsageGen, gen: p.wl.gen}
+	memo.Of = memo
+	memo.st.measure(v.Model, used, p.wl, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
-	e.frag.Store(memo)
+	e.StoreMemo(&memo.Memo)
 	return &memo.st
 }
 
@@ -1255,4 +1349,67 @@ func classStats(words []uint64) []classStat {
 		return nil
 	}
 	return unsafe.Slice((*classStat)(unsafe.Pointer(&words[0])), len(words)/3)
+}
+
+// WorkloadOf is the workload model a Fragmentation placer learns, or nil for another
+// placer.
+func WorkloadOf(p Placer) *WorkloadModel {
+	if f, ok := p.(*fragmentation); ok {
+		return f.workload
+	}
+	return nil
+}
+
+// Learned is the expected workload as a model has learned it, for the plugin's
+// gauges of fragmented GPU capacity.
+type Learned struct {
+	ps podState
+}
+
+// Learned is the workload as it is now, or nil while nothing is learned.
+func (w *WorkloadModel) Learned() *Learned {
+	wl := w.Snapshot()
+	if wl.Empty() {
+		return nil
+	}
+	return &Learned{ps: podState{wl: wl}}
+}
+
+// Fragmented is the learned workload's fragmentation of the node of entry e as view
+// v shows it (usage used), in GPUs: with the node's kept measure where Filter has it,
+// measured and kept here otherwise.
+func (l *Learned) Fragmented(e *NodeEntry, v *NodeView, used []Usage, w *Weights) float64 {
+	return l.ps.kept(e, v, used, w).Value(l.ps.wl, nil)
+}
+
+// wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
+var wholeGPU = FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
+
+// WholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
+// whole GPU cannot use (what newFragStats and FragStats.Value give for that one
+// class, without allocating: the plugin's metrics collector measures every node on
+// every scrape). MIG instances are not eligible for such pods.
+func WholeGPUFragmentation(m *nodemodel.Model, used []Usage, w *Weights) (free, frag float64) {
+	fit, eligible, small, elig := 0, 0, 0.0, 0.0
+	for i := range m.Devices {
+		f := DeviceFree(m, used, i, w)
+		free += f
+		if !wholeGPU.EligibleAt(m, i) {
+			continue
+		}
+		eligible++
+		elig += f
+		if ShapeFits(m, used, &wholeGPU, i, w) {
+			fit++
+		} else {
+			small += f
+		}
+	}
+	switch {
+	case eligible == 0:
+		return free, 0
+	case fit < wholeGPU.C.GPUs:
+		return free, elig
+	}
+	return free, small
 }

@@ -91,7 +91,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		used := randomUsage(rng, m, 90)
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
+		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: binpack{}}
 		a, fail := Allocate(m, used, p, w)
 		if fail != nil {
 			continue
@@ -174,11 +174,11 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 	}
 }
 
-// TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
+// TestKeptMeasureKeptAndInvalidated checks the measure the cache keeps per node: it is
 // reused while neither the node's usage nor the learned GPU requests change (the
 // shapes' order, weights and host requests may), and after every kind of change it is
 // exactly what measuring the node again gives.
-func TestFragBaseKeptAndInvalidated(t *testing.T) {
+func TestKeptMeasureKeptAndInvalidated(t *testing.T) {
 	node := placementtest.H100(t, "n")
 	c, w := cacheOf(node), testWeights()
 	l := newLearner(c, w)
@@ -191,7 +191,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 		t.Helper()
 		wl := l.workload.Snapshot()
 		ent, v, used := c.EntryView(node, nil)
-		got := ent.FragBase(&v, used, &PodInfo{Frag: wl}, w)
+		got := (&podState{wl: wl}).kept(ent, &v, used, w)
 		want := newFragStats(v.Model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
@@ -254,18 +254,18 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 }
 
-// TestFragBaseConcurrent measures one node from many goroutines, as the parallel
+// TestKeptMeasureConcurrent measures one node from many goroutines, as the parallel
 // Filter does across cycles, while pods are assumed and forgotten on it: the measure
 // kept at the end is the node's as it is then (run with -race for the lock-free
 // reads and stores).
-func TestFragBaseConcurrent(t *testing.T) {
+func TestKeptMeasureConcurrent(t *testing.T) {
 	node := placementtest.H100(t, "n")
 	c, w := cacheOf(node), testWeights()
 	l := newLearner(c, w)
 	l.teach(t, 3, placementtest.Ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
 	l.teach(t, 2, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
 	wl := l.workload.Snapshot()
-	p := &PodInfo{Frag: wl}
+	p := &podState{wl: wl}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -280,7 +280,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 					continue
 				}
 				ent, v, used := c.EntryView(node, nil)
-				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+				if st := p.kept(ent, &v, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
 					return
 				}
@@ -289,7 +289,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	ent, v, used := c.EntryView(node, nil)
-	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+	if st := p.kept(ent, &v, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
 	}
 }
@@ -480,8 +480,7 @@ func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
 		if len(cand) == 0 {
 			continue
 		}
-		p := &PodInfo{Frag: wl}
-		got, _ := pickByFragmentation(m, used, p, c, w, cand, nil)
+		got, _ := pickByFragmentation(m, used, wl, c, w, cand, nil)
 		st := newFragStats(m, used, wl, w)
 		before := st.Value(wl, nil)
 		want, wantDelta, wantPack := -1, 0.0, 0.0

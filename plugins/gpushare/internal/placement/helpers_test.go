@@ -37,7 +37,7 @@ type learner struct {
 func newLearner(c *Cache, w *Weights) *learner {
 	wl := NewWorkloadModel(DefaultFragmentationWindow)
 	wl.Bind(c, w)
-	return &learner{workload: wl, frag: PlacerFactories[Fragmentation](wl)}
+	return &learner{workload: wl, frag: &fragmentation{workload: wl}}
 }
 
 // learn counts pod, a pod of one container, into the workload as PreFilter does.

@@ -11,30 +11,23 @@ import (
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)
-// and at the GPU level (which GPUs of the chosen node).
+// and at the GPU level (which GPUs of the chosen node). Each policy's placer lives in
+// a package of its own under this one; the core knows them only through Placer and
+// the Registry the plugin builds.
 type Policy string
 
-const (
-	// Binpack fills the most-used node (or GPU) that still fits, keeping whole GPUs
-	// and whole nodes free for large requests.
-	Binpack Policy = "Binpack"
-	// Spread places on the least-used node (or GPU), minimising contention.
-	Spread Policy = "Spread"
-	// Fragmentation places where the pod makes the least GPU capacity unusable for the
-	// recent mix of GPU pods (fragmentation gradient descent; see fragmentation.go).
-	Fragmentation Policy = "Fragmentation"
-)
-
-// Placer is a placement policy: Binpack (binpack.go), Spread (spread.go) or
-// Fragmentation (fragmentation.go). A profile uses one placer at the node level
-// (which node: Score) and one, possibly another, at the GPU level (which GPUs of a
-// node: Filter, Reserve and preemption's AddPod, through Allocate); a pod may pick
-// its GPU-level placer by annotation. The extension points call placers and never
-// ask which policy they hold.
+// Placer is a placement policy. A profile uses one placer at the node level (which
+// node: Score) and one, possibly another, at the GPU level (which GPUs of a node:
+// Filter, Reserve and preemption's AddPod, through Allocate); a pod may pick its
+// GPU-level placer by annotation. The extension points call placers and never ask
+// which policy they hold.
 //
 // Placers are called for every node of every cycle, in parallel: they keep no
 // per-cycle state of their own, and the slices they are given may live on a caller's
-// stack only where noted.
+// stack only where noted. What a placer keeps of a pod for the cycle goes in the
+// pod's slot (PodInfo.State); of a node across cycles, in the node's slot in the
+// cache (NodeEntry.LoadMemo); of one placement, in the allocation's (Allocation.Base,
+// Measured, Scratch).
 type Placer interface {
 	// Policy is the placer's name in args, annotations and metrics.
 	Policy() Policy
@@ -43,15 +36,15 @@ type Placer interface {
 	// (PreFilter; called for the node-level and then, if another, the GPU-level placer).
 	PreparePod(pod *v1.Pod, info *PodInfo)
 
-	// deviceScore rates placing container c on device i of m, in [0,1], higher is
+	// DeviceScore rates placing container c on device i of m, in [0,1], higher is
 	// better: how multi-GPU sets are grown and compared (pickSet).
-	deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64
-	// pickDevice chooses, for a one-GPU container, one device of cand (devices that
-	// fit it, never empty). measured, when not nil, receives what the placer
-	// measured of the node, if anything: the per-node state it keeps with the
-	// allocation for its node-level score (nodeMeasure); its base on entry is the
-	// cache's measure of the node under used, or nil.
-	pickDevice(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int
+	DeviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64
+	// PickDevice chooses, for a one-GPU container, one device of cand (devices that
+	// fit it, never empty), for allocation a under way (used is a's usage so far).
+	// Placing a pod of one GPU container, it may leave what it measured of the node
+	// in a.Measured for its node-level score; a.Base is then the node's kept
+	// measure under used, when the caller had one.
+	PickDevice(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int) int
 
 	// HostOnlyPod is what the node-level placer scores a pod without GPUs by
 	// (PreFilter), or nil when it does not score such pods (PreScore then skips).
@@ -69,37 +62,59 @@ type Placer interface {
 	ScoreExtensions() fwk.ScoreExtensions
 }
 
-// nodeMeasure is what a GPU-level placer measured of a node while picking a device,
-// kept with the allocation so that its node-level score need not measure the node
-// again: Fragmentation's; zero for the others.
-type nodeMeasure struct {
-	// base is the node's statistics before the pod (FragStats), or nil.
-	base *FragStats
-	// Picked is set when the placer measured the container on the device it picked:
-	// the node's fragmentation before and after, and its free GPU capacity after,
-	// with no shape held back by host resources (FragStats.Value(wl, nil)): what the
-	// node-level score computes when the node's CPU and memory hold back none.
-	Picked                    bool
-	before, after, afterTotal float64
+// PodState is what a placer keeps of a pod for the cycle (PodInfo.State), opaque to
+// the core but for one question.
+type PodState interface {
+	// KeptMeasure is the placer's measure of the node of entry e as view v shows it
+	// (with usage used) for the pod, kept in e across cycles (NodeEntry.LoadMemo)
+	// and taken now when it is not; nil when the placer keeps none. Filter passes
+	// it to the allocation of a pod of one GPU container (Allocation.Base).
+	KeptMeasure(e *NodeEntry, v *NodeView, used []Usage, w *Weights) any
 }
 
-// Policies lists the placement policies in the order messages name them.
-var Policies = []Policy{Binpack, Spread, Fragmentation}
-
-// PlacerFactories maps a policy to the constructor of its placer. A plugin builds one
-// placer per policy (NewPlacers), so that a pod's GPU-level choice and the profile's
-// node-level one share what the policy learns.
-var PlacerFactories = map[Policy]func(workload *WorkloadModel) Placer{
-	Binpack:       func(*WorkloadModel) Placer { return binpack{} },
-	Spread:        func(*WorkloadModel) Placer { return spread{} },
-	Fragmentation: func(wl *WorkloadModel) Placer { return &fragmentation{workload: wl} },
+// Env is what a plugin builds its placers with: the cache and the weights they place
+// against, and the size of the window of recent GPU pods a placer that learns the
+// workload learns from (the fragmentationWindow arg).
+type Env struct {
+	Cache   *Cache
+	Weights *Weights
+	Window  int
 }
 
-// NewPlacers builds every policy's placer over the plugin's workload model.
-func NewPlacers(workload *WorkloadModel) map[Policy]Placer {
-	out := make(map[Policy]Placer, len(PlacerFactories))
-	for p, f := range PlacerFactories {
-		out[p] = f(workload)
+// Registration is one policy: its name and the constructor of its placer.
+type Registration struct {
+	Policy Policy
+	New    func(env *Env) Placer
+}
+
+// Registry is the policies a plugin offers, in the order messages name them.
+type Registry []Registration
+
+// Names lists the registry's policies in order.
+func (r Registry) Names() []Policy {
+	out := make([]Policy, len(r))
+	for i := range r {
+		out[i] = r[i].Policy
+	}
+	return out
+}
+
+// Has reports whether the registry offers policy p.
+func (r Registry) Has(p Policy) bool {
+	for i := range r {
+		if r[i].Policy == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Build builds one placer per policy, so that a pod's GPU-level choice and the
+// profile's node-level one share what a policy learns.
+func (r Registry) Build(env *Env) map[Policy]Placer {
+	out := make(map[Policy]Placer, len(r))
+	for i := range r {
+		out[r[i].Policy] = r[i].New(env)
 	}
 	return out
 }

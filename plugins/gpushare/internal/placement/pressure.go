@@ -97,7 +97,7 @@ type modelCapacity struct {
 func clusterCapacity(c *Cache) modelCapacity {
 	byModel := map[string]int64{}
 	var total, mem int64
-	c.eachModel(func(m *nodemodel.Model, _ []Usage) {
+	c.EachModel(func(m *nodemodel.Model, _ []Usage) {
 		for i := range m.Devices {
 			if !m.Hot[i].Healthy || m.Hot[i].MIG {
 				continue

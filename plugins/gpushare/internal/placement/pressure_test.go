@@ -81,7 +81,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		used := randomUsage(rng, m, 90)
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
+		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: binpack{}}
 		a, fail := Allocate(m, used, p, w)
 		if fail != nil {
 			continue

@@ -14,15 +14,21 @@ type spread struct{}
 
 var _ Placer = spread{}
 
+// Spread is the Spread policy's name.
+const Spread Policy = "Spread"
+
+// SpreadRegistration registers the Spread policy.
+var SpreadRegistration = Registration{Policy: Spread, New: func(*Env) Placer { return spread{} }}
+
 func (spread) Policy() Policy { return Spread }
 
 func (spread) PreparePod(*v1.Pod, *PodInfo) {}
 
-func (spread) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
+func (spread) DeviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
 	return spreadScore(m, used, c, i, w)
 }
 
-func (spread) pickDevice(m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, _ *nodeMeasure) int {
+func (spread) PickDevice(_ *Allocation, m *nodemodel.Model, used []Usage, _ *PodInfo, c *api.ContainerRequest, w *Weights, cand []int) int {
 	return pickBest(m, used, c, w, cand, spreadScore)
 }
 
