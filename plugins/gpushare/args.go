@@ -15,22 +15,25 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/binpack"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/spread"
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)
-// and at the GPU level (which GPUs of the chosen node); the placers live in
-// internal/placement.
+// and at the GPU level (which GPUs of the chosen node); the core of placement is
+// internal/placement, each policy's placer a package under it.
 type Policy = placement.Policy
 
-// The placement policies (internal/placement: binpack.go, spread.go, fragmentation.go).
+// The placement policies (internal/placement/binpack, spread and fragmentation).
 const (
-	Binpack       = placement.Binpack
-	Spread        = placement.Spread
-	Fragmentation = placement.Fragmentation
+	Binpack       = binpack.Name
+	Spread        = spread.Name
+	Fragmentation = fragmentation.Name
 )
 
 // policies are the placement policies, in the order messages name them.
-var policies = placement.Registry{placement.BinpackRegistration, placement.SpreadRegistration, placement.FragmentationRegistration}
+var policies = placement.Registry{binpack.Registration, spread.Registration, fragmentation.Registration}
 
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
@@ -159,7 +162,7 @@ func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 		a.MaxTenantsPerGPU = defaultMaxTenants
 	}
 	if a.FragmentationWindow == 0 {
-		a.FragmentationWindow = placement.DefaultFragmentationWindow
+		a.FragmentationWindow = fragmentation.DefaultWindow
 	}
 	if a.ResourceNames == nil {
 		domain := a.ResourceDomain

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 func fragArgs() *TesseraGPUShareArgs {
@@ -91,12 +92,12 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
 	// the best-fit term charges what is left: one GPU of the largest node's two,
 	// weighted ½ (the test nodes publish no CPU).
-	wantHoley := int64(math.Round(placement.FragScale * (0.5*20/21 - placement.FragFitWeight*0.5*1/2)))
+	wantHoley := int64(math.Round(fragmentation.Scale * (0.5*20/21 - fragmentation.FitWeight*0.5*1/2)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/placement.FragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragmentation.Step) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -128,7 +129,7 @@ func TestFragmentationMultiGPU(t *testing.T) {
 
 func TestFragmentationArgs(t *testing.T) {
 	a, err := DecodeArgs(fragArgs(), Defaults{})
-	if err != nil || a.FragmentationWindow != placement.DefaultFragmentationWindow {
+	if err != nil || a.FragmentationWindow != fragmentation.DefaultWindow {
 		t.Fatalf("%+v %v", a, err)
 	}
 	if p, err := ParsePolicy("fragmentation"); err != nil || p != Fragmentation {

@@ -7,6 +7,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 // The plugin's metrics live in component-base's legacy registry, which kube-scheduler
@@ -162,7 +163,7 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 		learned := pl.workload.Learned()
 		var whole, fromWorkload, total float64
 		pl.cache.EachView(func(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage) {
-			f, wf := placement.WholeGPUFragmentation(v.Model, used, &pl.w)
+			f, wf := fragmentation.WholeGPUFragmentation(v.Model, used, &pl.w)
 			total += f
 			whole += wf
 			if learned != nil {

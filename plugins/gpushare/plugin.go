@@ -25,6 +25,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -42,7 +43,7 @@ type Plugin struct {
 	now       func() time.Time
 	// workload is the recent mix of GPU pods the Fragmentation placer learns, for
 	// the metrics.
-	workload *placement.WorkloadModel
+	workload *fragmentation.WorkloadModel
 	// placers holds one placer per policy; node is the profile's node-level one.
 	placers map[Policy]placement.Placer
 	node    placement.Placer
@@ -120,7 +121,7 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, sync
 	}
 	pl.placers = policies.Build(&placement.Env{Cache: c, Weights: &pl.w, Window: args.FragmentationWindow})
 	pl.node = pl.placers[args.NodePolicy]
-	pl.workload = placement.WorkloadOf(pl.placers[Fragmentation])
+	pl.workload = fragmentation.WorkloadOf(pl.placers[Fragmentation])
 	return pl
 }
 

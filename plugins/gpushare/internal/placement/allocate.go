@@ -38,13 +38,13 @@ type PodInfo struct {
 	State PodState
 }
 
-// eligible reports whether device d passes the pod's static selection (model, UUID).
+// Eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
-func (p *PodInfo) eligible(d *nodemodel.Device) bool {
+func (p *PodInfo) Eligible(d *nodemodel.Device) bool {
 	if d.MPS != p.mps {
 		return false
 	}
@@ -81,7 +81,7 @@ func (p *PodInfo) EligibleAt(m *nodemodel.Model, i int) bool {
 	if !p.hasSelection() {
 		return !m.Hot[i].MIG && modeMatches(m, p, i)
 	}
-	return p.eligible(&m.Devices[i])
+	return p.Eligible(&m.Devices[i])
 }
 
 // wantsMIG reports whether the pod selects MIG instances explicitly.
@@ -159,6 +159,21 @@ type Allocation struct {
 	// an interface call, through which the compiler cannot see that they do not escape.
 	candBuf [16]int // last: the fields above are what Score reads
 }
+
+// Used is the node's usage after the pod is placed (the allocation's storage: not
+// to be changed).
+func (a *Allocation) Used() []Usage { return a.used }
+
+// MultiGPU reports whether some container got more than one GPU.
+func (a *Allocation) MultiGPU() bool { return a.multiGPU }
+
+// Locality is the mean pair affinity of the GPUs of multi-GPU containers (1 when
+// there are none).
+func (a *Allocation) Locality() float64 { return a.topology }
+
+// BrokenIslands is how many NVLink islands were entirely free before the pod and are
+// no longer.
+func (a *Allocation) BrokenIslands() int { return a.brokenIslands }
 
 // inlineDevices is how many devices an allocation holds without further allocation.
 const inlineDevices = 8
@@ -362,27 +377,6 @@ func Fits(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, maxT
 	// A container that reserves no compute may only join a GPU whose compute is not
 	// all reserved: it would otherwise take time from tenants promised all of it.
 	return u.Cores < 100
-}
-
-// deviceUtil is the weighted use of device i after placing container c on it (0..1
-// for a container that fits), the measure of the GPU-level policies' device scores.
-func deviceUtil(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
-	d := &m.Hot[i]
-	u := &used[i]
-	memFrac := float64(u.MemMiB+c.MemoryOn(d.MemoryMiB)) / float64(d.MemoryMiB)
-	coreFrac := float64(u.Cores+c.Cores) / 100
-	return (w.Memory*memFrac + w.Cores*coreFrac) / (w.Memory + w.Cores)
-}
-
-// islandFree reports whether no device of NVLink island k is used (by the devices'
-// island numbers, as freeIslands).
-func islandFree(m *nodemodel.Model, used []Usage, k int32) bool {
-	for i := range m.Hot {
-		if m.Hot[i].Island == k && used[i].Tenants > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // pickDevices chooses c.GPUs distinct devices for container c, or fails: with tooFew

@@ -1,8 +1,6 @@
 package placement
 
 import (
-	"math"
-
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -117,82 +115,4 @@ func (r Registry) Build(env *Env) map[Policy]Placer {
 		out[r[i].Policy] = r[i].New(env)
 	}
 	return out
-}
-
-// pickBest is the device of cand that score rates highest (the first of equals).
-func pickBest(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, w *Weights, cand []int,
-	score func(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64) int {
-	best, bestScore := -1, 0.0
-	for _, i := range cand {
-		s := score(m, used, c, i, w)
-		if best < 0 || s > bestScore {
-			best, bestScore = i, s
-		}
-	}
-	return best
-}
-
-// weightedScore is the weighted mean, in the framework's range, of the node-level
-// policy's term and, for pods with a multi-GPU container, GPU locality:
-//
-//	score = 100 × Σ weight·term / Σ weight
-//
-// ok is false when every weight that applies is 0.
-func weightedScore(w *Weights, term float64, a *Allocation) (score float64, ok bool) {
-	sum, total := w.Policy*term, w.Policy
-	if a.multiGPU {
-		sum += w.Topology * a.topology
-		total += w.Topology
-	}
-	if total == 0 {
-		return 0, false
-	}
-	return sum / total * float64(fwk.MaxNodeScore), true
-}
-
-// FitScale is the largest node among the cycle's feasible nodes (CPU millicores and
-// healthy GPUs, the yardsticks of leftover) and the pod's CPU request.
-type FitScale struct {
-	CPUMilli, GPUs float64
-	PodCPUMilli    int64
-}
-
-// leftover is what best fit minimises: the node's free GPU and CPU capacity after
-// placement, each measured against the largest node of the cycle and weighted ½
-// (0 nothing left .. 1 an empty largest node). Without a scale (PreScore
-// did not run) the node is its own yardstick and the pod's CPU is not counted.
-func leftover(m *nodemodel.Model, used []Usage, ni fwk.NodeInfo, f *FitScale, w *Weights) float64 {
-	var gpuFree, gpus float64
-	for i := range m.Hot {
-		if m.Hot[i].Healthy {
-			gpuFree += DeviceFree(m, used, i, w)
-			gpus++
-		}
-	}
-	alloc := ni.GetAllocatable().GetMilliCPU()
-	cpuFree := float64(alloc - ni.GetRequested().GetMilliCPU())
-	cpuMax, gpuMax := float64(alloc), gpus
-	if f != nil {
-		cpuFree -= float64(f.PodCPUMilli)
-		cpuMax, gpuMax = f.CPUMilli, f.GPUs
-	}
-	var left float64
-	if cpuMax > 0 {
-		left += 0.5 * math.Max(0, cpuFree) / cpuMax
-	}
-	if gpuMax > 0 {
-		left += 0.5 * gpuFree / gpuMax
-	}
-	return math.Min(1, left)
-}
-
-// clampScore clamps s to the framework's range of node scores.
-func clampScore(s int64) int64 {
-	if s < fwk.MinNodeScore {
-		return fwk.MinNodeScore
-	}
-	if s > fwk.MaxNodeScore {
-		return fwk.MaxNodeScore
-	}
-	return s
 }
