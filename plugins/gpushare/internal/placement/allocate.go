@@ -135,7 +135,7 @@ type Allocation struct {
 	// Model is the node the allocation was made on.
 	Model *nodemodel.Model
 	// Base is a placer's measure of the node under the usage the pod is placed
-	// from, kept across cycles (PodState.KeptMeasure), when the caller had one: only
+	// from, kept across cycles (PodState.KeptMeasure), when there is one: only
 	// for pods of one GPU container. Measured is what the GPU-level placer measured
 	// of the node while placing such a pod (Placer.PickDevice), for the node-level
 	// score to reuse instead of measuring the node again; nil otherwise. Both are
@@ -216,17 +216,17 @@ func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 // Reserve and preemption's AddPod all use it, so they always agree.
 func Allocate(m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
 	a := &Allocation{}
-	if fail := allocateInto(a, m, used, p, w, nil); fail != nil {
+	if fail := allocateInto(a, m, used, p, w, nil, 0); fail != nil {
 		return nil, fail
 	}
 	return a, nil
 }
 
 // allocateInto is Allocate writing into a, whose previous contents it replaces; on
-// failure a holds no allocation. base, when not nil, is a placer's measure of the node
-// under used that the cache kept (see place).
-func allocateInto(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base any) *allocFailure {
-	ci, fail := place(a, m, used, p, w, base)
+// failure a holds no allocation. kept, when not nil, is the cache entry of the node,
+// whose usage used is at generation gen (see place).
+func allocateInto(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, kept *NodeEntry, gen uint64) *allocFailure {
+	ci, fail := place(a, m, used, p, w, kept, gen)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
@@ -242,15 +242,18 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
 //
-// base, when not nil, is a placer's measure of the node under before, kept in the
-// cache (PodState.KeptMeasure). A one-container pod starts from it (Allocation.Base):
-// the GPU-level placer need not measure the node, nor the node-level score.
-func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Weights, base any) (int, *allocFailure) {
+// kept, when not nil, is the node's cache entry, with before the node's usage at
+// generation gen (0: not the cache's usage, a what-if). A one-container pod then
+// starts from the measure of the node its placer keeps there (PodState.KeptMeasure,
+// in Allocation.Base): the GPU-level placer need not measure the node, nor the
+// node-level score. It is asked for with the allocation's copy of before: a stack
+// buffer of the caller's passed through the interface would move to the heap.
+func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Weights, kept *NodeEntry, gen uint64) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
-	if len(p.Order) == 1 {
-		a.Base = base
+	if len(p.Order) == 1 && kept != nil && gen != 0 && p.State != nil {
+		a.Base = p.State.KeptMeasure(kept, gen, m, a.used, w)
 	}
 	used := a.used
 	free := freeIslands(m, used)

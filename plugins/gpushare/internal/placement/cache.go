@@ -356,13 +356,13 @@ func (e *NodeEntry) StoreMemo(m *Memo) { e.memo.Store(m) }
 
 // Keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle, made at usage generation gen (0: not
-// the cache's usage as it is). base is a placer's measure of the node before the
-// pod, or nil (see place).
-func (e *NodeEntry) Keep(cycle, gen uint64, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base any) *allocFailure {
+// the cache's usage as it is). A one-container pod's placement starts from the
+// measure of the node its placer keeps in e, when gen is not 0 (see place).
+func (e *NodeEntry) Keep(cycle, gen uint64, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
-	fail := allocateInto(&e.kept, m, used, p, w, base)
+	fail := allocateInto(&e.kept, m, used, p, w, e, gen)
 	if fail == nil {
 		e.keptCycle, e.keptGen = cycle, gen
 	}

@@ -63,11 +63,12 @@ type Placer interface {
 // PodState is what a placer keeps of a pod for the cycle (PodInfo.State), opaque to
 // the core but for one question.
 type PodState interface {
-	// KeptMeasure is the placer's measure of the node of entry e as view v shows it
-	// (with usage used) for the pod, kept in e across cycles (NodeEntry.LoadMemo)
-	// and taken now when it is not; nil when the placer keeps none. Filter passes
-	// it to the allocation of a pod of one GPU container (Allocation.Base).
-	KeptMeasure(e *NodeEntry, v *NodeView, used []Usage, w *Weights) any
+	// KeptMeasure is the placer's measure of the node of entry e (model m, usage
+	// used at usage generation gen) for the pod, kept in e across cycles
+	// (NodeEntry.LoadMemo) and taken now when it is not; nil when the placer keeps
+	// none. Filter's allocation of a pod of one GPU container starts from it
+	// (NodeEntry.Keep, Allocation.Base). used must not be kept.
+	KeptMeasure(e *NodeEntry, gen uint64, m *nodemodel.Model, used []Usage, w *Weights) any
 }
 
 // Env is what a plugin builds its placers with: the cache and the weights they place

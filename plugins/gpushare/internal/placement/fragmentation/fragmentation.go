@@ -833,7 +833,7 @@ func pickByFragmentation(m *nodemodel.Model, used []placement.Usage, wl *fragWor
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (packScore: an unused
+		// measure), and as full with the same island term (placement.PackScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -862,7 +862,7 @@ func pickByFragmentation(m *nodemodel.Model, used []placement.Usage, wl *fragWor
 }
 
 // sameRating reports whether pickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same packScore, whose island term reads
+// the same measure (alikeDevices) and the same PackScore, whose island term reads
 // only an unused device's island.
 func sameRating(m *nodemodel.Model, used []placement.Usage, i, j int) bool {
 	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].Island == m.Hot[j].Island)
@@ -1021,7 +1021,7 @@ func (st *Stats) valueAfter(wl *fragWorkload, changed uint64, devs []placedDevic
 	return f
 }
 
-// FitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
+// FitWeight is how much best fit (placement.Leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off
@@ -1145,7 +1145,7 @@ func (*placer) ScoreHostOnly(c *placement.Cache, info *placement.PodInfo, ni fwk
 	}
 	shapes := ps.wl.shapes
 	cpuFree, memFree := placement.HostFree(ni)
-	st := ps.kept(e, &v, used, w)
+	st := ps.kept(e, v.UsageGen, v.Model, used, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
@@ -1278,17 +1278,17 @@ type fragMemo struct {
 	st Stats
 }
 
-// KeptMeasure is the node's fragmentation statistics (*Stats) under used (the
-// usage of view v) for the pod's workload, or nil (kept, below).
-func (p *podState) KeptMeasure(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage, w *placement.Weights) any {
-	if st := p.kept(e, v, used, w); st != nil {
+// KeptMeasure is the node's fragmentation statistics (*Stats) under used (its
+// usage at generation gen) for the pod's workload, or nil (kept, below).
+func (p *podState) KeptMeasure(e *placement.NodeEntry, gen uint64, m *nodemodel.Model, used []placement.Usage, w *placement.Weights) any {
+	if st := p.kept(e, gen, m, used, w); st != nil {
 		return st
 	}
 	return nil
 }
 
-// kept is the node's fragmentation statistics under used (the usage of view v)
-// for the pod's workload: kept from an earlier cycle when neither the node's usage
+// kept is the node's fragmentation statistics under used (model m's usage at usage
+// generation gen, NodeView.UsageGen) for the pod's workload: kept from an earlier cycle when neither the node's usage
 // nor the workload's classes have changed since, else measured now and kept. It is
 // nil for a pod without a learned workload from a model.
 //
@@ -1299,16 +1299,16 @@ func (p *podState) KeptMeasure(e *placement.NodeEntry, v *placement.NodeView, us
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
 // newFragStats would compute, so no score moves.
-func (p *podState) kept(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage, w *placement.Weights) *Stats {
+func (p *podState) kept(e *placement.NodeEntry, gen uint64, m *nodemodel.Model, used []placement.Usage, w *placement.Weights) *Stats {
 	if p == nil || p.wl.Empty() || p.wl.gen == 0 {
 		return nil
 	}
-	if old, ok := e.LoadMemo().(*fragMemo); ok && old.usageGen == v.UsageGen && old.gen == p.wl.gen {
+	if old, ok := e.LoadMemo().(*fragMemo); ok && old.usageGen == gen && old.gen == p.wl.gen {
 		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.UsageGen, gen: p.wl.gen}
+	memo := &fragMemo{usageGen: gen, gen: p.wl.gen}
 	memo.Of = memo
-	memo.st.measure(v.Model, used, p.wl, w)
+	memo.st.measure(m, used, p.wl, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
 	e.StoreMemo(&memo.Memo)
@@ -1361,7 +1361,7 @@ func (w *WorkloadModel) Learned() *Learned {
 // v shows it (usage used), in GPUs: with the node's kept measure where Filter has it,
 // measured and kept here otherwise.
 func (l *Learned) Fragmented(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage, w *placement.Weights) float64 {
-	return l.ps.kept(e, v, used, w).Value(l.ps.wl, nil)
+	return l.ps.kept(e, v.UsageGen, v.Model, used, w).Value(l.ps.wl, nil)
 }
 
 // wholeGPU is the class of pods of one whole GPU, the workload-independent measure.

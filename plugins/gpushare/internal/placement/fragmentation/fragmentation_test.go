@@ -193,7 +193,7 @@ func TestKeptMeasureKeptAndInvalidated(t *testing.T) {
 		t.Helper()
 		wl := l.workload.Snapshot()
 		ent, v, used := c.EntryView(node, nil)
-		got := (&podState{wl: wl}).kept(ent, &v, used, w)
+		got := (&podState{wl: wl}).kept(ent, v.UsageGen, v.Model, used, w)
 		want := newFragStats(v.Model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
@@ -282,7 +282,7 @@ func TestKeptMeasureConcurrent(t *testing.T) {
 					continue
 				}
 				ent, v, used := c.EntryView(node, nil)
-				if st := p.kept(ent, &v, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+				if st := p.kept(ent, v.UsageGen, v.Model, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
 					return
 				}
@@ -291,7 +291,7 @@ func TestKeptMeasureConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	ent, v, used := c.EntryView(node, nil)
-	if st := p.kept(ent, &v, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+	if st := p.kept(ent, v.UsageGen, v.Model, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
 	}
 }
