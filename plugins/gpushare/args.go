@@ -15,23 +15,29 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/binpack"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/spread"
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)
-// and at the GPU level (which GPUs of the chosen node); the placers live in
-// internal/placement.
+// and at the GPU level (which GPUs of the chosen node); the core of placement is
+// internal/placement, each policy's placer a package under it.
 type Policy = placement.Policy
 
-// The placement policies (internal/placement: binpack.go, spread.go, fragmentation.go).
+// The placement policies (internal/placement/binpack, spread and fragmentation).
 const (
-	Binpack       = placement.Binpack
-	Spread        = placement.Spread
-	Fragmentation = placement.Fragmentation
+	Binpack       = binpack.Name
+	Spread        = spread.Name
+	Fragmentation = fragmentation.Name
 )
+
+// policies are the placement policies, in the order messages name them.
+var policies = placement.Registry{binpack.Registration, spread.Registration, fragmentation.Registration}
 
 // ParsePolicy accepts a policy name in any letter case.
 func ParsePolicy(s string) (Policy, error) {
-	for _, p := range placement.Policies {
+	for _, p := range policies.Names() {
 		if strings.EqualFold(s, string(p)) {
 			return p, nil
 		}
@@ -156,7 +162,7 @@ func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 		a.MaxTenantsPerGPU = defaultMaxTenants
 	}
 	if a.FragmentationWindow == 0 {
-		a.FragmentationWindow = placement.DefaultFragmentationWindow
+		a.FragmentationWindow = fragmentation.DefaultWindow
 	}
 	if a.ResourceNames == nil {
 		domain := a.ResourceDomain
@@ -186,8 +192,8 @@ func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
 		field string
 		v     Policy
 	}{{"nodePolicy", a.NodePolicy}, {"devicePolicy", a.DevicePolicy}} {
-		if _, ok := placement.PlacerFactories[f.v]; !ok {
-			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, placement.Policies))
+		if !policies.Has(f.v) {
+			errs = append(errs, field.NotSupported(path.Child(f.field), f.v, policies.Names()))
 		}
 	}
 	weightsSet := true

@@ -29,18 +29,14 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
-	// The node's kept fragmentation measure (nil unless a placer learned shapes for
-	// the pod) serves one-container pods on the node as the cache has it, not under
-	// preemption's what-if changes.
-	var base *placement.FragStats
-	gen := v.UsageGen // what the allocation is made against (0: a what-if)
+	// What the allocation is made against: the cache's usage at v.UsageGen, or 0
+	// for a what-if (then no measure a placer keeps of the node serves it).
+	gen := v.UsageGen
 	if d := s.overlay[node.Name]; d != nil {
 		applyDelta(v.Model, used, d, pl.cache, node.Name)
 		gen = 0
-	} else if len(s.info.Order) == 1 {
-		base = e.FragBase(&v, used, s.info, &pl.w)
 	}
-	if fail := e.Keep(s.id, gen, v.Model, used, s.info, &pl.w, base); fail != nil {
+	if fail := e.Keep(s.id, gen, v.Model, used, s.info, &pl.w); fail != nil {
 		return fail.Status()
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 func fragArgs() *TesseraGPUShareArgs {
@@ -91,12 +92,12 @@ func TestFragmentationNodeScoring(t *testing.T) {
 	// workload is 20 whole-GPU pods and this one 50% pod (weights 20/21 and 1/21);
 	// the best-fit term charges what is left: one GPU of the largest node's two,
 	// weighted ½ (the test nodes publish no CPU).
-	wantHoley := int64(math.Round(placement.FragScale * (0.5*20/21 - placement.FragFitWeight*0.5*1/2)))
+	wantHoley := int64(math.Round(fragmentation.Scale * (0.5*20/21 - fragmentation.FitWeight*0.5*1/2)))
 	if r.scores["holey"] != wantHoley {
 		t.Errorf("holey raw score %d, want %d", r.scores["holey"], wantHoley)
 	}
 	list := fwk.NodeScoreList{{Name: "holey", Score: r.scores["holey"]}, {Name: "empty", Score: r.scores["empty"]}}
-	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/placement.FragStep) {
+	if st := e.pl.ScoreExtensions().NormalizeScore(context.Background(), r.state, nil, list); !st.IsSuccess() || list[0].Score != 100 || list[1].Score != max(0, 100-(r.scores["holey"]-r.scores["empty"])/fragmentation.Step) {
 		t.Errorf("normalised %v, %v", list, st)
 	}
 	if e.pl.ScoreExtensions() == nil {
@@ -128,7 +129,7 @@ func TestFragmentationMultiGPU(t *testing.T) {
 
 func TestFragmentationArgs(t *testing.T) {
 	a, err := DecodeArgs(fragArgs(), Defaults{})
-	if err != nil || a.FragmentationWindow != placement.DefaultFragmentationWindow {
+	if err != nil || a.FragmentationWindow != fragmentation.DefaultWindow {
 		t.Fatalf("%+v %v", a, err)
 	}
 	if p, err := ParsePolicy("fragmentation"); err != nil || p != Fragmentation {
@@ -188,10 +189,15 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 		}
 	}
 	e := newEnv(t, fragArgs(), nodes, pods...)
+	// The learned workload's largest host requests: every pod asks 1Gi, and the
+	// window holds every pod PreFilter has seen.
+	maxCPU, maxMem := int64(0), int64(1<<30)
 	for k := 0; k < 30; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
 		p := makePod(fmt.Sprintf("seen-%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
-		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(6)), "1Gi")
+		cores := 1 + rng.Intn(6)
+		maxCPU = max(maxCPU, int64(cores)*1000)
+		p.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(cores), "1Gi")
 		if _, st := e.pl.PreFilter(context.Background(), framework.NewCycleState(), p, nil); !st.IsSuccess() {
 			t.Fatal(st)
 		}
@@ -200,7 +206,9 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 	for k := 0; k < 20; k++ {
 		pct := fmt.Sprint(5 + 5*rng.Intn(19))
 		pod := makePod(fmt.Sprintf("p%d", k), nil, ctr{Name: "c", GPU: "1", Pct: pct, Cores: pct})
-		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(1+rng.Intn(4)), "1Gi")
+		cores := 1 + rng.Intn(4)
+		maxCPU = max(maxCPU, int64(cores)*1000)
+		pod.Spec.Containers[0].Resources.Requests = withHost(fmt.Sprint(cores), "1Gi")
 		ctx, cs := context.Background(), framework.NewCycleState()
 		if _, st := e.pl.PreFilter(ctx, cs, pod, e.infos); !st.IsSuccess() {
 			t.Fatal(st)
@@ -222,14 +230,14 @@ func TestFragScorePickedMatchesMeasured(t *testing.T) {
 			e.pl.cache.ExistingFor(ni.Node()).WithKept(s.id, func(a *placement.Allocation) {
 				kept := a.Measured
 				got := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
-				a.Measured.Picked = false
+				a.Measured = nil
 				want := e.pl.node.ScoreNode(s.info, a, ni, s.fit, &e.pl.w)
 				a.Measured = kept
 				if got != want {
 					t.Errorf("pod %d, node %s: score %d from the pick's measure, %d measured", k, ni.Node().Name, got, want)
 				}
 				cpu, mem := placement.HostFree(ni)
-				if kept.Picked && s.info.Frag.MaxCPUMilli <= cpu-s.info.CPUMilli && s.info.Frag.MaxMemBytes <= mem-s.info.MemBytes {
+				if kept != nil && maxCPU <= cpu-s.info.CPUMilli && maxMem <= mem-s.info.MemBytes {
 					fast++
 				} else {
 					slow++

@@ -6,9 +6,8 @@ import (
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 
-	"github.com/tessera-dev/tessera/api"
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 // The plugin's metrics live in component-base's legacy registry, which kube-scheduler
@@ -147,38 +146,6 @@ func (c *cacheCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	}
 }
 
-// wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
-var wholeGPU = placement.FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
-
-// wholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
-// whole GPU cannot use (what placement's newFragStats and FragStats.Value give for
-// that one class, without allocating: the collector measures every node on every
-// scrape). MIG instances are not eligible for such pods.
-func wholeGPUFragmentation(m *nodemodel.Model, used []placement.Usage, w *placement.Weights) (free, frag float64) {
-	fit, eligible, small, elig := 0, 0, 0.0, 0.0
-	for i := range m.Devices {
-		f := placement.DeviceFree(m, used, i, w)
-		free += f
-		if !wholeGPU.EligibleAt(m, i) {
-			continue
-		}
-		eligible++
-		elig += f
-		if placement.ShapeFits(m, used, &wholeGPU, i, w) {
-			fit++
-		} else {
-			small += f
-		}
-	}
-	switch {
-	case eligible == 0:
-		return free, 0
-	case fit < wholeGPU.C.GPUs:
-		return free, elig
-	}
-	return free, small
-}
-
 func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	pls := c.plugins()
 	// Profiles of one scheduler share a cache: count each cache once. Schedulers in
@@ -193,21 +160,19 @@ func (c *cacheCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			seen[pl.cache] = true
 			pl.cache.Stats(&cs)
 		}
-		learned := &placement.PodInfo{Frag: pl.workload.Snapshot()}
+		learned := pl.workload.Learned()
 		var whole, fromWorkload, total float64
 		pl.cache.EachView(func(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage) {
-			f, wf := wholeGPUFragmentation(v.Model, used, &pl.w)
+			f, wf := fragmentation.WholeGPUFragmentation(v.Model, used, &pl.w)
 			total += f
 			whole += wf
-			if !learned.Frag.Empty() {
-				// The node's kept measure where Filter has it (measured and kept
-				// here otherwise).
-				fromWorkload += e.FragBase(v, used, learned, &pl.w).Value(learned.Frag, nil)
+			if learned != nil {
+				fromWorkload += learned.Fragmented(e, v, used, &pl.w)
 			}
 		})
 		free[pl.profile] += total
 		frag[key{pl.profile, "whole_gpu"}] += whole
-		if !learned.Frag.Empty() {
+		if learned != nil {
 			frag[key{pl.profile, "learned"}] += fromWorkload
 		}
 	}

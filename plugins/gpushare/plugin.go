@@ -25,6 +25,7 @@ import (
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -40,8 +41,9 @@ type Plugin struct {
 	cache     *placement.Cache
 	synced    func() bool
 	now       func() time.Time
-	// workload is the recent mix of GPU pods, for the Fragmentation policy.
-	workload *placement.WorkloadModel
+	// workload is the recent mix of GPU pods the Fragmentation placer learns, for
+	// the metrics.
+	workload *fragmentation.WorkloadModel
 	// placers holds one placer per policy; node is the profile's node-level one.
 	placers map[Policy]placement.Placer
 	node    placement.Placer
@@ -103,8 +105,6 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 }
 
 func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, synced func() bool) *Plugin {
-	workload := placement.NewWorkloadModel(args.FragmentationWindow)
-	placers := placement.NewPlacers(workload)
 	pl := &Plugin{
 		handle: h,
 		args:   args,
@@ -118,11 +118,10 @@ func newPlugin(args *TesseraGPUShareArgs, h fwk.Handle, c *placement.Cache, sync
 		cache:     c,
 		synced:    synced,
 		now:       time.Now,
-		workload:  workload,
-		placers:   placers,
-		node:      placers[args.NodePolicy],
 	}
-	workload.Bind(c, &pl.w)
+	pl.placers = policies.Build(&placement.Env{Cache: c, Weights: &pl.w, Window: args.FragmentationWindow})
+	pl.node = pl.placers[args.NodePolicy]
+	pl.workload = fragmentation.WorkloadOf(pl.placers[Fragmentation])
 	return pl
 }
 

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -30,27 +29,22 @@ type PodInfo struct {
 	mps bool
 	// Device is the GPU-level placer: the profile's, or the pod's by annotation.
 	Device Placer
-	// cpuMilli and memBytes are the pod's host requests, and frag the expected
-	// workload, when a placer of the pod needs them (Fragmentation's PreparePod).
+	// CPUMilli and MemBytes are the pod's host requests, when a placer of the pod
+	// needs them (its PreparePod sets them: PodHostRequests).
 	CPUMilli, MemBytes int64
-	Frag               *fragWorkload
-	// feed is frag's workloadFeed for the GPU size last asked for: the same for
-	// every node with GPUs of that size, so Score computes it once per cycle on a
-	// cluster of one GPU size (PodInfo.workloadFeed). Read and replaced by the
-	// parallel Score without a lock.
-	feed atomic.Pointer[feedMemo]
-	// pressure is the workload's model pressure when the pod was prepared (nil:
-	// none), which Fragmentation charges placements with (pressure.go).
-	pressure *modelPressure
+	// State is the per-pod slot of the pod's placers: what one of them keeps of the
+	// pod for the cycle (its PreparePod or HostOnlyPod sets it), opaque to the core.
+	// Only one placer of a profile may keep state in it.
+	State PodState
 }
 
-// eligible reports whether device d passes the pod's static selection (model, UUID).
+// Eligible reports whether device d passes the pod's static selection (model, UUID).
 // Health is checked separately so that reasons can tell the two apart.
 //
 // MIG instances are used only by pods that ask for them, by a model include naming
 // "MIG" (e.g. "MIG 1g.10gb") or by UUID: a request for "a GPU" must not silently
 // get a slice of one.
-func (p *PodInfo) eligible(d *nodemodel.Device) bool {
+func (p *PodInfo) Eligible(d *nodemodel.Device) bool {
 	if d.MPS != p.mps {
 		return false
 	}
@@ -87,7 +81,7 @@ func (p *PodInfo) EligibleAt(m *nodemodel.Model, i int) bool {
 	if !p.hasSelection() {
 		return !m.Hot[i].MIG && modeMatches(m, p, i)
 	}
-	return p.eligible(&m.Devices[i])
+	return p.Eligible(&m.Devices[i])
 }
 
 // wantsMIG reports whether the pod selects MIG instances explicitly.
@@ -140,10 +134,18 @@ type Allocation struct {
 	used []Usage
 	// Model is the node the allocation was made on.
 	Model *nodemodel.Model
-	// Measured is what the GPU-level placer measured of the node to place a
-	// one-container pod (see placer.pickDevice), for the node-level score to reuse
-	// instead of measuring the node again. Zero otherwise.
-	Measured nodeMeasure
+	// Base is a placer's measure of the node under the usage the pod is placed
+	// from, kept across cycles (PodState.KeptMeasure), when there is one: only
+	// for pods of one GPU container. Measured is what the GPU-level placer measured
+	// of the node while placing such a pod (Placer.PickDevice), for the node-level
+	// score to reuse instead of measuring the node again; nil otherwise. Both are
+	// opaque to the core and reset with every placement.
+	Base, Measured any
+	// Scratch is a placer's storage kept with the allocation from placement to
+	// placement, never reset by the core: the allocation a node's cache entry keeps
+	// is reused every cycle, so a placer that keeps its work space here allocates
+	// nothing per placement. A placer finding another's value here replaces it.
+	Scratch any
 
 	// Backing storage for the slices above on nodes of up to inlineDevices devices and
 	// pods of one GPU container: Filter allocates nothing on such nodes.
@@ -151,16 +153,27 @@ type Allocation struct {
 	devBuf   [inlineDevices]int
 	memBuf   [inlineDevices]int64
 	usedBuf  [inlineDevices]Usage
-	// after is the node-level score's scratch measure of the node after the pod
-	// (Fragmentation's FragStats.placedInto), reused from cycle to cycle with the
-	// allocation the node's cache entry keeps.
-	after FragStats
 
 	// candBuf holds pickDevices' candidates on nodes of up to 16 devices. It lives here
 	// rather than on pickDevices' stack because the candidates are passed to a placer,
 	// an interface call, through which the compiler cannot see that they do not escape.
 	candBuf [16]int // last: the fields above are what Score reads
 }
+
+// Used is the node's usage after the pod is placed (the allocation's storage: not
+// to be changed).
+func (a *Allocation) Used() []Usage { return a.used }
+
+// MultiGPU reports whether some container got more than one GPU.
+func (a *Allocation) MultiGPU() bool { return a.multiGPU }
+
+// Locality is the mean pair affinity of the GPUs of multi-GPU containers (1 when
+// there are none).
+func (a *Allocation) Locality() float64 { return a.topology }
+
+// BrokenIslands is how many NVLink islands were entirely free before the pod and are
+// no longer.
+func (a *Allocation) BrokenIslands() int { return a.brokenIslands }
 
 // inlineDevices is how many devices an allocation holds without further allocation.
 const inlineDevices = 8
@@ -170,7 +183,7 @@ func (a *Allocation) reset(used []Usage) {
 	a.Placements = a.placeBuf[:0]
 	a.topology, a.multiGPU = 1, false
 	a.brokenIslands, a.freeIslands = 0, 0
-	a.Model, a.Measured = nil, nodeMeasure{}
+	a.Model, a.Base, a.Measured = nil, nil, nil
 	if len(used) <= inlineDevices {
 		a.used = a.usedBuf[:len(used)]
 		copy(a.used, used)
@@ -203,17 +216,17 @@ func (f *allocFailure) Status() *fwk.Status { return fwk.NewStatus(f.code, f.msg
 // Reserve and preemption's AddPod all use it, so they always agree.
 func Allocate(m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights) (*Allocation, *allocFailure) {
 	a := &Allocation{}
-	if fail := allocateInto(a, m, used, p, w, nil); fail != nil {
+	if fail := allocateInto(a, m, used, p, w, nil, 0); fail != nil {
 		return nil, fail
 	}
 	return a, nil
 }
 
 // allocateInto is Allocate writing into a, whose previous contents it replaces; on
-// failure a holds no allocation. base, when not nil, is the node-level measure of the
-// node under used that the cache kept (see place).
-func allocateInto(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
-	ci, fail := place(a, m, used, p, w, base)
+// failure a holds no allocation. kept, when not nil, is the cache entry of the node,
+// whose usage used is at generation gen (see place).
+func allocateInto(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, kept *NodeEntry, gen uint64) *allocFailure {
+	ci, fail := place(a, m, used, p, w, kept, gen)
 	if fail == tooFew {
 		// Explained here rather than where the miss was found, so that the reason's
 		// frames do not stack on the placement's (see explain).
@@ -229,15 +242,18 @@ var tooFew = &allocFailure{code: fwk.Unschedulable, msg: "too few GPUs fit the c
 // place is allocateInto without the reason for a miss: on failure it returns the
 // container that did not fit and a.used as that container found it.
 //
-// base, when not nil, is the node measured under before (Fragmentation's statistics,
-// kept in the cache: NodeEntry.frag). A one-container pod starts from it: the
-// GPU-level placer need not measure the node, nor the node-level score.
-func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Weights, base *FragStats) (int, *allocFailure) {
+// kept, when not nil, is the node's cache entry, with before the node's usage at
+// generation gen (0: not the cache's usage, a what-if). A one-container pod then
+// starts from the measure of the node its placer keeps there (PodState.KeptMeasure,
+// in Allocation.Base): the GPU-level placer need not measure the node, nor the
+// node-level score. It is asked for with the allocation's copy of before: a stack
+// buffer of the caller's passed through the interface would move to the heap.
+func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Weights, kept *NodeEntry, gen uint64) (int, *allocFailure) {
 	// before may live on the caller's stack; placers only ever see the copy in a, so
 	// that passing it through an interface does not move before to the heap.
 	a.reset(before)
-	if len(p.Order) == 1 {
-		a.Measured.base = base
+	if len(p.Order) == 1 && kept != nil && gen != 0 && p.State != nil {
+		a.Base = p.State.KeptMeasure(kept, gen, m, a.used, w)
 	}
 	used := a.used
 	free := freeIslands(m, used)
@@ -248,11 +264,7 @@ func place(a *Allocation, m *nodemodel.Model, before []Usage, p *PodInfo, w *Wei
 	for _, ci := range p.Order {
 		c := &p.Req.Containers[ci]
 		devs, mem := a.take(c.GPUs, &taken)
-		var measured *nodeMeasure
-		if len(p.Order) == 1 {
-			measured = &a.Measured
-		}
-		picked, fail := pickDevices(a, m, used, p, c, w, devs, measured)
+		picked, fail := pickDevices(a, m, used, p, c, w, devs)
 		if fail != nil {
 			return ci, fail
 		}
@@ -370,33 +382,12 @@ func Fits(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, maxT
 	return u.Cores < 100
 }
 
-// deviceUtil is the weighted use of device i after placing container c on it (0..1
-// for a container that fits), the measure of the GPU-level policies' device scores.
-func deviceUtil(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
-	d := &m.Hot[i]
-	u := &used[i]
-	memFrac := float64(u.MemMiB+c.MemoryOn(d.MemoryMiB)) / float64(d.MemoryMiB)
-	coreFrac := float64(u.Cores+c.Cores) / 100
-	return (w.Memory*memFrac + w.Cores*coreFrac) / (w.Memory + w.Cores)
-}
-
-// islandFree reports whether no device of NVLink island k is used (by the devices'
-// island numbers, as freeIslands).
-func islandFree(m *nodemodel.Model, used []Usage, k int32) bool {
-	for i := range m.Hot {
-		if m.Hot[i].Island == k && used[i].Tenants > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // pickDevices chooses c.GPUs distinct devices for container c, or fails: with tooFew
 // when fewer than c.GPUs fit it (allocateInto explains why), or with pickSet's reason.
 // The devices are returned in dst's storage when it has room. A one-GPU container's
 // device is the GPU-level placer's pick, which may leave what it measured of the node
-// in *measured (when not nil).
-func pickDevices(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, dst []int, measured *nodeMeasure) ([]int, *allocFailure) {
+// in a (Placer.PickDevice).
+func pickDevices(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, dst []int) ([]int, *allocFailure) {
 	// Candidates live in the allocation for nodes of up to 16 devices: Filter runs
 	// this for every node of every GPU pod.
 	cand := a.candBuf[:0]
@@ -415,7 +406,7 @@ func pickDevices(a *Allocation, m *nodemodel.Model, used []Usage, p *PodInfo, c 
 		return nil, tooFew
 	}
 	if c.GPUs == 1 {
-		return append(dst[:0], p.Device.pickDevice(m, used, p, c, w, cand, measured)), nil
+		return append(dst[:0], p.Device.PickDevice(a, m, used, p, c, w, cand)), nil
 	}
 	return pickSet(m, used, p, c, w, cand, dst)
 }
@@ -449,7 +440,7 @@ func pickSet(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerReque
 					link += m.Affinity[i][j]
 				}
 				link /= float64(len(set))
-				s := p.Device.deviceScore(m, used, c, i, w)
+				s := p.Device.DeviceScore(m, used, c, i, w)
 				if p.Topology != api.TopologyNone {
 					// Link quality dominates; the policy breaks ties.
 					s = link*4 + s
@@ -468,7 +459,7 @@ func pickSet(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerReque
 		}
 		score := 0.0
 		for _, i := range set {
-			score += p.Device.deviceScore(m, used, c, i, w)
+			score += p.Device.DeviceScore(m, used, c, i, w)
 		}
 		score /= float64(n)
 		if p.Topology != api.TopologyNone {

@@ -56,13 +56,13 @@ func TestEligibleModelCase(t *testing.T) {
 			kept := nodemodel.Device{Model: model, ModelLower: strings.ToLower(model), MIG: strings.Contains(model, "MIG")}
 			bare := kept
 			bare.ModelLower = ""
-			if a, b := p.eligible(&kept), p.eligible(&bare); a != b {
+			if a, b := p.Eligible(&kept), p.Eligible(&bare); a != b {
 				t.Errorf("model %q, selection %+v: eligible %v with the lower-case model kept, %v without", model, sel, a, b)
 			}
 		}
 	}
 	h100 := nodemodel.Device{Model: "NVIDIA H100 80GB HBM3", ModelLower: "nvidia h100 80gb hbm3"}
-	if !(&PodInfo{ModelInclude: []string{"h100"}}).eligible(&h100) || (&PodInfo{ModelExclude: []string{"hbm3"}}).eligible(&h100) {
+	if !(&PodInfo{ModelInclude: []string{"h100"}}).Eligible(&h100) || (&PodInfo{ModelExclude: []string{"hbm3"}}).Eligible(&h100) {
 		t.Errorf("an H100 against include h100 / exclude hbm3: want admitted / refused")
 	}
 }

@@ -42,7 +42,7 @@ type podRecord struct {
 // NodeEntry is the cache's view of one node. mu guards every field.
 //
 // The fields Filter reads on every node come first and together (mu, name, seen,
-// model, used, heartbeat, invErr, usageGen, frag, then keptMu and kept): Filter's
+// model, used, heartbeat, invErr, usageGen, memo, then keptMu and kept): Filter's
 // cost on a large cluster is mostly cache misses, one per line of the entry it
 // touches.
 type NodeEntry struct {
@@ -63,15 +63,15 @@ type NodeEntry struct {
 	// reqErr is why the node's agent refuses GPU containers (its
 	// api.AnnotationRequirements), or nil; reqRaw is that annotation.
 	reqErr error
-	// usageGen changes whenever model or used does: it tells the fragmentation
-	// measure kept in frag whether it still describes the node.
+	// usageGen changes whenever model or used does: it tells a placer's measure
+	// kept in memo whether it still describes the node.
 	usageGen uint64
-	// frag is the Fragmentation policy's measure of the node as it is, against the
-	// learned workload (fragMemo): kept across cycles, because only the node a pod
-	// goes to and the nodes informer events touch change from one cycle to the next.
-	// Read and replaced without a lock by Filter and Score (it is immutable once
-	// stored). Beside the fields Filter reads on every node: one cache line fewer.
-	frag atomic.Pointer[fragMemo]
+	// memo is the node's slot for a placer's measure of the node as it is
+	// (LoadMemo): kept across cycles, because only the node a pod goes to and the
+	// nodes informer events touch change from one cycle to the next. Read and
+	// replaced without a lock by Filter and Score (it is immutable once stored).
+	// Beside the fields Filter reads on every node: one cache line fewer.
+	memo atomic.Pointer[Memo]
 
 	// kept is the allocation Filter made on this node in the scheduling cycle
 	// numbered keptCycle (0: none), for Score. It lives here, reused from cycle to
@@ -333,15 +333,36 @@ func (c *Cache) ExistingFor(node *v1.Node) *NodeEntry {
 	return c.nodes.load(node.Name)
 }
 
+// Memo is the handle a node's cache entry keeps a placer's measure of the node by
+// (NodeEntry.StoreMemo): Of is the placer's own value, which embeds the Memo so that
+// reaching it from the entry costs no further memory access (Of points back to it).
+// A placer tells its own values from another's by Of's type, and their currency by
+// the usage generation it keeps in them (NodeView.UsageGen).
+type Memo struct {
+	Of any
+}
+
+// LoadMemo returns the value of the memo the node's entry keeps, or nil.
+func (e *NodeEntry) LoadMemo() any {
+	if m := e.memo.Load(); m != nil {
+		return m.Of
+	}
+	return nil
+}
+
+// StoreMemo replaces the node's memo. m and what it points to must not change once
+// stored: Filter and Score read it without a lock.
+func (e *NodeEntry) StoreMemo(m *Memo) { e.memo.Store(m) }
+
 // Keep runs allocateInto on the node's kept allocation and, when it succeeds,
 // marks the allocation as the one of cycle, made at usage generation gen (0: not
-// the cache's usage as it is). base is the node's measure before the pod, or nil
-// (see place).
-func (e *NodeEntry) Keep(cycle, gen uint64, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights, base *FragStats) *allocFailure {
+// the cache's usage as it is). A one-container pod's placement starts from the
+// measure of the node its placer keeps in e, when gen is not 0 (see place).
+func (e *NodeEntry) Keep(cycle, gen uint64, m *nodemodel.Model, used []Usage, p *PodInfo, w *Weights) *allocFailure {
 	e.keptMu.Lock()
 	defer e.keptMu.Unlock()
 	e.keptCycle = 0
-	fail := allocateInto(&e.kept, m, used, p, w, base)
+	fail := allocateInto(&e.kept, m, used, p, w, e, gen)
 	if fail == nil {
 		e.keptCycle, e.keptGen = cycle, gen
 	}
@@ -619,7 +640,7 @@ type CacheStats struct {
 
 // Stats adds the cache's figures to s. It takes each node's read lock in turn.
 func (c *Cache) Stats(s *CacheStats) {
-	c.eachModel(func(m *nodemodel.Model, used []Usage) {
+	c.EachModel(func(m *nodemodel.Model, used []Usage) {
 		s.Nodes++
 		s.GPUs += len(m.Devices)
 		s.Healthy += m.Healthy
@@ -640,13 +661,13 @@ func (c *Cache) Stats(s *CacheStats) {
 	c.Mu.RUnlock()
 }
 
-// eachModel calls f with the model and usage of every node that has an inventory,
+// EachModel calls f with the model and usage of every node that has an inventory,
 // under the node's read lock: f must not keep used.
-func (c *Cache) eachModel(f func(m *nodemodel.Model, used []Usage)) {
+func (c *Cache) EachModel(f func(m *nodemodel.Model, used []Usage)) {
 	c.EachView(func(_ *NodeEntry, v *NodeView, used []Usage) { f(v.Model, used) })
 }
 
-// EachView is eachModel with the node's entry and view (valid only during f).
+// EachView is EachModel with the node's entry and view (valid only during f).
 func (c *Cache) EachView(f func(e *NodeEntry, v *NodeView, used []Usage)) {
 	// One view for all nodes: f is not known here, so a view per node would be a heap
 	// object per node (the metrics collector reads every node at each scrape).

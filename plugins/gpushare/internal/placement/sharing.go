@@ -11,7 +11,7 @@ import (
 
 // A GPU's sharing mode (api.Sharing) is what its node agent publishes; a pod's is its
 // tessera.dev/gpu-sharing annotation. A pod is placed only on GPUs of its own mode, so
-// MPS clients and time-sliced tenants never share a GPU (PodInfo.eligible and
+// MPS clients and time-sliced tenants never share a GPU (PodInfo.Eligible and
 // EligibleAt), and an MPS GPU takes no more containers than its MPS server's client
 // limit (Fits). The node agent checks both again when it binds the container.
 
@@ -61,7 +61,7 @@ func mpsRoom(m *nodemodel.Model, u *Usage, i int) bool {
 func sharingMiss(m *nodemodel.Model, p *PodInfo) string {
 	other := PodInfo{ModelInclude: p.ModelInclude, ModelExclude: p.ModelExclude, UUIDInclude: p.UUIDInclude, UUIDExclude: p.UUIDExclude, mps: !p.mps}
 	for i := range m.Devices {
-		if other.eligible(&m.Devices[i]) {
+		if other.Eligible(&m.Devices[i]) {
 			if p.mps {
 				return fmt.Sprintf("node has no GPU in mps sharing mode (the pod's %s is mps); see the node agent's --mps-gpus", api.AnnotationSharing)
 			}

@@ -1,26 +1,4 @@
-package placement
-
-import (
-	"context"
-	"fmt"
-	"math"
-	"slices"
-	"sort"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"unsafe"
-
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	resourcehelper "k8s.io/component-helpers/resource"
-	fwk "k8s.io/kube-scheduler/framework"
-
-	"github.com/tessera-dev/tessera/api"
-	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
-)
-
-// The Fragmentation policy places a pod where it makes the least GPU capacity unusable
+// Package fragmentation is the Fragmentation placement policy. It places a pod where it makes the least GPU capacity unusable
 // for the pods that are likely to come next: fragmentation gradient descent (Weng et
 // al., "Beware of Fragmentation", USENIX ATC'23), measured on Tessera's GPU model
 // (memory and cores per GPU, model selection, CPU and host memory of the node).
@@ -36,6 +14,33 @@ import (
 // The expected workload is learned: the shapes of the last fragmentationWindow GPU pods
 // this plugin saw in PreFilter, most frequent first. Nothing needs to be configured, and
 // the policy follows the cluster's mix as it changes.
+//
+// The package holds the workload model and its snapshots (fragmentation.go), the
+// per-class statistics of a node and their updates (fragmentation.go), the index of
+// which classes fit a GPU (fitindex.go) and model pressure (pressure.go). What it keeps
+// lives in the core's opaque slots (package placement): per pod its podState, per
+// node across cycles its fragMemo, per placement its nodeMeasure and scratch.
+package fragmentation
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+)
 
 // maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
 // a node grows with it, and the long tail of rare shapes hardly moves the mean (up to
@@ -46,79 +51,152 @@ const maxFragShapes = 32
 // maxFragShapes and as many again for the GPU requests they miss.
 const maxSnapshotShapes = 2 * maxFragShapes
 
-// DefaultFragmentationWindow is how many recent GPU pods make up the expected workload.
-const DefaultFragmentationWindow = 2000
+// DefaultWindow is how many recent GPU pods make up the expected workload.
+const DefaultWindow = 2000
 
-// fragmentation is the Fragmentation policy's placer. Its workload model is the
+// placer is the Fragmentation policy's placer. Its workload model is the
 // plugin's: the node-level and the GPU-level use of the policy learn from, and place
 // for, the same pods.
-type fragmentation struct {
+type placer struct {
 	workload *WorkloadModel
 }
 
-var _ Placer = &fragmentation{}
+var _ placement.Placer = &placer{}
 
-func (*fragmentation) Policy() Policy { return Fragmentation }
+// Name is the policy's name in args, annotations and metrics.
+const Name placement.Policy = "Fragmentation"
+
+// Registration registers the policy: its placer learns from the last env.Window GPU
+// pods, and measures model pressure on env.Cache.
+var Registration = placement.Registration{Policy: Name, New: func(env *placement.Env) placement.Placer {
+	wl := NewWorkloadModel(env.Window)
+	wl.Bind(env.Cache, env.Weights)
+	return &placer{workload: wl}
+}}
+
+func (*placer) Policy() placement.Policy { return Name }
+
+// podState is what the policy keeps of a pod for the cycle (PodInfo.State).
+type podState struct {
+	// wl is the expected workload when the pod was prepared.
+	wl *fragWorkload
+	// feed is wl's workloadFeed for the GPU size last asked for: the same for every
+	// node with GPUs of that size, so Score computes it once per cycle on a cluster
+	// of one GPU size (podState.workloadFeed). Read and replaced by the parallel
+	// Score without a lock.
+	feed atomic.Pointer[feedMemo]
+	// pressure is the workload's model pressure when the pod was prepared (nil:
+	// none), which placements are charged with (pressure.go).
+	pressure *modelPressure
+}
+
+// stateOf is the policy's state of the pod, or nil when the policy did not prepare it.
+func stateOf(p *placement.PodInfo) *podState {
+	if p == nil {
+		return nil
+	}
+	s, _ := p.State.(*podState)
+	return s
+}
+
+// workloadOf is the expected workload the pod was prepared with (nil: none).
+func workloadOf(p *placement.PodInfo) *fragWorkload {
+	if s := stateOf(p); s != nil {
+		return s.wl
+	}
+	return nil
+}
 
 // PreparePod counts the pod's shape into the workload and gives the cycle the
 // workload as it is now. The node-level and GPU-level placers are one value when
 // both are Fragmentation, and then PreFilter calls this once.
-func (f *fragmentation) PreparePod(pod *v1.Pod, info *PodInfo) {
-	info.CPUMilli, info.MemBytes = PodHostRequests(pod)
+func (f *placer) PreparePod(pod *v1.Pod, info *placement.PodInfo) {
+	info.CPUMilli, info.MemBytes = placement.PodHostRequests(pod)
 	f.workload.observe(pod.UID, shapeOf(info))
-	info.Frag = f.workload.Snapshot()
-	info.pressure = f.workload.PressureNow()
+	info.State = &podState{wl: f.workload.Snapshot(), pressure: f.workload.PressureNow()}
 }
 
-// deviceScore is Binpack's: the policy only differs for one-GPU containers
-// (pickDevice).
-func (*fragmentation) deviceScore(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, w *Weights) float64 {
-	return packScore(m, used, c, i, w)
+// DeviceScore is Binpack's: the policy only differs for one-GPU containers
+// (PickDevice).
+func (*placer) DeviceScore(m *nodemodel.Model, used []placement.Usage, c *api.ContainerRequest, i int, w *placement.Weights) float64 {
+	return placement.PackScore(m, used, c, i, w)
 }
 
-// pickDevice takes the device whose use adds the least fragmentation
-// (pickByFragmentation), and leaves its measure of the node in *measured for the
-// node-level score. A measure already in measured.base (the cache's, see place) is
-// the node under used and is not taken again. Without a learned workload it places
-// as Binpack.
-func (*fragmentation) pickDevice(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, measured *nodeMeasure) int {
-	if p.Frag.Empty() {
-		return pickBest(m, used, c, w, cand, packScore)
+// scratch is what the policy keeps with an allocation (Allocation.Scratch): the
+// pick's measure of the node (Allocation.Measured points to it) and the node-level
+// score's measure of the node after the pod (Stats.placedInto), whose slices are
+// reused from cycle to cycle with the allocation a node's cache entry keeps.
+type scratch struct {
+	measured nodeMeasure
+	after    Stats
+}
+
+// scratchOf is the policy's scratch in a, made when a has none.
+func scratchOf(a *placement.Allocation) *scratch {
+	s, ok := a.Scratch.(*scratch)
+	if !ok {
+		s = &scratch{}
+		a.Scratch = s
 	}
-	var base *FragStats
-	if measured != nil {
-		base = measured.base
+	return s
+}
+
+// nodeMeasure is what PickDevice measured of a node while picking a device, kept
+// with the allocation (Allocation.Measured) so that the node-level score need not
+// measure the node again.
+type nodeMeasure struct {
+	// base is the node's statistics before the pod.
+	base *Stats
+	// before and after are the node's fragmentation before and after the pick, and
+	// afterTotal its free GPU capacity after, with no shape held back by host
+	// resources (Stats.Value(wl, nil)): what the node-level score computes when
+	// the node's CPU and memory hold back none.
+	before, after, afterTotal float64
+}
+
+// PickDevice takes the device whose use adds the least fragmentation
+// (pickByFragmentation), and for a pod of one GPU container leaves its measure of the
+// node in a.Measured for the node-level score. A measure already in a.Base (the
+// cache's, see KeptMeasure) is the node under used and is not taken again. Without a
+// learned workload it places as Binpack.
+func (*placer) PickDevice(a *placement.Allocation, m *nodemodel.Model, used []placement.Usage, p *placement.PodInfo, c *api.ContainerRequest, w *placement.Weights, cand []int) int {
+	wl := workloadOf(p)
+	if wl.Empty() {
+		return placement.PickBest(m, used, c, w, cand, placement.PackScore)
 	}
-	i, ms := pickByFragmentation(m, used, p, c, w, cand, base)
-	if measured != nil && ms.base != nil {
-		*measured = ms
+	base, _ := a.Base.(*Stats)
+	i, ms := pickByFragmentation(m, used, wl, c, w, cand, base)
+	if len(p.Order) == 1 && ms.base != nil {
+		sc := scratchOf(a)
+		sc.measured = ms
+		a.Measured = &sc.measured
 	}
 	return i
 }
 
 // HostOnlyPod is the workload a pod without GPUs is scored against (see
 // ScoreHostOnly), or nil while no GPU pod has been seen: then nothing can be stranded.
-func (f *fragmentation) HostOnlyPod(pod *v1.Pod) *PodInfo {
+func (f *placer) HostOnlyPod(pod *v1.Pod) *placement.PodInfo {
 	wl := f.workload.Snapshot()
 	if wl.Empty() {
 		return nil
 	}
-	h := &PodInfo{Frag: wl}
-	h.CPUMilli, h.MemBytes = PodHostRequests(pod)
+	h := &placement.PodInfo{State: &podState{wl: wl}}
+	h.CPUMilli, h.MemBytes = placement.PodHostRequests(pod)
 	return h
 }
 
 // NeedsFit: best fit breaks ties between placements that fragment alike.
-func (*fragmentation) NeedsFit() bool { return true }
+func (*placer) NeedsFit() bool { return true }
 
 // ScoreExtensions: Fragmentation's scores are raw and normalised per cycle.
-func (f *fragmentation) ScoreExtensions() fwk.ScoreExtensions { return f }
+func (f *placer) ScoreExtensions() fwk.ScoreExtensions { return f }
 
 // fragShape is one kind of pod of the expected workload: a GPU request (its class)
 // with host requests. Its weight in a workload is the workload's (fragWorkload.terms):
 // shapes are shared by the snapshots of a model while only their weights change.
 type fragShape struct {
-	FragClass
+	Class
 	cpuMilli int64
 	memBytes int64
 	key      string
@@ -126,13 +204,13 @@ type fragShape struct {
 	class int
 }
 
-// FragClass is a GPU request of the expected workload: the pod's most demanding GPU
+// Class is a GPU request of the expected workload: the pod's most demanding GPU
 // container and its model selection, all that decides which GPUs a shape fits. Shapes
 // that differ only in CPU and memory share one class, and a node's fit statistics are
 // kept per class: the openb trace's ~43 learned shapes are ~21 classes, and the set of
 // classes changes far less often than the set of shapes (a new host request size is a
 // new shape; a new GPU request size is rare).
-type FragClass struct {
+type Class struct {
 	C            api.ContainerRequest
 	modelInclude []string
 	modelExclude []string
@@ -144,19 +222,19 @@ type FragClass struct {
 // without one reads only the device's MIG flag (as PodInfo.EligibleAt): this check
 // runs classes × devices times per node, and building the selection for it was half
 // of Fragmentation's Filter+Score.
-func (s *FragClass) EligibleAt(m *nodemodel.Model, i int) bool {
+func (s *Class) EligibleAt(m *nodemodel.Model, i int) bool {
 	if len(s.modelInclude) == 0 && len(s.modelExclude) == 0 {
 		return !m.Hot[i].MIG
 	}
-	p := PodInfo{ModelInclude: s.modelInclude, ModelExclude: s.modelExclude}
-	return p.eligible(&m.Devices[i])
+	p := placement.PodInfo{ModelInclude: s.modelInclude, ModelExclude: s.modelExclude}
+	return p.Eligible(&m.Devices[i])
 }
 
 // shapeOf is the fragmentation shape of a parsed pod.
-func shapeOf(info *PodInfo) fragShape {
+func shapeOf(info *placement.PodInfo) fragShape {
 	c := info.Req.Containers[info.Order[0]]
 	c.Name, c.Init = "", false
-	s := fragShape{FragClass: FragClass{C: c, modelInclude: info.ModelInclude, modelExclude: info.ModelExclude},
+	s := fragShape{Class: Class{C: c, modelInclude: info.ModelInclude, modelExclude: info.ModelExclude},
 		cpuMilli: info.CPUMilli, memBytes: info.MemBytes}
 	// Rounding keeps near-identical pods in one bucket: 100 millicores, 256 MiB.
 	cpu := (s.cpuMilli + 50) / 100 * 100
@@ -167,7 +245,7 @@ func shapeOf(info *PodInfo) fragShape {
 }
 
 // classKey is the key of the class's GPU request and model selection.
-func (s *FragClass) classKey() string {
+func (s *Class) classKey() string {
 	c := &s.C
 	return fmt.Sprintf("%d/%d/%d/%d|%s|%s", c.GPUs, c.MemoryMiB, c.MemoryPercent, c.Cores,
 		strings.Join(s.modelInclude, ","), strings.Join(s.modelExclude, ","))
@@ -183,7 +261,7 @@ type fragWorkload struct {
 	shapes []fragShape
 	// classes are the shapes' distinct GPU requests, ordered by key: the same list
 	// for the same requests, whatever the shapes' order and weights.
-	classes []FragClass
+	classes []Class
 	// gen identifies classes for the measures the cache keeps per node (fragMemo):
 	// it changes only when a GPU request joins or leaves the workload. The numbers come
 	// from one counter for every workload model, so that the measures of two profiles
@@ -230,7 +308,7 @@ type fragTerm struct {
 
 // fitsAt reports whether class k fits device i of m under used; mask is the fit
 // index's answer for the device (fitMask), read when there is an index.
-func (wl *fragWorkload) fitsAt(mask uint64, m *nodemodel.Model, used []Usage, k, i int, w *Weights) bool {
+func (wl *fragWorkload) fitsAt(mask uint64, m *nodemodel.Model, used []placement.Usage, k, i int, w *placement.Weights) bool {
 	if wl.fit != nil {
 		return mask>>uint(k)&1 != 0
 	}
@@ -256,7 +334,7 @@ func (wl *fragWorkload) eligibleMask(m *nodemodel.Model, i int) uint64 {
 }
 
 // fitMask is the fit index's set of classes that fit device i (0 without an index).
-func (wl *fragWorkload) fitMask(m *nodemodel.Model, used []Usage, i int, w *Weights) uint64 {
+func (wl *fragWorkload) fitMask(m *nodemodel.Model, used []placement.Usage, i int, w *placement.Weights) uint64 {
 	if wl.fit == nil {
 		return 0
 	}
@@ -290,11 +368,11 @@ func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 	}
 	sort.Strings(keys)
 	keys = slices.Compact(keys)
-	wl.classes = make([]FragClass, len(keys))
+	wl.classes = make([]Class, len(keys))
 	for k := range shapes {
 		x, _ := slices.BinarySearch(keys, shapes[k].gpu)
 		shapes[k].class = x
-		wl.classes[x] = shapes[k].FragClass
+		wl.classes[x] = shapes[k].Class
 	}
 	wl.setTerms(weights)
 	return wl
@@ -302,7 +380,7 @@ func buildFragWorkload(shapes []fragShape, weights []float64) *fragWorkload {
 
 // sameClasses reports whether a and b have the same classes.
 func sameClasses(a, b *fragWorkload) bool {
-	return slices.EqualFunc(a.classes, b.classes, func(x, y FragClass) bool { return x.gpu == y.gpu })
+	return slices.EqualFunc(a.classes, b.classes, func(x, y Class) bool { return x.gpu == y.gpu })
 }
 
 // WorkloadModel is the recent mix of GPU pod shapes, shared by the plugin's cycles.
@@ -332,8 +410,8 @@ type WorkloadModel struct {
 	// (bind), how many pods of the window have a model selection, and the pressure
 	// last computed with how many pods were observed since and how many the window
 	// held then.
-	cluster     *Cache
-	weights     *Weights
+	cluster     *placement.Cache
+	weights     *placement.Weights
 	selective   int
 	pressure    *modelPressure
 	pressureAge int
@@ -519,15 +597,8 @@ func (w *WorkloadModel) Snapshot() *fragWorkload {
 	return wl
 }
 
-// PodHostRequests is the pod's CPU (millicores) and host memory (bytes) request, as
-// NodeResourcesFit counts it.
-func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
-	r := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	return r.Cpu().MilliValue(), r.Memory().Value()
-}
-
-// FragStats is a node's fragmentation statistics per class of the expected workload
-// (FragClass), kept in parts so that the effect of changing one device can be
+// Stats is a node's fragmentation statistics per class of the expected workload
+// (Class), kept in parts so that the effect of changing one device can be
 // computed without rescanning the node. A shape's fragmentation is its class's.
 //
 // A class is measured on the devices its model selection admits (eligible): a pod
@@ -536,7 +607,7 @@ func PodHostRequests(pod *v1.Pod) (cpuMilli, memBytes int64) {
 // eligible the class adds nothing to the node's fragmentation; keeping the GPU models
 // that constrained pods need free for them is the separate model pressure term
 // (modelPressure).
-type FragStats struct {
+type Stats struct {
 	// The fields come in the order the fragmentation sums read them (Value,
 	// fragAfter), mask and emask last: a node's kept measure is a memory miss per
 	// cache line on a large cluster.
@@ -569,23 +640,12 @@ type classStat struct {
 	fits, eligible int32
 }
 
-// DeviceFree is the free share of device i under used, by the plugin's weights.
-func DeviceFree(m *nodemodel.Model, used []Usage, i int, w *Weights) float64 {
-	d := &m.Hot[i]
-	if !d.Healthy {
-		return 0
-	}
-	u := &used[i]
-	util := (w.Memory*float64(u.MemMiB)/float64(d.MemoryMiB) + w.Cores*float64(u.Cores)/100) / (w.Memory + w.Cores)
-	return math.Max(0, 1-util)
+func ShapeFits(m *nodemodel.Model, used []placement.Usage, s *Class, i int, w *placement.Weights) bool {
+	return m.Hot[i].Healthy && s.EligibleAt(m, i) && placement.Fits(m, used, &s.C, i, w.MaxTenants)
 }
 
-func ShapeFits(m *nodemodel.Model, used []Usage, s *FragClass, i int, w *Weights) bool {
-	return m.Hot[i].Healthy && s.EligibleAt(m, i) && Fits(m, used, &s.C, i, w.MaxTenants)
-}
-
-func newFragStats(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) *FragStats {
-	st := &FragStats{}
+func newFragStats(m *nodemodel.Model, used []placement.Usage, wl *fragWorkload, w *placement.Weights) *Stats {
+	st := &Stats{}
 	st.measure(m, used, wl, w)
 	return st
 }
@@ -597,17 +657,17 @@ func newFragStats(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights
 // and emask (placedInto, and nodes without a fit index). A node's measure is read for
 // every node of every cycle, and on a large cluster each separate object, and each
 // further cache line, is one more memory miss.
-func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload, w *Weights) {
+func (st *Stats) measure(m *nodemodel.Model, used []placement.Usage, wl *fragWorkload, w *placement.Weights) {
 	n, classes := len(m.Devices), wl.classes
 	k := len(classes)
 	words := make([]uint64, 3*n+6*k)
-	*st = FragStats{term: float64s(words[:k:k]), free: float64s(words[k+2*n : k+3*n : k+3*n]),
+	*st = Stats{term: float64s(words[:k:k]), free: float64s(words[k+2*n : k+3*n : k+3*n]),
 		cls: classStats(words[k+3*n : 4*k+3*n : 4*k+3*n]), mask: words[4*k+3*n : 5*k+3*n : 5*k+3*n], emask: words[5*k+3*n:]}
 	if wl.fit != nil {
 		st.classFits, st.classElig = words[k:k+n:k+n], words[k+n:k+2*n:k+2*n]
 	}
 	for i := 0; i < n; i++ {
-		st.free[i] = DeviceFree(m, used, i, w)
+		st.free[i] = placement.DeviceFree(m, used, i, w)
 		st.total += st.free[i]
 	}
 	// Device by device: each class's sums still run in device order.
@@ -641,7 +701,7 @@ func (st *FragStats) measure(m *nodemodel.Model, used []Usage, wl *fragWorkload,
 }
 
 // setTerm sets class k's term and low bit from its statistics.
-func (st *FragStats) setTerm(wl *fragWorkload, k int) {
+func (st *Stats) setTerm(wl *fragWorkload, k int) {
 	lowBit := uint64(0)
 	if k < 64 {
 		lowBit = 1 << uint(k)
@@ -656,19 +716,19 @@ func (st *FragStats) setTerm(wl *fragWorkload, k int) {
 	}
 }
 
-// placed returns the stats after allocation a, for st measured before it: only the
-// devices a places on change, so only they are measured again (a node's stats cost
+// placed returns the stats after placements ps (whose usage after is used), for st
+// measured before them: only the devices ps place on change, so only they are measured again (a node's stats cost
 // classes × devices fits checks; Score needs them before and after every placement).
 // Nodes of more than 64 devices are measured in full.
-func (st *FragStats) placed(m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
-	return st.placedInto(&FragStats{}, m, a, wl, w)
+func (st *Stats) placed(m *nodemodel.Model, ps []placement.Placement, used []placement.Usage, wl *fragWorkload, w *placement.Weights) *Stats {
+	return st.placedInto(&Stats{}, m, ps, used, wl, w)
 }
 
 // placedInto is placed writing into out, whose slices it reuses: Score keeps one in
-// each node's allocation (allocation.after), so that it allocates nothing per node.
-func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) *FragStats {
+// each node's allocation (scratch.after), so that it allocates nothing per node.
+func (st *Stats) placedInto(out *Stats, m *nodemodel.Model, ps []placement.Placement, used []placement.Usage, wl *fragWorkload, w *placement.Weights) *Stats {
 	if len(m.Devices) > 64 {
-		return newFragStats(m, a.used, wl, w)
+		return newFragStats(m, used, wl, w)
 	}
 	classes := wl.classes
 	out.free, out.total = append(out.free[:0], st.free...), st.total
@@ -682,17 +742,17 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 	// Eligibility does not depend on usage: out shares st's, which neither changes.
 	out.emask, out.classElig = st.emask, st.classElig
 	var done uint64
-	for _, p := range a.Placements {
+	for _, p := range ps {
 		for _, i := range p.Devices {
 			bit := uint64(1) << uint(i)
 			if done&bit != 0 {
 				continue
 			}
 			done |= bit
-			was, now := st.free[i], DeviceFree(m, a.used, i, w)
+			was, now := st.free[i], placement.DeviceFree(m, used, i, w)
 			out.free[i] = now
 			out.total += now - was
-			fm := wl.fitMask(m, a.used, i, w)
+			fm := wl.fitMask(m, used, i, w)
 			if out.classFits != nil {
 				out.classFits[i] = fm
 			}
@@ -706,7 +766,7 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 				} else {
 					out.cls[k].small -= was
 				}
-				if wl.fitsAt(fm, m, a.used, k, i, w) {
+				if wl.fitsAt(fm, m, used, k, i, w) {
 					out.cls[k].fits++
 					out.mask[k] |= bit
 				} else {
@@ -728,7 +788,7 @@ func (st *FragStats) placedInto(out *FragStats, m *nodemodel.Model, a *Allocatio
 // Without hostFits it is the weighted sum of the classes' terms, in the classes' order:
 // fragAfter and placedValue sum the same terms in the same order, so that what they
 // give for a placement is what measuring it again gives, to the bit.
-func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
+func (st *Stats) Value(wl *fragWorkload, hostFits []bool) float64 {
 	var f float64
 	if hostFits == nil {
 		for k, t := range wl.classTerms {
@@ -753,11 +813,10 @@ func (st *FragStats) Value(wl *fragWorkload, hostFits []bool) float64 {
 // returns what it measured (zero on nodes of over 64 devices): the node's statistics
 // before the container (st when not nil: the node under used, measured already; else
 // measured here) and the fragmentation before and after the pick.
-func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerRequest, w *Weights, cand []int, st *FragStats) (int, nodeMeasure) {
+func pickByFragmentation(m *nodemodel.Model, used []placement.Usage, wl *fragWorkload, c *api.ContainerRequest, w *placement.Weights, cand []int, st *Stats) (int, nodeMeasure) {
 	if len(m.Devices) > 64 {
-		return pickBest(m, used, c, w, cand, packScore), nodeMeasure{}
+		return placement.PickBest(m, used, c, w, cand, placement.PackScore), nodeMeasure{}
 	}
-	wl := p.Frag
 	if st == nil {
 		st = newFragStats(m, used, wl, w)
 	}
@@ -774,7 +833,7 @@ func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.Co
 	for _, i := range cand {
 		// A device that would be rated exactly as the best so far, or as the last one
 		// rated (which did not beat the best, or is it), cannot win: alike (the same
-		// measure), and as full with the same island term (packScore: an unused
+		// measure), and as full with the same island term (placement.PackScore: an unused
 		// device in the same island, or a used one).
 		if (best >= 0 && sameRating(m, used, i, best)) || (prev >= 0 && sameRating(m, used, i, prev)) {
 			continue
@@ -794,42 +853,42 @@ func pickByFragmentation(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.Co
 			}
 		}
 		delta := after - before
-		pack := packScore(m, used, c, i, w)
+		pack := placement.PackScore(m, used, c, i, w)
 		if best < 0 || delta < bestDelta-1e-9 || (math.Abs(delta-bestDelta) <= 1e-9 && pack > bestPack) {
 			best, bestDelta, bestPack, bestAfter, bestTotal = i, delta, pack, after, total
 		}
 	}
-	return best, nodeMeasure{base: st, Picked: true, before: before, after: bestAfter, afterTotal: bestTotal}
+	return best, nodeMeasure{base: st, before: before, after: bestAfter, afterTotal: bestTotal}
 }
 
 // sameRating reports whether pickByFragmentation rates devices i and j of m alike:
-// the same measure (alikeDevices) and the same packScore, whose island term reads
+// the same measure (alikeDevices) and the same PackScore, whose island term reads
 // only an unused device's island.
-func sameRating(m *nodemodel.Model, used []Usage, i, j int) bool {
+func sameRating(m *nodemodel.Model, used []placement.Usage, i, j int) bool {
 	return alikeDevices(m, used, i, j) && (used[i].Tenants > 0 || m.Hot[i].Island == m.Hot[j].Island)
 }
 
 // alikeDevices reports whether devices i and j of m (i, j < 64) are interchangeable
 // for every shape's fit and free share: same usage, memory, health, MIG flag and
 // model (nodemodel.DeviceHot.Kind).
-func alikeDevices(m *nodemodel.Model, used []Usage, i, j int) bool {
+func alikeDevices(m *nodemodel.Model, used []placement.Usage, i, j int) bool {
 	return used[i] == used[j] && m.Hot[i].Kind == m.Hot[j].Kind
 }
 
 // fragAfter is the node's fragmentation after container c is placed on device i
 // (i < 64), for st measured under used, and its free GPU capacity then: exactly
 // what placedInto and Value (nil) give for that placement, which the node-level score
-// relies on (nodeMeasure.Picked). used is restored before it returns.
+// relies on (Allocation.Measured). used is restored before it returns.
 //
 // With the fit index, only the terms of the classes the placement can change are
 // worked out again (changedClasses); the others are st's.
-func fragAfter(m *nodemodel.Model, used []Usage, st *FragStats, wl *fragWorkload, c *api.ContainerRequest, i int, w *Weights) (after, total float64) {
+func fragAfter(m *nodemodel.Model, used []placement.Usage, st *Stats, wl *fragWorkload, c *api.ContainerRequest, i int, w *placement.Weights) (after, total float64) {
 	u := used[i]
 	was := st.free[i]
 	used[i].MemMiB += c.MemoryOn(m.Hot[i].MemoryMiB)
 	used[i].Cores += c.Cores
 	used[i].Tenants++
-	fi := DeviceFree(m, used, i, w)
+	fi := placement.DeviceFree(m, used, i, w)
 	total = st.total + (fi - was)
 	if wl.fit != nil && st.classFits != nil {
 		now := wl.fit.fitMask(m, used, i, w)
@@ -880,14 +939,14 @@ type placedDevice struct {
 // may change, for st with a fit index: those d admits that do not fit it both before
 // and after (their fits or small change), and those fitting on fewer devices than they
 // need (their term is elig, which changes with d's free share).
-func (st *FragStats) changedClasses(d *placedDevice) uint64 {
+func (st *Stats) changedClasses(d *placedDevice) uint64 {
 	i := d.i
 	return st.classElig[i] & (^(st.classFits[i] & d.fits) | st.low)
 }
 
 // termAfter is class x's term once devs are placed on, in their order: the same
 // arithmetic as placedInto's, so the same bits.
-func (st *FragStats) termAfter(wl *fragWorkload, x int, devs []placedDevice) float64 {
+func (st *Stats) termAfter(wl *fragWorkload, x int, devs []placedDevice) float64 {
 	n, small, elig := st.cls[x].fits, st.cls[x].small, st.cls[x].elig
 	for k := range devs {
 		d := &devs[k]
@@ -921,7 +980,7 @@ const maxPlacedValue = 8
 // (placedInto): only the terms of the classes the placed devices can change are
 // worked out again. ok is false where it cannot (no fit index, a node of over 64
 // devices, more than maxPlacedValue devices placed on).
-func (st *FragStats) placedValue(m *nodemodel.Model, a *Allocation, wl *fragWorkload, w *Weights) (after, total float64, ok bool) {
+func (st *Stats) placedValue(m *nodemodel.Model, a *placement.Allocation, wl *fragWorkload, w *placement.Weights) (after, total float64, ok bool) {
 	if wl.fit == nil || st.classFits == nil || len(m.Devices) > 64 {
 		return 0, 0, false
 	}
@@ -939,7 +998,7 @@ func (st *FragStats) placedValue(m *nodemodel.Model, a *Allocation, wl *fragWork
 				return 0, 0, false
 			}
 			done |= bit
-			d := placedDevice{i: i, was: st.free[i], now: DeviceFree(m, a.used, i, w), fits: wl.fit.fitMask(m, a.used, i, w)}
+			d := placedDevice{i: i, was: st.free[i], now: placement.DeviceFree(m, a.Used(), i, w), fits: wl.fit.fitMask(m, a.Used(), i, w)}
 			total += d.now - d.was
 			changed |= st.changedClasses(&d)
 			devs = append(devs, d)
@@ -950,7 +1009,7 @@ func (st *FragStats) placedValue(m *nodemodel.Model, a *Allocation, wl *fragWork
 
 // valueAfter is Value (nil) once devs are placed on: the classes' terms summed in
 // Value's order, those in changed worked out again (termAfter).
-func (st *FragStats) valueAfter(wl *fragWorkload, changed uint64, devs []placedDevice) float64 {
+func (st *Stats) valueAfter(wl *fragWorkload, changed uint64, devs []placedDevice) float64 {
 	var f float64
 	for x, t := range wl.classTerms {
 		v := st.term[x]
@@ -962,55 +1021,64 @@ func (st *FragStats) valueAfter(wl *fragWorkload, changed uint64, devs []placedD
 	return f
 }
 
-// FragFitWeight is how much best fit (leftover, 0..1: free GPU and CPU against
+// FitWeight is how much best fit (placement.Leftover, 0..1: free GPU and CPU against
 // the cycle's largest node) weighs against fragmentation, in GPUs. At 0.16 a free GPU
 // of an 8-GPU node costs 0.01 GPU of fragmentation, as much CPU again: best fit
 // decides between placements that fragment alike, and it keeps CPU-heavy pods off
 // nodes whose GPUs are still free.
-const FragFitWeight = 0.16
+const FitWeight = 0.16
 
-// FragScale turns a fragmentation change in GPUs into the raw score's integer units
+// Scale turns a fragmentation change in GPUs into the raw score's integer units
 // (1/1000 GPU), fine enough that NormalizeScore sees every real difference.
-const FragScale = 1000
+const Scale = 1000
 
 // ScoreNode is the raw node score of allocation a: minus the increase of the node's
-// fragmentation (GPUs × FragScale), with GPU locality counted for multi-GPU pods.
+// fragmentation (GPUs × Scale), with GPU locality counted for multi-GPU pods.
 // NormalizeScore maps it to the framework's range over the nodes of the cycle.
-func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
+func (*placer) ScoreNode(info *placement.PodInfo, a *placement.Allocation, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
 	m := a.Model
-	wl := info.Frag
-	if wl == nil {
-		wl = noWorkload
+	ps := stateOf(info)
+	wl := noWorkload
+	if ps != nil && ps.wl != nil {
+		wl = ps.wl
 	}
-	cpuFree, memFree := HostFree(ni)
+	cpuFree, memFree := placement.HostFree(ni)
 	cpuAfter, memAfter := cpuFree-info.CPUMilli, memFree-info.MemBytes
-	st, ms := a.Measured.base, &a.Measured
+	// The node before the pod: as the pick measured it, else as the cache kept it.
+	st, _ := a.Base.(*Stats)
+	ms, _ := a.Measured.(*nodeMeasure)
+	if ms != nil {
+		st = ms.base
+	}
 	// hostHolds is false when the node's CPU and memory hold back no shape, before or
 	// after the pod.
 	hostHolds := wl.MaxCPUMilli > min(cpuFree, cpuAfter) || wl.MaxMemBytes > min(memFree, memAfter)
 	var delta, totalAfter, totalBefore float64
-	if st != nil && ms.Picked && len(a.Placements) == 1 && !hostHolds {
+	if st != nil && ms != nil && len(a.Placements) == 1 && !hostHolds {
 		// Filter measured this placement: placementDelta would give exactly this.
 		delta, totalAfter, totalBefore = ms.after-ms.before, ms.afterTotal, st.total
 	} else {
-		delta, totalAfter, totalBefore = placementDelta(a, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
+		delta, totalAfter, totalBefore = placementDelta(a, st, wl, w, hostHolds, cpuFree, memFree, cpuAfter, memAfter)
 	}
-	feed := info.workloadFeed(m, w)
-	delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
-	if p := info.pressure; p != nil {
-		delta += p.cost(m, a, w)
+	if ps != nil {
+		feed := ps.workloadFeed(m, w)
+		delta += feed.unfed(totalAfter, cpuAfter, memAfter) - feed.unfed(totalBefore, cpuFree, memFree)
+		if p := ps.pressure; p != nil {
+			delta += p.cost(m, a, w)
+		}
 	}
 	// Among placements that fragment alike, the fuller node wins (best fit over GPUs
 	// and CPU): spreading ties at random would use up the empty nodes that the largest
 	// pods need.
-	raw := w.Policy * -(delta + FragFitWeight*leftover(m, a.used, ni, f, w))
-	if a.multiGPU {
-		raw += w.Topology * (a.topology - 1)
+	raw := w.Policy * -(delta + FitWeight*placement.Leftover(m, a.Used(), ni, f, w))
+	if a.MultiGPU() {
+		raw += w.Topology * (a.Locality() - 1)
 	}
-	return int64(math.Round(raw * FragScale))
+	return int64(math.Round(raw * Scale))
 }
 
-// placementDelta measures the node of allocation a before and after it: the change
+// placementDelta measures the node of allocation a before and after it (st: the node
+// before it, when known): the change
 // of its fragmentation (shapes held back by the node's CPU and memory, before and
 // after the pod, count all their eligible capacity when hostHolds), and its free GPU
 // capacity after and before. Apart from ScoreNode, whose common case (Filter measured
@@ -1018,17 +1086,17 @@ func (*fragmentation) ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f
 // frame stays small.
 //
 //go:noinline
-func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
-	m, st := a.Model, a.Measured.base
+func placementDelta(a *placement.Allocation, st *Stats, wl *fragWorkload, w *placement.Weights, hostHolds bool, cpuFree, memFree, cpuAfter, memAfter int64) (delta, totalAfter, totalBefore float64) {
+	m := a.Model
 	if st == nil || len(a.Placements) != 1 {
-		st = newFragStats(m, a.usageBefore(), wl, w)
+		st = newFragStats(m, usageBefore(a), wl, w)
 	}
 	if !hostHolds {
 		if v, total, ok := st.placedValue(m, a, wl, w); ok {
 			return v - st.Value(wl, nil), total, st.total
 		}
 	}
-	after := st.placedInto(&a.after, m, a, wl, w)
+	after := st.placedInto(&scratchOf(a).after, m, a.Placements, a.Used(), wl, w)
 	if !hostHolds {
 		return after.Value(wl, nil) - st.Value(wl, nil), after.total, st.total
 	}
@@ -1047,9 +1115,9 @@ func placementDelta(a *Allocation, wl *fragWorkload, w *Weights, hostHolds bool,
 }
 
 // usageBefore is the node's usage before allocation a.
-func (a *Allocation) usageBefore() []Usage {
-	before := make([]Usage, len(a.used))
-	copy(before, a.used)
+func usageBefore(a *placement.Allocation) []placement.Usage {
+	before := make([]placement.Usage, len(a.Used()))
+	copy(before, a.Used())
 	for _, p := range a.Placements {
 		for k, i := range p.Devices {
 			before[i].MemMiB -= p.MemMiB[k]
@@ -1065,31 +1133,32 @@ func (a *Allocation) usageBefore() []Usage {
 // fragmentation as a badly placed fraction; best fit then prefers the node with the
 // least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
 // prefer them.
-func (*fragmentation) ScoreHostOnly(c *Cache, info *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
-	if info == nil {
+func (*placer) ScoreHostOnly(c *placement.Cache, info *placement.PodInfo, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
+	ps := stateOf(info)
+	if ps == nil {
 		return 0
 	}
-	var buf [16]Usage
+	var buf [16]placement.Usage
 	e, v, used := c.EntryView(ni.Node(), buf[:0])
 	if v.Model == nil || len(v.Model.Devices) == 0 {
 		return 0
 	}
-	shapes := info.Frag.shapes
-	cpuFree, memFree := HostFree(ni)
-	st := e.FragBase(&v, used, info, w)
+	shapes := ps.wl.shapes
+	cpuFree, memFree := placement.HostFree(ni)
+	st := ps.kept(e, v.UsageGen, v.Model, used, w)
 	var delta float64
 	for k := range shapes {
 		s := &shapes[k]
 		before := s.cpuMilli <= cpuFree && s.memBytes <= memFree
 		after := s.cpuMilli <= cpuFree-info.CPUMilli && s.memBytes <= memFree-info.MemBytes
 		if before && !after && int(st.cls[s.class].fits) >= s.C.GPUs {
-			delta += info.Frag.terms[k].weight * (st.cls[s.class].elig - st.cls[s.class].small)
+			delta += ps.wl.terms[k].weight * (st.cls[s.class].elig - st.cls[s.class].small)
 		}
 	}
-	feed := info.workloadFeed(v.Model, w)
+	feed := ps.workloadFeed(v.Model, w)
 	delta += feed.unfed(st.total, cpuFree-info.CPUMilli, memFree-info.MemBytes) - feed.unfed(st.total, cpuFree, memFree)
-	delta += FragFitWeight * leftover(v.Model, used, ni, f, w)
-	return int64(math.Round(-w.Policy * delta * FragScale))
+	delta += FitWeight * placement.Leftover(v.Model, used, ni, f, w)
+	return int64(math.Round(-w.Policy * delta * Scale))
 }
 
 // feedRatio is what the expected workload asks of the host per GPU of capacity it
@@ -1106,7 +1175,7 @@ type feedMemo struct {
 
 // workloadFeed is workloadFeed of the pod's shapes on m, computed again only when m's
 // first GPU differs in memory from the one it was last computed for.
-func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
+func (p *podState) workloadFeed(m *nodemodel.Model, w *placement.Weights) feedRatio {
 	var memMiB int64
 	if len(m.Hot) > 0 {
 		memMiB = m.Hot[0].MemoryMiB
@@ -1114,7 +1183,7 @@ func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
 	if f := p.feed.Load(); f != nil && f.memMiB == memMiB {
 		return f.r
 	}
-	r := workloadFeed(p.Frag, m, w)
+	r := workloadFeed(p.wl, m, w)
 	p.feed.Store(&feedMemo{memMiB: memMiB, r: r})
 	return r
 }
@@ -1122,7 +1191,7 @@ func (p *PodInfo) workloadFeed(m *nodemodel.Model, w *Weights) feedRatio {
 // workloadFeed is the expected workload's host request per GPU, for GPUs like the
 // node's first (its memory converts MiB requests to a share of a GPU): all it reads of
 // the node is that GPU's memory.
-func workloadFeed(wl *fragWorkload, m *nodemodel.Model, w *Weights) feedRatio {
+func workloadFeed(wl *fragWorkload, m *nodemodel.Model, w *placement.Weights) feedRatio {
 	if wl == nil {
 		return feedRatio{}
 	}
@@ -1170,14 +1239,9 @@ func (r feedRatio) unfed(freeGPU float64, cpuFree, memFree int64) float64 {
 	return freeGPU - fed
 }
 
-func HostFree(ni fwk.NodeInfo) (cpuMilli, memBytes int64) {
-	a, r := ni.GetAllocatable(), ni.GetRequested()
-	return a.GetMilliCPU() - r.GetMilliCPU(), a.GetMemory() - r.GetMemory()
-}
-
-// FragStep is the fragmentation difference (in raw units, 1/1000 GPU) that one point
+// Step is the fragmentation difference (in raw units, 1/1000 GPU) that one point
 // of the framework's score stands for after NormalizeScore: 0.01 GPU.
-const FragStep = 10
+const Step = 10
 
 // NormalizeScore maps the raw Fragmentation scores of a cycle onto the framework's
 // range by their distance from the best node: the best gets MaxNodeScore and every
@@ -1185,7 +1249,7 @@ const FragStep = 10
 // scale would let the worst node of the cycle (often one whose CPU a pod would use
 // up, stranding all its GPUs) set the resolution, and erase the differences of a few
 // hundredths of a GPU that decide between the good nodes.
-func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+func (*placer) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	if len(scores) == 0 {
 		return nil
 	}
@@ -1194,25 +1258,37 @@ func (*fragmentation) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.
 		hi = max(hi, s.Score)
 	}
 	for i := range scores {
-		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/FragStep)
+		scores[i].Score = max(fwk.MinNodeScore, fwk.MaxNodeScore-(hi-scores[i].Score)/Step)
 	}
 	return nil
 }
 
 // fragMemo is a node's fragmentation statistics as the cache keeps them
-// (NodeEntry.frag): the node's usage generation and the workload's class generation
+// (NodeEntry.LoadMemo): the node's usage generation and the workload's class generation
 // they were measured at, and the statistics, indexed by that workload's classes. Only
 // the GPU state matters: CPU and host memory, which Score reads from the scheduler's
 // NodeInfo, are not part of them.
 type fragMemo struct {
+	// Memo is the cache's handle on the memo (Of points back to it): first, so
+	// that the entry reaches the statistics in the same cache line.
+	placement.Memo
 	usageGen uint64
 	gen      uint64
 	// st is kept in the memo rather than beside it: one object fewer to reach.
-	st FragStats
+	st Stats
 }
 
-// FragBase is the node's fragmentation statistics under used (the usage of view v)
-// for the pod's workload: kept from an earlier cycle when neither the node's usage
+// KeptMeasure is the node's fragmentation statistics (*Stats) under used (its
+// usage at generation gen) for the pod's workload, or nil (kept, below).
+func (p *podState) KeptMeasure(e *placement.NodeEntry, gen uint64, m *nodemodel.Model, used []placement.Usage, w *placement.Weights) any {
+	if st := p.kept(e, gen, m, used, w); st != nil {
+		return st
+	}
+	return nil
+}
+
+// kept is the node's fragmentation statistics under used (model m's usage at usage
+// generation gen, NodeView.UsageGen) for the pod's workload: kept from an earlier cycle when neither the node's usage
 // nor the workload's classes have changed since, else measured now and kept. It is
 // nil for a pod without a learned workload from a model.
 //
@@ -1223,19 +1299,19 @@ type fragMemo struct {
 // their host requests, changed on a few in a hundred and their order on a quarter,
 // which is why statistics are kept per class). The statistics are exactly those
 // newFragStats would compute, so no score moves.
-func (e *NodeEntry) FragBase(v *NodeView, used []Usage, p *PodInfo, w *Weights) *FragStats {
-	if p == nil || p.Frag.Empty() || p.Frag.gen == 0 {
+func (p *podState) kept(e *placement.NodeEntry, gen uint64, m *nodemodel.Model, used []placement.Usage, w *placement.Weights) *Stats {
+	if p == nil || p.wl.Empty() || p.wl.gen == 0 {
 		return nil
 	}
-	old := e.frag.Load()
-	if old != nil && old.usageGen == v.UsageGen && old.gen == p.Frag.gen {
+	if old, ok := e.LoadMemo().(*fragMemo); ok && old.usageGen == gen && old.gen == p.wl.gen {
 		return &old.st
 	}
-	memo := &fragMemo{usageGen: v.UsageGen, gen: p.Frag.gen}
-	memo.st.measure(v.Model, used, p.Frag, w)
+	memo := &fragMemo{usageGen: gen, gen: p.wl.gen}
+	memo.Of = memo
+	memo.st.measure(m, used, p.wl, w)
 	// A measure of a newer generation may be replaced by this older one when two
 	// cycles race: it is then measured again, never used for the wrong usage.
-	e.frag.Store(memo)
+	e.StoreMemo(&memo.Memo)
 	return &memo.st
 }
 
@@ -1255,4 +1331,67 @@ func classStats(words []uint64) []classStat {
 		return nil
 	}
 	return unsafe.Slice((*classStat)(unsafe.Pointer(&words[0])), len(words)/3)
+}
+
+// WorkloadOf is the workload model a Fragmentation placer learns, or nil for another
+// placer.
+func WorkloadOf(p placement.Placer) *WorkloadModel {
+	if f, ok := p.(*placer); ok {
+		return f.workload
+	}
+	return nil
+}
+
+// Learned is the expected workload as a model has learned it, for the plugin's
+// gauges of fragmented GPU capacity.
+type Learned struct {
+	ps podState
+}
+
+// Learned is the workload as it is now, or nil while nothing is learned.
+func (w *WorkloadModel) Learned() *Learned {
+	wl := w.Snapshot()
+	if wl.Empty() {
+		return nil
+	}
+	return &Learned{ps: podState{wl: wl}}
+}
+
+// Fragmented is the learned workload's fragmentation of the node of entry e as view
+// v shows it (usage used), in GPUs: with the node's kept measure where Filter has it,
+// measured and kept here otherwise.
+func (l *Learned) Fragmented(e *placement.NodeEntry, v *placement.NodeView, used []placement.Usage, w *placement.Weights) float64 {
+	return l.ps.kept(e, v.UsageGen, v.Model, used, w).Value(l.ps.wl, nil)
+}
+
+// wholeGPU is the class of pods of one whole GPU, the workload-independent measure.
+var wholeGPU = Class{C: api.ContainerRequest{GPUs: 1, Cores: 100}}
+
+// WholeGPUFragmentation is a node's free GPU capacity and the part of it pods of one
+// whole GPU cannot use (what newFragStats and Stats.Value give for that one
+// class, without allocating: the plugin's metrics collector measures every node on
+// every scrape). MIG instances are not eligible for such pods.
+func WholeGPUFragmentation(m *nodemodel.Model, used []placement.Usage, w *placement.Weights) (free, frag float64) {
+	fit, eligible, small, elig := 0, 0, 0.0, 0.0
+	for i := range m.Devices {
+		f := placement.DeviceFree(m, used, i, w)
+		free += f
+		if !wholeGPU.EligibleAt(m, i) {
+			continue
+		}
+		eligible++
+		elig += f
+		if ShapeFits(m, used, &wholeGPU, i, w) {
+			fit++
+		} else {
+			small += f
+		}
+	}
+	switch {
+	case eligible == 0:
+		return free, 0
+	case fit < wholeGPU.C.GPUs:
+		return free, elig
+	}
+	return free, small
 }

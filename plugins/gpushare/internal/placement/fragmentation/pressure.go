@@ -1,4 +1,4 @@
-package placement
+package fragmentation
 
 import (
 	"math"
@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // Model pressure: how much of each GPU model's capacity the workload's
 // model-constrained pods are expected to need.
 //
 // Fragmentation measures a node only against the shapes that may use its GPUs
-// (FragStats), so it does not see that a pod able to run anywhere takes, on a node of
+// (Stats), so it does not see that a pod able to run anywhere takes, on a node of
 // a model that other pods require, capacity those pods cannot find elsewhere: on the
 // FGD paper's gpuspec workloads a third of the GPU pods require a model, half of them
 // a T4, whose pods alone ask more than the cluster's T4s hold. Each placement is
@@ -58,7 +59,7 @@ func (p *modelPressure) of(model string) float64 {
 // cost is the pressure that allocation a puts on m: per device it takes a share of,
 // the share (by the plugin's memory and cores weights) times the device model's
 // pressure, in GPUs like fragmentation. nil costs nothing.
-func (p *modelPressure) cost(m *nodemodel.Model, a *Allocation, w *Weights) float64 {
+func (p *modelPressure) cost(m *nodemodel.Model, a *placement.Allocation, w *placement.Weights) float64 {
 	if p == nil {
 		return 0
 	}
@@ -94,10 +95,10 @@ type modelCapacity struct {
 }
 
 // clusterCapacity reads every node's inventory in c.
-func clusterCapacity(c *Cache) modelCapacity {
+func clusterCapacity(c *placement.Cache) modelCapacity {
 	byModel := map[string]int64{}
 	var total, mem int64
-	c.eachModel(func(m *nodemodel.Model, _ []Usage) {
+	c.EachModel(func(m *nodemodel.Model, _ []placement.Usage) {
 		for i := range m.Devices {
 			if !m.Hot[i].Healthy || m.Hot[i].MIG {
 				continue
@@ -124,7 +125,7 @@ func clusterCapacity(c *Cache) modelCapacity {
 // computePressure is the model pressure of the shapes counted in counts (every shape
 // of the window, with how many pods had it) on a cluster of capacity capa. Demand is
 // summed in integer milli-GPUs, so the result does not depend on map order.
-func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *Weights) *modelPressure {
+func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *placement.Weights) *modelPressure {
 	if capa.total == 0 || capa.meanMiB == 0 {
 		return nil
 	}
@@ -164,10 +165,10 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *Weigh
 	admits := make([]bool, len(capa.models))
 	for _, key := range keys {
 		g := groups[key]
-		sel := PodInfo{ModelInclude: g.include, ModelExclude: g.exclude}
+		sel := placement.PodInfo{ModelInclude: g.include, ModelExclude: g.exclude}
 		var gpus int64
 		for j, name := range capa.models {
-			admits[j] = sel.eligible(&nodemodel.Device{Model: name})
+			admits[j] = sel.Eligible(&nodemodel.Device{Model: name})
 			if admits[j] {
 				gpus += capa.gpus[j]
 			}
@@ -197,7 +198,7 @@ func computePressure(counts map[string]*shapeCount, capa modelCapacity, w *Weigh
 
 // Bind gives the workload model the cluster whose capacity model pressure is measured
 // against and the plugin's weights. Without it there is no pressure.
-func (w *WorkloadModel) Bind(c *Cache, wt *Weights) {
+func (w *WorkloadModel) Bind(c *placement.Cache, wt *placement.Weights) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cluster, w.weights = c, wt

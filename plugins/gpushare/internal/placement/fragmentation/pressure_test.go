@@ -1,4 +1,4 @@
-package placement
+package fragmentation
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/binpack"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
@@ -38,13 +40,13 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	c := cacheOf(mixedNode(t, "mixed"), placementtest.Node(t, "a10", fixtures.PCIeNode("a10", 2, "NVIDIA A10", fixtures.T4MiB)))
 	w := testWeights()
 	wl := newFragWorkload([]fragShape{
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}},
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
+		{Class: Class{C: api.ContainerRequest{GPUs: 1, Cores: 100}, modelInclude: []string{"t4"}}},
+		{Class: Class{C: api.ContainerRequest{GPUs: 1, MemoryPercent: 50, Cores: 50}}},
 	}, []float64{0.5, 0.5})
 	t4 := wl.shapes[0].class // the other shape's class is 1-t4
-	m := c.existing("mixed").model
-	used := make([]Usage, 4)
-	used[0] = Usage{MemMiB: fixtures.T4MiB * 60 / 100, Cores: 60, Tenants: 1}
+	m := modelOf(c, "mixed")
+	used := make([]placement.Usage, 4)
+	used[0] = placement.Usage{MemMiB: fixtures.T4MiB * 60 / 100, Cores: 60, Tenants: 1}
 	used[2] = used[0]
 	st := newFragStats(m, used, wl, w)
 	if got := st.Value(wl, nil); math.Abs(got-0.6) > 1e-9 {
@@ -53,9 +55,9 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 	if st.cls[t4].eligible != 2 || st.emask[t4] != 0b0011 || st.cls[1-t4].eligible != 4 {
 		t.Errorf("classes %+v, masks %b", st.cls, st.emask)
 	}
-	a10 := c.existing("a10").model
+	a10 := modelOf(c, "a10")
 	t4only := newFragWorkload(wl.shapes[t4:t4+1:t4+1], []float64{0.5})
-	st = newFragStats(a10, make([]Usage, 2), t4only, w)
+	st = newFragStats(a10, make([]placement.Usage, 2), t4only, w)
 	if got := st.Value(t4only, nil); got != 0 {
 		t.Errorf("A10 node: the T4 shape counts %v of fragmentation, want 0", got)
 	}
@@ -65,7 +67,7 @@ func TestFragStatsCountsEligibleDevicesOnly(t *testing.T) {
 // placement computed from the devices placed on (placed, fragAfter) equals measuring
 // the node again.
 func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
-	m := cacheOf(mixedNode(t, "n")).existing("n").model
+	m := modelOf(cacheOf(mixedNode(t, "n")), "n")
 	w := testWeights()
 	rng := rand.New(rand.NewSource(11))
 	sels := [][]string{nil, {"t4"}, {"a10"}, {"t4", "a10"}, {"h100"}}
@@ -73,7 +75,7 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + rng.Intn(95)
-		shapes = append(shapes, fragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}})
+		shapes = append(shapes, fragShape{Class: Class{C: api.ContainerRequest{GPUs: 1 + k%2, MemoryPercent: pct, Cores: pct}, modelInclude: sels[k%len(sels)]}})
 		weights = append(weights, 0.1)
 	}
 	wl := newFragWorkload(shapes, weights)
@@ -81,14 +83,14 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 		used := randomUsage(rng, m, 90)
 		pct := 5 + rng.Intn(40)
 		c := api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
-		a, fail := Allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: binpack.Placer{}}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
 		before := newFragStats(m, used, wl, w)
-		got := before.placed(m, a, wl, w)
-		want := newFragStats(m, a.used, wl, w)
+		got := before.placed(m, a.Placements, a.Used(), wl, w)
+		want := newFragStats(m, a.Used(), wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 {
 			t.Fatalf("trial %d: placed %v, measured again %v", trial, got.Value(wl, nil), want.Value(wl, nil))
 		}
@@ -116,14 +118,14 @@ func TestFragStatsSelectiveShapesPlacedMatchesFullMeasure(t *testing.T) {
 // put no pressure on any model. T4: 0.5, A10: 0.2. Demand beyond a model's capacity
 // is pressure 1.
 func TestComputePressure(t *testing.T) {
-	c := NewCache()
+	c := placement.NewCache()
 	c.SetInventory("t4", placementtest.MustEncode(t, fixtures.PCIeNode("t4", 4, "NVIDIA T4", fixtures.T4MiB)))
 	c.SetInventory("a10", placementtest.MustEncode(t, fixtures.PCIeNode("a10", 8, "NVIDIA A10", fixtures.T4MiB)))
-	w := &Weights{Memory: 1, Cores: 1}
+	w := &placement.Weights{Memory: 1, Cores: 1}
 	wl := NewWorkloadModel(100)
 	wl.Bind(c, w)
 	shape := func(sel ...string) fragShape {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, Cores: 100}}}, Order: []int{0}, ModelInclude: sel}
 		return shapeOf(info)
 	}
 	n := 0

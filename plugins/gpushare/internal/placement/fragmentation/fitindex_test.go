@@ -1,4 +1,4 @@
-package placement
+package fragmentation
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // The fit index gives, for every device state, exactly the classes that ShapeFits
@@ -29,7 +30,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 	}
 	rng := rand.New(rand.NewSource(5))
 	selections := [][2][]string{{}, {{"h100"}, nil}, {{"mig 3g"}, nil}, {nil, {"t4"}}, {{"a100", "t4"}, {"mig"}}}
-	var classes []FragClass
+	var classes []Class
 	for k := 0; k < 40; k++ {
 		c := api.ContainerRequest{GPUs: 1 + rng.Intn(2)}
 		switch rng.Intn(4) {
@@ -46,19 +47,19 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 		if rng.Intn(5) == 0 {
 			sel = selections[1+rng.Intn(len(selections)-1)]
 		}
-		classes = append(classes, FragClass{C: c, modelInclude: sel[0], modelExclude: sel[1], gpu: fmt.Sprint(k)})
+		classes = append(classes, Class{C: c, modelInclude: sel[0], modelExclude: sel[1], gpu: fmt.Sprint(k)})
 	}
 	x := newFitIndexes(classes)
-	w := &Weights{Memory: 1, Cores: 1, MaxTenants: 4}
+	w := &placement.Weights{Memory: 1, Cores: 1, MaxTenants: 4}
 	for trial := 0; trial < 2000; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			switch rng.Intn(4) {
 			case 0: // free
 			case 1:
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB, Cores: 100, Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB, Cores: 100, Tenants: 1}
 			default:
-				used[i] = Usage{MemMiB: rng.Int63n(m.Devices[i].MemoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
+				used[i] = placement.Usage{MemMiB: rng.Int63n(m.Devices[i].MemoryMiB + 1), Cores: rng.Intn(101), Tenants: rng.Intn(5)}
 			}
 		}
 		for i := range m.Devices {
@@ -74,7 +75,7 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 	if n := len(*x.bySize.Load()); n != 4 {
 		t.Errorf("%d memory sizes indexed, want the 4 of the node", n)
 	}
-	if newFitIndexes(make([]FragClass, 65)) != nil {
+	if newFitIndexes(make([]Class, 65)) != nil {
 		t.Error("an index over 65 classes: fit masks hold 64")
 	}
 }

@@ -1,4 +1,4 @@
-package placement
+package fragmentation
 
 import (
 	"sort"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 )
 
 // fitIndex answers which classes of a workload fit a device with one comparison per
@@ -30,7 +31,7 @@ type fitIndex struct {
 // fitIndexes are a workload's fit indexes per GPU memory size, built as sizes are
 // met and shared by the snapshots of one set of classes (fragWorkload.gen).
 type fitIndexes struct {
-	classes []FragClass
+	classes []Class
 	// plain are the classes without a model selection (they fit any non-MIG
 	// device); selective lists the others, checked one by one.
 	plain     uint64
@@ -46,7 +47,7 @@ const maxFitSizes = 64
 
 // newFitIndexes indexes classes, or returns nil when there are more than 64 (fit
 // masks are 64 bits; snapshots never have more, see maxSnapshotShapes).
-func newFitIndexes(classes []FragClass) *fitIndexes {
+func newFitIndexes(classes []Class) *fitIndexes {
 	if len(classes) > 64 {
 		return nil
 	}
@@ -89,7 +90,7 @@ func (x *fitIndexes) forMemory(memoryMiB int64) *fitIndex {
 	return ix
 }
 
-func buildFitIndex(classes []FragClass, memoryMiB int64) *fitIndex {
+func buildFitIndex(classes []Class, memoryMiB int64) *fitIndex {
 	n := len(classes)
 	ix := &fitIndex{memoryMiB: memoryMiB}
 	mem, cores := make([]int64, n), make([]int64, n)
@@ -134,7 +135,7 @@ func atMost(needs []int64, v int64) int {
 
 // fitMask is the set of classes (bit k for class k) that fit device i of m under
 // used: ShapeFits for each class at once.
-func (x *fitIndexes) fitMask(m *nodemodel.Model, used []Usage, i int, w *Weights) uint64 {
+func (x *fitIndexes) fitMask(m *nodemodel.Model, used []placement.Usage, i int, w *placement.Weights) uint64 {
 	d := &m.Hot[i]
 	u := &used[i]
 	if !d.Healthy || u.Tenants >= w.MaxTenants {

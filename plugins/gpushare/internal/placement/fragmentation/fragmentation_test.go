@@ -1,4 +1,4 @@
-package placement
+package fragmentation
 
 import (
 	"fmt"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/binpack"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placementtest"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
@@ -20,7 +22,7 @@ import (
 func TestWorkloadModelWindow(t *testing.T) {
 	w := NewWorkloadModel(3)
 	s := func(pct int) fragShape {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: pct, Cores: pct}}}, Order: []int{0}}
 		return shapeOf(info)
 	}
 	w.observe("a", s(10))
@@ -52,14 +54,14 @@ func TestWorkloadModelWindow(t *testing.T) {
 	// 100 shapes that differ only in CPU: the top ones are kept.
 	many := NewWorkloadModel(1000)
 	for i := 0; i < 100; i++ {
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryPercent: 10, Cores: 10}}}, Order: []int{0}, CPUMilli: int64(1000 * (i + 1))}
 		many.observe(types.UID(fmt.Sprint(i)), shapeOf(info))
 	}
 	if n := len(many.Snapshot().shapes); n != maxFragShapes {
 		t.Errorf("%d shapes kept, want %d", n, maxFragShapes)
 	}
 	// A rare GPU request beyond the top shapes is still represented.
-	many.observe("big", shapeOf(&PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
+	many.observe("big", shapeOf(&placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 8, Cores: 100}}}, Order: []int{0}}))
 	found := false
 	for _, x := range many.Snapshot().shapes {
 		found = found || x.C.GPUs == 8
@@ -72,7 +74,7 @@ func TestWorkloadModelWindow(t *testing.T) {
 // Score measures a node's fragmentation after a placement by re-measuring only the
 // devices placed on; that must equal measuring the whole node again.
 func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
-	m := cacheOf(placementtest.H100(t, "n")).existing("n").model
+	m := modelOf(cacheOf(placementtest.H100(t, "n")), "n")
 	w := testWeights()
 	rng := rand.New(rand.NewSource(7))
 	var shapes []fragShape
@@ -83,7 +85,7 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 			g = 2 + rng.Intn(3)
 		}
 		pct := int64(5 + rng.Intn(95))
-		shapes = append(shapes, fragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
+		shapes = append(shapes, fragShape{Class: Class{C: api.ContainerRequest{GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}})
 		weights = append(weights, 1.0/12)
 	}
 	wl := newFragWorkload(shapes, weights)
@@ -91,14 +93,14 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 		used := randomUsage(rng, m, 90)
 		g := 1 + rng.Intn(3)
 		pct := int64(5 + rng.Intn(40))
-		p := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: PlacerFactories[Binpack](nil)}
-		a, fail := Allocate(m, used, p, w)
+		p := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", GPUs: g, MemoryPercent: int(pct), Cores: int(pct)}}}, Order: []int{0}, Device: binpack.Placer{}}
+		a, fail := placement.Allocate(m, used, p, w)
 		if fail != nil {
 			continue
 		}
 		before := newFragStats(m, used, wl, w)
-		got := before.placed(m, a, wl, w)
-		want := newFragStats(m, a.used, wl, w)
+		got := before.placed(m, a.Placements, a.Used(), wl, w)
+		want := newFragStats(m, a.Used(), wl, w)
 		if math.Abs(got.Value(wl, nil)-want.Value(wl, nil)) > 1e-9 || math.Abs(got.total-want.total) > 1e-9 {
 			t.Fatalf("trial %d: placed %v (total %v), measured again %v (total %v)", trial, got.Value(wl, nil), got.total, want.Value(wl, nil), want.total)
 		}
@@ -123,10 +125,10 @@ func TestFragStatsPlacedMatchesFullMeasure(t *testing.T) {
 
 func TestWorkloadFeed(t *testing.T) {
 	m := &nodemodel.Model{Hot: []nodemodel.DeviceHot{{MemoryMiB: 16000, Healthy: true}}}
-	w := &Weights{Memory: 1, Cores: 1}
+	w := &placement.Weights{Memory: 1, Cores: 1}
 	shapes := []fragShape{
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30},                // a whole GPU
-		{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30}, // half of one
+		{Class: Class{C: api.ContainerRequest{GPUs: 1, Cores: 100}}, cpuMilli: 12000, memBytes: 48 << 30},                // a whole GPU
+		{Class: Class{C: api.ContainerRequest{GPUs: 1, MemoryMiB: 8000, Cores: 50}}, cpuMilli: 6000, memBytes: 24 << 30}, // half of one
 	}
 	r := workloadFeed(newFragWorkload(shapes, []float64{0.5, 0.5}), m, w)
 	// 0.5·12000 + 0.5·6000 millicores for 0.5·1 + 0.5·0.5 GPUs.
@@ -164,21 +166,21 @@ func TestFragShapeEligibleMatchesPod(t *testing.T) {
 	for _, sel := range []struct{ include, exclude []string }{
 		{}, {include: []string{"h100"}}, {include: []string{"mig 1g"}}, {exclude: []string{"t4"}}, {include: []string{"h100"}, exclude: []string{"mig"}},
 	} {
-		p := PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
-		s := FragClass{modelInclude: sel.include, modelExclude: sel.exclude}
+		p := placement.PodInfo{ModelInclude: sel.include, ModelExclude: sel.exclude}
+		s := Class{modelInclude: sel.include, modelExclude: sel.exclude}
 		for i := range m.Devices {
-			if got, want := s.EligibleAt(m, i), p.eligible(&m.Devices[i]); got != want {
+			if got, want := s.EligibleAt(m, i), p.Eligible(&m.Devices[i]); got != want {
 				t.Errorf("selection %+v, device %q: shape %v, pod %v", sel, m.Devices[i].Model, got, want)
 			}
 		}
 	}
 }
 
-// TestFragBaseKeptAndInvalidated checks the measure the cache keeps per node: it is
+// TestKeptMeasureKeptAndInvalidated checks the measure the cache keeps per node: it is
 // reused while neither the node's usage nor the learned GPU requests change (the
 // shapes' order, weights and host requests may), and after every kind of change it is
 // exactly what measuring the node again gives.
-func TestFragBaseKeptAndInvalidated(t *testing.T) {
+func TestKeptMeasureKeptAndInvalidated(t *testing.T) {
 	node := placementtest.H100(t, "n")
 	c, w := cacheOf(node), testWeights()
 	l := newLearner(c, w)
@@ -187,11 +189,11 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 			l.learn(t, placementtest.Pod(fmt.Sprintf("%s-%d", prefix, i), nil, ct))
 		}
 	}
-	check := func(step string) *FragStats {
+	check := func(step string) *Stats {
 		t.Helper()
 		wl := l.workload.Snapshot()
 		ent, v, used := c.EntryView(node, nil)
-		got := ent.FragBase(&v, used, &PodInfo{Frag: wl}, w)
+		got := (&podState{wl: wl}).kept(ent, v.UsageGen, v.Model, used, w)
 		want := newFragStats(v.Model, used, wl, w)
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: kept measure %+v, measured again %+v", step, got, want)
@@ -207,7 +209,7 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 
 	pod := placementtest.Pod("placed", nil, placementtest.Ctr{Name: "c", GPU: "1", Pct: "60", Cores: "60"})
-	if err := c.Assume(pod, "n", recordFromAssignment(pod, placementtest.OneGrant("n", fixtures.H100MiB/2, 60, 0)).Grants, 10); err != nil {
+	if err := c.Assume(pod, "n", grantsOf(placementtest.OneGrant("n", fixtures.H100MiB/2, 60, 0)), 10); err != nil {
 		t.Fatal(err)
 	}
 	if check("after Assume") == first {
@@ -254,18 +256,18 @@ func TestFragBaseKeptAndInvalidated(t *testing.T) {
 	}
 }
 
-// TestFragBaseConcurrent measures one node from many goroutines, as the parallel
+// TestKeptMeasureConcurrent measures one node from many goroutines, as the parallel
 // Filter does across cycles, while pods are assumed and forgotten on it: the measure
 // kept at the end is the node's as it is then (run with -race for the lock-free
 // reads and stores).
-func TestFragBaseConcurrent(t *testing.T) {
+func TestKeptMeasureConcurrent(t *testing.T) {
 	node := placementtest.H100(t, "n")
 	c, w := cacheOf(node), testWeights()
 	l := newLearner(c, w)
 	l.teach(t, 3, placementtest.Ctr{Name: "c", GPU: "1", Pct: "20", Cores: "20"})
 	l.teach(t, 2, placementtest.Ctr{Name: "c", GPU: "2", Cores: "100"})
 	wl := l.workload.Snapshot()
-	p := &PodInfo{Frag: wl}
+	p := &podState{wl: wl}
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -274,13 +276,13 @@ func TestFragBaseConcurrent(t *testing.T) {
 			for i := 0; i < 200; i++ {
 				if g == 0 {
 					pod := placementtest.Pod(fmt.Sprintf("p%d", i), nil, placementtest.Ctr{Name: "c", GPU: "1"})
-					if c.Assume(pod, "n", recordFromAssignment(pod, placementtest.OneGrant("n", 1000, 5, i%8)).Grants, 10) == nil && i%2 == 0 {
+					if c.Assume(pod, "n", grantsOf(placementtest.OneGrant("n", 1000, 5, i%8)), 10) == nil && i%2 == 0 {
 						c.Forget(pod.UID)
 					}
 					continue
 				}
 				ent, v, used := c.EntryView(node, nil)
-				if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+				if st := p.kept(ent, v.UsageGen, v.Model, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 					t.Errorf("measure of usage generation %d differs from the node's", v.UsageGen)
 					return
 				}
@@ -289,7 +291,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	ent, v, used := c.EntryView(node, nil)
-	if st := ent.FragBase(&v, used, p, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
+	if st := p.kept(ent, v.UsageGen, v.Model, used, w); !reflect.DeepEqual(st, newFragStats(v.Model, used, wl, w)) {
 		t.Error("the kept measure is not the node's")
 	}
 }
@@ -300,7 +302,7 @@ func TestFragBaseConcurrent(t *testing.T) {
 // shapes of a class are summed as one term (the last bits of the sum may differ); and
 // the device pick's measure after placing is bit for bit the node-level score's.
 func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
-	m := cacheOf(placementtest.H100(t, "n")).existing("n").model
+	m := modelOf(cacheOf(placementtest.H100(t, "n")), "n")
 	w := testWeights()
 	rng := rand.New(rand.NewSource(11))
 	var shapes []fragShape
@@ -310,7 +312,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 		if k%7 == 6 {
 			g, pct = 2+rng.Intn(3), 100
 		}
-		shapes = append(shapes, fragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
+		shapes = append(shapes, fragShape{Class: Class{C: api.ContainerRequest{GPUs: g, MemoryPercent: pct, Cores: pct}},
 			cpuMilli: int64(1000 * (1 + rng.Intn(4)))})
 		weights = append(weights, float64(1+rng.Intn(5))/60)
 	}
@@ -319,18 +321,18 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 		t.Fatalf("%d classes for %d shapes: the test wants shapes that share GPU requests", len(wl.classes), len(shapes))
 	}
 	// perShape is the fragmentation of the node under used, shape by shape.
-	perShape := func(used []Usage) float64 {
+	perShape := func(used []placement.Usage) float64 {
 		var total, f float64
 		for i := range m.Devices {
-			total += DeviceFree(m, used, i, w)
+			total += placement.DeviceFree(m, used, i, w)
 		}
 		for k := range shapes {
 			fit, small := 0, 0.0
 			for i := range m.Devices {
-				if ShapeFits(m, used, &shapes[k].FragClass, i, w) {
+				if ShapeFits(m, used, &shapes[k].Class, i, w) {
 					fit++
 				} else {
-					small += DeviceFree(m, used, i, w)
+					small += placement.DeviceFree(m, used, i, w)
 				}
 			}
 			if fit < shapes[k].C.GPUs {
@@ -349,10 +351,10 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 			t.Fatalf("trial %d: per class %v, per shape %v", trial, got, want)
 		}
 		for i := range m.Devices {
-			if !Fits(m, used, c, i, w.MaxTenants) {
+			if !placement.Fits(m, used, c, i, w.MaxTenants) {
 				continue
 			}
-			after := append([]Usage(nil), used...)
+			after := append([]placement.Usage(nil), used...)
 			after[i].MemMiB += c.MemoryOn(m.Devices[i].MemoryMiB)
 			after[i].Cores += c.Cores
 			after[i].Tenants++
@@ -362,7 +364,7 @@ func TestFragClassesMatchPerShapeMeasure(t *testing.T) {
 			}
 			// Score takes the pick's figures for what placedInto and Value give: they
 			// must be the same bits.
-			placed := st.placed(m, &Allocation{Placements: []Placement{{Devices: []int{i}}}, used: after}, wl, w)
+			placed := st.placed(m, []placement.Placement{{Devices: []int{i}}}, after, wl, w)
 			if v := placed.Value(wl, nil); got != v || total != placed.total {
 				t.Fatalf("trial %d, device %d: the pick measured %v (total %v), placedInto %v (total %v)", trial, i, got, total, v, placed.total)
 			}
@@ -415,7 +417,7 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 		if rng.Intn(40) == 0 {
 			g, pct = 2+rng.Intn(7), 100
 		}
-		info := &PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
+		info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: g, MemoryPercent: pct, Cores: pct}}}, Order: []int{0},
 			CPUMilli: int64(1000 * rng.Intn(20)), MemBytes: int64(rng.Intn(8)) << 30}
 		uid := types.UID(fmt.Sprint(rng.Intn(6000))) // some pods come again
 		w.observe(uid, shapeOf(info))
@@ -449,45 +451,44 @@ func TestWorkloadSnapshotMatchesSort(t *testing.T) {
 // the fullest GPU, then the first), on nodes with repeated usages in both NVLink
 // islands.
 func TestPickByFragmentationMatchesRatingEveryDevice(t *testing.T) {
-	m := cacheOf(placementtest.H100(t, "n")).existing("n").model
+	m := modelOf(cacheOf(placementtest.H100(t, "n")), "n")
 	w := testWeights()
 	rng := rand.New(rand.NewSource(5))
 	var shapes []fragShape
 	var weights []float64
 	for k := 0; k < 10; k++ {
 		pct := 5 + 10*rng.Intn(10)
-		shapes = append(shapes, fragShape{FragClass: FragClass{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
+		shapes = append(shapes, fragShape{Class: Class{C: api.ContainerRequest{GPUs: 1 + k%3, MemoryPercent: pct, Cores: pct}}})
 		weights = append(weights, 0.1)
 	}
 	wl := newFragWorkload(shapes, weights)
 	levels := []int{0, 0, 0, 25, 50} // few levels: many devices alike
 	picked := map[int]bool{}
 	for trial := 0; trial < 2000; trial++ {
-		used := make([]Usage, len(m.Devices))
+		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			if pct := levels[rng.Intn(len(levels))]; pct > 0 {
-				used[i] = Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
+				used[i] = placement.Usage{MemMiB: m.Devices[i].MemoryMiB * int64(pct) / 100, Cores: pct, Tenants: 1}
 			}
 		}
 		pct := 5 + 5*rng.Intn(8)
 		c := &api.ContainerRequest{Name: "c", GPUs: 1, MemoryPercent: pct, Cores: pct}
 		var cand []int
 		for i := range m.Devices {
-			if Fits(m, used, c, i, w.MaxTenants) {
+			if placement.Fits(m, used, c, i, w.MaxTenants) {
 				cand = append(cand, i)
 			}
 		}
 		if len(cand) == 0 {
 			continue
 		}
-		p := &PodInfo{Frag: wl}
-		got, _ := pickByFragmentation(m, used, p, c, w, cand, nil)
+		got, _ := pickByFragmentation(m, used, wl, c, w, cand, nil)
 		st := newFragStats(m, used, wl, w)
 		before := st.Value(wl, nil)
 		want, wantDelta, wantPack := -1, 0.0, 0.0
 		for _, i := range cand {
 			after, _ := fragAfter(m, used, st, wl, c, i, w)
-			delta, pack := after-before, packScore(m, used, c, i, w)
+			delta, pack := after-before, placement.PackScore(m, used, c, i, w)
 			if want < 0 || delta < wantDelta-1e-9 || (math.Abs(delta-wantDelta) <= 1e-9 && pack > wantPack) {
 				want, wantDelta, wantPack = i, delta, pack
 			}
