@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Tessera: GPU sharing for Kubernetes. `make help` lists the targets.
 
 SHELL := /bin/bash
@@ -191,7 +192,8 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module, Kubernetes-pin, rendered-manifest and chart-README checks
+verify: lint ## lint, plus module, Kubernetes-pin, licence-line, rendered-manifest and chart-README checks
+	hack/spdx.sh
 	hack/verify-k8s-version.sh $(K8S_VERSION)
 	$(GO) mod verify
 	hack/verify-manifests.sh

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package api is Tessera's wire contract: the names and formats that the scheduler
 // plugins, the node agent, the CUDA hook and the documentation all share.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every fuzz target of the module (each func Fuzz* in a _test.go file) for
 # FUZZTIME each, one after the other: `go test -fuzz` takes one target at a time.
 # A failing input is written to the package's testdata/fuzz/<target>/ and fails the

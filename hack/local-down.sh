@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Stops the local Tessera cluster started by hack/local-up.sh (make run): every process
 # recorded in $RUN_DIR/pids, by PID. The state directory, with its logs, is kept until
 # the next start.

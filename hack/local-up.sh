@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Starts a local Tessera cluster with simulated GPU nodes and schedules a sample
 # workload: etcd and kube-apiserver built from Go modules, the Tessera scheduler with the
 # binpack and spread profiles, kwok for node heartbeats and pod lifecycle, and one

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Renders the Helm chart config/deploy/tessera to the plain manifests in
 # config/deploy/manifests, with the Helm library (hack/render-manifests). Run it after
 # changing the chart; hack/verify-manifests.sh checks that nobody forgot.

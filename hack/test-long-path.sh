@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the CUDA hook's test variants and runs its fake-driver suite from a copy of
 # the hook at a path of more than 150 characters, as a clone into a deep directory
 # would have it. Paths the build embeds or the tests create (the bind socket) must not

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Pin k8s.io/kubernetes to one version and replace every k8s.io staging module it
 # requires at v0.0.0 with the matching published v0.X.Y. The list of staging modules is
 # read from kubernetes' own go.mod, so a Kubernetes bump is this one command:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fails when any Go file is not gofmt-formatted.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks that go.mod pins k8s.io/kubernetes to the given version and replaces every
 # staging module to the matching v0.X.Y (what hack/update-k8s-version.sh writes).
 set -euo pipefail

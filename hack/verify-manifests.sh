@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fails when config/deploy/manifests is not what the chart renders to.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command imagebuilder builds Tessera's container images without a container engine,
 // from the files the repository's make targets build, for several architectures, and
 // pushes them and the Helm chart to a registry. The images are defined by

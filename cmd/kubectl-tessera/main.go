@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubectl-tessera shows how Tessera has placed GPU shares in a cluster. On PATH
 // it is a kubectl plugin:
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tessera-node-agent is Tessera's node agent: it publishes the node's GPU
 // inventory, connects GPU containers to the GPUs and limits the scheduler assigned
 // them, and watches real GPU usage. See docs/node-agent.md.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tessera-run runs a program under GPU limits without Kubernetes: it writes a
 // limits file (the same format the node agent writes) and starts the program with the
 // Tessera CUDA hook preloaded.

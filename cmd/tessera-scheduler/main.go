@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tessera-scheduler is kube-scheduler with Tessera's GPU-sharing plugin
 // compiled in. It runs as a secondary scheduler: pods opt in with spec.schedulerName.
 // Everything else (flags, config, logging, metrics, leader election) is kube-scheduler's.

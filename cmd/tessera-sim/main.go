@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command tessera-sim replays a cluster trace through the Tessera scheduler's real
 // plugin code and reports placement quality (benchmark B1, docs/benchmarks.md). It follows the protocol of
 // the FGD paper (USENIX ATC'23) on the Alibaba GPU trace: for each seed the pod list

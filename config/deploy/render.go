@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package deploy renders Tessera's Helm chart (config/deploy/tessera) with the Helm
 // library, exactly as `helm template` would: the chart's values.schema.json is
 // enforced, the kubeVersion constraint is checked, and the objects come out in Helm's

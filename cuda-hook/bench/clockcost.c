@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the launch fast path's parts cost on this machine: the TSC read, the vDSO
  * clock, an atomic decrement on a shared-memory line and pthread_once's done check,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * B3 CPU microbenchmark: what one launch and one alloc/free pair cost the calling
  * thread, through whatever libcuda.so.1 the program is linked against (the fake driver

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # B3 CPU microbenchmark (make bench, make bench-gpu): runs bench/hookbench without the
 # hook, with the hook and limits that do not pace (cores 100), and with pacing on but
 # barely binding (cores 99: every launch takes the pacing fast path), interleaved over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Keeps libtessera-cuda.so loadable with glibc 2.28 and later whatever glibc builds it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A fake libcuda.so.1 for testing the hook on machines without a GPU. It implements
  * the driver functions the hook and its tests call, with simulated devices:

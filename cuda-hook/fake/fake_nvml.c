@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A fake libnvidia-ml.so.1 with the same devices as the fake libcuda.so.1
  * (FAKE_CUDA_DEVICES, FAKE_CUDA_MEM_MIB), so tests can check that NVML and CUDA show

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # B4's workload classes (gpu/torch_work.py: attn convnet llm graphmix streams, and
 # mlp as the launch-bound neighbour), judged in GPU time:
 #

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # B4 on real work (make bench-gpu, or on its own: gpu/b4-matrix.sh <build-dir>): each
 # workload's rate under the hook as a share of its own unhooked solo rate, measured in
 # the same run, alone at caps 20/50/80, in pairs at 30/70 and 50/50, and three tenants

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * B5 on a real GPU: allocate 64 MiB at a time through one allocation path until the
  * hook refuses, then report how much the process got, how much the driver says was

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // One tenant of the co-located throughput benchmark (B7).
 //
 //   b7 mm <seconds> <start>      bf16 8192x8192 matmuls (cuBLAS) back to back;

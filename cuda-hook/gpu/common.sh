@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by run-tests.sh and run-bench.sh: builds the GPU programs and sets up
 # standalone use of the hook (the administrator's config allowing TESSERA_LIMITS_FILE,
 # which needs root).

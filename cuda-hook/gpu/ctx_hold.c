@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A CUDA context held for a while, for measuring what a context takes on the device
  * from outside (gpu/mps-context.sh): ctx_hold <seconds>. Prints the driver's free and

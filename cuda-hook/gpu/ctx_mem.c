@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * B5 on a real GPU, memory a context takes outside allocation calls. Run under the
  * hook; prints what the hook allowed and what nvidia-smi says the process holds.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the GPU suite's programs share: a CUDA call that fails ends the program,
  * naming the call and its error (CK for the driver API, CKRT for the runtime API
  * in the .cu programs), and the clocks their measurements read. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * How the driver's graph memory pool behaves, printed step by step (bench-gpu runs it
  * without the hook): when a graph's memory nodes take memory (upload or first launch,

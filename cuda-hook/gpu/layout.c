@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Prints the layout and constants of every type the hook declares itself. Built
  * twice on a GPU machine, once against include/tessera_cuda.h and once against the

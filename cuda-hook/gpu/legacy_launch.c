@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Deprecated launches on a real GPU (make test-gpu): gpu/work.cu's compute-bound
  * fma_kernel, from its cubin, launched back to back for <seconds> with the first

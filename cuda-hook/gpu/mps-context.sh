@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Device memory a CUDA context takes, plain and as an MPS client at each given
 # active-thread percentage (default 100 and 30; docs/node-agent.md, MPS "Context charge"): the
 # GPU's used memory (nvidia-smi) before and while one, two and three processes each

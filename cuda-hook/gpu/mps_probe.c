@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What an MPS client's contexts are given, through the driver API: whether the driver
  * connected to MPS, the SM count of the primary context, of a context asking for

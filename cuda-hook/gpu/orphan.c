@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the driver does with a dead process's memory while a child it forked still
  * holds the driver's descriptors. On an H200 with driver 580 it keeps it until the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Compute-pacing and overhead measurements on a real GPU (B3, B4).
 //
 //   pace rate <kernel|ex|coop|graph> <seconds>   compute-bound kernels back to back;

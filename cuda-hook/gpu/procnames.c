@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Which exported function the driver's cuGetProcAddress answers with, per name,
  * CUDA version and stream flavour: dladdr of each answer. */
 #define _GNU_SOURCE

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # B7, co-located throughput on a real GPU (make bench-b7): two to four tenants run
 # together on one GPU with no limits, with the CUDA hook's pacing (gpu-cores as
 # cores, non-overlapping phases, as the node agent places them) and under MPS (one

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # B3-B5 on a real GPU (make bench-gpu). Every figure is a ratio to a run without the
 # hook made in the same invocation. Results go to $OUT (or build/gpu)/bench-gpu.txt.
 . "$(dirname "$0")/common.sh" "$1"

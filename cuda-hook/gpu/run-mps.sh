@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # MPS clients held by the hook on a real GPU (make test-gpu-mps): the SM share comes
 # from the limits file's mps line, not from the tenant's environment. One MPS control
 # daemon serves the GPU; each client runs as a bound container does, in its own mount

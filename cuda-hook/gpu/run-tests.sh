@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The real-GPU suite (make test-gpu): declarations against the real headers, symbol
 # resolution through the real driver, every allocation path, PyTorch and CuPy under a
 # 4 GiB limit, two processes under one limit, and compute shares (work-conserving

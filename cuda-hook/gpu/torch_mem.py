@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch and CuPy under the hook (make test-gpu).
 
   torch_mem.py oom <limit-mib> <context-mib>   allocate 256 MiB tensors until OOM

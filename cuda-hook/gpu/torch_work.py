@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch workloads of the B4 compute-limit matrix (gpu/b4-matrix.sh).
 
     python3 torch_work.py <seconds> <workload>...

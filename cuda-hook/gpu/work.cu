@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 // Workloads of the B4 compute-limit matrix (gpu/b4-matrix.sh), through the driver API
 // so that every launch goes through the hook's launch hooks:
 //

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The subset of the CUDA driver API and NVML that the Tessera hook, its fakes and its
  * tests use. Written from the published API so that the hook builds where no CUDA

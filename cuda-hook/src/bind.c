@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Client of the node agent's fallback binding. The agent identifies this process by
  * its peer credentials and cgroup, so the request carries nothing but a version; the

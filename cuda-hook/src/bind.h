@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The node agent's fallback binding (nodes without NRI): the limits come over the
  * agent's unix socket instead of a file. Protocol: node-agent/bindserver (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The node agent's reply on the fallback binding's socket, parsed apart from the socket
  * work so that it can be checked against the Go reader (bindserver.ParseReply) by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The monotonic clock, in nanoseconds: what pacing, the residency probes and the GPU
  * turns measure with. All processes on a node share it. */
 #ifndef TESSERA_CLOCK_H

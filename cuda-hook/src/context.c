@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What a context takes on the GPU outside any allocation call, charged against the
  * container's limit (docs/cuda-hook.md, "Context overhead, device limits and module

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device virtualisation: the container sees only its GPUs, in its order, as CUDA
  * devices 0..n-1, each showing at most its memory limit as total memory. The driver's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPUs the container sees: the limits' GPUs, narrowed by the tenant's
  * CUDA_VISIBLE_DEVICES before the driver loads (visible_devices.c), then matched to

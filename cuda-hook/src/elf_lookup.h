@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Looking a function up in a loaded object's dynamic symbol table, as the dynamic
  * linker does, without asking the linker (interpose.c finds libc's own dlsym so; the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CUDA-graph memory nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync captured into a
  * graph). Their memory comes from a per-process, per-device graph pool that the driver

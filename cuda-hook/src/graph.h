@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Graph memory nodes (graph.c). A launch or upload of an executable graph that
  * allocates reserves its allocations first and settles on what the driver mapped

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Set-up: the hook's state, filled once on the first call into any hook (pthread_once),
  * in this order: the log's verbosity, the limits (limits_source.c), the GPUs this

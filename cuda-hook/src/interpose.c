@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Interposition: the hook is loaded into every process of a Tessera container (the
  * node agent preloads it). It exports the driver and NVML functions listed in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Interposition (interpose.c): the hooks are exported under the driver's and NVML's
  * own names, dlsym() and cuGetProcAddress() answer with them, and the hook calls the

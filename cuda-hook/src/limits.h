@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The per-container limits file (format: api/limits.go, the reference). This reader
  * must accept and reject exactly what the Go reader does; test/limits_vectors.c runs

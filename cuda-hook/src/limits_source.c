@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Where the limits come from: the rules are in limits_source.h, and
  * tessera_load_limits applies them in that order.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The hook's log: one write per line on stderr, "tessera-cuda-hook: level=... pid=...
  * message". Warnings and errors by default; TESSERA_HOOK_LOG=info|debug shows more.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The hook's log (log.c): one line per message on stderr, key=value. */
 #ifndef TESSERA_LOG_H
 #define TESSERA_LOG_H

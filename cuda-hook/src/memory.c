@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device-memory accounting: every allocation path of symbols.def reserves its size in
  * the container's region before the driver allocates, and the matching free releases

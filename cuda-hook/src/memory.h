@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Memory accounting (memory.c): every allocation path, and the memory info shown. */
 #ifndef TESSERA_MEMORY_H
 #define TESSERA_MEMORY_H

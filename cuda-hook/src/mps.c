@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * MPS clients: see mps.h. What the driver reads and when was checked on an H200
  * (docs/cuda-hook.md, "MPS clients"): the percentage is read at cuInit; an MPS

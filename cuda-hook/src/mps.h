@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * MPS clients (mps.c): a container whose limits file has an mps line is a client of
  * its GPU's MPS server. The server divides the SMs by each client's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * NVML shows the container the same GPUs as CUDA, in the same order, and the same
  * memory view: total = the limit, used = the container's counted usage.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Compute pacing: a container with cores = c% of a GPU may keep the GPU busy with its
  * kernels for at most c% of the GPU's time, and a container whose work needs less is

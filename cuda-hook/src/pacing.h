@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Compute pacing (pacing.c): each container's share of a GPU's time. */
 #ifndef TESSERA_PACING_H
 #define TESSERA_PACING_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The container's shared accounting region: one small file in shared memory per
  * container, mapped by every process of the container that uses CUDA.

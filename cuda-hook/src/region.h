@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The container's shared accounting region: its layout and the hook's interface to
  * it (region.c). The layout is here, not in region.c, so that the fake-driver suite

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* When this process's context was off the GPU: another context's time slices on a
  * time-sliced GPU, read from probe events on an idle stream (residency.c). */
 #ifndef TESSERA_RESIDENCY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The unreserved share file (share.h). */
 #include "share.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The unreserved share (share.c): a container granted no cores on a time-sliced GPU is
  * paced to what the reservations on that GPU leave (docs/cuda-hook.md, "Unreserved

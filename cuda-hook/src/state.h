@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The hook's state: one struct, set up once by tessera_init (init.c), and the checks
  * every hook starts with. Nothing here is exported.

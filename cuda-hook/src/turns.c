@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPU turns: the layout and the rules are in turns.h; when pacing takes a turn, in
  * pacing.c and docs/cuda-hook.md ("GPU turns").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPU turns (turns.c): the paced containers on one GPU take turns on it, one burst at
  * a time, instead of leaving the driver to time-slice their work. Used where a

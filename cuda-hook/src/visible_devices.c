@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Device narrowing: which of the container's GPUs this process sees, from the tenant's
  * CUDA_VISIBLE_DEVICES, and that list handed to the driver before it loads.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The hook must export exactly its hooks (symbols.def) and the lookups (dlsym, dlvsym and glibc's
 # private _dl_sym, _dl_vsym, __libc_dlsym, __libc_dlvsym; anything else would
 # interpose on the program or the libraries it loads), and import nothing newer than glibc 2.28.

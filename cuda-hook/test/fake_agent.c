@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A stand-in for the node agent's fallback socket (node-agent/bindserver), for the
  * fake-driver suite: it answers every caller the same way.

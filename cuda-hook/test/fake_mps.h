@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the fake driver saw of MPS (fake/fake_cuda.c). */
 #ifndef TESSERA_FAKE_MPS_H
 #define TESSERA_FAKE_MPS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the fake driver lets a test see about itself (fake/fake_cuda.c). */
 #ifndef TESSERA_FAKE_STATS_H
 #define TESSERA_FAKE_STATS_H

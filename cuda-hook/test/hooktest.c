@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Test program for the hook against the fake driver. test/run.sh writes the limits
  * and starts it with the hook preloaded; each scenario checks what it expects and

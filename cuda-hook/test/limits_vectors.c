@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Runs the C limits reader over the vectors shared with the Go reader
  * (api/testdata/limits): each valid/<name>.limits must parse and print exactly

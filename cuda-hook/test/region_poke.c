@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Damages a container's accounting region the way a process of the container could
  * (any of them can write it), for the fake-driver suite:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the fake-driver suite against one build variant of the hook (plain, asan,
 # ubsan): run.sh <variant> <build dir> <root>. The variant's hook reads its limits,
 # config and shared memory under <root> (the Makefile's TEST_ROOT/<variant>) instead of

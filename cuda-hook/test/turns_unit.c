@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPU turns (src/turns.c) on their own, without CUDA: opening the file, taking and
  * releasing the turn, waiting for it, taking it over from a holder that overran its

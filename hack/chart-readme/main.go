@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command chart-readme writes the values table of the chart's README
 // (config/deploy/tessera/README.md) from values.yaml's comments and
 // values.schema.json; with -verify it only checks that the table is up to date.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shell functions that start and stop the pieces of a local Tessera cluster: etcd,
 # kube-apiserver, the Tessera scheduler, kwok (node heartbeats and pod lifecycle) and one
 # simulated node agent per node. hack/local-up.sh and hack/local-down.sh source this

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command render-manifests renders Tessera's Helm chart to plain manifests with the
 // Helm library, for clusters installed without Helm. hack/render-manifests.sh runs it
 // with the settings of the manifests kept in config/deploy/manifests.

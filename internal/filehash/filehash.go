@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package filehash is the SHA-256 of a file's content, as sha256sum prints it: the
 // install-hook command checks the hook against the checksum the image build
 // recorded with the same function that recorded it.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package progress shows how far long runs (the B1 replay, the B2 phases) have got:
 // one bar per task with an ETA when the output is a terminal, and plain lines every
 // interval (and one at each task's end) when it is not (CI logs, a redirect), which read well in a log file and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent wires the node agent's subsystems together: the GPU source (NVML or a
 // simulated topology), the inventory publisher, and, each switchable by its own flag,
 // the kubelet device plugin, the NRI container binding, the usage watchdog and the

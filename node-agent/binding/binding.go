@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package binding connects one container to the GPUs and limits the scheduler assigned
 // it. It is runtime-agnostic: given the facts a runtime reports at container creation
 // (the pod's annotations, the container's name, id, environment and cgroups path) it

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bindserver is the node agent's binding for nodes without NRI: the CUDA hook
 // in a GPU container connects to a unix socket of the agent at its first CUDA call,
 // and the agent answers with that container's limits.

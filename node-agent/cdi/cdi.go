@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cdi writes the node's Container Device Interface (CDI) spec for its GPUs, so
 // that the container runtime gives a Tessera container its GPUs' device nodes and the
 // NVIDIA driver's user-space files (libcuda.so.1, libnvidia-ml.so.1, nvidia-smi, ...)

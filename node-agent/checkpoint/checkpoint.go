@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package checkpoint keeps the node agent's record of the containers it bound to GPUs,
 // in one versioned, checksummed file written atomically. After a restart the agent
 // reloads it; a file that fails its checksum is set aside (never trusted, never

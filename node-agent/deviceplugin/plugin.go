@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package deviceplugin is the node agent's kubelet device plugin (API v1beta1). It
 // advertises the GPU-count resource (tessera.dev/gpu by default) so that kubelet's
 // accounting holds, reports health through ListAndWatch, and re-registers when kubelet

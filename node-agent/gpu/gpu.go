@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gpu is the node agent's view of the GPUs of its node: a small interface that
 // the agent owns, implemented by NVML (package nvmlsource) and by a simulated topology
 // read from a file (package simsource). Everything else in the agent depends only on

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Two-GPU checks of the node agent on real hardware (make test-gpu-2).
 #
 #   node-agent/gpu/run-two-gpu.sh build DIR   build what the checks need into DIR

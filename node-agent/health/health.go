@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package health serves the node agent's liveness (/healthz) and readiness (/readyz)
 // endpoints. Each subsystem contributes a named check; a check says whether the
 // subsystem's loop is making progress (liveness: a failure restarts the agent's

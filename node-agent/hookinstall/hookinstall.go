@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hookinstall installs the CUDA hook library from the node agent's image onto
 // the host: "tessera-node-agent install-hook", run by the DaemonSet's init container,
 // so that the image needs no shell or coreutils.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inventory publishes the node's GPU inventory on its Node object: the
 // inventory annotation and the model/count/memory labels of the wire contract. It
 // patches only the Node named at start, and only those keys.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics holds the node agent's Prometheus metrics: per GPU allocated versus
 // used memory and compute, per container usage versus limit, watchdog actions,
 // refused containers, the inventory's age and the agent's readiness.

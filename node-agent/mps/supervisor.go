@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mps runs and supervises one NVIDIA MPS control daemon
 // (nvidia-cuda-mps-control) per GPU that the node agent serves in mps sharing mode.
 //

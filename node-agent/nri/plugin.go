@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nri is the node agent's NRI plugin: the runtime (containerd or CRI-O) calls
 // it at every container creation, and it applies the binding package's decision to
 // the container's spec (CDI devices or device nodes and device cgroup, environment,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nvmlsource implements gpu.Source with NVML through go-nvml. NVML is reached
 // only through nvml.Interface, injected by the caller, so unit tests run on go-nvml's
 // mock servers; the conversion from nvml.Return to Go errors happens here and nowhere

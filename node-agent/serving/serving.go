@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package serving secures the node agent's HTTP endpoints the way kube-scheduler secures
 // its port: HTTPS, the caller's bearer token checked by the API server (TokenReview), and
 // its permission to get the request's non-resource URL (/metrics) checked there too

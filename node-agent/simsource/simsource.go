@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package simsource implements gpu.Source from a YAML description of a node's GPUs, so
 // that agents for simulated nodes run on any machine: CI, a laptop, a local cluster of
 // simulated nodes. The file is re-read on every call, so editing it (marking a GPU

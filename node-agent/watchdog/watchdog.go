@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package watchdog is the backstop behind the CUDA hook: it samples NVML's per-process
 // memory and utilisation, maps each process to its container through the process's
 // cgroup, sums per container and GPU, and acts on a container that holds more memory

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gpushare is Tessera's scheduler plugin: it places GPU fractions on specific
 // GPUs of specific nodes. PreFilter parses a pod's request, Filter finds GPUs for every
 // container on a node, Score applies the node-level policy and topology, Reserve picks

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package noderesourcesfit is TesseraNodeResourcesFit: the in-tree NodeResourcesFit
 // plugin, unchanged, given a copy of the pod without the resources its args tell it to
 // ignore (ignoredResourceGroups, ignoredResources).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e drives the whole local stack from Go tests: etcd, kube-apiserver, the
 // tessera-scheduler binary, simulated tessera-node-agent processes and kwok, started by
 // hack/local-up.sh exactly as `make run` starts them. Each test gets its own cluster and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package integration
 
 // B2: scheduling throughput through the real kube-scheduler against a real API server.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package integration runs the Tessera scheduler (kube-scheduler with the
 // TesseraGPUShare plugin, loaded from the sample configs in config/scheduler) against a
 // real kube-apiserver backed by etcd, both started in-process per test. Nodes carry

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The real-node suite for a GPU machine without Go, a container runtime or a network.
 #
 #   test/node/gpu-bundle.sh build DIR   build everything into DIR (the binaries in one bin.tar.xz)

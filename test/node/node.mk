@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The real-node suite (test/node): kubelet, containerd with NRI and runc built from Go
 # modules, the test images built by build/imagebuilder, then test/node/node.sh and the
 # Go tests in test/node. Included by the top-level Makefile.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A real Kubernetes node for the real-node suite (make test-node, make test-node-gpu):
 # etcd, kube-apiserver, the Tessera scheduler and a default scheduler (both the
 # tessera-scheduler binary, which is kube-scheduler with Tessera's plugins), containerd

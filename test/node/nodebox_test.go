@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux && nodebox
 
 // With the nodebox build tag the suite's test binary is also every component of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build linux
 
 // Package node is Tessera's real-node suite: a real kubelet, containerd 2.x with NRI

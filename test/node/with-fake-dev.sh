@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # with-fake-dev.sh DIR NODES command...: runs the command (exec, same PID) in a private
 # mount namespace whose /dev also holds the device nodes of the directory NODES: an
 # overlay on the host's /dev with its upper layer in DIR, so the host's /dev is never

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the attack suite (test/security/attacks.txt): every listed test must exist, run
 # and pass. Without a GPU it runs the go and hook entries (make test-security); with
 # --gpu, on a machine with an NVIDIA GPU, root, the driver, nvcc and PyTorch, the

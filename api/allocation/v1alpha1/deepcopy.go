@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package v1alpha1
 
 import "k8s.io/apimachinery/pkg/runtime"

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 is the machine-readable form of `kubectl tessera allocation`
 // (-o json, yaml, jsonpath, go-template): Tessera's GPU allocation as the API shows it,
 // computed by the client from the nodes' inventory and the pods' assignment annotations.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package app is the tessera-node-agent command, shared by its binary and by the
 // real-node suite's all-in-one test binary (test/node).
 package app

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package app builds the Tessera scheduler command: kube-scheduler's command with the
 // GPU-sharing plugin and TesseraNodeResourcesFit registered, and policy flags for users
 // who do not write configs.

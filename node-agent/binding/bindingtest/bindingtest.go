@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bindingtest gives tests of the packages built on binding what a Binder reads
 // besides the runtime's request: the pods of the API server and the node's inventory.
 package bindingtest

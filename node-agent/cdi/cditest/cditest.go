@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cditest builds what tests of the CDI spec need on a machine without a GPU:
 // a driver root laid out as an NVIDIA driver install (the project's fake libcuda and
 // libnvidia-ml from cuda-hook/fake, nvidia-smi, character device nodes) and go-nvml's

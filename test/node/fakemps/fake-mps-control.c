@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fake-mps-control: the MPS control program of the real-node suite's fake driver
  * (make test-node), which the node agent runs as --mps-control on a node without a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tessera-pause: the pod sandbox's process in the real-node suite's pause image (the
  * suite runs without a registry, so it brings its own). It waits for a signal and

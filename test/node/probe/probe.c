@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tessera-probe: the CUDA program the real-node suite (test/node) runs in its pods.
  *

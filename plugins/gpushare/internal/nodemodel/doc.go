@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nodemodel is a node's decoded GPU inventory in the form the scheduler
 // decides against: its schedulable devices (whole GPUs and MIG instances), their
 // health, sharing mode and device kind, the pair affinities between them and their

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package placement is the core of GPU placement: it decides where a pod's GPU
 // containers go and keeps the GPU state that is decided against, and knows no policy.
 // It holds every node's model (package nodemodel), every pod's grants and each

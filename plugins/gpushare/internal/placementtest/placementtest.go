@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package placementtest builds the nodes, pods and assignments that the tests of
 // TesseraGPUShare (the adapter) and of internal/placement are written against. It is
 // imported by tests only.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package binpack is the Binpack placement policy: best fit. At the node level it
 // takes the node with the least GPU and CPU capacity left after placement; at the
 // GPU level the fullest GPU that fits. Both keep whole GPUs, whole NVLink islands and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fragmentation is the Fragmentation placement policy. It places a pod where it makes the least GPU capacity unusable
 // for the pods that are likely to come next: fragmentation gradient descent (Weng et
 // al., "Beware of Fragmentation", USENIX ATC'23), measured on Tessera's GPU model

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package spread is the Spread placement policy: the least-used node, and on it the
 // least-used GPU, minimising contention.
 package spread
