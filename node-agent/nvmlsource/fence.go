@@ -65,21 +65,9 @@ func (s *Source) fenceDevice(uuid string) (nvml.Device, error) {
 // error is reported as no support, with the error, so that a fence that cannot be
 // confirmed is never counted on.
 func (s *Source) FenceSupport(probeDir string) ([]gpu.FenceSupport, error) {
-	n, ret := s.lib.DeviceGetCount()
-	if err := check("DeviceGetCount", ret); err != nil {
-		return nil, err
-	}
 	missing := s.fenceCall()
 	var out []gpu.FenceSupport
-	for i := 0; i < n; i++ {
-		d, ret := s.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		uuid, ret := d.GetUUID()
-		if ret != nvml.SUCCESS {
-			continue
-		}
+	err := s.eachGPU(func(_ int, d nvml.Device, uuid string) {
 		fs := gpu.FenceSupport{UUID: uuid}
 		switch cur, _, ret := d.GetMigMode(); {
 		case missing != nil:
@@ -98,6 +86,9 @@ func (s *Source) FenceSupport(probeDir string) ([]gpu.FenceSupport, error) {
 			}
 		}
 		out = append(out, fs)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -391,13 +391,13 @@ func NormalizeBusID(id string) string {
 	return dom + ":" + rest
 }
 
-// Devices returns UUID, index and minor number of each GPU and MIG instance.
-func (s *Source) Devices() ([]gpu.Device, error) {
+// eachGPU calls fn with the index, handle and UUID of every GPU whose handle and UUID
+// NVML answers (a GPU it does not answer for is skipped: Snapshot reports it lost).
+func (s *Source) eachGPU(fn func(i int, d nvml.Device, uuid string)) error {
 	n, ret := s.lib.DeviceGetCount()
 	if err := check("DeviceGetCount", ret); err != nil {
-		return nil, err
+		return err
 	}
-	var out []gpu.Device
 	for i := 0; i < n; i++ {
 		d, ret := s.lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -407,6 +407,15 @@ func (s *Source) Devices() ([]gpu.Device, error) {
 		if ret != nvml.SUCCESS {
 			continue
 		}
+		fn(i, d, uuid)
+	}
+	return nil
+}
+
+// Devices returns UUID, index and minor number of each GPU and MIG instance.
+func (s *Source) Devices() ([]gpu.Device, error) {
+	var out []gpu.Device
+	err := s.eachGPU(func(i int, d nvml.Device, uuid string) {
 		minor, ret := d.GetMinorNumber()
 		if ret != nvml.SUCCESS {
 			minor = -1
@@ -430,6 +439,9 @@ func (s *Source) Devices() ([]gpu.Device, error) {
 				}
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
