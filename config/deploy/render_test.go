@@ -352,7 +352,7 @@ func TestRenderQuotaPolicies(t *testing.T) {
 	quota := "[" + strings.Join(names, ", ") + "]"
 	limits := fmt.Sprintf("[%d, %d, 100, 100]", api.MaxGPUsPerContainer, api.MaxMemoryMiB)
 	for _, kind := range []string{"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"} {
-		for _, s := range []string{quota, limits, `"tessera.dev/gpu-memory" in c.resources.limits`, "operations: [CREATE]", "failurePolicy: Fail"} {
+		for _, s := range []string{quota, limits, `"tessera.dev/gpu-memory" in c.resources.limits`, "operations: [CREATE]", "resources: [jobs]", `request.kind.kind == "Job" ? object.spec.template.spec : object.spec`, "failurePolicy: Fail"} {
 			if !strings.Contains(p[kind], s) {
 				t.Errorf("%s lacks %q:\n%s", kind, s, p[kind])
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,14 @@ func quotaPod(ns string, ann map[string]string, cs ...quotaContainer) *v1.Pod {
 	return p
 }
 
+// quotaJob is a Job whose pod template is p: Kueue counts a Job from its template.
+func quotaJob(p *v1.Pod) *batchv1.Job {
+	t := v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: p.Annotations}, Spec: *p.Spec.DeepCopy()}
+	t.Spec.RestartPolicy = v1.RestartPolicyNever
+	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{GenerateName: p.GenerateName, Namespace: p.Namespace},
+		Spec: batchv1.JobSpec{Template: t}}
+}
+
 // quotaOf returns a container's quota resources in limits and in requests, failing
 // when the two differ (Kubernetes requires equal requests and limits of extended
 // resources; the API server would have refused the pod).
@@ -68,9 +77,10 @@ func quotaOf(t *testing.T, c *v1.Container) map[string]int64 {
 
 // TestChartQuota: the chart's quota policies write what each GPU container holds
 // across its GPUs into its requests and limits, for every request shape, replacing
-// what the pod carried; a real ResourceQuota on those names admits pods up to its
-// limit and refuses the next one; without the mutation, the validating policy
-// refuses a pod whose values differ.
+// what the pod carried, in a Pod and in a Job's pod template alike; a real
+// ResourceQuota on those names admits pods up to its limit and refuses the next one;
+// without the mutation, the validating policy refuses a pod or Job whose values
+// differ.
 func TestChartQuota(t *testing.T) {
 	c := startCluster(t)
 	a := c.applier()
@@ -112,14 +122,35 @@ func TestChartQuota(t *testing.T) {
 		}
 		return c.client.CoreV1().Pods(p.Namespace).Create(c.ctx, p, opts)
 	}
-	chartWaitFor(t, c.ctx, "the quota policies to be applied", func() bool {
-		got, err := create(quotaPod(c.ns, nil, quotaContainer{limits: gpu(G, "2", M, "8192")}), true)
-		if err != nil {
-			return false
+	// createAs creates p as a Pod, or as the pod template of a Job (the Job controller
+	// does not run here, so what is checked is the Job object itself), returning the
+	// pod, or a pod made of the Job's template.
+	kinds := []string{"Pod", "Job"}
+	createAs := func(kind string, p *v1.Pod, dryRun bool) (*v1.Pod, error) {
+		if kind == "Pod" {
+			return create(p, dryRun)
 		}
-		v := got.Spec.Containers[0].Resources.Limits[api.ResourceTotalGPUMemory]
-		return v.Value() == 16384
-	})
+		opts := metav1.CreateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		j, err := c.client.BatchV1().Jobs(p.Namespace).Create(c.ctx, quotaJob(p), opts)
+		if err != nil {
+			return nil, err
+		}
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Annotations: j.Spec.Template.Annotations},
+			Spec: j.Spec.Template.Spec}, nil
+	}
+	for _, kind := range kinds {
+		chartWaitFor(t, c.ctx, "the quota policies to be applied to a "+kind, func() bool {
+			got, err := createAs(kind, quotaPod(c.ns, nil, quotaContainer{limits: gpu(G, "2", M, "8192")}), true)
+			if err != nil {
+				return false
+			}
+			v := got.Spec.Containers[0].Resources.Limits[api.ResourceTotalGPUMemory]
+			return v.Value() == 16384
+		})
+	}
 
 	type want map[string]int64
 	for _, tc := range []struct {
@@ -151,36 +182,38 @@ func TestChartQuota(t *testing.T) {
 		{"own values on a pod without GPUs removed", nil, []quotaContainer{{limits: gpu(CPU, "1", TM, "1000")}}, []want{{}}},
 		{"memory without a GPU count holds nothing", nil, []quotaContainer{{limits: gpu(M, "1000")}}, []want{{}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := quotaPod(c.ns, tc.ann, tc.cs...)
-			got, err := create(p, true)
-			if err != nil {
-				t.Fatalf("creating the pod (dry run): %v", err)
-			}
-			all := append(append([]v1.Container{}, got.Spec.InitContainers...), got.Spec.Containers...)
-			// The Go derivation (api.QuotaTotals) over the parsed request agrees.
-			req, perr := api.ParsePodRequest(got, api.DefaultResourceNames())
-			for i := range all {
-				g := quotaOf(t, &all[i])
-				if fmt.Sprint(g) != fmt.Sprint(map[string]int64(tc.want[i])) {
-					t.Errorf("container %s: quota resources %v, want %v", all[i].Name, g, tc.want[i])
+		for _, kind := range kinds {
+			t.Run(kind+": "+tc.name, func(t *testing.T) {
+				p := quotaPod(c.ns, tc.ann, tc.cs...)
+				got, err := createAs(kind, p, true)
+				if err != nil {
+					t.Fatalf("creating the %s (dry run): %v", kind, err)
 				}
-				if perr != nil {
-					continue
-				}
-				ref := map[string]int64{}
-				for _, cr := range req.Containers {
-					if cr.Name == all[i].Name {
-						for k, v := range cr.QuotaTotals() {
-							ref[string(k)] = v.Value()
+				all := append(append([]v1.Container{}, got.Spec.InitContainers...), got.Spec.Containers...)
+				// The Go derivation (api.QuotaTotals) over the parsed request agrees.
+				req, perr := api.ParsePodRequest(got, api.DefaultResourceNames())
+				for i := range all {
+					g := quotaOf(t, &all[i])
+					if fmt.Sprint(g) != fmt.Sprint(map[string]int64(tc.want[i])) {
+						t.Errorf("container %s: quota resources %v, want %v", all[i].Name, g, tc.want[i])
+					}
+					if perr != nil {
+						continue
+					}
+					ref := map[string]int64{}
+					for _, cr := range req.Containers {
+						if cr.Name == all[i].Name {
+							for k, v := range cr.QuotaTotals() {
+								ref[string(k)] = v.Value()
+							}
 						}
 					}
+					if fmt.Sprint(g) != fmt.Sprint(ref) {
+						t.Errorf("container %s: quota resources %v, api.QuotaTotals %v", all[i].Name, g, ref)
+					}
 				}
-				if fmt.Sprint(g) != fmt.Sprint(ref) {
-					t.Errorf("container %s: quota resources %v, api.QuotaTotals %v", all[i].Name, g, ref)
-				}
-			}
-		})
+			})
+		}
 	}
 
 	// Requests that cannot be counted are refused with what to change.
@@ -195,9 +228,11 @@ func TestChartQuota(t *testing.T) {
 			`tessera.dev/gpu-memory-percent must be a whole number from 1 to 100, tessera.dev/gpu-cores must be a whole number from 1 to 100`},
 		{"memory beyond any GPU", quotaContainer{limits: gpu(G, "1", M, "1e12")}, `tessera.dev/gpu-memory must be a whole number from 1 to 16777216`},
 	} {
-		_, err := create(quotaPod(c.ns, nil, tc.c), true)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
+		for _, kind := range kinds {
+			_, err := createAs(kind, quotaPod(c.ns, nil, tc.c), true)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %s: error %v, want one saying %q", kind, tc.name, err, tc.want)
+			}
 		}
 	}
 
@@ -260,18 +295,20 @@ func TestChartQuota(t *testing.T) {
 	}
 
 	// Without the mutation (its binding removed), the validating policy is what stops a
-	// pod that understates what it holds; one carrying the right values is admitted. In
-	// a namespace without the quota, which is checked before the policy.
+	// pod or Job that understates what it holds; one carrying the right values is
+	// admitted. In a namespace without the quota, which is checked before the policy.
 	free := c.ns + "-free"
 	c.createNamespace(free)
 	if err := c.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(c.ctx, quotaPolicy, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	understated := quotaPod(free, nil, quotaContainer{limits: gpu(G, "2", M, "8192", TM, "8192")})
-	chartWaitFor(t, c.ctx, "the mutation to stop", func() bool {
-		_, err := create(understated, true)
-		return err != nil
-	})
+	for _, kind := range kinds {
+		chartWaitFor(t, c.ctx, "the mutation of a "+kind+" to stop", func() bool {
+			_, err := createAs(kind, understated, true)
+			return err != nil
+		})
+	}
 	for _, tc := range []struct {
 		name string
 		c    quotaContainer
@@ -283,12 +320,14 @@ func TestChartQuota(t *testing.T) {
 		{"a name it holds none of", quotaContainer{limits: gpu(G, "1", M, "10", TM, "10", TW, "1")}, `tessera.dev/total-whole-gpus is what the container holds across its GPUs, counted by Tessera from its GPU request: the container holds none`},
 		{"right values", quotaContainer{limits: gpu(G, "2", M, "8192", C, "20", TM, "16Ki", TC, "40")}, ""},
 	} {
-		_, err := create(quotaPod(free, nil, tc.c), true)
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("%s: refused: %v", tc.name, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
+		for _, kind := range kinds {
+			_, err := createAs(kind, quotaPod(free, nil, tc.c), true)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s: %s: refused: %v", kind, tc.name, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s: %s: error %v, want one saying %q", kind, tc.name, err, tc.want)
+			}
 		}
 	}
 }
