@@ -11,7 +11,7 @@ import (
 )
 
 // The vectors in testdata/shares are shared with the CUDA hook's C reader
-// (cuda-hook/difffuzz): every valid/*.share must decode and encode back to itself
+// (cuda-hook/difffuzz, share_test.go): every valid/*.share must decode and encode back to itself
 // (the format has one spelling), and every invalid/*.share must be rejected, by both.
 
 // shareVectors returns the files of testdata/shares/<dir>, by name.
