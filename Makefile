@@ -118,7 +118,7 @@ FUZZTIME ?= 30s
 FUZZMINIMIZETIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target (decoders, cgroup paths, scheduler args, C vs Go limits and agent-reply readers) for FUZZTIME each
+fuzz: ## Run every fuzz target (decoders, cgroup paths, scheduler args, C vs Go limits, share and agent-reply readers) for FUZZTIME each
 	GO=$(GO) hack/fuzz.sh $(FUZZTIME) $(FUZZMINIMIZETIME)
 
 ##@ Benchmarks

@@ -3,6 +3,7 @@
 package api
 
 import (
+	"bytes"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -114,6 +115,37 @@ func FuzzParsePodRequest(f *testing.F) {
 				(c.MemoryMiB > 0 && c.MemoryMiB < DefaultContextMiB) {
 				t.Fatalf("accepted out-of-range request %+v", c)
 			}
+		}
+	})
+}
+
+// FuzzDecodeShare checks that decoding a share file never panics, and that whatever
+// decodes validates and encodes back to exactly the bytes it was read from: the
+// format has one spelling, so an input accepted in any other would be a reader that
+// takes more than the agent writes (and more than the hook's C reader may take).
+func FuzzDecodeShare(f *testing.F) {
+	for _, dir := range []string{"valid", "invalid"} {
+		for _, b := range shareVectors(f, dir) {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := DecodeShare(data)
+		if err != nil {
+			if s != (UnreservedShare{}) {
+				t.Fatalf("rejected input decoded as %+v: %v", s, err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("decoded share does not validate: %v", err)
+		}
+		enc, err := EncodeShare(s)
+		if err != nil {
+			t.Fatalf("decoded share does not encode: %v", err)
+		}
+		if !bytes.Equal(enc, data) {
+			t.Fatalf("accepted a spelling the agent does not write:\nread  %q\nwrite %q", data, enc)
 		}
 	})
 }

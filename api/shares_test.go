@@ -3,9 +3,51 @@
 package api
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
+
+// The vectors in testdata/shares are shared with the CUDA hook's C reader
+// (cuda-hook/difffuzz, share_test.go): every valid/*.share must decode and encode back to itself
+// (the format has one spelling), and every invalid/*.share must be rejected, by both.
+
+// shareVectors returns the files of testdata/shares/<dir>, by name.
+func shareVectors(t testing.TB, dir string) map[string][]byte {
+	files, err := filepath.Glob(filepath.Join("testdata/shares", dir, "*.share"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no %s share vectors: %v", dir, err)
+	}
+	out := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[filepath.Base(f)] = b
+	}
+	return out
+}
+
+func TestShareVectors(t *testing.T) {
+	for name, in := range shareVectors(t, "valid") {
+		s, err := DecodeShare(in)
+		if err != nil {
+			t.Errorf("valid/%s: DecodeShare: %v", name, err)
+			continue
+		}
+		if got, err := EncodeShare(s); err != nil || !bytes.Equal(got, in) {
+			t.Errorf("valid/%s: EncodeShare(%+v) = %q, %v; want the file back", name, s, got, err)
+		}
+	}
+	for name, in := range shareVectors(t, "invalid") {
+		if s, err := DecodeShare(in); err == nil {
+			t.Errorf("invalid/%s: DecodeShare accepted it: %+v", name, s)
+		}
+	}
+}
 
 func TestComputeUnreservedShare(t *testing.T) {
 	for _, tc := range []struct {

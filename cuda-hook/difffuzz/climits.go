@@ -13,6 +13,7 @@ package difffuzz
 #cgo CFLAGS: -I${SRCDIR}/../src -I${SRCDIR}/../include -include ${SRCDIR}/../compat/glibc-2.28.h
 #include "../src/limits.c"
 #include "../src/bind_reply.c"
+#include "../src/share.c"
 #include "../src/region.h"
 
 static size_t tessera_region_bytes(void) { return sizeof(struct tessera_region); }
@@ -119,6 +120,16 @@ func ParseReply(p unsafe.Pointer, n int) (kind, size int, text string) {
 		return int(k), int(sz), ""
 	}
 	return int(k), 0, C.GoString(&msg[0])
+}
+
+// ParseShare runs tessera_share_parse over the n bytes at p and returns the share and
+// phase it read, or ok false where it rejects the input.
+func ParseShare(p unsafe.Pointer, n int) (share, phase int, ok bool) {
+	var out C.struct_tessera_share
+	if C.tessera_share_parse((*C.char)(p), C.size_t(n), &out) != 0 {
+		return 0, 0, false
+	}
+	return int(out.share), int(out.phase), true
 }
 
 // RegionBytes is the size of the hook's accounting region file.

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # The real-GPU suite (make test-gpu): declarations against the real headers, symbol
 # resolution through the real driver, every allocation path, PyTorch and CuPy under a
-# 4 GiB limit, two processes under one limit, and compute shares (work-conserving
-# included). Needs root, the driver, nvcc, PyTorch and CuPy. Results go to $OUT (or
-# build/gpu)/test-gpu.txt.
+# 4 GiB limit, two processes under one limit, and compute shares (work-conserving and
+# a container without cores at its unreserved share included). Needs root, the
+# driver, nvcc, PyTorch and CuPy. Results go to $OUT (or build/gpu)/test-gpu.txt.
 . "$(dirname "$0")/common.sh" "$1"
 LOG=$RES/test-gpu.txt
 : >"$LOG"
@@ -193,6 +193,32 @@ b=$!
 wait $a $b
 say "info two processes at 50%: rates $(rate <"$G/s50a.out") + $(rate <"$G/s50b.out")"
 share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" "$two"
+
+# A container granted no cores (docs/cuda-hook.md, "Unreserved containers") beside a
+# saturating 70% one is paced to the share the node agent's file gives it, here 30%
+# from 70% of the period (what api.ComputeUnreservedShare writes beside 70 cores at
+# phase 0), and leaves the 70% container its 70. The hook reads the file under
+# TESSERA_SHARES_DIR, compiled in as api.ContainerSharesDir (/run/tessera-shares) in
+# the build this suite runs; a directory already there for this GPU is not touched.
+SHARE_DIR=/run/tessera-shares/$UUID
+if [ -e "$SHARE_DIR" ]; then
+	say "FAIL unreserved container at its 30% share: $SHARE_DIR already exists (a node agent's?), not overwritten"
+	fails=$((fails + 1))
+else
+	mkdir -p "$SHARE_DIR"
+	printf 'version 1\nreserved 70\ncontainers 1\nshare 30\nphase 70\n' >"$SHARE_DIR/share"
+	limits "$G/u0" 130000 0 0 /gpu-test/u0
+	limits "$G/r70" 130000 70 0 /gpu-test/r70
+	TESSERA_HOOK_LOG=debug hooked "$G/u0" "$G/pace" rate kernel 6 >"$G/u0.out" 2>"$RES/unreserved-debug-u0.log" &
+	a=$!
+	TESSERA_HOOK_LOG=debug hooked "$G/r70" "$G/pace" rate kernel 6 >"$G/r70.out" 2>"$RES/unreserved-debug-r70.log" &
+	b=$!
+	wait $a $b
+	rm -rf "$SHARE_DIR"
+	rmdir /run/tessera-shares 2>/dev/null
+	share_ok "container without cores beside a 70% one, share file 30" "$(rate <"$G/u0.out")" 30
+	share_ok "70% container beside one without cores" "$(rate <"$G/r70.out")" 70
+fi
 
 # 7. On a machine with more GPUs than the container was given, the CUDA runtime must
 # see only the container's, in its order (the hook sets CUDA_VISIBLE_DEVICES; without

@@ -56,6 +56,20 @@ func realSource(t *testing.T) (*nvmlsource.Source, *api.NodeInventory) {
 	return src, inv
 }
 
+// agentConfig is the watchdog with the agent's defaults (Config leaves a zero grace at
+// zero) over records, logging to the test and appending each pod event to *events
+// under mu.
+func agentConfig(t *testing.T, src gpu.Source, records func() []checkpoint.Record, mu *sync.Mutex, events *[]string) Config {
+	return Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
+		Interval: DefaultInterval, Grace: DefaultGrace, Window: DefaultWindow,
+		Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{}),
+		Event: func(r checkpoint.Record, reason, msg string) {
+			mu.Lock()
+			*events = append(*events, reason+": "+msg)
+			mu.Unlock()
+		}}
+}
+
 // testCgroup makes a cgroup of its own under the v2 root, removed when the test ends
 // (after its processes have exited), and returns its directory.
 func testCgroup(t *testing.T, prefix string) string {
@@ -245,14 +259,7 @@ func TestWatchdogEndsBypassingProcess(t *testing.T) {
 			}
 			var events []string
 			// The agent's defaults (Config leaves a zero grace at zero).
-			w, err := New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
-				Interval: DefaultInterval, Grace: DefaultGrace, Window: DefaultWindow,
-				Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{}),
-				Event: func(r checkpoint.Record, reason, msg string) {
-					mu.Lock()
-					events = append(events, reason+": "+msg)
-					mu.Unlock()
-				}})
+			w, err := New(agentConfig(t, src, records, &mu, &events))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,10 +285,7 @@ func TestWatchdogEndsBypassingProcess(t *testing.T) {
 			t.Logf("context holds %d MiB; grant %d MiB", base, base+256)
 
 			// A fresh watchdog, so that the probing passes above count for nothing.
-			w, err = New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
-				Interval: DefaultInterval, Grace: DefaultGrace, Window: DefaultWindow,
-				Log:   w.cfg.Log,
-				Event: w.cfg.Event})
+			w, err = New(agentConfig(t, src, records, &mu, &events))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,15 +427,10 @@ func TestWatchdogStopsRespawningSupervisor(t *testing.T) {
 	var mu sync.Mutex
 	var events []string
 	var evictions int
-	w, err := New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
-		Interval: DefaultInterval, Grace: DefaultGrace, Window: DefaultWindow, EvictAfter: DefaultEvictAfter,
-		Evict: func(checkpoint.Record) error { mu.Lock(); evictions++; mu.Unlock(); return nil },
-		Log:   funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{}),
-		Event: func(r checkpoint.Record, reason, msg string) {
-			mu.Lock()
-			events = append(events, reason+": "+msg)
-			mu.Unlock()
-		}})
+	cfg := agentConfig(t, src, records, &mu, &events)
+	cfg.EvictAfter = DefaultEvictAfter
+	cfg.Evict = func(checkpoint.Record) error { mu.Lock(); evictions++; mu.Unlock(); return nil }
+	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,15 +541,9 @@ func TestWatchdogEndsSidecarWithPassedDescriptors(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []string
-	w, err := New(Config{Source: src, Records: records, Action: DefaultAction, ToleranceMiB: 64,
-		Interval: DefaultInterval, Grace: DefaultGrace, Window: DefaultWindow,
-		Log: funcr.New(func(p, a string) { t.Log(p, a) }, funcr.Options{}),
-		Event: func(r checkpoint.Record, reason, msg string) {
-			mu.Lock()
-			events = append(events, reason+": "+msg)
-			mu.Unlock()
-		},
-		NodeEvent: func(reason, msg string) { mu.Lock(); events = append(events, "Node "+reason+": "+msg); mu.Unlock() }})
+	cfg := agentConfig(t, src, records, &mu, &events)
+	cfg.NodeEvent = func(reason, msg string) { mu.Lock(); events = append(events, "Node "+reason+": "+msg); mu.Unlock() }
+	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
