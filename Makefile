@@ -135,7 +135,7 @@ B1_OUT      = _output/b1$(if $(filter-out default,$(B1_WORKLOAD)),-$(B1_WORKLOAD
 comma := ,
 
 # B2 at reduced size schedules 2,000 pods per phase on 500 nodes x 8 GPUs (a few
-# minutes on two cores); FULL=1 is the brief's size, 10,000 pods on 5,000 nodes.
+# minutes on two cores); FULL=1 is benchmark B2's size (docs/benchmarks.md), 10,000 pods on 5,000 nodes.
 B2_NODES = $(if $(FULL),5000,500)
 B2_PODS  = $(if $(FULL),10000,2000)
 B2_ROUNDS ?= 3
