@@ -74,12 +74,14 @@ func compare(t *testing.T, data []byte) {
 	}
 }
 
-func vectors(t testing.TB) [][]byte {
+// vectors reads the shared test files of one format:
+// api/testdata/<dir>/{valid,invalid}/*.<ext>.
+func vectors(t testing.TB, dir, ext string) [][]byte {
 	var out [][]byte
-	for _, dir := range []string{"valid", "invalid"} {
-		files, err := filepath.Glob(filepath.Join("..", "..", "api", "testdata", "limits", dir, "*.limits"))
+	for _, kind := range []string{"valid", "invalid"} {
+		files, err := filepath.Glob(filepath.Join("..", "..", "api", "testdata", dir, kind, "*."+ext))
 		if err != nil || len(files) == 0 {
-			t.Fatalf("no limits vectors in %s: %v", dir, err)
+			t.Fatalf("no %s vectors in %s: %v", ext, kind, err)
 		}
 		for _, f := range files {
 			b, err := os.ReadFile(f)
@@ -95,7 +97,7 @@ func vectors(t testing.TB) [][]byte {
 // TestLimitsVectors runs the comparison over the shared vectors, so that a plain test
 // run checks what the fuzzer starts from.
 func TestLimitsVectors(t *testing.T) {
-	for _, v := range vectors(t) {
+	for _, v := range vectors(t, "limits", "limits") {
 		compare(t, v)
 	}
 }
@@ -105,7 +107,7 @@ func TestLimitsVectors(t *testing.T) {
 // values and write the same canonical form; and that the C reader never reads past
 // the end of its input.
 func FuzzLimits(f *testing.F) {
-	for _, v := range vectors(f) {
+	for _, v := range vectors(f, "limits", "limits") {
 		f.Add(v)
 	}
 	f.Fuzz(compare)

@@ -5,8 +5,6 @@
 package difffuzz
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -35,29 +33,11 @@ func compareShare(t *testing.T, data []byte) {
 	}
 }
 
-func shareVectors(t testing.TB) [][]byte {
-	var out [][]byte
-	for _, dir := range []string{"valid", "invalid"} {
-		files, err := filepath.Glob(filepath.Join("..", "..", "api", "testdata", "shares", dir, "*.share"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("no share vectors in %s: %v", dir, err)
-		}
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, b)
-		}
-	}
-	return out
-}
-
 // TestShareVectors runs the comparison over the shared vectors, and over the
 // boundaries of every field's range, so that a plain test run checks what the
 // fuzzer starts from.
 func TestShareVectors(t *testing.T) {
-	for _, v := range shareVectors(t) {
+	for _, v := range vectors(t, "shares", "share") {
 		compareShare(t, v)
 	}
 	for _, f := range [][5]string{
@@ -86,7 +66,7 @@ func shareFile(version, reserved, containers, share, phase, tail string) []byte 
 // the same decision on every input and, where both accept it, read the same share and
 // phase; and that the C reader never reads past the end of its input.
 func FuzzShare(f *testing.F) {
-	for _, v := range shareVectors(f) {
+	for _, v := range vectors(f, "shares", "share") {
 		f.Add(v)
 	}
 	f.Fuzz(compareShare)
