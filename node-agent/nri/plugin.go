@@ -294,15 +294,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 		e, err = p.binder.Bind(r)
 	}
 	if err != nil {
-		var refused *binding.RefusedError
-		if errors.As(err, &refused) {
-			p.log.Info("container refused", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "reason", refused.Reason)
-			if p.OnRefused != nil {
-				p.OnRefused(r.Namespace, r.Pod, r.Container, refused.Reason)
-			}
-		} else {
-			p.log.Error(err, "binding failed", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
-		}
+		p.report(r, err, "container refused", "binding failed")
 		// The error fails the creation; kubelet reports it on the pod.
 		return nil, nil, err
 	}
@@ -356,17 +348,22 @@ func (p *Plugin) StartContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *
 	if err == nil {
 		return nil
 	}
-	r := request(pod, ctr)
+	p.report(request(pod, ctr), err, "container refused at start", "setting the memory fence failed")
+	return err
+}
+
+// report logs why a container was not let through: a refusal (the agent's decision,
+// also handed to OnRefused for the pod's event) or a failure of the agent itself.
+func (p *Plugin) report(r binding.Request, err error, refusedMsg, failedMsg string) {
 	var refused *binding.RefusedError
 	if errors.As(err, &refused) {
-		p.log.Info("container refused at start", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "reason", refused.Reason)
+		p.log.Info(refusedMsg, "namespace", r.Namespace, "pod", r.Pod, "container", r.Container, "reason", refused.Reason)
 		if p.OnRefused != nil {
 			p.OnRefused(r.Namespace, r.Pod, r.Container, refused.Reason)
 		}
-	} else {
-		p.log.Error(err, "setting the memory fence failed", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
+		return
 	}
-	return err
+	p.log.Error(err, failedMsg, "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
 }
 
 // RemoveContainer forgets a container and its limits.
