@@ -33,9 +33,13 @@ printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
 chmod 644 /etc/tessera/cuda-hook.conf
 turns "${TESSERA_TURNS:-on}"
 
-# limits <file> <memory-mib> <cores> <phase> [cgroup]
+# limits <file> <memory-mib> <cores> <phase> [cgroup]; TESSERA_BENCH_CHARGE=kernel adds
+# the charge line (docs/cuda-hook.md, "Charge models"), as the agent's
+# --pacing-charge=kernel does.
 limits() {
-	printf 'version 1\ncgroup %s\ncontext-mib %s\ngpu %s %s %s %s\n' "${5:-/gpu-test/$(basename "$1")}" $CTX "$UUID" "$2" "$3" "$4" >"$1"
+	local charge=
+	[ "${TESSERA_BENCH_CHARGE:-class}" = kernel ] && charge='charge kernel\n'
+	printf "version 1\ncgroup %s\ncontext-mib %s\n${charge}gpu %s %s %s %s\n" "${5:-/gpu-test/$(basename "$1")}" $CTX "$UUID" "$2" "$3" "$4" >"$1"
 }
 # hooked <limits-file> <command...>
 hooked() {

@@ -26,6 +26,9 @@ kernel time over wall time from torch.profiler's kernel events over a further se
 of steps (kernels of several streams that overlap counted once), what the GPU time a
 cap gives the workload is measured against. The profiler slows launches, also those of
 the workloads after it in the same process: measure rates in a process without it.
+TESSERA_BENCH_KERNELS=1 prints the profiler's kernels instead, one line each
+("kernel count=<per step> mean_us=<mean> name=<name>", the longest in all first), for
+setting beside what the hook charged them (gpu/pace-trace.sh).
 
 For each, prints "<workload> rate=<steps per second>" over <seconds> after a warm-up,
 from a synchronize to a synchronize, the process's CPU time per step (cpu_us, all its
@@ -284,10 +287,40 @@ def busy(step, seconds=1.0):
     return 100.0 * total / 1e6 / wall
 
 
+def kernels(w, step, seconds=1.0):
+    """The profiler's kernels of seconds of steps, by name: launches per step and mean
+    duration."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    n = 0
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            step()
+            n += 1
+        torch.cuda.synchronize()
+        wall = time.monotonic() - t0
+    by = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start:
+            c, t = by.get(e.name, (0, 0.0))
+            by[e.name] = (c + 1, t + e.time_range.end - e.time_range.start)
+    total = sum(t for _, t in by.values())
+    print(f"{w} steps={n} wall_s={wall:.3f} kernels_per_step={sum(c for c, _ in by.values()) / n:.1f} "
+          f"kernel_us_per_step={total / n:.1f}", flush=True)
+    for name, (c, t) in sorted(by.items(), key=lambda x: -x[1][1]):
+        print(f"kernel count={c / n:.2f} mean_us={t / c:.2f} name={name}", flush=True)
+
+
 def main():
     seconds = float(sys.argv[1])
     for k, w in enumerate(sys.argv[2:]):
         step = WORKLOADS[w]() if w in WORKLOADS else matmul(int(w[2:]))
+        if os.environ.get("TESSERA_BENCH_KERNELS"):
+            for _ in range(20):
+                step()
+            kernels(w, step, seconds)
+            continue
         rate, cpu_us, e0, e1 = run(step, seconds, k)
         extra = f" busy={busy(step):.1f}" if os.environ.get("TESSERA_BENCH_BUSY") else ""
         print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}{extra}", flush=True)

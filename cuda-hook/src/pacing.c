@@ -56,6 +56,8 @@
 #include "share.h"
 #include "state.h"
 
+#include "pace_trace.h"
+
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
 #define TAKE_EVERY 16
@@ -222,6 +224,9 @@ static struct {
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
 	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
+#ifdef TESSERA_PACE_TRACE
+	uintptr_t trace_key;
+#endif
 } smp;
 /* Launch samples, and bursts, of launches estimated at least this long have the
  * context's turns on the GPU probed (residency.c) while they run: shorter ones are
@@ -417,6 +422,9 @@ static void settle_sample(void)
 	atomic_store(&smp.state, SAMPLE_FREE);
 	if (ns < 0)
 		return;
+#ifdef TESSERA_PACE_TRACE
+	int64_t trace_raw = ns;
+#endif
 	if (off > 0 && off < ns) {
 		ns -= off;
 		PSTAT_ADD(off_ns, off);
@@ -450,9 +458,11 @@ static void settle_sample(void)
 	if (off < 0 && smp.met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[smp.cls] < 8) {
 		met_rejected[smp.cls]++;
 		PSTAT_ADD(met, 1);
+		trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, -1);
 		return;
 	}
 	met_rejected[smp.cls] = 0;
+	trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, ns);
 	if (eref > 0) {
 		int i = recent_n[smp.cls]++ % RECENT;
 		recent[smp.cls][i].ns = ns;
@@ -488,6 +498,9 @@ static void settle_sample(void)
 #define TLS_IE __attribute__((tls_model("initial-exec")))
 static __thread int64_t sample_countdown TLS_IE;
 static __thread uint32_t rng TLS_IE;
+#ifdef TESSERA_PACE_TRACE
+static __thread uintptr_t trace_key_now TLS_IE;
+#endif
 
 static uint32_t next_random(void)
 {
@@ -527,6 +540,9 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, in
 			smp.gen = c->gen;
 			smp.cls = cls;
 			smp.key = key;
+#ifdef TESSERA_PACE_TRACE
+			smp.trace_key = trace_key_now;
+#endif
 			/* A launch long enough for another context's time slice to cut it has the
 			 * context's turns probed while it runs, while another context shares the
 			 * GPU or the estimate is being formed (its first samples; containers that
@@ -1578,6 +1594,9 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	/* With the charge line, the launch's own estimate where its kernel has an entry
 	 * (times its class's gain); an empty entry has the launch sampled, so that a
 	 * kernel is charged its own time from its first sample. Without it, its class's. */
+#ifdef TESSERA_PACE_TRACE
+	trace_key_now = key;
+#endif
 	if (!charge_kernel)
 		key = 0;
 	if (key != 0) {
@@ -1593,6 +1612,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		if (charge_kernel && !atomic_load_explicit(&p->class_charged, memory_order_relaxed))
 			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 	}
+	trace_launch(trace_key_now, cls, cost);
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
 	if (tag != 0 && tag != (uintptr_t)stream + 1) {
 		/* The first launch of the burst on another stream names it (a locked
