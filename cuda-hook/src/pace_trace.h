@@ -27,6 +27,9 @@ static struct trace_row {
 	int64_t samples, idle, raw_ns, gap_ns, folded_ns, min_ns, max_ns, first_ns, met, off_ns;
 } trace_rows[TRACE_ROWS];
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
+/* The function of the launch being paced (a kernel's key mixes in its grid). */
+static __thread uintptr_t trace_fn_now __attribute__((tls_model("initial-exec")));
+#define TRACE_FN(f) (trace_fn_now = (uintptr_t)(f))
 
 /* The row of key, made on first use (caller holds trace_mu); key 0 is the launches
  * without a handle, one row per class. */
@@ -46,12 +49,18 @@ static struct trace_row *trace_row_of(uintptr_t key, int cls)
 			else if (cls == 1)
 				snprintf(trace_rows[i].name, sizeof trace_rows[i].name, "(graph %#lx)", (unsigned long)key);
 			else {
-				typedef CUresult (*name_fn)(const char **, CUfunction);
-				static name_fn fn;
-				if (fn == NULL)
+				/* A runtime-launched kernel's handle may be a CUkernel (a library's,
+				 * context-independent), which cuKernelGetName names. */
+				typedef CUresult (*name_fn)(const char **, void *);
+				static name_fn fn, kfn;
+				if (fn == NULL) {
 					fn = (name_fn)dlsym(tessera.libcuda, "cuFuncGetName");
+					kfn = (name_fn)dlsym(tessera.libcuda, "cuKernelGetName");
+				}
 				const char *nm = NULL;
-				if (fn == NULL || fn(&nm, (CUfunction)key) != CUDA_SUCCESS || nm == NULL)
+				void *h = (void *)trace_fn_now;
+				if ((fn == NULL || fn(&nm, h) != CUDA_SUCCESS || nm == NULL) &&
+				    (kfn == NULL || kfn(&nm, h) != CUDA_SUCCESS || nm == NULL))
 					nm = "?";
 				snprintf(trace_rows[i].name, sizeof trace_rows[i].name, "%s", nm);
 			}
@@ -124,6 +133,7 @@ __attribute__((destructor)) static void trace_write(void)
 	fclose(f);
 }
 #else
+#define TRACE_FN(f) ((void)0)
 #define trace_launch(key, cls, cost) ((void)0)
 #define trace_sample(key, cls, raw, gap, off, folded) ((void)0)
 #endif

@@ -118,7 +118,10 @@ static int charge_kernel;
 #define KT_BITS 9
 #define KT_SIZE (1 << KT_BITS)
 #define KT_NS_BITS 40
-#define KT_NS_MASK ((1ULL << KT_NS_BITS) - 1)
+/* The estimate is the word's low 39 bits (549 s, far above MAX_EST_NS); bit 39 says it
+ * rests on KT_WINDOW samples or more (settled). */
+#define KT_SETTLED (1ULL << (KT_NS_BITS - 1))
+#define KT_NS_MASK (KT_SETTLED - 1)
 #define KT_WINDOW 8
 #define KT_STALE_NS (10 * 1000000000LL)
 static _Atomic uint64_t kt_word[KT_SIZE];
@@ -128,6 +131,7 @@ static struct {
 	int rejected; /* samples set aside in a row */
 	int64_t n;    /* samples taken */
 	int64_t last_ns;
+	int64_t win[KT_WINDOW]; /* the first KT_WINDOW samples */
 } kt_meta[KT_SIZE];
 /* What the bursts say of the entries, class by class (KT_GAIN_ONE is 1): a launch is
  * charged its entry times its class's gain. The entries hold what the samples read,
@@ -264,11 +268,35 @@ static int64_t kt_lookup(uintptr_t key, int *slot)
 	return (w >> KT_NS_BITS) == kt_tag(h) && kt_meta[*slot].key == key ? (int64_t)(w & KT_NS_MASK) : 0;
 }
 
+/* The entry of a kernel on its first n samples (n <= KT_WINDOW): their mean, without
+ * those over 3x their lower median and 2 us. A kernel's first launch is often far
+ * longer than the rest (on an H200, first samples of PyTorch kernels read 103 us for a
+ * 0.75 us kernel, 643 us for a 49 us one: the code is loaded and the caches are
+ * cold), and a kernel launched a few times a step is sampled only a few times in a
+ * second: in the mean of its first samples, that one sample held the entry many times
+ * over the kernel's length for seconds (launch-bound training steps at cap 25 ran 58-72 %
+ * of their solo rate though they needed 13-26 % of the GPU). With two samples the
+ * lower median is the smaller one. */
+static int64_t kt_window_mean(const int64_t *w, int64_t n)
+{
+	int64_t v[KT_WINDOW];
+	for (int64_t i = 0; i < n; i++) {
+		int64_t x = w[i], j = i;
+		for (; j > 0 && v[j - 1] > x; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
+	int64_t lim = 3 * v[(n - 1) / 2] + 2000, sum = 0, k = 0;
+	for (int64_t i = 0; i < n && v[i] <= lim; i++, k++)
+		sum += v[i];
+	return sum / k;
+}
+
 /* Folds a sample of ns into key's entry (caller holds ev_mu): the mean of its first
- * KT_WINDOW samples, then a moving average; a sample over 3x the entry is set aside
- * (it most likely holds another context's time slice) unless three in a row say so. An
- * entry that another key holds is taken over once that key has not been sampled for
- * KT_STALE_NS. */
+ * KT_WINDOW samples without the outliers (kt_window_mean), then a moving average; a
+ * sample over 3x the entry is then set aside (it most likely holds another context's
+ * time slice) unless three in a row say so. An entry that another key holds is taken
+ * over once that key has not been sampled for KT_STALE_NS. */
 static void kt_fold(uintptr_t key, int cls, int64_t ns)
 {
 	uint64_t h = kt_hash(key);
@@ -282,22 +310,27 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 		kt_meta[i].cls = cls;
 		kt_meta[i].rejected = 0;
 		kt_meta[i].n = 1;
+		kt_meta[i].win[0] = ns;
 		e = ns;
+	} else if (kt_meta[i].n < KT_WINDOW) {
+		kt_meta[i].win[kt_meta[i].n++] = ns;
+		e = kt_window_mean(kt_meta[i].win, kt_meta[i].n);
 	} else {
 		e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
-		if (kt_meta[i].n >= 4 && ns > 3 * e && kt_meta[i].rejected < 3) {
+		if (ns > 3 * e && kt_meta[i].rejected < 3) {
 			kt_meta[i].rejected++;
 			PSTAT_ADD(set_aside, 1);
 			return;
 		}
 		kt_meta[i].rejected = 0;
-		int64_t n = ++kt_meta[i].n < KT_WINDOW ? kt_meta[i].n : KT_WINDOW;
-		e += (ns - e) / n;
+		kt_meta[i].n++;
+		e += (ns - e) / KT_WINDOW;
 	}
 	if (e < 1)
 		e = 1;
 	kt_meta[i].last_ns = now;
-	atomic_store_explicit(&kt_word[i], kt_tag(h) << KT_NS_BITS | (uint64_t)e, memory_order_relaxed);
+	atomic_store_explicit(&kt_word[i], kt_tag(h) << KT_NS_BITS | (uint64_t)e | (kt_meta[i].n >= KT_WINDOW ? KT_SETTLED : 0),
+			      memory_order_relaxed);
 	if (e > atomic_load(&kt_longest_ns) || now - kt_scan_at_ns > 100000000LL)
 		kt_rescan(now);
 }
@@ -713,8 +746,8 @@ __attribute__((destructor)) static void pacing_summary(void)
 	}
 	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f",
 		    (double)atomic_load(&kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&kt_gain[1]) / KT_GAIN_ONE);
-	for (int i = 0, shown = 0; i < KT_SIZE && shown < 16; i++)
-		if (kt_meta[i].key != 0 && ++shown)
+	for (int i = 0; i < KT_SIZE; i++)
+		if (kt_meta[i].key != 0)
 			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
 				    (unsigned long long)kt_meta[i].key, kt_meta[i].cls,
 				    (long long)(atomic_load(&kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n);
@@ -1156,6 +1189,25 @@ static void restart_if_changed(void)
  * GPU waits for its host (a launch-bound loop, a training step ending in a
  * synchronize) has a lag of about one kernel at F; one that keeps the queue full has
  * a lag of many kernels, or of a kernel longer than the host took to issue the burst. */
+/* When a burst last moved the per-kernel gain. A gain no burst has moved for
+ * GAIN_STALE_NS goes a quarter of the way back to 1 (the entries as sampled) every
+ * GAIN_STALE_NS: what the bursts said of it was said of other work (a program of two
+ * streams that now runs one, or launch-bound steps whose bursts are no longer back to
+ * back), and a gain under 1 charges the launches less than their samples read. */
+#define GAIN_STALE_NS (2 * 1000000000LL)
+static int64_t gain_moved_ns;
+static void gain_relax(void)
+{
+	int64_t now = tessera_now_ns();
+	if (!charge_kernel || now - gain_moved_ns < GAIN_STALE_NS)
+		return;
+	gain_moved_ns = now;
+	for (int cls = 0; cls < 2; cls++) {
+		int64_t g = atomic_load(&kt_gain[cls]);
+		atomic_store(&kt_gain[cls], g + (KT_GAIN_ONE - g) / 4);
+	}
+}
+
 static int64_t settle_burst(struct tessera_pacer *p, int wait)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -1175,6 +1227,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 			q = REAL(cuEventSynchronize)(c->ev[p->f_x_ev]);
 	}
 	p->fence_pending = 0;
+	gain_relax();
 	int64_t e = -1, off = -1;
 	pthread_mutex_lock(&ev_mu);
 	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
@@ -1337,14 +1390,26 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 			atomic_store(&est_ns[cls], scaled);
 	}
 	/* The per-kernel entries through their class's gain, as the class estimates; only
-	 * by bursts whose every launch was charged its entry (a program's first bursts
-	 * charge its kernels their class's estimate until their entries are sampled, and
-	 * ran well under or over their charge whatever the entries). */
-	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class; cls++) {
+	 * by bursts whose every launch was charged a settled entry (a program's first
+	 * bursts charge its kernels their class's estimate, or entries on a sample or
+	 * two, and ran well under or over their charge whatever the entries), and that
+	 * the GPU ran back to back with no other context's turns seen in them (or held
+	 * the GPU's turn throughout). Any other burst's S->F spans its host's pauses or
+	 * another's turns, and the bursts that read under their charge all the same are
+	 * the few whose launches were charged ahead (a thread takes tokens for several
+	 * launches at a time): on an H200 an attention step's first two bursts read
+	 * 0.73 and 0.69 of their charge, no later one was counted, and the gain stayed
+	 * at 0.73 with entries within 1 % of the profiler's kernel times (cap 25 gave
+	 * 30-32 %). The samples measure each kernel; the gain is for what they read
+	 * beside it (events, overlap of two streams), which back-to-back bursts show. */
+	int clean = alone_down || (back_to_back && alone && off <= 0);
+	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class && clean; cls++) {
 		int64_t g = (int64_t)((double)atomic_load(&kt_gain[cls]) * f);
 		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
-		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down)
+		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down) {
 			atomic_store(&kt_gain[cls], g);
+			gain_moved_ns = tessera_now_ns();
+		}
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing burst gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld owed_ns=%lld sliced_ns=%lld "
@@ -1602,9 +1667,17 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	if (key != 0) {
 		uint64_t h = kt_hash(key);
 		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
-		if ((w >> KT_NS_BITS) == kt_tag(h))
+		if ((w >> KT_NS_BITS) == kt_tag(h)) {
 			cost = kt_charge(w, cls);
-		else if (w == 0)
+			/* An entry on its first samples: sampled again, launch after launch
+			 * while one is free, until it rests on KT_WINDOW; and the burst says
+			 * nothing of the gain. */
+			if (!(w & KT_SETTLED)) {
+				sample_countdown = 1;
+				if (!atomic_load_explicit(&p->class_charged, memory_order_relaxed))
+					atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
+			}
+		} else if (w == 0)
 			sample_countdown = 1;
 	}
 	if (cost < 0) {
@@ -1667,47 +1740,60 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 
 /* ---- the launch hooks ------------------------------------------------------- */
 
-#define LAUNCH_HOOK(name, f, stream, args)                   \
-	HOOK_ENTER();                                        \
-	HOOK_REAL(name);                                     \
-	struct tessera_pace_ticket pt_;                      \
-	tessera_pace(stream, 0, (uintptr_t)(f), &pt_);       \
-	CUresult lrc_ = REAL(name) args;           \
-	tessera_pace_done(stream, &pt_, lrc_);     \
+/* A kernel's entry is its function's at one grid size: one function runs for very
+ * different lengths at different sizes (PyTorch's elementwise kernels serve every
+ * tensor of a type, a 4 KiB bias and a 100 MiB activation alike), while one function
+ * at one grid runs for about the same time launch after launch. */
+static inline uintptr_t kernel_key(CUfunction f, uint64_t blocks)
+{
+	TRACE_FN(f);
+	return f == NULL ? 0 : (uintptr_t)f ^ (uintptr_t)(blocks * 0x9e3779b97f4a7c15ULL);
+}
+#define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
+
+#define LAUNCH_HOOK(name, f, grid, stream, args)               \
+	HOOK_ENTER();                                          \
+	HOOK_REAL(name);                                       \
+	struct tessera_pace_ticket pt_;                        \
+	tessera_pace(stream, 0, kernel_key(f, grid), &pt_);    \
+	CUresult lrc_ = REAL(name) args;                       \
+	tessera_pace_done(stream, &pt_, lrc_);                 \
 	return lrc_
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
 			unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 			     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx, f, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx, f, config ? GRID(config->gridDimX, config->gridDimY, config->gridDimZ) : 0,
+		    config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? config->hStream : NULL, (config, f, params, extra));
+	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? GRID(config->gridDimX, config->gridDimY, config->gridDimZ) : 0,
+		    config ? config->hStream : NULL, (config, f, params, extra));
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 				   unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 					unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 /* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
@@ -1736,7 +1822,8 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
 			ctx[i] = cur;
 		if (ctx[i] != cur && REAL(cuCtxSetCurrent)(ctx[i]) != CUDA_SUCCESS)
 			ctx[i] = cur;
-		tessera_pace(list[i].hStream, 0, (uintptr_t)list[i].function, &pt[i]);
+		tessera_pace(list[i].hStream, 0,
+			     kernel_key(list[i].function, GRID(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ)), &pt[i]);
 		if (ctx[i] != cur)
 			REAL(cuCtxSetCurrent)(cur);
 	}
@@ -1757,17 +1844,17 @@ CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned
  * stream. */
 CUresult cuLaunch(CUfunction f)
 {
-	LAUNCH_HOOK(cuLaunch, f, NULL, (f));
+	LAUNCH_HOOK(cuLaunch, f, 1, NULL, (f));
 }
 
 CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
 {
-	LAUNCH_HOOK(cuLaunchGrid, f, NULL, (f, grid_width, grid_height));
+	LAUNCH_HOOK(cuLaunchGrid, f, GRID(grid_width, grid_height, 1), NULL, (f, grid_width, grid_height));
 }
 
 CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s)
 {
-	LAUNCH_HOOK(cuLaunchGridAsync, f, s, (f, grid_width, grid_height, s));
+	LAUNCH_HOOK(cuLaunchGridAsync, f, GRID(grid_width, grid_height, 1), s, (f, grid_width, grid_height, s));
 }
 
 /* A graph with memory nodes reserves what it allocates before it is launched

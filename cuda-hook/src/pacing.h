@@ -55,7 +55,7 @@ struct tessera_pacer {
 	/* Read by every launch: the open burst's stream + 1, or 0; the one other stream a
 	 * launch of the burst went to + 1 (0: none, TESSERA_OTHER_MANY: more than one); and
 	 * whether one was charged its class's estimate (its kernel has no entry of its
-	 * own). */
+	 * own) or an entry still on its first samples. */
 	_Atomic uintptr_t burst_stream_tag;
 	_Atomic uintptr_t other_stream;
 	_Atomic int class_charged;
