@@ -21,7 +21,8 @@ func gpuOperatorValues(t *testing.T) string {
 
 // TestRenderGPUOperator renders the chart with values-gpu-operator.yaml and checks
 // what the docs promise: the agent runs only where the operator's device plugin is
-// off, under the operator's RuntimeClass, reads the driver from the driver
+// off and leaves while the operator unloads the driver, under the operator's
+// RuntimeClass, reads the driver from the driver
 // container's root at /host/driver (read-only) and writes a spec whose host paths are
 // under /run/nvidia/driver, without the toolkit's hook; Tessera advertises its own
 // resource name, never nvidia.com/gpu; the rest of the chart is as by default.
@@ -36,6 +37,14 @@ func TestRenderGPUOperator(t *testing.T) {
 	sel := spec["nodeSelector"].(map[string]any)
 	if want := map[string]any{"tessera.dev/gpu-node": "true", "nvidia.com/gpu.deploy.device-plugin": "false"}; fmt.Sprint(sel) != fmt.Sprint(want) {
 		t.Errorf("agent nodeSelector %v, want %v", sel, want)
+	}
+	// It leaves while the operator upgrades the driver or changes the MIG layout:
+	// either term admits a node, the label "true" or no label.
+	terms := spec["affinity"].(map[string]any)["nodeAffinity"].(map[string]any)["requiredDuringSchedulingIgnoredDuringExecution"].(map[string]any)["nodeSelectorTerms"].([]any)
+	if got := fmt.Sprint(terms); len(terms) != 2 ||
+		!strings.Contains(got, "[map[matchExpressions:[map[key:nvidia.com/gpu.deploy.client operator:In values:[true]]]]") ||
+		!strings.Contains(got, "map[matchExpressions:[map[key:nvidia.com/gpu.deploy.client operator:DoesNotExist]]]]") {
+		t.Errorf("agent node affinity terms %s", got)
 	}
 	if got := spec["runtimeClassName"]; got != "nvidia" {
 		t.Errorf("agent runtimeClassName %v, want the operator's nvidia", got)
@@ -158,8 +167,8 @@ func TestGPUOperatorValuesKnown(t *testing.T) {
 			}
 			sub, isMap := v.(map[string]any)
 			dsub, defIsMap := d.(map[string]any)
-			// Maps of free keys (nodeSelector) are taken whole.
-			if isMap && defIsMap && k != "nodeSelector" {
+			// Maps of free keys (nodeSelector, affinity) are taken whole.
+			if isMap && defIsMap && k != "nodeSelector" && k != "affinity" {
 				walk(prefix+k+".", sub, dsub)
 			}
 		}
