@@ -39,10 +39,20 @@ func repoRoot() string {
 // runs); the test is skipped without it, or without gcc.
 func DriverRoot(t testing.TB, libDir string) string {
 	t.Helper()
+	root := t.TempDir()
+	Driver(t, root, libDir)
+	DeviceNodes(t, filepath.Join(root, "dev"))
+	return root
+}
+
+// Driver writes the driver's user-space files into root (created if missing): the
+// libraries in libDir (relative to root) and usr/bin/nvidia-smi, as DriverRoot does,
+// without device nodes. The test is skipped without gcc.
+func Driver(t testing.TB, root, libDir string) {
+	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc is needed to build the fake driver")
 	}
-	root := t.TempDir()
 	lib := filepath.Join(root, libDir)
 	must(t, os.MkdirAll(lib, 0o755))
 	fake := filepath.Join(repoRoot(), "cuda-hook")
@@ -63,18 +73,22 @@ func DriverRoot(t testing.TB, libDir string) string {
 	bin := filepath.Join(root, "usr/bin")
 	must(t, os.MkdirAll(bin, 0o755))
 	must(t, os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\n"), 0o755))
-	dev := filepath.Join(root, "dev")
-	must(t, os.MkdirAll(dev, 0o755))
+}
+
+// DeviceNodes creates the character device nodes nvidia0..7, nvidiactl, nvidia-uvm
+// and nvidia-uvm-tools in dir. The test is skipped without CAP_MKNOD.
+func DeviceNodes(t testing.TB, dir string) {
+	t.Helper()
+	must(t, os.MkdirAll(dir, 0o755))
 	nodes := map[string][2]uint32{"nvidiactl": {195, 255}, "nvidia-uvm": {510, 0}, "nvidia-uvm-tools": {510, 1}}
 	for i := 0; i < 8; i++ {
 		nodes[fmt.Sprintf("nvidia%d", i)] = [2]uint32{195, uint32(i)}
 	}
 	for name, mm := range nodes {
-		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
+		if err := unix.Mknod(filepath.Join(dir, name), unix.S_IFCHR|0o666, int(unix.Mkdev(mm[0], mm[1]))); err != nil {
 			t.Skipf("cannot create device nodes (needs CAP_MKNOD): %v", err)
 		}
 	}
-	return root
 }
 
 func must(t testing.TB, err error) {
