@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -83,6 +84,11 @@ func New(cfg Config) (*Driver, error) {
 // waits for that), then publishes what Publish was given before.
 func (d *Driver) Start(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, d.cfg.Log)
+	// The plugin's own directory is the driver's to make; kubelet's registration
+	// directory is kubelet's.
+	if err := os.MkdirAll(d.cfg.PluginDir, 0o750); err != nil {
+		return fmt.Errorf("dra: plugin directory: %w", err)
+	}
 	h, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.KubeClient(d.cfg.Client),
@@ -124,7 +130,11 @@ func (d *Driver) Publish(inv *api.NodeInventory) error {
 	if h == nil {
 		return nil
 	}
-	return h.PublishResources(context.Background(), Resources(d.cfg.NodeName, inv))
+	err := h.PublishResources(context.Background(), Resources(d.cfg.NodeName, inv))
+	if errors.Is(err, context.Canceled) {
+		return nil // stopping
+	}
+	return err
 }
 
 // PrepareResourceClaims binds each claim: the device results of this driver in its
@@ -164,6 +174,10 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		return []kubeletplugin.Device{}, nil
 	}
 	e, err := d.cfg.Binder.BindClaim(binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants})
+	var refused *binding.RefusedError
+	if errors.As(err, &refused) {
+		return nil, fmt.Errorf("Tessera refused the claim: %s", refused.Reason)
+	}
 	if err != nil {
 		return nil, err
 	}
