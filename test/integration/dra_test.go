@@ -46,15 +46,15 @@ type draAgent struct {
 	done   chan error
 }
 
-// startDRAAgent runs the agent as a node would start it with --dra, on the simulated
-// topology file, with every directory under dir.
+// startDRAAgent runs the agent as a node would start it with --dra, on a simulated
+// topology file (re-read at every poll), with every directory under dir.
 func (c *cluster) startDRAAgent(node, topology, dir string) *draAgent {
 	c.t.Helper()
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var cfg agent.Config
 	agent.BindFlags(fs, &cfg)
 	if err := fs.Parse([]string{
-		"--simulate", filepath.Join(repoRoot(c.t), "config", "simulated", topology), "--node-name", node,
+		"--simulate", topology, "--node-name", node,
 		"--dra", "--device-plugin=false", "--poll", "100ms", "--heartbeat", "1s",
 		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"),
 		"--turns-dir", filepath.Join(dir, "turns"), "--dev-dir", filepath.Join(dir, "dev"),
@@ -172,7 +172,16 @@ func TestDRAAgent(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil { // kubelet's
 		t.Fatal(err)
 	}
-	a := c.startDRAAgent(node, "a100-2x-mig.yaml", dir)
+	// Two A100s on one NVLink bridge, GPU 0 in MIG mode with seven instances.
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "simulated", "a100-2x-mig.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	topology := filepath.Join(dir, "topology.yaml")
+	if err := os.WriteFile(topology, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := c.startDRAAgent(node, topology, dir)
 
 	// The slices: seven MIG instances of GPU 0 and GPU 1 whole, as the agent
 	// published them and the API server kept them.
@@ -300,7 +309,7 @@ func TestDRAAgent(t *testing.T) {
 	// The agent restarts: the claim stays bound (its checkpoint), prepares again to
 	// the same binding, and unprepares by UID alone.
 	a.stop()
-	a = c.startDRAAgent(node, "a100-2x-mig.yaml", dir)
+	a = c.startDRAAgent(node, topology, dir)
 	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := a.client(t).NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{})
 		return err == nil, nil
@@ -323,6 +332,36 @@ func TestDRAAgent(t *testing.T) {
 	}
 	if _, err := os.Stat(specFile); !os.IsNotExist(err) {
 		t.Error("the claim's CDI spec is left after unprepare")
+	}
+
+	// GPU 1 turns unhealthy: its device is tainted in the slice (the API server keeps
+	// the taint) and a new claim on it is refused.
+	end := []byte("nvlinks: 12}") // GPU 1's entry is the last one
+	i := bytes.LastIndex(raw, end)
+	if i < 0 {
+		t.Fatal("cannot mark GPU 1 unhealthy in the topology")
+	}
+	sick := append(append(append([]byte{}, raw[:i]...), `nvlinks: 12, unhealthy: "XID 79"}`...), raw[i+len(end):]...)
+	if err := os.WriteFile(topology, sick, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil || len(l.Items) != 1 {
+			return false, err
+		}
+		for _, d := range l.Items[0].Spec.Devices {
+			if d.Name == dra.DeviceName(gpu1) {
+				return len(d.Taints) == 1 && d.Taints[0].Key == dra.TaintUnhealthy && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("GPU 1 not tainted in the slice: %v", err)
+	}
+	late := c.allocatedClaim("late", templates[0].Spec.Spec, node, gpu1, "1Gi", "10")
+	if r := prepare(a, late); r == nil || !strings.Contains(r.Error, "unhealthy") {
+		t.Errorf("claim on the unhealthy GPU: %+v", r)
 	}
 	a.stop()
 	cp, err := checkpoint.Open(filepath.Join(dir, "state", agent.DRACheckpoint))
