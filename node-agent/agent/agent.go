@@ -548,6 +548,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			return nil
 		}})
 	}
+	if a.DRA != nil {
+		c.Add(health.Check{Name: "dra-plugin", Ready: func(time.Time) error {
+			if ok, why := a.DRA.Registered(); !ok {
+				return fmt.Errorf("DRA plugin %s: %s", dra.DriverName, why)
+			}
+			return nil
+		}})
+	}
 	if a.Fallback != nil {
 		c.Add(health.Check{Name: "fallback-binding", Ready: func(time.Time) error {
 			if !a.Fallback.server.Serving() {
@@ -670,6 +678,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		defer a.DRA.Stop()
+		start("DRA plugin", func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-a.DRA.Fatal():
+				return err
+			}
+		})
 	}
 	if a.pods != nil {
 		a.pods.start(ctx)

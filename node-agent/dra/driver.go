@@ -55,6 +55,7 @@ type Driver struct {
 	mu     sync.Mutex
 	helper *kubeletplugin.Helper
 	last   *api.NodeInventory // published last, or waiting for Start
+	fatal  chan error
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -77,7 +78,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{cfg: cfg, specs: specs}, nil
+	return &Driver{cfg: cfg, specs: specs, fatal: make(chan error, 1)}, nil
 }
 
 // Start registers the plugin with kubelet and serves it until ctx is done (Stop
@@ -288,10 +289,41 @@ func (d *Driver) unprepare(uid string) error {
 	return d.cfg.Binder.UnbindClaim(uid)
 }
 
-// HandleError logs errors of the plugin's background work (publishing slices, the
-// gRPC servers); none stops the agent, which keeps binding what kubelet prepares.
+// HandleError logs errors of the plugin's background work. A recoverable one (a
+// slice the API server refused, say) is only logged; any other (a gRPC server that
+// stopped) is also sent on Fatal, so that the agent stops and its pod restarts rather
+// than run without its plugin.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
-	d.cfg.Log.Error(err, msg, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
+	recoverable := errors.Is(err, kubeletplugin.ErrRecoverable)
+	d.cfg.Log.Error(err, msg, "recoverable", recoverable)
+	if !recoverable {
+		select {
+		case d.fatal <- fmt.Errorf("%s: %w", msg, err):
+		default:
+		}
+	}
+}
+
+// Fatal delivers the first error after which the plugin no longer serves kubelet.
+func (d *Driver) Fatal() <-chan error { return d.fatal }
+
+// Registered reports whether kubelet has registered the plugin, and why not when it
+// said so.
+func (d *Driver) Registered() (bool, string) {
+	d.mu.Lock()
+	h := d.helper
+	d.mu.Unlock()
+	if h == nil {
+		return false, "not started"
+	}
+	st := h.RegistrationStatus()
+	switch {
+	case st == nil:
+		return false, "kubelet has not registered it yet"
+	case !st.PluginRegistered:
+		return false, "kubelet refused it: " + st.Error
+	}
+	return true, ""
 }
 
 // WatchHealthStatus is not served (HealthService(false)): unhealthy devices are

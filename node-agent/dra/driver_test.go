@@ -5,6 +5,8 @@ package dra
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,5 +246,31 @@ func TestPrepareOtherDriver(t *testing.T) {
 	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil || res[c.UID].Err != nil || len(res[c.UID].Devices) != 0 {
 		t.Errorf("got %+v %v", res, err)
+	}
+}
+
+// A recoverable background error is only logged; any other stops the agent through
+// Fatal, once.
+func TestHandleError(t *testing.T) {
+	d, _ := newDriver(t, t.TempDir())
+	ctx := context.Background()
+	d.HandleError(ctx, fmt.Errorf("slice refused: %w", kubeletplugin.ErrRecoverable), "publishing")
+	select {
+	case err := <-d.Fatal():
+		t.Fatalf("recoverable error sent as fatal: %v", err)
+	default:
+	}
+	d.HandleError(ctx, errors.New("listener closed"), "DRA gRPC server failed")
+	d.HandleError(ctx, errors.New("again"), "registrar gRPC server failed")
+	select {
+	case err := <-d.Fatal():
+		if !strings.Contains(err.Error(), "DRA gRPC server failed: listener closed") {
+			t.Errorf("fatal %v", err)
+		}
+	default:
+		t.Fatal("no fatal error")
+	}
+	if ok, why := d.Registered(); ok || why != "not started" {
+		t.Errorf("registered before start: %v %q", ok, why)
 	}
 }
