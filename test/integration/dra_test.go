@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,28 +164,26 @@ func readObjects[T any](t *testing.T, name string) []*T {
 // through the plugin's socket as kubelet would (limits file, shared region, CDI spec),
 // prepared again and unprepared after the agent restarted (its checkpoint), and a
 // claim that would overfill the GPU is refused.
-func TestDRAAgent(t *testing.T) {
-	c := startCluster(t)
-	const node = "dra-node"
+// draNode is a simulated node whose agent runs in DRA mode: two A100s on one NVLink
+// bridge, GPU 0 in MIG mode with seven instances (config/simulated/a100-2x-mig.yaml,
+// copied to dir/topology.yaml, which the agent re-reads). It returns the agent, the
+// topology's content and the node's slices once published.
+func (c *cluster) draNode(node, dir string) (*draAgent, []byte, []resourceapi.ResourceSlice) {
+	t := c.t
+	t.Helper()
 	c.createNode(node, nil)
-	dir := t.TempDir()
 	makeDevNodes(t, dir, 2)
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil { // kubelet's
 		t.Fatal(err)
 	}
-	// Two A100s on one NVLink bridge, GPU 0 in MIG mode with seven instances.
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "simulated", "a100-2x-mig.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	topology := filepath.Join(dir, "topology.yaml")
-	if err := os.WriteFile(topology, raw, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "topology.yaml"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := c.startDRAAgent(node, topology, dir)
-
-	// The slices: seven MIG instances of GPU 0 and GPU 1 whole, as the agent
-	// published them and the API server kept them.
+	a := c.startDRAAgent(node, filepath.Join(dir, "topology.yaml"), dir)
 	var slices []resourceapi.ResourceSlice
 	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
@@ -196,18 +195,54 @@ func TestDRAAgent(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("no ResourceSlice of %s: %v", node, err)
 	}
+	// The socket is served once the agent has started the plugin.
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, "plugin", "dra.sock"))
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the DRA socket never appeared")
+	}
+	return a, raw, slices
+}
+
+// gpuUUID returns the UUID of GPU index i in the node's published inventory.
+func (c *cluster) gpuUUID(node string, i int) string {
+	c.t.Helper()
+	n, err := c.client.CoreV1().Nodes().Get(c.ctx, node, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return inv.GPUs[i].UUID
+}
+
+// prepare asks the agent to prepare one claim, as kubelet does.
+func (a *draAgent) prepare(t *testing.T, ctx context.Context, cl *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
+	t.Helper()
+	resp, err := a.client(t).NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{
+		Claims: []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Claims[string(cl.UID)]
+}
+
+func TestDRAAgent(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-node"
+	dir := t.TempDir()
+	topology := filepath.Join(dir, "topology.yaml")
+	a, raw, slices := c.draNode(node, dir)
+
+	// The slices: seven MIG instances of GPU 0 and GPU 1 whole, as the agent
+	// published them and the API server kept them.
 	if len(slices) != 1 || slices[0].Spec.Driver != dra.DriverName || slices[0].Spec.Pool.Name != node {
 		t.Fatalf("slices %+v", slices)
 	}
-	inv, err := c.client.CoreV1().Nodes().Get(c.ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ni, err := api.DecodeInventory(inv.Annotations[api.AnnotationInventory])
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpu1 := ni.GPUs[1].UUID
+	gpu1 := c.gpuUUID(node, 1)
 	devs := slices[0].Spec.Devices
 	if len(devs) != 8 {
 		t.Fatalf("%d devices, want 8", len(devs))
@@ -258,22 +293,9 @@ func TestDRAAgent(t *testing.T) {
 	claim := c.allocatedClaim("share", templates[0].Spec.Spec, node, gpu1, "8Gi", "30")
 	prepare := func(a *draAgent, cl *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
 		t.Helper()
-		resp, err := a.client(t).NodePrepareResources(c.ctx, &drapb.NodePrepareResourcesRequest{
-			Claims: []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Claims[string(cl.UID)]
+		return a.prepare(t, c.ctx, cl)
 	}
-	var r *drapb.NodePrepareResourceResponse
-	// The socket is served once the agent has started the plugin.
-	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := os.Stat(filepath.Join(dir, "plugin", "dra.sock"))
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal("the DRA socket never appeared")
-	}
-	r = prepare(a, claim)
+	r := prepare(a, claim)
 	if r == nil || r.Error != "" || len(r.Devices) != 1 {
 		t.Fatalf("prepare: %+v", r)
 	}
@@ -408,4 +430,86 @@ func readLimits(t *testing.T, dir string) *api.ContainerLimits {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestDRAClaimsAllocatedUpstream: kube-scheduler's own DRA allocator (the
+// DynamicResources plugin of the Tessera profiles; Tessera does not place claims yet)
+// allocates shares of the agent's devices by their capacities and request policies,
+// never more than a device has, and what it wrote into each claim is what the agent
+// enforces when the claim is prepared.
+func TestDRAClaimsAllocatedUpstream(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-node"
+	dir := t.TempDir()
+	a, _, _ := c.draNode(node, dir)
+	gpu1 := c.gpuUUID(node, 1)
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startScheduler("tessera-scheduler.yaml")
+
+	// Shares of the whole GPU (not a MIG instance).
+	share := func(name, memory, cores string) *resourceapi.ResourceClaim {
+		req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].type == "gpu"`}}},
+			Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}}
+		if memory != "" {
+			req.Capacity.Requests[dra.CapacityMemory] = resource.MustParse(memory)
+		}
+		if cores != "" {
+			req.Capacity.Requests[dra.CapacityCores] = resource.MustParse(cores)
+		}
+		cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
+			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("claim %s: %v", name, err)
+		}
+		p := newPod(c.ns, "pod-"+name, binpack, nil)
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
+		c.createPod(p)
+		return cl
+	}
+	allocated := func(cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+		t.Helper()
+		c.waitBound("pod-"+cl.Name, 30*time.Second)
+		got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, cl.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Allocation == nil {
+			t.Fatalf("claim %s not allocated: %v", cl.Name, err)
+		}
+		return got
+	}
+	// 3000M is 2861.02 MiB: the policy's step rounds it up to 2862 MiB.
+	first := allocated(share("first", "3000M", "30"))
+	second := allocated(share("second", "40Gi", "60"))
+	// 110 % of the cores, and the whole GPU's memory (the default) beside 43822 MiB:
+	// neither fits.
+	share("cores", "1Gi", "20")
+	share("memory", "", "10")
+	for _, p := range []string{"pod-cores", "pod-memory"} {
+		if msg := c.waitUnschedulable(p, 30*time.Second); !strings.Contains(msg, "cannot allocate all claims") {
+			t.Errorf("%s: %q", p, msg)
+		}
+	}
+
+	// The allocation consumed memory in whole MiB within the policy; the agent
+	// prepares each claim to exactly that.
+	want := map[string][2]int64{"first": {2862, 30}, "second": {40960, 60}}
+	for _, cl := range []*resourceapi.ResourceClaim{first, second} {
+		res := cl.Status.Allocation.Devices.Results
+		if len(res) != 1 || res[0].Device != dra.DeviceName(gpu1) || res[0].ShareID == nil {
+			t.Fatalf("claim %s allocated %+v", cl.Name, res)
+		}
+		if r := a.prepare(t, c.ctx, cl); r == nil || r.Error != "" {
+			t.Fatalf("prepare %s: %+v", cl.Name, r)
+		}
+		l := readLimits(t, api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(cl.UID))))
+		if got := [2]int64{l.GPUs[0].MemoryMiB, int64(l.GPUs[0].Cores)}; got != want[cl.Name] || l.GPUs[0].UUID != gpu1 {
+			t.Errorf("claim %s: limits %+v, want %d MiB, %d%% cores", cl.Name, l.GPUs, want[cl.Name][0], want[cl.Name][1])
+		}
+	}
 }
