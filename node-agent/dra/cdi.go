@@ -40,6 +40,14 @@ func (s claimSpecs) qualifiedName(uid string) string {
 	return parser.QualifiedName(s.vendor, s.class, uid)
 }
 
+// validName checks that a claim UID can name its CDI device.
+func (s claimSpecs) validName(uid string) error {
+	if err := parser.ValidateDeviceName(uid); err != nil {
+		return fmt.Errorf("its UID %q cannot name a CDI device: %w", uid, err)
+	}
+	return nil
+}
+
 func (s claimSpecs) fileName(uid string) string {
 	return cdiapi.GenerateTransientSpecName(s.vendor, s.class, uid) + ".json"
 }

@@ -174,6 +174,11 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 	if len(results) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
+	// Checked before anything is bound: a claim bound without its CDI device would
+	// hold its share with no container to use it.
+	if err := d.specs.validName(string(c.UID)); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
 	e, err := d.cfg.Binder.BindClaim(binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants})
 	var refused *binding.RefusedError
 	if errors.As(err, &refused) {

@@ -33,7 +33,7 @@ import (
 
 // newDriver is a driver of node "n" (three 80 GiB GPUs, the third in MIG mode) whose binder and checkpoints live in dir; opening it again on the same
 // dir is an agent restart.
-func newDriver(t *testing.T, dir string) (*Driver, *api.NodeInventory) {
+func newDriver(t testing.TB, dir string) (*Driver, *api.NodeInventory) {
 	t.Helper()
 	inv := fixtures.PCIeNode("n", 3, "NVIDIA H100 80GB HBM3", 81920)
 	inv.GPUs[2].MIG = &api.MIG{Instances: []api.MIGInstance{{UUID: "MIG-n-2a", Profile: "3g.40gb", MemoryMiB: 40192}}}
