@@ -160,9 +160,10 @@ const PacingPeriodMicros = 20000
 
 // ContainerLimits is the content of one container's limits file.
 type ContainerLimits struct {
-	// Cgroup is the container's cgroup path as the node agent saw it (host view). The
-	// hook keys the container's shared accounting region by it, so that every process
-	// of the container shares one memory limit.
+	// Cgroup is the container's cgroup path as the node agent saw it (host view); for
+	// a DRA claim, shared by its containers, a key naming the claim
+	// (/tessera.dev/claims/<uid>). The hook keys the shared accounting region by it,
+	// so that every process of the container (or claim) shares one memory limit.
 	Cgroup string
 	// ContextMiB is charged against each GPU's memory limit per process that creates a
 	// CUDA context on that GPU.

@@ -37,6 +37,7 @@ import (
 	"github.com/tessera-dev/tessera/node-agent/cdi"
 	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
+	"github.com/tessera-dev/tessera/node-agent/dra"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 	"github.com/tessera-dev/tessera/node-agent/health"
 	"github.com/tessera-dev/tessera/node-agent/inventory"
@@ -68,6 +69,15 @@ type Config struct {
 	DevicePlugin         bool
 	DevicePluginDir      string
 	DevicePluginReplicas int
+
+	// DRA serves the node's GPUs through the DRA kubelet plugin gpu.tessera.dev
+	// instead of the device plugin (never both).
+	DRA bool
+	// DRAPluginDir is the plugin's directory (its socket) under kubelet's plugins
+	// directory, DRARegistrarDir kubelet's plugin registration directory.
+	DRAPluginDir, DRARegistrarDir string
+	// DRACDISpecDir is where the prepared claims' CDI specs are written.
+	DRACDISpecDir string
 
 	NRI       bool
 	NRISocket string
@@ -157,6 +167,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--poll %s must be between 100ms and --heartbeat (%s)", c.Poll, c.Heartbeat)
 	}
 	if err := api.ResourceNamesForDomain(c.ResourceDomain).Validate(field.NewPath("--resource-domain")).ToAggregate(); err != nil {
+		return err
+	}
+	if err := c.validateDRA(); err != nil {
 		return err
 	}
 	if c.DevicePlugin && (c.DevicePluginReplicas < 1 || c.DevicePluginReplicas > 1024) {
@@ -276,9 +289,11 @@ type Agent struct {
 
 	Publisher *inventory.Publisher
 	Plugin    *deviceplugin.Plugin
-	Binder    *binding.Binder
-	NRI       *nriplugin.Plugin
-	Watchdog  *watchdog.Watchdog
+	// DRA is the DRA kubelet plugin (--dra); nil when the node uses the device plugin.
+	DRA      *dra.Driver
+	Binder   *binding.Binder
+	NRI      *nriplugin.Plugin
+	Watchdog *watchdog.Watchdog
 	// CDI writes the node's CDI spec (--cdi-spec-dir).
 	CDI *cdi.Generator
 	// req is what the node lacks of Tessera's requirements.
@@ -340,7 +355,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		a.Plugin = p
 	}
 	var store *checkpoint.Store
-	if cfg.NRI || cfg.Watchdog || cfg.BindFallback {
+	if cfg.NRI || cfg.Watchdog || cfg.BindFallback || cfg.DRA {
 		var err error
 		store, err = checkpoint.Open(filepath.Join(cfg.StateDir, "checkpoint.json"))
 		if errors.Is(err, checkpoint.ErrCorrupt) {
@@ -358,7 +373,19 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		}
 		a.CDI = g
 	}
-	if cfg.NRI || cfg.BindFallback {
+	var claims *checkpoint.Store
+	if cfg.DRA {
+		var err error
+		claims, err = checkpoint.Open(filepath.Join(cfg.StateDir, DRACheckpoint))
+		if errors.Is(err, checkpoint.ErrCorrupt) {
+			// Not fatal: kubelet prepares every claim of a running pod again after the
+			// agent restarts, which binds it again.
+			log.Error(err, "DRA claim checkpoint discarded; claims are bound again as kubelet prepares them")
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.NRI || cfg.BindFallback || cfg.DRA {
 		pods, err := newPodCache(client, cfg.NodeName)
 		if err != nil {
 			return nil, err
@@ -370,7 +397,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			DevDir: cfg.DevDir, ProcRoot: cfg.ProcRoot, ContextMiB: cfg.ContextMiB, MPS: a.mpsDirs,
 			ChargeKernel: cfg.PacingCharge == api.PacingChargeKernel,
 			Pods:         pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
-			Unmet: a.req.bindRefusal,
+			Unmet: a.req.bindRefusal, ClaimStore: claims,
 		}
 		if a.fenceDriver != nil {
 			bc.Fence = &binding.Fence{Driver: a.fenceDriver, Supported: a.fence.has, CgroupRoot: a.cgroupRoot()}
@@ -384,6 +411,17 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			return nil, err
 		}
 		a.Binder = b
+	}
+	if cfg.DRA {
+		d, err := dra.New(dra.Config{
+			NodeName: cfg.NodeName, Client: client, Binder: a.Binder, Inventory: a.inventory,
+			ClaimSpecDir: cfg.DRACDISpecDir, PluginDir: cfg.DRAPluginDir, RegistrarDir: cfg.DRARegistrarDir,
+			Log: log.WithName("dra"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.DRA = d
 	}
 	if cfg.NRI {
 		a.NRI = nriplugin.New(a.Binder, cfg.NRISocket, log.WithName("nri"))
@@ -510,6 +548,14 @@ func (a *Agent) healthChecks() *health.Checker {
 			return nil
 		}})
 	}
+	if a.DRA != nil {
+		c.Add(health.Check{Name: "dra-plugin", Ready: func(time.Time) error {
+			if ok, why := a.DRA.Registered(); !ok {
+				return fmt.Errorf("DRA plugin %s: %s", dra.DriverName, why)
+			}
+			return nil
+		}})
+	}
 	if a.Fallback != nil {
 		c.Add(health.Check{Name: "fallback-binding", Ready: func(time.Time) error {
 			if !a.Fallback.server.Serving() {
@@ -569,6 +615,11 @@ func (a *Agent) onPublish(inv *api.NodeInventory) {
 	if a.Plugin != nil {
 		a.Plugin.Update(inv)
 	}
+	if a.DRA != nil {
+		if err := a.DRA.Publish(inv); err != nil {
+			a.log.Error(err, "ResourceSlices not published")
+		}
+	}
 	a.Metrics.SetInventory(inv)
 }
 
@@ -619,6 +670,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	start("requirements", a.watchRequirements)
 	if a.Plugin != nil {
 		start("device plugin", a.Plugin.Run)
+	}
+	if a.DRA != nil {
+		if err := a.DRA.Start(ctx); err != nil {
+			a.cancel()
+			wg.Wait()
+			return err
+		}
+		defer a.DRA.Stop()
+		start("DRA plugin", func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-a.DRA.Fatal():
+				return err
+			}
+		})
 	}
 	if a.pods != nil {
 		a.pods.start(ctx)

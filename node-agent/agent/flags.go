@@ -52,6 +52,8 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "kubelet's device-plugin directory (holds kubelet.sock)")
 	fs.IntVar(&c.DevicePluginReplicas, "device-plugin-replicas", 32, "containers that may share one GPU, as kubelet counts <domain>/gpu")
 
+	bindDRAFlags(fs, c)
+
 	fs.BoolVar(&c.NRI, "nri", true, "bind GPU containers at creation through the runtime's NRI socket")
 	fs.StringVar(&c.NRISocket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket")
 	fs.BoolVar(&c.BindFallback, "bind-fallback", false, "without NRI: bind GPU containers at their first CUDA call through --bind-socket, "+
@@ -170,7 +172,7 @@ func Main(ctx context.Context, cfg Config, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin,
+	log.Info("node agent starting", "node", cfg.NodeName, "simulate", cfg.Simulate, "devicePlugin", cfg.DevicePlugin, "dra", cfg.DRA,
 		"nri", cfg.NRI, "bindFallback", cfg.BindFallback, "cdiSpecDir", cfg.CDISpecDir, "watchdog", cfg.Watchdog, "metrics", cfg.MetricsAddr, "metricsSecure", cfg.MetricsSecure)
 	return a.Run(ctx)
 }

@@ -113,6 +113,10 @@ type Config struct {
 	Devices func() ([]gpu.Device, error)
 	// Store is the checkpoint of bound containers.
 	Store *checkpoint.Store
+	// ClaimStore, when set, is the checkpoint of the DRA ResourceClaims prepared on
+	// the node (claim.go): their grants count beside the containers' in every check of
+	// room, phase placement and unreserved share. Nil: no claims (DRA off).
+	ClaimStore *checkpoint.Store
 	// LimitsRoot is the host directory under which each container's limits directory
 	// lives (api.DefaultHostLimitsRoot).
 	LimitsRoot string
@@ -335,7 +339,7 @@ func (b *Binder) Bind(r Request) (*Edits, error) {
 	if why := b.verify(&r, raw, ca); why != "" {
 		return refuse("%s. It is not started", why)
 	}
-	return b.apply(r, who, cgroup, ca.Devices, nil)
+	return b.apply(r, who, cgroup, ca.Devices, nil, false)
 }
 
 // rebind binds a container again with the grant frozen in its record.
@@ -349,7 +353,7 @@ func (b *Binder) rebind(r Request, rec checkpoint.Record, who string) (*Edits, e
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.apply(r, who, cgroup, rec.Devices, &rec)
+	return b.apply(r, who, cgroup, rec.Devices, &rec, false)
 }
 
 // verify checks an assignment the container has no record of against everything the
@@ -413,9 +417,16 @@ func (b *Binder) verify(r *Request, raw string, ca *api.ContainerAssignment) str
 // cache still has is read again from the API server before a refusal, so a pod
 // deleted a moment ago does not hold its share.
 func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.NodeInventory) string {
+	return b.checkRoomFor(r.PodUID, r.Container, "", ca.Devices, inv)
+}
+
+// checkRoomFor is checkRoom for devices held by the container (podUID, container), or
+// by the claim claimUID: every other bound container whose pod exists and every
+// other prepared claim count.
+func (b *Binder) checkRoomFor(podUID, container, claimUID string, devices []api.DeviceGrant, inv *api.NodeInventory) string {
 	type key struct{ pod, container string }
 	var others []checkpoint.Record
-	seen := map[key]bool{{r.PodUID, r.Container}: true}
+	seen := map[key]bool{{podUID, container}: claimUID == ""}
 	for _, rec := range b.cfg.Store.List() {
 		k := key{rec.PodUID, rec.Container}
 		if seen[k] {
@@ -424,8 +435,13 @@ func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.Nod
 		seen[k] = true
 		others = append(others, rec)
 	}
+	for _, rec := range b.claimRecords() {
+		if rec.ContainerID != claimUID {
+			others = append(others, rec)
+		}
+	}
 	over := func(exists func(checkpoint.Record) bool) string {
-		for _, d := range ca.Devices {
+		for _, d := range devices {
 			total, _ := inv.SchedulableMemoryMiB(d.UUID)
 			mem, cores := d.MemoryMiB, d.Cores
 			for _, rec := range others {
@@ -437,7 +453,7 @@ func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.Nod
 				}
 			}
 			if mem > total || cores > 100 {
-				return fmt.Sprintf("its grant on %s (%d MiB, %d%% cores) does not fit beside the containers already bound there "+
+				return fmt.Sprintf("its grant on %s (%d MiB, %d%% cores) does not fit beside the containers and claims already bound there "+
 					"(%d MiB of %d, %d%% cores in all): the GPU would be granted twice", d.UUID, d.MemoryMiB, d.Cores, mem, total, cores)
 			}
 		}
@@ -445,6 +461,9 @@ func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.Nod
 	}
 	exists := func(fresh bool) func(checkpoint.Record) bool {
 		return func(rec checkpoint.Record) bool {
+			if rec.Claim {
+				return true // a prepared claim holds its share until it is unprepared
+			}
 			p, err := b.cfg.Pods(rec.Namespace, rec.Pod, rec.PodUID, fresh)
 			return err != nil || p != nil // a pod that cannot be read still holds its share
 		}
@@ -456,8 +475,11 @@ func (b *Binder) checkRoom(r *Request, ca *api.ContainerAssignment, inv *api.Nod
 }
 
 // apply writes the container's limits for these grants, records it and returns its
-// edits. prev is its earlier record when it is bound again. The caller holds b.mu.
-func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, prev *checkpoint.Record) (*Edits, error) {
+// edits. prev is its earlier record when it is bound again. With claim set, r stands
+// for a DRA claim (claim.go): its record goes to the claim checkpoint, and its
+// accounting region is a host directory that every container of the claim shares.
+// The caller holds b.mu.
+func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, prev *checkpoint.Record, claim bool) (*Edits, error) {
 	refuse := func(format string, args ...any) (*Edits, error) {
 		return nil, &RefusedError{Reason: who + ": " + fmt.Sprintf(format, args...)}
 	}
@@ -535,6 +557,12 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: limits directory: %w", who, err)
 	}
+	regionMount := RegionMount()
+	if claim {
+		if regionMount, err = claimRegionMount(dir); err != nil {
+			return nil, fmt.Errorf("%s: %w", who, err)
+		}
+	}
 	// The directory, not the file, is mounted: the file can then be replaced
 	// atomically (after an agent restart, say) and the container sees the new one.
 	if err := writeAtomic(filepath.Join(dir, api.LimitsFileName), data, 0o644); err != nil {
@@ -543,11 +571,16 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	rec := checkpoint.Record{
 		ContainerID: r.ContainerID, PodUID: r.PodUID, Namespace: r.Namespace, Pod: r.Pod, Container: r.Container,
 		Cgroup: cgroup, Devices: grants, Phases: phases, LimitsDir: dir, RegionDir: limits.RegionDir, BoundAt: b.cfg.Now().UTC(),
+		Claim: claim,
 	}
 	if prev != nil {
 		rec.BoundAt = prev.BoundAt
 	}
-	if err := b.cfg.Store.Put(rec); err != nil {
+	store := b.cfg.Store
+	if claim {
+		store = b.cfg.ClaimStore
+	}
+	if err := store.Put(rec); err != nil {
 		return nil, fmt.Errorf("%s: checkpoint: %w", who, err)
 	}
 	// Before the container starts: the containers without cores on its GPUs are held
@@ -559,7 +592,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	e := &Edits{Devices: nodes, CDIDevices: cdiNames, Limits: data}
 	if b.cfg.CDI == nil {
 		e.Env = append(e.Env, [2]string{EnvVisibleDevices, strings.Join(uuids, ",")})
-	} else if dir := b.cfg.CDI.LibraryDir(); dir != "" {
+	} else if dir := b.cfg.CDI.LibraryDir(); dir != "" && !claim {
 		// The spec sets NVIDIA_VISIBLE_DEVICES=void itself (so that an NVIDIA runtime
 		// adds nothing more). Without the toolkit's hook nothing updates the image's
 		// loader cache: the library directory goes at the end of the image's own
@@ -568,7 +601,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	}
 	e.Mounts = append(e.Mounts, Mount{Source: dir, Destination: api.ContainerLimitsDir, ReadOnly: true})
 	if limits.RegionDir != "" {
-		e.Mounts = append(e.Mounts, RegionMount())
+		e.Mounts = append(e.Mounts, regionMount)
 	}
 	e.Env = append(e.Env, mpsEnv...)
 	e.Mounts = append(e.Mounts, mpsMounts...)
@@ -599,7 +632,7 @@ func appendPath(env []string, dir string) string {
 // may still compute.
 func (b *Binder) taken(uuid, except string) []api.PhaseSpan {
 	var out []api.PhaseSpan
-	for _, r := range b.cfg.Store.List() {
+	for _, r := range b.allRecords() {
 		if r.ContainerID == except || b.windowFree(r) {
 			continue
 		}
@@ -621,7 +654,7 @@ const windowLag = 10 * time.Second
 // runtime has not removed it yet: its pod has finished, or is gone from the
 // (synchronised) pod cache and was bound more than windowLag ago.
 func (b *Binder) windowFree(r checkpoint.Record) bool {
-	if b.cfg.CachedPod == nil {
+	if b.cfg.CachedPod == nil || r.Claim {
 		return false
 	}
 	p, synced := b.cfg.CachedPod(r.PodUID)
@@ -702,13 +735,18 @@ func (b *Binder) deviceNodes(ca *api.ContainerAssignment) ([]DeviceNode, error) 
 // Unbind forgets a container that is gone, rewrites the share files of its GPUs and
 // removes its limits directory.
 func (b *Binder) Unbind(containerID string) error {
+	return b.unbind(b.cfg.Store, containerID)
+}
+
+// unbind forgets the record id of store (the containers' or the claims').
+func (b *Binder) unbind(store *checkpoint.Store, id string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r, ok := b.cfg.Store.Get(containerID)
+	r, ok := store.Get(id)
 	if !ok {
 		return nil
 	}
-	if err := b.cfg.Store.Delete(containerID); err != nil {
+	if err := store.Delete(id); err != nil {
 		return err
 	}
 	// The containers without cores left on its GPUs get back what it reserved.

@@ -101,7 +101,15 @@ func (b *Binder) mpsClients(uuid string, r *Request) int {
 	type key struct{ pod, container string }
 	seen := map[key]bool{{r.PodUID, r.Container}: true}
 	n := 0
-	for _, rec := range b.cfg.Store.List() {
+	for _, rec := range b.allRecords() {
+		if rec.Claim {
+			for _, g := range rec.Devices {
+				if g.UUID == uuid && rec.ContainerID != r.ContainerID {
+					n++
+				}
+			}
+			continue
+		}
 		k := key{rec.PodUID, rec.Container}
 		if seen[k] {
 			continue

@@ -86,7 +86,7 @@ func (b *Binder) shareMounts(limits *api.ContainerLimits) ([]Mount, error) {
 func (b *Binder) UnreservedShare(uuid string) api.UnreservedShare {
 	var reserved []api.PhaseSpan
 	n := 0
-	for _, r := range b.cfg.Store.List() {
+	for _, r := range b.allRecords() {
 		if b.windowFree(r) {
 			continue
 		}
@@ -131,7 +131,7 @@ func (b *Binder) RefreshShares() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var uuids []string
-	for _, r := range b.cfg.Store.List() {
+	for _, r := range b.allRecords() {
 		for _, d := range r.Devices {
 			if !slices.Contains(uuids, d.UUID) {
 				uuids = append(uuids, d.UUID)

@@ -65,6 +65,11 @@ type Record struct {
 	// from the mounts the container was created with, and kept.
 	RegionDir string    `json:"regionDir,omitempty"`
 	BoundAt   time.Time `json:"boundAt"`
+	// Claim marks the record of a DRA ResourceClaim prepared on the node (kept in the
+	// claim checkpoint): ContainerID is then the claim's UID, Namespace and Pod its
+	// namespace and name, and Cgroup the key its limits file is written under
+	// (binding.ClaimCgroup), shared by every container of the claim.
+	Claim bool `json:"claim,omitempty"`
 }
 
 type file struct {

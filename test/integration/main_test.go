@@ -4,7 +4,8 @@
 // TesseraGPUShare plugin, loaded from the sample configs in config/scheduler) against a
 // real kube-apiserver backed by etcd, both started in-process per test. Nodes carry
 // inventory annotations written as the node agent writes them; pods opt in with
-// schedulerName.
+// schedulerName. TestDRAAgent runs the node agent itself, in DRA mode, on a simulated
+// node (making its fake device nodes needs CAP_MKNOD).
 //
 // Requires an etcd binary on PATH (make test-integration builds one from the module).
 package integration

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/utils/ptr"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/binding/bindingtest"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
+	"github.com/tessera-dev/tessera/test/fixtures"
+)
+
+// newDriver is a driver of node "n" (three 80 GiB GPUs, the third in MIG mode) whose binder and checkpoints live in dir; opening it again on the same
+// dir is an agent restart.
+func newDriver(t testing.TB, dir string) (*Driver, *api.NodeInventory) {
+	t.Helper()
+	inv := fixtures.PCIeNode("n", 3, "NVIDIA H100 80GB HBM3", 81920)
+	inv.GPUs[2].MIG = &api.MIG{Instances: []api.MIGInstance{{UUID: "MIG-n-2a", Profile: "3g.40gb", MemoryMiB: 40192}}}
+	devs := []gpu.Device{{UUID: inv.GPUs[0].UUID, Index: 0, Minor: 0}, {UUID: inv.GPUs[1].UUID, Index: 1, Minor: 1}}
+	store, err := checkpoint.Open(filepath.Join(dir, "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := checkpoint.Open(filepath.Join(dir, "claims.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := binding.New(binding.Config{
+		NodeName: "n", Names: api.DefaultResourceNames(), Store: store, ClaimStore: claims,
+		Devices: func() ([]gpu.Device, error) { return devs, nil }, LimitsRoot: filepath.Join(dir, "limits"),
+		StatDevice: func(p string) (binding.DeviceNode, error) {
+			return binding.DeviceNode{Path: p, Type: "c", Major: 195, Minor: 0, FileMode: 0o666}, nil
+		},
+		Pods: (&bindingtest.Pods{}).Get, SchedulerNames: []string{bindingtest.Scheduler},
+		Inventory: func() (*api.NodeInventory, error) { return inv, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{NodeName: "n", Client: fake.NewClientset(), Binder: b, ClaimSpecDir: filepath.Join(dir, "cdi"),
+		Inventory: func() (*api.NodeInventory, error) { return inv, nil }, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, inv
+}
+
+// result is one allocation result of this driver on node n's pool.
+func result(request, device string, capacity map[resourceapi.QualifiedName]string) resourceapi.DeviceRequestAllocationResult {
+	r := resourceapi.DeviceRequestAllocationResult{Request: request, Driver: DriverName, Pool: "n", Device: device,
+		ShareID: ptr.To(types.UID("share-" + request))}
+	if capacity != nil {
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{}
+		for k, v := range capacity {
+			r.ConsumedCapacity[k] = resource.MustParse(v)
+		}
+	}
+	return r
+}
+
+func claim(uid string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c-" + uid, UID: types.UID(uid)},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}},
+	}
+}
+
+func readSpec(t *testing.T, dir, uid string) *specs.Spec {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "cdi", "tessera.dev-claim_"+uid+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+func TestPrepareUnprepare(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := newDriver(t, dir)
+	ctx := context.Background()
+	c := claim("uid-1",
+		result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "8Gi", CapacityCores: "30"}),
+		result("whole", "gpu-n-1", nil)) // no consumed capacity: the whole GPU
+	res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[c.UID]
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if len(r.Devices) != 2 {
+		t.Fatalf("devices %+v", r.Devices)
+	}
+	for i, want := range []kubeletplugin.Device{
+		{Requests: []string{"gpu"}, PoolName: "n", DeviceName: "gpu-n-0", ShareID: ptr.To(types.UID("share-gpu")), CDIDeviceIDs: []string{"tessera.dev/claim=uid-1"}},
+		{Requests: []string{"whole"}, PoolName: "n", DeviceName: "gpu-n-1", ShareID: ptr.To(types.UID("share-whole")), CDIDeviceIDs: []string{"tessera.dev/claim=uid-1"}},
+	} {
+		got := r.Devices[i]
+		if strings.Join(got.Requests, ",") != strings.Join(want.Requests, ",") || got.PoolName != want.PoolName || got.DeviceName != want.DeviceName ||
+			*got.ShareID != *want.ShareID || strings.Join(got.CDIDeviceIDs, ",") != strings.Join(want.CDIDeviceIDs, ",") {
+			t.Errorf("device %d: %+v, want %+v", i, got, want)
+		}
+	}
+	// One limits file for the claim, with what each result consumed.
+	limitsDir := api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup("uid-1"))
+	data, err := os.ReadFile(filepath.Join(limitsDir, api.LimitsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := api.DecodeLimits(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.GPUs) != 2 || l.GPUs[0].UUID != "GPU-n-0" || l.GPUs[0].MemoryMiB != 8192 || l.GPUs[0].Cores != 30 ||
+		l.GPUs[1].UUID != "GPU-n-1" || l.GPUs[1].MemoryMiB != 81920 || l.GPUs[1].Cores != 100 {
+		t.Errorf("limits %+v", l.GPUs)
+	}
+	// The claim's device: device nodes (no node spec here), the limits directory
+	// read-only and the shared region read-write.
+	spec := readSpec(t, dir, "uid-1")
+	if spec.Kind != DefaultClaimKind || len(spec.Devices) != 1 || spec.Devices[0].Name != "uid-1" {
+		t.Fatalf("spec %+v", spec)
+	}
+	mounts := map[string]string{}
+	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
+		mounts[m.ContainerPath] = m.HostPath + " " + strings.Join(m.Options, ",")
+	}
+	if mounts[api.ContainerLimitsDir] != limitsDir+" rbind,nosuid,nodev,ro" ||
+		mounts[api.ContainerRegionDir] != filepath.Join(limitsDir, "region")+" rbind,nosuid,nodev,rw" {
+		t.Errorf("mounts %v", mounts)
+	}
+	if len(spec.Devices[0].ContainerEdits.DeviceNodes) == 0 {
+		t.Error("no device nodes in the claim's device")
+	}
+
+	// Prepared again after a restart: the checkpoint keeps the binding.
+	d2, _ := newDriver(t, dir)
+	res, err = d2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+	if err != nil || res[c.UID].Err != nil {
+		t.Fatalf("prepare after restart: %v %v", err, res[c.UID].Err)
+	}
+	if again, _ := os.ReadFile(filepath.Join(limitsDir, api.LimitsFileName)); string(again) != string(data) {
+		t.Errorf("limits after restart %q, before %q", again, data)
+	}
+	// A second claim that would overfill GPU 0's cores is refused with the reason.
+	over := claim("uid-2", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1Gi", CapacityCores: "71"}))
+	res, err = d2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{over})
+	if err != nil || res[over.UID].Err == nil || !strings.Contains(res[over.UID].Err.Error(), "does not fit") {
+		t.Errorf("overfull claim: %v %v", err, res[over.UID].Err)
+	}
+
+	un, err := d2.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "c-uid-1"}, UID: "uid-1"}})
+	if err != nil || un["uid-1"] != nil {
+		t.Fatalf("unprepare: %v %v", err, un["uid-1"])
+	}
+	if _, err := os.Stat(limitsDir); !os.IsNotExist(err) {
+		t.Error("limits directory left behind")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cdi", "tessera.dev-claim_uid-1.json")); !os.IsNotExist(err) {
+		t.Error("claim spec left behind")
+	}
+	// Unpreparing again, or a claim never prepared, is no error.
+	un, err = d2.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "uid-1"}, {UID: "never"}})
+	if err != nil || un["uid-1"] != nil || un["never"] != nil {
+		t.Errorf("second unprepare: %v %v", err, un)
+	}
+	// Now the 71 % claim fits.
+	res, _ = d2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{over})
+	if res[over.UID].Err != nil {
+		t.Errorf("claim after unprepare: %v", res[over.UID].Err)
+	}
+}
+
+func TestPrepareBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		claim *resourceapi.ResourceClaim
+		want  string
+	}{
+		{"unallocated", &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "x", UID: "u"}}, "not allocated"},
+		{"another node's pool", func() *resourceapi.ResourceClaim {
+			r := result("gpu", "gpu-n-0", nil)
+			r.Pool = "other"
+			return claim("u", r)
+		}(), `not of this node's pool "n"`},
+		{"unknown device", claim("u", result("gpu", "gpu-n-7", nil)), "does not publish"},
+		{"MIG-mode GPU as a whole", claim("u", result("gpu", "gpu-n-2", nil)), "does not publish"},
+		{"memory not in MiB", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1000000000"})), "not a whole number of MiB"},
+		{"memory below a context", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "100Mi"})), "at least 576 MiB"},
+		{"memory above the GPU", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "100Gi"})), "which has 81920 MiB"},
+		{"cores zero", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityCores: "0"})), "1..100"},
+		{"cores fractional", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityCores: "500m"})), "1..100"},
+		{"unknown capacity", claim("u", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{"bandwidth": "1"})), "does not have"},
+		{"same GPU twice", claim("u", result("a", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1Gi"}),
+			result("b", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1Gi"})), "twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d, _ := newDriver(t, dir)
+			res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{tc.claim, nil})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e := res[tc.claim.UID].Err; e == nil || !strings.Contains(e.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", e, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "cdi", "tessera.dev-claim_u.json")); !os.IsNotExist(err) {
+				t.Error("a spec was written for a refused claim")
+			}
+		})
+	}
+}
+
+// A claim with no result of this driver is prepared with no device.
+func TestPrepareOtherDriver(t *testing.T) {
+	d, _ := newDriver(t, t.TempDir())
+	r := result("nic", "eth0", nil)
+	r.Driver = "net.example.com"
+	c := claim("u", r)
+	res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil || res[c.UID].Err != nil || len(res[c.UID].Devices) != 0 {
+		t.Errorf("got %+v %v", res, err)
+	}
+}
+
+// A recoverable background error is only logged; any other stops the agent through
+// Fatal, once.
+func TestHandleError(t *testing.T) {
+	d, _ := newDriver(t, t.TempDir())
+	ctx := context.Background()
+	d.HandleError(ctx, fmt.Errorf("slice refused: %w", kubeletplugin.ErrRecoverable), "publishing")
+	select {
+	case err := <-d.Fatal():
+		t.Fatalf("recoverable error sent as fatal: %v", err)
+	default:
+	}
+	d.HandleError(ctx, errors.New("listener closed"), "DRA gRPC server failed")
+	d.HandleError(ctx, errors.New("again"), "registrar gRPC server failed")
+	select {
+	case err := <-d.Fatal():
+		if !strings.Contains(err.Error(), "DRA gRPC server failed: listener closed") {
+			t.Errorf("fatal %v", err)
+		}
+	default:
+		t.Fatal("no fatal error")
+	}
+	if ok, why := d.Registered(); ok || why != "not started" {
+		t.Errorf("registered before start: %v %q", ok, why)
+	}
+}

@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/agent"
+	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
+	"github.com/tessera-dev/tessera/node-agent/dra"
+)
+
+// draAgent is a simulated node agent in DRA mode whose state lives in dir, so that a
+// second one on the same dir is the first one restarted.
+type draAgent struct {
+	dir    string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startDRAAgent runs the agent as a node would start it with --dra, on a simulated
+// topology file (re-read at every poll), with every directory under dir.
+func (c *cluster) startDRAAgent(node, topology, dir string) *draAgent {
+	c.t.Helper()
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var cfg agent.Config
+	agent.BindFlags(fs, &cfg)
+	if err := fs.Parse([]string{
+		"--simulate", topology, "--node-name", node,
+		"--dra", "--device-plugin=false", "--poll", "100ms", "--heartbeat", "1s",
+		"--state-dir", filepath.Join(dir, "state"), "--limits-root", filepath.Join(dir, "limits"),
+		"--turns-dir", filepath.Join(dir, "turns"), "--dev-dir", filepath.Join(dir, "dev"),
+		"--dra-cdi-spec-dir", filepath.Join(dir, "cdi"), "--dra-plugin-dir", filepath.Join(dir, "plugin"),
+		"--dra-registrar-dir", filepath.Join(dir, "registry"),
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	agent.ApplySimulateDefaults(fs, &cfg)
+	log := testr.New(c.t)
+	src, err := agent.OpenSource(&cfg, log)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	a, err := agent.New(cfg, log, c.client, src, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	da := &draAgent{dir: dir, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		err := a.Run(ctx)
+		if err != nil {
+			c.t.Errorf("the node agent stopped: %v", err)
+		}
+		src.Close()
+		da.done <- err
+	}()
+	c.t.Cleanup(da.stop)
+	return da
+}
+
+var stopOnce sync.Map
+
+func (a *draAgent) stop() {
+	if _, done := stopOnce.LoadOrStore(a, true); done {
+		return
+	}
+	a.cancel()
+	<-a.done
+}
+
+// call connects to the agent's DRA socket as kubelet does.
+func (a *draAgent) client(t *testing.T) drapb.DRAPluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(a.dir, "plugin", "dra.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return drapb.NewDRAPluginClient(conn)
+}
+
+// makeDevNodes makes the NVIDIA device nodes the binding names for GPUs 0..n-1 in
+// dir/dev (char devices with the driver's numbers; nothing opens them).
+func makeDevNodes(t *testing.T, dir string, n int) {
+	t.Helper()
+	dev := filepath.Join(dir, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]uint64{"nvidiactl": unix.Mkdev(195, 255), "nvidia-uvm": unix.Mkdev(510, 0)}
+	for i := 0; i < n; i++ {
+		nodes["nvidia"+strconv.Itoa(i)] = unix.Mkdev(195, uint32(i))
+	}
+	for name, d := range nodes {
+		if err := unix.Mknod(filepath.Join(dev, name), unix.S_IFCHR|0o666, int(d)); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				t.Skipf("making device nodes needs CAP_MKNOD: %v", err)
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// readObjects decodes the YAML documents of a file under config/dra into objects
+// of type T.
+func readObjects[T any](t *testing.T, name string) []*T {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "dra", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*T
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			break
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var o T
+		if err := yaml.UnmarshalStrict(doc, &o); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, &o)
+	}
+	return out
+}
+
+// TestDRAAgent: a node agent in DRA mode publishes its GPUs as shareable devices in
+// ResourceSlices the API server accepts as they are, the DeviceClass and claim
+// templates under config/dra are valid, and a claim allocated by hand is prepared
+// through the plugin's socket as kubelet would (limits file, shared region, CDI spec),
+// prepared again and unprepared after the agent restarted (its checkpoint), and a
+// claim that would overfill the GPU is refused.
+// draNode is a simulated node whose agent runs in DRA mode: two A100s on one NVLink
+// bridge, GPU 0 in MIG mode with seven instances (config/simulated/a100-2x-mig.yaml,
+// copied to dir/topology.yaml, which the agent re-reads). It returns the agent, the
+// topology's content and the node's slices once published.
+func (c *cluster) draNode(node, dir string) (*draAgent, []byte, []resourceapi.ResourceSlice) {
+	t := c.t
+	t.Helper()
+	c.createNode(node, nil)
+	makeDevNodes(t, dir, 2)
+	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil { // kubelet's
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "simulated", "a100-2x-mig.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "topology.yaml"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := c.startDRAAgent(node, filepath.Join(dir, "topology.yaml"), dir)
+	var slices []resourceapi.ResourceSlice
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return false, err
+		}
+		slices = l.Items
+		return len(slices) > 0, nil
+	}); err != nil {
+		t.Fatalf("no ResourceSlice of %s: %v", node, err)
+	}
+	// The socket is served once the agent has started the plugin.
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := os.Stat(filepath.Join(dir, "plugin", "dra.sock"))
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the DRA socket never appeared")
+	}
+	return a, raw, slices
+}
+
+// gpuUUID returns the UUID of GPU index i in the node's published inventory.
+func (c *cluster) gpuUUID(node string, i int) string {
+	c.t.Helper()
+	n, err := c.client.CoreV1().Nodes().Get(c.ctx, node, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	inv, err := api.DecodeInventory(n.Annotations[api.AnnotationInventory])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return inv.GPUs[i].UUID
+}
+
+// prepare asks the agent to prepare one claim, as kubelet does.
+func (a *draAgent) prepare(t *testing.T, ctx context.Context, cl *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
+	t.Helper()
+	resp, err := a.client(t).NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{
+		Claims: []*drapb.Claim{{Namespace: cl.Namespace, Name: cl.Name, Uid: string(cl.UID)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Claims[string(cl.UID)]
+}
+
+func TestDRAAgent(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-node"
+	dir := t.TempDir()
+	topology := filepath.Join(dir, "topology.yaml")
+	a, raw, slices := c.draNode(node, dir)
+
+	// The slices: seven MIG instances of GPU 0 and GPU 1 whole, as the agent
+	// published them and the API server kept them.
+	if len(slices) != 1 || slices[0].Spec.Driver != dra.DriverName || slices[0].Spec.Pool.Name != node {
+		t.Fatalf("slices %+v", slices)
+	}
+	gpu1 := c.gpuUUID(node, 1)
+	devs := slices[0].Spec.Devices
+	if len(devs) != 8 {
+		t.Fatalf("%d devices, want 8", len(devs))
+	}
+	var whole *resourceapi.Device
+	for i := range devs {
+		d := &devs[i]
+		// Dropped by an API server without consumable capacity.
+		if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+			t.Errorf("%s: not shareable", d.Name)
+		}
+		mem, cores := d.Capacity[dra.CapacityMemory], d.Capacity[dra.CapacityCores]
+		if mem.RequestPolicy == nil || mem.RequestPolicy.ValidRange == nil || mem.RequestPolicy.ValidRange.Min.Value() != api.DefaultContextMiB<<20 ||
+			cores.Value.Value() != 100 || cores.RequestPolicy == nil || cores.RequestPolicy.Default.Value() != 100 {
+			t.Errorf("%s: capacity %+v", d.Name, d.Capacity)
+		}
+		if d.Name == dra.DeviceName(gpu1) {
+			whole = d
+		}
+	}
+	if whole == nil {
+		t.Fatalf("no device for GPU 1 (%s)", gpu1)
+	}
+	wholeMem := whole.Capacity[dra.CapacityMemory]
+	if wholeMem.Value.Value() != 81920<<20 ||
+		*whole.Attributes[dra.AttrType].StringValue != "gpu" || *whole.Attributes[dra.AttrNVLinkIsland].IntValue != 0 {
+		t.Fatalf("GPU 1: %+v", whole)
+	}
+
+	// The examples are what the API server accepts.
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("DeviceClass %s: %v", dc.Name, err)
+		}
+	}
+	templates := readObjects[resourceapi.ResourceClaimTemplate](t, "claim-templates.yaml")
+	if len(templates) < 2 {
+		t.Fatalf("%d templates", len(templates))
+	}
+	for _, tpl := range templates {
+		if _, err := c.client.ResourceV1().ResourceClaimTemplates(c.ns).Create(c.ctx, tpl, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("ResourceClaimTemplate %s: %v", tpl.Name, err)
+		}
+	}
+
+	// A claim from the first template, allocated by hand as the scheduler would: 8 GiB
+	// and 30 % of GPU 1.
+	claim := c.allocatedClaim("share", templates[0].Spec.Spec, node, gpu1, "8Gi", "30")
+	prepare := func(a *draAgent, cl *resourceapi.ResourceClaim) *drapb.NodePrepareResourceResponse {
+		t.Helper()
+		return a.prepare(t, c.ctx, cl)
+	}
+	r := prepare(a, claim)
+	if r == nil || r.Error != "" || len(r.Devices) != 1 {
+		t.Fatalf("prepare: %+v", r)
+	}
+	d := r.Devices[0]
+	claimDevice := "tessera.dev/claim=" + string(claim.UID)
+	if d.PoolName != node || d.DeviceName != dra.DeviceName(gpu1) || strings.Join(d.CdiDeviceIds, ",") != claimDevice ||
+		d.ShareId == nil || *d.ShareId != string(*claim.Status.Allocation.Devices.Results[0].ShareID) {
+		t.Errorf("prepared device %+v", d)
+	}
+	limitsDir := api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(claim.UID)))
+	limits := readLimits(t, limitsDir)
+	if len(limits.GPUs) != 1 || limits.GPUs[0].UUID != gpu1 || limits.GPUs[0].MemoryMiB != 8192 || limits.GPUs[0].Cores != 30 ||
+		limits.RegionDir != api.ContainerRegionDir {
+		t.Errorf("limits %+v", limits)
+	}
+	specFile := filepath.Join(dir, "cdi", "tessera.dev-claim_"+string(claim.UID)+".json")
+	spec, err := os.ReadFile(specFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{limitsDir, filepath.Join(limitsDir, "region"), "/dev/nvidia1", "/run/tessera-turns/" + gpu1} {
+		if !bytes.Contains(spec, []byte(want)) {
+			t.Errorf("the claim's CDI spec lacks %s: %s", want, spec)
+		}
+	}
+
+	// A second claim wanting 71 % of the same GPU does not fit beside the first.
+	over := c.allocatedClaim("over", templates[0].Spec.Spec, node, gpu1, "1Gi", "71")
+	if r := prepare(a, over); r == nil || !strings.Contains(r.Error, "does not fit") {
+		t.Errorf("overfull claim: %+v", r)
+	}
+
+	// The agent restarts: the claim stays bound (its checkpoint), prepares again to
+	// the same binding, and unprepares by UID alone.
+	a.stop()
+	a = c.startDRAAgent(node, topology, dir)
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := a.client(t).NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the restarted agent's DRA socket never answered")
+	}
+	if r := prepare(a, claim); r == nil || r.Error != "" || len(r.Devices) != 1 || strings.Join(r.Devices[0].CdiDeviceIds, ",") != claimDevice {
+		t.Fatalf("prepare after restart: %+v", r)
+	}
+	if again := readLimits(t, limitsDir); again.GPUs[0] != limits.GPUs[0] {
+		t.Errorf("limits after restart %+v, before %+v", again.GPUs, limits.GPUs)
+	}
+	resp, err := a.client(t).NodeUnprepareResources(c.ctx, &drapb.NodeUnprepareResourcesRequest{
+		Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}}})
+	if err != nil || resp.Claims[string(claim.UID)] == nil || resp.Claims[string(claim.UID)].Error != "" {
+		t.Fatalf("unprepare: %+v %v", resp, err)
+	}
+	if _, err := os.Stat(limitsDir); !os.IsNotExist(err) {
+		t.Error("the claim's limits directory is left after unprepare")
+	}
+	if _, err := os.Stat(specFile); !os.IsNotExist(err) {
+		t.Error("the claim's CDI spec is left after unprepare")
+	}
+
+	// GPU 1 turns unhealthy: its device is tainted in the slice (the API server keeps
+	// the taint) and a new claim on it is refused.
+	end := []byte("nvlinks: 12}") // GPU 1's entry is the last one
+	i := bytes.LastIndex(raw, end)
+	if i < 0 {
+		t.Fatal("cannot mark GPU 1 unhealthy in the topology")
+	}
+	sick := append(append(append([]byte{}, raw[:i]...), `nvlinks: 12, unhealthy: "XID 79"}`...), raw[i+len(end):]...)
+	if err := os.WriteFile(topology, sick, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(c.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil || len(l.Items) != 1 {
+			return false, err
+		}
+		for _, d := range l.Items[0].Spec.Devices {
+			if d.Name == dra.DeviceName(gpu1) {
+				return len(d.Taints) == 1 && d.Taints[0].Key == dra.TaintUnhealthy && d.Taints[0].Effect == resourceapi.DeviceTaintEffectNoSchedule, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("GPU 1 not tainted in the slice: %v", err)
+	}
+	late := c.allocatedClaim("late", templates[0].Spec.Spec, node, gpu1, "1Gi", "10")
+	if r := prepare(a, late); r == nil || !strings.Contains(r.Error, "unhealthy") {
+		t.Errorf("claim on the unhealthy GPU: %+v", r)
+	}
+	a.stop()
+	cp, err := checkpoint.Open(filepath.Join(dir, "state", agent.DRACheckpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := cp.List(); len(recs) != 0 {
+		t.Errorf("claim checkpoint after unprepare: %+v", recs)
+	}
+}
+
+// allocatedClaim creates a claim with this spec and writes its allocation as the
+// scheduler would: one share of device uuid on node, consuming memory and cores.
+func (c *cluster) allocatedClaim(name string, spec resourceapi.ResourceClaimSpec, node, gpuUUID, memory, cores string) *resourceapi.ResourceClaim {
+	c.t.Helper()
+	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns}, Spec: spec}, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatalf("claim %s: %v", name, err)
+	}
+	cl.Status.Allocation = &resourceapi.AllocationResult{
+		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: spec.Devices.Requests[0].Name, Driver: dra.DriverName, Pool: node, Device: dra.DeviceName(gpuUUID),
+			ShareID: ptr.To(types.UID(uuid.NewUUID())),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{
+				dra.CapacityMemory: resource.MustParse(memory), dra.CapacityCores: resource.MustParse(cores)},
+		}}},
+	}
+	cl, err = c.client.ResourceV1().ResourceClaims(c.ns).UpdateStatus(c.ctx, cl, metav1.UpdateOptions{})
+	if err != nil {
+		c.t.Fatalf("allocating claim %s: %v", name, err)
+	}
+	return cl
+}
+
+func readLimits(t *testing.T, dir string) *api.ContainerLimits {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, api.LimitsFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := api.DecodeLimits(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// TestDRAClaimsAllocatedUpstream: kube-scheduler's own DRA allocator (the
+// DynamicResources plugin of the Tessera profiles; Tessera does not place claims yet)
+// allocates shares of the agent's devices by their capacities and request policies,
+// never more than a device has, and what it wrote into each claim is what the agent
+// enforces when the claim is prepared.
+func TestDRAClaimsAllocatedUpstream(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-node"
+	dir := t.TempDir()
+	a, _, _ := c.draNode(node, dir)
+	gpu1 := c.gpuUUID(node, 1)
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startScheduler("tessera-scheduler.yaml")
+
+	// Shares of the whole GPU (not a MIG instance).
+	share := func(name, memory, cores string) *resourceapi.ResourceClaim {
+		req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].type == "gpu"`}}},
+			Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}}
+		if memory != "" {
+			req.Capacity.Requests[dra.CapacityMemory] = resource.MustParse(memory)
+		}
+		if cores != "" {
+			req.Capacity.Requests[dra.CapacityCores] = resource.MustParse(cores)
+		}
+		cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
+			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("claim %s: %v", name, err)
+		}
+		p := newPod(c.ns, "pod-"+name, binpack, nil)
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
+		c.createPod(p)
+		return cl
+	}
+	allocated := func(cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+		t.Helper()
+		c.waitBound("pod-"+cl.Name, 30*time.Second)
+		got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, cl.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Allocation == nil {
+			t.Fatalf("claim %s not allocated: %v", cl.Name, err)
+		}
+		return got
+	}
+	// 3000M is 2861.02 MiB: the policy's step rounds it up to 2862 MiB.
+	first := allocated(share("first", "3000M", "30"))
+	second := allocated(share("second", "40Gi", "60"))
+	// 110 % of the cores, and the whole GPU's memory (the default) beside 43822 MiB:
+	// neither fits.
+	share("cores", "1Gi", "20")
+	share("memory", "", "10")
+	for _, p := range []string{"pod-cores", "pod-memory"} {
+		if msg := c.waitUnschedulable(p, 30*time.Second); !strings.Contains(msg, "cannot allocate all claims") {
+			t.Errorf("%s: %q", p, msg)
+		}
+	}
+
+	// The allocation consumed memory in whole MiB within the policy; the agent
+	// prepares each claim to exactly that.
+	want := map[string][2]int64{"first": {2862, 30}, "second": {40960, 60}}
+	for _, cl := range []*resourceapi.ResourceClaim{first, second} {
+		res := cl.Status.Allocation.Devices.Results
+		if len(res) != 1 || res[0].Device != dra.DeviceName(gpu1) || res[0].ShareID == nil {
+			t.Fatalf("claim %s allocated %+v", cl.Name, res)
+		}
+		if r := a.prepare(t, c.ctx, cl); r == nil || r.Error != "" {
+			t.Fatalf("prepare %s: %+v", cl.Name, r)
+		}
+		l := readLimits(t, api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(cl.UID))))
+		if got := [2]int64{l.GPUs[0].MemoryMiB, int64(l.GPUs[0].Cores)}; got != want[cl.Name] || l.GPUs[0].UUID != gpu1 {
+			t.Errorf("claim %s: limits %+v, want %d MiB, %d%% cores", cl.Name, l.GPUs, want[cl.Name][0], want[cl.Name][1])
+		}
+	}
+}
