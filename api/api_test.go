@@ -62,6 +62,8 @@ func TestInventoryValidation(t *testing.T) {
 		{"bad pcie", func(i *NodeInventory) { i.GPUs[0].Links[0].PCIe = "warp" }, `pcie "warp" is not one of`},
 		{"mig too big", func(i *NodeInventory) { i.GPUs[1].MIG.Instances[0].MemoryMiB = 90000 }, "more memory than the GPU"},
 		{"mig uuid clash", func(i *NodeInventory) { i.GPUs[1].MIG.Instances[0].UUID = "GPU-a" }, "appears twice"},
+		{"negative context charge", func(i *NodeInventory) { i.ContextMiB = -1 }, "contextMiB -1 out of range 0..65536"},
+		{"context charge too large", func(i *NodeInventory) { i.ContextMiB = MaxContextMiB + 1 }, "contextMiB 65537 out of range"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,49 +209,72 @@ func TestParsePodRequest(t *testing.T) {
 	}
 }
 
-// A container whose gpu-memory is below the CUDA hook's context charge could never
-// create a context: 576 MiB time-sliced; an MPS client's charge at its share
-// (MPSContextMiB: 30% gives 214, 5% gives 84, no gpu-cores 576).
-func TestParsePodRequestContextCharge(t *testing.T) {
+// The context charge is the node's, so the request alone is not refused for it:
+// ParsePodRequest accepts memory below the default charge, which the scheduler
+// judges per node and GPU (ContextCharge).
+func TestParsePodRequestLeavesTheContextChargeToTheNode(t *testing.T) {
 	n := DefaultResourceNames()
+	for _, limits := range []map[string]string{
+		{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "512"},
+		{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "1"},
+		{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory-percent": "1"},
+	} {
+		req, err := ParsePodRequest(podWith(limits), n)
+		if err != nil || len(req.Containers) != 1 {
+			t.Errorf("%v: %+v, %v", limits, req, err)
+		}
+	}
+}
+
+// ContextCharge is the node's plain charge for a time-sliced pod and MPSContextMiB
+// of it for an MPS pod (30% gives 214 of 576, 5% gives 84, no gpu-cores all of it);
+// an inventory without contextMiB charges DefaultContextMiB.
+func TestContextCharge(t *testing.T) {
 	tests := []struct {
-		name    string
-		sharing string
-		limits  map[string]string
-		want    string // "" when accepted
+		node    int64 // inventory's contextMiB
+		sharing Sharing
+		cores   int
+		want    int64
+		words   string
 	}{
-		{"time-sliced below", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "512"},
-			"asks for 512 MiB per GPU, less than the 576 MiB the CUDA hook charges for each process's CUDA context"},
-		{"time-sliced one below", "time-sliced", map[string]string{"tessera.dev/gpu": "2", "tessera.dev/gpu-memory": "575", "tessera.dev/gpu-cores": "10"},
-			"ask for at least 576 MiB"},
-		{"time-sliced at the charge", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "576"}, ""},
-		{"mps 30% below", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "213", "tessera.dev/gpu-cores": "30"},
-			"less than the 214 MiB the CUDA hook charges for each MPS client's CUDA context at 30% of the SMs"},
-		{"mps 30% at the charge", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "214", "tessera.dev/gpu-cores": "30"}, ""},
-		{"mps 5%", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "84", "tessera.dev/gpu-cores": "5"}, ""},
-		{"mps without cores below", "mps", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory": "512"},
-			"576 MiB the CUDA hook charges for each MPS client's CUDA context using all SMs"},
-		{"percent is checked on the GPU, not here", "", map[string]string{"tessera.dev/gpu": "1", "tessera.dev/gpu-memory-percent": "1"}, ""},
-		{"whole memory", "", map[string]string{"tessera.dev/gpu": "1"}, ""},
+		{0, SharingTimeSliced, 0, 576, "each process's CUDA context"},
+		{0, SharingTimeSliced, 30, 576, "each process's CUDA context"},
+		{1024, SharingTimeSliced, 0, 1024, "each process's CUDA context"},
+		{300, SharingTimeSliced, 50, 300, "each process's CUDA context"},
+		{0, SharingMPS, 30, 214, "each MPS client's CUDA context at 30% of the SMs"},
+		{0, SharingMPS, 5, 84, "each MPS client's CUDA context at 5% of the SMs"},
+		{0, SharingMPS, 0, 576, "each MPS client's CUDA context using all SMs (no gpu-cores)"},
+		{1000, SharingMPS, 50, 550, "each MPS client's CUDA context at 50% of the SMs"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			pod := podWith(tt.limits)
-			if tt.sharing != "" {
-				pod.Annotations = map[string]string{AnnotationSharing: tt.sharing}
-			}
-			_, err := ParsePodRequest(pod, n)
-			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var re *RequestError
-			if err == nil || !asRequestError(err, &re) || re.Field != "tessera.dev/gpu-memory" || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("got %v, want a tessera.dev/gpu-memory error containing %q", err, tt.want)
-			}
-		})
+		inv := &NodeInventory{ContextMiB: tt.node}
+		if got := ContextCharge(inv.ContextCharge(), tt.sharing, tt.cores); got != tt.want {
+			t.Errorf("node %d, %s, %d%% cores: charge %d, want %d", tt.node, tt.sharing, tt.cores, got, tt.want)
+		}
+		if got := ContextChargeWords(tt.sharing, tt.cores); got != tt.words {
+			t.Errorf("%s, %d%% cores: words %q, want %q", tt.sharing, tt.cores, got, tt.words)
+		}
+	}
+}
+
+// An agent with the default charge publishes no contextMiB, so its inventory reads
+// as before; another charge round-trips.
+func TestInventoryContextMiB(t *testing.T) {
+	in := sampleInventory()
+	s, err := EncodeInventory(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(s, "contextMiB") {
+		t.Errorf("default charge published: %s", s)
+	}
+	in.ContextMiB = 1024
+	if s, err = EncodeInventory(in); err != nil || !strings.Contains(s, `"contextMiB":1024`) {
+		t.Fatalf("%s, %v", s, err)
+	}
+	out, err := DecodeInventory(s)
+	if err != nil || out.ContextCharge() != 1024 {
+		t.Fatalf("decoded %+v, %v", out, err)
 	}
 }
 

@@ -29,6 +29,21 @@ type NodeInventory struct {
 	Driver string `json:"driver,omitempty"`
 	// GPUs is every GPU of the node, healthy or not, ordered by Index.
 	GPUs []GPU `json:"gpus"`
+	// ContextMiB is what the node's CUDA hook charges against a container's memory
+	// on a GPU for each process's CUDA context (the node agent's --context-mib), set
+	// only when it is not DefaultContextMiB: absent, the charge is the default (see
+	// ContextCharge). The scheduler places no container whose memory on a GPU is
+	// below the charge there, since none of its processes could create a context.
+	ContextMiB int64 `json:"contextMiB,omitempty"`
+}
+
+// ContextCharge is the node's charge per plain CUDA context: ContextMiB, or
+// DefaultContextMiB when the inventory does not say.
+func (inv *NodeInventory) ContextCharge() int64 {
+	if inv.ContextMiB == 0 {
+		return DefaultContextMiB
+	}
+	return inv.ContextMiB
 }
 
 // GPU is one physical GPU.
@@ -183,6 +198,9 @@ func (inv *NodeInventory) Validate() error {
 	}
 	if inv.Version != InventoryVersion {
 		return fmt.Errorf("GPU inventory: version %d is not supported (want %d)", inv.Version, InventoryVersion)
+	}
+	if inv.ContextMiB < 0 || inv.ContextMiB > MaxContextMiB {
+		return fmt.Errorf("GPU inventory: contextMiB %d out of range 0..%d", inv.ContextMiB, MaxContextMiB)
 	}
 	if len(inv.GPUs) > MaxGPUsPerNode {
 		return fmt.Errorf("GPU inventory: %d GPUs, more than the supported %d", len(inv.GPUs), MaxGPUsPerNode)

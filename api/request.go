@@ -106,14 +106,13 @@ func HasGPURequest(pod *corev1.Pod, names ResourceNames) bool {
 }
 
 // ParsePodRequest reads and validates the GPU request of every container of pod.
-// A pod with no GPU request gives an empty PodRequest and no error.
+// A pod with no GPU request gives an empty PodRequest and no error. Whether the
+// memory covers a CUDA context's charge depends on the node and the GPU
+// (ContextCharge), so it is not checked here.
 func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
 	var req PodRequest
-	// An invalid sharing annotation is reported where it is parsed; here it counts as
-	// time-sliced, whose context charge is the larger.
-	sharing, _ := PodSharing(pod)
 	for i := range pod.Spec.InitContainers {
-		c, ok, err := parseContainer(&pod.Spec.InitContainers[i], true, sharing, names)
+		c, ok, err := parseContainer(&pod.Spec.InitContainers[i], true, names)
 		if err != nil {
 			return PodRequest{}, err
 		}
@@ -122,7 +121,7 @@ func ParsePodRequest(pod *corev1.Pod, names ResourceNames) (PodRequest, error) {
 		}
 	}
 	for i := range pod.Spec.Containers {
-		c, ok, err := parseContainer(&pod.Spec.Containers[i], false, sharing, names)
+		c, ok, err := parseContainer(&pod.Spec.Containers[i], false, names)
 		if err != nil {
 			return PodRequest{}, err
 		}
@@ -166,21 +165,36 @@ const MaxGPUsPerContainer = 64
 // MaxMemoryMiB bounds per-GPU memory requests (16 TiB), far above any GPU made.
 const MaxMemoryMiB = 16 << 20
 
-// MinMemoryMiB is the least gpu-memory, in MiB per GPU, a container may ask for: the
-// CUDA hook charges each process's CUDA context against the container's memory limit
-// (DefaultContextMiB, or an MPS client's smaller charge at its gpu-cores share, all
-// SMs without one), so below it no process of the container could create a context.
-// The scheduler does not know a node agent's --context-mib, so this is the default
-// charge.
-func MinMemoryMiB(sharing Sharing, cores int) int64 {
+// ContextCharge is what the CUDA hook charges against a container's memory on each
+// GPU for each process's CUDA context, on a node whose agent charges contextMiB for a
+// plain context (NodeInventory.ContextCharge): contextMiB for a time-sliced pod, an
+// MPS client's smaller charge at its gpu-cores share (all SMs without one) for an
+// MPS pod. A container whose memory on a GPU is below it could not create a context
+// there, so the scheduler does not place it on that GPU and the node agent refuses
+// such a grant. The request alone does not decide it: the charge is the node's, and
+// a gpu-memory-percent request's MiB are the GPU's.
+func ContextCharge(contextMiB int64, sharing Sharing, cores int) int64 {
 	if sharing == SharingMPS {
 		// MPSContextMiB charges a percentage outside 1..100 (no gpu-cores) as 100.
-		return MPSContextMiB(DefaultContextMiB, cores)
+		return MPSContextMiB(contextMiB, cores)
 	}
-	return DefaultContextMiB
+	return contextMiB
 }
 
-func parseContainer(c *corev1.Container, init bool, sharing Sharing, names ResourceNames) (ContainerRequest, bool, error) {
+// ContextChargeWords names what ContextCharge charges for, e.g. "each process's CUDA
+// context" or "each MPS client's CUDA context at 30% of the SMs".
+func ContextChargeWords(sharing Sharing, cores int) string {
+	switch {
+	case sharing != SharingMPS:
+		return "each process's CUDA context"
+	case cores == 0:
+		return "each MPS client's CUDA context using all SMs (no gpu-cores)"
+	default:
+		return fmt.Sprintf("each MPS client's CUDA context at %d%% of the SMs", cores)
+	}
+}
+
+func parseContainer(c *corev1.Container, init bool, names ResourceNames) (ContainerRequest, bool, error) {
 	gpuQ, hasGPU := quantity(c, names.GPU)
 	memQ, hasMem := quantity(c, names.GPUMemory)
 	pctQ, hasPct := quantity(c, names.GPUMemoryPercent)
@@ -236,17 +250,6 @@ func parseContainer(c *corev1.Container, init bool, sharing Sharing, names Resou
 			return bad(names.GPUCores, "must be a whole percent between 1 and 100, got %s", coreQ.String())
 		}
 		r.Cores = int(p)
-	}
-	if least := MinMemoryMiB(sharing, r.Cores); r.MemoryMiB > 0 && r.MemoryMiB < least {
-		charge := "each process's CUDA context"
-		if sharing == SharingMPS {
-			charge = fmt.Sprintf("each MPS client's CUDA context at %d%% of the SMs", r.Cores)
-			if r.Cores == 0 {
-				charge = "each MPS client's CUDA context using all SMs (no gpu-cores)"
-			}
-		}
-		return bad(names.GPUMemory, "asks for %d MiB per GPU, less than the %d MiB the CUDA hook charges for %s, so the container could not create one; "+
-			"ask for at least %d MiB (the charge plus what the container allocates)", r.MemoryMiB, least, charge, least)
 	}
 	return r, true, nil
 }

@@ -408,7 +408,28 @@ func (b *Binder) verify(r *Request, raw string, ca *api.ContainerAssignment) str
 	if why := b.checkSharing(r, pod, req, ca, inv); why != "" {
 		return why
 	}
+	if why := b.checkContextCharge(pod, cr, ca); why != "" {
+		return why
+	}
 	return b.checkRoom(r, ca, inv)
+}
+
+// checkContextCharge checks that the grant on each device covers this node's charge
+// for one of the container's CUDA contexts (api.ContextCharge; the scheduler places
+// no smaller grant on a node that publishes the charge): below it, no process of the
+// container could create one, and the container is refused at creation rather than
+// left to fail at its first CUDA call.
+func (b *Binder) checkContextCharge(pod *corev1.Pod, cr *api.ContainerRequest, ca *api.ContainerAssignment) string {
+	sharing, _ := api.PodSharing(pod) // checkSharing has refused an invalid one
+	charge := api.ContextCharge(b.cfg.ContextMiB, sharing, cr.Cores)
+	for _, d := range ca.Devices {
+		if d.MemoryMiB < charge {
+			return fmt.Sprintf("its grant on %s is %d MiB, less than the %d MiB the CUDA hook on this node charges for %s (--context-mib %d), "+
+				"so no process of the container could create one; ask for at least %d MiB per GPU", d.UUID, d.MemoryMiB, charge,
+				api.ContextChargeWords(sharing, cr.Cores), b.cfg.ContextMiB, charge)
+		}
+	}
+	return ""
 }
 
 // checkRoom checks that the grant fits on its devices beside the grants of every other

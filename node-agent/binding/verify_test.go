@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
@@ -225,5 +226,53 @@ func TestGrantFrozenAfterFirstBind(t *testing.T) {
 	r.CgroupsPath = "kubepods-burstable-poduid_2.slice:cri-containerd:c1"
 	if _, err := b.Bind(r); err == nil || !strings.Contains(err.Error(), "was bound in cgroup") {
 		t.Fatalf("other cgroup: %v", err)
+	}
+}
+
+// A grant below this node's charge for one CUDA context (--context-mib; the default
+// 576 MiB) is refused at creation: no process of the container could create a
+// context. The scheduler places no such grant on a node that publishes its charge;
+// the binder holds the line for grants it did not make and nodes it misjudged.
+func TestGrantBelowContextChargeRefused(t *testing.T) {
+	pct := func(p int64) corev1.ResourceList {
+		rl := gpuLimits(1, 0, 0)
+		rl["tessera.dev/gpu-memory-percent"] = *resource.NewQuantity(p, resource.DecimalSI)
+		return rl
+	}
+	for _, tc := range []struct {
+		name       string
+		contextMiB int64 // the binder's; 0: the default
+		limits     corev1.ResourceList
+		grantMiB   int64
+		refuse     string // "" when bound
+	}{
+		{"MiB below the default charge", 0, gpuLimits(1, 512, 0), 512,
+			"its grant on GPU-0 is 512 MiB, less than the 576 MiB the CUDA hook on this node charges for each process's CUDA context (--context-mib 576)"},
+		{"MiB at the default charge", 0, gpuLimits(1, 576, 0), 576, ""},
+		{"MiB below this node's larger charge", 1024, gpuLimits(1, 1000, 0), 1000, "less than the 1024 MiB"},
+		{"MiB below the default, above this node's smaller charge", 300, gpuLimits(1, 400, 0), 400, ""},
+		// 1% of GPU-0's 81920 MiB is 819.
+		{"percent above the default charge", 0, pct(1), 819, ""},
+		{"percent below this node's charge", 1024, pct(1), 819, "its grant on GPU-0 is 819 MiB, less than the 1024 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, ps := newBinderWithPods(t, t.TempDir())
+			if tc.contextMiB != 0 {
+				b.cfg.ContextMiB = tc.contextMiB
+			}
+			ann := assignment(t, "node-1", api.ContainerAssignment{Name: "main", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: tc.grantMiB}}})
+			ps.byUID["uid-1"] = pod("uid-1", "train", ann, ctr("main", tc.limits))
+			_, err := b.Bind(req("c1", "main", ann, deviceplugin.EnvRequested+"=1"))
+			if tc.refuse == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var re *RefusedError
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), tc.refuse) {
+				t.Fatalf("got %v; want a refusal containing %q", err, tc.refuse)
+			}
+		})
 	}
 }

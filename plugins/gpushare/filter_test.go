@@ -4,9 +4,11 @@ package gpushare
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // A miss that freeing capacity could fix reads the same on every node, whatever each
@@ -48,6 +50,47 @@ func TestMissReasonsGroupAcrossNodes(t *testing.T) {
 			for _, n := range nodes {
 				if got := r.filter[n.Name].Message(); got != tc.want {
 					t.Errorf("node %s: %q, want %q", n.Name, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// A request below a CUDA context's charge is judged per node against the charge the
+// node's agent publishes (the default where it publishes none): PreFilter takes it,
+// Filter refuses it as unresolvable where the charge is larger, with a reason that
+// names the charge, and places it where the agent charges less.
+func TestFilterUsesTheNodesContextCharge(t *testing.T) {
+	small := pcieInventory("small", 4, "Tesla T4", t4Mem)
+	small.ContextMiB = 300
+	large := pcieInventory("large", 4, "Tesla T4", t4Mem)
+	large.ContextMiB = 2048
+	nodes := []*v1.Node{t4(t, "default"), makeNode(t, "small", small), makeNode(t, "large", large)}
+	e := newEnv(t, nil, nodes)
+	for _, tc := range []struct {
+		pod      *v1.Pod
+		feasible string
+		refused  map[string]string
+	}{
+		{makePod("mib", nil, ctr{Name: "infer", GPU: "1", Mem: "512"}), "small", map[string]string{
+			"default": `container "infer" asks 512 MiB per GPU, less than the 576 MiB the node's CUDA hook charges`,
+			"large":   `container "infer" asks 512 MiB per GPU, less than the 2048 MiB the node's CUDA hook charges`}},
+		// 10% of a T4 is 1536 MiB.
+		{makePod("pct", nil, ctr{Name: "infer", GPU: "1", Pct: "10"}), "default,small", map[string]string{
+			"large": `container "infer" asks 10% of each GPU's memory, 1536 MiB on the node's largest GPU (15360 MiB), less than the 2048 MiB`}},
+	} {
+		t.Run(tc.pod.Name, func(t *testing.T) {
+			r := e.cycle(tc.pod)
+			if !r.pre.IsSuccess() {
+				t.Fatalf("PreFilter: %v", r.pre)
+			}
+			if got := strings.Join(r.feasible, ","); got != tc.feasible {
+				t.Errorf("feasible %q, want %q", got, tc.feasible)
+			}
+			for node, want := range tc.refused {
+				st := r.filter[node]
+				if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), want) {
+					t.Errorf("node %s: %v %q, want UnschedulableAndUnresolvable with %q", node, st.Code(), st.Message(), want)
 				}
 			}
 		})

@@ -71,6 +71,10 @@ type Model struct {
 	// HasMPS is set when a device is in mps sharing mode; the hot loops read
 	// Devices[i].MPS only then.
 	HasMPS bool
+	// ContextMiB is what the node's CUDA hook charges against a container's memory on
+	// a GPU for each plain CUDA context (api.NodeInventory.ContextCharge); 0 in
+	// models made by hand charges nothing.
+	ContextMiB int64
 }
 
 // Pair affinities, from the strongest connection to the weakest. NVLink beats any PCIe
@@ -98,7 +102,7 @@ const affinityNVLink = 1.0
 // affinities and NVLink islands. A GPU in MIG mode contributes its instances instead
 // of itself, and nothing when it has none.
 func Build(inv *api.NodeInventory) *Model {
-	m := &Model{ByUUID: make(map[string]int)}
+	m := &Model{ByUUID: make(map[string]int), ContextMiB: inv.ContextCharge()}
 	pos := make(map[int]int, len(inv.GPUs)) // GPU index -> position in inv.GPUs
 	for i := range inv.GPUs {
 		pos[inv.GPUs[i].Index] = i
@@ -240,6 +244,18 @@ func Build(inv *api.NodeInventory) *Model {
 		}
 	}
 	return m
+}
+
+// ContextCharge is what the node's CUDA hook charges, on device i, for each CUDA
+// context of a container reserving cores percent of compute: the plain charge, or on
+// a GPU in mps mode (whose tenants are all MPS clients) an MPS client's at its share
+// (api.ContextCharge). A container whose memory on the device is below it could not
+// create a context there.
+func (m *Model) ContextCharge(i, cores int) int64 {
+	if m.HasMPS && m.Devices[i].MPS {
+		return api.ContextCharge(m.ContextMiB, api.SharingMPS, cores)
+	}
+	return m.ContextMiB
 }
 
 // SetAffinity is the mean pair affinity of a device set (1 for fewer than two).

@@ -366,14 +366,17 @@ func freeIslands(m *nodemodel.Model, used []Usage) islandSet {
 	return s
 }
 
-// Fits reports whether container c fits device i given used.
+// Fits reports whether container c fits device i given used. Memory on the device
+// below the node's charge for one CUDA context (nodemodel.Model.ContextCharge) never
+// fits: none of the container's processes could create a context there.
 func Fits(m *nodemodel.Model, used []Usage, c *api.ContainerRequest, i int, maxTenants int) bool {
 	d := &m.Hot[i]
 	u := &used[i]
 	if u.Tenants >= maxTenants || (m.HasMPS && !mpsRoom(m, u, i)) {
 		return false
 	}
-	if d.MemoryMiB-u.MemMiB < c.MemoryOn(d.MemoryMiB) {
+	need := c.MemoryOn(d.MemoryMiB)
+	if d.MemoryMiB-u.MemMiB < need || need < m.ContextCharge(i, c.Cores) {
 		return false
 	}
 	if c.Cores > 0 {
@@ -534,6 +537,12 @@ func explain(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerReque
 		if need <= d.MemoryMiB {
 			k.bigEnough++
 		}
+		if need < m.ContextCharge(i, c.Cores) {
+			// No room on the device makes up for it: the room below is counted on
+			// the devices whose share covers a context only.
+			continue
+		}
+		k.charged++
 		u := &used[i]
 		if d.MemoryMiB-u.MemMiB >= need {
 			k.roomMem++
@@ -546,7 +555,7 @@ func explain(m *nodemodel.Model, used []Usage, p *PodInfo, c *api.ContainerReque
 		}
 	}
 	n := c.GPUs
-	if k.healthy >= n && k.bigEnough >= n {
+	if k.healthy >= n && k.bigEnough >= n && k.charged >= n {
 		switch {
 		case k.roomMem < n:
 			return &allocFailure{code: fwk.Unschedulable, msg: missReason(c, missMemory, 0, later)}
@@ -562,6 +571,9 @@ type missCounts struct {
 	matching, healthy, bigEnough    int
 	roomMem, roomCores, roomTenants int
 	largest                         int64
+	// charged counts the healthy matching devices on which the container's memory
+	// covers the node's charge for a CUDA context; the room counts are of those.
+	charged int
 }
 
 // explainRare is explain's reason for every miss but the two common ones, memory and
@@ -593,6 +605,8 @@ func explainRare(k *missCounts, m *nodemodel.Model, p *PodInfo, c *api.Container
 		return unresolvable("container %q asks %s; the node has %d that match", c.Name, GPUs(n), k.healthy)
 	case k.bigEnough < n:
 		return unresolvable("container %q asks %d MiB per GPU; the largest GPU on the node has %d MiB", c.Name, c.MemoryOn(k.largest), k.largest)
+	case k.charged < n:
+		return &allocFailure{code: fwk.UnschedulableAndUnresolvable, msg: contextChargeReason(k, m, p, c)}
 	case k.roomCores < n:
 		return unschedulable(missUnreserved, 0)
 	case k.roomTenants < n && p.mps:
@@ -602,6 +616,54 @@ func explainRare(k *missCounts, m *nodemodel.Model, p *PodInfo, c *api.Container
 	default:
 		return unschedulable(missTogether, 0)
 	}
+}
+
+// contextChargeReason is the reason fewer devices than container c asks have its
+// memory at or above the node's charge for one CUDA context. It names the charge,
+// the node agent's flag that sets it, and the least request that would cover it,
+// e.g.
+//
+//	container "infer" asks 512 MiB per GPU, less than the 576 MiB the node's CUDA
+//	hook charges for each process's CUDA context (its node agent's --context-mib),
+//	so no process of the container could create one; ask for at least 576 MiB
+//
+// A percent (or whole-memory) request is judged on the node's largest matching
+// GPU, the one that gives it the most MiB.
+func contextChargeReason(k *missCounts, m *nodemodel.Model, p *PodInfo, c *api.ContainerRequest) string {
+	sharing := api.SharingTimeSliced
+	if p.mps {
+		sharing = api.SharingMPS
+	}
+	charge := api.ContextCharge(m.ContextMiB, sharing, c.Cores)
+	const tail = "less than the %d MiB the node's CUDA hook charges for %s (its node agent's --context-mib, %d MiB per plain context), " +
+		"so no process of the container could create one"
+	why := fmt.Sprintf(tail, charge, api.ContextChargeWords(sharing, c.Cores), m.ContextMiB)
+	if c.MemoryMiB > 0 {
+		return fmt.Sprintf("container %q asks %d MiB per GPU, %s; ask for at least %d MiB (the charge plus what the container allocates)",
+			c.Name, c.MemoryMiB, why, charge)
+	}
+	asks := "all of each GPU's memory"
+	if c.MemoryPercent > 0 {
+		asks = fmt.Sprintf("%d%% of each GPU's memory", c.MemoryPercent)
+	}
+	var fewer string
+	if k.charged > 0 {
+		fewer = fmt.Sprintf("; only %d of the node's GPUs give it enough, it asks %d", k.charged, c.GPUs)
+	}
+	var fix string
+	switch {
+	case charge > k.largest:
+		fix = "no GPU of the node can hold one context: ask for other GPUs, or check the node agent's --context-mib"
+	case k.charged == 0 && c.MemoryPercent > 0:
+		// The least percent whose share of the largest GPU (rounded down, as
+		// MemoryOn does) covers the charge.
+		pct := (charge*100 + k.largest - 1) / k.largest
+		fix = fmt.Sprintf("ask for at least %d%% of this GPU's memory, or a gpu-memory of at least %d MiB", pct, charge)
+	default:
+		fix = fmt.Sprintf("ask for a gpu-memory of at least %d MiB", charge)
+	}
+	return fmt.Sprintf("container %q asks %s, %d MiB on the node's largest GPU (%d MiB), %s%s; %s",
+		c.Name, asks, c.MemoryOn(k.largest), k.largest, why, fewer, fix)
 }
 
 // missKind is what a node lacks for a container, in missReason's words.

@@ -145,7 +145,29 @@ func (x *fitIndexes) fitMask(m *nodemodel.Model, used []placement.Usage, i int, 
 	}
 	ix := x.forMemory(d.MemoryMiB)
 	fit := ix.memPrefix[atMost(ix.memNeed, d.MemoryMiB-u.MemMiB)] & ix.corePrefix[atMost(ix.coreNeed, int64(100-u.Cores))]
+	// Classes whose memory on the device is below the node's charge for a CUDA
+	// context never fit it (placement.Fits). An MPS client's charge is at most the
+	// plain one, so a smallest need at or above that rules them all out at once.
+	if len(ix.memNeed) > 0 && ix.memNeed[0] < m.ContextMiB {
+		fit &^= x.belowCharge(m, ix, i)
+	}
 	return fit & x.eligibleMask(m, i)
+}
+
+// belowCharge is the set of classes whose memory on device i of m, of ix's size, is
+// below the node's charge for one of their CUDA contexts.
+func (x *fitIndexes) belowCharge(m *nodemodel.Model, ix *fitIndex, i int) uint64 {
+	if !m.HasMPS || !m.Devices[i].MPS {
+		return ix.memPrefix[atMost(ix.memNeed, m.ContextMiB-1)]
+	}
+	// An MPS client's charge follows its cores, so it is one per class.
+	var below uint64
+	for k := range x.classes {
+		if c := &x.classes[k].C; c.MemoryOn(ix.memoryMiB) < m.ContextCharge(i, c.Cores) {
+			below |= 1 << uint(k)
+		}
+	}
+	return below
 }
 
 // eligibleMask is the set of classes whose model selection admits device i of m,

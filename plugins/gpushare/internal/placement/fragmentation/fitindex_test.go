@@ -14,8 +14,9 @@ import (
 
 // The fit index gives, for every device state, exactly the classes that ShapeFits
 // accepts one by one: over MIG and unhealthy devices, GPUs of several sizes, model
-// selections, requests by percent, MiB and whole memory, with and without cores, and
-// the tenant limit.
+// selections, requests by percent, MiB and whole memory, with and without cores, the
+// tenant limit, and nodes without a context charge, with the default one and with a
+// large one (under which small percent and MiB classes fit no device, or only some).
 func TestFitIndexMatchesShapeFits(t *testing.T) {
 	m := &nodemodel.Model{
 		Devices: []nodemodel.Device{
@@ -53,7 +54,8 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 	}
 	x := newFitIndexes(classes)
 	w := &placement.Weights{Memory: 1, Cores: 1, MaxTenants: 4}
-	for trial := 0; trial < 2000; trial++ {
+	for trial := 0; trial < 3000; trial++ {
+		m.ContextMiB = []int64{0, api.DefaultContextMiB, 4096}[trial%3]
 		used := make([]placement.Usage, len(m.Devices))
 		for i := range used {
 			switch rng.Intn(4) {
@@ -68,8 +70,8 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			got := x.fitMask(m, used, i, w)
 			for k := range classes {
 				if want := ShapeFits(m, used, &classes[k], i, w); (got>>uint(k)&1 != 0) != want {
-					t.Fatalf("trial %d, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
-						trial, i, m.Devices[i].Model, used[i], classes[k], !want, want)
+					t.Fatalf("trial %d, charge %d MiB, device %d (%s, %+v), class %+v: index says %v, shapeFits %v",
+						trial, m.ContextMiB, i, m.Devices[i].Model, used[i], classes[k], !want, want)
 				}
 			}
 		}
