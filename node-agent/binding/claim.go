@@ -142,9 +142,9 @@ func (b *Binder) checkClaim(r *Request, grants []api.DeviceGrant, inv *api.NodeI
 		if d.Cores < 1 || d.Cores > 100 {
 			return fmt.Sprintf("it consumes %d%% cores of %s; cores must be 1..100", d.Cores, d.UUID)
 		}
-		if least := api.MinMemoryMiB(sharing, d.Cores); d.MemoryMiB < least || d.MemoryMiB > total {
-			return fmt.Sprintf("it consumes %d MiB of %s, which has %d MiB; a share needs at least %d MiB there (the CUDA hook charges that for each process's context)",
-				d.MemoryMiB, d.UUID, total, least)
+		if least := api.ContextCharge(b.cfg.ContextMiB, sharing, d.Cores); d.MemoryMiB < least || d.MemoryMiB > total {
+			return fmt.Sprintf("it consumes %d MiB of %s, which has %d MiB; a share needs at least %d MiB there (the CUDA hook on this node charges that for %s, --context-mib %d)",
+				d.MemoryMiB, d.UUID, total, least, api.ContextChargeWords(sharing, d.Cores), b.cfg.ContextMiB)
 		}
 		if sharing == api.SharingMPS {
 			if len(grants) != 1 {

@@ -119,7 +119,7 @@ func device(inv *api.NodeInventory, g *api.GPU, uuid string, memMiB int64, sms i
 		Attributes:               attrs,
 		AllowMultipleAllocations: ptr.To(true),
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			CapacityMemory: memoryCapacity(g.Mode(), memMiB),
+			CapacityMemory: memoryCapacity(api.ContextCharge(inv.ContextCharge(), g.Mode(), 1), memMiB),
 			CapacityCores:  coresCapacity(),
 		},
 	}
@@ -130,11 +130,11 @@ func device(inv *api.NodeInventory, g *api.GPU, uuid string, memMiB int64, sms i
 }
 
 // memoryCapacity is a device's memory: by default a claim takes all of it; a claim
-// asking for less gets a whole number of MiB, at least what the hook charges for a
-// CUDA context (an MPS client's context is smaller the fewer SMs it has: the least of
-// those here, and prepare checks the share's own).
-func memoryCapacity(mode api.Sharing, memMiB int64) resourceapi.DeviceCapacity {
-	least := api.MinMemoryMiB(mode, 1)
+// asking for less gets a whole number of MiB, at least least, what the node's hook
+// charges for a CUDA context (the node's --context-mib; an MPS client's context is
+// smaller the fewer SMs it has: the least of those, and prepare checks the share's
+// own).
+func memoryCapacity(least, memMiB int64) resourceapi.DeviceCapacity {
 	if least > memMiB {
 		least = memMiB
 	}

@@ -89,6 +89,21 @@ func TestDevices(t *testing.T) {
 	}
 }
 
+// A node whose hook charges another context size (--context-mib, published as the
+// inventory's contextMiB) offers no share below it.
+func TestDevicesFollowTheNodesContextCharge(t *testing.T) {
+	inv := fixtures.NVLinkNode("n", 2, 2, "NVIDIA H100 80GB HBM3", 81559)
+	inv.ContextMiB = 1024
+	inv.GPUs[1].Sharing, inv.GPUs[1].MPSClients = api.SharingMPS, 8
+	devs := Devices(inv)
+	if min := devs[0].Capacity[CapacityMemory].RequestPolicy.ValidRange.Min.Value(); min != 1024<<20 {
+		t.Errorf("memory min %d MiB, want 1024 (the node's charge)", min>>20)
+	}
+	if min, want := devs[1].Capacity[CapacityMemory].RequestPolicy.ValidRange.Min.Value(), api.MPSContextMiB(1024, 1)<<20; min != want {
+		t.Errorf("MPS memory min %d MiB, want %d", min>>20, want>>20)
+	}
+}
+
 func TestResourcesSplitsSlices(t *testing.T) {
 	inv := fixtures.PCIeNode("big", 8, "A100", 40960)
 	for i := range inv.GPUs {
