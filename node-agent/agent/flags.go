@@ -68,7 +68,7 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.Int64Var(&c.ContextMiB, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context against a container's memory limit")
 	fs.StringVar(&c.PacingCharge, "pacing-charge", api.PacingChargeClass, "how the CUDA hook charges a kernel launch against a container's cores: "+
 		api.PacingChargeClass+" (its class's estimate) or "+api.PacingChargeKernel+" (its own kernel's, for attention and other workloads "+
-		"that mix long kernels among short ones; over-charges launch-bound programs); written into every container's limits file")
+		"that mix long kernels among short ones); written into every container's limits file")
 
 	fs.StringVar(&c.NRIUnavailable, "nri-unavailable", NRIUnavailableRefuse, "with --nri, when the runtime has no NRI socket at start-up: "+
 		"refuse (GPU containers are refused, with the reason, until NRI is there) or fallback (bind at the first CUDA call, as --bind-fallback; needs --hook-library)")
