@@ -9,7 +9,7 @@
 # (replace => ../../..), k8s.io/kubernetes and every staging module at that release
 # (hack/update-k8s-version.sh -C; kubernetes itself replaced too, since the Tessera
 # module requires a newer one), the scheduler, kube-apiserver and etcd as the
-# module's tools, then go mod tidy.
+# module's tools, then go mod tidy, and the go.sum entries of the integration suite.
 set -euo pipefail
 
 version=${1:?usage: $0 <kubernetes version, e.g. 1.34.4>}
@@ -35,4 +35,8 @@ go mod edit \
   -tool=k8s.io/kubernetes/cmd/kube-apiserver \
   -tool=go.etcd.io/etcd/server/v3
 go mod tidy
+# make test-integration K8S_MINOR=<minor> builds Tessera's integration suite in this
+# module: go.sum needs the modules of its test imports too, which tidy leaves out (they
+# are tests of a dependency here).
+go list -mod=mod -test -deps -tags "k8s$minor" "$main/test/integration" >/dev/null
 echo "build/k8s-minors/$minor: Kubernetes $version"
