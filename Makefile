@@ -124,6 +124,12 @@ else
 		github.com/tessera-dev/tessera/test/integration/...
 endif
 
+# Not part of test: each older minor's build costs minutes from a cold build cache
+# (build/k8s-minors/README.md).
+.PHONY: test-minors
+test-minors: build-minors ## Build each older minor's scheduler, then the integration suite against the oldest minor's API server
+	$(MAKE) --no-print-directory test-integration K8S_MINOR=$(firstword $(MINORS))
+
 .PHONY: test-e2e
 test-e2e: ## The whole stack: control plane, scheduler, node agents and kwok, started by hack/local-up.sh
 	$(MAKE) --no-print-directory scheduler agent kubectl-tessera control-plane
