@@ -57,7 +57,7 @@ build-minors: $(foreach m,$(MINORS),scheduler-$(m)) ## Build bin/k8s-<minor>/tes
 
 $(foreach m,$(MINORS),scheduler-$(m)): scheduler-%:
 	cd build/k8s-minors/$* && $(GO) build -tags k8s$* -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" \
-		-o $(BIN)/k8s-$*/tessera-scheduler github.com/tessera-dev/tessera/cmd/tessera-scheduler
+		-o $(or $(SCHEDULER_OUT),$(BIN)/k8s-$*/tessera-scheduler) github.com/tessera-dev/tessera/cmd/tessera-scheduler
 
 # kube-apiserver of an older minor, from its build module, for a local cluster of that
 # minor (BIN_DIR=bin/k8s-<minor> beside the scheduler above).
@@ -311,6 +311,27 @@ image-bin-%: image-toolchains
 .PHONY: images
 images: $(foreach a,$(IMAGE_ARCHS),image-bin-$(a)) imagebuilder ## Build both images for PLATFORMS into the OCI layout _output/images/oci, with SPDX SBOMs (REGISTRY, IMAGE_TAG); no container engine needed
 	$(call build-images,$(IMAGES_DIR))
+
+# The scheduler image of an older minor, tagged as the chart runs it on that minor
+# ($(IMAGE_TAG)-k8s<minor>), in a layout of its own: the same spec, its binary built in
+# the minor's module under a root of its own (imagebuilder's -root).
+MINOR_IMAGES_DIR = $(IMAGES_DIR)/k8s-$(K8S_MINOR)
+
+.PHONY: images-minor
+images-minor: imagebuilder ## The scheduler image of K8S_MINOR (an older minor) for PLATFORMS, tagged IMAGE_TAG-k8s<minor>, in _output/images/k8s-<minor>/oci
+	@[ -n "$(call minor_version,$(K8S_MINOR))" ] || { echo "K8S_MINOR=$(K8S_MINOR): not one of $(MINORS)"; exit 1; }
+	for a in $(IMAGE_ARCHS); do \
+		CGO_ENABLED=0 GOARCH=$$a GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory scheduler-$(K8S_MINOR) \
+			SCHEDULER_OUT=$(CURDIR)/$(MINOR_IMAGES_DIR)/root/$(IMAGES_DIR)/bin/linux_$$a/tessera-scheduler || exit 1; \
+	done
+	$(IMAGE_BUILDER) build -spec build/tessera-scheduler.yaml -root $(MINOR_IMAGES_DIR)/root -archs $(comma_archs) \
+		-out $(MINOR_IMAGES_DIR) -registry $(REGISTRY) -tag $(IMAGE_TAG)-k8s$(K8S_MINOR) -revision $(GIT_REVISION) \
+		-source-date-epoch $(SOURCE_DATE_EPOCH) -apt-dir _output/apt
+
+.PHONY: push-images-minor
+push-images-minor: images-minor ## Push the scheduler image of K8S_MINOR to REGISTRY as IMAGE_TAG-k8s<minor> (INSECURE=1: plain HTTP)
+	$(IMAGE_BUILDER) push -layout $(MINOR_IMAGES_DIR)/oci -image tessera-scheduler \
+		-to $(REGISTRY)/tessera-scheduler:$(IMAGE_TAG)-k8s$(K8S_MINOR) $(if $(INSECURE),-insecure)
 
 .PHONY: push-images
 push-images: images ## Push both images (an index of PLATFORMS each) and their SBOMs to REGISTRY as IMAGE_TAG, with docker login's credentials (INSECURE=1: plain HTTP)
