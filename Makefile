@@ -64,6 +64,9 @@ $(foreach m,$(MINORS),scheduler-$(m)): scheduler-%:
 $(foreach m,$(MINORS),$(BIN)/k8s-$(m)/kube-apiserver): $(BIN)/k8s-%/kube-apiserver: build/k8s-minors/%/go.mod
 	cd build/k8s-minors/$* && $(GO) build -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
+.PHONY: $(foreach m,$(MINORS),kube-apiserver-$(m))
+$(foreach m,$(MINORS),kube-apiserver-$(m)): kube-apiserver-%: $(BIN)/k8s-%/kube-apiserver
+
 .PHONY: hook
 hook: ## Build the CUDA hook library (cuda-hook/build/)
 	$(MAKE) -C cuda-hook all
