@@ -50,8 +50,8 @@ scheduler: ## Build bin/tessera-scheduler (kube-scheduler + Tessera plugins)
 agent: ## Build bin/tessera-node-agent
 	$(GO) build -ldflags "$(AGENT_LDFLAGS)" -o $(BIN)/tessera-node-agent ./cmd/tessera-node-agent
 
-# One scheduler per older minor, in bin/k8s-<minor>/ (about 4-5 min each from a cold
-# build cache on 2 cores, seconds when only plugin code changed).
+# One scheduler per older minor, in bin/k8s-<minor>/ (about 3 min each from a cold
+# build cache on 2 cores, seconds when only plugin code changed: build/k8s-minors/README.md).
 .PHONY: build-minors $(foreach m,$(MINORS),scheduler-$(m))
 build-minors: $(foreach m,$(MINORS),scheduler-$(m)) ## Build bin/k8s-<minor>/tessera-scheduler for each older Kubernetes minor (K8S_MINORS)
 
@@ -59,8 +59,7 @@ $(foreach m,$(MINORS),scheduler-$(m)): scheduler-%:
 	cd build/k8s-minors/$* && $(GO) build -tags k8s$* -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" \
 		-o $(or $(SCHEDULER_OUT),$(BIN)/k8s-$*/tessera-scheduler) github.com/tessera-dev/tessera/cmd/tessera-scheduler
 
-# kube-apiserver of an older minor, from its build module, for a local cluster of that
-# minor (BIN_DIR=bin/k8s-<minor> beside the scheduler above).
+# kube-apiserver of an older minor, from its build module (make kube-apiserver-1.34).
 $(foreach m,$(MINORS),$(BIN)/k8s-$(m)/kube-apiserver): $(BIN)/k8s-%/kube-apiserver: build/k8s-minors/%/go.mod
 	cd build/k8s-minors/$* && $(GO) build -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
