@@ -12,6 +12,20 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 K8S_LDFLAGS := -X k8s.io/component-base/version.gitVersion=v$(K8S_VERSION) \
                -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION))) \
                -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION)))
+# The older Kubernetes minors the scheduler is also built for, each with a build module
+# build/k8s-minors/<minor> that pins that release (hack/update-k8s-minor.sh) and the
+# build tag k8s<minor> for the plugin files that differ (build/k8s-minors/README.md).
+K8S_MINORS  := 1.34.4 1.35.4 1.36.3
+k8s_minor    = $(word 1,$(subst ., ,$(1))).$(word 2,$(subst ., ,$(1)))
+k8s_ldflags  = -X k8s.io/component-base/version.gitVersion=v$(1) \
+               -X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(1))) \
+               -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1)))
+MINORS      := $(foreach v,$(K8S_MINORS),$(call k8s_minor,$(v)))
+# The release of a minor of K8S_MINORS: $(call minor_version,1.34) is 1.34.4.
+minor_version = $(filter $(1).%,$(K8S_MINORS))
+# make test-integration K8S_MINOR=1.34: the suite built in that minor's module, so the
+# in-process kube-apiserver (and the scheduler) are that minor's.
+K8S_MINOR   ?= $(call k8s_minor,$(K8S_VERSION))
 GIT_REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 AGENT_LDFLAGS  = -X main.version=$(IMAGE_TAG) -X main.revision=$(GIT_REVISION)
 
@@ -35,6 +49,22 @@ scheduler: ## Build bin/tessera-scheduler (kube-scheduler + Tessera plugins)
 .PHONY: agent
 agent: ## Build bin/tessera-node-agent
 	$(GO) build -ldflags "$(AGENT_LDFLAGS)" -o $(BIN)/tessera-node-agent ./cmd/tessera-node-agent
+
+# One scheduler per older minor, in bin/k8s-<minor>/ (about 3 min each from a cold
+# build cache on 2 cores, seconds when only plugin code changed: build/k8s-minors/README.md).
+.PHONY: build-minors $(foreach m,$(MINORS),scheduler-$(m))
+build-minors: $(foreach m,$(MINORS),scheduler-$(m)) ## Build bin/k8s-<minor>/tessera-scheduler for each older Kubernetes minor (K8S_MINORS)
+
+$(foreach m,$(MINORS),scheduler-$(m)): scheduler-%:
+	cd build/k8s-minors/$* && $(GO) build -tags k8s$* -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" \
+		-o $(or $(SCHEDULER_OUT),$(BIN)/k8s-$*/tessera-scheduler) github.com/tessera-dev/tessera/cmd/tessera-scheduler
+
+# kube-apiserver of an older minor, from its build module (make kube-apiserver-1.34).
+$(foreach m,$(MINORS),$(BIN)/k8s-$(m)/kube-apiserver): $(BIN)/k8s-%/kube-apiserver: build/k8s-minors/%/go.mod
+	cd build/k8s-minors/$* && $(GO) build -ldflags "$(call k8s_ldflags,$(call minor_version,$*))" -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+
+.PHONY: $(foreach m,$(MINORS),kube-apiserver-$(m))
+$(foreach m,$(MINORS),kube-apiserver-$(m)): kube-apiserver-%: $(BIN)/k8s-%/kube-apiserver
 
 .PHONY: hook
 hook: ## Build the CUDA hook library (cuda-hook/build/)
@@ -87,8 +117,20 @@ test-hook: ## CUDA hook tests against the fake driver, plain and under ASan/UBSa
 	hack/test-long-path.sh
 
 .PHONY: test-integration
-test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-apiserver and etcd
+test-integration: $(BIN)/etcd ## The real scheduler against an in-process kube-apiserver and etcd (K8S_MINOR=1.34: both of that minor)
+ifeq ($(K8S_MINOR),$(call k8s_minor,$(K8S_VERSION)))
 	PATH=$(BIN):$$PATH $(GO) test -count=1 -timeout 30m ./test/integration/...
+else
+	@[ -n "$(call minor_version,$(K8S_MINOR))" ] || { echo "K8S_MINOR=$(K8S_MINOR): not one of $(MINORS) $(call k8s_minor,$(K8S_VERSION))"; exit 1; }
+	cd build/k8s-minors/$(K8S_MINOR) && PATH=$(BIN):$$PATH $(GO) test -tags k8s$(K8S_MINOR) -count=1 -timeout 30m \
+		github.com/tessera-dev/tessera/test/integration/...
+endif
+
+# Not part of test: each older minor's build costs minutes from a cold build cache
+# (build/k8s-minors/README.md).
+.PHONY: test-minors
+test-minors: build-minors ## Build each older minor's scheduler, then the integration suite against the oldest minor's API server
+	$(MAKE) --no-print-directory test-integration K8S_MINOR=$(firstword $(MINORS))
 
 .PHONY: test-e2e
 test-e2e: ## The whole stack: control plane, scheduler, node agents and kwok, started by hack/local-up.sh
@@ -192,9 +234,10 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module, Kubernetes-pin, licence-line, rendered-manifest and chart-README checks
+verify: lint ## lint, plus module, Kubernetes-pin (the repository's and each older minor's), licence-line, rendered-manifest and chart-README checks
 	hack/spdx.sh
 	hack/verify-k8s-version.sh $(K8S_VERSION)
+	hack/verify-k8s-minors.sh $(K8S_MINORS)
 	$(GO) mod verify
 	hack/verify-manifests.sh
 	$(GO) run ./hack/chart-readme -verify
@@ -270,6 +313,27 @@ image-bin-%: image-toolchains
 .PHONY: images
 images: $(foreach a,$(IMAGE_ARCHS),image-bin-$(a)) imagebuilder ## Build both images for PLATFORMS into the OCI layout _output/images/oci, with SPDX SBOMs (REGISTRY, IMAGE_TAG); no container engine needed
 	$(call build-images,$(IMAGES_DIR))
+
+# The scheduler image of an older minor, tagged as the chart runs it on that minor
+# ($(IMAGE_TAG)-k8s<minor>), in a layout of its own: the same spec, its binary built in
+# the minor's module under a root of its own (imagebuilder's -root).
+MINOR_IMAGES_DIR = $(IMAGES_DIR)/k8s-$(K8S_MINOR)
+
+.PHONY: images-minor
+images-minor: imagebuilder ## The scheduler image of K8S_MINOR (an older minor) for PLATFORMS, tagged IMAGE_TAG-k8s<minor>, in _output/images/k8s-<minor>/oci
+	@[ -n "$(call minor_version,$(K8S_MINOR))" ] || { echo "K8S_MINOR=$(K8S_MINOR): not one of $(MINORS)"; exit 1; }
+	for a in $(IMAGE_ARCHS); do \
+		CGO_ENABLED=0 GOARCH=$$a GOFLAGS="$(IMAGE_GOFLAGS)" $(MAKE) --no-print-directory scheduler-$(K8S_MINOR) \
+			SCHEDULER_OUT=$(CURDIR)/$(MINOR_IMAGES_DIR)/root/$(IMAGES_DIR)/bin/linux_$$a/tessera-scheduler || exit 1; \
+	done
+	$(IMAGE_BUILDER) build -spec build/tessera-scheduler.yaml -root $(MINOR_IMAGES_DIR)/root -archs $(comma_archs) \
+		-out $(MINOR_IMAGES_DIR) -registry $(REGISTRY) -tag $(IMAGE_TAG)-k8s$(K8S_MINOR) -revision $(GIT_REVISION) \
+		-source-date-epoch $(SOURCE_DATE_EPOCH) -apt-dir _output/apt
+
+.PHONY: push-images-minor
+push-images-minor: images-minor ## Push the scheduler image of K8S_MINOR to REGISTRY as IMAGE_TAG-k8s<minor> (INSECURE=1: plain HTTP)
+	$(IMAGE_BUILDER) push -layout $(MINOR_IMAGES_DIR)/oci -image tessera-scheduler \
+		-to $(REGISTRY)/tessera-scheduler:$(IMAGE_TAG)-k8s$(K8S_MINOR) $(if $(INSECURE),-insecure)
 
 .PHONY: push-images
 push-images: images ## Push both images (an index of PLATFORMS each) and their SBOMs to REGISTRY as IMAGE_TAG, with docker login's credentials (INSECURE=1: plain HTTP)

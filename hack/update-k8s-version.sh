@@ -5,13 +5,22 @@
 # read from kubernetes' own go.mod, so a Kubernetes bump is this one command:
 #
 #   hack/update-k8s-version.sh 1.37.2
+#
+# -C DIR edits the go.mod in DIR instead of the repository's (a per-minor build module
+# under build/k8s-minors, which hack/update-k8s-minor.sh sets up).
 set -euo pipefail
 
-version=${1:?usage: $0 <kubernetes version, e.g. 1.37.2>}
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=$root
+if [ "${1:-}" = -C ]; then
+  dir=$(cd "$root" && cd "${2:?-C needs a directory}" && pwd)
+  shift 2
+fi
+version=${1:?usage: $0 [-C dir] <kubernetes version, e.g. 1.37.2>}
 version=${version#v}
 staging="v0.${version#*.}"   # 1.37.2 -> v0.37.2
 
-cd "$(dirname "$0")/.."
+cd "$dir"
 
 gomod=$(go mod download -json "k8s.io/kubernetes@v${version}" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
 if [ -z "$gomod" ] || [ ! -f "$gomod" ]; then

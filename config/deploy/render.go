@@ -44,11 +44,14 @@ type Options struct {
 	// Values, if not nil, are merged last (what a Go caller uses instead of --set).
 	Values map[string]any
 	// KubeVersion is the cluster version the chart is rendered for
-	// (.Capabilities.KubeVersion); default 1.37.0, the oldest Tessera supports (its
-	// scheduler is kube-scheduler 1.37, which must not be newer than the API server).
+	// (.Capabilities.KubeVersion); default 1.37.0, the newest minor Tessera supports
+	// (1.34 to 1.37: the chart picks the scheduler image of the cluster's minor, and
+	// the MutatingAdmissionPolicies only where the minor serves them).
 	KubeVersion string
 	// APIVersions are extra group/versions the cluster serves, beyond the built-in
-	// Kubernetes ones (e.g. "monitoring.coreos.com/v1" for ServiceMonitors).
+	// Kubernetes ones (e.g. "monitoring.coreos.com/v1" for ServiceMonitors), and
+	// group/version/Kind entries as a cluster's discovery lists them to Helm
+	// ("admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy").
 	APIVersions []string
 	// NamespaceObject prepends a Namespace (with the Pod Security labels the node
 	// agent needs) for installs without Helm, where nothing else creates it.

@@ -453,6 +453,7 @@ func TestRenderRejects(t *testing.T) {
 		{"NRI fallback without the hook", []string{"agent.nri.unavailable=fallback", "agent.hook.enabled=false"}, "", "agent.nri.unavailable=fallback needs"},
 		{"relative CDI directory", []string{"agent.hostPaths.cdiSpecDir=var/run/cdi"}, "", "cdiSpecDir"},
 		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
+		{"too new a cluster", nil, "1.38.0", "requires Kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Render(Options{ChartDir: chartDir(t), Set: tc.set, KubeVersion: tc.kube})

@@ -10,10 +10,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // bindMode decides, once per profile, whether this plugin binds GPU pods itself.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // Filter reports whether every GPU container of the pod gets GPUs on the node, and

@@ -21,13 +21,13 @@ import (
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -65,7 +65,6 @@ var (
 	_ fwk.PreBindPlugin       = &Plugin{}
 	_ fwk.BindPlugin          = &Plugin{}
 	_ fwk.EnqueueExtensions   = &Plugin{}
-	_ fwk.SignPlugin          = &Plugin{}
 )
 
 // Name returns the plugin name.
@@ -87,9 +86,7 @@ func NewWithDefaults(d *Defaults) frameworkruntime.PluginFactory {
 		RegisterMetrics()
 		c, synced := sharedCache(ctx, h)
 		pl := newPlugin(args, h, c, synced)
-		if h != nil {
-			pl.profile = h.ProfileName()
-		}
+		pl.profile = fwk.ProfileName(h)
 		// Zero series from the start, so that rates and alerts see the first event.
 		decisions.WithLabelValues(pl.profile, string(args.NodePolicy), string(args.DevicePolicy), resultPlaced, "")
 		reserveConflicts.WithLabelValues(pl.profile)
@@ -223,7 +220,7 @@ func (pl *Plugin) Cache() *placement.Cache { return pl.cache }
 // EventsToRegister lists the events that can make a GPU-unschedulable pod schedulable.
 func (pl *Plugin) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Delete}, QueueingHintFn: pl.hintPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: boundPodResource, ActionType: fwk.Delete}, QueueingHintFn: pl.hintPodDeleted},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAnnotation}, QueueingHintFn: pl.hintNodeChanged},
 	}, nil
 }
@@ -274,35 +271,6 @@ func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 	pl.cache.SetRequirements(n.Name, req)
 	logger.V(5).Info("A node's GPU inventory appeared or changed", "pod", klog.KObj(pod), "node", klog.KObj(n))
 	return fwk.Queue, nil
-}
-
-// signature is what makes two pods interchangeable to this plugin.
-type signature struct {
-	Containers  []api.ContainerRequest `json:"c"`
-	Annotations map[string]string      `json:"a,omitempty"`
-}
-
-var podAnnotations = []string{api.AnnotationModelInclude, api.AnnotationModelExclude, api.AnnotationUUIDInclude, api.AnnotationUUIDExclude, api.AnnotationDevicePolicy, api.AnnotationTopology, api.AnnotationSharing, api.AnnotationWorkConserving}
-
-// SignPod lets the scheduler batch pods with identical GPU requests and selection.
-func (pl *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if !api.HasGPURequest(pod, pl.names) {
-		return nil, nil
-	}
-	req, err := api.ParsePodRequest(pod, pl.names)
-	if err != nil {
-		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
-	}
-	sig := signature{Containers: req.Containers}
-	for _, k := range podAnnotations {
-		if v, ok := pod.Annotations[k]; ok {
-			if sig.Annotations == nil {
-				sig.Annotations = map[string]string{}
-			}
-			sig.Annotations[k] = v
-		}
-	}
-	return []fwk.SignFragment{{Key: Name + ".GPURequest()", Value: sig}}, nil
 }
 
 // PreFilter parses and validates the pod's GPU request. Pods without one are skipped.

@@ -7,11 +7,11 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 var _ fwk.PostFilterPlugin = &Plugin{}

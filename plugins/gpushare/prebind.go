@@ -13,23 +13,22 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
-// PreBindPreFlight skips pods without GPU requests, so that they bind without waiting
-// on this plugin, and every pod when the assignment travels in the binding (Bind): the
-// scheduler then has no PreBind work to announce and writes no nominatedNodeName.
-func (pl *Plugin) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+// preBindSkips reports whether PreBind has nothing to do for the pod: it requests no
+// GPU, or the assignment travels in the binding (Bind). PreBindPreFlight (in
+// preflight*.go, whose signature differs between Kubernetes minors) then returns Skip,
+// so that the pod binds without waiting on this plugin and the scheduler, having no
+// PreBind work to announce, writes no nominatedNodeName.
+func (pl *Plugin) preBindSkips(ctx context.Context, cs fwk.CycleState) (bool, *fwk.Status) {
 	s, err := getState(cs)
 	if err != nil {
-		return nil, fwk.AsStatus(err)
+		return false, fwk.AsStatus(err)
 	}
-	if s.skip || pl.bindsPods(ctx) {
-		return nil, fwk.NewStatus(fwk.Skip)
-	}
-	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
+	return s.skip || pl.bindsPods(ctx), nil
 }
 
 // PreBind merge-patches the assignment annotation onto the pod when the profile writes

@@ -6,10 +6,10 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // largestNodeChunk is how many feasible nodes one worker of largestNode measures. Below
@@ -32,13 +32,14 @@ func (pl *Plugin) largestNode(ctx context.Context, s *cycleState, pod *v1.Pod, n
 	rest := nodes[first:]
 	chunks := (len(rest) + largestNodeChunk - 1) / largestNodeChunk
 	bound := float64(pl.cache.MostHealthy.Load())
-	if chunks < 2 || (bound > 0 && f.GPUs >= bound) || pl.handle == nil || pl.handle.Parallelizer() == nil {
+	par := fwk.ParallelizerOf(pl.handle)
+	if chunks < 2 || (bound > 0 && f.GPUs >= bound) || par == nil {
 		cpu, gpus := pl.largestOf(s, rest, f.GPUs)
 		f.CPUMilli, f.GPUs = max(f.CPUMilli, cpu), max(f.GPUs, gpus)
 		return f
 	}
 	cpu, gpus := make([]float64, chunks), make([]float64, chunks)
-	pl.handle.Parallelizer().Until(ctx, chunks, func(i int) {
+	par.Until(ctx, chunks, func(i int) {
 		cpu[i], gpus[i] = pl.largestOf(s, rest[i*largestNodeChunk:min(len(rest), (i+1)*largestNodeChunk)], 0)
 	}, Name)
 	for i := range cpu {

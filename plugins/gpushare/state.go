@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 const stateKey fwk.StateKey = Name

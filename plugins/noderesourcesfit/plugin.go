@@ -25,12 +25,13 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	configv1 "k8s.io/kube-scheduler/config/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // Name is the plugin's name in scheduler profiles.
@@ -50,13 +51,11 @@ type Plugin struct {
 }
 
 var (
-	_ fwk.PreFilterPlugin      = &Plugin{}
-	_ fwk.FilterPlugin         = &Plugin{}
-	_ fwk.PreScorePlugin       = &Plugin{}
-	_ fwk.ScorePlugin          = &Plugin{}
-	_ fwk.EnqueueExtensions    = &Plugin{}
-	_ fwk.SignPlugin           = &Plugin{}
-	_ fwk.PlacementScorePlugin = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
 )
 
 // Name returns the plugin name.

@@ -8,6 +8,8 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,14 +134,82 @@ func (c *cluster) renderChart(o deploy.Options) []deploy.Manifest {
 	if o.Release == "" {
 		o.Release = chartRelease
 	}
+	// As helm install renders it: for the server's Kubernetes and the API versions
+	// and kinds its discovery lists.
 	if o.KubeVersion == "" {
-		o.KubeVersion = "1.37.2"
+		o.KubeVersion = builtKubeVersion(c.t)
 	}
+	o.APIVersions = append(o.APIVersions, c.discoveredAPIVersions()...)
 	ms, err := deploy.Render(o)
 	if err != nil {
 		c.t.Fatalf("rendering the chart: %v", err)
 	}
 	return ms
+}
+
+// builtKubeVersion is the Kubernetes minor this test binary is built with, and so the
+// in-process API server's (which reports v0.0.0 without release ldflags): the minor of
+// its k8s<minor> build tag where make test-integration K8S_MINOR=<minor> built it in
+// that minor's module (build/k8s-minors), else the repository's pin. Test binaries
+// carry their build tags in their build information, not their modules.
+func builtKubeVersion(t testing.TB) string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		t.Fatal("no build information in the test binary")
+	}
+	for _, s := range bi.Settings {
+		if s.Key != "-tags" {
+			continue
+		}
+		for _, tag := range strings.Split(s.Value, ",") {
+			if minor, ok := strings.CutPrefix(tag, "k8s"); ok {
+				return minor + ".0"
+			}
+		}
+	}
+	return deploy.DefaultKubeVersion
+}
+
+// kubeMinor is "1.34" of "1.34.4".
+func kubeMinor(version string) string {
+	parts := strings.SplitN(version, ".", 3)
+	return strings.Join(parts[:min(2, len(parts))], ".")
+}
+
+// discoveredAPIVersions lists the server's group/versions and group/version/Kinds,
+// as Helm fills .Capabilities.APIVersions on install.
+func (c *cluster) discoveredAPIVersions() []string {
+	c.t.Helper()
+	_, lists, err := c.client.Discovery().ServerGroupsAndResources()
+	if err != nil {
+		c.t.Fatalf("discovery: %v", err)
+	}
+	var out []string
+	for _, l := range lists {
+		out = append(out, l.GroupVersion)
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				out = append(out, l.GroupVersion+"/"+r.Kind)
+			}
+		}
+	}
+	return out
+}
+
+// servesMutatingPolicies reports whether the server serves MutatingAdmissionPolicy
+// (GA from Kubernetes 1.36; in 1.34 and 1.35 a beta the API server must turn on),
+// without which the chart renders none.
+func (c *cluster) servesMutatingPolicies() bool {
+	return slices.Contains(c.discoveredAPIVersions(), "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
+}
+
+// needMutatingPolicies skips a test of the chart's MutatingAdmissionPolicies on a
+// server that does not serve them (make test-integration K8S_MINOR=1.34): the chart
+// renders none there, which TestChartMutatingPoliciesPerMinor checks.
+func (c *cluster) needMutatingPolicies(t *testing.T) {
+	if !c.servesMutatingPolicies() {
+		t.Skipf("Kubernetes %s serves no MutatingAdmissionPolicy (beta, off by default, before 1.36)", builtKubeVersion(t))
+	}
 }
 
 // withT is the cluster as seen from a subtest: helpers fail the subtest, not its parent.
@@ -183,6 +253,9 @@ func TestChartDryRun(t *testing.T) {
 	})
 
 	t.Run("plain manifests", func(t *testing.T) {
+		if v := builtKubeVersion(t); kubeMinor(v) != kubeMinor(deploy.DefaultKubeVersion) {
+			t.Skipf("the plain manifests are rendered for Kubernetes %s; this server is %s", deploy.DefaultKubeVersion, v)
+		}
 		a := *a
 		a.t = t
 		// The file users apply without Helm, namespace included; the namespace must be
@@ -330,7 +403,15 @@ func TestChartRBAC(t *testing.T) {
 	a := parent.applier()
 	ns := parent.ns
 	c := parent
-	ms := c.renderChart(deploy.Options{Namespace: ns})
+	// Without MutatingAdmissionPolicy (1.34 and 1.35 by default) the chart's quota
+	// check stands alone and the GPU pods below, which carry no quota resources, would
+	// be refused: install without quota there (TestChartQuotaCheckAlone covers it).
+	mutating := c.servesMutatingPolicies()
+	var set []string
+	if !mutating {
+		set = append(set, "quota.enabled=false")
+	}
+	ms := c.renderChart(deploy.Options{Namespace: ns, Set: set})
 	var schedulerConfig string
 	var install []deploy.Manifest
 	for _, m := range ms {
@@ -391,7 +472,7 @@ func TestChartRBAC(t *testing.T) {
 		}
 		// The chart's quota policy gave the pod its quota resources, which no node
 		// advertises: the chart's scheduler placed it all the same.
-		if q, want := p.Spec.Containers[0].Resources.Requests[api.ResourceTotalGPUMemory], int64(20000); q.Value() != want {
+		if q, want := p.Spec.Containers[0].Resources.Requests[api.ResourceTotalGPUMemory], int64(20000); mutating && q.Value() != want {
 			t.Errorf("bound pod's %s request %s, want %d", api.ResourceTotalGPUMemory, q.String(), want)
 		}
 		lease, err := c.client.CoordinationV1().Leases(ns).Get(c.ctx, "tessera-scheduler", metav1.GetOptions{})
@@ -1016,6 +1097,7 @@ func chartWriteFile(t *testing.T, path, data string) {
 // pod as it is. Pods are created in dry-run mode: admission runs, nothing is stored.
 func TestChartSchedulerName(t *testing.T) {
 	c := startCluster(t)
+	c.needMutatingPolicies(t)
 	a := c.applier()
 	install := func(set ...string) {
 		for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: set}) {
@@ -1098,6 +1180,7 @@ func TestChartSchedulerName(t *testing.T) {
 // off.
 func TestChartRequireNRIPlugin(t *testing.T) {
 	c := startCluster(t)
+	c.needMutatingPolicies(t)
 	a := c.applier()
 	const policy = "tessera-node-agent-require-nri-plugin"
 	has := func(set ...string) bool {
@@ -1187,5 +1270,37 @@ func TestChartRequireNRIPlugin(t *testing.T) {
 	}
 	if got := required(p); got[key+"c0"] != tessera {
 		t.Errorf("after an update removing it: annotations %v, want %s: %s", got, key+"c0", tessera)
+	}
+}
+
+// TestChartMutatingPoliciesPerMinor: on the server of the minor this suite is built for
+// (make test-integration K8S_MINOR=...), the chart renders its MutatingAdmissionPolicies
+// exactly where the server serves them (GA and on by default from 1.36, a beta that is
+// off by default in 1.34 and 1.35), and the quota check either way.
+func TestChartMutatingPoliciesPerMinor(t *testing.T) {
+	c := startCluster(t)
+	version := builtKubeVersion(t)
+	var minor int
+	if _, err := fmt.Sscanf(version, "1.%d.", &minor); err != nil {
+		t.Fatalf("Kubernetes version %q: %v", version, err)
+	}
+	serves := c.servesMutatingPolicies()
+	if want := minor >= 36; serves != want {
+		t.Errorf("Kubernetes %s serves MutatingAdmissionPolicy: %v, want %v (docs/install.md's table)", version, serves, want)
+	}
+	policies, quotaCheck := 0, false
+	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns}) {
+		switch {
+		case m.Kind == "MutatingAdmissionPolicy" || m.Kind == "MutatingAdmissionPolicyBinding":
+			policies++
+		case m.Kind == "ValidatingAdmissionPolicy" && m.Name == quotaPolicy:
+			quotaCheck = true
+		}
+	}
+	if want := map[bool]int{true: 6, false: 0}[serves]; policies != want {
+		t.Errorf("Kubernetes %s: the chart rendered %d MutatingAdmissionPolicies and bindings, want %d", version, policies, want)
+	}
+	if !quotaCheck {
+		t.Errorf("Kubernetes %s: the chart rendered no quota check (%s)", version, quotaPolicy)
 	}
 }

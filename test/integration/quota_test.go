@@ -83,6 +83,7 @@ func quotaOf(t *testing.T, c *v1.Container) map[string]int64 {
 // differ.
 func TestChartQuota(t *testing.T) {
 	c := startCluster(t)
+	c.needMutatingPolicies(t)
 	a := c.applier()
 	policies := map[string]string{}
 	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns}) {
@@ -299,7 +300,9 @@ func TestChartQuota(t *testing.T) {
 	// admitted. In a namespace without the quota, which is checked before the policy.
 	free := c.ns + "-free"
 	c.createNamespace(free)
-	if err := c.client.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Delete(c.ctx, quotaPolicy, metav1.DeleteOptions{}); err != nil {
+	// Through the REST client: client-go's typed MutatingAdmissionPolicy client is
+	// v1beta1 before 1.36 (make test-integration K8S_MINOR=1.34 builds this file there).
+	if err := c.client.AdmissionregistrationV1().RESTClient().Delete().Resource("mutatingadmissionpolicybindings").Name(quotaPolicy).Do(c.ctx).Error(); err != nil {
 		t.Fatal(err)
 	}
 	understated := quotaPod(free, nil, quotaContainer{limits: gpu(G, "2", M, "8192", TM, "8192")})
@@ -329,5 +332,98 @@ func TestChartQuota(t *testing.T) {
 				t.Errorf("%s: %s: error %v, want one saying %q", kind, tc.name, err, tc.want)
 			}
 		}
+	}
+}
+
+// TestChartQuotaCheckAlone: where the server serves no MutatingAdmissionPolicy
+// (Kubernetes 1.34 and 1.35 unless the beta is turned on) the chart installs the quota
+// check alone. Pods then carry their quota resources themselves: one whose totals are
+// missing or wrong is refused with the value to set, one carrying them is admitted and
+// counted by a real ResourceQuota, up to its limit. Where the server serves the
+// mutation, TestChartQuota checks the same with the mutation's binding removed.
+func TestChartQuotaCheckAlone(t *testing.T) {
+	c := startCluster(t)
+	if c.servesMutatingPolicies() {
+		t.Skip("the server serves MutatingAdmissionPolicy: TestChartQuota covers the check without the mutation")
+	}
+	a := c.applier()
+	applied := 0
+	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns}) {
+		if m.Name != quotaPolicy {
+			continue
+		}
+		if m.Kind != "ValidatingAdmissionPolicy" && m.Kind != "ValidatingAdmissionPolicyBinding" {
+			t.Fatalf("the chart rendered %s %s for a server that does not serve it", m.Kind, m.Name)
+		}
+		if err := a.apply(m.YAML, false); err != nil {
+			t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
+		}
+		applied++
+	}
+	if applied != 2 {
+		t.Fatalf("the chart rendered %d quota objects, want the validating policy and its binding", applied)
+	}
+	q := resource.MustParse
+	gpu := func(kv ...string) v1.ResourceList {
+		rl := v1.ResourceList{}
+		for i := 0; i < len(kv); i += 2 {
+			rl[v1.ResourceName(kv[i])] = q(kv[i+1])
+		}
+		return rl
+	}
+	const (
+		G  = "tessera.dev/gpu"
+		M  = "tessera.dev/gpu-memory"
+		TM = string(api.ResourceTotalGPUMemory)
+	)
+	create := func(p *v1.Pod, dryRun bool) error {
+		opts := metav1.CreateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := c.client.CoreV1().Pods(p.Namespace).Create(c.ctx, p, opts)
+		return err
+	}
+	hard := gpu("requests."+TM, "16384")
+	rq, err := c.client.CoreV1().ResourceQuotas(c.ns).Create(c.ctx, &v1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: v1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating the quota: %v", err)
+	}
+	// Nothing fills the quota's status without kube-controller-manager: start it at zero.
+	rq.Status.Hard, rq.Status.Used = hard, gpu("requests."+TM, "0")
+	if _, err := c.client.CoreV1().ResourceQuotas(c.ns).UpdateStatus(c.ctx, rq, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("initialising the quota's status: %v", err)
+	}
+	understated := quotaPod(c.ns, nil, quotaContainer{limits: gpu(G, "2", M, "8192")})
+	chartWaitFor(t, c.ctx, "the quota check to be enforced", func() bool { return create(understated, true) != nil })
+	chartWaitFor(t, c.ctx, "the quota to be enforced", func() bool {
+		err := create(quotaPod(c.ns, nil, quotaContainer{limits: gpu(G, "1", M, "16385", TM, "16385")}), true)
+		return err != nil && strings.Contains(err.Error(), "exceeded quota")
+	})
+	for _, step := range []struct {
+		name string
+		c    quotaContainer
+		want string // empty: admitted
+	}{
+		{"no totals", quotaContainer{limits: gpu(G, "2", M, "8192")}, `tessera.dev/total-gpu-memory is what the container holds across its GPUs, counted by Tessera from its GPU request: it must be 16384`},
+		{"per-GPU value", quotaContainer{limits: gpu(G, "2", M, "8192", TM, "8192")}, "it must be 16384"},
+		{"its totals", quotaContainer{limits: gpu(G, "2", M, "8192", TM, "16384")}, ""},
+		{"1 MiB more", quotaContainer{limits: gpu(G, "1", M, "1", TM, "1")}, "exceeded quota"},
+	} {
+		err := create(quotaPod(c.ns, nil, step.c), false)
+		switch {
+		case step.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", step.name, err)
+		case step.want != "" && (err == nil || !strings.Contains(err.Error(), step.want)):
+			t.Errorf("%s: error %v, want one saying %q", step.name, err, step.want)
+		}
+	}
+	rq, err = c.client.CoreV1().ResourceQuotas(c.ns).Get(c.ctx, "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := rq.Status.Used["requests."+v1.ResourceName(TM)]; u.Value() != 16384 {
+		t.Errorf("quota used %s, want 16384", u.String())
 	}
 }

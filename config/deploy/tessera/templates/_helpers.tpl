@@ -102,3 +102,42 @@ gpuCores: {{ .Values.resourceDomain }}/gpu-cores
 {{- $names := include "tessera.resourceNames" . | fromYaml -}}
 {{- range $i, $k := list "gpu" "gpuMemory" "gpuMemoryPercent" "gpuCores" }}{{ if $i }}, {{ end }}"{{ get $names $k }}"{{ end -}}
 {{- end -}}
+
+{{/*
+tessera.mutatingPolicyAPI: the apiVersion of MutatingAdmissionPolicy the cluster serves,
+or nothing. GA (admissionregistration.k8s.io/v1) and on by default from Kubernetes 1.36;
+beta (v1beta1) in 1.34 and 1.35, served only where the API server turns it on
+(--feature-gates=MutatingAdmissionPolicy=true and
+--runtime-config=admissionregistration.k8s.io/v1beta1=true). The cluster's discovery
+decides when there is one (helm install, upgrade, template --validate, or template
+--api-versions). Without one, .Capabilities lists no kinds (not even
+ValidatingAdmissionPolicy, GA since 1.30), and the server's minor decides: v1 from
+1.36, none before.
+*/}}
+{{- define "tessera.mutatingPolicyAPI" -}}
+{{- $v := .Capabilities.APIVersions -}}
+{{- if $v.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}
+admissionregistration.k8s.io/v1
+{{- else if $v.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy" -}}
+admissionregistration.k8s.io/v1beta1
+{{- else if and (not ($v.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy")) (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+admissionregistration.k8s.io/v1
+{{- end -}}
+{{- end -}}
+
+{{/*
+tessera.scheduler.image: the scheduler image of the cluster's Kubernetes minor. Each
+minor Tessera supports has its scheduler build (build/k8s-minors): the newest, 1.37,
+under the plain tag, each older one under the tag with -k8s<major>.<minor> appended.
+scheduler.image.perKubeMinor=false or a digest takes the image as given.
+*/}}
+{{- define "tessera.scheduler.image" -}}
+{{- $img := .Values.scheduler.image -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{- $minor := printf "%d.%d" $v.Major $v.Minor -}}
+{{- if and $img.perKubeMinor (not $img.digest) (ne $minor "1.37") -}}
+{{- $tag := printf "%s-k8s%s" ($img.tag | default .Values.image.tag | default .Chart.AppVersion) $minor -}}
+{{- $img = merge (dict "tag" $tag) $img -}}
+{{- end -}}
+{{- include "tessera.image" (dict "root" . "image" $img) -}}
+{{- end -}}

@@ -9,10 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	fwk "k8s.io/kube-scheduler/framework"
-
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // PodInfo is a pod's parsed GPU request and selection, computed once in PreFilter.

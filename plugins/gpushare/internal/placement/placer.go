@@ -4,10 +4,10 @@ package placement
 
 import (
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // Policy is a placement strategy, used independently at the node level (which node)

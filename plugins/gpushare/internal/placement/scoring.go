@@ -7,10 +7,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // Scoring helpers the policies share: how used a device is, best fit's leftover,

@@ -8,11 +8,11 @@ package binpack
 
 import (
 	v1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // Name is the policy's name in args, annotations and metrics.

@@ -37,11 +37,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // maxFragShapes bounds the shapes a placement is evaluated against: the cost of scoring
