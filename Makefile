@@ -105,7 +105,7 @@ kubectl-tessera: ## Build the kubectl plugin bin/kubectl-tessera (allocation, wa
 ##@ Test
 
 .PHONY: test
-test: test-unit test-hook test-integration test-e2e test-security ## Run every test that needs no GPU (what CI runs)
+test: test-unit test-hook test-integration test-e2e test-security test-minors ## Run every test that needs no GPU (what CI runs): the newest minor fully, the older minors built and the integration suite on the oldest
 
 .PHONY: test-unit
 test-unit: ## Unit tests of all Go packages
