@@ -21,9 +21,11 @@
 
 #include "context.h"
 #include "devices.h"
+#include "interpose.h"
 #include "log.h"
 #include "memory.h"
 #include "mps.h"
+#include "pacing.h"
 #include "state.h"
 
 #define NLIMITS 3 /* CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE, _MALLOC_HEAP_SIZE */

@@ -14,11 +14,11 @@
 #include "context.h"
 #include "devices.h"
 #include "graph.h"
-#include "interpose.h"
 #include "limits_source.h"
 #include "log.h"
 #include "memory.h"
 #include "mps.h"
+#include "pacing.h"
 #include "state.h"
 
 struct tessera_state tessera = {

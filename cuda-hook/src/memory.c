@@ -17,6 +17,7 @@
 
 #include "devices.h"
 #include "graph.h"
+#include "interpose.h"
 #include "log.h"
 #include "memory.h"
 #include "state.h"

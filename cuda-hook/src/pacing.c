@@ -50,13 +50,91 @@
 #include "clock.h"
 #include "devices.h"
 #include "graph.h"
+#include "interpose.h"
 #include "log.h"
 #include "pacing.h"
 #include "residency.h"
 #include "share.h"
 #include "state.h"
+#include "turns.h"
 
 #include "pace_trace.h"
+
+/* This process's view of one GPU's pacing. The burst fields belong to the slow path
+ * and are used under the shared pacer's lock. */
+struct tessera_pacer {
+	struct tessera_shared_pacer *s;
+	_Atomic int enabled; /* paced now (a container without cores: while its share is under 100) */
+	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
+	int work_conserving;              /* the limits' work-conserving line, and the GPU is paced */
+	/* The GPU's turns (turns.h), NULL where the node provides none; whether this
+	 * process holds the turn, and until when it takes none (a wait for it ran out). */
+	struct tessera_turn *turn;
+	int turn_held;
+	int64_t turn_used_ns; /* when this process last took the turn */
+	int64_t turn_off_until_ns;
+
+	/* The launches between two waits for a refill, or between two refills (a burst):
+	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against
+	 * what they were charged. */
+	int slept;          /* this process waited for a refill since the last burst began */
+	int burst_started;  /* S is recorded: a burst is open */
+	int fence_pending;  /* F is recorded and not yet read */
+	int chained;        /* the open burst began at F */
+	int ev_s, ev_f;     /* which of the context's events are S and F */
+	void *burst_ctx;    /* the events (of one context) S was recorded with */
+	uint64_t burst_ctx_gen;
+	CUstream burst_stream;
+	int64_t burst_t0_ns, burst_charged0, burst_all0;
+	/* The ended burst, until F is read: host time, this process's charges and the
+	 * container's. */
+	int64_t f_host_ns, f_charged, f_all, f_at_ns;
+	int f_other;
+	int f_class; /* a launch of the ended burst was charged its class's estimate */
+	/* The open (ended) burst began at the container's refill, after a wait for it: it
+	 * is a slot burst, which its slot's length holds. */
+	int burst_at_refill, f_at_refill;
+	/* The open (ended) burst held the GPU's turn from its S (to its F). */
+	int burst_turn, f_turn;
+	int burst_probed; /* the context's turns are probed while the open burst runs */
+	/* How far the GPU was behind the host (ns) at the open burst's S and at the
+	 * ended burst's S; -1 when not known. */
+	int64_t lag_s_ns, f_lag_s_ns;
+	/* Read by every launch: the open burst's stream + 1, or 0; the one other stream a
+	 * launch of the burst went to + 1 (0: none, TESSERA_OTHER_MANY: more than one); and
+	 * whether one was charged its class's estimate (its kernel has no entry of its
+	 * own) or an entry still on its first samples. */
+	_Atomic uintptr_t burst_stream_tag;
+	_Atomic uintptr_t other_stream;
+	_Atomic int class_charged;
+	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
+	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
+	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of
+	 * xp_gen), which work launched on that stream since runs after; f_x_stream: the
+	 * ended burst's X's stream + 1 (0: one stream), f_xp: its start on that stream
+	 * was xp (f_xp_ev; -1: S, where S found its stream idle). */
+	int ev_x, ev_xp;
+	uintptr_t xp_stream, f_x_stream;
+	uint64_t xp_gen;
+	int f_x_ev, f_xp_ev;
+
+	/* A container granted no cores on this GPU, whose share directory the node agent
+	 * mounted: paced to the GPU's unreserved share (share.h), re-read at most every
+	 * TESSERA_SHARE_REREAD_NS under the shared pacer's lock; the last share read well
+	 * (share_ok), and when the file was last read. */
+	int share_dynamic;
+	int share_ok, share_pct, share_phase;
+	_Atomic int64_t share_read_ns;
+};
+
+#define TESSERA_OTHER_MANY UINTPTR_MAX
+
+/* The paced GPUs: some GPU has 0 < cores < 100, or is paced to its unreserved share
+ * (pacing_any); the paced GPU when there is exactly one GPU, else -1 (pacing_only); this
+ * process's view of each GPU's pacing (pacers, by limits index). Set at setup. */
+static int pacing_any;
+static int pacing_only;
+static struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
@@ -390,8 +468,8 @@ static struct ctx_events *events_current(void)
 		evc_next = (evc_next + 1) % NCTX;
 		int busy = atomic_load(&smp.state) != SAMPLE_FREE && smp.c == c;
 		for (int g = 0; g < tessera.limits.ngpus && !busy; g++)
-			busy = (tessera.pacers[g].burst_started || tessera.pacers[g].fence_pending) &&
-			       tessera.pacers[g].burst_ctx == c;
+			busy = (pacers[g].burst_started || pacers[g].fence_pending) &&
+			       pacers[g].burst_ctx == c;
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
@@ -657,7 +735,7 @@ static void forget_stream(CUstream stream)
 	uintptr_t t = (uintptr_t)stream + 1;
 	pthread_mutex_lock(&ev_mu);
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		uintptr_t o = t;
 		atomic_compare_exchange_strong(&p->other_stream, &o, TESSERA_OTHER_MANY);
 		if (p->xp_stream == t)
@@ -711,7 +789,7 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&met_seen_ns, 0);
 	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
 		p->turn_held = 0; /* the parent's */
 		atomic_store(&p->burst_stream_tag, 0);
@@ -723,8 +801,8 @@ void tessera_pacing_after_fork(void)
 __attribute__((destructor)) static void turns_at_exit(void)
 {
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++)
-		if (tessera.pacers[g].turn_held && tessera.pacers[g].turn != NULL)
-			tessera_turn_release(tessera.pacers[g].turn, turn_me);
+		if (pacers[g].turn_held && pacers[g].turn != NULL)
+			tessera_turn_release(pacers[g].turn, turn_me);
 }
 
 /* What pacing did, in the debug log when the process ends: where a program's time
@@ -732,7 +810,7 @@ __attribute__((destructor)) static void turns_at_exit(void)
  * idle against those queued behind other work) and what bursts owed or gave back. */
 __attribute__((destructor)) static void pacing_summary(void)
 {
-	if (!tessera.pacing_any)
+	if (!pacing_any)
 		return;
 	for (int cls = 0; cls < 2; cls++) {
 		int64_t n = atomic_load(&pstat.samples[cls]), idle = atomic_load(&pstat.idle[cls]);
@@ -791,7 +869,7 @@ __attribute__((destructor)) static void pacing_summary(void)
  */
 static void share_apply(struct tessera_pacer *p, int64_t now)
 {
-	const char *uuid = tessera.limits.gpus[p - tessera.pacers].uuid;
+	const char *uuid = tessera.limits.gpus[p - pacers].uuid;
 	struct tessera_share sh;
 	atomic_store(&p->share_read_ns, now);
 	if (tessera_share_read(uuid, &sh) == 0) {
@@ -818,7 +896,7 @@ void tessera_pacing_setup(void)
 	int paced = 0, last = -1;
 	charge_kernel = tessera.limits.charge_kernel;
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
 		p->s = tessera_region_pacer(tessera.region, g);
 		p->ev_s = 2;
@@ -841,9 +919,9 @@ void tessera_pacing_setup(void)
 			last = g;
 		}
 	}
-	tessera.pacing_any = paced > 0;
+	pacing_any = paced > 0;
 	turn_me = tessera_turn_id(tessera.limits.cgroup);
-	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
+	pacing_only = tessera.limits.ngpus == 1 ? last : -1;
 	if (paced > 0 && !events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
 					      "launches are paced by count only");
@@ -1629,12 +1707,12 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 {
 	t->sampled = 0;
 	t->waited = 0;
-	int g = tessera.pacing_only;
-	if (!tessera.pacing_any)
+	int g = pacing_only;
+	if (!pacing_any)
 		return;
 	if (g < 0 && tessera_current_gpu(&g) != CUDA_SUCCESS)
 		return; /* the launch itself will report the problem */
-	struct tessera_pacer *p = &tessera.pacers[g];
+	struct tessera_pacer *p = &pacers[g];
 	struct tessera_shared_pacer *s = p->s;
 	if (!atomic_load_explicit(&p->enabled, memory_order_relaxed)) {
 		/* Not paced; a container without cores checks its share file every
