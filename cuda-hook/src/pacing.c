@@ -49,6 +49,7 @@
 
 #include "clock.h"
 #include "devices.h"
+#include "fork.h"
 #include "graph.h"
 #include "interpose.h"
 #include "log.h"
@@ -760,9 +761,8 @@ CUresult cuStreamDestroy(CUstream stream)
 	return REAL(cuStreamDestroy)(stream);
 }
 
-void tessera_pacing_after_fork(void)
+static void after_fork(void)
 {
-	tessera_residency_after_fork();
 	/* The child has none of the parent's contexts or events. */
 	pthread_mutex_init(&ev_mu, NULL);
 	memset(evc, 0, sizeof(evc));
@@ -794,6 +794,11 @@ void tessera_pacing_after_fork(void)
 		p->turn_held = 0; /* the parent's */
 		atomic_store(&p->burst_stream_tag, 0);
 	}
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_PACING, after_fork);
 }
 
 /* A process that ends holding a GPU's turn lets it go: its work ends with it, and the

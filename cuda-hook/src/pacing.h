@@ -29,6 +29,5 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
 /* A context is gone: its events with it. */
 void tessera_pacing_forget_ctx(CUcontext ctx);
-void tessera_pacing_after_fork(void);
 
 #endif

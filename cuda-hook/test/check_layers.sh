@@ -16,7 +16,7 @@ src=${1:-$(dirname "$0")/../src}
 hooks=$(sed -n 's/^TESSERA_\(CU\|NVML\)_\(HOOK\|LEGACY\)(\([A-Za-z0-9_]*\),.*/\3/p' "$src/symbols.def")
 [ -n "$hooks" ] || { echo "FAIL layers: no hooks in $src/symbols.def"; exit 1; }
 alt=$(printf '%s\n' $hooks | paste -sd'|' -)
-state="state.h real.h limits.h limits.c limits_source.h limits_source.c region.h region.c bind.h bind.c bind_reply.c log.h log.c clock.h"
+state="state.h real.h fork.h fork.c limits.h limits.c limits_source.h limits_source.c region.h region.c bind.h bind.c bind_reply.c log.h log.c clock.h"
 fail=0
 
 # The file without its comments and string literals.
