@@ -26,8 +26,18 @@ void tessera_pacing_setup(void);
  * the launch's function or executable graph, whose own estimate it is charged once
  * sampled (0: its class's). */
 void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t);
-void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
+/* After the driver's launch (launched: what it returned); only a sample has more to
+ * do, so the others pay one load. */
+void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
+static inline void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
+{
+	if (t->sampled)
+		tessera_pace_done_slow(stream, t, launched);
+}
 /* A context is gone: its events with it. */
 void tessera_pacing_forget_ctx(CUcontext ctx);
+/* A stream is being destroyed: pacing records nothing on it from now on (a burst that
+ * launched on it is no longer measured), and it is no stream's start mark. */
+void tessera_pacing_forget_stream(CUstream stream);
 
 #endif
