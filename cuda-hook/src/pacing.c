@@ -51,6 +51,7 @@
 #include "devices.h"
 #include "fork.h"
 #include "log.h"
+#include "pace.h"
 #include "pacing.h"
 #include "residency.h"
 #include "share.h"
@@ -59,75 +60,6 @@
 
 #define TESSERA_PACE_TRACE_ROWS
 #include "pace_trace.h"
-
-/* This process's view of one GPU's pacing. The burst fields belong to the slow path
- * and are used under the shared pacer's lock. */
-struct tessera_pacer {
-	struct tessera_shared_pacer *s;
-	_Atomic int enabled; /* paced now (a container without cores: while its share is under 100) */
-	int64_t slot_off_ns, slot_len_ns; /* the container's refill point and allowance per period */
-	int work_conserving;              /* the limits' work-conserving line, and the GPU is paced */
-	/* The GPU's turns (turns.h), NULL where the node provides none; whether this
-	 * process holds the turn, and until when it takes none (a wait for it ran out). */
-	struct tessera_turn *turn;
-	int turn_held;
-	int64_t turn_used_ns; /* when this process last took the turn */
-	int64_t turn_off_until_ns;
-
-	/* The launches between two waits for a refill, or between two refills (a burst):
-	 * event S (ev_s) before the first, F (ev_f) after the last; their GPU time against
-	 * what they were charged. */
-	int slept;          /* this process waited for a refill since the last burst began */
-	int burst_started;  /* S is recorded: a burst is open */
-	int fence_pending;  /* F is recorded and not yet read */
-	int chained;        /* the open burst began at F */
-	int ev_s, ev_f;     /* which of the context's events are S and F */
-	void *burst_ctx;    /* the events (of one context) S was recorded with */
-	uint64_t burst_ctx_gen;
-	CUstream burst_stream;
-	int64_t burst_t0_ns, burst_charged0, burst_all0;
-	/* The ended burst, until F is read: host time, this process's charges and the
-	 * container's. */
-	int64_t f_host_ns, f_charged, f_all, f_at_ns;
-	int f_other;
-	int f_class; /* a launch of the ended burst was charged its class's estimate */
-	/* The open (ended) burst began at the container's refill, after a wait for it: it
-	 * is a slot burst, which its slot's length holds. */
-	int burst_at_refill, f_at_refill;
-	/* The open (ended) burst held the GPU's turn from its S (to its F). */
-	int burst_turn, f_turn;
-	int burst_probed; /* the context's turns are probed while the open burst runs */
-	/* How far the GPU was behind the host (ns) at the open burst's S and at the
-	 * ended burst's S; -1 when not known. */
-	int64_t lag_s_ns, f_lag_s_ns;
-	/* Read by every launch: the open burst's stream + 1, or 0; the one other stream a
-	 * launch of the burst went to + 1 (0: none, TESSERA_OTHER_MANY: more than one); and
-	 * whether one was charged its class's estimate (its kernel has no entry of its
-	 * own) or an entry still on its first samples. */
-	_Atomic uintptr_t burst_stream_tag;
-	_Atomic uintptr_t other_stream;
-	_Atomic int class_charged;
-	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
-	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
-	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of
-	 * xp_gen), which work launched on that stream since runs after; f_x_stream: the
-	 * ended burst's X's stream + 1 (0: one stream), f_xp: its start on that stream
-	 * was xp (f_xp_ev; -1: S, where S found its stream idle). */
-	int ev_x, ev_xp;
-	uintptr_t xp_stream, f_x_stream;
-	uint64_t xp_gen;
-	int f_x_ev, f_xp_ev;
-
-	/* A container granted no cores on this GPU, whose share directory the node agent
-	 * mounted: paced to the GPU's unreserved share (share.h), re-read at most every
-	 * TESSERA_SHARE_REREAD_NS under the shared pacer's lock; the last share read well
-	 * (share_ok), and when the file was last read. */
-	int share_dynamic;
-	int share_ok, share_pct, share_phase;
-	_Atomic int64_t share_read_ns;
-};
-
-#define TESSERA_OTHER_MANY UINTPTR_MAX
 
 /* The paced GPUs: some GPU has 0 < cores < 100, or is paced to its unreserved share
  * (pacing_any); the paced GPU when there is exactly one GPU, else -1 (pacing_only); this
@@ -265,21 +197,8 @@ static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
 	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
-	_Atomic int64_t turns, turn_waits, turn_wait_ns, turn_handoffs, turn_gave_up;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
-
-/* GPU turns (turns.h): the container's id in them. Launches estimated at TURN_MIN_NS
- * or more (longer than the driver's time slice, so that two busy contexts' kernels
- * are cut by each other's turns) take turns on the GPU while another context is on
- * it; any paced container's bursts do while such a container says it takes turns. A
- * wait for the turn is given up when the turn has not changed hands for
- * TURN_MAX_WAIT_NS (a holder that never lets go), or after TESSERA_TURN_WAIT_MAX_NS in
- * all, and the GPU's turns are then not taken for TURN_OFF_NS. */
-static uint64_t turn_me;
-#define TURN_MIN_NS 2000000LL
-#define TURN_MAX_WAIT_NS TESSERA_TURN_HOLD_MAX_NS
-#define TURN_OFF_NS (30 * 1000000000LL)
 
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
  * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
@@ -317,7 +236,7 @@ static struct {
 #define PROBE_MIN_NS 200000LL
 /* The longest launch estimated: the two classes' estimates and the longest
  * per-kernel entry in use. */
-static int64_t est_longest(void)
+int64_t pace_est_longest(void)
 {
 	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]), t = atomic_load(&kt_longest_ns);
 	k = k > g ? k : g;
@@ -416,9 +335,8 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
  * sample whose start event waited on a drained stream, a burst that ran over its
  * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
- * after: a container alone on its GPU has nothing to probe for. */
+ * after (pace.h): a container alone on its GPU has nothing to probe for. */
 static _Atomic int64_t other_seen_ns;
-#define CONTENDED_NS (2 * 1000000000LL)
 static void saw_other(void)
 {
 	atomic_store_explicit(&other_seen_ns, tessera_now_ns(), memory_order_relaxed);
@@ -437,7 +355,7 @@ static int others_have_work(void)
 	return seen_lately(atomic_load_explicit(&met_seen_ns, memory_order_relaxed)) ||
 	       seen_lately(tessera_residency_late_seen_ns());
 }
-static int contended(void)
+int pace_contended(void)
 {
 	return seen_lately(atomic_load_explicit(&other_seen_ns, memory_order_relaxed)) || others_have_work();
 }
@@ -661,7 +579,7 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, in
 			 * short launches never starts the probing thread (a second thread alone
 			 * costs a single-threaded program's launches 11 ns each in the fake
 			 * driver, B3). */
-			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
+			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || pace_contended());
 			if (smp.probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
@@ -786,8 +704,7 @@ __attribute__((constructor)) static void register_fork(void)
 __attribute__((destructor)) static void turns_at_exit(void)
 {
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++)
-		if (pacers[g].turn_held && pacers[g].turn != NULL)
-			tessera_turn_release(pacers[g].turn, turn_me);
+		pace_turn_release(&pacers[g]);
 }
 
 /* What pacing did, in the debug log when the process ends: where a program's time
@@ -832,11 +749,7 @@ __attribute__((destructor)) static void pacing_summary(void)
 		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
 		    (long long)atomic_load(&pstat.sliced_ns), (long long)atomic_load(&pstat.forfeit_ns),
 		    (long long)atomic_load(&pstat.restarts), (long long)atomic_load(&pstat.conserved));
-	if (atomic_load(&pstat.turns) + atomic_load(&pstat.turn_gave_up) > 0)
-		tessera_log(TESSERA_LOG_DEBUG, "pacing summary turns=%lld turn_waits=%lld turn_wait_ns=%lld turn_handoffs=%lld turn_gave_up=%lld",
-			    (long long)atomic_load(&pstat.turns), (long long)atomic_load(&pstat.turn_waits),
-			    (long long)atomic_load(&pstat.turn_wait_ns), (long long)atomic_load(&pstat.turn_handoffs),
-			    (long long)atomic_load(&pstat.turn_gave_up));
+	pace_turns_summary();
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -905,7 +818,7 @@ void tessera_pacing_setup(void)
 		}
 	}
 	pacing_any = paced > 0;
-	turn_me = tessera_turn_id(tessera.limits.cgroup);
+	pace_turns_setup(tessera.limits.cgroup);
 	pacing_only = tessera.limits.ngpus == 1 ? last : -1;
 	if (paced > 0 && !events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
@@ -952,10 +865,10 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
  * it a refill; its turns are then longer, and fewer turns lose less of the GPU to
  * the hand-offs (in the fake driver, whose context switch costs 160 us, 5 ms kernels
  * at 30/70 got 29.9 / 66.2 % with one launch more, 29.9 / 67.6 % with this). */
-static int64_t turn_bank(void)
+int64_t pace_turn_bank(void)
 {
 	const int64_t P = TESSERA_PACING_PERIOD_NS;
-	int64_t more = est_longest() > P / 2 ? est_longest() : P / 2;
+	int64_t more = pace_est_longest() > P / 2 ? pace_est_longest() : P / 2;
 	return more < P ? more : P;
 }
 
@@ -979,7 +892,7 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 		int64_t t = atomic_load(&s->tokens);
 		int64_t cap = len;
 		if (p->turn_used_ns > 0 && now - p->turn_used_ns < CONTENDED_NS)
-			cap += turn_bank();
+			cap += pace_turn_bank();
 		int64_t want = t + add < cap ? t + add : cap;
 		if (want > t)
 			atomic_fetch_add(&s->tokens, want - t);
@@ -988,7 +901,7 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 	return p->slot_off_ns + (k + 1) * P;
 }
 
-static void sleep_until(int64_t t)
+void pace_sleep_until(int64_t t)
 {
 	struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
@@ -1042,8 +955,8 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = events_current();
 	/* Long launches beside another context: their turns are probed while it runs. */
-	int64_t est = est_longest();
-	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && contended()) || (p->work_conserving && !others_have_work()));
+	int64_t est = pace_est_longest();
+	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && pace_contended()) || (p->work_conserving && !others_have_work()));
 	if (p->burst_probed)
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
 	int64_t t0 = tessera_now_ns();
@@ -1137,10 +1050,6 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
-
-/* How much of a burst's overrun may be another context's turn: the driver's time
- * slice between busy contexts is of this order (ms). */
-#define TIME_SLICE_NS 2000000LL
 
 /* How far above their estimate the launch samples say a burst's launches ran, as a
  * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
@@ -1345,7 +1254,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		p->ev_f = t;
 		p->lag_s_ns = lag;
 	}
-	int64_t est = est_longest();
+	int64_t est = pace_est_longest();
 	int64_t min_lag = 100000 + 2 * est;
 	/* A queue many kernels deep at F, or one the GPU was behind on for longer than
 	 * the host took to issue the burst; and most of S→F after the host's last launch
@@ -1482,85 +1391,15 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	return over < 0 ? -over : 0;
 }
 
-/* ---- GPU turns ---------------------------------------------------------------- */
-
-/* Whether the next burst takes the GPU's turn. */
-static int turn_use(struct tessera_pacer *p, int64_t now)
+/* (pace.h) */
+int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 {
-	if (p->turn == NULL || now < p->turn_off_until_ns || tessera_turn_broken())
-		return 0;
-	if (est_longest() >= TURN_MIN_NS)
-		return contended() || tessera_turn_others(p->turn, turn_me, now, CONTENDED_NS);
-	return tessera_turn_long(p->turn, now, CONTENDED_NS);
-}
-
-/* How long a burst that takes the turn holds it at most: the most tokens the
- * container can hold (refill), one launch past them and one more, and a time slice. */
-static int64_t turn_hold(struct tessera_pacer *p)
-{
-	int64_t d = p->slot_len_ns + turn_bank() + 2 * est_longest() + TIME_SLICE_NS;
-	return d < TURN_MAX_WAIT_NS ? d : TURN_MAX_WAIT_NS;
-}
-
-static void turn_took(struct tessera_pacer *p, int64_t now)
-{
-	p->turn_held = 1;
-	p->turn_used_ns = now;
-	PSTAT_ADD(turns, 1);
-	if (est_longest() >= TURN_MIN_NS)
-		tessera_turn_say_long(p->turn, now);
-}
-
-/* Waits for the turn (without the pacer's lock). */
-static void turn_wait(struct tessera_pacer *p)
-{
-	int64_t waited;
-	int rc = tessera_turn_take(p->turn, turn_me, turn_hold(p), TURN_MAX_WAIT_NS, &waited);
-	PSTAT_ADD(turn_waits, 1);
-	PSTAT_ADD(turn_wait_ns, waited);
-	if (rc != 0) {
-		turn_took(p, tessera_now_ns());
-		return;
-	}
-	PSTAT_ADD(turn_gave_up, 1);
-	p->turn_off_until_ns = tessera_now_ns() + TURN_OFF_NS;
-	static _Atomic int logged;
-	if (atomic_exchange(&logged, 1) == 0)
-		tessera_log(TESSERA_LOG_WARN, "the GPU's turn was not let go for %lld ms, or not to this container for %lld ms; "
-					      "its work is time-sliced with the others' for %lld s",
-			    (long long)(TURN_MAX_WAIT_NS / 1000000), (long long)(TESSERA_TURN_WAIT_MAX_NS / 1000000),
-			    (long long)(TURN_OFF_NS / 1000000000LL));
-}
-
-/* The burst is over: once the GPU has run it (its F), the turn goes to whoever waits.
- * The thread sleeps through most of the burst's charge first, then waits for F as
- * settle_burst does. */
-static void turn_finish(struct tessera_pacer *p)
-{
-	if (p->fence_pending) {
-		struct ctx_events *c = p->burst_ctx;
-		pthread_mutex_lock(&ev_mu);
-		int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
-		CUevent f = c->ev[p->ev_f];
-		pthread_mutex_unlock(&ev_mu);
-		/* The burst should end its charge after S; the charge may run over its GPU
-		 * time (an estimate still settling), so the thread sleeps half of what is
-		 * left at a time, then polls every 50 us, and waits for F outright (as
-		 * settle_burst does) only past TURN_MAX_WAIT_NS. */
-		int64_t end = p->f_at_ns - p->f_host_ns + p->f_charged, t0 = tessera_now_ns();
-		for (int64_t now = t0; ok && REAL(cuEventQuery)(f) == CUDA_ERROR_NOT_READY; now = tessera_now_ns()) {
-			if (now - t0 > TURN_MAX_WAIT_NS) {
-				REAL(cuEventSynchronize)(f);
-				break;
-			}
-			int64_t d = (end - now) / 2;
-			sleep_until(now + (d < 50000 ? 50000 : d > 2000000 ? 2000000 : d));
-		}
-	}
-	if (tessera_turn_wanted(p->turn, turn_me, tessera_now_ns()))
-		PSTAT_ADD(turn_handoffs, 1);
-	tessera_turn_release(p->turn, turn_me);
-	p->turn_held = 0;
+	struct ctx_events *c = p->burst_ctx;
+	pthread_mutex_lock(&ev_mu);
+	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
+	*f = c->ev[p->ev_f];
+	pthread_mutex_unlock(&ev_mu);
+	return ok;
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -1621,21 +1460,21 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			/* A burst on a GPU whose containers take turns begins with the turn: taken
 			 * here if free, else waited for without the lock (and the burst, begun
 			 * late, is not its slot's). */
-			if (!p->turn_held && !p->burst_started && turn_use(p, now)) {
-				if (!tessera_turn_try(p->turn, turn_me, turn_hold(p))) {
+			if (!p->turn_held && !p->burst_started && pace_turn_use(p, now)) {
+				if (!pace_turn_try(p)) {
 					pthread_mutex_unlock(&s->mu);
-					turn_wait(p);
+					pace_turn_wait(p);
 					continue;
 				}
-				turn_took(p, now);
+				pace_turn_took(p, now);
 			}
 			if (p->burst_started && refilled && !p->fence_pending) {
-				if (p->turn_held && tessera_turn_wanted(p->turn, turn_me, now)) {
+				if (p->turn_held && pace_turn_wanted(p, now)) {
 					/* Another container waits for the turn: the burst ends here
 					 * rather than going on with this refill. */
 					end_burst(p, stream, 0);
 					pthread_mutex_unlock(&s->mu);
-					turn_finish(p);
+					pace_turn_finish(p);
 					continue;
 				}
 				end_burst(p, stream, 1);
@@ -1649,7 +1488,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			pthread_mutex_unlock(&s->mu);
 			return slept;
 		}
-		if (p->work_conserving && !others_have_work() && !(p->turn_held && tessera_turn_wanted(p->turn, turn_me, now))) {
+		if (p->work_conserving && !others_have_work() && !(p->turn_held && pace_turn_wanted(p, now))) {
 			/* Work-conserving, and no other context has had work on the GPU for
 			 * CONTENDED_NS: the container takes the idle time, a slot's allowance at a
 			 * time, without waiting for a refill. Each allowance is a burst of its own,
@@ -1673,10 +1512,10 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			end_burst(p, stream, 0);
 		pthread_mutex_unlock(&s->mu);
 		if (p->turn_held)
-			turn_finish(p);
+			pace_turn_finish(p);
 		PSTAT_ADD(holds, 1);
 		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);
-		sleep_until(wake);
+		pace_sleep_until(wake);
 		slept = 1;
 	}
 }
