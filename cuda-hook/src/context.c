@@ -19,11 +19,13 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "context.h"
 #include "devices.h"
+#include "fork.h"
+#include "interpose.h"
 #include "log.h"
 #include "memory.h"
 #include "mps.h"
+#include "pacing.h"
 #include "state.h"
 
 #define NLIMITS 3 /* CU_LIMIT_STACK_SIZE, _PRINTF_FIFO_SIZE, _MALLOC_HEAP_SIZE */
@@ -57,7 +59,7 @@ static struct ctx ctxs[MAX_CTX];
 static struct mod mods[MAX_MOD];
 static int primary_refs[TESSERA_MAX_GPUS];
 
-void tessera_context_after_fork(void)
+static void after_fork(void)
 {
 	/* A child starts with no contexts or modules of its own. */
 	pthread_mutex_init(&mu, NULL);
@@ -65,6 +67,11 @@ void tessera_context_after_fork(void)
 	memset(ctxs, 0, sizeof(ctxs));
 	memset(mods, 0, sizeof(mods));
 	memset(primary_refs, 0, sizeof(primary_refs));
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_CONTEXT, after_fork);
 }
 
 static CUresult charge(int gpu, uint64_t bytes, const char *what)

@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "devices.h"
+#include "interpose.h"
 #include "log.h"
 #include "mps.h"
 #include "state.h"

@@ -23,7 +23,9 @@
 #include <string.h>
 
 #include "devices.h"
+#include "fork.h"
 #include "graph.h"
+#include "interpose.h"
 #include "log.h"
 #include "memory.h"
 #include "state.h"
@@ -48,7 +50,7 @@ static uint64_t counted[TESSERA_MAX_GPUS];
 static uint64_t last_exec[TESSERA_MAX_GPUS];
 static uint64_t gen[TESSERA_MAX_GPUS];
 
-void tessera_graph_after_fork(void)
+static void after_fork(void)
 {
 	/* Graphs and their memory are the parent's. */
 	pthread_mutex_init(&gmu, NULL);
@@ -59,6 +61,11 @@ void tessera_graph_after_fork(void)
 	memset(counted, 0, sizeof(counted));
 	memset(last_exec, 0, sizeof(last_exec));
 	memset(gen, 0, sizeof(gen));
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_GRAPH, after_fork);
 }
 
 /* Adds what graph g's memory nodes allocate to need, per GPU of the container. Returns

@@ -36,6 +36,5 @@ static inline void tessera_graph_admitted(const struct tessera_graph_ticket *t, 
 }
 /* Counts the graph pools at what the driver reserves; returns the bytes given back. */
 uint64_t tessera_graph_settle(int gpu);
-void tessera_graph_after_fork(void);
 
 #endif

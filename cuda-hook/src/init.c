@@ -11,14 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "context.h"
 #include "devices.h"
-#include "graph.h"
-#include "interpose.h"
+#include "fork.h"
 #include "limits_source.h"
 #include "log.h"
-#include "memory.h"
 #include "mps.h"
+#include "pacing.h"
 #include "state.h"
 
 struct tessera_state tessera = {
@@ -35,11 +33,8 @@ static void fork_child(void)
 	atomic_store(&tessera.captures, 0);
 	pthread_mutex_init(&tessera.dev_mu, NULL);
 	pthread_mutex_init(&tessera.nvml_mu, NULL);
-	tessera_region_after_fork();
-	tessera_memory_after_fork();
-	tessera_context_after_fork();
-	tessera_graph_after_fork();
-	tessera_pacing_after_fork();
+	/* Then each part's own handler, in the order of fork.h. */
+	tessera_fork_child();
 }
 
 static void process_exit(void)

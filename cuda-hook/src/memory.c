@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include "devices.h"
+#include "fork.h"
 #include "graph.h"
+#include "interpose.h"
 #include "log.h"
 #include "memory.h"
 #include "state.h"
@@ -181,7 +183,7 @@ static uint64_t pools_settle(int gpu)
 	return freed;
 }
 
-void tessera_memory_after_fork(void)
+static void after_fork(void)
 {
 	/* The parent's allocations are not the child's to free. */
 	pthread_mutex_init(&map_mu, NULL);
@@ -189,6 +191,11 @@ void tessera_memory_after_fork(void)
 	map = NULL;
 	map_cap = map_used = 0;
 	memset(pools, 0, sizeof(pools));
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_MEMORY, after_fork);
 }
 
 uint64_t tessera_memory_settle(int gpu)

@@ -13,6 +13,5 @@ CUresult tessera_reserve(int gpu, uint64_t bytes);
 /* Everything cached memory the hook counts (stream-ordered and graph pools) settled on
  * what the driver holds; returns the bytes given back. */
 uint64_t tessera_memory_settle(int gpu);
-void tessera_memory_after_fork(void);
 
 #endif

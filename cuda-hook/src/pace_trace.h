@@ -12,6 +12,20 @@
 #ifndef TESSERA_PACE_TRACE_H
 #define TESSERA_PACE_TRACE_H
 
+#include <stdint.h>
+
+/* The function of the launch being paced (a kernel's key mixes in its grid): set by
+ * the launch hooks (launch.c), read when a kernel's row is made. */
+#ifdef TESSERA_PACE_TRACE
+extern __thread uintptr_t tessera_trace_fn_now __attribute__((tls_model("initial-exec")));
+#define TRACE_FN(f) (tessera_trace_fn_now = (uintptr_t)(f))
+#else
+#define TRACE_FN(f) ((void)0)
+#endif
+
+/* The rows and what fills them (trace_launch, trace_sample), in the one file that
+ * defines TESSERA_PACE_TRACE_ROWS before it includes this (pacing.c). */
+#ifdef TESSERA_PACE_TRACE_ROWS
 #ifdef TESSERA_PACE_TRACE
 #include <dlfcn.h>
 #include <stdio.h>
@@ -27,9 +41,7 @@ static struct trace_row {
 	int64_t samples, idle, raw_ns, gap_ns, folded_ns, min_ns, max_ns, first_ns, met, off_ns;
 } trace_rows[TRACE_ROWS];
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
-/* The function of the launch being paced (a kernel's key mixes in its grid). */
-static __thread uintptr_t trace_fn_now __attribute__((tls_model("initial-exec")));
-#define TRACE_FN(f) (trace_fn_now = (uintptr_t)(f))
+__thread uintptr_t tessera_trace_fn_now __attribute__((tls_model("initial-exec")));
 
 /* The row of key, made on first use (caller holds trace_mu); key 0 is the launches
  * without a handle, one row per class. */
@@ -58,7 +70,7 @@ static struct trace_row *trace_row_of(uintptr_t key, int cls)
 					kfn = (name_fn)dlsym(tessera.libcuda, "cuKernelGetName");
 				}
 				const char *nm = NULL;
-				void *h = (void *)trace_fn_now;
+				void *h = (void *)tessera_trace_fn_now;
 				if ((fn == NULL || fn(&nm, h) != CUDA_SUCCESS || nm == NULL) &&
 				    (kfn == NULL || kfn(&nm, h) != CUDA_SUCCESS || nm == NULL))
 					nm = "?";
@@ -133,9 +145,9 @@ __attribute__((destructor)) static void trace_write(void)
 	fclose(f);
 }
 #else
-#define TRACE_FN(f) ((void)0)
 #define trace_launch(key, cls, cost) ((void)0)
 #define trace_sample(key, cls, raw, gap, off, folded) ((void)0)
+#endif
 #endif
 
 #endif

@@ -49,14 +49,24 @@
 
 #include "clock.h"
 #include "devices.h"
-#include "graph.h"
+#include "fork.h"
 #include "log.h"
+#include "pace.h"
 #include "pacing.h"
 #include "residency.h"
 #include "share.h"
 #include "state.h"
+#include "turns.h"
 
+#define TESSERA_PACE_TRACE_ROWS
 #include "pace_trace.h"
+
+/* The paced GPUs: some GPU has 0 < cores < 100, or is paced to its unreserved share
+ * (pacing_any); the paced GPU when there is exactly one GPU, else -1 (pacing_only); this
+ * process's view of each GPU's pacing (pacers, by limits index). Set at setup. */
+static int pacing_any;
+static int pacing_only;
+static struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
@@ -187,21 +197,8 @@ static struct {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
 	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
-	_Atomic int64_t turns, turn_waits, turn_wait_ns, turn_handoffs, turn_gave_up;
 } pstat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
-
-/* GPU turns (turns.h): the container's id in them. Launches estimated at TURN_MIN_NS
- * or more (longer than the driver's time slice, so that two busy contexts' kernels
- * are cut by each other's turns) take turns on the GPU while another context is on
- * it; any paced container's bursts do while such a container says it takes turns. A
- * wait for the turn is given up when the turn has not changed hands for
- * TURN_MAX_WAIT_NS (a holder that never lets go), or after TESSERA_TURN_WAIT_MAX_NS in
- * all, and the GPU's turns are then not taken for TURN_OFF_NS. */
-static uint64_t turn_me;
-#define TURN_MIN_NS 2000000LL
-#define TURN_MAX_WAIT_NS TESSERA_TURN_HOLD_MAX_NS
-#define TURN_OFF_NS (30 * 1000000000LL)
 
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
  * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
@@ -239,7 +236,7 @@ static struct {
 #define PROBE_MIN_NS 200000LL
 /* The longest launch estimated: the two classes' estimates and the longest
  * per-kernel entry in use. */
-static int64_t est_longest(void)
+int64_t pace_est_longest(void)
 {
 	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]), t = atomic_load(&kt_longest_ns);
 	k = k > g ? k : g;
@@ -338,9 +335,8 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
  * sample whose start event waited on a drained stream, a burst that ran over its
  * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
- * after: a container alone on its GPU has nothing to probe for. */
+ * after (pace.h): a container alone on its GPU has nothing to probe for. */
 static _Atomic int64_t other_seen_ns;
-#define CONTENDED_NS (2 * 1000000000LL)
 static void saw_other(void)
 {
 	atomic_store_explicit(&other_seen_ns, tessera_now_ns(), memory_order_relaxed);
@@ -359,7 +355,7 @@ static int others_have_work(void)
 	return seen_lately(atomic_load_explicit(&met_seen_ns, memory_order_relaxed)) ||
 	       seen_lately(tessera_residency_late_seen_ns());
 }
-static int contended(void)
+int pace_contended(void)
 {
 	return seen_lately(atomic_load_explicit(&other_seen_ns, memory_order_relaxed)) || others_have_work();
 }
@@ -390,8 +386,8 @@ static struct ctx_events *events_current(void)
 		evc_next = (evc_next + 1) % NCTX;
 		int busy = atomic_load(&smp.state) != SAMPLE_FREE && smp.c == c;
 		for (int g = 0; g < tessera.limits.ngpus && !busy; g++)
-			busy = (tessera.pacers[g].burst_started || tessera.pacers[g].fence_pending) &&
-			       tessera.pacers[g].burst_ctx == c;
+			busy = (pacers[g].burst_started || pacers[g].fence_pending) &&
+			       pacers[g].burst_ctx == c;
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
@@ -583,7 +579,7 @@ static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, in
 			 * short launches never starts the probing thread (a second thread alone
 			 * costs a single-threaded program's launches 11 ns each in the fake
 			 * driver, B3). */
-			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || contended());
+			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || pace_contended());
 			if (smp.probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
@@ -607,10 +603,8 @@ static void sample_start(CUstream stream, struct tessera_pace_ticket *t)
 	t->t_start_ns = tessera_now_ns();
 }
 
-void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
+void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
 {
-	if (!t->sampled)
-		return;
 	struct ctx_events *c = t->ev;
 	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
 		if (smp.probed)
@@ -650,14 +644,13 @@ void tessera_pacing_forget_ctx(CUcontext ctx)
 	tessera_residency_forget(ctx);
 }
 
-/* A stream is being destroyed: pacing records nothing on it from now on (a burst
- * that launched on it is no longer measured), and it is no stream's start mark. */
-static void forget_stream(CUstream stream)
+/* (pacing.h) */
+void tessera_pacing_forget_stream(CUstream stream)
 {
 	uintptr_t t = (uintptr_t)stream + 1;
 	pthread_mutex_lock(&ev_mu);
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		uintptr_t o = t;
 		atomic_compare_exchange_strong(&p->other_stream, &o, TESSERA_OTHER_MANY);
 		if (p->xp_stream == t)
@@ -666,25 +659,8 @@ static void forget_stream(CUstream stream)
 	pthread_mutex_unlock(&ev_mu);
 }
 
-CUresult cuStreamDestroy_v2(CUstream stream)
+static void after_fork(void)
 {
-	HOOK_ENTER();
-	HOOK_REAL(cuStreamDestroy_v2);
-	forget_stream(stream);
-	return REAL(cuStreamDestroy_v2)(stream);
-}
-
-CUresult cuStreamDestroy(CUstream stream)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuStreamDestroy);
-	forget_stream(stream);
-	return REAL(cuStreamDestroy)(stream);
-}
-
-void tessera_pacing_after_fork(void)
-{
-	tessera_residency_after_fork();
 	/* The child has none of the parent's contexts or events. */
 	pthread_mutex_init(&ev_mu, NULL);
 	memset(evc, 0, sizeof(evc));
@@ -711,11 +687,16 @@ void tessera_pacing_after_fork(void)
 	atomic_store(&met_seen_ns, 0);
 	memset(&pstat, 0, sizeof(pstat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
 		p->turn_held = 0; /* the parent's */
 		atomic_store(&p->burst_stream_tag, 0);
 	}
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_PACING, after_fork);
 }
 
 /* A process that ends holding a GPU's turn lets it go: its work ends with it, and the
@@ -723,8 +704,7 @@ void tessera_pacing_after_fork(void)
 __attribute__((destructor)) static void turns_at_exit(void)
 {
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++)
-		if (tessera.pacers[g].turn_held && tessera.pacers[g].turn != NULL)
-			tessera_turn_release(tessera.pacers[g].turn, turn_me);
+		pace_turn_release(&pacers[g]);
 }
 
 /* What pacing did, in the debug log when the process ends: where a program's time
@@ -732,7 +712,7 @@ __attribute__((destructor)) static void turns_at_exit(void)
  * idle against those queued behind other work) and what bursts owed or gave back. */
 __attribute__((destructor)) static void pacing_summary(void)
 {
-	if (!tessera.pacing_any)
+	if (!pacing_any)
 		return;
 	for (int cls = 0; cls < 2; cls++) {
 		int64_t n = atomic_load(&pstat.samples[cls]), idle = atomic_load(&pstat.idle[cls]);
@@ -769,11 +749,7 @@ __attribute__((destructor)) static void pacing_summary(void)
 		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
 		    (long long)atomic_load(&pstat.sliced_ns), (long long)atomic_load(&pstat.forfeit_ns),
 		    (long long)atomic_load(&pstat.restarts), (long long)atomic_load(&pstat.conserved));
-	if (atomic_load(&pstat.turns) + atomic_load(&pstat.turn_gave_up) > 0)
-		tessera_log(TESSERA_LOG_DEBUG, "pacing summary turns=%lld turn_waits=%lld turn_wait_ns=%lld turn_handoffs=%lld turn_gave_up=%lld",
-			    (long long)atomic_load(&pstat.turns), (long long)atomic_load(&pstat.turn_waits),
-			    (long long)atomic_load(&pstat.turn_wait_ns), (long long)atomic_load(&pstat.turn_handoffs),
-			    (long long)atomic_load(&pstat.turn_gave_up));
+	pace_turns_summary();
 }
 
 /* ---- the container's allowance ------------------------------------------------- */
@@ -791,7 +767,7 @@ __attribute__((destructor)) static void pacing_summary(void)
  */
 static void share_apply(struct tessera_pacer *p, int64_t now)
 {
-	const char *uuid = tessera.limits.gpus[p - tessera.pacers].uuid;
+	const char *uuid = tessera.limits.gpus[p - pacers].uuid;
 	struct tessera_share sh;
 	atomic_store(&p->share_read_ns, now);
 	if (tessera_share_read(uuid, &sh) == 0) {
@@ -818,7 +794,7 @@ void tessera_pacing_setup(void)
 	int paced = 0, last = -1;
 	charge_kernel = tessera.limits.charge_kernel;
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
-		struct tessera_pacer *p = &tessera.pacers[g];
+		struct tessera_pacer *p = &pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
 		p->s = tessera_region_pacer(tessera.region, g);
 		p->ev_s = 2;
@@ -841,9 +817,9 @@ void tessera_pacing_setup(void)
 			last = g;
 		}
 	}
-	tessera.pacing_any = paced > 0;
-	turn_me = tessera_turn_id(tessera.limits.cgroup);
-	tessera.pacing_only = tessera.limits.ngpus == 1 ? last : -1;
+	pacing_any = paced > 0;
+	pace_turns_setup(tessera.limits.cgroup);
+	pacing_only = tessera.limits.ngpus == 1 ? last : -1;
 	if (paced > 0 && !events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
 					      "launches are paced by count only");
@@ -889,10 +865,10 @@ static void pacer_check(struct tessera_shared_pacer *s, int64_t now)
  * it a refill; its turns are then longer, and fewer turns lose less of the GPU to
  * the hand-offs (in the fake driver, whose context switch costs 160 us, 5 ms kernels
  * at 30/70 got 29.9 / 66.2 % with one launch more, 29.9 / 67.6 % with this). */
-static int64_t turn_bank(void)
+int64_t pace_turn_bank(void)
 {
 	const int64_t P = TESSERA_PACING_PERIOD_NS;
-	int64_t more = est_longest() > P / 2 ? est_longest() : P / 2;
+	int64_t more = pace_est_longest() > P / 2 ? pace_est_longest() : P / 2;
 	return more < P ? more : P;
 }
 
@@ -916,7 +892,7 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 		int64_t t = atomic_load(&s->tokens);
 		int64_t cap = len;
 		if (p->turn_used_ns > 0 && now - p->turn_used_ns < CONTENDED_NS)
-			cap += turn_bank();
+			cap += pace_turn_bank();
 		int64_t want = t + add < cap ? t + add : cap;
 		if (want > t)
 			atomic_fetch_add(&s->tokens, want - t);
@@ -925,7 +901,7 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 	return p->slot_off_ns + (k + 1) * P;
 }
 
-static void sleep_until(int64_t t)
+void pace_sleep_until(int64_t t)
 {
 	struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
@@ -979,8 +955,8 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 	pthread_mutex_lock(&ev_mu);
 	struct ctx_events *c = events_current();
 	/* Long launches beside another context: their turns are probed while it runs. */
-	int64_t est = est_longest();
-	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && contended()) || (p->work_conserving && !others_have_work()));
+	int64_t est = pace_est_longest();
+	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && pace_contended()) || (p->work_conserving && !others_have_work()));
 	if (p->burst_probed)
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
 	int64_t t0 = tessera_now_ns();
@@ -1074,10 +1050,6 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 	}
 	pthread_mutex_unlock(&ev_mu);
 }
-
-/* How much of a burst's overrun may be another context's turn: the driver's time
- * slice between busy contexts is of this order (ms). */
-#define TIME_SLICE_NS 2000000LL
 
 /* How far above their estimate the launch samples say a burst's launches ran, as a
  * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
@@ -1282,7 +1254,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		p->ev_f = t;
 		p->lag_s_ns = lag;
 	}
-	int64_t est = est_longest();
+	int64_t est = pace_est_longest();
 	int64_t min_lag = 100000 + 2 * est;
 	/* A queue many kernels deep at F, or one the GPU was behind on for longer than
 	 * the host took to issue the burst; and most of S→F after the host's last launch
@@ -1419,85 +1391,15 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	return over < 0 ? -over : 0;
 }
 
-/* ---- GPU turns ---------------------------------------------------------------- */
-
-/* Whether the next burst takes the GPU's turn. */
-static int turn_use(struct tessera_pacer *p, int64_t now)
+/* (pace.h) */
+int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 {
-	if (p->turn == NULL || now < p->turn_off_until_ns || tessera_turn_broken())
-		return 0;
-	if (est_longest() >= TURN_MIN_NS)
-		return contended() || tessera_turn_others(p->turn, turn_me, now, CONTENDED_NS);
-	return tessera_turn_long(p->turn, now, CONTENDED_NS);
-}
-
-/* How long a burst that takes the turn holds it at most: the most tokens the
- * container can hold (refill), one launch past them and one more, and a time slice. */
-static int64_t turn_hold(struct tessera_pacer *p)
-{
-	int64_t d = p->slot_len_ns + turn_bank() + 2 * est_longest() + TIME_SLICE_NS;
-	return d < TURN_MAX_WAIT_NS ? d : TURN_MAX_WAIT_NS;
-}
-
-static void turn_took(struct tessera_pacer *p, int64_t now)
-{
-	p->turn_held = 1;
-	p->turn_used_ns = now;
-	PSTAT_ADD(turns, 1);
-	if (est_longest() >= TURN_MIN_NS)
-		tessera_turn_say_long(p->turn, now);
-}
-
-/* Waits for the turn (without the pacer's lock). */
-static void turn_wait(struct tessera_pacer *p)
-{
-	int64_t waited;
-	int rc = tessera_turn_take(p->turn, turn_me, turn_hold(p), TURN_MAX_WAIT_NS, &waited);
-	PSTAT_ADD(turn_waits, 1);
-	PSTAT_ADD(turn_wait_ns, waited);
-	if (rc != 0) {
-		turn_took(p, tessera_now_ns());
-		return;
-	}
-	PSTAT_ADD(turn_gave_up, 1);
-	p->turn_off_until_ns = tessera_now_ns() + TURN_OFF_NS;
-	static _Atomic int logged;
-	if (atomic_exchange(&logged, 1) == 0)
-		tessera_log(TESSERA_LOG_WARN, "the GPU's turn was not let go for %lld ms, or not to this container for %lld ms; "
-					      "its work is time-sliced with the others' for %lld s",
-			    (long long)(TURN_MAX_WAIT_NS / 1000000), (long long)(TESSERA_TURN_WAIT_MAX_NS / 1000000),
-			    (long long)(TURN_OFF_NS / 1000000000LL));
-}
-
-/* The burst is over: once the GPU has run it (its F), the turn goes to whoever waits.
- * The thread sleeps through most of the burst's charge first, then waits for F as
- * settle_burst does. */
-static void turn_finish(struct tessera_pacer *p)
-{
-	if (p->fence_pending) {
-		struct ctx_events *c = p->burst_ctx;
-		pthread_mutex_lock(&ev_mu);
-		int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
-		CUevent f = c->ev[p->ev_f];
-		pthread_mutex_unlock(&ev_mu);
-		/* The burst should end its charge after S; the charge may run over its GPU
-		 * time (an estimate still settling), so the thread sleeps half of what is
-		 * left at a time, then polls every 50 us, and waits for F outright (as
-		 * settle_burst does) only past TURN_MAX_WAIT_NS. */
-		int64_t end = p->f_at_ns - p->f_host_ns + p->f_charged, t0 = tessera_now_ns();
-		for (int64_t now = t0; ok && REAL(cuEventQuery)(f) == CUDA_ERROR_NOT_READY; now = tessera_now_ns()) {
-			if (now - t0 > TURN_MAX_WAIT_NS) {
-				REAL(cuEventSynchronize)(f);
-				break;
-			}
-			int64_t d = (end - now) / 2;
-			sleep_until(now + (d < 50000 ? 50000 : d > 2000000 ? 2000000 : d));
-		}
-	}
-	if (tessera_turn_wanted(p->turn, turn_me, tessera_now_ns()))
-		PSTAT_ADD(turn_handoffs, 1);
-	tessera_turn_release(p->turn, turn_me);
-	p->turn_held = 0;
+	struct ctx_events *c = p->burst_ctx;
+	pthread_mutex_lock(&ev_mu);
+	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
+	*f = c->ev[p->ev_f];
+	pthread_mutex_unlock(&ev_mu);
+	return ok;
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
@@ -1558,21 +1460,21 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			/* A burst on a GPU whose containers take turns begins with the turn: taken
 			 * here if free, else waited for without the lock (and the burst, begun
 			 * late, is not its slot's). */
-			if (!p->turn_held && !p->burst_started && turn_use(p, now)) {
-				if (!tessera_turn_try(p->turn, turn_me, turn_hold(p))) {
+			if (!p->turn_held && !p->burst_started && pace_turn_use(p, now)) {
+				if (!pace_turn_try(p)) {
 					pthread_mutex_unlock(&s->mu);
-					turn_wait(p);
+					pace_turn_wait(p);
 					continue;
 				}
-				turn_took(p, now);
+				pace_turn_took(p, now);
 			}
 			if (p->burst_started && refilled && !p->fence_pending) {
-				if (p->turn_held && tessera_turn_wanted(p->turn, turn_me, now)) {
+				if (p->turn_held && pace_turn_wanted(p, now)) {
 					/* Another container waits for the turn: the burst ends here
 					 * rather than going on with this refill. */
 					end_burst(p, stream, 0);
 					pthread_mutex_unlock(&s->mu);
-					turn_finish(p);
+					pace_turn_finish(p);
 					continue;
 				}
 				end_burst(p, stream, 1);
@@ -1586,7 +1488,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			pthread_mutex_unlock(&s->mu);
 			return slept;
 		}
-		if (p->work_conserving && !others_have_work() && !(p->turn_held && tessera_turn_wanted(p->turn, turn_me, now))) {
+		if (p->work_conserving && !others_have_work() && !(p->turn_held && pace_turn_wanted(p, now))) {
 			/* Work-conserving, and no other context has had work on the GPU for
 			 * CONTENDED_NS: the container takes the idle time, a slot's allowance at a
 			 * time, without waiting for a refill. Each allowance is a burst of its own,
@@ -1610,10 +1512,10 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			end_burst(p, stream, 0);
 		pthread_mutex_unlock(&s->mu);
 		if (p->turn_held)
-			turn_finish(p);
+			pace_turn_finish(p);
 		PSTAT_ADD(holds, 1);
 		PSTAT_ADD(held_ns, wake > now ? wake - now : 0);
-		sleep_until(wake);
+		pace_sleep_until(wake);
 		slept = 1;
 	}
 }
@@ -1629,12 +1531,12 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 {
 	t->sampled = 0;
 	t->waited = 0;
-	int g = tessera.pacing_only;
-	if (!tessera.pacing_any)
+	int g = pacing_only;
+	if (!pacing_any)
 		return;
 	if (g < 0 && tessera_current_gpu(&g) != CUDA_SUCCESS)
 		return; /* the launch itself will report the problem */
-	struct tessera_pacer *p = &tessera.pacers[g];
+	struct tessera_pacer *p = &pacers[g];
 	struct tessera_shared_pacer *s = p->s;
 	if (!atomic_load_explicit(&p->enabled, memory_order_relaxed)) {
 		/* Not paced; a container without cores checks its share file every
@@ -1736,220 +1638,4 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		sample_due(t, cls, key, cost);
 	if (t->sampled)
 		sample_start(stream, t);
-}
-
-/* ---- the launch hooks ------------------------------------------------------- */
-
-/* A kernel's entry is its function's at one grid size: one function runs for very
- * different lengths at different sizes (PyTorch's elementwise kernels serve every
- * tensor of a type, a 4 KiB bias and a 100 MiB activation alike), while one function
- * at one grid runs for about the same time launch after launch. */
-static inline uintptr_t kernel_key(CUfunction f, uint64_t blocks)
-{
-	TRACE_FN(f);
-	return f == NULL ? 0 : (uintptr_t)f ^ (uintptr_t)(blocks * 0x9e3779b97f4a7c15ULL);
-}
-#define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
-
-#define LAUNCH_HOOK(name, f, grid, stream, args)               \
-	HOOK_ENTER();                                          \
-	HOOK_REAL(name);                                       \
-	struct tessera_pace_ticket pt_;                        \
-	tessera_pace(stream, 0, kernel_key(f, grid), &pt_);    \
-	CUresult lrc_ = REAL(name) args;                       \
-	tessera_pace_done(stream, &pt_, lrc_);                 \
-	return lrc_
-
-CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-			unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
-{
-	LAUNCH_HOOK(cuLaunchKernel, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
-}
-
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-			     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
-{
-	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
-}
-
-CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
-{
-	LAUNCH_HOOK(cuLaunchKernelEx, f, config ? GRID(config->gridDimX, config->gridDimY, config->gridDimZ) : 0,
-		    config ? config->hStream : NULL, (config, f, params, extra));
-}
-
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
-{
-	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? GRID(config->gridDimX, config->gridDimY, config->gridDimZ) : 0,
-		    config ? config->hStream : NULL, (config, f, params, extra));
-}
-
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-				   unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
-{
-	LAUNCH_HOOK(cuLaunchCooperativeKernel, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
-}
-
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-					unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
-{
-	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
-}
-
-/* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
- * driver still runs it). Each entry is paced before the call as a launch on its
- * stream's GPU, with that stream's context current meanwhile (the pacer, the launch
- * sample's events and the GPU's turns are the context's), and the caller's context
- * is current again after. A list longer than the GPUs a process can have is refused
- * rather than run unpaced: the driver allows one entry per GPU. */
-#define MULTI_DEVICE_MAX 64
-CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned int n, unsigned int flags)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuLaunchCooperativeKernelMultiDevice);
-	if (list == NULL || n == 0)
-		return REAL(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
-	if (n > MULTI_DEVICE_MAX)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct tessera_pace_ticket pt[MULTI_DEVICE_MAX];
-	CUcontext ctx[MULTI_DEVICE_MAX], cur = NULL;
-	if (REAL(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS)
-		cur = NULL;
-	for (unsigned int i = 0; i < n; i++) {
-		ctx[i] = cur;
-		if (list[i].hStream != NULL && REAL(cuStreamGetCtx) != NULL &&
-		    (REAL(cuStreamGetCtx)(list[i].hStream, &ctx[i]) != CUDA_SUCCESS || ctx[i] == NULL))
-			ctx[i] = cur;
-		if (ctx[i] != cur && REAL(cuCtxSetCurrent)(ctx[i]) != CUDA_SUCCESS)
-			ctx[i] = cur;
-		tessera_pace(list[i].hStream, 0,
-			     kernel_key(list[i].function, GRID(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ)), &pt[i]);
-		if (ctx[i] != cur)
-			REAL(cuCtxSetCurrent)(cur);
-	}
-	CUresult rc = REAL(cuLaunchCooperativeKernelMultiDevice)(list, n, flags);
-	for (unsigned int i = 0; i < n; i++) {
-		if (!pt[i].sampled)
-			continue;
-		if (ctx[i] != cur)
-			REAL(cuCtxSetCurrent)(ctx[i]);
-		tessera_pace_done(list[i].hStream, &pt[i], rc);
-		if (ctx[i] != cur)
-			REAL(cuCtxSetCurrent)(cur);
-	}
-	return rc;
-}
-
-/* The first driver API's launches: cuLaunch and cuLaunchGrid run on the legacy default
- * stream. */
-CUresult cuLaunch(CUfunction f)
-{
-	LAUNCH_HOOK(cuLaunch, f, 1, NULL, (f));
-}
-
-CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height)
-{
-	LAUNCH_HOOK(cuLaunchGrid, f, GRID(grid_width, grid_height, 1), NULL, (f, grid_width, grid_height));
-}
-
-CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstream s)
-{
-	LAUNCH_HOOK(cuLaunchGridAsync, f, GRID(grid_width, grid_height, 1), s, (f, grid_width, grid_height, s));
-}
-
-/* A graph with memory nodes reserves what it allocates before it is launched
- * (graph.c); the others pay one relaxed load for that. */
-#define GRAPH_LAUNCH_HOOK(name, g, s)                                  \
-	HOOK_ENTER();                                                  \
-	HOOK_REAL(name);                                               \
-	struct tessera_graph_ticket t_;                                \
-	CUresult rc = tessera_graph_admit(g, &t_);                     \
-	if (rc != CUDA_SUCCESS)                                        \
-		return rc;                                             \
-	struct tessera_pace_ticket pt_;                                \
-	tessera_pace(s, 1, (uintptr_t)(g), &pt_);                      \
-	rc = REAL(name)(g, s);                                         \
-	tessera_pace_done(s, &pt_, rc);                                \
-	tessera_graph_admitted(&t_, rc);                               \
-	return rc
-
-CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
-{
-	GRAPH_LAUNCH_HOOK(cuGraphLaunch, g, s);
-}
-
-CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
-{
-	GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, g, s);
-}
-
-/* ---- stream capture bookkeeping --------------------------------------------- */
-
-/* The capture is counted before it begins, and the residency probes' thread is let
- * finish any driver call it is in: from then on neither it nor a launch sample makes
- * an event call that a capture in global mode would refuse (and be invalidated by). */
-#define BEGIN_CAPTURE(name, args)                              \
-	HOOK_ENTER();                                          \
-	HOOK_REAL(name);                                       \
-	atomic_fetch_add(&tessera.captures, 1);                \
-	tessera_residency_quiesce();                           \
-	CUresult rc = REAL(name) args;                         \
-	if (rc != CUDA_SUCCESS)                                \
-		atomic_fetch_sub(&tessera.captures, 1);        \
-	return rc
-
-CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
-{
-	BEGIN_CAPTURE(cuStreamBeginCapture_v2, (s, mode));
-}
-
-CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
-{
-	BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (s, mode));
-}
-
-CUresult cuStreamBeginCapture(CUstream s)
-{
-	BEGIN_CAPTURE(cuStreamBeginCapture, (s));
-}
-
-CUresult cuStreamBeginCapture_ptsz(CUstream s)
-{
-	BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, (s));
-}
-
-CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data,
-				     size_t n, CUstreamCaptureMode mode)
-{
-	BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, (s, g, deps, data, n, mode));
-}
-
-CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data,
-					  size_t n, CUstreamCaptureMode mode)
-{
-	BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, (s, g, deps, data, n, mode));
-}
-
-/* A capture ends with EndCapture whether or not it succeeded (an invalidated capture
- * is ended too), so every call ends one capture that BeginCapture counted. */
-static CUresult end_capture(CUresult rc)
-{
-	int n = atomic_load(&tessera.captures);
-	while (n > 0 && !atomic_compare_exchange_weak(&tessera.captures, &n, n - 1))
-		;
-	return rc;
-}
-
-CUresult cuStreamEndCapture(CUstream s, CUgraph *g)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuStreamEndCapture);
-	return end_capture(REAL(cuStreamEndCapture)(s, g));
-}
-
-CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuStreamEndCapture_ptsz);
-	return end_capture(REAL(cuStreamEndCapture_ptsz)(s, g));
 }

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fork.h"
 #include "log.h"
 #include "region.h"
 
@@ -550,7 +551,7 @@ void tessera_region_forget_process(struct tessera_region *r)
 	unlock(r);
 }
 
-void tessera_region_after_fork(void)
+static void after_fork(void)
 {
 	my_slot = -1;
 	my_pid = 0;
@@ -560,6 +561,11 @@ void tessera_region_after_fork(void)
 	my_lease_fd = -1;
 	my_lease = 0;
 	lease_pid = 0;
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_REGION, after_fork);
 }
 
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu)

@@ -133,6 +133,5 @@ int tessera_region_hold_lease(char *err, size_t errlen);
  * lease (and with it the driver's descriptors). */
 void tessera_region_forget_process(struct tessera_region *r);
 struct tessera_shared_pacer *tessera_region_pacer(struct tessera_region *r, int gpu);
-void tessera_region_after_fork(void);
 
 #endif

@@ -39,6 +39,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "fork.h"
 #include "log.h"
 #include "residency.h"
 #include "state.h"
@@ -461,7 +462,7 @@ void tessera_residency_forget(CUcontext ctx)
 	pthread_mutex_unlock(&rs.mu);
 }
 
-void tessera_residency_after_fork(void)
+static void after_fork(void)
 {
 	/* The child has none of the parent's threads or contexts. */
 	pthread_mutex_init(&rs.mu, NULL);
@@ -476,6 +477,11 @@ void tessera_residency_after_fork(void)
 	memset(rs.hold, 0, sizeof(rs.hold));
 	rs.probes = rs.late = rs.covered = rs.uncovered = 0;
 	atomic_store(&late_seen_ns, 0);
+}
+
+__attribute__((constructor)) static void register_fork(void)
+{
+	tessera_on_fork(TESSERA_FORK_RESIDENCY, after_fork);
 }
 
 int64_t tessera_residency_late_seen_ns(void)

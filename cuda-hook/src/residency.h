@@ -26,7 +26,6 @@ void tessera_residency_unhold(CUevent until);
 void tessera_residency_quiesce(void);
 /* The context is gone, or the process forked: forget it. */
 void tessera_residency_forget(CUcontext ctx);
-void tessera_residency_after_fork(void);
 /* When a probe last waited for the context's turn (monotonic ns; 0: never). */
 int64_t tessera_residency_late_seen_ns(void);
 /* Probe counts for the pacing summary. */

@@ -10,9 +10,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "interpose.h"
 #include "limits.h"
-#include "pacing.h"
+#include "real.h"
 #include "region.h"
 #include "tessera_cuda.h"
 
@@ -51,10 +50,6 @@ struct tessera_state {
 
 	/* Open stream captures in this process: pacing never synchronizes during one. */
 	_Atomic int captures;
-
-	int pacing_any;  /* some GPU has 0 < cores < 100, or is paced to its unreserved share */
-	int pacing_only; /* the paced GPU when there is exactly one GPU, else -1 */
-	struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 };
 
 extern struct tessera_state tessera;

@@ -21,7 +21,7 @@
  *   hooktest devlimits <limit-mib>
  *   hooktest fork <limit-mib> <context-mib>
  *   hooktest orphan <generations> <mib> <limit-mib>
- *   hooktest threads <n> <limit-mib>
+ *   hooktest threads <n> <limit-mib> [<procs>]
  *   hooktest refused <cuda-error>
  *   hooktest total-is <mib>
  *   hooktest pace <path> <cores> <seconds> [<least share>]
@@ -1236,14 +1236,11 @@ static void *churn(void *arg)
 	return NULL;
 }
 
-/* threads <n> <limit-mib> [together]: n threads churn under the limit. Alone, the
- * process must come near the limit; "together" (several processes sharing it, one of
- * which may hold most of it throughout) leaves that to the tally scenario. */
-static int threads_main(int argc, char **argv)
+/* n threads churn under the limit in this process; alone (together 0) the process
+ * must come near the limit, beside other processes sharing it (one of which may hold
+ * most of it throughout) only within it. */
+static int threads_churn(int n, int together)
 {
-	CHECK(argc == 4 || (argc == 5 && strcmp(argv[4], "together") == 0), "usage: threads <n> <limit-mib> [together]");
-	int n = atoi(argv[2]);
-	thread_limit = strtoull(argv[3], NULL, 10) * MIB;
 	CUdevice d = setup();
 	OK(cuDevicePrimaryCtxRetain(&thread_ctx, d));
 	pthread_t t[64];
@@ -1254,7 +1251,7 @@ static int threads_main(int argc, char **argv)
 	struct fake_cuda_stats s = stats();
 	CHECK(s.peak[d] <= thread_limit, "peak %llu MiB over the %llu MiB limit", (unsigned long long)(s.peak[d] / MIB),
 	      (unsigned long long)(thread_limit / MIB));
-	CHECK(argc == 5 || s.peak[d] > thread_limit / 2, "peak %llu MiB: the test never came near the limit",
+	CHECK(together || s.peak[d] > thread_limit / 2, "peak %llu MiB: the test never came near the limit",
 	      (unsigned long long)(s.peak[d] / MIB));
 	CHECK(s.used[d] == 0, "%llu bytes leaked", (unsigned long long)s.used[d]);
 	size_t fr, tot;
@@ -1264,21 +1261,42 @@ static int threads_main(int argc, char **argv)
 	return 0;
 }
 
-/* tally <limit-mib>: what all processes of the FAKE_CUDA_TALLY file held at once on
- * the container's first GPU stayed within the limit, came near it, and was given back. */
-static int tally_main(int argc, char **argv)
+/* threads <n> <limit-mib> [<procs>]: n threads churn under the limit. With procs,
+ * that many processes of n threads each, forked from here, race for the one limit at
+ * once; what they all held at once on the container's first GPU (the fake driver's
+ * FAKE_CUDA_TALLY file) must stay within the limit, come near it, and be given back. */
+static int threads_main(int argc, char **argv)
 {
-	CHECK(argc == 3 && getenv("FAKE_CUDA_TALLY") != NULL, "usage: FAKE_CUDA_TALLY=<file> tally <limit-mib>");
-	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB;
+	CHECK(argc == 4 || argc == 5, "usage: threads <n> <limit-mib> [<procs>]");
+	int n = atoi(argv[2]);
+	thread_limit = strtoull(argv[3], NULL, 10) * MIB;
+	if (argc == 4)
+		return threads_churn(n, 0);
+	int procs = atoi(argv[4]);
+	CHECK(procs >= 2 && procs <= 16, "procs %d", procs);
+	CHECK(getenv("FAKE_CUDA_TALLY") != NULL, "processes racing need FAKE_CUDA_TALLY=<file>");
+	pid_t pids[16];
+	for (int i = 0; i < procs; i++) {
+		pids[i] = fork();
+		CHECK(pids[i] >= 0, "fork");
+		if (pids[i] == 0) {
+			scenario = "threads (process)";
+			exit(threads_churn(n, 1)); /* through the hook's exit handler, as a process of its own */
+		}
+	}
+	for (int i = 0; i < procs; i++) {
+		int st;
+		CHECK(waitpid(pids[i], &st, 0) == pids[i] && WIFEXITED(st) && WEXITSTATUS(st) == 0, "process %d failed", i);
+	}
 	CUdevice d = setup();
 	struct fake_cuda_stats s = stats();
-	CHECK(s.all_peak[d] <= limit, "the processes held %llu MiB at once, over the %llu MiB limit",
-	      (unsigned long long)(s.all_peak[d] / MIB), (unsigned long long)(limit / MIB));
-	CHECK(s.all_peak[d] > limit / 2, "the processes held at most %llu MiB at once: they never came near the limit",
+	CHECK(s.all_peak[d] <= thread_limit, "the processes held %llu MiB at once, over the %llu MiB limit",
+	      (unsigned long long)(s.all_peak[d] / MIB), (unsigned long long)(thread_limit / MIB));
+	CHECK(s.all_peak[d] > thread_limit / 2, "the processes held at most %llu MiB at once: they never came near the limit",
 	      (unsigned long long)(s.all_peak[d] / MIB));
 	CHECK(s.all_used[d] == 0, "%llu bytes still held", (unsigned long long)s.all_used[d]);
-	printf("ok tally: the processes held at most %llu MiB of %llu at once\n", (unsigned long long)(s.all_peak[d] / MIB),
-	       (unsigned long long)(limit / MIB));
+	printf("ok threads: %d processes held at most %llu MiB of %llu at once\n", procs,
+	       (unsigned long long)(s.all_peak[d] / MIB), (unsigned long long)(thread_limit / MIB));
 	return 0;
 }
 
@@ -1873,8 +1891,6 @@ int main(int argc, char **argv)
 		return devlimits_main(argc, argv);
 	if (strcmp(scenario, "threads") == 0)
 		return threads_main(argc, argv);
-	if (strcmp(scenario, "tally") == 0)
-		return tally_main(argc, argv);
 	if (strcmp(scenario, "refused") == 0)
 		return refused_main(argc, argv);
 	if (strcmp(scenario, "mps") == 0)

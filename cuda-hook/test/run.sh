@@ -208,14 +208,7 @@ reset
 limits 0 "$U1 1024 0 0"
 t threads 16 1024
 rm -f "$ROOT/tally"
-FAKE_CUDA_TALLY=$ROOT/tally LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 together &
-a=$!
-FAKE_CUDA_TALLY=$ROOT/tally LD_PRELOAD="$PRELOAD" "$T" threads 8 1024 together &
-b=$!
-wait $a
-wait $b
-pass=$((pass + 2))
-FAKE_CUDA_TALLY=$ROOT/tally t tally 1024
+FAKE_CUDA_TALLY=$ROOT/tally t threads 8 1024 2
 
 echo "== $variant: missing, malformed or unauthorized limits fail closed"
 # refused_with <text> [VAR=value...]: CUDA is refused and the hook says why.
