@@ -16,6 +16,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -175,14 +176,20 @@ func readObjects[T any](t *testing.T, name string) []*T {
 // copied to dir/topology.yaml, which the agent re-reads). It returns the agent, the
 // topology's content and the node's slices once published.
 func (c *cluster) draNode(node, dir string) (*draAgent, []byte, []resourceapi.ResourceSlice) {
+	return c.draNodeOf(node, dir, "a100-2x-mig.yaml", 2)
+}
+
+// draNodeOf is draNode with the simulated topology config/simulated/<topology> of gpus
+// GPUs.
+func (c *cluster) draNodeOf(node, dir, topology string, gpus int) (*draAgent, []byte, []resourceapi.ResourceSlice) {
 	t := c.t
 	t.Helper()
 	c.createNode(node, nil)
-	makeDevNodes(t, dir, 2)
+	makeDevNodes(t, dir, gpus)
 	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil { // kubelet's
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "simulated", "a100-2x-mig.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "simulated", topology))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,9 +445,8 @@ func readLimits(t *testing.T, dir string) *api.ContainerLimits {
 	return l
 }
 
-// TestDRAClaimsAllocatedUpstream: kube-scheduler's own DRA allocator (the
-// DynamicResources plugin of the Tessera profiles; Tessera does not place claims yet)
-// allocates shares of the agent's devices by their capacities and request policies,
+// TestDRAClaimsAllocatedUpstream: kube-scheduler's own DRA allocator (in the Tessera
+// profiles' TesseraDynamicResources, which only orders the devices it walks) allocates shares of the agent's devices by their capacities and request policies,
 // never more than a device has, and what it wrote into each claim is what the agent
 // enforces when the claim is prepared.
 func TestDRAClaimsAllocatedUpstream(t *testing.T) {
@@ -517,5 +523,88 @@ func TestDRAClaimsAllocatedUpstream(t *testing.T) {
 		if got := [2]int64{l.GPUs[0].MemoryMiB, int64(l.GPUs[0].Cores)}; got != want[cl.Name] || l.GPUs[0].UUID != gpu1 {
 			t.Errorf("claim %s: limits %+v, want %d MiB, %d%% cores", cl.Name, l.GPUs, want[cl.Name][0], want[cl.Name][1])
 		}
+	}
+}
+
+// shareClaim creates a claim for one share of a whole GPU (memory, cores; empty: the
+// device's default) and a pod of profile using it.
+func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.ResourceClaim {
+	t := c.t
+	t.Helper()
+	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].type == "gpu"`}}},
+		Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}}
+	if memory != "" {
+		req.Capacity.Requests[dra.CapacityMemory] = resource.MustParse(memory)
+	}
+	if cores != "" {
+		req.Capacity.Requests[dra.CapacityCores] = resource.MustParse(cores)
+	}
+	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("claim %s: %v", name, err)
+	}
+	p := newPod(c.ns, "pod-"+name, profile, nil)
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
+	c.createPod(p)
+	return cl
+}
+
+// claimDevice waits for the pod of claim name to be bound and returns the device its
+// claim was allocated.
+func (c *cluster) claimDevice(name string) string {
+	t := c.t
+	t.Helper()
+	c.waitBound("pod-"+name, 30*time.Second)
+	got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, name, metav1.GetOptions{})
+	if err != nil || got.Status.Allocation == nil || len(got.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s not allocated one device: %v %+v", name, err, got.Status)
+	}
+	return got.Status.Allocation.Devices.Results[0].Device
+}
+
+// TestDRAClaimsPlacedByPolicy: the Tessera profiles place claims on the GPU their
+// device policy picks, where the in-tree allocator alone takes the first device that
+// fits: Spread puts a second share on an empty GPU, Binpack a third on the fullest
+// GPU it fits, though GPU 0 comes first and has room for both.
+func TestDRAClaimsPlacedByPolicy(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-t4"
+	c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
+	gpu := make([]string, 4)
+	for i := range gpu {
+		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
+	}
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startScheduler("tessera-scheduler.yaml")
+
+	// Spread: the first share on GPU 0 (all empty, the first of equals), the second,
+	// larger, on another GPU; first fit would put it on GPU 0 too.
+	c.shareClaim("s1", spread, "4Gi", "20")
+	if d := c.claimDevice("s1"); d != gpu[0] {
+		t.Fatalf("s1 on %s, want GPU 0 (%s)", d, gpu[0])
+	}
+	c.shareClaim("s2", spread, "8Gi", "40")
+	s2 := c.claimDevice("s2")
+	if s2 == gpu[0] {
+		t.Fatalf("spread put s2 beside s1 on GPU 0 (first fit), want an empty GPU")
+	}
+	// Binpack: the fullest GPU with room is s2's, though GPU 0 comes first.
+	c.shareClaim("b1", binpack, "2Gi", "10")
+	if d := c.claimDevice("b1"); d != s2 {
+		t.Errorf("binpack put b1 on %s, want the fullest GPU %s", d, s2)
+	}
+	// Fragmentation places validly beside them.
+	c.shareClaim("f1", "tessera-fragmentation", "1Gi", "10")
+	if d := c.claimDevice("f1"); !slices.Contains(gpu, d) {
+		t.Errorf("fragmentation put f1 on %s, not a whole GPU", d)
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/gpushare/draplacement"
 	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
@@ -109,7 +110,7 @@ func setupScheduler(t *testing.T, ctx context.Context, configPath string) (*sche
 	opts.ConfigFile = configPath
 	opts.SecureServing.BindPort = 0 // no HTTPS server (and so no delegated auth) in tests
 	cc, sched, err := schedapp.Setup(ctx, opts, schedapp.WithPlugin(gpushare.Name, gpushare.NewWithDefaults(&gpushare.Defaults{})),
-		schedapp.WithPlugin(noderesourcesfit.Name, noderesourcesfit.New))
+		schedapp.WithPlugin(noderesourcesfit.Name, noderesourcesfit.New), schedapp.WithPlugin(draplacement.Name, draplacement.New))
 	if err != nil {
 		t.Fatalf("scheduler setup with %s: %v", filepath.Base(configPath), err)
 	}

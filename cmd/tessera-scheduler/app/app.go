@@ -13,6 +13,7 @@ import (
 	schedapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/gpushare/draplacement"
 	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 )
 
@@ -44,6 +45,7 @@ func NewCommand(opts ...schedapp.Option) *cobra.Command {
 	opts = append([]schedapp.Option{
 		schedapp.WithPlugin(gpushare.Name, gpushare.NewWithDefaults(defaults)),
 		schedapp.WithPlugin(noderesourcesfit.Name, noderesourcesfit.New),
+		schedapp.WithPlugin(draplacement.Name, draplacement.New),
 	}, opts...)
 	cmd := schedapp.NewSchedulerCommand(opts...)
 	cmd.Use = "tessera-scheduler"

@@ -28,6 +28,8 @@ type (
 	BindPlugin          = framework.BindPlugin
 	EnqueueExtensions   = framework.EnqueueExtensions
 	NodeInfoLister      = framework.NodeInfoLister
+	SharedDRAManager    = framework.SharedDRAManager
+	ResourceSliceLister = framework.ResourceSliceLister
 )
 
 // Score bounds.

@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package draplacement
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
+)
+
+// DriverName is the DRA driver of Tessera's node agent (the agent's dra package names
+// it too; the scheduler does not import the agent).
+const DriverName = "gpu.tessera.dev"
+
+// Args are TesseraDynamicResources' args.
+type Args struct {
+	// DevicePolicy orders a node's Tessera devices for a claim: Binpack (the default),
+	// Spread or Fragmentation, as TesseraGPUShare's devicePolicy.
+	DevicePolicy placement.Policy `json:"devicePolicy,omitempty"`
+	// MemoryWeight and CoresWeight weigh GPU memory against compute in the device
+	// scores (default 1 and 1), as TesseraGPUShare's.
+	MemoryWeight *int64 `json:"memoryWeight,omitempty"`
+	CoresWeight  *int64 `json:"coresWeight,omitempty"`
+	// FragmentationWindow is how many recent claim pods the Fragmentation policy
+	// learns the workload from.
+	FragmentationWindow int `json:"fragmentationWindow,omitempty"`
+	// DeviceClassNames are the DeviceClasses whose requests are Tessera shares, beside
+	// any class whose selectors name the driver (device.driver == "gpu.tessera.dev").
+	DeviceClassNames []string `json:"deviceClassNames,omitempty"`
+	// DynamicResources are the in-tree DynamicResources plugin's args
+	// (filterTimeout, bindingTimeout, ...), passed to it unchanged.
+	DynamicResources json.RawMessage `json:"dynamicResources,omitempty"`
+}
+
+// decodeArgs reads the plugin's args strictly, applies defaults and validates them,
+// and decodes the in-tree plugin's args with the scheduler's own scheme.
+func decodeArgs(obj runtime.Object) (*Args, *config.DynamicResourcesArgs, error) {
+	raw := []byte("{}")
+	switch o := obj.(type) {
+	case nil:
+	case *runtime.Unknown:
+		if len(bytes.TrimSpace(o.Raw)) > 0 {
+			raw = o.Raw
+		}
+	default:
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args: want %s args, got %T", Name, Name, obj)
+	}
+	raw, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
+	}
+	args := &Args{}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(args); err != nil {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args: %w", Name, err)
+	}
+	if args.DevicePolicy == "" {
+		args.DevicePolicy = "Binpack"
+	}
+	if !policies.Has(args.DevicePolicy) {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args.devicePolicy: %q is not one of %s", Name, args.DevicePolicy, policyList())
+	}
+	for _, w := range []struct {
+		name string
+		v    **int64
+	}{{"memoryWeight", &args.MemoryWeight}, {"coresWeight", &args.CoresWeight}} {
+		if *w.v == nil {
+			one := int64(1)
+			*w.v = &one
+		}
+		if **w.v < 0 || **w.v > 100 {
+			return nil, nil, fmt.Errorf("pluginConfig[%s].args.%s: %d is out of range 0..100", Name, w.name, **w.v)
+		}
+	}
+	if *args.MemoryWeight+*args.CoresWeight == 0 {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args: memoryWeight and coresWeight cannot both be 0", Name)
+	}
+	if args.FragmentationWindow == 0 {
+		args.FragmentationWindow = fragmentation.DefaultWindow
+	}
+	if args.FragmentationWindow < 1 || args.FragmentationWindow > 100000 {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args.fragmentationWindow: %d is out of range 1..100000", Name, args.FragmentationWindow)
+	}
+	if len(args.DeviceClassNames) == 0 {
+		args.DeviceClassNames = []string{DriverName}
+	}
+	dra := []byte("{}")
+	if len(bytes.TrimSpace(args.DynamicResources)) > 0 && !bytes.Equal(bytes.TrimSpace(args.DynamicResources), []byte("null")) {
+		dra = args.DynamicResources
+	}
+	gvk := configv1.SchemeGroupVersion.WithKind("DynamicResourcesArgs")
+	draArgs := &config.DynamicResourcesArgs{}
+	if _, _, err := scheme.Codecs.UniversalDecoder().Decode(dra, &gvk, draArgs); err != nil {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args.dynamicResources: %w", Name, err)
+	}
+	return args, draArgs, nil
+}
+
+func policyList() string {
+	var names []string
+	for _, p := range policies.Names() {
+		names = append(names, string(p))
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package draplacement
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/klog/v2"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
+)
+
+// Capacities and attributes of Tessera's devices, as the node agent publishes them.
+const (
+	capacityMemory resourceapi.QualifiedName = "memory"
+	capacityCores  resourceapi.QualifiedName = "cores"
+	attrUUID       resourceapi.QualifiedName = "uuid"
+)
+
+// orderer orders a node's Tessera devices for the pod in PreFilter.
+type orderer struct {
+	h           fwk.Handle
+	placer      placement.Placer
+	w           placement.Weights
+	classes     map[string]bool
+	consumable  bool // DRAConsumableCapacity: claims consume part of a device
+	nodeModels  *placement.Cache
+	mu          sync.Mutex             // held from forPod to its release: one pod's order at a time
+	cur         atomic.Pointer[demand] // the pod in PreFilter, nil otherwise
+	classCache  sync.Map               // class name -> bool (a Tessera class), by the class object seen
+	classObject sync.Map               // class name -> *resourceapi.DeviceClass last classified
+}
+
+// demand is what the pod in PreFilter asks of one Tessera device: the first
+// unallocated Tessera request of its claims.
+type demand struct {
+	info *placement.PodInfo
+	c    *api.ContainerRequest
+}
+
+func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
+	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight), Policy: 1}
+	o := &orderer{h: h, w: w, consumable: consumable, classes: map[string]bool{}, nodeModels: placement.NewCache()}
+	for _, c := range args.DeviceClassNames {
+		o.classes[c] = true
+	}
+	o.placer = policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})[args.DevicePolicy]
+	return o
+}
+
+// forPod makes pod's demand the one ResourceSlices are ordered for until the returned
+// release is called.
+func (o *orderer) forPod(ctx context.Context, pod *v1.Pod) (release func()) {
+	o.mu.Lock()
+	if d := o.demandOf(klog.FromContext(ctx), pod); d != nil {
+		o.cur.Store(d)
+	}
+	return func() {
+		o.cur.Store(nil)
+		o.mu.Unlock()
+	}
+}
+
+// demandOf is the pod's first unallocated request of a Tessera class, or nil.
+func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
+	mgr := o.h.SharedDRAManager()
+	for _, prc := range pod.Spec.ResourceClaims {
+		name := claimName(pod, &prc)
+		if name == "" {
+			continue
+		}
+		claim, err := mgr.ResourceClaims().Get(pod.Namespace, name)
+		if err != nil || claim.Status.Allocation != nil {
+			continue
+		}
+		for i := range claim.Spec.Devices.Requests {
+			r := &claim.Spec.Devices.Requests[i]
+			var class string
+			var capacity *resourceapi.CapacityRequirements
+			switch {
+			case r.Exactly != nil:
+				class, capacity = r.Exactly.DeviceClassName, r.Exactly.Capacity
+			case len(r.FirstAvailable) > 0:
+				class, capacity = r.FirstAvailable[0].DeviceClassName, r.FirstAvailable[0].Capacity
+			default:
+				continue
+			}
+			if !o.isTessera(class) {
+				continue
+			}
+			c := api.ContainerRequest{Name: r.Name, GPUs: 1, Cores: 100}
+			if capacity != nil {
+				if q, ok := capacity.Requests[capacityMemory]; ok && q.Sign() > 0 {
+					c.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
+				}
+				if q, ok := capacity.Requests[capacityCores]; ok && q.Sign() > 0 {
+					c.Cores = int(min(q.Value(), 100))
+				}
+			}
+			info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}}
+			o.placer.PreparePod(pod, info)
+			logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "claim", name, "request", r.Name, "memoryMiB", c.MemoryMiB, "cores", c.Cores)
+			return &demand{info: info, c: &info.Req.Containers[0]}
+		}
+	}
+	return nil
+}
+
+// claimName is the name of the ResourceClaim a pod's claim entry refers to, or "" when
+// the claim of a template is not generated yet.
+func claimName(pod *v1.Pod, prc *v1.PodResourceClaim) string {
+	if prc.ResourceClaimName != nil {
+		return *prc.ResourceClaimName
+	}
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.Name == prc.Name && s.ResourceClaimName != nil {
+			return *s.ResourceClaimName
+		}
+	}
+	return ""
+}
+
+// isTessera reports whether a DeviceClass's requests are Tessera shares: the class is
+// named in the args, or one of its selectors names the driver.
+func (o *orderer) isTessera(name string) bool {
+	if o.classes[name] {
+		return true
+	}
+	class, err := o.h.SharedDRAManager().DeviceClasses().Get(name)
+	if err != nil || class == nil {
+		return false
+	}
+	if seen, ok := o.classObject.Load(name); ok && seen == class {
+		v, _ := o.classCache.Load(name)
+		return v.(bool)
+	}
+	tessera := false
+	for _, s := range class.Spec.Selectors {
+		if s.CEL != nil && strings.Contains(s.CEL.Expression, "device.driver") && strings.Contains(s.CEL.Expression, `"`+DriverName+`"`) {
+			tessera = true
+		}
+	}
+	o.classCache.Store(name, tessera)
+	o.classObject.Store(name, class)
+	return tessera
+}
+
+// reorder returns slices with each node's Tessera devices in the current pod's order,
+// or slices itself when no pod with a Tessera request is in PreFilter. Slices are
+// never changed in place: an ordered pool is a copy of its first slice holding all
+// the pool's devices and copies of the others holding none.
+func (o *orderer) reorder(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	d := o.cur.Load()
+	if d == nil {
+		return in
+	}
+	pools := map[string][]int{}
+	for i, s := range in {
+		if s.Spec.Driver == DriverName && s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+			pools[s.Spec.Pool.Name] = append(pools[s.Spec.Pool.Name], i)
+		}
+	}
+	if len(pools) == 0 {
+		return in
+	}
+	usage, err := o.usage()
+	if err != nil {
+		klog.V(4).Info("Tessera device order skipped: the claims' allocated state is not available", "err", err)
+		return in
+	}
+	out := slices.Clone(in)
+	for pool, idx := range pools {
+		o.orderPool(out, pool, idx, usage, d)
+	}
+	return out
+}
+
+// orderPool orders one pool's devices (the slices of out at idx) for d.
+func (o *orderer) orderPool(out []*resourceapi.ResourceSlice, pool string, idx []int, usage *deviceUsage, d *demand) {
+	// The allocator reads a pool's slices in name order; all of the newest generation
+	// or none (an incomplete pool is not allocated from, and is left as it is).
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(out[a].Name, out[b].Name) })
+	gen := out[idx[0]].Spec.Pool.Generation
+	for _, i := range idx {
+		if out[i].Spec.Pool.Generation != gen || *out[i].Spec.NodeName != *out[idx[0]].Spec.NodeName {
+			return
+		}
+	}
+	if int64(len(idx)) != out[idx[0]].Spec.Pool.ResourceSliceCount {
+		return
+	}
+	m := o.model(*out[idx[0]].Spec.NodeName)
+	if m == nil {
+		return
+	}
+	var devs []resourceapi.Device
+	for _, i := range idx {
+		devs = append(devs, out[i].Spec.Devices...)
+	}
+	used := make([]placement.Usage, len(m.Devices))
+	at := make([]int, len(m.Devices)) // model position -> position in devs
+	for i := range at {
+		at[i] = -1
+	}
+	for k := range devs {
+		a, ok := devs[k].Attributes[attrUUID]
+		if !ok || a.StringValue == nil {
+			continue
+		}
+		i, ok := m.ByUUID[*a.StringValue]
+		if !ok {
+			continue
+		}
+		at[i] = k
+		used[i] = usage.of(pool, devs[k].Name, m.Devices[i].MemoryMiB)
+	}
+	order := o.rank(m, used, at, d)
+	if order == nil {
+		return
+	}
+	ordered := make([]resourceapi.Device, 0, len(devs))
+	taken := make([]bool, len(devs))
+	for _, k := range order {
+		ordered = append(ordered, devs[k])
+		taken[k] = true
+	}
+	for k := range devs {
+		if !taken[k] {
+			ordered = append(ordered, devs[k])
+		}
+	}
+	for n, i := range idx {
+		s := *out[i]
+		s.Spec.Devices = nil
+		if n == 0 {
+			s.Spec.Devices = ordered
+		}
+		out[i] = &s
+	}
+}
+
+// rank is the positions in devs of the devices that fit d, the policy's pick first and
+// the others by its device score; nil when none fits.
+func (o *orderer) rank(m *nodemodel.Model, used []placement.Usage, at []int, d *demand) []int {
+	var cand []int
+	for i := range m.Devices {
+		if at[i] < 0 || !m.Hot[i].Healthy {
+			continue
+		}
+		total := m.Hot[i].MemoryMiB
+		if used[i].MemMiB+d.c.MemoryOn(total) > total || used[i].Cores+d.c.Cores > 100 {
+			continue
+		}
+		cand = append(cand, i)
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	first := o.placer.PickDevice(&placement.Allocation{}, m, used, d.info, d.c, &o.w, cand)
+	score := make(map[int]float64, len(cand))
+	for _, i := range cand {
+		score[i] = o.placer.DeviceScore(m, used, d.c, i, &o.w)
+	}
+	slices.SortStableFunc(cand, func(a, b int) int {
+		switch {
+		case a == first:
+			return -1
+		case b == first:
+			return 1
+		case score[a] > score[b]:
+			return -1
+		case score[a] < score[b]:
+			return 1
+		}
+		return 0
+	})
+	order := make([]int, len(cand))
+	for n, i := range cand {
+		order[n] = at[i]
+	}
+	return order
+}
+
+// model is node's Tessera model from its inventory annotation, nil when the node is
+// unknown or has none.
+func (o *orderer) model(node string) *nodemodel.Model {
+	ni, err := o.h.SnapshotSharedLister().NodeInfos().Get(node)
+	if err != nil || ni == nil || ni.Node() == nil {
+		return nil
+	}
+	v, _ := o.nodeModels.View(ni.Node(), nil)
+	return v.Model
+}
+
+// deviceUsage is what allocated and in-flight claims consume of each device.
+type deviceUsage struct {
+	state *structured.AllocatedState
+	// tenants counts the shares of each device.
+	tenants map[structured.DeviceID]int
+}
+
+// usage gathers the claims' allocated state, retrying the tracker's concurrent
+// modification as the in-tree plugin does.
+func (o *orderer) usage() (*deviceUsage, error) {
+	tracker := o.h.SharedDRAManager().ResourceClaims()
+	var err error
+	for try := 0; try < 10; try++ {
+		u := &deviceUsage{tenants: map[structured.DeviceID]int{}}
+		if o.consumable {
+			u.state, err = tracker.GatherAllocatedState()
+			if err == nil && u.state == nil {
+				err = errors.New("nil allocated state")
+			}
+			if err == nil {
+				for id := range u.state.AllocatedSharedDeviceIDs {
+					u.tenants[id.GetDeviceID()]++
+				}
+			}
+		} else {
+			set, lerr := tracker.ListAllAllocatedDevices()
+			err = lerr
+			if err == nil {
+				u.state = &structured.AllocatedState{AllocatedDevices: set}
+				for id := range set {
+					u.tenants[id] = 1
+				}
+			}
+		}
+		if err == nil {
+			return u, nil
+		}
+	}
+	return nil, err
+}
+
+// of is the usage of device name of pool: its consumed memory (MiB) and cores and
+// its number of shares; a device allocated whole is all used.
+func (u *deviceUsage) of(pool, name string, memMiB int64) placement.Usage {
+	id := structured.MakeDeviceID(DriverName, pool, name)
+	var out placement.Usage
+	if u.state.AllocatedDevices.Has(id) {
+		return placement.Usage{MemMiB: memMiB, Cores: 100, Tenants: max(1, u.tenants[id])}
+	}
+	if c, ok := u.state.AggregatedCapacity[id]; ok {
+		if q := c[capacityMemory]; q != nil {
+			out.MemMiB = (q.Value() + 1<<20 - 1) >> 20
+		}
+		if q := c[capacityCores]; q != nil {
+			out.Cores = int(q.Value())
+		}
+	}
+	out.Tenants = u.tenants[id]
+	return out
+}

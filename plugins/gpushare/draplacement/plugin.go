@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package draplacement is TesseraDynamicResources: the in-tree DynamicResources plugin,
+// unchanged, allocating every ResourceClaim as it does, with one difference: the
+// Tessera devices it chooses among (driver gpu.tessera.dev) are offered to it in the
+// order of a Tessera placement policy for the pod being scheduled.
+//
+// The in-tree allocator is first fit: for each node it walks the node's devices in the
+// order of its ResourceSlices and takes the first that satisfies the claim's request,
+// selectors, constraints and remaining capacity. Ordering the devices is therefore
+// enough to make its choice the policy's, while everything the allocator checks and
+// writes (the claim's allocation, consumed capacity, share IDs, device taints, binding
+// conditions, other drivers' claims) stays upstream's. docs/scheduler.md says why this
+// was chosen over allocating Tessera's claims in the plugin.
+//
+// The order is computed in PreFilter, once per pod, from the node's Tessera inventory
+// (the node agent publishes it on the Node in DRA mode too) and what claims already
+// consume of each device (the scheduler's claim tracker, in-flight allocations
+// included): the policy's own pick (PickDevice) first, then the other devices that fit
+// the request by the policy's device score, then the rest as published.
+package draplacement
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/binpack"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/spread"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
+)
+
+// Name is the plugin's name in scheduler profiles. A profile that enables it disables
+// DynamicResources.
+const Name = "TesseraDynamicResources"
+
+// policies are the device policies the plugin offers, TesseraGPUShare's.
+var policies = placement.Registry{binpack.Registration, spread.Registration, fragmentation.Registration}
+
+// Plugin is DynamicResources with Tessera's device order. Every method it does not
+// define is DynamicResources' own.
+type Plugin struct {
+	*dynamicresources.DynamicResources
+	order *orderer
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+)
+
+// Name returns the plugin name.
+func (pl *Plugin) Name() string { return Name }
+
+// New builds the plugin with the feature gates the in-tree registry gives
+// DynamicResources.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	return NewWithFeatures(ctx, obj, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+}
+
+// NewWithFeatures is New with explicit feature gates, for tests.
+func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts feature.Features) (fwk.Plugin, error) {
+	args, draArgs, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	inner := h
+	var o *orderer
+	if h != nil && h.SharedDRAManager() != nil && fts.EnableDynamicResourceAllocation {
+		o = newOrderer(args, h, fts.EnableDRAConsumableCapacity)
+		inner = &handle{Handle: h, mgr: &manager{SharedDRAManager: h.SharedDRAManager(), o: o}}
+	}
+	p, err := dynamicresources.New(ctx, draArgs, inner, fts)
+	if err != nil {
+		return nil, fmt.Errorf("pluginConfig[%s].args.dynamicResources: %w", Name, err)
+	}
+	dr, ok := p.(*dynamicresources.DynamicResources)
+	if !ok {
+		return nil, fmt.Errorf("%s: DynamicResources is a %T", Name, p)
+	}
+	return &Plugin{DynamicResources: dr, order: o}, nil
+}
+
+// PreFilter computes the pod's device order, which the in-tree PreFilter then lists
+// the ResourceSlices through, and runs the in-tree PreFilter.
+func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if pl.order != nil {
+		defer pl.order.forPod(ctx, pod)()
+	}
+	return pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
+}
+
+// handle is the scheduler's handle with the DRA manager replaced by one whose
+// ResourceSlices are listed in the pod's device order.
+type handle struct {
+	fwk.Handle
+	mgr fwk.SharedDRAManager
+}
+
+func (h *handle) SharedDRAManager() fwk.SharedDRAManager { return h.mgr }
+
+// manager is the scheduler's DRA manager with ordered ResourceSlices.
+type manager struct {
+	fwk.SharedDRAManager
+	o *orderer
+}
+
+func (m *manager) ResourceSlices() fwk.ResourceSliceLister {
+	return &lister{inner: m.SharedDRAManager.ResourceSlices(), o: m.o}
+}
+
+type lister struct {
+	inner fwk.ResourceSliceLister
+	o     *orderer
+}
+
+func (l *lister) ListWithDeviceTaintRules() ([]*resourceapi.ResourceSlice, error) {
+	slices, err := l.inner.ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, err
+	}
+	return l.o.reorder(slices), nil
+}
