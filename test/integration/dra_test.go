@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -606,5 +607,85 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	c.shareClaim("f1", "tessera-fragmentation", "1Gi", "10")
 	if d := c.claimDevice("f1"); !slices.Contains(gpu, d) {
 		t.Errorf("fragmentation put f1 on %s, not a whole GPU", d)
+	}
+}
+
+// TestDRAClaimBurst: a burst of claims on two four-T4 nodes, more than fit, the
+// scheduler restarted midway: every claim placed is on one of the nodes' GPUs, no
+// GPU's memory or cores are consumed past its capacity, and what did not fit stays
+// pending.
+func TestDRAClaimBurst(t *testing.T) {
+	c := startCluster(t)
+	for _, node := range []string{"burst-a", "burst-b"} {
+		c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
+	}
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 2 GiB and 15 % each: seven fit a T4 by memory (15360 MiB), six by cores, so
+	// 48 of the 80 fit the two nodes.
+	const claims = 80
+	profiles := []string{binpack, spread, "tessera-fragmentation"}
+	stop := c.startScheduler("tessera-scheduler.yaml")
+	for i := 0; i < claims; i++ {
+		c.shareClaim(fmt.Sprintf("burst-%d", i), profiles[i%len(profiles)], "2Gi", "15")
+		if i == claims/2 {
+			// Mid-burst: the scheduler goes away and a new one takes over from what the
+			// API server holds.
+			stop()
+			c.startScheduler("tessera-scheduler.yaml")
+		}
+	}
+	var bound int
+	err := wait.PollUntilContextTimeout(c.ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.client.ResourceV1().ResourceClaims(c.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		bound = 0
+		for i := range l.Items {
+			if l.Items[i].Status.Allocation != nil {
+				bound++
+			}
+		}
+		return bound == 48, nil
+	})
+	if err != nil {
+		t.Fatalf("%d of %d claims allocated, want 48: %v", bound, claims, err)
+	}
+	// Settle: nothing more may be allocated.
+	time.Sleep(2 * time.Second)
+	l, err := c.client.ResourceV1().ResourceClaims(c.ns).List(c.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ pool, device string }
+	mem, cores := map[key]int64{}, map[key]int64{}
+	n := 0
+	for i := range l.Items {
+		a := l.Items[i].Status.Allocation
+		if a == nil {
+			continue
+		}
+		n++
+		for _, r := range a.Devices.Results {
+			k := key{r.Pool, r.Device}
+			m, cs := r.ConsumedCapacity[dra.CapacityMemory], r.ConsumedCapacity[dra.CapacityCores]
+			mem[k] += m.Value() >> 20
+			cores[k] += cs.Value()
+		}
+	}
+	if n != 48 {
+		t.Errorf("%d claims allocated after the burst settled, want 48", n)
+	}
+	if len(mem) != 8 {
+		t.Errorf("claims on %d devices, want all 8 GPUs: %v", len(mem), mem)
+	}
+	for k := range mem {
+		if (k.pool != "burst-a" && k.pool != "burst-b") || mem[k] > 15360 || cores[k] > 100 {
+			t.Errorf("%s/%s: %d MiB, %d%% cores consumed", k.pool, k.device, mem[k], cores[k])
+		}
 	}
 }

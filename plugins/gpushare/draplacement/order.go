@@ -40,6 +40,8 @@ type orderer struct {
 	cur         atomic.Pointer[demand] // the pod in PreFilter, nil otherwise
 	classCache  sync.Map               // class name -> bool (a Tessera class), by the class object seen
 	classObject sync.Map               // class name -> *resourceapi.DeviceClass last classified
+	// modelOf is a node's Tessera model (model; tests replace it).
+	modelOf func(node string) *nodemodel.Model
 }
 
 // demand is what the pod in PreFilter asks of one Tessera device: the first
@@ -55,6 +57,7 @@ func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
 	for _, c := range args.DeviceClassNames {
 		o.classes[c] = true
 	}
+	o.modelOf = o.model
 	o.placer = policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})[args.DevicePolicy]
 	return o
 }
@@ -200,7 +203,7 @@ func (o *orderer) orderPool(out []*resourceapi.ResourceSlice, pool string, idx [
 	if int64(len(idx)) != out[idx[0]].Spec.Pool.ResourceSliceCount {
 		return
 	}
-	m := o.model(*out[idx[0]].Spec.NodeName)
+	m := o.modelOf(*out[idx[0]].Spec.NodeName)
 	if m == nil {
 		return
 	}
@@ -324,7 +327,7 @@ func (o *orderer) usage() (*deviceUsage, error) {
 			}
 			if err == nil {
 				for id := range u.state.AllocatedSharedDeviceIDs {
-					u.tenants[id.GetDeviceID()]++
+					u.tenants[structured.DeviceID{Driver: id.Driver, Pool: id.Pool, Device: id.Device}]++
 				}
 			}
 		} else {

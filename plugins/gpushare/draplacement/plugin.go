@@ -28,6 +28,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
@@ -78,7 +79,7 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 	inner := h
 	var o *orderer
 	if h != nil && h.SharedDRAManager() != nil && fts.EnableDynamicResourceAllocation {
-		o = newOrderer(args, h, fts.EnableDRAConsumableCapacity)
+		o = newOrderer(args, h, utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity))
 		inner = &handle{Handle: h, mgr: &manager{SharedDRAManager: h.SharedDRAManager(), o: o}}
 	}
 	p, err := dynamicresources.New(ctx, draArgs, inner, fts)

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package draplacement
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
+	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/test/fixtures"
+)
+
+func unknown(s string) runtime.Object {
+	return &runtime.Unknown{Raw: []byte(s), ContentType: runtime.ContentTypeJSON}
+}
+
+func TestDecodeArgs(t *testing.T) {
+	args, dra, err := decodeArgs(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args.DevicePolicy != "Binpack" || *args.MemoryWeight != 1 || *args.CoresWeight != 1 || len(args.DeviceClassNames) != 1 || args.DeviceClassNames[0] != DriverName {
+		t.Errorf("defaults: %+v", args)
+	}
+	if dra == nil {
+		t.Fatal("no DynamicResources args")
+	}
+	args, dra, err = decodeArgs(unknown(`{"devicePolicy": "Spread", "coresWeight": 3, "dynamicResources": {"filterTimeout": "3s"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args.DevicePolicy != "Spread" || *args.CoresWeight != 3 || dra.FilterTimeout == nil || dra.FilterTimeout.Duration != 3*time.Second {
+		t.Errorf("args %+v, DynamicResources args %+v", args, dra)
+	}
+	for in, want := range map[string]string{
+		`{"devicePolicy": "FirstFit"}`:                    `"FirstFit" is not one of Binpack, Spread, Fragmentation`,
+		`{"devicePolicie": "Spread"}`:                     `unknown field "devicePolicie"`,
+		`{"memoryWeight": 0, "coresWeight": 0}`:           "cannot both be 0",
+		`{"memoryWeight": -1}`:                            "out of range",
+		`{"fragmentationWindow": -5}`:                     "out of range",
+		`{"dynamicResources": {"filterTimeout": "soon"}}`: "dynamicResources",
+	} {
+		if _, _, err := decodeArgs(unknown(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error with %q", in, err, want)
+		}
+	}
+}
+
+// t4 is a model of four T4s and the devices the node agent publishes for them.
+func t4(t *testing.T) (*nodemodel.Model, []resourceapi.Device) {
+	inv := fixtures.PCIeNode("n", 4, "Tesla T4", fixtures.T4MiB)
+	m := nodemodel.Build(inv)
+	var devs []resourceapi.Device
+	for i := range inv.GPUs {
+		uuid := inv.GPUs[i].UUID
+		devs = append(devs, resourceapi.Device{Name: strings.ToLower(uuid),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrUUID: {StringValue: ptr.To(uuid)}}})
+	}
+	return m, devs
+}
+
+func slice(name string, count int64, devs ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.ResourceSliceSpec{Driver: DriverName, NodeName: ptr.To("n"),
+			Pool: resourceapi.ResourcePool{Name: "n", Generation: 1, ResourceSliceCount: count}, Devices: devs}}
+}
+
+func mib(v int64) *resource.Quantity { return resource.NewQuantity(v<<20, resource.BinarySI) }
+
+// state is the allocated state of shares on the devices: memory MiB and cores each.
+func state(devs []resourceapi.Device, shares map[int][2]int64) *structured.AllocatedState {
+	s := &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	for i, v := range shares {
+		id := structured.MakeDeviceID(DriverName, "n", devs[i].Name)
+		uid := types.UID("share-" + devs[i].Name)
+		s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, &uid))
+		s.AggregatedCapacity[id] = structured.ConsumedCapacity{capacityMemory: mib(v[0]), capacityCores: resource.NewQuantity(v[1], resource.DecimalSI)}
+	}
+	return s
+}
+
+func testOrderer(t *testing.T, policy placement.Policy, m *nodemodel.Model) *orderer {
+	args, _, err := decodeArgs(unknown(`{"devicePolicy": "` + string(policy) + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOrderer(args, nil, true)
+	o.modelOf = func(string) *nodemodel.Model { return m }
+	return o
+}
+
+func forDemand(o *orderer, memMiB int64, cores int) *demand {
+	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryMiB: memMiB, Cores: cores}}}, Order: []int{0}}
+	o.placer.PreparePod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p"}}, info)
+	return &demand{info: info, c: &info.Req.Containers[0]}
+}
+
+func names(s *resourceapi.ResourceSlice) []string {
+	var out []string
+	for _, d := range s.Spec.Devices {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// TestOrderPool: a node's devices are offered in the policy's order, the devices a
+// share does not fit last, and the slices the scheduler lists are never changed.
+func TestOrderPool(t *testing.T) {
+	m, devs := t4(t)
+	// GPU 2 holds 8 GiB and 40 % of the cores; GPU 1 is full.
+	usage := &deviceUsage{state: state(devs, map[int][2]int64{2: {8192, 40}, 1: {fixtures.T4MiB, 100}})}
+	usage.tenants = map[structured.DeviceID]int{}
+	for id := range usage.state.AllocatedSharedDeviceIDs {
+		usage.tenants[structured.DeviceID{Driver: id.Driver, Pool: id.Pool, Device: id.Device}]++
+	}
+	for _, tc := range []struct {
+		policy placement.Policy
+		want   []int
+	}{
+		{"Binpack", []int{2, 0, 3, 1}},
+		{"Spread", []int{0, 3, 2, 1}},
+		{"Fragmentation", nil}, // any fitting order; GPU 1 last
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			o := testOrderer(t, tc.policy, m)
+			in := []*resourceapi.ResourceSlice{slice("b", 2, devs[2:]...), slice("a", 2, devs[:2]...)}
+			before := []string{in[0].Spec.Devices[0].Name, in[1].Spec.Devices[0].Name}
+			out := slicesCopy(in)
+			o.orderPool(out, "n", []int{0, 1}, usage, forDemand(o, 2048, 10))
+			if in[0].Spec.Devices[0].Name != before[0] || in[1].Spec.Devices[0].Name != before[1] || len(in[0].Spec.Devices) != 2 {
+				t.Fatal("the listed slices were changed in place")
+			}
+			// The pool's devices all go to its first slice by name ("a"), the other holds none.
+			if len(out[0].Spec.Devices) != 0 || len(out[1].Spec.Devices) != 4 {
+				t.Fatalf("slices hold %d and %d devices", len(out[0].Spec.Devices), len(out[1].Spec.Devices))
+			}
+			got := names(out[1])
+			if got[3] != devs[1].Name {
+				t.Errorf("the full GPU is not last: %v", got)
+			}
+			for i, w := range tc.want {
+				if got[i] != devs[w].Name {
+					t.Errorf("order %v, want GPUs %v", got, tc.want)
+					break
+				}
+			}
+		})
+	}
+}
+
+func slicesCopy(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
+	return append([]*resourceapi.ResourceSlice(nil), in...)
+}
+
+// TestOrderPoolLeavesIncompletePools: a pool whose slices the allocator would not use
+// (one missing, or of two generations) is passed on as published.
+func TestOrderPoolLeavesIncompletePools(t *testing.T) {
+	m, devs := t4(t)
+	usage := &deviceUsage{state: state(devs, map[int][2]int64{2: {8192, 40}}), tenants: map[structured.DeviceID]int{}}
+	o := testOrderer(t, "Binpack", m)
+	for name, in := range map[string][]*resourceapi.ResourceSlice{
+		"missing": {slice("a", 2, devs...)},
+		"generations": {slice("a", 2, devs[:2]...), func() *resourceapi.ResourceSlice {
+			s := slice("b", 2, devs[2:]...)
+			s.Spec.Pool.Generation = 2
+			return s
+		}()},
+	} {
+		out := slicesCopy(in)
+		idx := make([]int, len(in))
+		for i := range idx {
+			idx[i] = i
+		}
+		o.orderPool(out, "n", idx, usage, forDemand(o, 1024, 10))
+		for i := range out {
+			if out[i] != in[i] {
+				t.Errorf("%s: slice %d replaced", name, i)
+			}
+		}
+	}
+}
+
+// TestDeviceUsage: consumed capacity in whole MiB and percent, shares counted, a
+// device allocated whole all used.
+func TestDeviceUsage(t *testing.T) {
+	_, devs := t4(t)
+	st := state(devs, map[int][2]int64{0: {3000, 30}})
+	st.AllocatedDevices.Insert(structured.MakeDeviceID(DriverName, "n", devs[3].Name))
+	u := &deviceUsage{state: st, tenants: map[structured.DeviceID]int{structured.MakeDeviceID(DriverName, "n", devs[0].Name): 2}}
+	if got := u.of("n", devs[0].Name, fixtures.T4MiB); got != (placement.Usage{MemMiB: 3000, Cores: 30, Tenants: 2}) {
+		t.Errorf("share: %+v", got)
+	}
+	if got := u.of("n", devs[1].Name, fixtures.T4MiB); got != (placement.Usage{}) {
+		t.Errorf("free: %+v", got)
+	}
+	if got := u.of("n", devs[3].Name, fixtures.T4MiB); got != (placement.Usage{MemMiB: fixtures.T4MiB, Cores: 100, Tenants: 1}) {
+		t.Errorf("whole: %+v", got)
+	}
+}
