@@ -689,3 +689,41 @@ func TestDRAClaimBurst(t *testing.T) {
 		}
 	}
 }
+
+// claimNode waits for the pod of claim name to be bound and returns its node.
+func (c *cluster) claimNode(name string) string {
+	c.t.Helper()
+	return c.waitBound("pod-"+name, 30*time.Second).Spec.NodeName
+}
+
+// TestDRANodeScore: nodes are scored for claim pods by the profile's node policy over
+// what claims consume: Binpack keeps shares on the node it started, Spread sends
+// them to the emptier one.
+func TestDRANodeScore(t *testing.T) {
+	c := startCluster(t)
+	for _, node := range []string{"score-a", "score-b"} {
+		c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
+	}
+	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startScheduler("tessera-scheduler.yaml")
+	c.shareClaim("b0", binpack, "2Gi", "10")
+	packed := c.claimNode("b0")
+	for i := 1; i < 4; i++ {
+		name := fmt.Sprintf("b%d", i)
+		c.shareClaim(name, binpack, "2Gi", "10")
+		if n := c.claimNode(name); n != packed {
+			t.Errorf("binpack put %s on %s, want %s beside the others", name, n, packed)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("s%d", i)
+		c.shareClaim(name, spread, "2Gi", "10")
+		if n := c.claimNode(name); n == packed {
+			t.Errorf("spread put %s on %s beside the binpacked shares", name, n)
+		}
+	}
+}

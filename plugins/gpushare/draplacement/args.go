@@ -27,6 +27,9 @@ type Args struct {
 	// DevicePolicy orders a node's Tessera devices for a claim: Binpack (the default),
 	// Spread or Fragmentation, as TesseraGPUShare's devicePolicy.
 	DevicePolicy placement.Policy `json:"devicePolicy,omitempty"`
+	// NodePolicy scores nodes for a pod with a Tessera claim by the same measure as
+	// TesseraGPUShare's nodePolicy, over what claims consume; default DevicePolicy.
+	NodePolicy placement.Policy `json:"nodePolicy,omitempty"`
 	// MemoryWeight and CoresWeight weigh GPU memory against compute in the device
 	// scores (default 1 and 1), as TesseraGPUShare's.
 	MemoryWeight *int64 `json:"memoryWeight,omitempty"`
@@ -70,6 +73,12 @@ func decodeArgs(obj runtime.Object) (*Args, *config.DynamicResourcesArgs, error)
 	}
 	if !policies.Has(args.DevicePolicy) {
 		return nil, nil, fmt.Errorf("pluginConfig[%s].args.devicePolicy: %q is not one of %s", Name, args.DevicePolicy, policyList())
+	}
+	if args.NodePolicy == "" {
+		args.NodePolicy = args.DevicePolicy
+	}
+	if !policies.Has(args.NodePolicy) {
+		return nil, nil, fmt.Errorf("pluginConfig[%s].args.nodePolicy: %q is not one of %s", Name, args.NodePolicy, policyList())
 	}
 	for _, w := range []struct {
 		name string

@@ -15,11 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/nodemodel"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 	"github.com/tessera-dev/tessera/test/fixtures"
 )
 
@@ -104,7 +106,7 @@ func testOrderer(t *testing.T, policy placement.Policy, m *nodemodel.Model) *ord
 }
 
 func forDemand(o *orderer, memMiB int64, cores int) *demand {
-	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryMiB: memMiB, Cores: cores}}}, Order: []int{0}}
+	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryMiB: memMiB, Cores: cores}}}, Order: []int{0}, Device: o.placer}
 	o.placer.PreparePod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "p"}}, info)
 	return &demand{info: info, c: &info.Req.Containers[0]}
 }
@@ -209,5 +211,48 @@ func TestDeviceUsage(t *testing.T) {
 	}
 	if got := u.of("n", devs[3].Name, fixtures.T4MiB); got != (placement.Usage{MemMiB: fixtures.T4MiB, Cores: 100, Tenants: 1}) {
 		t.Errorf("whole: %+v", got)
+	}
+}
+
+// TestScoreNode: a pod with a Tessera claim is scored by the node policy over what
+// claims consume: Binpack prefers the node whose GPU is already used, Spread the
+// empty one, and a node without a model or room scores 0.
+func TestScoreNode(t *testing.T) {
+	models := map[string]*nodemodel.Model{}
+	usage := &deviceUsage{state: &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		tenants: map[structured.DeviceID]int{}}
+	infos := map[string]fwk.NodeInfo{}
+	for _, name := range []string{"used", "empty", "full"} {
+		inv := fixtures.PCIeNode(name, 1, "Tesla T4", fixtures.T4MiB)
+		models[name] = nodemodel.Build(inv)
+		id := structured.MakeDeviceID(DriverName, name, strings.ToLower(inv.GPUs[0].UUID))
+		switch name {
+		case "used":
+			usage.state.AggregatedCapacity[id] = structured.ConsumedCapacity{capacityMemory: mib(8192), capacityCores: resource.NewQuantity(40, resource.DecimalSI)}
+			usage.tenants[id] = 1
+		case "full":
+			usage.state.AllocatedDevices.Insert(id)
+		}
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("32"), v1.ResourceMemory: resource.MustParse("128Gi")}}})
+		infos[name] = ni
+	}
+	for _, policy := range []placement.Policy{"Binpack", "Spread"} {
+		o := testOrderer(t, policy, nil)
+		o.modelOf = func(n string) *nodemodel.Model { return models[n] }
+		d := forDemand(o, 2048, 10)
+		d.usage = usage
+		used, empty, full := o.scoreNode(d, infos["used"]), o.scoreNode(d, infos["empty"]), o.scoreNode(d, infos["full"])
+		if full != 0 {
+			t.Errorf("%s: a node without room scored %d", policy, full)
+		}
+		if (policy == "Binpack") != (used > empty) || used == empty {
+			t.Errorf("%s: used node %d, empty node %d", policy, used, empty)
+		}
+		if got := o.scoreNode(&demand{info: d.info, c: d.c}, infos["used"]); got != 0 {
+			t.Errorf("%s: scored %d without the claims' usage", policy, got)
+		}
 	}
 }

@@ -5,6 +5,7 @@ package draplacement
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -31,7 +32,8 @@ const (
 // orderer orders a node's Tessera devices for the pod in PreFilter.
 type orderer struct {
 	h           fwk.Handle
-	placer      placement.Placer
+	placer      placement.Placer // the device policy's
+	nodePlacer  placement.Placer // the node policy's (Score)
 	w           placement.Weights
 	classes     map[string]bool
 	consumable  bool // DRAConsumableCapacity: claims consume part of a device
@@ -49,27 +51,33 @@ type orderer struct {
 type demand struct {
 	info *placement.PodInfo
 	c    *api.ContainerRequest
+	// usage is what the claims consumed when the pod's slices were listed (nil when
+	// they were not, or held no Tessera device); Score reads it.
+	usage *deviceUsage
 }
 
 func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
-	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight), Policy: 1}
+	// Tenants per device are the allocator's to bound (the device's capacities), not
+	// the placers'.
+	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight), Policy: 1, MaxTenants: math.MaxInt32}
 	o := &orderer{h: h, w: w, consumable: consumable, classes: map[string]bool{}, nodeModels: placement.NewCache()}
 	for _, c := range args.DeviceClassNames {
 		o.classes[c] = true
 	}
 	o.modelOf = o.model
-	o.placer = policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})[args.DevicePolicy]
+	placers := policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})
+	o.placer, o.nodePlacer = placers[args.DevicePolicy], placers[args.NodePolicy]
 	return o
 }
 
-// forPod makes pod's demand the one ResourceSlices are ordered for until the returned
-// release is called.
-func (o *orderer) forPod(ctx context.Context, pod *v1.Pod) (release func()) {
+// forPod makes pod's demand (nil without one) the one ResourceSlices are ordered for
+// until the returned release is called.
+func (o *orderer) forPod(ctx context.Context, pod *v1.Pod) (d *demand, release func()) {
 	o.mu.Lock()
-	if d := o.demandOf(klog.FromContext(ctx), pod); d != nil {
+	if d = o.demandOf(klog.FromContext(ctx), pod); d != nil {
 		o.cur.Store(d)
 	}
-	return func() {
+	return d, func() {
 		o.cur.Store(nil)
 		o.mu.Unlock()
 	}
@@ -111,8 +119,11 @@ func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
 					c.Cores = int(min(q.Value(), 100))
 				}
 			}
-			info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}}
-			o.placer.PreparePod(pod, info)
+			info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
+			o.nodePlacer.PreparePod(pod, info)
+			if o.placer != o.nodePlacer {
+				o.placer.PreparePod(pod, info)
+			}
 			logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "claim", name, "request", r.Name, "memoryMiB", c.MemoryMiB, "cores", c.Cores)
 			return &demand{info: info, c: &info.Req.Containers[0]}
 		}
@@ -182,6 +193,7 @@ func (o *orderer) reorder(in []*resourceapi.ResourceSlice) []*resourceapi.Resour
 		klog.V(4).Info("Tessera device order skipped: the claims' allocated state is not available", "err", err)
 		return in
 	}
+	d.usage = usage
 	out := slices.Clone(in)
 	for pool, idx := range pools {
 		o.orderPool(out, pool, idx, usage, d)
@@ -365,4 +377,29 @@ func (u *deviceUsage) of(pool, name string, memMiB int64) placement.Usage {
 	}
 	out.Tenants = u.tenants[id]
 	return out
+}
+
+// scoreNode is the node policy's score of placing d on node ni, by the node's Tessera
+// model and what claims consume of its devices (its pool is named after the node, as
+// the node agent publishes it); 0 when the node has no Tessera model or the policy
+// finds no device for d (the allocator may still: an MPS GPU, which the model keeps
+// for MPS pods of the device-plugin path).
+func (o *orderer) scoreNode(d *demand, ni fwk.NodeInfo) int64 {
+	node := ni.Node()
+	if node == nil || d.usage == nil {
+		return 0
+	}
+	m := o.modelOf(node.Name)
+	if m == nil {
+		return 0
+	}
+	used := make([]placement.Usage, len(m.Devices))
+	for i := range m.Devices {
+		used[i] = d.usage.of(node.Name, strings.ToLower(m.Devices[i].UUID), m.Devices[i].MemoryMiB)
+	}
+	a, fail := placement.Allocate(m, used, d.info, &o.w)
+	if fail != nil {
+		return 0
+	}
+	return o.nodePlacer.ScoreNode(d.info, a, ni, nil, &o.w)
 }

@@ -56,6 +56,7 @@ type Plugin struct {
 var (
 	_ fwk.PreFilterPlugin   = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PreBindPlugin     = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
@@ -93,13 +94,71 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 	return &Plugin{DynamicResources: dr, order: o}, nil
 }
 
+// stateKey is where PreFilter keeps the pod's demand for Score.
+const stateKey fwk.StateKey = Name
+
+type cycleState struct{ d *demand }
+
+func (s *cycleState) Clone() fwk.StateData { return s }
+
 // PreFilter computes the pod's device order, which the in-tree PreFilter then lists
 // the ResourceSlices through, and runs the in-tree PreFilter.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if pl.order != nil {
-		defer pl.order.forPod(ctx, pod)()
+	if pl.order == nil {
+		return pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
 	}
-	return pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
+	d, release := pl.order.forPod(ctx, pod)
+	defer release()
+	res, st := pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
+	if d != nil && st.IsSuccess() {
+		cs.Write(stateKey, &cycleState{d: d})
+	}
+	return res, st
+}
+
+// demandOf is the demand PreFilter kept for the cycle, or nil.
+func demandOf(cs fwk.CycleState) *demand {
+	v, err := cs.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	s, _ := v.(*cycleState)
+	if s == nil {
+		return nil
+	}
+	return s.d
+}
+
+// Score is the node policy's score for a pod with a Tessera claim, and the in-tree
+// plugin's (where it has one: prioritized lists, from Kubernetes 1.35) for any other.
+func (pl *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	if d := demandOf(cs); d != nil {
+		return pl.order.scoreNode(d, ni), nil
+	}
+	if inner, ok := any(pl.DynamicResources).(fwk.ScorePlugin); ok {
+		return inner.Score(ctx, cs, pod, ni)
+	}
+	return 0, nil
+}
+
+// ScoreExtensions normalises the cycle's scores as the node policy does for a pod with
+// a Tessera claim, and as the in-tree plugin does otherwise.
+func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore: see ScoreExtensions.
+func (pl *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	if demandOf(cs) != nil {
+		if ext := pl.order.nodePlacer.ScoreExtensions(); ext != nil {
+			return ext.NormalizeScore(ctx, cs, pod, scores)
+		}
+		return nil
+	}
+	if inner, ok := any(pl.DynamicResources).(fwk.ScorePlugin); ok {
+		if ext := inner.ScoreExtensions(); ext != nil {
+			return ext.NormalizeScore(ctx, cs, pod, scores)
+		}
+	}
+	return nil
 }
 
 // handle is the scheduler's handle with the DRA manager replaced by one whose
