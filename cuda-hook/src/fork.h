@@ -10,13 +10,14 @@
 #define TESSERA_FORK_H
 
 enum tessera_fork_order {
-	TESSERA_FORK_REGION,     /* region.c: this process's accounting slot */
-	TESSERA_FORK_MEMORY,     /* memory.c: allocations and pools */
-	TESSERA_FORK_CONTEXT,    /* context.c: contexts, limits, modules */
-	TESSERA_FORK_GRAPH,      /* graph.c: graphs and their memory */
-	TESSERA_FORK_RESIDENCY,  /* residency.c: the probing thread and its context */
-	TESSERA_FORK_PACING,     /* pacing.c: events, samples, estimates, bursts */
-	TESSERA_FORK_PACE_TURNS, /* pace_turns.c: the turns' counts */
+	TESSERA_FORK_REGION,       /* region.c: this process's accounting slot */
+	TESSERA_FORK_MEMORY,       /* memory.c: allocations and pools */
+	TESSERA_FORK_CONTEXT,      /* context.c: contexts, limits, modules */
+	TESSERA_FORK_GRAPH,        /* graph.c: graphs and their memory */
+	TESSERA_FORK_RESIDENCY,    /* residency.c: the probing thread and its context */
+	TESSERA_FORK_PACING,       /* pacing.c: bursts, charges, gain, counts */
+	TESSERA_FORK_PACE_MEASURE, /* pace_measure.c: events, samples, estimates */
+	TESSERA_FORK_PACE_TURNS,   /* pace_turns.c: the turns' counts */
 	TESSERA_FORK_N
 };
 

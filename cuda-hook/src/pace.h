@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Pacing's internal header: what pacing.c (the allowance, the launch samples and
- * per-kernel estimates, the bursts) and pace_turns.c (the use of the GPU's turns)
- * share. Nothing outside the two includes it; each keeps its own state static.
+ * Pacing's internal header: what pacing.c (the allowance, the bursts), pace_measure.c
+ * (the launch samples and per-kernel estimates) and pace_turns.c (the use of the GPU's
+ * turns) share. Nothing outside the three includes it; each keeps its own state
+ * static. What pacing.c and pace_measure.c alone share is in pace_measure.h.
  */
 #ifndef TESSERA_PACE_H
 #define TESSERA_PACE_H
@@ -89,12 +90,14 @@ struct tessera_pacer {
  * slice between busy contexts is of this order (ms). */
 #define TIME_SLICE_NS 2000000LL
 
-/* ---- pacing.c, for the turns ---- */
+/* ---- pace_measure.c, for the turns (and pacing.c) ---- */
 /* The longest launch estimated: the two classes' estimates and the longest
  * per-kernel entry in use. */
 int64_t pace_est_longest(void);
 /* Another context has been seen on the GPU lately, or has work there now. */
 int pace_contended(void);
+
+/* ---- pacing.c, for the turns ---- */
 /* What a container that takes the GPU's turns keeps beyond one period's allowance. */
 int64_t pace_turn_bank(void);
 void pace_sleep_until(int64_t t);

@@ -19,12 +19,20 @@
 #ifdef TESSERA_PACE_TRACE
 extern __thread uintptr_t tessera_trace_fn_now __attribute__((tls_model("initial-exec")));
 #define TRACE_FN(f) (tessera_trace_fn_now = (uintptr_t)(f))
+/* The key of the launch being paced (tessera_pace, pacing.c), which its launch sample
+ * keeps for its row (pace_measure.c). */
+extern __thread uintptr_t tessera_trace_key_now __attribute__((tls_model("initial-exec")));
+/* A sample read (pace_measure.c) into its kernel's row (below, in pacing.c). */
+void tessera_trace_sample(uintptr_t key, int cls, int64_t raw, int64_t gap, int64_t off, int64_t folded);
+#define trace_sample tessera_trace_sample
 #else
 #define TRACE_FN(f) ((void)0)
+#define trace_sample(key, cls, raw, gap, off, folded) ((void)0)
 #endif
 
 /* The rows and what fills them (trace_launch, trace_sample), in the one file that
- * defines TESSERA_PACE_TRACE_ROWS before it includes this (pacing.c). */
+ * defines TESSERA_PACE_TRACE_ROWS before it includes this (pacing.c); the samples are
+ * read in pace_measure.c, which calls trace_sample through its declaration above. */
 #ifdef TESSERA_PACE_TRACE_ROWS
 #ifdef TESSERA_PACE_TRACE
 #include <dlfcn.h>
@@ -42,6 +50,7 @@ static struct trace_row {
 } trace_rows[TRACE_ROWS];
 static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 __thread uintptr_t tessera_trace_fn_now __attribute__((tls_model("initial-exec")));
+__thread uintptr_t tessera_trace_key_now __attribute__((tls_model("initial-exec")));
 
 /* The row of key, made on first use (caller holds trace_mu); key 0 is the launches
  * without a handle, one row per class. */
@@ -96,7 +105,7 @@ static void trace_launch(uintptr_t key, int cls, int64_t cost)
 /* A sample read: raw is the events' span, gap the host time set aside (idle stream),
  * off another context's turns the probes saw, folded what the estimate took (-1: set
  * aside as another context's turn). */
-static void trace_sample(uintptr_t key, int cls, int64_t raw, int64_t gap, int64_t off, int64_t folded)
+void tessera_trace_sample(uintptr_t key, int cls, int64_t raw, int64_t gap, int64_t off, int64_t folded)
 {
 	pthread_mutex_lock(&trace_mu);
 	struct trace_row *r = trace_row_of(key, cls);
@@ -146,7 +155,6 @@ __attribute__((destructor)) static void trace_write(void)
 }
 #else
 #define trace_launch(key, cls, cost) ((void)0)
-#define trace_sample(key, cls, raw, gap, off, folded) ((void)0)
 #endif
 #endif
 

@@ -140,7 +140,8 @@ void pace_turns_summary(void)
 			    (long long)atomic_load(&tstat.turn_gave_up));
 }
 
-/* The child's counts start afresh, as pacing's do (pacing.c's handler, just before). */
+/* The child's counts start afresh, as pacing's do (the handlers of pacing.c and
+ * pace_measure.c, just before). */
 static void after_fork(void)
 {
 	memset(&tstat, 0, sizeof(tstat));

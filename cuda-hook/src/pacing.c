@@ -40,6 +40,12 @@
  * accounting region (region.c), so two processes at 50% share one 50% allowance. A
  * thread takes 16 launches' worth at a time with one atomic operation while many are
  * left, and spends them with thread-local subtractions.
+ *
+ * This file is the allowance: the tokens, their refills, the unreserved share, the
+ * bursts and what they owe or give back, the slow path and tessera_pace. What the
+ * launches cost (the launch samples, the class estimates and per-kernel entries they
+ * make, each context's events) is measured in pace_measure.c, which shares
+ * pace_measure.h with this file alone; the GPU's turns are taken in pace_turns.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -52,6 +58,7 @@
 #include "fork.h"
 #include "log.h"
 #include "pace.h"
+#include "pace_measure.h"
 #include "pacing.h"
 #include "residency.h"
 #include "share.h"
@@ -71,78 +78,13 @@ static struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
 #define TAKE_EVERY 16
-/* One sample per this much estimated GPU time (a sample costs the host a few
- * microseconds: two event records, a query and an elapsed-time read). A diagnostic
- * build may set another (Makefile, HOOK_CFLAGS). */
-#ifdef TESSERA_SAMPLE_EVERY_NS
-#define SAMPLE_EVERY_NS TESSERA_SAMPLE_EVERY_NS
-#else
-#define SAMPLE_EVERY_NS 200000LL
-#endif
-#define SAMPLE_MAX_GAP 256
-/* No estimate of one launch beyond this (ten periods): a sample that says more is
- * not a kernel's time. */
-#define MAX_EST_NS (10 * TESSERA_PACING_PERIOD_NS)
 
-/* ---- per-process measurement state -------------------------------------------- */
-
-/* Estimated GPU ns per launch, per class (0: kernels, 1: graphs); 0 until measured.
- * The mean of the first EST_WINDOW samples, then a moving average over about as many. */
-#define EST_WINDOW 32
-static _Atomic int64_t est_ns[2];
-static _Atomic int64_t est_samples[2]; /* samples taken so far */
-static int rejected[2];                 /* samples set aside in a row (under ev_mu) */
-static int met_rejected[2];             /* samples that met another context, in a row (under ev_mu) */
-/* Per class (under ev_mu): the last RECENT samples, set aside or not, each with the
- * estimate it was read against, and when the last was read. */
-#define RECENT 16
-static struct {
-	int64_t ns, est;
-} recent[2][RECENT];
-static int recent_n[2];
-static int64_t last_at_ns[2];
-
-/* Per-kernel estimates: a launch whose function (cuLaunchKernel's CUfunction) or
- * executable graph has an entry here is charged that entry's estimate, not its
- * class's. An attention step, a fused optimizer or an inference server mixes a few
- * kernels of milliseconds with many of microseconds; charged the class's mean, with
- * samples over 3x it set aside as another context's turns, its long kernels were
- * charged as short ones (on the H200 a flash-attention training step ran 87 % of its
- * rate at cap 25). Per function the lengths agree, so each entry is the mean of that
- * function's samples (the first KT_WINDOW, then a moving average over about as many)
- * and its 3x rule sets aside only what its own launches do not take.
- *
- * Direct-mapped: KT_SIZE entries indexed by a hash of the handle. What a launch reads
- * is one word, the entry's tag (24 bits of the hash, never 0) and its estimate (40
- * bits of ns), so a launch pays one relaxed load and a compare; the rest of an entry
- * is kept under ev_mu by the launch samples, which alone write the table. A function
- * whose entry another holds (a collision; the other sampled in the last KT_STALE_NS)
- * is charged its class's estimate; one whose entry is empty has its next launch
- * sampled, so that it is charged its own time from its first sample on. */
 /* The limits file's charge line (limits.h), set at setup: per-kernel charges, their
  * gain and the measurement of bursts of two streams only with it; without it every
  * launch is charged its class's estimate (the class estimator), and a burst on more
  * than one stream is not measured. */
 static int charge_kernel;
 
-#define KT_BITS 9
-#define KT_SIZE (1 << KT_BITS)
-#define KT_NS_BITS 40
-/* The estimate is the word's low 39 bits (549 s, far above MAX_EST_NS); bit 39 says it
- * rests on KT_WINDOW samples or more (settled). */
-#define KT_SETTLED (1ULL << (KT_NS_BITS - 1))
-#define KT_NS_MASK (KT_SETTLED - 1)
-#define KT_WINDOW 8
-#define KT_STALE_NS (10 * 1000000000LL)
-static _Atomic uint64_t kt_word[KT_SIZE];
-static struct {
-	uintptr_t key;
-	int cls;
-	int rejected; /* samples set aside in a row */
-	int64_t n;    /* samples taken */
-	int64_t last_ns;
-	int64_t win[KT_WINDOW]; /* the first KT_WINDOW samples */
-} kt_meta[KT_SIZE];
 /* What the bursts say of the entries, class by class (KT_GAIN_ONE is 1): a launch is
  * charged its entry times its class's gain. The entries hold what the samples read,
  * each kernel with an event either side: a kernel of a few us reads its events' cost
@@ -154,31 +96,7 @@ static struct {
  * with every burst took a 5 ms kernel's entry, sampled seldom, down to a fraction of
  * it (67-76 % at cap 25 in the fake driver's steps of one 5 ms kernel and 40 of
  * 20 us). */
-#define KT_GAIN_SHIFT 16
-#define KT_GAIN_ONE (1LL << KT_GAIN_SHIFT)
-static _Atomic int64_t kt_gain[2] = {KT_GAIN_ONE, KT_GAIN_ONE};
-static inline int64_t kt_charge(uint64_t w, int cls)
-{
-	return (int64_t)(((w & KT_NS_MASK) * (uint64_t)atomic_load_explicit(&kt_gain[cls], memory_order_relaxed)) >>
-			 KT_GAIN_SHIFT);
-}
-/* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
- * table was last scanned for it. */
-static _Atomic int64_t kt_longest_ns;
-static int64_t kt_scan_at_ns;
-
-static inline uint64_t kt_hash(uintptr_t key)
-{
-	return (uint64_t)key * 0x9e3779b97f4a7c15ULL;
-}
-static inline unsigned kt_index(uint64_t h)
-{
-	return (unsigned)(h >> (64 - KT_BITS));
-}
-static inline uint64_t kt_tag(uint64_t h)
-{
-	return ((h >> 16) & 0xffffffULL) | 1;
-}
+_Atomic int64_t pace_kt_gain[2] = {KT_GAIN_ONE, KT_GAIN_ONE};
 
 /* Everything this process has charged, in GPU ns. */
 static _Atomic int64_t charged_ns;
@@ -192,463 +110,23 @@ static _Atomic int64_t charged_ns;
  * than 0.5 ms and one launch of another container's turns. */
 static _Atomic int64_t met_until_ns;
 
-/* What pacing did in this process, for the debug log at exit (all on slow paths). */
-static struct {
-	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
-	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
-	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns;
-} pstat;
-#define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pstat.f, (v), memory_order_relaxed)
+/* What pacing did in this process, for the debug log at exit (pace_measure.h). */
+struct pace_stats pace_stat;
 
-/* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
- * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
-#define NCTX 4
-struct ctx_events {
-	CUcontext ctx;
-	uint64_t gen; /* changes whenever the events are made anew or lost */
-	CUevent ev[6];
-};
-static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct ctx_events evc[NCTX];
-static uint64_t ev_gen;
-static int evc_next;
-
-/* The one launch sample in flight in this process. */
-enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
-static struct {
-	_Atomic int state;
-	struct ctx_events *c;
-	uint64_t gen;
-	int cls;
-	uintptr_t key;       /* its function or executable graph (0: none, charged its class's) */
-	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
-	int64_t launched_ns; /* when its launch was issued */
-	int met;             /* its stream had drained, yet its start event waited: another context ran */
-	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
-#ifdef TESSERA_PACE_TRACE
-	uintptr_t trace_key;
-#endif
-} smp;
-/* Launch samples, and bursts, of launches estimated at least this long have the
- * context's turns on the GPU probed (residency.c) while they run: shorter ones are
- * seldom cut by a time slice, and a sample that is reads over 3x its estimate and is
- * set aside. */
-#define PROBE_MIN_NS 200000LL
-/* The longest launch estimated: the two classes' estimates and the longest
- * per-kernel entry in use. */
-int64_t pace_est_longest(void)
+/* (pace_measure.h) */
+int pace_bursts_use(const struct ctx_events *c)
 {
-	int64_t k = atomic_load(&est_ns[0]), g = atomic_load(&est_ns[1]), t = atomic_load(&kt_longest_ns);
-	k = k > g ? k : g;
-	return k > t ? k : t;
-}
-
-/* Rescans the table for its longest entry in use (caller holds ev_mu). */
-static void kt_rescan(int64_t now)
-{
-	int64_t m = 0;
-	for (int i = 0; i < KT_SIZE; i++)
-		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS) {
-			int64_t e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
-			m = e > m ? e : m;
-		}
-	atomic_store(&kt_longest_ns, m);
-	kt_scan_at_ns = now;
-}
-
-/* The entry of key: its slot, and its estimate (0 if it has none). */
-static int64_t kt_lookup(uintptr_t key, int *slot)
-{
-	uint64_t h = kt_hash(key);
-	*slot = (int)kt_index(h);
-	uint64_t w = atomic_load_explicit(&kt_word[*slot], memory_order_relaxed);
-	return (w >> KT_NS_BITS) == kt_tag(h) && kt_meta[*slot].key == key ? (int64_t)(w & KT_NS_MASK) : 0;
-}
-
-/* The entry of a kernel on its first n samples (n <= KT_WINDOW): their mean, without
- * those over 3x their lower median and 2 us. A kernel's first launch is often far
- * longer than the rest (on an H200, first samples of PyTorch kernels read 103 us for a
- * 0.75 us kernel, 643 us for a 49 us one: the code is loaded and the caches are
- * cold), and a kernel launched a few times a step is sampled only a few times in a
- * second: in the mean of its first samples, that one sample held the entry many times
- * over the kernel's length for seconds (launch-bound training steps at cap 25 ran 58-72 %
- * of their solo rate though they needed 13-26 % of the GPU). With two samples the
- * lower median is the smaller one. */
-static int64_t kt_window_mean(const int64_t *w, int64_t n)
-{
-	int64_t v[KT_WINDOW];
-	for (int64_t i = 0; i < n; i++) {
-		int64_t x = w[i], j = i;
-		for (; j > 0 && v[j - 1] > x; j--)
-			v[j] = v[j - 1];
-		v[j] = x;
-	}
-	int64_t lim = 3 * v[(n - 1) / 2] + 2000, sum = 0, k = 0;
-	for (int64_t i = 0; i < n && v[i] <= lim; i++, k++)
-		sum += v[i];
-	return sum / k;
-}
-
-/* Folds a sample of ns into key's entry (caller holds ev_mu): the mean of its first
- * KT_WINDOW samples without the outliers (kt_window_mean), then a moving average; a
- * sample over 3x the entry is then set aside (it most likely holds another context's
- * time slice) unless three in a row say so. An entry that another key holds is taken
- * over once that key has not been sampled for KT_STALE_NS. */
-static void kt_fold(uintptr_t key, int cls, int64_t ns)
-{
-	uint64_t h = kt_hash(key);
-	int i = (int)kt_index(h);
-	int64_t now = tessera_now_ns();
-	int64_t e;
-	if (kt_meta[i].key != key) {
-		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS)
-			return;
-		kt_meta[i].key = key;
-		kt_meta[i].cls = cls;
-		kt_meta[i].rejected = 0;
-		kt_meta[i].n = 1;
-		kt_meta[i].win[0] = ns;
-		e = ns;
-	} else if (kt_meta[i].n < KT_WINDOW) {
-		kt_meta[i].win[kt_meta[i].n++] = ns;
-		e = kt_window_mean(kt_meta[i].win, kt_meta[i].n);
-	} else {
-		e = (int64_t)(atomic_load_explicit(&kt_word[i], memory_order_relaxed) & KT_NS_MASK);
-		if (ns > 3 * e && kt_meta[i].rejected < 3) {
-			kt_meta[i].rejected++;
-			PSTAT_ADD(set_aside, 1);
-			return;
-		}
-		kt_meta[i].rejected = 0;
-		kt_meta[i].n++;
-		e += (ns - e) / KT_WINDOW;
-	}
-	if (e < 1)
-		e = 1;
-	kt_meta[i].last_ns = now;
-	atomic_store_explicit(&kt_word[i], kt_tag(h) << KT_NS_BITS | (uint64_t)e | (kt_meta[i].n >= KT_WINDOW ? KT_SETTLED : 0),
-			      memory_order_relaxed);
-	if (e > atomic_load(&kt_longest_ns) || now - kt_scan_at_ns > 100000000LL)
-		kt_rescan(now);
-}
-
-/* Since when (monotonic ns) this process last saw another context on its GPU: a launch
- * sample whose start event waited on a drained stream, a burst that ran over its
- * charge, a probe that waited for the context's turn. Probing runs for CONTENDED_NS
- * after (pace.h): a container alone on its GPU has nothing to probe for. */
-static _Atomic int64_t other_seen_ns;
-static void saw_other(void)
-{
-	atomic_store_explicit(&other_seen_ns, tessera_now_ns(), memory_order_relaxed);
-}
-static int seen_lately(int64_t t)
-{
-	return t > 0 && tessera_now_ns() - t < CONTENDED_NS;
-}
-/* The same from the signs that can only be another context's work: a launch sample
- * that met another context's turn, a probe that waited for the context's turn (a
- * burst over its charge may also be the host's own gaps). A work-conserving
- * container runs beyond its share only while this is false. */
-static _Atomic int64_t met_seen_ns;
-static int others_have_work(void)
-{
-	return seen_lately(atomic_load_explicit(&met_seen_ns, memory_order_relaxed)) ||
-	       seen_lately(tessera_residency_late_seen_ns());
-}
-int pace_contended(void)
-{
-	return seen_lately(atomic_load_explicit(&other_seen_ns, memory_order_relaxed)) || others_have_work();
-}
-/* A sample still running this long after its launch was queued behind more work than
- * the container was charged for: the launching thread waits for it. This bounds how
- * far a program whose launches are charged too little can run ahead of the GPU. */
-#define MAX_AHEAD_NS (2 * TESSERA_PACING_PERIOD_NS)
-
-static int events_usable(void)
-{
-	return REAL(cuEventCreate) && REAL(cuEventRecord) && REAL(cuEventQuery) && REAL(cuEventSynchronize) &&
-	       REAL(cuEventDestroy_v2) && REAL(cuEventElapsedTime_v2) && REAL(cuCtxGetCurrent);
-}
-
-/* The events of the current context, made on first use (caller holds ev_mu); NULL if
- * there is no current context or they cannot be made. An entry a sample or a burst
- * still uses is not replaced. */
-static struct ctx_events *events_current(void)
-{
-	CUcontext ctx = NULL;
-	if (REAL(cuCtxGetCurrent)(&ctx) != CUDA_SUCCESS || ctx == NULL)
-		return NULL;
-	for (int i = 0; i < NCTX; i++)
-		if (evc[i].ctx == ctx)
-			return &evc[i];
-	for (int tries = 0; tries < NCTX; tries++) {
-		struct ctx_events *c = &evc[evc_next];
-		evc_next = (evc_next + 1) % NCTX;
-		int busy = atomic_load(&smp.state) != SAMPLE_FREE && smp.c == c;
-		for (int g = 0; g < tessera.limits.ngpus && !busy; g++)
-			busy = (pacers[g].burst_started || pacers[g].fence_pending) &&
-			       pacers[g].burst_ctx == c;
-		if (busy)
-			continue;
-		if (c->ctx != NULL)
-			for (int e = 0; e < 6; e++) {
-				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
-				REAL(cuEventDestroy_v2)(c->ev[e]);
-			}
-		c->ctx = NULL;
-		c->gen = ++ev_gen;
-		for (int e = 0; e < 6; e++) {
-			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-				while (e-- > 0)
-					REAL(cuEventDestroy_v2)(c->ev[e]);
-				return NULL;
-			}
-		}
-		c->ctx = ctx;
-		return c;
-	}
-	return NULL;
-}
-
-/* GPU ns from a to b, two completed events, signed (b may have completed first); 0
- * and *ok cleared if the driver cannot tell. */
-static int64_t signed_ns(CUevent a, CUevent b, int *ok)
-{
-	float ms = 0;
-	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms > -3.6e6f && ms < 3.6e6f)) {
-		*ok = 0;
-		return 0;
-	}
-	return (int64_t)((double)ms * 1e6);
-}
-
-/* GPU ns between two completed events; -1 if they cannot tell. */
-static int64_t elapsed_ns(CUevent a, CUevent b)
-{
-	float ms = 0;
-	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms >= 0) || ms > 3.6e6f)
-		return -1;
-	return (int64_t)((double)ms * 1e6);
-}
-
-/* Reads the sample in flight if its kernel has finished (caller holds ev_mu), and
- * folds it into its class's estimate. */
-static void settle_sample(void)
-{
-	if (atomic_load(&smp.state) != SAMPLE_FLYING)
-		return;
-	struct ctx_events *c = smp.c;
-	if (c->gen != smp.gen || c->ctx == NULL) {
-		atomic_store(&smp.state, SAMPLE_FREE);
-		return;
-	}
-	CUresult q = REAL(cuEventQuery)(c->ev[1]);
-	if (q == CUDA_ERROR_NOT_READY)
-		return;
-	int64_t ns = q == CUDA_SUCCESS ? elapsed_ns(c->ev[0], c->ev[1]) : -1;
-	/* Another context's turns inside the sample, where the probes saw them. */
-	int64_t off = ns >= 0 && smp.probed ? tessera_residency_off(c->ctx, c->ev[0], c->ev[1]) : -1;
-	atomic_store(&smp.state, SAMPLE_FREE);
-	if (ns < 0)
-		return;
-#ifdef TESSERA_PACE_TRACE
-	int64_t trace_raw = ns;
-#endif
-	if (off > 0 && off < ns) {
-		ns -= off;
-		PSTAT_ADD(off_ns, off);
-	}
-	if (off >= 0)
-		PSTAT_ADD(probed, 1);
-	last_at_ns[smp.cls] = tessera_now_ns();
-	/* The start event found the stream idle: it completed when it was recorded, and
-	 * the host's time to issue the launch after it is not the kernel's. */
-	if (smp.host_gap_ns > 0)
-		ns = ns - smp.host_gap_ns > ns / 10 ? ns - smp.host_gap_ns : ns / 10;
-	if (ns < 1)
-		ns = 1;
-	if (ns > MAX_EST_NS)
-		ns = MAX_EST_NS;
-	int64_t e = atomic_load_explicit(&est_ns[smp.cls], memory_order_relaxed);
-	/* What the sample is read against: its kernel's own entry where it has one
-	 * (settled once it rests on KT_WINDOW samples), else its class's estimate. */
-	int slot;
-	int64_t ke = smp.key != 0 ? kt_lookup(smp.key, &slot) : 0;
-	int64_t eref = ke > 0 ? ke : e;
-	int settled = ke > 0 ? kt_meta[slot].n >= KT_WINDOW : atomic_load(&est_samples[smp.cls]) >= EST_WINDOW;
-	/* The launch waited for a refill, so its stream had drained, yet its start event
-	 * had not run when the launch returned: another context held the GPU (a
-	 * time-sliced GPU runs one context at a time). A sample that ran well over the
-	 * estimate then holds the rest of the other's turn: it says nothing of this
-	 * container's launches, and is kept out of the estimate and of the samples that
-	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
-	 * taken for that). Eight in a row are taken anyway: the launches may have
-	 * changed while every sample met another's turn. */
-	if (off < 0 && smp.met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[smp.cls] < 8) {
-		met_rejected[smp.cls]++;
-		PSTAT_ADD(met, 1);
-		trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, -1);
-		return;
-	}
-	met_rejected[smp.cls] = 0;
-	trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, ns);
-	if (eref > 0) {
-		int i = recent_n[smp.cls]++ % RECENT;
-		recent[smp.cls][i].ns = ns;
-		/* What it was charged: the entry times the class's gain. */
-		recent[smp.cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, smp.cls) : e;
-	}
-	if (smp.key != 0)
-		kt_fold(smp.key, smp.cls, ns);
-	/* A sample far above the estimate most likely waited for another context's
-	 * time slice between its events; three in a row mean the work changed. */
-	if (atomic_load(&est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
-		rejected[smp.cls]++;
-		PSTAT_ADD(set_aside, 1);
-		return;
-	}
-	rejected[smp.cls] = 0;
-
-	PSTAT_ADD(samples[smp.cls], 1);
-	if (smp.host_gap_ns > 0) {
-		PSTAT_ADD(idle[smp.cls], 1);
-		PSTAT_ADD(idle_ns[smp.cls], ns);
-	} else {
-		PSTAT_ADD(busy_ns[smp.cls], ns);
-	}
-	int64_t n = atomic_fetch_add(&est_samples[smp.cls], 1) + 1;
-	if (n > EST_WINDOW)
-		n = EST_WINDOW;
-	atomic_store_explicit(&est_ns[smp.cls], e + (ns - e) / n, memory_order_relaxed);
-}
-
-/* Per-thread sampling: launches left until the next sample, and a random generator
- * (xorshift) that spaces samples at random so that no launch pattern aliases them. */
-#define TLS_IE __attribute__((tls_model("initial-exec")))
-static __thread int64_t sample_countdown TLS_IE;
-static __thread uint32_t rng TLS_IE;
-#ifdef TESSERA_PACE_TRACE
-static __thread uintptr_t trace_key_now TLS_IE;
-#endif
-
-static uint32_t next_random(void)
-{
-	if (rng == 0)
-		rng = (uint32_t)tessera_now_ns() ^ (uint32_t)(uintptr_t)&rng ^ 0x9e3779b9u;
-	rng ^= rng << 13;
-	rng ^= rng >> 17;
-	rng ^= rng << 5;
-	return rng;
-}
-
-/* A sample is due: read the one in flight, and claim the next for this launch. */
-static void sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
-{
-	int64_t m = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
-	if (m < 1 || atomic_load_explicit(&est_samples[cls], memory_order_relaxed) < EST_WINDOW)
-		m = 1;
-	if (m > SAMPLE_MAX_GAP)
-		m = SAMPLE_MAX_GAP;
-	sample_countdown = m == 1 ? 1 : 1 + (int64_t)(next_random() % (uint32_t)(2 * m - 1));
-	/* An event call during a capture could join the capture or break it. */
-	if (atomic_load(&tessera.captures) > 0 || !events_usable() || pthread_mutex_trylock(&ev_mu) != 0)
-		return;
-	/* Until a class has an estimate its launches are charged nothing: the first
-	 * sample is waited for, so that a program cannot queue far ahead uncharged; so is
-	 * one queued behind more work than a period or two. */
-	if (atomic_load(&smp.state) == SAMPLE_FLYING && smp.c->gen == smp.gen && smp.c->ctx != NULL &&
-	    (cost == 0 || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS)) {
-		PSTAT_ADD(wait_syncs, 1);
-		REAL(cuEventSynchronize)(smp.c->ev[1]);
-	}
-	settle_sample();
-	if (atomic_load(&smp.state) == SAMPLE_FREE) {
-		struct ctx_events *c = events_current();
-		if (c != NULL) {
-			smp.c = c;
-			smp.gen = c->gen;
-			smp.cls = cls;
-			smp.key = key;
-#ifdef TESSERA_PACE_TRACE
-			smp.trace_key = trace_key_now;
-#endif
-			/* A launch long enough for another context's time slice to cut it has the
-			 * context's turns probed while it runs, while another context shares the
-			 * GPU or the estimate is being formed (its first samples; containers that
-			 * start together meet there). Not before the first sample: a program of
-			 * short launches never starts the probing thread (a second thread alone
-			 * costs a single-threaded program's launches 11 ns each in the fake
-			 * driver, B3). */
-			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&est_samples[cls]) < EST_WINDOW || pace_contended());
-			if (smp.probed)
-				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
-			atomic_store(&smp.state, SAMPLE_CLAIMED);
-			t->sampled = 1;
-			t->cls = cls;
-			t->ev = c;
-		}
-	}
-	pthread_mutex_unlock(&ev_mu);
-}
-
-/* Records the sample's start event, right before the driver's launch. */
-static void sample_start(CUstream stream, struct tessera_pace_ticket *t)
-{
-	struct ctx_events *c = t->ev;
-	if (REAL(cuEventRecord)(c->ev[0], stream) != CUDA_SUCCESS) {
-		t->sampled = 0;
-		atomic_store(&smp.state, SAMPLE_FREE);
-		return;
-	}
-	t->t_start_ns = tessera_now_ns();
-}
-
-void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
-{
-	struct ctx_events *c = t->ev;
-	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
-		if (smp.probed)
-			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, NULL);
-		atomic_store(&smp.state, SAMPLE_FREE);
-		return;
-	}
-	/* Probed until the sampled launch has run. */
-	if (smp.probed)
-		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, c->ev[1]);
-	/* A start event already complete after the launch was issued found the stream
-	 * idle: the kernel began only when the launch reached the GPU. */
-	int64_t now = tessera_now_ns();
-	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
-	smp.host_gap_ns = started ? now - t->t_start_ns : 0;
-	smp.met = t->waited && !started;
-	if (smp.met) {
-		saw_other();
-		atomic_store_explicit(&met_seen_ns, now, memory_order_relaxed);
-	}
-	smp.launched_ns = now;
-	atomic_store(&smp.state, SAMPLE_FLYING);
-}
-
-void tessera_pacing_forget_ctx(CUcontext ctx)
-{
-	if (ctx == NULL)
-		return;
-	pthread_mutex_lock(&ev_mu);
-	for (int i = 0; i < NCTX; i++)
-		if (evc[i].ctx == ctx) {
-			/* Its events went with it. */
-			evc[i].ctx = NULL;
-			evc[i].gen = ++ev_gen;
-		}
-	pthread_mutex_unlock(&ev_mu);
-	tessera_residency_forget(ctx);
+	int busy = 0;
+	for (int g = 0; g < tessera.limits.ngpus && !busy; g++)
+		busy = (pacers[g].burst_started || pacers[g].fence_pending) && pacers[g].burst_ctx == c;
+	return busy;
 }
 
 /* (pacing.h) */
 void tessera_pacing_forget_stream(CUstream stream)
 {
 	uintptr_t t = (uintptr_t)stream + 1;
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	for (int g = 0; g < tessera.limits.ngpus; g++) {
 		struct tessera_pacer *p = &pacers[g];
 		uintptr_t o = t;
@@ -656,36 +134,18 @@ void tessera_pacing_forget_stream(CUstream stream)
 		if (p->xp_stream == t)
 			p->xp_stream = 0;
 	}
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 }
 
 static void after_fork(void)
 {
-	/* The child has none of the parent's contexts or events. */
-	pthread_mutex_init(&ev_mu, NULL);
-	memset(evc, 0, sizeof(evc));
-	atomic_store(&smp.state, SAMPLE_FREE);
-	atomic_store(&est_ns[0], 0);
-	atomic_store(&est_ns[1], 0);
-	atomic_store(&est_samples[0], 0);
-	atomic_store(&est_samples[1], 0);
-	rejected[0] = rejected[1] = 0;
-	met_rejected[0] = met_rejected[1] = 0;
-	memset(recent, 0, sizeof(recent));
-	recent_n[0] = recent_n[1] = 0;
-	last_at_ns[0] = last_at_ns[1] = 0;
-	for (int i = 0; i < KT_SIZE; i++)
-		atomic_store(&kt_word[i], 0);
-	memset(kt_meta, 0, sizeof(kt_meta));
-	atomic_store(&kt_longest_ns, 0);
-	kt_scan_at_ns = 0;
-	atomic_store(&kt_gain[0], KT_GAIN_ONE);
-	atomic_store(&kt_gain[1], KT_GAIN_ONE);
+	/* The child's bursts, charges and counts start afresh (its events, samples and
+	 * estimates: pace_measure.c's handler, just after). */
+	atomic_store(&pace_kt_gain[0], KT_GAIN_ONE);
+	atomic_store(&pace_kt_gain[1], KT_GAIN_ONE);
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
-	atomic_store(&other_seen_ns, 0);
-	atomic_store(&met_seen_ns, 0);
-	memset(&pstat, 0, sizeof(pstat));
+	memset(&pace_stat, 0, sizeof(pace_stat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &pacers[g];
 		p->slept = p->burst_started = p->fence_pending = 0;
@@ -714,41 +174,18 @@ __attribute__((destructor)) static void pacing_summary(void)
 {
 	if (!pacing_any)
 		return;
-	for (int cls = 0; cls < 2; cls++) {
-		int64_t n = atomic_load(&pstat.samples[cls]), idle = atomic_load(&pstat.idle[cls]);
-		if (n == 0)
-			continue;
-		tessera_log(TESSERA_LOG_DEBUG,
-			    "pacing summary class=%d estimate_ns=%lld samples=%lld idle=%lld idle_mean_ns=%lld busy_mean_ns=%lld",
-			    cls, (long long)atomic_load(&est_ns[cls]), (long long)n, (long long)idle,
-			    (long long)(idle ? atomic_load(&pstat.idle_ns[cls]) / idle : 0),
-			    (long long)(n > idle ? atomic_load(&pstat.busy_ns[cls]) / (n - idle) : 0));
-	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f",
-		    (double)atomic_load(&kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&kt_gain[1]) / KT_GAIN_ONE);
-	for (int i = 0; i < KT_SIZE; i++)
-		if (kt_meta[i].key != 0)
-			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
-				    (unsigned long long)kt_meta[i].key, kt_meta[i].cls,
-				    (long long)(atomic_load(&kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n);
-	int64_t probes, late, covered, uncovered;
-	tessera_residency_stats(&probes, &late, &covered, &uncovered);
-	if (probes > 0)
-		tessera_log(TESSERA_LOG_DEBUG,
-			    "pacing summary probes=%lld late=%lld windows_covered=%lld windows_not_covered=%lld "
-			    "samples_probed=%lld samples_off_ns=%lld",
-			    (long long)probes, (long long)late, (long long)covered, (long long)uncovered,
-			    (long long)atomic_load(&pstat.probed), (long long)atomic_load(&pstat.off_ns));
+	pace_measure_summary();
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
 		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld restarts=%lld conserved=%lld",
-		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pstat.holds),
-		    (long long)atomic_load(&pstat.held_ns), (long long)atomic_load(&pstat.set_aside), (long long)atomic_load(&pstat.met),
-		    (long long)atomic_load(&pstat.wait_syncs), (long long)atomic_load(&pstat.waits),
-		    (long long)atomic_load(&pstat.bursts), (long long)atomic_load(&pstat.bursts_skipped),
-		    (long long)atomic_load(&pstat.owed_ns), (long long)atomic_load(&pstat.returned_ns),
-		    (long long)atomic_load(&pstat.sliced_ns), (long long)atomic_load(&pstat.forfeit_ns),
-		    (long long)atomic_load(&pstat.restarts), (long long)atomic_load(&pstat.conserved));
+		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pace_stat.holds),
+		    (long long)atomic_load(&pace_stat.held_ns), (long long)atomic_load(&pace_stat.set_aside),
+		    (long long)atomic_load(&pace_stat.met),
+		    (long long)atomic_load(&pace_stat.wait_syncs), (long long)atomic_load(&pace_stat.waits),
+		    (long long)atomic_load(&pace_stat.bursts), (long long)atomic_load(&pace_stat.bursts_skipped),
+		    (long long)atomic_load(&pace_stat.owed_ns), (long long)atomic_load(&pace_stat.returned_ns),
+		    (long long)atomic_load(&pace_stat.sliced_ns), (long long)atomic_load(&pace_stat.forfeit_ns),
+		    (long long)atomic_load(&pace_stat.restarts), (long long)atomic_load(&pace_stat.conserved));
 	pace_turns_summary();
 }
 
@@ -820,7 +257,7 @@ void tessera_pacing_setup(void)
 	pacing_any = paced > 0;
 	pace_turns_setup(tessera.limits.cgroup);
 	pacing_only = tessera.limits.ngpus == 1 ? last : -1;
-	if (paced > 0 && !events_usable())
+	if (paced > 0 && !pace_events_usable())
 		tessera_log(TESSERA_LOG_WARN, "the driver lacks the event functions pacing measures with; "
 					      "launches are paced by count only");
 }
@@ -917,7 +354,8 @@ static int capturing(CUstream stream)
 	       st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-/* The open burst is over without its F (caller holds ev_mu): no more probing for it. */
+/* The open burst is over without its F (caller holds pace_ev_mu): no more probing for
+ * it. */
 static void burst_unprobe(struct tessera_pacer *p)
 {
 	struct ctx_events *c = p->burst_ctx;
@@ -933,13 +371,13 @@ static void burst_unprobe(struct tessera_pacer *p)
  * was not probed then. */
 static void burst_probe(struct tessera_pacer *p)
 {
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	struct ctx_events *c = p->burst_ctx;
 	if (p->burst_started && c != NULL && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
 		p->burst_probed = 1;
 	}
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 }
 
 /* A burst begins (caller holds s->mu): event S before its first launch. The host's
@@ -950,13 +388,14 @@ static void burst_probe(struct tessera_pacer *p)
 static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charged0, int64_t all0, int at_refill)
 {
 	p->burst_started = 0;
-	if (!events_usable())
+	if (!pace_events_usable())
 		return;
-	pthread_mutex_lock(&ev_mu);
-	struct ctx_events *c = events_current();
+	pthread_mutex_lock(&pace_ev_mu);
+	struct ctx_events *c = pace_events_current();
 	/* Long launches beside another context: their turns are probed while it runs. */
 	int64_t est = pace_est_longest();
-	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && pace_contended()) || (p->work_conserving && !others_have_work()));
+	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && pace_contended()) ||
+					(p->work_conserving && !pace_others_have_work()));
 	if (p->burst_probed)
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
 	int64_t t0 = tessera_now_ns();
@@ -977,7 +416,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_at_refill = at_refill;
 		p->burst_turn = p->turn_held;
 	}
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 }
 
 /* The open burst ends here (caller holds s->mu): event F after its last launch. When
@@ -985,7 +424,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
  * burst starts at F (chained). */
 static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 {
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	struct ctx_events *c = p->burst_ctx;
 	CUcontext cur = NULL;
 	if (c->gen == p->burst_ctx_gen && c->ctx != NULL && REAL(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS &&
@@ -1048,99 +487,19 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		atomic_store(&p->burst_stream_tag, 0);
 		burst_unprobe(p);
 	}
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 }
 
-/* How far above their estimate the launch samples say a burst's launches ran, as a
- * fraction of its charge (caller holds ev_mu): for each class in use (sampled in the
- * last 25 periods), its last RECENT samples, set aside or not, against the estimates
- * they were read against, without the largest (one sample that met another context's
- * turn does not explain a burst's overrun for the next RECENT samples). A program of
- * mixed kernels, whose long kernels the estimate may set aside, thus has its overrun
- * explained and owed. -1 (the overrun is all owed) while a class rests on its first
- * few samples. */
-#define AGREE_SAMPLES 8
-static double samples_ratio(double x);
-static double samples_excess(void)
+/* GPU ns from a to b, two completed events, signed (b may have completed first); 0
+ * and *ok cleared if the driver cannot tell. */
+static int64_t signed_ns(CUevent a, CUevent b, int *ok)
 {
-	return samples_ratio(0);
-}
-/* The same, signed: how far under their estimates (below 0) or over them the last
- * samples ran, the largest over the classes in use; 0 when they cannot tell. */
-static double samples_signed(void)
-{
-	double x = samples_ratio(-1);
-	return x < -0.9 ? 0 : x;
-}
-static double samples_ratio(double x)
-{
-	int64_t now = tessera_now_ns();
-	for (int cls = 0; cls < 2; cls++) {
-		int64_t n = atomic_load(&est_samples[cls]);
-		if (n == 0 || now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
-			continue;
-		int m = recent_n[cls] < RECENT ? recent_n[cls] : RECENT;
-		if (n < AGREE_SAMPLES || m < AGREE_SAMPLES)
-			return -1;
-		int64_t sum = 0, sum_est = 0;
-		int top = 0;
-		for (int i = 0; i < m; i++) {
-			sum += recent[cls][i].ns;
-			sum_est += recent[cls][i].est;
-			if (recent[cls][i].ns > recent[cls][top].ns)
-				top = i;
-		}
-		sum -= recent[cls][top].ns;
-		sum_est -= recent[cls][top].est;
-		if (sum_est <= 0)
-			return -1;
-		double r = (double)sum / (double)sum_est - 1;
-		if (r > x)
-			x = r;
+	float ms = 0;
+	if (REAL(cuEventElapsedTime_v2)(&ms, a, b) != CUDA_SUCCESS || !(ms > -3.6e6f && ms < 3.6e6f)) {
+		*ok = 0;
+		return 0;
 	}
-	return x;
-}
-
-/* A burst ran under half its charge (caller holds ev_mu). Where a class's last
- * RESTART_SAMPLES samples all ran under half its estimate too, the program's launches
- * changed (a phase of long kernels, a warm-up or a batch of large matmuls, then small
- * requests or a launch-bound loop): the class's estimate starts afresh from those
- * samples, as a new program's does from its first. Brought down by a quarter a burst
- * instead, the long kernels' estimate held the short launches at their cap while the
- * few launches each allowance paid for brought it down (the fake driver's 3 us
- * launches after 2 ms kernels, at cap 20: held 260 ms, now 60-80 ms; a PyTorch
- * training loop after matmuls in one process on an H200: 82.5 % of its rate where it
- * needs 12 % of the GPU). A program of mixed kernels charged their mean may restart
- * now and then (the fake's 20 us and 1 ms kernels at 7:1 did in about half its
- * runs): its estimate is then the mean of its samples since, as at its start, and a
- * burst that runs over it owes the difference; its cap held (26-31 % at cap 30 in
- * the fake suite, 27-32 before). */
-#define RESTART_SAMPLES 4
-static void restart_if_changed(void)
-{
-	int64_t now = tessera_now_ns();
-	for (int cls = 0; cls < 2; cls++) {
-		int64_t e = atomic_load(&est_ns[cls]), sum = 0;
-		if (atomic_load(&est_samples[cls]) < EST_WINDOW || recent_n[cls] < RESTART_SAMPLES ||
-		    now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
-			continue;
-		int under = 0;
-		for (int j = 1; j <= RESTART_SAMPLES; j++) {
-			int64_t ns = recent[cls][(recent_n[cls] - j) % RECENT].ns;
-			under += 2 * ns < e;
-			sum += ns;
-		}
-		if (under < RESTART_SAMPLES)
-			continue;
-		/* The estimate is their mean, as if they were the class's first samples. */
-		atomic_store(&est_ns[cls], sum / RESTART_SAMPLES > 0 ? sum / RESTART_SAMPLES : 1);
-		atomic_store(&est_samples[cls], RESTART_SAMPLES);
-		recent_n[cls] = 0;
-		rejected[cls] = met_rejected[cls] = 0;
-		PSTAT_ADD(restarts, 1);
-		tessera_log(TESSERA_LOG_DEBUG, "pacing class=%d estimate_ns=%lld restarted at %lld: the launches changed", cls,
-			    (long long)e, (long long)(sum / RESTART_SAMPLES));
-	}
+	return (int64_t)((double)ms * 1e6);
 }
 
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
@@ -1175,21 +534,21 @@ static void gain_relax(void)
 		return;
 	gain_moved_ns = now;
 	for (int cls = 0; cls < 2; cls++) {
-		int64_t g = atomic_load(&kt_gain[cls]);
-		atomic_store(&kt_gain[cls], g + (KT_GAIN_ONE - g) / 4);
+		int64_t g = atomic_load(&pace_kt_gain[cls]);
+		atomic_store(&pace_kt_gain[cls], g + (KT_GAIN_ONE - g) / 4);
 	}
 }
 
 static int64_t settle_burst(struct tessera_pacer *p, int wait)
 {
 	struct tessera_shared_pacer *s = p->s;
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	struct ctx_events *c = p->burst_ctx;
 	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
 	CUresult q = ok ? REAL(cuEventQuery)(c->ev[p->ev_f]) : CUDA_ERROR_INVALID_VALUE;
 	if (q == CUDA_SUCCESS && p->f_x_stream != 0)
 		q = REAL(cuEventQuery)(c->ev[p->f_x_ev]);
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 	if (q == CUDA_ERROR_NOT_READY && !wait)
 		return 0;
 	if (q == CUDA_ERROR_NOT_READY) {
@@ -1201,9 +560,9 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	p->fence_pending = 0;
 	gain_relax();
 	int64_t e = -1, off = -1;
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
-		e = elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
+		e = pace_elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
 		if (e >= 0)
 			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f]);
 		if (e >= 0 && p->f_x_stream != 0) {
@@ -1222,12 +581,13 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 			off = -1;
 		}
 	}
-	double excess = samples_excess(), ratio = samples_signed();
-	pthread_mutex_unlock(&ev_mu);
+	double excess = pace_samples_excess(), ratio = pace_samples_signed();
+	pthread_mutex_unlock(&pace_ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
-	if (off > 0 || (off < 0 && excess >= 0 && atomic_load(&est_samples[0]) + atomic_load(&est_samples[1]) >= EST_WINDOW &&
+	if (off > 0 || (off < 0 && excess >= 0 &&
+			atomic_load(&pace_est_samples[0]) + atomic_load(&pace_est_samples[1]) >= EST_WINDOW &&
 			e > p->f_charged + p->f_charged / 10 + 100000))
-		saw_other();
+		pace_saw_other();
 	/* Where the context's turns were probed, another context's turns inside the burst
 	 * are known: they explain its overrun, up to all of it, and nothing is guessed. They
 	 * never make a burst give back: on an H200, bursts of cuBLAS matmuls beside three
@@ -1346,9 +706,9 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * together, before they take turns, are cut by each other's time slices: 20 ms
 	 * kernels were charged 37 ms and left the GPU idle between turns for a second). */
 	if (r < 0.5) {
-		pthread_mutex_lock(&ev_mu);
-		restart_if_changed();
-		pthread_mutex_unlock(&ev_mu);
+		pthread_mutex_lock(&pace_ev_mu);
+		pace_restart_if_changed();
+		pthread_mutex_unlock(&pace_ev_mu);
 		r = 0.5;
 	}
 	if (r > 2)
@@ -1356,10 +716,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	int alone_down = p->f_turn && r < 1;
 	double f = alone_down ? r : 1 + (r - 1) / 2;
 	for (int cls = 0; cls < 2; cls++) {
-		int64_t est_c = atomic_load(&est_ns[cls]);
+		int64_t est_c = atomic_load(&pace_est_ns[cls]);
 		int64_t scaled = (int64_t)((double)est_c * f);
-		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down))
-			atomic_store(&est_ns[cls], scaled);
+		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&pace_est_samples[cls]) >= EST_WINDOW || alone_down))
+			atomic_store(&pace_est_ns[cls], scaled);
 	}
 	/* The per-kernel entries through their class's gain, as the class estimates; only
 	 * by bursts whose every launch was charged a settled entry (a program's first
@@ -1376,10 +736,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * beside it (events, overlap of two streams), which back-to-back bursts show. */
 	int clean = alone_down || (back_to_back && alone && off <= 0);
 	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class && clean; cls++) {
-		int64_t g = (int64_t)((double)atomic_load(&kt_gain[cls]) * f);
+		int64_t g = (int64_t)((double)atomic_load(&pace_kt_gain[cls]) * f);
 		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
-		if (atomic_load(&est_samples[cls]) >= EST_WINDOW || alone_down) {
-			atomic_store(&kt_gain[cls], g);
+		if (atomic_load(&pace_est_samples[cls]) >= EST_WINDOW || alone_down) {
+			atomic_store(&pace_kt_gain[cls], g);
 			gain_moved_ns = tessera_now_ns();
 		}
 	}
@@ -1395,10 +755,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 {
 	struct ctx_events *c = p->burst_ctx;
-	pthread_mutex_lock(&ev_mu);
+	pthread_mutex_lock(&pace_ev_mu);
 	int ok = c->gen == p->burst_ctx_gen && c->ctx != NULL;
 	*f = c->ev[p->ev_f];
-	pthread_mutex_unlock(&ev_mu);
+	pthread_mutex_unlock(&pace_ev_mu);
 	return ok;
 }
 
@@ -1426,9 +786,9 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 				 * is dropped; a burst begins afresh once the share falls again. */
 				p->burst_started = p->fence_pending = p->slept = 0;
 				atomic_store(&p->burst_stream_tag, 0);
-				pthread_mutex_lock(&ev_mu);
+				pthread_mutex_lock(&pace_ev_mu);
 				burst_unprobe(p);
-				pthread_mutex_unlock(&ev_mu);
+				pthread_mutex_unlock(&pace_ev_mu);
 				pthread_mutex_unlock(&s->mu);
 				return slept;
 			}
@@ -1452,9 +812,9 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			 * when the GPU idled, and is not measured. */
 			p->burst_started = 0;
 			atomic_store(&p->burst_stream_tag, 0);
-			pthread_mutex_lock(&ev_mu);
+			pthread_mutex_lock(&pace_ev_mu);
 			burst_unprobe(p);
-			pthread_mutex_unlock(&ev_mu);
+			pthread_mutex_unlock(&pace_ev_mu);
 		}
 		if (atomic_load(&s->tokens) > 0) {
 			/* A burst on a GPU whose containers take turns begins with the turn: taken
@@ -1488,7 +848,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			pthread_mutex_unlock(&s->mu);
 			return slept;
 		}
-		if (p->work_conserving && !others_have_work() && !(p->turn_held && pace_turn_wanted(p, now))) {
+		if (p->work_conserving && !pace_others_have_work() && !(p->turn_held && pace_turn_wanted(p, now))) {
 			/* Work-conserving, and no other context has had work on the GPU for
 			 * CONTENDED_NS: the container takes the idle time, a slot's allowance at a
 			 * time, without waiting for a refill. Each allowance is a burst of its own,
@@ -1562,32 +922,32 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	 * (times its class's gain); an empty entry has the launch sampled, so that a
 	 * kernel is charged its own time from its first sample. Without it, its class's. */
 #ifdef TESSERA_PACE_TRACE
-	trace_key_now = key;
+	tessera_trace_key_now = key;
 #endif
 	if (!charge_kernel)
 		key = 0;
 	if (key != 0) {
 		uint64_t h = kt_hash(key);
-		uint64_t w = atomic_load_explicit(&kt_word[kt_index(h)], memory_order_relaxed);
+		uint64_t w = atomic_load_explicit(&pace_kt_word[kt_index(h)], memory_order_relaxed);
 		if ((w >> KT_NS_BITS) == kt_tag(h)) {
 			cost = kt_charge(w, cls);
 			/* An entry on its first samples: sampled again, launch after launch
 			 * while one is free, until it rests on KT_WINDOW; and the burst says
 			 * nothing of the gain. */
 			if (!(w & KT_SETTLED)) {
-				sample_countdown = 1;
+				pace_sample_countdown = 1;
 				if (!atomic_load_explicit(&p->class_charged, memory_order_relaxed))
 					atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 			}
 		} else if (w == 0)
-			sample_countdown = 1;
+			pace_sample_countdown = 1;
 	}
 	if (cost < 0) {
-		cost = atomic_load_explicit(&est_ns[cls], memory_order_relaxed);
+		cost = atomic_load_explicit(&pace_est_ns[cls], memory_order_relaxed);
 		if (charge_kernel && !atomic_load_explicit(&p->class_charged, memory_order_relaxed))
 			atomic_store_explicit(&p->class_charged, 1, memory_order_relaxed);
 	}
-	trace_launch(trace_key_now, cls, cost);
+	trace_launch(tessera_trace_key_now, cls, cost);
 	uintptr_t tag = atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed);
 	if (tag != 0 && tag != (uintptr_t)stream + 1) {
 		/* The first launch of the burst on another stream names it (a locked
@@ -1634,8 +994,8 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
-	if (--sample_countdown <= 0)
-		sample_due(t, cls, key, cost);
+	if (--pace_sample_countdown <= 0)
+		pace_sample_due(t, cls, key, cost);
 	if (t->sampled)
-		sample_start(stream, t);
+		pace_sample_start(stream, t);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Compute pacing (pacing.c): each container's share of a GPU's time. */
+/* Compute pacing (pacing.c; what launches cost, pace_measure.c): each container's share
+ * of a GPU's time. */
 #ifndef TESSERA_PACING_H
 #define TESSERA_PACING_H
 
@@ -27,14 +28,14 @@ void tessera_pacing_setup(void);
  * sampled (0: its class's). */
 void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t);
 /* After the driver's launch (launched: what it returned); only a sample has more to
- * do, so the others pay one load. */
+ * do (pace_measure.c), so the others pay one load. */
 void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched);
 static inline void tessera_pace_done(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
 {
 	if (t->sampled)
 		tessera_pace_done_slow(stream, t, launched);
 }
-/* A context is gone: its events with it. */
+/* A context is gone: its events with it (pace_measure.c). */
 void tessera_pacing_forget_ctx(CUcontext ctx);
 /* A stream is being destroyed: pacing records nothing on it from now on (a burst that
  * launched on it is no longer measured), and it is no stream's start mark. */

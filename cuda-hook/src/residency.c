@@ -20,7 +20,7 @@
  * usual lag was recorded while the context was off the GPU, which it had been since
  * about half-way between the previous probe's completion and this probe's recording,
  * until this probe's completion. Launch samples subtract the off time inside them
- * (pacing.c); the error is about half a probe step per turn, either way.
+ * (pace_measure.c); the error is about half a probe step per turn, either way.
  *
  * Times are kept as "frame" times: GPU ns since the reference event (ref), which is
  * re-recorded every second (cuEventElapsedTime's float milliseconds lose precision over

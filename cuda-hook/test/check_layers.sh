@@ -10,6 +10,8 @@
 #     called a hook would count what it does twice and run its checks again.
 #  3. The state (state.h, real.h and the files of the limits, the region, the log and
 #     the clock) includes no service's or interposer's header.
+#  4. Pacing's internal headers are included by pacing's files alone: pace.h by
+#     pacing.c, pace_measure.c and pace_turns.c, pace_measure.h by the first two.
 # Comments and string literals are left out of the calls checked.
 set -eu
 src=${1:-$(dirname "$0")/../src}
@@ -77,6 +79,15 @@ for f in "$src"/*.c "$src"/*.h; do
 		printf '%s\n' "$calls" | sed "s/^/  $name:/"
 		fail=1
 	fi
+	for h in pace.h pace_measure.h; do
+		grep -q "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$h\"" "$f" || continue
+		case "$h:$name" in
+		pace.h:pacing.c | pace.h:pace_measure.c | pace.h:pace_turns.c | pace_measure.h:pacing.c | pace_measure.h:pace_measure.c) ;;
+		*)
+			echo "FAIL layers: $name includes $h, pacing's internal header"
+			fail=1 ;;
+		esac
+	done
 	case " $state " in
 	*" $name "*)
 		bad=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
@@ -90,4 +101,4 @@ for f in "$src"/*.c "$src"/*.h; do
 	esac
 done
 [ $fail = 0 ] || exit 1
-echo "ok layers: $(printf '%s\n' $hooks | wc -l) hooks, none called by name; interpose.h only in the interposers; the state includes no service"
+echo "ok layers: $(printf '%s\n' $hooks | wc -l) hooks, none called by name; interpose.h only in the interposers; the state includes no service; pacing's internal headers only in pacing"
