@@ -35,6 +35,11 @@ type NodeInventory struct {
 	// ContextCharge). The scheduler places no container whose memory on a GPU is
 	// below the charge there, since none of its processes could create a context.
 	ContextMiB int64 `json:"contextMiB,omitempty"`
+	// DRA is set when the node's agent serves its GPUs through DRA (ResourceClaims of
+	// the driver gpu.tessera.dev) rather than the device plugin: kubelet there has no
+	// tessera.dev/* resources, so the scheduler places no pod that asks for them on
+	// the node; the inventory still describes the GPUs for claim placement.
+	DRA bool `json:"dra,omitempty"`
 }
 
 // ContextCharge is the node's charge per plain CUDA context: ContextMiB, or

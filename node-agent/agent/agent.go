@@ -341,7 +341,7 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 		return nil, err
 	}
 	source = &fenceSource{Source: source, fence: &a.fence}
-	source = &contextSource{Source: source, contextMiB: cfg.ContextMiB}
+	source = &contextSource{Source: source, contextMiB: cfg.ContextMiB, dra: cfg.DRA}
 	a.source, a.Publisher.Source = source, source
 
 	names := api.ResourceNamesForDomain(cfg.ResourceDomain)

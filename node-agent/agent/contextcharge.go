@@ -10,10 +10,12 @@ import (
 // contextSource publishes the agent's charge per CUDA context (--context-mib) in the
 // inventory, so that the scheduler places no container whose memory on a GPU is below
 // it. The default charge is left out: an inventory without contextMiB means it, and
-// reads as it did before the field.
+// reads as it did before the field. It also marks a node in DRA mode (--dra), where
+// the scheduler places no pod asking for tessera.dev/* resources.
 type contextSource struct {
 	gpu.Source
 	contextMiB int64
+	dra        bool
 }
 
 func (s *contextSource) Inventory() (*api.NodeInventory, error) {
@@ -24,5 +26,6 @@ func (s *contextSource) Inventory() (*api.NodeInventory, error) {
 	if s.contextMiB != 0 && s.contextMiB != api.DefaultContextMiB {
 		inv.ContextMiB = s.contextMiB
 	}
+	inv.DRA = s.dra
 	return inv, nil
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
 
 // The agent publishes its --context-mib in the inventory when it is not the default,
@@ -43,4 +44,29 @@ func TestInventoryPublishesContextCharge(t *testing.T) {
 			t.Errorf("%q: %v", tc.flag, err)
 		}
 	}
+}
+
+// A node in DRA mode says so in its inventory, and only then.
+func TestInventoryMarksDRAMode(t *testing.T) {
+	for _, dra := range []bool{false, true} {
+		s := &contextSource{Source: &fixedSource{inv: &api.NodeInventory{Version: api.InventoryVersion}}, dra: dra}
+		inv, err := s.Inventory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.DRA != dra {
+			t.Errorf("--dra=%v published dra: %v", dra, inv.DRA)
+		}
+	}
+}
+
+// fixedSource is a source whose inventory is inv; only Inventory is called.
+type fixedSource struct {
+	gpu.Source
+	inv *api.NodeInventory
+}
+
+func (s *fixedSource) Inventory() (*api.NodeInventory, error) {
+	c := *s.inv
+	return &c, nil
 }

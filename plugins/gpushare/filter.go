@@ -44,14 +44,21 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	return nil
 }
 
-// usable rejects nodes whose inventory is missing, malformed or stale at now, and
-// nodes whose agent refuses GPU containers for want of a requirement.
+// errDRANode is why a GPU pod of tessera.dev/* resources does not go to a node in DRA
+// mode.
+const errDRANode = "node serves its GPUs through DRA (ResourceClaims of the DeviceClass gpu.tessera.dev), not as tessera.dev/* resources; ask for a ResourceClaim, or run the pod on a node whose Tessera agent runs the device plugin"
+
+// usable rejects nodes whose inventory is missing, malformed or stale at now, nodes
+// whose agent refuses GPU containers for want of a requirement, and nodes in DRA mode.
 func (pl *Plugin) usable(v *placement.NodeView, now time.Time) *fwk.Status {
 	if v.Model == nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.InvErr.Error())
 	}
 	if v.ReqErr != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.ReqErr.Error())
+	}
+	if v.Model.DRA {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, errDRANode)
 	}
 	if age, old := placement.Stale(v.Heartbeat, pl.staleness, now); old {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(

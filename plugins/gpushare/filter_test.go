@@ -96,3 +96,22 @@ func TestFilterUsesTheNodesContextCharge(t *testing.T) {
 		})
 	}
 }
+
+// A node whose agent serves its GPUs through DRA takes no pod of tessera.dev/*
+// resources (kubelet there has none), unresolvably and saying what to do instead;
+// the device-plugin node beside it does.
+func TestFilterRefusesDRANodes(t *testing.T) {
+	dra := pcieInventory("dra", 4, "Tesla T4", t4Mem)
+	dra.DRA = true
+	e := newEnv(t, nil, []*v1.Node{t4(t, "plugin"), makeNode(t, "dra", dra)})
+	r := e.cycle(makePod("p", nil, ctr{Name: "c", GPU: "1", Mem: "4096"}))
+	if !r.pre.IsSuccess() {
+		t.Fatalf("PreFilter: %v", r.pre)
+	}
+	if got := strings.Join(r.feasible, ","); got != "plugin" {
+		t.Errorf("feasible %q, want plugin", got)
+	}
+	if st := r.filter["dra"]; st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "ResourceClaim") {
+		t.Errorf("DRA node: %v %q", st.Code(), st.Message())
+	}
+}

@@ -608,6 +608,12 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	if d := c.claimDevice("f1"); !slices.Contains(gpu, d) {
 		t.Errorf("fragmentation put f1 on %s, not a whole GPU", d)
 	}
+	// A pod of tessera.dev/* resources does not go to the DRA node: kubelet there
+	// has none of them.
+	c.createPod(newPod(c.ns, "plugin-pod", binpack, nil, gpuLimits{name: "c", gpu: "1", mem: "1024"}))
+	if msg := c.waitUnschedulable("plugin-pod", 30*time.Second); !strings.Contains(msg, "through DRA") {
+		t.Errorf("device-plugin pod on the DRA node: %q", msg)
+	}
 }
 
 // TestDRAClaimBurst: a burst of claims on two four-T4 nodes, more than fit, the

@@ -75,6 +75,10 @@ type Model struct {
 	// a GPU for each plain CUDA context (api.NodeInventory.ContextCharge); 0 in
 	// models made by hand charges nothing.
 	ContextMiB int64
+	// DRA is set for a node whose agent serves its GPUs through DRA
+	// (api.NodeInventory.DRA): TesseraGPUShare places nothing there, the claim
+	// placement (draplacement) uses the model.
+	DRA bool
 }
 
 // Pair affinities, from the strongest connection to the weakest. NVLink beats any PCIe
@@ -102,7 +106,7 @@ const affinityNVLink = 1.0
 // affinities and NVLink islands. A GPU in MIG mode contributes its instances instead
 // of itself, and nothing when it has none.
 func Build(inv *api.NodeInventory) *Model {
-	m := &Model{ByUUID: make(map[string]int), ContextMiB: inv.ContextCharge()}
+	m := &Model{ByUUID: make(map[string]int), ContextMiB: inv.ContextCharge(), DRA: inv.DRA}
 	pos := make(map[int]int, len(inv.GPUs)) // GPU index -> position in inv.GPUs
 	for i := range inv.GPUs {
 		pos[inv.GPUs[i].Index] = i
