@@ -28,6 +28,7 @@ import (
 
 	"github.com/tessera-dev/tessera/internal/progress"
 	"github.com/tessera-dev/tessera/plugins/gpushare"
+	"github.com/tessera-dev/tessera/plugins/gpushare/draplacement"
 	"github.com/tessera-dev/tessera/plugins/noderesourcesfit"
 )
 
@@ -430,13 +431,14 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 
 func ptrInt32(v int32) *int32 { return &v }
 
-// withoutDRA removes DynamicResources from every extension point of a profile.
+// withoutDRA removes DynamicResources and TesseraDynamicResources from every
+// extension point of a profile.
 func withoutDRA(p *schedconfig.Plugins) {
 	for _, set := range []*schedconfig.PluginSet{&p.MultiPoint, &p.PreEnqueue, &p.QueueSort, &p.PreFilter, &p.Filter, &p.PostFilter,
 		&p.PreScore, &p.Score, &p.Reserve, &p.Permit, &p.PreBind, &p.Bind, &p.PostBind} {
 		kept := set.Enabled[:0]
 		for _, pl := range set.Enabled {
-			if pl.Name != names.DynamicResources {
+			if pl.Name != names.DynamicResources && pl.Name != draplacement.Name {
 				kept = append(kept, pl)
 			}
 		}
