@@ -217,6 +217,23 @@ bench-b2: $(BIN)/etcd ## B2 scheduling throughput: Tessera vs the default profil
 		|| { tail -50 _output/b2/last-run.log; exit 1; }
 	cat _output/b2/b2-$(B2_NODES)n-$(B2_PODS)p.md
 
+# B2 for ResourceClaims: claim pods placed by the in-tree DynamicResources alone (first
+# fit) against tessera-binpack's TesseraDynamicResources, same claims, two pools of
+# B2_CLAIM_NODES nodes of eight H100s.
+B2_CLAIM_NODES ?= 100
+B2_CLAIM_PODS  ?= 1000
+
+.PHONY: bench-b2-claims
+bench-b2-claims: $(BIN)/etcd ## B2 for ResourceClaims: TesseraDynamicResources vs DynamicResources alone against a real API server; results in _output/b2/claims.txt
+	mkdir -p _output/b2
+	set -o pipefail; \
+	TESSERA_B2=1 TESSERA_B2_CLAIMS=1 TESSERA_B2_CLAIM_NODES=$(B2_CLAIM_NODES) TESSERA_B2_CLAIM_PODS=$(B2_CLAIM_PODS) \
+		TESSERA_B2_PROGRESS=$$([ -t 2 ] && echo /dev/tty) PATH=$(BIN):$$PATH \
+		$(GO) test -count=1 -timeout 60m -run '^TestB2Claims$$' -v ./test/integration 2>&1 \
+		| tee _output/b2/claims-last-run.log | { grep --line-buffered '^progress: ' >&2 || true; } \
+		|| { tail -50 _output/b2/claims-last-run.log; exit 1; }
+	cat _output/b2/claims.txt
+
 .PHONY: bench-gpu
 bench-gpu: ## CUDA hook benchmarks on a real GPU (B3-B5)
 	$(MAKE) -C cuda-hook bench-gpu
