@@ -58,6 +58,10 @@ func mpsRoom(m *nodemodel.Model, u *Usage, i int) bool {
 	return !m.Devices[i].MPS || u.Tenants < m.Devices[i].MPSClients
 }
 
+// MPSRoom is mpsRoom for the policies: whether device i, used as u, takes one more
+// tenant under its MPS server's client limit (always, for a time-sliced device).
+func MPSRoom(m *nodemodel.Model, u *Usage, i int) bool { return mpsRoom(m, u, i) }
+
 // sharingMiss explains a node none of whose GPUs matched the pod when some would
 // have but for their sharing mode; "" otherwise.
 func sharingMiss(m *nodemodel.Model, p *PodInfo) string {

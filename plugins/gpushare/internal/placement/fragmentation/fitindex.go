@@ -140,7 +140,8 @@ func atMost(needs []int64, v int64) int {
 func (x *fitIndexes) fitMask(m *nodemodel.Model, used []placement.Usage, i int, w *placement.Weights) uint64 {
 	d := &m.Hot[i]
 	u := &used[i]
-	if !d.Healthy || u.Tenants >= w.MaxTenants {
+	// As placement.Fits: the tenant limit, and an MPS GPU's client limit.
+	if !d.Healthy || u.Tenants >= w.MaxTenants || (m.HasMPS && !placement.MPSRoom(m, u, i)) {
 		return 0
 	}
 	ix := x.forMemory(d.MemoryMiB)

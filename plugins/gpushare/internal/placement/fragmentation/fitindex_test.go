@@ -26,7 +26,9 @@ func TestFitIndexMatchesShapeFits(t *testing.T) {
 			{Model: "Tesla T4", MemoryMiB: 15360, Healthy: true},
 			{Model: "Tesla T4", MemoryMiB: 15360, Healthy: false},
 			{Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, Healthy: true},
+			{Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, Healthy: true, MPS: true, MPSClients: 2},
 		},
+		HasMPS: true,
 	}
 	for _, d := range m.Devices {
 		m.Hot = append(m.Hot, nodemodel.DeviceHot{MemoryMiB: d.MemoryMiB, Healthy: d.Healthy, MIG: d.MIG})
