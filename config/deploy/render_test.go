@@ -452,6 +452,8 @@ func TestRenderRejects(t *testing.T) {
 		{"unknown NRI fallback", []string{"agent.nri.unavailable=ignore"}, "", "unavailable"},
 		{"NRI fallback without the hook", []string{"agent.nri.unavailable=fallback", "agent.hook.enabled=false"}, "", "agent.nri.unavailable=fallback needs"},
 		{"relative CDI directory", []string{"agent.hostPaths.cdiSpecDir=var/run/cdi"}, "", "cdiSpecDir"},
+		{"relative DRA plugin directory", []string{"agent.dra.enabled=true", "agent.hostPaths.draPluginDir=plugins"}, "", "draPluginDir"},
+		{"DRA without a node label", []string{"agent.dra.enabled=true", "agent.dra.nodeLabel="}, "", "agent.dra.nodeLabel"},
 		{"too old a cluster", nil, "1.33.4", "requires Kubernetes"},
 		{"too new a cluster", nil, "1.38.0", "requires Kubernetes"},
 	} {

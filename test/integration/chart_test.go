@@ -252,6 +252,24 @@ func TestChartDryRun(t *testing.T) {
 		}
 	})
 
+	t.Run("DRA mode", func(t *testing.T) {
+		c := parent.withT(t)
+		a := *a
+		a.t = t
+		c.createNamespace("tessera-dra")
+		ms := c.renderChart(deploy.Options{Namespace: "tessera-dra", Set: []string{"agent.dra.enabled=true"}})
+		n := 0
+		for _, m := range ms {
+			if m.Kind == "DaemonSet" || m.Kind == "DeviceClass" {
+				n++
+			}
+		}
+		if n != 3 {
+			t.Fatalf("%d DaemonSets and DeviceClasses rendered, want the two agents and the class", n)
+		}
+		a.applyAll(ms, true)
+	})
+
 	t.Run("plain manifests", func(t *testing.T) {
 		if v := builtKubeVersion(t); kubeMinor(v) != kubeMinor(deploy.DefaultKubeVersion) {
 			t.Skipf("the plain manifests are rendered for Kubernetes %s; this server is %s", deploy.DefaultKubeVersion, v)

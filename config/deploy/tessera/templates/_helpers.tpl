@@ -52,6 +52,19 @@ app.kubernetes.io/component: scheduler
 app.kubernetes.io/component: node-agent
 {{- end -}}
 
+{{/* The DRA-mode agent's DaemonSet selects its own pods apart from the device-plugin
+agent's; both are component node-agent (the metrics Service selects that). */}}
+{{- define "tessera.agent.dra.selectorLabels" -}}
+app.kubernetes.io/name: tessera-node-agent-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tessera.agent.dra.labels" -}}
+{{ include "tessera.labels" . }}
+{{ include "tessera.agent.dra.selectorLabels" . }}
+app.kubernetes.io/component: node-agent
+{{- end -}}
+
 {{/* tessera.image: registry/repository:tag or @digest. Argument: (dict "root" $ "image" .Values.x.image) */}}
 {{- define "tessera.image" -}}
 {{- $root := .root -}}
