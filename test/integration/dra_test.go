@@ -530,6 +530,17 @@ func TestDRAClaimsAllocatedUpstream(t *testing.T) {
 // shareClaim creates a claim for one share of a whole GPU (memory, cores; empty: the
 // device's default) and a pod of profile using it.
 func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.ResourceClaim {
+	c.t.Helper()
+	cl := c.newShareClaim(name, memory, cores)
+	p := newPod(c.ns, "pod-"+name, profile, nil)
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
+	c.createPod(p)
+	return cl
+}
+
+// newShareClaim creates the claim of shareClaim, without a pod.
+func (c *cluster) newShareClaim(name, memory, cores string) *resourceapi.ResourceClaim {
 	t := c.t
 	t.Helper()
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
@@ -548,10 +559,6 @@ func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.R
 	if err != nil {
 		t.Fatalf("claim %s: %v", name, err)
 	}
-	p := newPod(c.ns, "pod-"+name, profile, nil)
-	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
-	p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
-	c.createPod(p)
 	return cl
 }
 
@@ -608,6 +615,27 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	if d := c.claimDevice("f1"); !slices.Contains(gpu, d) {
 		t.Errorf("fragmentation put f1 on %s, not a whole GPU", d)
 	}
+	// One container may use one Tessera claim (their limits mount at one path); two
+	// containers may use one each.
+	for _, n := range []string{"two-a", "two-b", "two-c", "two-d"} {
+		c.newShareClaim(n, "1Gi", "5")
+	}
+	twoPod := func(name string, a, b []v1.ResourceClaim, claims ...string) {
+		p := newPod(c.ns, name, binpack, nil)
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "a", ResourceClaimName: &claims[0]}, {Name: "b", ResourceClaimName: &claims[1]}}
+		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: a}}}
+		if b != nil {
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "d", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: b}})
+		}
+		c.createPod(p)
+	}
+	twoPod("one-container", []v1.ResourceClaim{{Name: "a"}, {Name: "b"}}, nil, "two-a", "two-b")
+	if msg := c.waitUnschedulable("one-container", 30*time.Second); !strings.Contains(msg, `container "c" uses 2 claims of Tessera GPUs (a, b)`) {
+		t.Errorf("two claims in one container: %q", msg)
+	}
+	twoPod("two-containers", []v1.ResourceClaim{{Name: "a"}}, []v1.ResourceClaim{{Name: "b"}}, "two-c", "two-d")
+	c.waitBound("two-containers", 30*time.Second)
+
 	// A pod of tessera.dev/* resources does not go to the DRA node: kubelet there
 	// has none of them.
 	c.createPod(newPod(c.ns, "plugin-pod", binpack, nil, gpuLimits{name: "c", gpu: "1", mem: "1024"}))

@@ -5,6 +5,7 @@ package draplacement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -402,4 +403,65 @@ func (o *orderer) scoreNode(d *demand, ni fwk.NodeInfo) int64 {
 		return 0
 	}
 	return o.nodePlacer.ScoreNode(d.info, a, ni, nil, &o.w)
+}
+
+// twoClaimsInOneContainer is why pod cannot run when one of its containers uses two
+// claims with Tessera requests, or "": each prepared claim mounts its limits and its
+// accounting region at the same paths in the container (the CUDA hook reads one
+// limits file), so the second would hide the first. A container that needs several
+// GPUs asks for them in one claim (count: N, or several requests of one claim).
+func (o *orderer) twoClaimsInOneContainer(pod *v1.Pod) string {
+	if len(pod.Spec.ResourceClaims) < 2 {
+		return ""
+	}
+	tessera := map[string]bool{} // the pod's claim entries whose claim has a Tessera request
+	for i := range pod.Spec.ResourceClaims {
+		prc := &pod.Spec.ResourceClaims[i]
+		name := claimName(pod, prc)
+		if name == "" {
+			continue
+		}
+		claim, err := o.h.SharedDRAManager().ResourceClaims().Get(pod.Namespace, name)
+		if err != nil {
+			continue
+		}
+		for j := range claim.Spec.Devices.Requests {
+			r := &claim.Spec.Devices.Requests[j]
+			if r.Exactly != nil && o.isTessera(r.Exactly.DeviceClassName) {
+				tessera[prc.Name] = true
+			}
+			for k := range r.FirstAvailable {
+				if o.isTessera(r.FirstAvailable[k].DeviceClassName) {
+					tessera[prc.Name] = true
+				}
+			}
+		}
+	}
+	if len(tessera) < 2 {
+		return ""
+	}
+	check := func(c *v1.Container) string {
+		var used []string
+		for _, rc := range c.Resources.Claims {
+			if tessera[rc.Name] && !slices.Contains(used, rc.Name) {
+				used = append(used, rc.Name)
+			}
+		}
+		if len(used) < 2 {
+			return ""
+		}
+		return fmt.Sprintf("container %q uses %d claims of Tessera GPUs (%s): a container may use one, whose limits the CUDA hook enforces; ask for all its GPUs in one claim (count: N)",
+			c.Name, len(used), strings.Join(used, ", "))
+	}
+	for i := range pod.Spec.InitContainers {
+		if why := check(&pod.Spec.InitContainers[i]); why != "" {
+			return why
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if why := check(&pod.Spec.Containers[i]); why != "" {
+			return why
+		}
+	}
+	return ""
 }

@@ -101,11 +101,15 @@ type cycleState struct{ d *demand }
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreFilter computes the pod's device order, which the in-tree PreFilter then lists
-// the ResourceSlices through, and runs the in-tree PreFilter.
+// PreFilter refuses a pod with a container that uses two Tessera claims, computes the
+// pod's device order, which the in-tree PreFilter then lists the ResourceSlices
+// through, and runs the in-tree PreFilter.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if pl.order == nil {
 		return pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
+	}
+	if why := pl.order.twoClaimsInOneContainer(pod); why != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	d, release := pl.order.forPod(ctx, pod)
 	defer release()
