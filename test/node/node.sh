@@ -20,7 +20,8 @@
 #                  containerd's k8s.io namespace
 #   HOOK_LIBRARY   the CUDA hook the agent injects (absolute path)
 #   MODE           nri (default): the agent binds at container creation through NRI;
-#                  fallback: NRI off in the agent, binding at the first CUDA call
+#                  fallback: NRI off in the agent, binding at the first CUDA call;
+#                  dra: the agent serves the GPUs as the DRA driver gpu.tessera.dev
 #   GPU            0 (default): a simulated GPU topology (FAKE_TOPOLOGY) whose UUIDs are
 #                  the fake libcuda's; 1: the machine's GPUs through NVML
 #   FAKE_TOPOLOGY  simulated topology file (default test/node/fake-gpus.yaml)
@@ -214,7 +215,6 @@ start_kubelet() {
 start_agent() {
   mkdir -p "$NODE_DIR/agent" "$NODE_DIR/limits" "$NODE_DIR/bind"
   local args=(--node-name "$NODE_NAME" --kubeconfig "$RUN_DIR/kubeconfig"
-    --device-plugin --device-plugin-dir "$NODE_DIR/device-plugins"
     --state-dir "$NODE_DIR/agent" --limits-root "$NODE_DIR/limits" --turns-dir "$NODE_DIR/turns" --hook-library "$HOOK_LIBRARY"
     --metrics-addr "" --health-addr "127.0.0.1:$AGENT_HEALTH_PORT" --poll 1s --heartbeat 10s --logging-format text)
   # CDI: the spec goes to containerd's cdi_spec_dirs, on this node only. No
@@ -247,9 +247,14 @@ start_agent() {
     env+=("PATH=$(dirname "$ctl"):$PATH")
   fi
   case $MODE in
-  nri) args+=(--nri --nri-socket "$NRI_SOCK") ;;
-  fallback) args+=(--nri=false --bind-fallback --bind-socket "$NODE_DIR/bind/bind.sock") ;;
-  *) echo "MODE=$MODE: want nri or fallback" >&2 && return 1 ;;
+  nri) args+=(--device-plugin --device-plugin-dir "$NODE_DIR/device-plugins" --nri --nri-socket "$NRI_SOCK") ;;
+  fallback) args+=(--device-plugin --device-plugin-dir "$NODE_DIR/device-plugins" --nri=false --bind-fallback --bind-socket "$NODE_DIR/bind/bind.sock") ;;
+  # DRA: the GPUs served as gpu.tessera.dev through kubelet's plugin directories under
+  # its --root-dir; each prepared claim's CDI spec beside the node's.
+  dra) args+=(--device-plugin=false --dra --dra-plugin-dir "$NODE_DIR/kubelet/plugins/gpu.tessera.dev"
+    --dra-registrar-dir "$NODE_DIR/kubelet/plugins_registry" --dra-cdi-spec-dir "$NODE_DIR/cdi"
+    --nri --nri-socket "$NRI_SOCK") ;;
+  *) echo "MODE=$MODE: want nri, fallback or dra" >&2 && return 1 ;;
   esac
   tessera::spawn agent "${env[@]}" "$BIN_DIR/tessera-node-agent" "${args[@]}" || return 1
   WAIT_PID=agent tessera::wait_until 60 "tessera-node-agent" tessera::http_ok "$AGENT_HEALTH_PORT" /readyz
