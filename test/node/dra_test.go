@@ -6,8 +6,10 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,26 +46,15 @@ func TestNodeDRA(t *testing.T) {
 		l, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
 		return err == nil && len(l.Items) > 0, err
 	})
+	t.Run("ClaimCoresShares", func(t *testing.T) {
+		tn := n.with(t)
+		defer tn.deleteAll(ctx)
+		testClaimCoresShares(tn)
+	})
 	t.Run("ClaimMemoryLimit", func(t *testing.T) {
 		tn := n.with(t)
 		defer tn.deleteAll(ctx)
-		claim, err := tn.client.ResourceV1().ResourceClaims(namespace).Create(ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "claim-4096", Namespace: namespace},
-			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
-				Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.tessera.dev",
-					Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-						"memory": resource.MustParse("4Gi"), "cores": resource.MustParse("50")}}}}}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The claim's CDI device does not set the loader's path (docs/dra.md): the pod
-		// names the driver's directory, as images on such nodes must.
-		p := tn.pod(podSpec{name: "claim-4096", scheduler: tesseraScheduler, args: []string{"-fill", "-chunk", "256"},
-			env: []v1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir}}})
-		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}
-		p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
-		p = tn.create(ctx, p)
+		p := tn.claimPod(ctx, "claim-4096", "", "4Gi", "50", "-fill", "-chunk", "256")
 		p = tn.waitPhase(ctx, p.Name, 120*time.Second, v1.PodSucceeded, v1.PodFailed)
 		lines := tn.probeLines(p)
 		if p.Status.Phase != v1.PodSucceeded {
@@ -91,7 +82,7 @@ func TestNodeDRA(t *testing.T) {
 		t.Logf("4 GiB claim: total %d, free after context %d, filled %d MiB, then err %s", mem.int(t, "total_mib"), free, filled, fill.fields["err"])
 
 		// Unprepared when the pod goes: the claim's limits directory is removed.
-		got, err := tn.client.ResourceV1().ResourceClaims(namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		got, err := tn.client.ResourceV1().ResourceClaims(namespace).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,5 +98,122 @@ func TestNodeDRA(t *testing.T) {
 			_, err = os.Stat(dir)
 			return os.IsNotExist(err) && !strings.Contains(string(raw), uid), nil
 		})
+	})
+}
+
+// claimPod creates a claim of memory and cores on the GPU uuid (any GPU when empty)
+// and a tessera-binpack pod of the probe using it, with args.
+func (n *node) claimPod(ctx context.Context, name, uuid, memory, cores string, args ...string) *v1.Pod {
+	n.t.Helper()
+	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.tessera.dev",
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"memory": resource.MustParse(memory), "cores": resource.MustParse(cores)}}}
+	if uuid != "" {
+		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["gpu.tessera.dev"].uuid == "` + uuid + `"`}}}
+	}
+	claim, err := n.client.ResourceV1().ResourceClaims(namespace).Create(ctx, &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	// The claim's CDI device does not set the loader's path (docs/dra.md): the pod
+	// names the driver's directory, as images on such nodes must.
+	p := n.pod(podSpec{name: name, scheduler: tesseraScheduler, args: args,
+		env: []v1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir}, {Name: "TESSERA_HOOK_LOG", Value: "debug"}}})
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}
+	p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+	return n.create(ctx, p)
+}
+
+// claimLimits reads the limits file the agent wrote for the claim of pod p (named as
+// the pod) while it is prepared.
+func (n *node) claimLimits(ctx context.Context, p *v1.Pod) api.GPULimit {
+	n.t.Helper()
+	claim, err := n.client.ResourceV1().ResourceClaims(namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	file := filepath.Join(api.HostLimitsDir(filepath.Join(n.dir, "limits"), binding.ClaimCgroup(string(claim.UID))), "limits")
+	var data []byte
+	waitFor(n.t, 60*time.Second, "the limits file of claim "+p.Name, func() (bool, error) {
+		data, err = os.ReadFile(file)
+		return err == nil, nil
+	})
+	l, err := api.DecodeLimits(data)
+	if err != nil || len(l.GPUs) != 1 {
+		n.t.Fatalf("limits of claim %s: %v %+v", p.Name, err, l)
+	}
+	return l.GPUs[0]
+}
+
+// Two claims at 30 and 70 cores on one GPU, as CoresShares does with extended
+// resources: their limits files carry the claims' cores in compute windows that do not
+// overlap, each paced on the GPU's turn file, and on a GPU each gets its share of a
+// whole-GPU claim's solo rate within 3 points (the fake driver's simulated GPU is per
+// process: there the shares are logged).
+func testClaimCoresShares(n *node) {
+	ctx := context.Background()
+	uuid := n.firstGPU(ctx)
+	computeMS, startDelay := 5000, 12*time.Second
+	if n.gpu {
+		computeMS, startDelay = 3000, 5*time.Second
+	}
+	solo := n.claimPod(ctx, "claim-solo", uuid, "2Gi", "100", "-compute", strconv.Itoa(computeMS))
+	solo = n.waitPhase(ctx, solo.Name, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
+	soloRate, _ := n.rate(solo)
+	n.releaseClaim(ctx, solo.Name)
+
+	at := time.Now().Add(startDelay)
+	shares := map[int]*v1.Pod{}
+	for _, c := range []int{30, 70} {
+		shares[c] = n.claimPod(ctx, fmt.Sprintf("claim-cores-%d", c), uuid, "2Gi", strconv.Itoa(c), "-compute", strconv.Itoa(computeMS),
+			"-start-at", strconv.FormatInt(at.UnixMilli(), 10), "-turns")
+	}
+	limits := map[int]api.GPULimit{}
+	for _, c := range []int{30, 70} {
+		n.waitPhase(ctx, shares[c].Name, 2*time.Minute, v1.PodRunning, v1.PodSucceeded, v1.PodFailed)
+		limits[c] = n.claimLimits(ctx, shares[c])
+	}
+	a, b := limits[30], limits[70]
+	if a.Cores != 30 || b.Cores != 70 || a.UUID != uuid || b.UUID != uuid {
+		n.t.Errorf("limits files: %+v and %+v, want cores 30 and 70 on %s", a, b, uuid)
+	}
+	if a.Phase < b.Phase+b.Cores && b.Phase < a.Phase+a.Cores {
+		n.t.Errorf("the windows overlap: 30%% at phase %d, 70%% at phase %d", a.Phase, b.Phase)
+	}
+	got := map[int]float64{}
+	for _, c := range []int{30, 70} {
+		p := n.waitPhase(ctx, shares[c].Name, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
+		r, late := n.rate(p)
+		got[c] = 100 * r / soloRate
+		n.checkStartedTogether(p, late)
+		n.checkTurnFiles(p, uuid)
+	}
+	n.t.Logf("claims: solo %.1f kernels/s; 30%% claim %.1f%% (phase %d), 70%% claim %.1f%% (phase %d) of it", soloRate, got[30], a.Phase, got[70], b.Phase)
+	if n.gpu {
+		for _, c := range []int{30, 70} {
+			if got[c] < float64(c)-3 || got[c] > float64(c)+3 {
+				n.t.Errorf("the %d%% claim got %.1f%% of the solo rate, want %d ± 3", c, got[c], c)
+			}
+		}
+	}
+}
+
+// releaseClaim deallocates the claim of a finished pod as kube-controller-manager's
+// resource claim controller would (the suite runs none): no consumer left, no
+// allocation, so its capacity is free for the next claims.
+func (n *node) releaseClaim(ctx context.Context, name string) {
+	n.t.Helper()
+	waitFor(n.t, 30*time.Second, "claim "+name+" released", func() (bool, error) {
+		c, err := n.client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c.Status.ReservedFor, c.Status.Allocation = nil, nil
+		_, err = n.client.ResourceV1().ResourceClaims(namespace).UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return err == nil, nil
 	})
 }
