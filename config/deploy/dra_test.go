@@ -115,6 +115,15 @@ func TestRenderDRA(t *testing.T) {
 	if !strings.Contains(role, "resources:[resourceslices] verbs:[get list watch create update delete]") || !strings.Contains(role, "resources:[resourceclaims] verbs:[get]") {
 		t.Errorf("agent ClusterRole: %s", role)
 	}
+	// Only its own node's slices, by the node name in its token.
+	own := fmt.Sprint(find(t, ms, "ValidatingAdmissionPolicy", "tessera-node-agent-own-slices")["spec"])
+	if !strings.Contains(own, "object.spec.nodeName == variables.nodeName") || !strings.Contains(own, "resources:[resourceslices]") {
+		t.Errorf("own-slices policy: %s", own)
+	}
+	find(t, ms, "ValidatingAdmissionPolicyBinding", "tessera-node-agent-own-slices")
+	if k := kinds(off); k["ValidatingAdmissionPolicy"] != kinds(ms)["ValidatingAdmissionPolicy"]-1 {
+		t.Errorf("admission policies: %d without DRA, %d with", k["ValidatingAdmissionPolicy"], kinds(ms)["ValidatingAdmissionPolicy"])
+	}
 	if !strings.Contains(fmt.Sprint(find(t, ms, "DeviceClass", "gpu.tessera.dev")["spec"]), `device.driver == "gpu.tessera.dev"`) {
 		t.Error("DeviceClass selector")
 	}

@@ -19,6 +19,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -37,6 +38,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/capabilities"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
@@ -425,7 +427,8 @@ func TestChartRBAC(t *testing.T) {
 	// check stands alone and the GPU pods below, which carry no quota resources, would
 	// be refused: install without quota there (TestChartQuotaCheckAlone covers it).
 	mutating := c.servesMutatingPolicies()
-	var set []string
+	// DRA mode on: its RBAC and own-slices policy are checked with the agent's below.
+	set := []string{"agent.dra.enabled=true"}
 	if !mutating {
 		set = append(set, "quota.enabled=false")
 	}
@@ -620,12 +623,66 @@ func TestChartRBAC(t *testing.T) {
 				t.Errorf("the agent's service account may %s %s/%s", chk.Verb, chk.Resource, chk.Subresource)
 			}
 		}
-		vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, "tessera-node-agent-own-node", metav1.GetOptions{})
+		for _, name := range []string{"tessera-node-agent-own-node", "tessera-node-agent-own-slices"} {
+			vap, err := c.client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(c.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
+				t.Errorf("%s does not type-check: %+v", name, tc.ExpressionWarnings)
+			}
+		}
+
+		// DRA mode: the agent publishes its own node's gpu.tessera.dev slices and no
+		// other.
+		slice := func(name, node, driver string) *resourceapi.ResourceSlice {
+			return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+					Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+					Devices: []resourceapi.Device{{Name: "gpu-0"}}}}
+		}
+		createSlice := func(cs clientset.Interface, s *resourceapi.ResourceSlice) error {
+			_, err := cs.ResourceV1().ResourceSlices().Create(c.ctx, s, metav1.CreateOptions{})
+			return err
+		}
+		refused := func(err error) bool {
+			return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err))
+		}
+		chartWaitFor(t, c.ctx, "the own-slices policy to be enforced", func() bool {
+			return refused(createSlice(agent, slice("probe-b", "agent-b", "gpu.tessera.dev")))
+		})
+		if err := createSlice(agent, slice("agent-a-gpu", "agent-a", "gpu.tessera.dev")); err != nil {
+			t.Fatalf("the agent cannot publish its own node's slice: %v", err)
+		}
+		own, err := agent.ResourceV1().ResourceSlices().Get(c.ctx, "agent-a-gpu", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc := vap.Status.TypeChecking; tc != nil && len(tc.ExpressionWarnings) > 0 {
-			t.Errorf("the node restriction policy does not type-check: %+v", tc.ExpressionWarnings)
+		own.Spec.Pool.Generation = 2
+		if _, err := agent.ResourceV1().ResourceSlices().Update(c.ctx, own, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("the agent cannot update its own node's slice: %v", err)
+		}
+		if err := c.client.ResourceV1().ResourceSlices().Delete(c.ctx, "probe-b", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if err := createSlice(c.client, slice("agent-b-gpu", "agent-b", "gpu.tessera.dev")); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			err  error
+		}{
+			{"another node's slice", createSlice(agent, slice("agent-b-gpu-2", "agent-b", "gpu.tessera.dev"))},
+			{"another driver's slice", createSlice(agent, slice("agent-a-other", "agent-a", "gpu.example.com"))},
+			{"a token not bound to its pod", createSlice(unbound, slice("agent-a-gpu-2", "agent-a", "gpu.tessera.dev"))},
+			{"deleting another node's slice", agent.ResourceV1().ResourceSlices().Delete(c.ctx, "agent-b-gpu", metav1.DeleteOptions{})},
+		} {
+			if !refused(tc.err) {
+				t.Errorf("%s: %v, want a denial", tc.name, tc.err)
+			}
+		}
+		if err := agent.ResourceV1().ResourceSlices().Delete(c.ctx, "agent-a-gpu", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("the agent cannot delete its own node's slice: %v", err)
 		}
 	})
 
