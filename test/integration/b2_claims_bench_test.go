@@ -63,11 +63,7 @@ func TestB2Claims(t *testing.T) {
 	}
 	rc.QPS, rc.Burst = b2QPS, b2QPS
 	client := clientset.NewForConfigOrDie(rc)
-	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
-		if _, err := client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.createDeviceClasses()
 
 	// The mix, drawn once: both phases place the same claims.
 	type shape struct {

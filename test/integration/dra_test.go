@@ -456,36 +456,12 @@ func TestDRAClaimsAllocatedUpstream(t *testing.T) {
 	dir := t.TempDir()
 	a, _, _ := c.draNode(node, dir)
 	gpu1 := c.gpuUUID(node, 1)
-	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
-		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.createDeviceClasses()
 	c.startScheduler("tessera-scheduler.yaml")
 
-	// Shares of the whole GPU (not a MIG instance).
+	// Shares of the whole GPU (not a MIG instance), by binpack.
 	share := func(name, memory, cores string) *resourceapi.ResourceClaim {
-		req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
-			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].type == "gpu"`}}},
-			Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}}
-		if memory != "" {
-			req.Capacity.Requests[dra.CapacityMemory] = resource.MustParse(memory)
-		}
-		if cores != "" {
-			req.Capacity.Requests[dra.CapacityCores] = resource.MustParse(cores)
-		}
-		cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
-			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatalf("claim %s: %v", name, err)
-		}
-		p := newPod(c.ns, "pod-"+name, binpack, nil)
-		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
-		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
-		c.createPod(p)
-		return cl
+		return c.shareClaim(name, binpack, memory, cores)
 	}
 	allocated := func(cl *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 		t.Helper()
@@ -587,11 +563,7 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	for i := range gpu {
 		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
 	}
-	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
-		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.createDeviceClasses()
 	c.startScheduler("tessera-scheduler.yaml")
 
 	// Spread: the first share on GPU 0 (all empty, the first of equals), the second,
@@ -653,11 +625,7 @@ func TestDRAClaimBurst(t *testing.T) {
 	for _, node := range []string{"burst-a", "burst-b"} {
 		c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
 	}
-	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
-		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.createDeviceClasses()
 	// 2 GiB and 15 % each: seven fit a T4 by memory (15360 MiB), six by cores, so
 	// 48 of the 80 fit the two nodes.
 	const claims = 80
@@ -738,11 +706,7 @@ func TestDRANodeScore(t *testing.T) {
 	for _, node := range []string{"score-a", "score-b"} {
 		c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
 	}
-	for _, dc := range readObjects[resourceapi.DeviceClass](t, "deviceclass.yaml") {
-		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.createDeviceClasses()
 	c.startScheduler("tessera-scheduler.yaml")
 	c.shareClaim("b0", binpack, "2Gi", "10")
 	packed := c.claimNode("b0")
@@ -758,6 +722,16 @@ func TestDRANodeScore(t *testing.T) {
 		c.shareClaim(name, spread, "2Gi", "10")
 		if n := c.claimNode(name); n == packed {
 			t.Errorf("spread put %s on %s beside the binpacked shares", name, n)
+		}
+	}
+}
+
+// createDeviceClasses creates the DeviceClass of config/dra/deviceclass.yaml.
+func (c *cluster) createDeviceClasses() {
+	c.t.Helper()
+	for _, dc := range readObjects[resourceapi.DeviceClass](c.t, "deviceclass.yaml") {
+		if _, err := c.client.ResourceV1().DeviceClasses().Create(c.ctx, dc, metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
 		}
 	}
 }
