@@ -50,6 +50,7 @@ func main() {
 		workload   = flag.String("workload", "default", "workload variety built from -pods, as the FGD paper's: default, gpuspecNN, multigpuNN, gpushareNN, cpuNNN (see docs/simulator.md)")
 		wlSeed     = flag.Int64("workload-seed", 1, "seed of the -workload transformation (one variety for all -seeds)")
 		wlOut      = flag.String("workload-out", "", "also write the workload's pod list to this CSV file")
+		gpuMode    = flag.String("mode", modeDevicePlugin, "how pods ask for GPUs: device-plugin (extended resources) or dra (ResourceClaims; policies binpack, spread, fragmentation and first-fit)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole invocation to this file (go tool pprof)")
 	)
 	klog.InitFlags(nil)
@@ -65,7 +66,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tessera-sim: -workload:", err)
 		os.Exit(2)
 	}
-	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut}
+	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut, mode: *gpuMode}
+	if *gpuMode != modeDevicePlugin && *gpuMode != modeDRA {
+		fmt.Fprintf(os.Stderr, "tessera-sim: -mode: %q is neither %s nor %s\n", *gpuMode, modeDevicePlugin, modeDRA)
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
@@ -86,11 +91,36 @@ func main() {
 	}
 }
 
+// newCluster is the replay's input for a node list, a pod list and a mode.
+func newCluster(tn []traceNode, tp []tracePod, mode string) (*cluster, error) {
+	cl := &cluster{mode: mode, gpus: map[string]int{}, pods: tp, shapes: workloadShapes(tp)}
+	for i := range tn {
+		n, err := nodeObject(&tn[i])
+		if err != nil {
+			return nil, err
+		}
+		cl.nodes = append(cl.nodes, n)
+		cl.gpus[n.Name] = tn[i].gpus
+		cl.totalGPU += int64(tn[i].gpus) * 1000
+	}
+	if cl.totalGPU == 0 {
+		return nil, fmt.Errorf("the cluster has no GPUs")
+	}
+	if mode == modeDRA {
+		var err error
+		if cl.nodes, err = markDRA(cl.nodes); err != nil {
+			return nil, err
+		}
+	}
+	return cl, nil
+}
+
 // workloadOptions says which variety of the pod list is replayed.
 type workloadOptions struct {
 	variety variety
 	seed    int64
 	out     string // write the variety's pod list here too, if set
+	mode    string // modeDevicePlugin or modeDRA
 }
 
 // loadWorkload reads the pod list and builds the variety from it.
@@ -163,6 +193,9 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 		if err != nil {
 			return fmt.Errorf("%w; known: %s", err, policyNames())
 		}
+		if !p.appliesTo(wo.mode) {
+			return fmt.Errorf("policy %s does not apply in %s mode", p.name, wo.mode)
+		}
 		pols = append(pols, p)
 	}
 	cfg, err := loadConfig(configPath)
@@ -177,24 +210,15 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 	if err != nil {
 		return err
 	}
-	cl := &cluster{gpus: map[string]int{}, pods: tp, shapes: workloadShapes(tp)}
-	for i := range tn {
-		n, err := nodeObject(&tn[i])
-		if err != nil {
-			return err
-		}
-		cl.nodes = append(cl.nodes, n)
-		cl.gpus[n.Name] = tn[i].gpus
-		cl.totalGPU += int64(tn[i].gpus) * 1000
-	}
-	if cl.totalGPU == 0 {
-		return fmt.Errorf("%s: the cluster has no GPUs", nodesPath)
+	cl, err := newCluster(tn, tp, wo.mode)
+	if err != nil {
+		return fmt.Errorf("%s: %w", nodesPath, err)
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s, %s); policies: %s; seeds: %s; inflation %.2f\n",
-		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), wo.variety.name, policyList, seedList, inflation)
+	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s, %s); mode: %s; policies: %s; seeds: %s; inflation %.2f\n",
+		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), wo.variety.name, cl.mode, policyList, seedList, inflation)
 
 	type job struct {
 		pol  *policy

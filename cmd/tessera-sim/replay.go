@@ -16,9 +16,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
+	configv1 "k8s.io/kube-scheduler/config/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkplugins "k8s.io/kubernetes/pkg/scheduler/framework/plugins"
@@ -43,6 +45,11 @@ type policy struct {
 	args func(*gpushare.TesseraGPUShareArgs)
 	// score, when set, is the only Score plugin (a comparison policy).
 	score string
+	// inTreeDRA replaces TesseraDynamicResources with the in-tree DynamicResources
+	// plugin: DRA mode's upstream allocator alone (first fit).
+	inTreeDRA bool
+	// modes is where the policy applies (nil: every mode).
+	modes []string
 	doc   string
 }
 
@@ -50,10 +57,24 @@ var policies = []policy{
 	{name: "binpack", profile: "tessera-binpack", doc: "the tessera-binpack profile as configured"},
 	{name: "spread", profile: "tessera-spread", doc: "the tessera-spread profile as configured"},
 	{name: "fragmentation", profile: "tessera-fragmentation", doc: "the tessera-fragmentation profile as configured"},
-	{name: "fragmentation-gpuscore", profile: "tessera-fragmentation", score: gpushare.Name, doc: "as fragmentation, with TesseraGPUShare the only Score plugin"},
-	{name: "bestfit", profile: "tessera-binpack", score: bestFitName, doc: "comparison: the FGD paper's BestFit node score; GPUs chosen best-fit",
+	{name: "fragmentation-gpuscore", profile: "tessera-fragmentation", score: gpushare.Name, modes: []string{modeDevicePlugin}, doc: "as fragmentation, with TesseraGPUShare the only Score plugin"},
+	{name: "bestfit", profile: "tessera-binpack", score: bestFitName, modes: []string{modeDevicePlugin}, doc: "comparison: the FGD paper's BestFit node score; GPUs chosen best-fit",
 		args: func(a *gpushare.TesseraGPUShareArgs) { a.DevicePolicy = gpushare.Binpack }},
-	{name: "random", profile: "tessera-binpack", score: randomName, doc: "comparison: a uniformly random feasible node"},
+	{name: "random", profile: "tessera-binpack", score: randomName, modes: []string{modeDevicePlugin}, doc: "comparison: a uniformly random feasible node"},
+	{name: "first-fit", profile: "tessera-binpack", inTreeDRA: true, modes: []string{modeDRA}, doc: "comparison, DRA mode: the in-tree DynamicResources plugin in place of TesseraDynamicResources (devices first fit, nodes by the profile's other Score plugins)"},
+}
+
+// appliesTo says whether the policy can run in a mode.
+func (p *policy) appliesTo(mode string) bool {
+	if p.modes == nil {
+		return true
+	}
+	for _, m := range p.modes {
+		if m == mode {
+			return true
+		}
+	}
+	return false
 }
 
 func findPolicy(name string) (*policy, error) {
@@ -67,6 +88,7 @@ func findPolicy(name string) (*policy, error) {
 
 // cluster is the replay's input, shared read-only by every run.
 type cluster struct {
+	mode     string // modeDevicePlugin or modeDRA
 	nodes    []*v1.Node
 	gpus     map[string]int // node -> GPU count
 	totalGPU int64          // milli-GPUs
@@ -91,6 +113,7 @@ type runResult struct {
 	podsTotal   int
 	checkMilli  int64 // GPU milli the plugin's cache holds at the end (must equal alloc)
 	wallSeconds float64
+	ledger      *ledger // free GPU capacity per node and GPU at the end
 }
 
 // ledger is the replay's own record of free GPU capacity per node, in trace units
@@ -147,20 +170,38 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	fw, pl, err := buildFramework(ctx, cfg, pol, snapshot, led, rng, parallelism)
+	var w *draWorld
+	if cl.mode == modeDRA {
+		var err error
+		if w, err = newDRAWorld(ctx, nodes); err != nil {
+			return nil, err
+		}
+	}
+	fw, pl, err := buildFramework(ctx, cfg, pol, snapshot, led, rng, parallelism, w)
 	if err != nil {
 		return nil, err
 	}
 
-	res := &runResult{policy: pol.name, seed: seed, podsTotal: len(order), fragAt: map[int]float64{}, failedKinds: map[string]int{}}
+	res := &runResult{policy: pol.name, seed: seed, podsTotal: len(order), fragAt: map[int]float64{}, failedKinds: map[string]int{}, ledger: led}
 	checkpoints := []int{50, 80, 90, 100}
 	var arrived, alloc int64
 	feasible := make([]fwk.NodeInfo, 0, len(infos))
 	ok := make([]bool, len(infos))
 	for k, tp := range order {
-		pod := podObject(tp, fmt.Sprintf("%s-%d", tp.name, k), k)
+		name := fmt.Sprintf("%s-%d", tp.name, k)
+		var pod *v1.Pod
+		if w != nil {
+			pod = claimPod(tp, name, k)
+			if tp.numGPU > 0 {
+				if err := w.submit(ctx, w.draClaim(tp, name)); err != nil {
+					return nil, fmt.Errorf("pod %s: %w", name, err)
+				}
+			}
+		} else {
+			pod = podObject(tp, name, k)
+		}
 		arrived += tp.demandMilli()
-		node, err := scheduleOne(ctx, fw, pod, infos, ok, &feasible, rng)
+		node, err := scheduleOne(ctx, fw, pod, infos, ok, &feasible, rng, w != nil)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
 		}
@@ -172,7 +213,12 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 		} else {
 			res.scheduled++
 			alloc += tp.demandMilli()
-			if err := bind(snapshot, pl, pod, node, tp, led); err != nil {
+			if w != nil {
+				err = w.bind(snapshot, pod, node, tp, led)
+			} else {
+				err = bind(snapshot, pl, pod, node, tp, led)
+			}
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -186,6 +232,15 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 			res.fragAt[checkpoints[0]] = fragmentationRatio(cl, snapshot, led)
 			checkpoints = checkpoints[1:]
 		}
+	}
+	if w != nil {
+		if res.checkMilli, err = w.allocatedMilli(); err != nil {
+			return nil, err
+		}
+		if res.checkMilli != alloc {
+			return nil, fmt.Errorf("the claims hold %d milli-GPUs, the bound pods asked %d", res.checkMilli, alloc)
+		}
+		return res, nil
 	}
 	res.checkMilli = cacheMilli(pl, nodes)
 	if res.checkMilli != alloc {
@@ -229,8 +284,9 @@ func workload(pods []tracePod, rng *rand.Rand, inflation float64, capacityMilli 
 // scheduleOne is one scheduling cycle as kube-scheduler runs it: PreFilter, Filter on
 // every node in parallel, PreScore and Score on the feasible ones, the highest total
 // score wins (ties: a seeded random pick, as the scheduler's randomizer does), then
-// Reserve. It returns "" when no node fits.
-func scheduleOne(ctx context.Context, fw framework.Framework, pod *v1.Pod, infos []fwk.NodeInfo, ok []bool, feasible *[]fwk.NodeInfo, rng *rand.Rand) (string, error) {
+// Reserve, and PreBind where preBind is set (DRA mode: the in-tree plugin writes the
+// claim's allocation there). It returns "" when no node fits.
+func scheduleOne(ctx context.Context, fw framework.Framework, pod *v1.Pod, infos []fwk.NodeInfo, ok []bool, feasible *[]fwk.NodeInfo, rng *rand.Rand, preBind bool) (string, error) {
 	state := framework.NewCycleState()
 	if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
 		if st.IsRejected() {
@@ -287,6 +343,12 @@ func scheduleOne(ctx context.Context, fw framework.Framework, pod *v1.Pod, infos
 		fw.RunReservePluginsUnreserve(ctx, state, pod, best)
 		return "", fmt.Errorf("reserve on %s: %v", best, st.AsError())
 	}
+	if preBind {
+		if st := fw.RunPreBindPlugins(ctx, state, pod, best); !st.IsSuccess() {
+			fw.RunReservePluginsUnreserve(ctx, state, pod, best)
+			return "", fmt.Errorf("prebind on %s: %v", best, st.AsError())
+		}
+	}
 	return best, nil
 }
 
@@ -334,7 +396,8 @@ func cacheMilli(pl *gpushare.Plugin, nodes []*v1.Node) int64 {
 // policy's profile: the in-tree registry plus TesseraGPUShare and
 // TesseraNodeResourcesFit (and, for comparison policies, the tool's own Score
 // plugin), over the replay's snapshot.
-func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfiguration, pol *policy, snapshot *backendcache.Snapshot, led *ledger, rng *rand.Rand, parallelism int) (framework.Framework, *gpushare.Plugin, error) {
+// In DRA mode (w set) the framework gets w's clientset, informers and DRA manager.
+func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfiguration, pol *policy, snapshot *backendcache.Snapshot, led *ledger, rng *rand.Rand, parallelism int, w *draWorld) (framework.Framework, *gpushare.Plugin, error) {
 	var prof *schedconfig.KubeSchedulerProfile
 	for i := range cfg.Profiles {
 		if cfg.Profiles[i].SchedulerName == pol.profile {
@@ -363,9 +426,16 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 		a.InventoryStaleness = &metav1.Duration{}
 		pc.Args = a
 	}
-	// The replay has no DRA objects (and so no DRA manager); a trace pod never claims
-	// a device through DRA.
-	withoutDRA(prof.Plugins)
+	switch {
+	case w == nil:
+		// The replay has no DRA objects (and so no DRA manager); a trace pod never
+		// claims a device through DRA.
+		withoutDRA(prof.Plugins)
+	case pol.inTreeDRA:
+		if err := inTreeDRA(prof); err != nil {
+			return nil, nil, err
+		}
+	}
 	if pol.score != "" {
 		prof.Plugins.Score = schedconfig.PluginSet{
 			Enabled:  []schedconfig.Plugin{{Name: pol.score, Weight: 1}},
@@ -384,6 +454,7 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 			return p, err
 		},
 		noderesourcesfit.Name: noderesourcesfit.New,
+		draplacement.Name:     draplacement.New,
 		bestFitName: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 			return &bestFit{handle: h, ledger: led}, nil
 		},
@@ -396,13 +467,18 @@ func buildFramework(ctx context.Context, cfg *schedconfig.KubeSchedulerConfigura
 	}
 	client := fake.NewClientset()
 	factory := informers.NewSharedInformerFactory(client, 0)
-	fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
+	opts := []frameworkruntime.Option{}
+	if w != nil {
+		client, factory = w.client, w.factory
+		opts = append(opts, frameworkruntime.WithSharedDRAManager(w.manager))
+	}
+	fw, err := frameworkruntime.NewFramework(ctx, registry, prof, append(opts,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
 		frameworkruntime.WithParallelism(parallelism),
 		frameworkruntime.WithLogger(klog.FromContext(ctx)),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy %s: %w", pol.name, err)
 	}
@@ -444,6 +520,34 @@ func withoutDRA(p *schedconfig.Plugins) {
 		}
 		set.Enabled = kept
 	}
+}
+
+// inTreeDRA puts the in-tree DynamicResources plugin, with its default args, wherever
+// a profile has TesseraDynamicResources.
+func inTreeDRA(prof *schedconfig.KubeSchedulerProfile) error {
+	gvk := configv1.SchemeGroupVersion.WithKind("DynamicResourcesArgs")
+	args := &schedconfig.DynamicResourcesArgs{}
+	if _, _, err := scheme.Codecs.UniversalDecoder().Decode([]byte("{}"), &gvk, args); err != nil {
+		return err
+	}
+	prof.PluginConfig = append(prof.PluginConfig, schedconfig.PluginConfig{Name: names.DynamicResources, Args: args})
+	p := prof.Plugins
+	for _, set := range []*schedconfig.PluginSet{&p.MultiPoint, &p.PreEnqueue, &p.QueueSort, &p.PreFilter, &p.Filter, &p.PostFilter,
+		&p.PreScore, &p.Score, &p.Reserve, &p.Permit, &p.PreBind, &p.Bind, &p.PostBind} {
+		for i := range set.Enabled {
+			if set.Enabled[i].Name == draplacement.Name {
+				set.Enabled[i].Name = names.DynamicResources
+			}
+		}
+		kept := set.Disabled[:0]
+		for _, pl := range set.Disabled {
+			if pl.Name != names.DynamicResources {
+				kept = append(kept, pl)
+			}
+		}
+		set.Disabled = kept
+	}
+	return nil
 }
 
 // loadConfig reads a KubeSchedulerConfiguration the way kube-scheduler does (with

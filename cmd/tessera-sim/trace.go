@@ -278,10 +278,7 @@ func podObject(p *tracePod, name string, uid int) *v1.Pod {
 	}
 	limits[names.GPU] = *resource.NewQuantity(int64(p.numGPU), resource.DecimalSI)
 	if p.gpuMilli < 1000 {
-		pct := (p.gpuMilli + 5) / 10
-		if pct < 1 {
-			pct = 1
-		}
+		pct := sharePercent(p.gpuMilli)
 		limits[names.GPUMemoryPercent] = *resource.NewQuantity(pct, resource.DecimalSI)
 		limits[names.GPUCores] = *resource.NewQuantity(pct, resource.DecimalSI)
 	} else {

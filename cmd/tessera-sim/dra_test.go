@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2"
+)
+
+// replayAll replays pods on nodes with each named policy in mode, seed 42, no
+// inflation beyond the list, and returns the runs by policy.
+func replayAll(t *testing.T, mode string, nodes []traceNode, pods []tracePod, pols ...string) map[string]*runResult {
+	t.Helper()
+	cfg, err := loadConfig("../../config/scheduler/tessera-scheduler.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := newCluster(nodes, pods, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var demand int64
+	for _, p := range pods {
+		demand += p.demandMilli()
+	}
+	out := map[string]*runResult{}
+	for _, name := range pols {
+		pol, err := findPolicy(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := klog.NewContext(context.Background(), klog.Background())
+		// Inflated to the list's demand and cut at its length: the list itself, shuffled.
+		res, err := replayOnce(ctx, cl, pol, cfg, 42, float64(demand)/float64(cl.totalGPU), 1, len(pods), nil)
+		if err != nil {
+			t.Fatalf("%s, %s: %v", mode, name, err)
+		}
+		if res.podsTotal != len(pods) {
+			t.Fatalf("%s, %s: %d pods replayed, want the list's %d", mode, name, res.podsTotal, len(pods))
+		}
+		out[name] = res
+	}
+	return out
+}
+
+func sortedFree(led *ledger, node string) []int64 {
+	f := slices.Clone(led.free[node])
+	slices.Sort(f)
+	return f
+}
+
+// In DRA mode the claims are placed on GPUs by the profile's device policy
+// (TesseraDynamicResources), and by the in-tree allocator's first fit with
+// first-fit: two 30 % claims on a node of two GPUs share one GPU under binpack and
+// first fit, and take one each under spread, as the device-plugin mode places them.
+func TestReplayDRADevicePolicy(t *testing.T) {
+	nodes := []traceNode{{name: "n0", cpuMilli: 64000, memoryMiB: 262144, gpus: 2, model: "T4"}}
+	pods := []tracePod{
+		{name: "a", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 300},
+		{name: "b", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 300},
+	}
+	want := map[string][]int64{"binpack": {400, 1000}, "first-fit": {400, 1000}, "spread": {700, 700}}
+	dra := replayAll(t, modeDRA, nodes, pods, "binpack", "spread", "first-fit")
+	dp := replayAll(t, modeDevicePlugin, nodes, pods, "binpack", "spread")
+	for name, w := range want {
+		r := dra[name]
+		if r.scheduled != 2 || !slices.Equal(sortedFree(r.ledger, "n0"), w) {
+			t.Errorf("DRA %s: %d scheduled, GPUs free %v, want 2 and %v", name, r.scheduled, r.ledger.free["n0"], w)
+		}
+		if r := dp[name]; r != nil && !slices.Equal(sortedFree(r.ledger, "n0"), w) {
+			t.Errorf("device plugin %s: GPUs free %v, want %v", name, r.ledger.free["n0"], w)
+		}
+	}
+}
+
+// A claim holds exactly what its trace pod asks (the replay checks each allocation's
+// consumed cores and the claims' total against the bound pods), whole GPUs and
+// several of them included; gpu_spec becomes a model selector; what fits nowhere is
+// refused, not bound. The same list fits the same in both modes.
+func TestReplayDRAShapes(t *testing.T) {
+	nodes := []traceNode{
+		{name: "t4", cpuMilli: 64000, memoryMiB: 262144, gpus: 2, model: "T4"},
+		{name: "v100", cpuMilli: 96000, memoryMiB: 786432, gpus: 8, model: "V100M32"},
+		{name: "a10", cpuMilli: 32000, memoryMiB: 131072, gpus: 1, model: "A10"},
+	}
+	pods := []tracePod{
+		{name: "frac-a10", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 400, gpuSpec: []string{"A10"}},
+		{name: "whole-4", cpuMilli: 8000, memoryMiB: 65536, numGPU: 4, gpuMilli: 1000},
+		{name: "whole-1", cpuMilli: 4000, memoryMiB: 16384, numGPU: 1, gpuMilli: 1000},
+		{name: "frac-50", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 500},
+		{name: "frac-50b", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 500},
+		{name: "frac-5", cpuMilli: 500, memoryMiB: 512, numGPU: 1, gpuMilli: 50},
+		{name: "cpu", cpuMilli: 2000, memoryMiB: 2048},
+		// A10 alone has 1 GPU, 40 % of it taken: 70 % fits nowhere.
+		{name: "frac-a10-big", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 700, gpuSpec: []string{"A10"}},
+	}
+	runs := map[string]map[string]*runResult{}
+	for _, mode := range []string{modeDRA, modeDevicePlugin} {
+		pols := []string{"binpack", "spread", "fragmentation"}
+		if mode == modeDRA {
+			pols = append(pols, "first-fit")
+		}
+		runs[mode] = replayAll(t, mode, nodes, pods, pols...)
+		for name, r := range runs[mode] {
+			if r.scheduled != len(pods)-1 || r.failed != 1 {
+				t.Errorf("%s %s: %d scheduled, %d failed; want %d and 1", mode, name, r.scheduled, r.failed, len(pods)-1)
+			}
+			if a10 := r.ledger.free["a10"]; a10[0] > 600 {
+				t.Errorf("%s %s: the A10 has %d milli free, want at most 600 (the gpu_spec pod on it)", mode, name, a10[0])
+			}
+		}
+	}
+	// Each policy leaves the same GPUs free in both modes.
+	for name, dp := range runs[modeDevicePlugin] {
+		for _, n := range nodes {
+			if d, p := sortedFree(runs[modeDRA][name].ledger, n.name), sortedFree(dp.ledger, n.name); !slices.Equal(d, p) {
+				t.Errorf("%s, node %s: GPUs free %v in DRA mode, %v in device-plugin mode", name, n.name, d, p)
+			}
+		}
+	}
+}
+
+func TestReplayDRAPolicies(t *testing.T) {
+	for _, p := range policies {
+		if p.appliesTo(modeDRA) != (p.score == "") {
+			t.Errorf("policy %s: applies to DRA mode %v; only policies that score with the profile's plugins do", p.name, p.appliesTo(modeDRA))
+		}
+	}
+	err := run("", "", "", "bestfit", "42", 1.3, t.TempDir(), 1, 0, progressOptions{}, workloadOptions{mode: modeDRA})
+	if err == nil || !strings.Contains(err.Error(), "policy bestfit does not apply in dra mode") {
+		t.Errorf("bestfit in DRA mode: %v", err)
+	}
+}
