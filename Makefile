@@ -169,11 +169,12 @@ fuzz: ## Run every fuzz target (decoders, cgroup paths, scheduler args, C vs Go 
 # production profiles; FULL=1 replays seeds 42-51 with every policy (about an hour on
 # two cores).
 B1_SEEDS    = $(if $(FULL),42-51,42)
-B1_POLICIES = $(if $(FULL),random$(comma)bestfit$(comma)binpack$(comma)spread$(comma)fragmentation$(comma)fragmentation-gpuscore,bestfit$(comma)binpack$(comma)fragmentation)
+B1_POLICIES = $(if $(filter dra,$(B1_MODE)),$(if $(FULL),binpack$(comma)spread$(comma)fragmentation$(comma)first-fit,binpack$(comma)fragmentation$(comma)first-fit),$(if $(FULL),random$(comma)bestfit$(comma)binpack$(comma)spread$(comma)fragmentation$(comma)fragmentation-gpuscore,bestfit$(comma)binpack$(comma)fragmentation))
 # B1_WORKLOAD: a workload variety of the FGD paper (gpuspec33, multigpu50, gpushare40,
 # cpu250, ...; docs/simulator.md); results then go to _output/b1-$(B1_WORKLOAD).
 B1_WORKLOAD = default
-B1_OUT      = _output/b1$(if $(filter-out default,$(B1_WORKLOAD)),-$(B1_WORKLOAD))
+B1_MODE     = device-plugin
+B1_OUT      = _output/b1$(if $(filter-out default,$(B1_WORKLOAD)),-$(B1_WORKLOAD))$(if $(filter dra,$(B1_MODE)),-dra)
 comma := ,
 
 # B2 at reduced size schedules 2,000 pods per phase on 500 nodes x 8 GPUs (a few
@@ -198,9 +199,9 @@ bench-hook: ## B3 CPU microbenchmark: ns per launch and per alloc/free with and 
 	$(MAKE) -C cuda-hook bench
 
 .PHONY: bench-b1
-bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy; B1_WORKLOAD=gpuspec33 etc.: a variety); results in _output/b1[-variety]
+bench-b1: ## B1 placement quality: replay the openb trace (FULL=1: 10 seeds, every policy; B1_WORKLOAD=gpuspec33 etc.: a variety; B1_MODE=dra: ResourceClaims); results in _output/b1[-variety][-dra]
 	$(GO) build -o $(BIN)/tessera-sim ./cmd/tessera-sim
-	$(BIN)/tessera-sim -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -workload $(B1_WORKLOAD) -out $(B1_OUT)
+	$(BIN)/tessera-sim -mode $(B1_MODE) -seeds $(B1_SEEDS) -policies $(B1_POLICIES) -workload $(B1_WORKLOAD) -out $(B1_OUT)
 
 # The whole go test -v log goes to _output/b2/last-run.log; the progress of each phase
 # (nodes and pods created, pods bound) reaches the terminal while it runs: bars drawn
