@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
@@ -148,11 +149,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if c == nil {
 			continue
 		}
+		start := time.Now()
 		devs, err := d.prepare(c)
 		if err != nil {
 			d.cfg.Log.Error(err, "claim not prepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID)
 		} else {
-			d.cfg.Log.Info("claim prepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID, "devices", len(devs))
+			d.cfg.Log.Info("claim prepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID, "devices", len(devs), "took", time.Since(start))
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 	}

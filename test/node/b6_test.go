@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -41,8 +42,17 @@ func TestB6PodStart(t *testing.T) {
 			t.Fatalf("TESSERA_B6_PODS=%q: want a number ≥ 2", v)
 		}
 	}
-	n := startNode(t, "nri").with(t)
+	// TESSERA_B6_MODE=dra: the GPU pods ask through a ResourceClaim on a node in DRA
+	// mode (make bench-node B6_MODE=dra).
+	mode := "nri"
+	if os.Getenv("TESSERA_B6_MODE") == "dra" {
+		mode = "dra"
+	}
+	n := startNode(t, mode).with(t)
 	ctx := context.Background()
+	if mode == "dra" {
+		n.draReady(ctx)
+	}
 	spec := func(kind string, i int) podSpec {
 		// Both kinds go through Tessera's scheduler, so that the difference is the
 		// GPU path alone (assignment, device plugin, NRI binding, the hook).
@@ -52,9 +62,14 @@ func TestB6PodStart(t *testing.T) {
 		// but mount the same volume (unused), so that both kinds have the same
 		// volumes: kubelet's volume setup is a large part of a pod start (a
 		// hostPath volume on one kind only made the baseline twice as slow here).
-		if kind == "gpu" {
+		switch {
+		case kind == "gpu" && mode == "dra":
+			// The claim is created with the pod, inside the measured time. Its
+			// cores are all of the GPU's, as the device-plugin pods' GPU is unpaced.
+			s.claim, s.driverVolume = &claimShape{memory: "4Gi", cores: "100"}, true
+		case kind == "gpu":
 			s.gpus, s.memMiB, s.driverVolume = 1, 4096, true
-		} else {
+		default:
 			// On a real GPU the baseline has no device node either and its CUDA
 			// call would fail: it is then a privileged pod, which sees the host's
 			// devices as a whole-GPU pod of NVIDIA's device plugin would.
@@ -82,11 +97,12 @@ func TestB6PodStart(t *testing.T) {
 			}
 		}
 	}
-	took := n.agentBindTimes(podsGPU)
+	took := n.agentBindTimes(podsGPU, mode)
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "B6 pod start on a real node: pod creation -> first CUDA call succeeding, %d pods of each kind, created one at a time, alternating\n", count)
-	fmt.Fprintf(&b, "node: kubelet %s, containerd %s, runc %s, %s driver; binding: NRI\n", "v1.37.2", "v2.4.2", "v1.5.3", map[bool]string{true: "NVIDIA", false: "fake"}[n.gpu])
+	fmt.Fprintf(&b, "node: kubelet %s, containerd %s, runc %s, %s driver; binding: %s\n", "v1.37.2", "v2.4.2", "v1.5.3", map[bool]string{true: "NVIDIA", false: "fake"}[n.gpu],
+		map[string]string{"nri": "NRI", "dra": "DRA (a ResourceClaim of 4 GiB and 100 cores per pod, created with it)"}[mode])
 	fmt.Fprintf(&b, "%-22s %10s %10s %10s %10s\n", "pods", "p50 ms", "p99 ms", "mean ms", "max ms")
 	for _, kind := range []string{"plain", "gpu"} {
 		d := lat[kind]
@@ -103,8 +119,8 @@ func TestB6PodStart(t *testing.T) {
 		for _, d := range lat["gpu"] {
 			all += d
 		}
-		fmt.Fprintf(&b, "agent's share (NRI CreateContainer binding): p50 %.2f ms, p99 %.2f ms; %.2f%% of the Tessera pods' total start time\n",
-			ms(pct(took, 50)), ms(pct(took, 99)), 100*float64(sum)/float64(all))
+		fmt.Fprintf(&b, "agent's share (%s): p50 %.2f ms, p99 %.2f ms; %.2f%% of the Tessera pods' total start time\n",
+			map[string]string{"nri": "NRI CreateContainer binding", "dra": "NodePrepareResources"}[mode], ms(pct(took, 50)), ms(pct(took, 99)), 100*float64(sum)/float64(all))
 	} else {
 		fmt.Fprintf(&b, "agent's share: %d of %d binding times found in the agent's log\n", len(took), len(podsGPU))
 	}
@@ -128,6 +144,9 @@ func (n *node) startOne(ctx context.Context, s podSpec) time.Duration {
 	n.t.Helper()
 	p := n.pod(s)
 	t0 := time.Now()
+	if s.claim != nil {
+		n.createClaim(ctx, s.name, "", *s.claim)
+	}
 	p = n.create(ctx, p)
 	var line probeLine
 	waitFor(n.t, 2*time.Minute, fmt.Sprintf("pod %s's first CUDA call", p.Name), func() (bool, error) {
@@ -144,13 +163,33 @@ func (n *node) startOne(ctx context.Context, s podSpec) time.Duration {
 	ns := line.int(n.t, "unix_ns")
 	zero := int64(0)
 	_ = n.client.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if s.claim != nil {
+		// No resource claim controller runs: once the pod is gone, the claim is
+		// released and deleted here, so that its GPU is free for the next pods.
+		waitFor(n.t, 2*time.Minute, "pod "+p.Name+" gone", func() (bool, error) {
+			_, err := n.client.CoreV1().Pods(namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		n.releaseClaim(ctx, s.name)
+		if err := n.client.ResourceV1().ResourceClaims(namespace).Delete(ctx, s.name, metav1.DeleteOptions{}); err != nil {
+			n.t.Fatal(err)
+		}
+	}
 	return time.Unix(0, ns).Sub(t0)
 }
 
-var boundRE = regexp.MustCompile(`"container bound".* pod="([^"]+)".* took="([^"]+)"`)
+var (
+	boundRE    = regexp.MustCompile(`"container bound".* pod="([^"]+)".* took="([^"]+)"`)
+	preparedRE = regexp.MustCompile(`"claim prepared".* claim="([^"]+)".* took="([^"]+)"`)
+)
 
-// agentBindTimes reads the agent's binding time of each pod's container from its log.
-func (n *node) agentBindTimes(pods []string) []time.Duration {
+// agentBindTimes reads the agent's binding time of each pod's container from its log:
+// its NRI binding, or in DRA mode the preparation of its claim (named after the pod).
+func (n *node) agentBindTimes(pods []string, mode string) []time.Duration {
+	re := boundRE
+	if mode == "dra" {
+		re = preparedRE
+	}
 	f, err := os.Open(filepath.Join(n.dir, "run", "logs", "agent.log"))
 	if err != nil {
 		n.t.Fatal(err)
@@ -160,7 +199,7 @@ func (n *node) agentBindTimes(pods []string) []time.Duration {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if m := boundRE.FindStringSubmatch(sc.Text()); m != nil {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
 			if d, err := time.ParseDuration(m[2]); err == nil {
 				byPod[m[1]] = d
 			}

@@ -18,7 +18,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
@@ -34,18 +33,7 @@ func TestNodeDRA(t *testing.T) {
 	enabled(t)
 	n := startNode(t, "dra")
 	ctx := context.Background()
-	for _, dc := range []*resourceapi.DeviceClass{{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu.tessera.dev"},
-		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.tessera.dev"`}}}},
-	}} {
-		if _, err := n.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, 60*time.Second, "the node's ResourceSlice", func() (bool, error) {
-		l, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
-		return err == nil && len(l.Items) > 0, err
-	})
+	n.draReady(ctx)
 	t.Run("ClaimCoresShares", func(t *testing.T) {
 		tn := n.with(t)
 		defer tn.deleteAll(ctx)
@@ -101,31 +89,51 @@ func TestNodeDRA(t *testing.T) {
 	})
 }
 
+// draReady creates the share DeviceClass and waits for the node's ResourceSlice.
+func (n *node) draReady(ctx context.Context) {
+	n.t.Helper()
+	t := n.t
+	for _, dc := range []*resourceapi.DeviceClass{{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpu.tessera.dev"},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.tessera.dev"`}}}},
+	}} {
+		if _, err := n.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 60*time.Second, "the node's ResourceSlice", func() (bool, error) {
+		l, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+		return err == nil && len(l.Items) > 0, err
+	})
+}
+
 // claimPod creates a claim of memory and cores on the GPU uuid (any GPU when empty)
 // and a tessera-binpack pod of the probe using it, with args.
 func (n *node) claimPod(ctx context.Context, name, uuid, memory, cores string, args ...string) *v1.Pod {
 	n.t.Helper()
+	n.createClaim(ctx, name, uuid, claimShape{memory, cores})
+	return n.create(ctx, n.pod(podSpec{name: name, scheduler: tesseraScheduler, args: args,
+		env:   []v1.EnvVar{{Name: "TESSERA_HOOK_LOG", Value: "debug"}},
+		claim: &claimShape{memory, cores}}))
+}
+
+// createClaim creates claim name of shape on the GPU uuid (any GPU when empty).
+func (n *node) createClaim(ctx context.Context, name, uuid string, shape claimShape) {
+	n.t.Helper()
 	req := &resourceapi.ExactDeviceRequest{DeviceClassName: "gpu.tessera.dev",
 		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			"memory": resource.MustParse(memory), "cores": resource.MustParse(cores)}}}
+			"memory": resource.MustParse(shape.memory), "cores": resource.MustParse(shape.cores)}}}
 	if uuid != "" {
 		req.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 			Expression: `device.attributes["gpu.tessera.dev"].uuid == "` + uuid + `"`}}}
 	}
-	claim, err := n.client.ResourceV1().ResourceClaims(namespace).Create(ctx, &resourceapi.ResourceClaim{
+	_, err := n.client.ResourceV1().ResourceClaims(namespace).Create(ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: req}}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	// The claim's CDI device does not set the loader's path (docs/dra.md): the pod
-	// names the driver's directory, as images on such nodes must.
-	p := n.pod(podSpec{name: name, scheduler: tesseraScheduler, args: args,
-		env: []v1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir}, {Name: "TESSERA_HOOK_LOG", Value: "debug"}}})
-	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(claim.Name)}}
-	p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
-	return n.create(ctx, p)
 }
 
 // claimLimits reads the limits file the agent wrote for the claim of pod p (named as

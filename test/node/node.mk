@@ -75,11 +75,13 @@ test-node: $(NODE_DEPS) ## Real-node suite without a GPU: kubelet, containerd+NR
 test-node-gpu: $(NODE_DEPS) ## Real-node suite on this machine's NVIDIA GPUs (root, driver, cgroup v2 or hybrid)
 	TESSERA_NODE_GPU=1 $(NODE_GO_TEST)
 
-# B6_PODS pods of each kind; GPU=1 measures on this machine's NVIDIA GPUs.
+# B6_PODS pods of each kind; GPU=1 measures on this machine's NVIDIA GPUs; B6_MODE=dra:
+# the GPU pods ask through ResourceClaims on a node in DRA mode.
 B6_PODS ?= 100
+B6_MODE ?= nri
 .PHONY: bench-node
-bench-node: $(NODE_DEPS) ## B6: pod creation to first CUDA call on a real node, Tessera pods against the same pods without GPU requests (B6_PODS, GPU=1)
-	TESSERA_NODE_B6=1 TESSERA_B6_PODS=$(B6_PODS) $(if $(filter 1,$(GPU)),TESSERA_NODE_GPU=1) \
+bench-node: $(NODE_DEPS) ## B6: pod creation to first CUDA call on a real node, Tessera pods against the same pods without GPU requests (B6_PODS, GPU=1, B6_MODE=dra)
+	TESSERA_NODE_B6=1 TESSERA_B6_PODS=$(B6_PODS) TESSERA_B6_MODE=$(B6_MODE) $(if $(filter 1,$(GPU)),TESSERA_NODE_GPU=1) \
 		$(subst -run '$(NODE_TEST_RUN)',-run '^TestB6PodStart$$',$(NODE_GO_TEST))
 
 .PHONY: node-gpu-bundle

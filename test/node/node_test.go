@@ -637,7 +637,7 @@ func (n *node) requireBound(p *v1.Pod) {
 		return
 	}
 	took := "no binding logged"
-	if d := n.agentBindTimes([]string{p.Name}); len(d) == 1 {
+	if d := n.agentBindTimes([]string{p.Name}, "nri"); len(d) == 1 {
 		took = "the agent's binding took " + d[0].String()
 	}
 	n.t.Fatalf("pod %s started without its binding (%v): %s; containerd gives NRI plugins 2 s (plugin_request_timeout) and creates the container without a late plugin's adjustment",

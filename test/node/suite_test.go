@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/tessera-dev/tessera/api"
 )
@@ -181,7 +182,13 @@ type podSpec struct {
 	env     []v1.EnvVar
 	// hostMounts are host directories mounted read-only, by container path.
 	hostMounts map[string]string
+	// claim: the pod's GPU is a ResourceClaim of this memory and cores (a DRA node),
+	// named after the pod and created with it by startOne.
+	claim *claimShape
 }
+
+// claimShape is a claim's capacity requests.
+type claimShape struct{ memory, cores string }
 
 // cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
 // container (no nvidia-cdi-hook on the suite's nodes).
@@ -246,7 +253,14 @@ func (n *node) pod(s podSpec) *v1.Pod {
 	if s.hostDriver || s.driverVolume {
 		hostDriverSetup(p, n.driverDir(), s.hostDriver)
 	}
-	if !s.hostDriver && n.mode == "fallback" {
+	if s.claim != nil {
+		// The claim's CDI device does not set the loader's path (docs/dra.md): the
+		// pod names the driver's directory, as images on such nodes must.
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(s.name)}}
+		c.Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
+		c.Env = append(c.Env, v1.EnvVar{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir})
+	}
+	if !s.hostDriver && s.claim == nil && n.mode == "fallback" {
 		// Without NRI nothing sets the loader's path for the driver the CDI spec
 		// mounts: images must have it (NVIDIA's CUDA images do), as this pod does.
 		c := &p.Spec.Containers[0]
