@@ -64,7 +64,7 @@ func (pl *Plugin) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.skip || !pl.bindsPods(ctx) {
+	if s.skip || s.delegated == nodeName || !pl.bindsPods(ctx) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	binding, err := assignmentBinding(pod, s.assignment, nodeName)

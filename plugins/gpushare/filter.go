@@ -28,6 +28,9 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 	}
 	var buf [16]placement.Usage
 	e, v, used := pl.cache.EntryView(node, buf[:0])
+	if s.toDRA(&v) {
+		return nil
+	}
 	if st := pl.usable(&v, s.now); st != nil {
 		return st
 	}
@@ -46,7 +49,8 @@ func (pl *Plugin) Filter(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeIn
 
 // errDRANode is why a GPU pod of tessera.dev/* resources does not go to a node in DRA
 // mode.
-const errDRANode = "node serves its GPUs through DRA (ResourceClaims of the DeviceClass gpu.tessera.dev), not as tessera.dev/* resources; ask for a ResourceClaim, or run the pod on a node whose Tessera agent runs the device plugin"
+const errDRANode = "node serves its GPUs through DRA (ResourceClaims of the DeviceClass gpu.tessera.dev), not as tessera.dev/* resources; ask for a ResourceClaim, or run the pod on a node whose Tessera agent runs the device plugin " +
+	"(a pod that asks only whole GPUs, without a model, UUID, locality or MPS annotation, runs here when a DeviceClass names the GPU resource in extendedResourceName)"
 
 // usable rejects nodes whose inventory is missing, malformed or stale at now, nodes
 // whose agent refuses GPU containers for want of a requirement, and nodes in DRA mode.

@@ -31,7 +31,10 @@ type fakeHandle struct {
 	fwk.Handle
 	lister fwk.SharedLister
 	client clientset.Interface
+	dra    fwk.SharedDRAManager
 }
+
+func (h *fakeHandle) SharedDRAManager() fwk.SharedDRAManager { return h.dra }
 
 func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister                 { return h.lister }
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.client }

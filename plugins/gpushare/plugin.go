@@ -292,7 +292,8 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if info.Device != pl.node {
 		info.Device.PreparePod(pod, info)
 	}
-	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info, now: pl.now()})
+	cs.Write(stateKey, &cycleState{id: nextCycleID(), info: info, now: pl.now(),
+		dra: info.WholeGPUsOnly() && draBacked(pl.handle, pl.names.GPU)})
 	return nil, nil
 }
 

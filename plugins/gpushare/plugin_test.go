@@ -623,6 +623,8 @@ func (h factoryHandle) SharedInformerFactory() informers.SharedInformerFactory {
 
 func (h factoryHandle) ProfileName() string { return "test-profile" }
 
+func (h factoryHandle) SharedDRAManager() fwk.SharedDRAManager { return nil }
+
 // Profiles of one scheduler share one cache; when the scheduler stops, the cache is
 // forgotten.
 func TestSharedCacheLifetime(t *testing.T) {

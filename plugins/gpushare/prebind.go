@@ -28,7 +28,7 @@ func (pl *Plugin) preBindSkips(ctx context.Context, cs fwk.CycleState) (bool, *f
 	if err != nil {
 		return false, fwk.AsStatus(err)
 	}
-	return s.skip || pl.bindsPods(ctx), nil
+	return s.skip || s.delegated != "" || pl.bindsPods(ctx), nil
 }
 
 // PreBind merge-patches the assignment annotation onto the pod when the profile writes
@@ -40,7 +40,7 @@ func (pl *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if s.skip || pl.bindsPods(ctx) {
+	if s.skip || s.delegated == nodeName || pl.bindsPods(ctx) {
 		return nil
 	}
 	if s.assignment == nil || s.assignment.Node != nodeName {

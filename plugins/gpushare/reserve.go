@@ -34,6 +34,14 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("node %q not found", nodeName))
 	}
 	e, v, used := pl.cache.EntryView(node, nil)
+	if s.toDRA(&v) {
+		// The in-tree DRA plugin allocates the pod's GPUs on this node (a claim of
+		// the DeviceClass that serves the GPU resource).
+		s.delegated = nodeName
+		pl.decide(s.info.Device.Policy(), resultPlaced, "")
+		klog.FromContext(ctx).V(4).Info("GPUs left to DRA", "pod", klog.KObj(pod), "node", nodeName)
+		return nil
+	}
 	if st := pl.usable(&v, pl.now()); st != nil {
 		pl.decide(s.info.Device.Policy(), resultUnschedulable, reasonInventory)
 		return st
@@ -76,6 +84,10 @@ func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 func (pl *Plugin) Unreserve(_ context.Context, cs fwk.CycleState, pod *v1.Pod, _ string) {
 	s, err := getState(cs)
 	if err != nil || s.skip {
+		return
+	}
+	if s.delegated != "" {
+		s.delegated = ""
 		return
 	}
 	pl.cache.Forget(pod.UID)

@@ -128,7 +128,7 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 func (pl *Plugin) scoreUnfiltered(s *cycleState, nodeInfo fwk.NodeInfo) int64 {
 	var buf [16]placement.Usage
 	v, used := pl.cache.View(nodeInfo.Node(), buf[:0])
-	if v.Model == nil {
+	if v.Model == nil || s.toDRA(&v) {
 		return 0
 	}
 	a, fail := placement.Allocate(v.Model, used, s.info, &pl.w)

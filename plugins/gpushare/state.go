@@ -46,6 +46,19 @@ type cycleState struct {
 
 	// assignment is what Reserve chose; Bind (or PreBind) writes it.
 	assignment *api.PodAssignment
+
+	// dra is set for a pod that asks only whole GPUs when a DeviceClass serves the
+	// GPU resource through DRA (draBacked): on a node in DRA mode the in-tree DRA
+	// plugin allocates its GPUs, and this plugin passes it (Filter) and leaves it
+	// alone (Reserve, PreBind, Bind). delegated is the node Reserve left it to.
+	dra       bool
+	delegated string
+}
+
+// toDRA reports whether the pod's GPUs on the node of view v are the in-tree DRA
+// plugin's to allocate.
+func (s *cycleState) toDRA(v *placement.NodeView) bool {
+	return s.dra && v.Model != nil && v.Model.DRA
 }
 
 // nodeDelta is preemption's simulated change to a node's usage.
@@ -57,7 +70,8 @@ type nodeDelta struct {
 // Clone copies what a what-if evaluation may change. Filter results are not carried
 // over: a clone has its own number and recomputes them against its own overlay.
 func (s *cycleState) Clone() fwk.StateData {
-	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, now: s.now, fit: s.fit, assignment: s.assignment}
+	c := &cycleState{id: nextCycleID(), skip: s.skip, info: s.info, hostOnly: s.hostOnly, now: s.now, fit: s.fit, assignment: s.assignment,
+		dra: s.dra, delegated: s.delegated}
 	if len(s.overlay) > 0 {
 		c.overlay = make(map[string]*nodeDelta, len(s.overlay))
 		for n, d := range s.overlay {

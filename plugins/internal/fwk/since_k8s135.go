@@ -11,3 +11,7 @@ type (
 	SignPlugin   = framework.SignPlugin
 	SignFragment = framework.SignFragment
 )
+
+// The scheduler's map from extended resource names to the DeviceClasses that serve
+// them through DRA (KEP-5004), from Kubernetes 1.35.
+type DeviceClassResolver = framework.DeviceClassResolver

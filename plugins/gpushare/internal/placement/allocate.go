@@ -753,6 +753,22 @@ func GPUs(n int) string {
 	return fmt.Sprintf("%d GPUs", n)
 }
 
+// WholeGPUsOnly reports whether the pod asks only for whole GPUs (all of each one's
+// memory and compute), without a model or UUID selection, a required locality or MPS:
+// a request a DeviceClass's extended resource can serve on a node in DRA mode, where
+// the in-tree DRA plugin allocates it devices of that class (KEP-5004).
+func (p *PodInfo) WholeGPUsOnly() bool {
+	if p.mps || p.hasSelection() || p.Topology == api.TopologyNVLinkRequired || p.Topology == api.TopologyNUMARequired {
+		return false
+	}
+	for _, c := range p.Req.Containers {
+		if !c.WholeMemory() || (c.Cores != 0 && c.Cores != 100) {
+			return false
+		}
+	}
+	return true
+}
+
 func (p *PodInfo) hasSelection() bool {
 	return len(p.ModelInclude)+len(p.ModelExclude)+len(p.UUIDInclude)+len(p.UUIDExclude) > 0
 }
