@@ -127,6 +127,11 @@ func TestRenderDRA(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(find(t, ms, "DeviceClass", "gpu.tessera.dev")["spec"]), `device.driver == "gpu.tessera.dev"`) {
 		t.Error("DeviceClass selector")
 	}
+	// Whole GPUs of the extended resource, by the chart's resource name.
+	if whole := fmt.Sprint(find(t, ms, "DeviceClass", "whole-gpu.tessera.dev")["spec"]); !strings.Contains(whole, "extendedResourceName:tessera.dev/gpu") ||
+		!strings.Contains(whole, `sharing == "time-sliced"`) {
+		t.Errorf("whole-GPU DeviceClass: %s", whole)
+	}
 	// The scheduler places claims on them.
 	if cm := fmt.Sprint(find(t, ms, "ConfigMap", "tessera-scheduler")); !strings.Contains(cm, "TesseraDynamicResources") {
 		t.Error("the scheduler config lacks TesseraDynamicResources")
@@ -136,12 +141,12 @@ func TestRenderDRA(t *testing.T) {
 // TestRenderDRAWithNodeAffinity: the mode's label is added to every term of an
 // affinity the values give (here the GPU Operator's two terms), not in place of it.
 func TestRenderDRAWithNodeAffinity(t *testing.T) {
-	ms, err := Render(Options{ChartDir: chartDir(t), ValueFiles: []string{gpuOperatorValues(t)}, Set: []string{"agent.dra.enabled=true", "agent.dra.deviceClass=false"}})
+	ms, err := Render(Options{ChartDir: chartDir(t), ValueFiles: []string{gpuOperatorValues(t)}, Set: []string{"agent.dra.enabled=true", "agent.dra.deviceClass=false", "agent.dra.wholeGPUClass=false"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if kinds(ms)["DeviceClass"] != 0 {
-		t.Error("DeviceClass rendered with agent.dra.deviceClass=false")
+		t.Error("DeviceClass rendered with agent.dra.deviceClass=false and agent.dra.wholeGPUClass=false")
 	}
 	for name, op := range map[string]string{"tessera-node-agent": "NotIn", "tessera-node-agent-dra": "In"} {
 		spec, _ := podSpecOf(find(t, ms, "DaemonSet", name))

@@ -260,7 +260,29 @@ func (b *Binder) requested(r *Request) bool {
 		return false
 	}
 	c := specContainer(pod, r.Container)
-	return c != nil && api.HasGPURequest(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{*c}}}, b.cfg.Names)
+	if c == nil || draServed(pod, r.Container, b.cfg.Names.GPU) {
+		return false
+	}
+	return api.HasGPURequest(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{*c}}}, b.cfg.Names)
+}
+
+// draServed reports whether the scheduler left the container's GPU resource to DRA:
+// on a node in DRA mode, a pod asking only whole GPUs gets them through a ResourceClaim
+// of the DeviceClass that names the resource in extendedResourceName, which the
+// scheduler creates and records in the pod's status (KEP-5004). That claim is
+// prepared and bound by the node's DRA plugin, like any claim of Tessera's devices,
+// and the container has no assignment to be refused for.
+func draServed(pod *corev1.Pod, container string, gpu corev1.ResourceName) bool {
+	st := pod.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		return false
+	}
+	for _, m := range st.RequestMappings {
+		if m.ContainerName == container && corev1.ResourceName(m.ResourceName) == gpu {
+			return true
+		}
+	}
+	return false
 }
 
 // specContainer returns the pod's init or regular container with this name, or nil.

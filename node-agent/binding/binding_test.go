@@ -267,6 +267,24 @@ func TestUntouchedAndRefused(t *testing.T) {
 	if _, err := b.Bind(req("z", "main", nil)); err == nil {
 		t.Error("a container whose spec asks for GPUs ran without an assignment")
 	}
+	// Unless the scheduler left the container's GPUs to DRA (a node in DRA mode, a
+	// DeviceClass serving tessera.dev/gpu): its claim is bound when prepared. Another
+	// container's mapping, or another resource's, does not count.
+	for _, m := range []struct {
+		c, res string
+		free   bool
+	}{{"sidecar", "tessera.dev/gpu", false}, {"main", "example.com/fpga", false}, {"main", "tessera.dev/gpu", true}} {
+		spec.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "train-extended-resources-x",
+			RequestMappings: []corev1.ContainerExtendedResourceRequest{{ContainerName: m.c, ResourceName: m.res, RequestName: "container-0-request-0"}}}
+		e, err := b.Bind(req("y", "main", nil))
+		if m.free && (err != nil || e != nil) {
+			t.Errorf("GPUs of container main left to DRA: %v %v, want untouched", e, err)
+		}
+		if !m.free && err == nil {
+			t.Errorf("mapping of %s's %s: the container ran without an assignment", m.c, m.res)
+		}
+	}
+	spec.Status.ExtendedResourceClaimStatus = nil
 }
 
 // After an agent restart with a lost checkpoint, Reconcile rebinds the running

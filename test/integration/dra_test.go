@@ -503,6 +503,69 @@ func TestDRAClaimsAllocatedUpstream(t *testing.T) {
 	}
 }
 
+// TestDRAWholeGPUsByExtendedResource: on a node in DRA mode, a pod that asks only
+// tessera.dev/gpu runs unchanged: the whole-GPU DeviceClass names the resource in
+// extendedResourceName, TesseraGPUShare passes the node, and the in-tree DRA plugin
+// allocates that many whole devices in a claim it creates for the pod, which the agent
+// prepares to whole GPUs. A share claim then gets another GPU; a whole-GPU pod with a
+// model selection, which a DeviceClass cannot honour, is refused with the reason.
+func TestDRAWholeGPUsByExtendedResource(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-whole"
+	dir := t.TempDir()
+	a, _, _ := c.draNodeOf(node, dir, "t4-4x-pcie.yaml", 4)
+	c.createDeviceClasses()
+	c.startScheduler("tessera-scheduler.yaml")
+
+	c.createPod(newPod(c.ns, "whole-2", binpack, nil, gpuLimits{name: "c", gpu: "2"}))
+	c.waitBound("whole-2", 30*time.Second)
+	p, err := c.client.CoreV1().Pods(c.ns).Get(c.ctx, "whole-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Status.ExtendedResourceClaimStatus
+	if st == nil || len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != "tessera.dev/gpu" || st.RequestMappings[0].ContainerName != "c" {
+		t.Fatalf("pod's extended resource claim status %+v, want tessera.dev/gpu of container c", st)
+	}
+	if _, ok := p.Annotations[api.AnnotationAssignment]; ok {
+		t.Error("the pod has a Tessera assignment: its GPUs are the claim's")
+	}
+	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, st.ResourceClaimName, metav1.GetOptions{})
+	if err != nil || cl.Status.Allocation == nil {
+		t.Fatalf("claim %s not allocated: %v", st.ResourceClaimName, err)
+	}
+	taken := map[string]bool{}
+	for _, r := range cl.Status.Allocation.Devices.Results {
+		taken[r.Device] = true
+	}
+	if len(taken) != 2 {
+		t.Fatalf("claim %s allocated %+v, want two devices", cl.Name, cl.Status.Allocation.Devices.Results)
+	}
+	if r := a.prepare(t, c.ctx, cl); r == nil || r.Error != "" {
+		t.Fatalf("prepare %s: %+v", cl.Name, r)
+	}
+	l := readLimits(t, api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(cl.UID))))
+	if len(l.GPUs) != 2 {
+		t.Fatalf("limits %+v, want two GPUs", l.GPUs)
+	}
+	for _, g := range l.GPUs {
+		if g.MemoryMiB != 15360 || g.Cores != 100 || !taken[dra.DeviceName(g.UUID)] {
+			t.Errorf("limits of %s: %d MiB, %d%% cores; want the whole T4 (15360 MiB in config/simulated/t4-4x-pcie.yaml, 100%%) of an allocated device", g.UUID, g.MemoryMiB, g.Cores)
+		}
+	}
+
+	// The two GPUs are all used: a share lands on another.
+	c.shareClaim("after", binpack, "1Gi", "10")
+	if d := c.claimDevice("after"); taken[d] {
+		t.Errorf("a share was allocated %s, a GPU the whole-GPU pod holds", d)
+	}
+	// A selection only Tessera's annotations express: not served here.
+	c.createPod(newPod(c.ns, "whole-model", binpack, map[string]string{api.AnnotationModelInclude: "T4"}, gpuLimits{name: "c", gpu: "1"}))
+	if msg := c.waitUnschedulable("whole-model", 30*time.Second); !strings.Contains(msg, "extendedResourceName") {
+		t.Errorf("whole-GPU pod with a model selection: %q", msg)
+	}
+}
+
 // shareClaim creates a claim for one share of a whole GPU (memory, cores; empty: the
 // device's default) and a pod of profile using it.
 func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.ResourceClaim {
