@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -150,7 +152,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			continue
 		}
 		start := time.Now()
-		devs, err := d.prepare(c)
+		devs, err := d.prepare(ctx, c)
 		if err != nil {
 			d.cfg.Log.Error(err, "claim not prepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID)
 		} else {
@@ -161,7 +163,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-func (d *Driver) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
 	if c.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
 	}
@@ -181,8 +183,12 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 	if err := d.specs.validName(string(c.UID)); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
-	e, err := d.cfg.Binder.BindClaim(binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants})
+	claim := binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants}
+	e, err := d.cfg.Binder.BindClaim(claim)
 	var refused *binding.RefusedError
+	if errors.As(err, &refused) && d.releaseStale(ctx, string(c.UID)) > 0 {
+		e, err = d.cfg.Binder.BindClaim(claim)
+	}
 	if errors.As(err, &refused) {
 		return nil, fmt.Errorf("Tessera refused the claim: %s", refused.Reason)
 	}
@@ -205,6 +211,42 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) ([]kubeletplugin.Device, 
 		out[i] = kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID, CDIDeviceIDs: ids}
 	}
 	return out, nil
+}
+
+// releaseStale unbinds the claims prepared here that the API no longer allocates
+// (deleted, re-created under another UID, or deallocated) and returns how many. The
+// resource claim controller deallocates a claim once no pod uses it, and the
+// scheduler gives its share away at once, while kubelet unprepares it on its own
+// schedule: a claim allocated the freed share could reach Prepare first, and be
+// refused for room the old claim still held (each such pod then waited for kubelet's
+// retry, 14 s on a real node). Kubelet's later Unprepare of a released claim finds
+// nothing to do. A claim the API cannot be asked about is kept; except, the claim
+// being prepared.
+func (d *Driver) releaseStale(ctx context.Context, except string) int {
+	if d.cfg.Client == nil {
+		return 0
+	}
+	n := 0
+	for _, rec := range d.cfg.Binder.Claims() {
+		if rec.ContainerID == except {
+			continue
+		}
+		c, err := d.cfg.Client.ResourceV1().ResourceClaims(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			continue
+		case string(c.UID) == rec.ContainerID && c.Status.Allocation != nil:
+			continue
+		}
+		if err := d.unprepare(rec.ContainerID); err != nil {
+			d.cfg.Log.Error(err, "released claim not unprepared", "namespace", rec.Namespace, "claim", rec.Pod, "uid", rec.ContainerID)
+			continue
+		}
+		d.cfg.Log.Info("claim released by the API before kubelet unprepared it: its share is freed", "namespace", rec.Namespace, "claim", rec.Pod, "uid", rec.ContainerID)
+		n++
+	}
+	return n
 }
 
 // Grants returns the allocation results of this driver in a claim and the grant each

@@ -15,8 +15,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/utils/ptr"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -168,7 +170,11 @@ func TestPrepareUnprepare(t *testing.T) {
 	if again, _ := os.ReadFile(filepath.Join(limitsDir, api.LimitsFileName)); string(again) != string(data) {
 		t.Errorf("limits after restart %q, before %q", again, data)
 	}
-	// A second claim that would overfill GPU 0's cores is refused with the reason.
+	// A second claim that would overfill GPU 0's cores is refused with the reason
+	// while the first is allocated in the API.
+	if _, err := d2.cfg.Client.ResourceV1().ResourceClaims("team").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	over := claim("uid-2", result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1Gi", CapacityCores: "71"}))
 	res, err = d2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{over})
 	if err != nil || res[over.UID].Err == nil || !strings.Contains(res[over.UID].Err.Error(), "does not fit") {
@@ -194,6 +200,66 @@ func TestPrepareUnprepare(t *testing.T) {
 	res, _ = d2.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{over})
 	if res[over.UID].Err != nil {
 		t.Errorf("claim after unprepare: %v", res[over.UID].Err)
+	}
+}
+
+// A claim the API no longer allocates (deallocated once its pod went, or deleted)
+// while kubelet has not unprepared it yet does not keep a new claim of its share out:
+// Prepare releases it and binds the new one. A claim still allocated, or one the API
+// cannot be asked about, keeps its room.
+func TestPrepareReleasesStaleClaims(t *testing.T) {
+	dir := t.TempDir()
+	d, _ := newDriver(t, dir)
+	ctx := context.Background()
+	client := d.cfg.Client.ResourceV1().ResourceClaims("team")
+	share := func(uid, cores string) *resourceapi.ResourceClaim {
+		return claim(uid, result("gpu", "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "1Gi", CapacityCores: cores}))
+	}
+	prepare := func(c *resourceapi.ResourceClaim) error {
+		t.Helper()
+		res, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[c.UID].Err
+	}
+	old := share("old", "60")
+	if _, err := client.Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepare(old); err != nil {
+		t.Fatal(err)
+	}
+	// Still allocated: the new claim is refused.
+	if err := prepare(share("new", "60")); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("beside an allocated claim: %v", err)
+	}
+	// Deallocated in the API (its pod is gone), not yet unprepared: released.
+	gone := old.DeepCopy()
+	gone.Status.Allocation = nil
+	if _, err := client.UpdateStatus(ctx, gone, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepare(share("new", "60")); err != nil {
+		t.Fatalf("beside a deallocated claim: %v", err)
+	}
+	if _, err := os.Stat(api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup("old"))); !os.IsNotExist(err) {
+		t.Error("the released claim's limits directory is left")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cdi", "tessera.dev-claim_old.json")); !os.IsNotExist(err) {
+		t.Error("the released claim's CDI spec is left")
+	}
+	// Kubelet's Unprepare of the released claim comes later and finds nothing.
+	un, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{NamespacedName: types.NamespacedName{Namespace: "team", Name: "c-old"}, UID: "old"}})
+	if err != nil || un["old"] != nil {
+		t.Errorf("unprepare of the released claim: %v %v", err, un)
+	}
+	// "new" is not in the API at all and the API cannot be asked: it is kept.
+	d.cfg.Client.(*fake.Clientset).PrependReactor("get", "resourceclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("the API server is not reachable")
+	})
+	if err := prepare(share("third", "60")); err == nil || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("beside a claim the API cannot be asked about: %v", err)
 	}
 }
 

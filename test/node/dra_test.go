@@ -18,6 +18,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
@@ -38,6 +39,11 @@ func TestNodeDRA(t *testing.T) {
 		tn := n.with(t)
 		defer tn.deleteAll(ctx)
 		testClaimCoresShares(tn)
+	})
+	t.Run("WholeGPUExtendedResource", func(t *testing.T) {
+		tn := n.with(t)
+		defer tn.deleteAll(ctx)
+		testWholeGPUExtendedResource(tn)
 	})
 	t.Run("ClaimMemoryLimit", func(t *testing.T) {
 		tn := n.with(t)
@@ -89,15 +95,76 @@ func TestNodeDRA(t *testing.T) {
 	})
 }
 
-// draReady creates the share DeviceClass and waits for the node's ResourceSlice.
+// A pod that asks only tessera.dev/gpu runs on the DRA node unchanged: the scheduler
+// maps the resource to a claim of whole-gpu.tessera.dev (KEP-5004), kubelet has the
+// agent prepare it, and the NRI binding leaves the container to it; the container
+// sees a whole GPU under the hook, with the claim's limits file.
+func testWholeGPUExtendedResource(n *node) {
+	ctx := context.Background()
+	p := n.create(ctx, n.pod(podSpec{name: "whole-er", gpus: 1, scheduler: tesseraScheduler,
+		env: []v1.EnvVar{{Name: "LD_LIBRARY_PATH", Value: cdiLibraryDir}}}))
+	p = n.waitPhase(ctx, p.Name, 120*time.Second, v1.PodSucceeded, v1.PodFailed)
+	lines := n.probeLines(p)
+	if p.Status.Phase != v1.PodSucceeded {
+		n.t.Fatalf("pod %s: %s; probe said %v", p.Name, p.Status.Phase, lines)
+	}
+	st := p.Status.ExtendedResourceClaimStatus
+	if st == nil || st.ResourceClaimName == "" {
+		n.t.Fatalf("pod %s has no extended resource claim: %+v", p.Name, p.Status)
+	}
+	claim, err := n.client.ResourceV1().ResourceClaims(namespace).Get(ctx, st.ResourceClaimName, metav1.GetOptions{})
+	if err != nil || claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 1 {
+		n.t.Fatalf("claim %s: %v %+v", st.ResourceClaimName, err, claim)
+	}
+	ctxLine, _ := find(lines, "context")
+	mem, ok := find(lines, "memory")
+	if !ok {
+		n.t.Fatalf("probe printed %v", lines)
+	}
+	if ctxLine.fields["limits"] != "yes" {
+		n.t.Errorf("the claim's limits file is not mounted: %v", ctxLine.fields)
+	}
+	if got, want := mem.int(n.t, "total_mib"), n.deviceMemMiB(ctx, claim.Status.Allocation.Devices.Results[0].Device); got != want {
+		n.t.Errorf("cuMemGetInfo total: %d MiB, want the whole GPU's %d", got, want)
+	}
+}
+
+// deviceMemMiB is the memory of the node's device of this DRA name, from the node's
+// inventory.
+func (n *node) deviceMemMiB(ctx context.Context, device string) int64 {
+	n.t.Helper()
+	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, g := range inv.GPUs {
+		if strings.EqualFold(g.UUID, device) {
+			return g.MemoryMiB
+		}
+	}
+	n.t.Fatalf("device %s is not in node %s's inventory", device, n.name)
+	return 0
+}
+
+// draReady creates the DeviceClasses of config/dra/deviceclass.yaml (shares, and whole
+// GPUs of tessera.dev/gpu) and waits for the node's ResourceSlice.
 func (n *node) draReady(ctx context.Context) {
 	n.t.Helper()
 	t := n.t
-	for _, dc := range []*resourceapi.DeviceClass{{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu.tessera.dev"},
-		Spec:       resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.tessera.dev"`}}}},
-	}} {
-		if _, err := n.client.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "dra", "deviceclass.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var dc resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &dc); err != nil {
+			t.Fatalf("config/dra/deviceclass.yaml: %v", err)
+		}
+		if _, err := n.client.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
