@@ -137,6 +137,14 @@ void tessera_pacing_forget_stream(CUstream stream)
 	pthread_mutex_unlock(&pace_ev_mu);
 }
 
+/* When a burst last moved the per-kernel gain. A gain no burst has moved for
+ * GAIN_STALE_NS goes a quarter of the way back to 1 (the entries as sampled) every
+ * GAIN_STALE_NS: what the bursts said of it was said of other work (a program of two
+ * streams that now runs one, or launch-bound steps whose bursts are no longer back to
+ * back), and a gain under 1 charges the launches less than their samples read. */
+#define GAIN_STALE_NS (2 * 1000000000LL)
+static int64_t gain_moved_ns;
+
 static void after_fork(void)
 {
 	/* The child's bursts, charges and counts start afresh (its events, samples and
@@ -145,6 +153,7 @@ static void after_fork(void)
 	atomic_store(&pace_kt_gain[1], KT_GAIN_ONE);
 	atomic_store(&charged_ns, 0);
 	atomic_store(&met_until_ns, 0);
+	gain_moved_ns = 0;
 	memset(&pace_stat, 0, sizeof(pace_stat));
 	for (int g = 0; g < TESSERA_MAX_GPUS; g++) {
 		struct tessera_pacer *p = &pacers[g];
@@ -520,13 +529,6 @@ static int64_t signed_ns(CUevent a, CUevent b, int *ok)
  * GPU waits for its host (a launch-bound loop, a training step ending in a
  * synchronize) has a lag of about one kernel at F; one that keeps the queue full has
  * a lag of many kernels, or of a kernel longer than the host took to issue the burst. */
-/* When a burst last moved the per-kernel gain. A gain no burst has moved for
- * GAIN_STALE_NS goes a quarter of the way back to 1 (the entries as sampled) every
- * GAIN_STALE_NS: what the bursts said of it was said of other work (a program of two
- * streams that now runs one, or launch-bound steps whose bursts are no longer back to
- * back), and a gain under 1 charges the launches less than their samples read. */
-#define GAIN_STALE_NS (2 * 1000000000LL)
-static int64_t gain_moved_ns;
 static void gain_relax(void)
 {
 	int64_t now = tessera_now_ns();
