@@ -25,7 +25,9 @@ type draClasses struct {
 
 func (d draClasses) DeviceClassResolver() fwk.DeviceClassResolver { return d }
 
-func (d draClasses) GetDeviceClass(name v1.ResourceName) *resourceapi.DeviceClass { return d.byName[name] }
+func (d draClasses) GetDeviceClass(name v1.ResourceName) *resourceapi.DeviceClass {
+	return d.byName[name]
+}
 
 // wholeGPUClass is a DeviceClass that serves tessera.dev/gpu through DRA.
 var wholeGPUClass = &resourceapi.DeviceClass{

@@ -164,6 +164,44 @@ func TestOrderPool(t *testing.T) {
 	}
 }
 
+// TestOrderPoolTogether: a request of two whole GPUs is offered the two the policy's
+// topology search picks first, two GPUs of one NVLink island; the single-device order
+// would offer the free GPU of the full island and one of the other, and first fit
+// would take those two.
+func TestOrderPoolTogether(t *testing.T) {
+	inv := fixtures.NVLinkNode("n", 8, 4, "NVIDIA H100 80GB HBM3", 81559)
+	m := nodemodel.Build(inv)
+	var devs []resourceapi.Device
+	for i := range inv.GPUs {
+		uuid := inv.GPUs[i].UUID
+		devs = append(devs, resourceapi.Device{Name: strings.ToLower(uuid),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrUUID: {StringValue: ptr.To(uuid)}}})
+	}
+	// Island 0-3 has GPU 0 free and three GPUs full; island 4-7 is free.
+	usage := &deviceUsage{state: state(devs, map[int][2]int64{1: {81559, 100}, 2: {81559, 100}, 3: {81559, 100}}), tenants: map[structured.DeviceID]int{}}
+	island := func(name string) int {
+		for i := range devs {
+			if devs[i].Name == name {
+				return i / 4
+			}
+		}
+		return -1
+	}
+	for _, policy := range []placement.Policy{"Binpack", "Spread", "Fragmentation"} {
+		t.Run(string(policy), func(t *testing.T) {
+			o := testOrderer(t, policy, m)
+			d := forDemand(o, 0, 100)
+			d.c.GPUs = 2
+			out := []*resourceapi.ResourceSlice{slice("a", 1, devs...)}
+			o.orderPool(out, "n", []int{0}, usage, d)
+			got := names(out[0])
+			if island(got[0]) != 1 || island(got[1]) != 1 {
+				t.Errorf("the first two devices %v are not of one free island (GPUs 4-7)", got[:2])
+			}
+		})
+	}
+}
+
 func slicesCopy(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
 	return append([]*resourceapi.ResourceSlice(nil), in...)
 }

@@ -100,18 +100,27 @@ func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
 			r := &claim.Spec.Devices.Requests[i]
 			var class string
 			var capacity *resourceapi.CapacityRequirements
+			count := int64(1)
 			switch {
 			case r.Exactly != nil:
 				class, capacity = r.Exactly.DeviceClassName, r.Exactly.Capacity
+				if r.Exactly.AllocationMode == resourceapi.DeviceAllocationModeExactCount {
+					count = r.Exactly.Count
+				}
 			case len(r.FirstAvailable) > 0:
 				class, capacity = r.FirstAvailable[0].DeviceClassName, r.FirstAvailable[0].Capacity
+				if r.FirstAvailable[0].AllocationMode == resourceapi.DeviceAllocationModeExactCount {
+					count = r.FirstAvailable[0].Count
+				}
 			default:
 				continue
 			}
 			if !o.isTessera(class) {
 				continue
 			}
-			c := api.ContainerRequest{Name: r.Name, GPUs: 1, Cores: 100}
+			// A request of several devices is placed as a container of that many GPUs:
+			// the policy's topology search picks them together (NVLink, NUMA).
+			c := api.ContainerRequest{Name: r.Name, GPUs: int(max(1, min(count, api.MaxGPUsPerContainer))), Cores: 100}
 			if capacity != nil {
 				if q, ok := capacity.Requests[capacityMemory]; ok && q.Sign() > 0 {
 					c.MemoryMiB = (q.Value() + 1<<20 - 1) >> 20
@@ -283,16 +292,34 @@ func (o *orderer) rank(m *nodemodel.Model, used []placement.Usage, at []int, d *
 	if len(cand) == 0 {
 		return nil
 	}
+	if d.c.GPUs > 1 {
+		if set := o.together(m, used, cand, d); set != nil {
+			return o.byScore(m, used, at, cand, d, set)
+		}
+	}
 	first := o.placer.PickDevice(&placement.Allocation{}, m, used, d.info, d.c, &o.w, cand)
+	return o.byScore(m, used, at, cand, d, []int{first})
+}
+
+// byScore is the positions in devs of cand: those of lead first, in its order, then
+// the others by the policy's device score.
+func (o *orderer) byScore(m *nodemodel.Model, used []placement.Usage, at, cand []int, d *demand, lead []int) []int {
+	rank := make(map[int]int, len(lead))
+	for n, i := range lead {
+		rank[i] = n + 1
+	}
 	score := make(map[int]float64, len(cand))
 	for _, i := range cand {
 		score[i] = o.placer.DeviceScore(m, used, d.c, i, &o.w)
 	}
 	slices.SortStableFunc(cand, func(a, b int) int {
+		ra, rb := rank[a], rank[b]
 		switch {
-		case a == first:
+		case ra > 0 && rb > 0:
+			return ra - rb
+		case ra > 0:
 			return -1
-		case b == first:
+		case rb > 0:
 			return 1
 		case score[a] > score[b]:
 			return -1
@@ -306,6 +333,24 @@ func (o *orderer) rank(m *nodemodel.Model, used []placement.Usage, at []int, d *
 		order[n] = at[i]
 	}
 	return order
+}
+
+// together is the devices the policy places a request of several devices on (the
+// topology search of a multi-GPU container: one NVLink island, one NUMA node where it
+// can), all of them candidates; nil when it finds none. The allocator, first fit,
+// then takes them as the first that fit.
+func (o *orderer) together(m *nodemodel.Model, used []placement.Usage, cand []int, d *demand) []int {
+	a, fail := placement.Allocate(m, used, d.info, &o.w)
+	if fail != nil || len(a.Placements) != 1 || len(a.Placements[0].Devices) != d.c.GPUs {
+		return nil
+	}
+	set := a.Placements[0].Devices
+	for _, i := range set {
+		if !slices.Contains(cand, i) {
+			return nil
+		}
+	}
+	return set
 }
 
 // model is node's Tessera model from its inventory annotation, nil when the node is
