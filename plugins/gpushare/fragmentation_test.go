@@ -162,6 +162,15 @@ func TestFragmentationKeepsCPUForGPUs(t *testing.T) {
 	if scores := e.scoreCPUPod(cpuPod); scores["roomy"] <= scores["tight"] {
 		t.Errorf("CPU-only pod scored %v: want roomy first", scores)
 	}
+	// A pod with ResourceClaims is not scored as one without GPUs (its GPUs may be
+	// claims, TesseraDynamicResources' to score): PreScore skips it.
+	claimPod := cpuPod.DeepCopy()
+	claimPod.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: new("share")}}
+	cs := framework.NewCycleState()
+	e.pl.PreFilter(context.Background(), cs, claimPod, e.infos)
+	if st := e.pl.PreScore(context.Background(), cs, claimPod, e.infos); !st.IsSkip() {
+		t.Errorf("PreScore of a claim pod: %v, want Skip", st)
+	}
 	// The same for a GPU pod heavy on CPU (24 cores for one GPU): on tight it would
 	// leave the other GPU without CPU.
 	heavy := makePod("heavy", nil, ctr{Name: "c", GPU: "1", Cores: "100"})

@@ -276,7 +276,13 @@ func (pl *Plugin) hintNodeChanged(logger klog.Logger, pod *v1.Pod, oldObj, newOb
 // PreFilter parses and validates the pod's GPU request. Pods without one are skipped.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !api.HasGPURequest(pod, pl.names) {
-		cs.Write(stateKey, &cycleState{skip: true, hostOnly: pl.node.HostOnlyPod(pod)})
+		// A pod with ResourceClaims is not scored as a pod without GPUs: its GPUs may
+		// be claims, which TesseraDynamicResources scores by the same policy.
+		var hostOnly *placement.PodInfo
+		if len(pod.Spec.ResourceClaims) == 0 {
+			hostOnly = pl.node.HostOnlyPod(pod)
+		}
+		cs.Write(stateKey, &cycleState{skip: true, hostOnly: hostOnly})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	info, err := pl.parsePod(pod)
