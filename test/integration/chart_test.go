@@ -266,8 +266,8 @@ func TestChartDryRun(t *testing.T) {
 				n++
 			}
 		}
-		if n != 3 {
-			t.Fatalf("%d DaemonSets and DeviceClasses rendered, want the two agents and the class", n)
+		if n != 4 {
+			t.Fatalf("%d DaemonSets and DeviceClasses rendered, want the two agents and the two classes (shares, whole GPUs)", n)
 		}
 		a.applyAll(ms, true)
 	})
@@ -428,7 +428,11 @@ func TestChartRBAC(t *testing.T) {
 	// be refused: install without quota there (TestChartQuotaCheckAlone covers it).
 	mutating := c.servesMutatingPolicies()
 	// DRA mode on: its RBAC and own-slices policy are checked with the agent's below.
-	set := []string{"agent.dra.enabled=true"}
+	// Without the whole-GPU DeviceClass: this test's nodes have no kubelet, so no
+	// device plugin advertises tessera.dev/gpu on them, and with a class naming it in
+	// extendedResourceName the scheduler would leave their GPU pods to DRA, as it does
+	// on nodes in DRA mode (TestDRAWholeGPUsByExtendedResource).
+	set := []string{"agent.dra.enabled=true", "agent.dra.wholeGPUClass=false"}
 	if !mutating {
 		set = append(set, "quota.enabled=false")
 	}
