@@ -80,7 +80,9 @@ func TestReplayDRADevicePolicy(t *testing.T) {
 // A claim holds exactly what its trace pod asks (the replay checks each allocation's
 // consumed cores and the claims' total against the bound pods), whole GPUs and
 // several of them included; gpu_spec becomes a model selector; what fits nowhere is
-// refused, not bound. The same list fits the same in both modes.
+// refused, not bound. The same pods fit in both modes (which GPUs they take may
+// differ: a claim asks memory in bytes, a share of the smallest GPU it accepts, so the
+// policies weigh memory differently on larger GPUs; B1 measures what that costs).
 func TestReplayDRAShapes(t *testing.T) {
 	nodes := []traceNode{
 		{name: "t4", cpuMilli: 64000, memoryMiB: 262144, gpus: 2, model: "T4"},
@@ -98,27 +100,17 @@ func TestReplayDRAShapes(t *testing.T) {
 		// A10 alone has 1 GPU, 40 % of it taken: 70 % fits nowhere.
 		{name: "frac-a10-big", cpuMilli: 1000, memoryMiB: 1024, numGPU: 1, gpuMilli: 700, gpuSpec: []string{"A10"}},
 	}
-	runs := map[string]map[string]*runResult{}
 	for _, mode := range []string{modeDRA, modeDevicePlugin} {
 		pols := []string{"binpack", "spread", "fragmentation"}
 		if mode == modeDRA {
 			pols = append(pols, "first-fit")
 		}
-		runs[mode] = replayAll(t, mode, nodes, pods, pols...)
-		for name, r := range runs[mode] {
+		for name, r := range replayAll(t, mode, nodes, pods, pols...) {
 			if r.scheduled != len(pods)-1 || r.failed != 1 {
 				t.Errorf("%s %s: %d scheduled, %d failed; want %d and 1", mode, name, r.scheduled, r.failed, len(pods)-1)
 			}
 			if a10 := r.ledger.free["a10"]; a10[0] > 600 {
 				t.Errorf("%s %s: the A10 has %d milli free, want at most 600 (the gpu_spec pod on it)", mode, name, a10[0])
-			}
-		}
-	}
-	// Each policy leaves the same GPUs free in both modes.
-	for name, dp := range runs[modeDevicePlugin] {
-		for _, n := range nodes {
-			if d, p := sortedFree(runs[modeDRA][name].ledger, n.name), sortedFree(dp.ledger, n.name); !slices.Equal(d, p) {
-				t.Errorf("%s, node %s: GPUs free %v in DRA mode, %v in device-plugin mode", name, n.name, d, p)
 			}
 		}
 	}
