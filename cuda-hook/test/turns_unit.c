@@ -180,8 +180,12 @@ int main(void)
 	/* A holder that keeps renewing its word and never lets go: given up after the
 	 * stuck time, and the turn is left to it. */
 	hog_stop = 0;
+	atomic_store(&t->owner, 0);
 	pthread_create(&th, NULL, hog, t);
-	sleep_ns(3000000);
+	/* Until the holder has said its word (on a loaded machine its thread may not
+	 * run for milliseconds; a fixed wait of 3 ms let the turn be taken here). */
+	for (int i = 0; i < 10000 && atomic_load(&t->owner) != (uint64_t)A; i++)
+		sleep_ns(100000);
 	t0 = tessera_now_ns();
 	rc = tessera_turn_take(t, B, 50000000LL, 40000000LL, &waited);
 	took = tessera_now_ns() - t0;
