@@ -3,6 +3,7 @@
 package draplacement
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -291,6 +292,21 @@ func TestScoreNode(t *testing.T) {
 		}
 		if got := o.scoreNode(&demand{info: d.info, c: d.c}, infos["used"]); got != 0 {
 			t.Errorf("%s: scored %d without the claims' usage", policy, got)
+		}
+		// PreScore measures the cycle's largest node for a policy with a best-fit
+		// term (Binpack), as TesseraGPUShare's PreScore does.
+		cs := framework.NewCycleState()
+		cs.Write(stateKey, &cycleState{d: d})
+		pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("4")}}}}}}
+		pl := &Plugin{order: o}
+		if st := pl.PreScore(context.Background(), cs, pod, []fwk.NodeInfo{infos["used"], infos["empty"]}); !st.IsSuccess() {
+			t.Fatalf("%s: PreScore %v", policy, st)
+		}
+		if want := o.nodePlacer.NeedsFit(); (d.fit != nil) != want {
+			t.Errorf("%s: fit measured %v, want %v", policy, d.fit != nil, want)
+		} else if want && (d.fit.CPUMilli != 32000 || d.fit.GPUs != 1 || d.fit.PodCPUMilli != 4000) {
+			t.Errorf("%s: fit %+v, want 32 CPUs, 1 GPU, the pod's 4 CPUs", policy, *d.fit)
 		}
 	}
 }

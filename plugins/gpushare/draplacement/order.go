@@ -55,6 +55,9 @@ type demand struct {
 	// usage is what the claims consumed when the pod's slices were listed (nil when
 	// they were not, or held no Tessera device); Score reads it.
 	usage *deviceUsage
+	// fit is the cycle's largest feasible node, for a node policy whose score has a
+	// best-fit term (PreScore; nil: not measured).
+	fit *placement.FitScale
 }
 
 func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
@@ -497,7 +500,26 @@ func (o *orderer) scoreNode(d *demand, ni fwk.NodeInfo) int64 {
 	if fail != nil {
 		return 0
 	}
-	return o.nodePlacer.ScoreNode(d.info, a, ni, nil, &o.w)
+	return o.nodePlacer.ScoreNode(d.info, a, ni, d.fit, &o.w)
+}
+
+// largest is the cycle's largest feasible node for the node policy's best-fit term:
+// the most allocatable CPU and the most healthy GPUs among nodes (TesseraGPUShare's
+// PreScore measures the same for pods of tessera.dev/* resources).
+func (o *orderer) largest(pod *v1.Pod, nodes []fwk.NodeInfo) *placement.FitScale {
+	f := &placement.FitScale{}
+	f.PodCPUMilli, _ = placement.PodHostRequests(pod)
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		f.CPUMilli = max(f.CPUMilli, float64(ni.GetAllocatable().GetMilliCPU()))
+		if m := o.modelOf(node.Name); m != nil {
+			f.GPUs = max(f.GPUs, float64(m.Healthy))
+		}
+	}
+	return f
 }
 
 // twoClaimsInOneContainer is why pod cannot run when one of its containers uses two

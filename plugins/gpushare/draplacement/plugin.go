@@ -56,6 +56,7 @@ type Plugin struct {
 var (
 	_ fwk.PreFilterPlugin   = &Plugin{}
 	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PreBindPlugin     = &Plugin{}
@@ -131,6 +132,24 @@ func demandOf(cs fwk.CycleState) *demand {
 		return nil
 	}
 	return s.d
+}
+
+// PreScore measures the cycle's feasible nodes for the node policy's best-fit term,
+// for a pod with a Tessera claim: without it Binpack's node score took each node as
+// its own yardstick and left the pod's CPU out (a DRA replay of the B1 trace: 7.48
+// against 6.90 in device-plugin mode). Other pods get the in-tree PreScore, where
+// the minor has one.
+func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	if d := demandOf(cs); d != nil {
+		if pl.order.nodePlacer.NeedsFit() {
+			d.fit = pl.order.largest(pod, nodes)
+		}
+		return nil
+	}
+	if inner, ok := any(pl.DynamicResources).(fwk.PreScorePlugin); ok {
+		return inner.PreScore(ctx, cs, pod, nodes)
+	}
+	return nil
 }
 
 // Score is the node policy's score for a pod with a Tessera claim, and the in-tree
