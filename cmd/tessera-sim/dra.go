@@ -26,7 +26,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 	backendcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 
@@ -337,14 +336,8 @@ func markDRA(nodes []*v1.Node) ([]*v1.Node, error) {
 // bind makes a DRA-mode pod count on its node: the snapshot's NodeInfo and, from its
 // claim's allocation, the ledger. The allocation must hold what the trace pod asked.
 func (w *draWorld) bind(snapshot *backendcache.Snapshot, pod *v1.Pod, node string, tp *tracePod, led *ledger) error {
-	pod.Spec.NodeName = node
-	ni, err := snapshot.Get(node)
-	if err != nil {
+	if err := addToNode(snapshot, pod, node); err != nil || tp.numGPU == 0 {
 		return err
-	}
-	ni.(*framework.NodeInfo).AddPod(pod)
-	if tp.numGPU == 0 {
-		return nil
 	}
 	c, err := w.allocated(pod)
 	if err != nil {

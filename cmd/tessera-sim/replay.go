@@ -356,14 +356,8 @@ func scheduleOne(ctx context.Context, fw framework.Framework, pod *v1.Pod, infos
 // NodeResourcesFit) and the replay's ledger. The plugin's cache already holds the GPU
 // grant from Reserve (Assume), as it does between Reserve and the informer's update.
 func bind(snapshot *backendcache.Snapshot, pl *gpushare.Plugin, pod *v1.Pod, node string, tp *tracePod, led *ledger) error {
-	pod.Spec.NodeName = node
-	ni, err := snapshot.Get(node)
-	if err != nil {
+	if err := addToNode(snapshot, pod, node); err != nil || tp.numGPU == 0 {
 		return err
-	}
-	ni.(*framework.NodeInfo).AddPod(pod)
-	if tp.numGPU == 0 {
-		return nil
 	}
 	usage, err := pl.Cache().NodeUsage(node)
 	if err != nil {
@@ -373,6 +367,18 @@ func bind(snapshot *backendcache.Snapshot, pl *gpushare.Plugin, pod *v1.Pod, nod
 	for i, d := range usage {
 		g[i] = 1000 - int64(d.Cores)*10
 	}
+	return nil
+}
+
+// addToNode binds pod to node in the snapshot: its NodeInfo counts the pod's CPU and
+// memory for NodeResourcesFit.
+func addToNode(snapshot *backendcache.Snapshot, pod *v1.Pod, node string) error {
+	pod.Spec.NodeName = node
+	ni, err := snapshot.Get(node)
+	if err != nil {
+		return err
+	}
+	ni.(*framework.NodeInfo).AddPod(pod)
 	return nil
 }
 

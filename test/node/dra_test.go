@@ -133,15 +133,7 @@ func testWholeGPUExtendedResource(n *node) {
 // inventory.
 func (n *node) deviceMemMiB(ctx context.Context, device string) int64 {
 	n.t.Helper()
-	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	for _, g := range inv.GPUs {
+	for _, g := range n.inventory(ctx).GPUs {
 		if strings.EqualFold(g.UUID, device) {
 			return g.MemoryMiB
 		}

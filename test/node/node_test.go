@@ -611,15 +611,7 @@ func (n *node) validatorRefusals(ctx context.Context, pod string) int {
 // gpuCount is the number of GPUs in the node's published inventory.
 func (n *node) gpuCount(ctx context.Context) int {
 	n.t.Helper()
-	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	inv, err := api.DecodeInventory(node.Annotations[api.AnnotationInventory])
-	if err != nil {
-		n.t.Fatalf("node inventory: %v", err)
-	}
-	return len(inv.GPUs)
+	return len(n.inventory(ctx).GPUs)
 }
 
 // requireBound fails the test when a GPU container of the NRI pass started without its

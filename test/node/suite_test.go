@@ -479,9 +479,8 @@ func grant(t *testing.T, p *v1.Pod) *api.ContainerAssignment {
 	return a.Container("probe")
 }
 
-// noDoubleGrant checks that the grants of the pods that hold one (not finished) fit
-// their GPUs: memory within the GPU's, cores within 100%.
-func (n *node) noDoubleGrant(ctx context.Context) {
+// inventory is the node's published GPU inventory.
+func (n *node) inventory(ctx context.Context) *api.NodeInventory {
 	n.t.Helper()
 	node, err := n.client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
 	if err != nil {
@@ -491,6 +490,14 @@ func (n *node) noDoubleGrant(ctx context.Context) {
 	if err != nil {
 		n.t.Fatalf("node inventory: %v", err)
 	}
+	return inv
+}
+
+// noDoubleGrant checks that the grants of the pods that hold one (not finished) fit
+// their GPUs: memory within the GPU's, cores within 100%.
+func (n *node) noDoubleGrant(ctx context.Context) {
+	n.t.Helper()
+	inv := n.inventory(ctx)
 	total := map[string]int64{}
 	for _, g := range inv.GPUs {
 		total[g.UUID] = g.MemoryMiB

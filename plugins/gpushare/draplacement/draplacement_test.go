@@ -64,15 +64,18 @@ func TestDecodeArgs(t *testing.T) {
 
 // t4 is a model of four T4s and the devices the node agent publishes for them.
 func t4(t *testing.T) (*nodemodel.Model, []resourceapi.Device) {
-	inv := fixtures.PCIeNode("n", 4, "Tesla T4", fixtures.T4MiB)
-	m := nodemodel.Build(inv)
+	return modelAndDevices(fixtures.PCIeNode("n", 4, "Tesla T4", fixtures.T4MiB))
+}
+
+// modelAndDevices is the model of inv and the devices the node agent publishes for it.
+func modelAndDevices(inv *api.NodeInventory) (*nodemodel.Model, []resourceapi.Device) {
 	var devs []resourceapi.Device
 	for i := range inv.GPUs {
 		uuid := inv.GPUs[i].UUID
 		devs = append(devs, resourceapi.Device{Name: strings.ToLower(uuid),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrUUID: {StringValue: ptr.To(uuid)}}})
 	}
-	return m, devs
+	return nodemodel.Build(inv), devs
 }
 
 func slice(name string, count int64, devs ...resourceapi.Device) *resourceapi.ResourceSlice {
@@ -170,14 +173,7 @@ func TestOrderPool(t *testing.T) {
 // would offer the free GPU of the full island and one of the other, and first fit
 // would take those two.
 func TestOrderPoolTogether(t *testing.T) {
-	inv := fixtures.NVLinkNode("n", 8, 4, "NVIDIA H100 80GB HBM3", 81559)
-	m := nodemodel.Build(inv)
-	var devs []resourceapi.Device
-	for i := range inv.GPUs {
-		uuid := inv.GPUs[i].UUID
-		devs = append(devs, resourceapi.Device{Name: strings.ToLower(uuid),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{attrUUID: {StringValue: ptr.To(uuid)}}})
-	}
+	m, devs := modelAndDevices(fixtures.NVLinkNode("n", 8, 4, "NVIDIA H100 80GB HBM3", 81559))
 	// Island 0-3 has GPU 0 free and three GPUs full; island 4-7 is free.
 	usage := &deviceUsage{state: state(devs, map[int][2]int64{1: {81559, 100}, 2: {81559, 100}, 3: {81559, 100}}), tenants: map[structured.DeviceID]int{}}
 	island := func(name string) int {
