@@ -1965,6 +1965,24 @@ CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 }
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return cuGraphLaunch(g, s); }
 
+/* Waits until what stream s holds has run: its own queue with FAKE_CUDA_STREAMS, the
+ * one queue else (the legacy default stream waits for every queue). */
+CUresult cuStreamSynchronize(CUstream s)
+{
+	if (atomic_load(&capturing))
+		return (CUresult)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	if (sg != NULL) {
+		sg_wait(-1);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_lock(&mu);
+	int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s, 0);
+	pthread_mutex_unlock(&mu);
+	wait_until(until);
+	return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(s); }
+
 CUresult cuCtxSynchronize(void)
 {
 	pthread_mutex_lock(&mu);
@@ -2060,6 +2078,7 @@ static const struct {
 	{"cuLibraryUnload", (void *)cuLibraryUnload, NULL},
 	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
+	{"cuStreamSynchronize", (void *)cuStreamSynchronize, (void *)cuStreamSynchronize_ptsz},
 	{"cuEventCreate", (void *)cuEventCreate, NULL},
 	{"cuEventDestroy", (void *)cuEventDestroy_v2, NULL},
 	{"cuEventRecord", (void *)cuEventRecord, NULL},

@@ -252,3 +252,36 @@ CUresult cuStreamDestroy(CUstream stream)
 	tessera_pacing_forget_stream(stream);
 	return REAL(cuStreamDestroy)(stream);
 }
+
+/* ---- synchronizes ------------------------------------------------------------- */
+
+/* The program waits for its work: the burst pacing measures ends before the wait
+ * (pacing.c, tessera_pacing_sync), so that no burst's elapsed time spans the GPU
+ * idling while the host wakes and issues its next launch. */
+#define SYNC_HOOK(name, args)                \
+	HOOK_ENTER();                        \
+	HOOK_REAL(name);                     \
+	int synced_gpu = tessera_pacing_sync(); \
+	CUresult synced = REAL(name) args;   \
+	tessera_pacing_synced(synced_gpu);   \
+	return synced
+
+CUresult cuCtxSynchronize(void)
+{
+	SYNC_HOOK(cuCtxSynchronize, ());
+}
+
+CUresult cuStreamSynchronize(CUstream stream)
+{
+	SYNC_HOOK(cuStreamSynchronize, (stream));
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream stream)
+{
+	SYNC_HOOK(cuStreamSynchronize_ptsz, (stream));
+}
+
+CUresult cuEventSynchronize(CUevent event)
+{
+	SYNC_HOOK(cuEventSynchronize, (event));
+}

@@ -41,11 +41,20 @@ struct tessera_pacer {
 	uint64_t burst_ctx_gen;
 	CUstream burst_stream;
 	int64_t burst_t0_ns, burst_charged0, burst_all0;
+	/* The launches of the open burst that its opening thread made: that thread (the
+	 * address of its launch count), its count and what it had charged at S. */
+	const void *burst_thread;
+	uint64_t burst_launch0;
+	int64_t burst_cost0;
+	/* The program synchronized and its burst ended there: its next launch opens one
+	 * (pacing.c, tessera_pacing_synced). */
+	_Atomic int reopen;
 	/* The ended burst, until F is read: host time, this process's charges and the
 	 * container's. */
 	int64_t f_host_ns, f_charged, f_all, f_at_ns;
 	int f_other;
 	int f_class; /* a launch of the ended burst was charged its class's estimate */
+	int64_t f_launches; /* its launches, -1 where more than one thread launched (not known) */
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;

@@ -75,6 +75,19 @@ static int pacing_any;
 static int pacing_only;
 static struct tessera_pacer pacers[TESSERA_MAX_GPUS];
 
+/* Tokens a thread took ahead of use, in GPU ns, and which pacer they came from.
+ * Initial-exec TLS: a plain load from the thread pointer, not a __tls_get_addr call;
+ * the hook is loaded at process start (LD_PRELOAD or /etc/ld.so.preload), where static
+ * TLS has room. */
+static __thread int64_t local_left TLS_IE;
+static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
+/* The launches this thread made while paced: a burst's launches, where one thread
+ * made them all (its address names the thread). */
+static __thread uint64_t local_launches TLS_IE;
+/* What this thread's paced launches were charged, launch by launch (not as it took
+ * tokens ahead): a burst of one thread is charged what it launched. */
+static __thread int64_t local_cost TLS_IE;
+
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
 #define TAKE_EVERY 16
@@ -143,6 +156,12 @@ void tessera_pacing_forget_stream(CUstream stream)
  * streams that now runs one, or launch-bound steps whose bursts are no longer back to
  * back), and a gain under 1 charges the launches less than their samples read. */
 #define GAIN_STALE_NS (2 * 1000000000LL)
+/* A burst of fewer launches than this does not move the gain: what its launches read
+ * beside one another (two streams' kernels overlapping) is the gain's, and a burst of
+ * one or two launches, ended at a synchronize, reads one kernel as its sample did (on
+ * the fake's two streams, one-launch bursts at the end of a step read 1.9x their
+ * charge, moved the gain up by half each, and the program ran 43 % at cap 50). */
+#define GAIN_MIN_LAUNCHES 8
 static int64_t gain_moved_ns;
 
 static void after_fork(void)
@@ -186,12 +205,14 @@ __attribute__((destructor)) static void pacing_summary(void)
 	pace_measure_summary();
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
-		    "bursts=%lld skipped=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld restarts=%lld conserved=%lld",
+		    "bursts=%lld skipped=%lld sync_ends=%lld reopens=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld restarts=%lld "
+		    "conserved=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pace_stat.holds),
 		    (long long)atomic_load(&pace_stat.held_ns), (long long)atomic_load(&pace_stat.set_aside),
 		    (long long)atomic_load(&pace_stat.met),
 		    (long long)atomic_load(&pace_stat.wait_syncs), (long long)atomic_load(&pace_stat.waits),
 		    (long long)atomic_load(&pace_stat.bursts), (long long)atomic_load(&pace_stat.bursts_skipped),
+		    (long long)atomic_load(&pace_stat.sync_ends), (long long)atomic_load(&pace_stat.reopens),
 		    (long long)atomic_load(&pace_stat.owed_ns), (long long)atomic_load(&pace_stat.returned_ns),
 		    (long long)atomic_load(&pace_stat.sliced_ns), (long long)atomic_load(&pace_stat.forfeit_ns),
 		    (long long)atomic_load(&pace_stat.restarts), (long long)atomic_load(&pace_stat.conserved));
@@ -421,6 +442,9 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->lag_s_ns = 0;
 		p->burst_t0_ns = t0;
 		p->burst_charged0 = charged0;
+		p->burst_thread = &local_launches;
+		p->burst_launch0 = local_launches;
+		p->burst_cost0 = local_cost;
 		p->burst_all0 = all0;
 		p->burst_at_refill = at_refill;
 		p->burst_turn = p->turn_held;
@@ -471,6 +495,18 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			}
 		}
 		p->f_class = atomic_exchange(&p->class_charged, 0);
+		p->f_launches = p->burst_thread == &local_launches ? (int64_t)(local_launches - p->burst_launch0) : -1;
+		/* With the charge line, a burst whose launches one thread made is charged what
+		 * they were charged: the process's count moves as threads take tokens ahead
+		 * (16 launches' worth at a time) and give back what they did not launch, which
+		 * for a burst ended at a synchronize read as twice its launches, or less than
+		 * nothing (H200, attention at cap 50: 117 of 187 bursts uncounted, half of them
+		 * negative; two tenants' gains fell to 0.54 and 0.63). */
+		if (charge_kernel && p->f_launches >= 0) {
+			int64_t own = local_cost - p->burst_cost0;
+			p->f_all += own - p->f_charged;
+			p->f_charged = own;
+		}
 		p->f_lag_s_ns = p->lag_s_ns;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
@@ -486,6 +522,9 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
 			p->burst_charged0 = atomic_load(&charged_ns);
+			p->burst_thread = &local_launches;
+			p->burst_launch0 = local_launches;
+			p->burst_cost0 = local_cost;
 			p->burst_all0 = atomic_load(&p->s->charged);
 		} else {
 			p->burst_started = 0;
@@ -736,7 +775,8 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * at 0.73 with entries within 1 % of the profiler's kernel times (cap 25 gave
 	 * 30-32 %). The samples measure each kernel; the gain is for what they read
 	 * beside it (events, overlap of two streams), which back-to-back bursts show. */
-	int clean = alone_down || (back_to_back && alone && off <= 0);
+	int clean = (alone_down || (back_to_back && alone && off <= 0)) &&
+		    (p->f_launches < 0 || p->f_launches >= GAIN_MIN_LAUNCHES);
 	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class && clean; cls++) {
 		int64_t g = (int64_t)((double)atomic_load(&pace_kt_gain[cls]) * f);
 		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
@@ -882,12 +922,104 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 	}
 }
 
-/* Tokens a thread took ahead of use, in GPU ns, and which pacer they came from.
- * Initial-exec TLS: a plain load from the thread pointer, not a __tls_get_addr call;
- * the hook is loaded at process start (LD_PRELOAD or /etc/ld.so.preload), where static
- * TLS has room. */
-static __thread int64_t local_left TLS_IE;
-static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
+/* (pacing.h) The program waits for its work: with per-kernel charges, the open burst
+ * ends here. A burst's charge is its S->F elapsed time, and a burst that spans a
+ * synchronize spans the GPU idling from the moment its queue drains until the host's
+ * next launch starts (the synchronize's wake-up, the launch latency on an idle queue,
+ * the host's own work between steps): billed as GPU time, that idle time held a
+ * program that synchronizes often under its cap (on the fake driver, kernels of two
+ * streams joined every 40 launches, with 30 us of launch latency: 44.1 % at cap 50).
+ * Ended at the synchronize, the burst is the work queued before it, which the GPU runs
+ * back to back when the host queued it ahead, so the burst says what its launches
+ * took; its next launch opens the next burst (tessera_pacing_synced). Without the
+ * charge line bursts are as they were. */
+int tessera_pacing_sync(void)
+{
+	int g = pacing_only;
+	if (!pacing_any || !charge_kernel)
+		return -1;
+	if (g < 0 && tessera_current_gpu(&g) != CUDA_SUCCESS)
+		return -1;
+	struct tessera_pacer *p = &pacers[g];
+	struct tessera_shared_pacer *s = p->s;
+	if (!atomic_load_explicit(&p->enabled, memory_order_relaxed) || pacer_lock(s) != 0)
+		return -1;
+	/* The credit this thread took ahead was charged and not launched: it goes back
+	 * (the thread takes 16 launches' worth at a time, and the program may not launch
+	 * again for a while). */
+	if (local_pacer == s && local_left > 0) {
+		atomic_fetch_add(&s->tokens, local_left);
+		atomic_fetch_sub(&charged_ns, local_left);
+		atomic_fetch_sub(&s->charged, local_left);
+	}
+	if (local_pacer == s) {
+		local_left = 0;
+		local_pacer = NULL;
+	}
+	int ended = -1;
+	if (p->burst_started && !p->fence_pending && !capturing(p->burst_stream)) {
+		end_burst(p, p->burst_stream, 0);
+		PSTAT_ADD(sync_ends, 1);
+		ended = p->fence_pending ? g : -1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ended;
+}
+
+/* (pacing.h) After the program's wait: the burst that ended before it is read where F
+ * has run (what it owes or gives back settles now), and the program's next launch
+ * opens the next burst (reopen_burst), so that what it launches between two
+ * synchronizes is measured too, not charged its estimates alone until the next
+ * refill (a decode loop synchronizes every token: its launches after the first
+ * synchronize of a slot would go unmeasured). */
+void tessera_pacing_synced(int g)
+{
+	if (g < 0)
+		return;
+	struct tessera_pacer *p = &pacers[g];
+	struct tessera_shared_pacer *s = p->s;
+	if (pacer_lock(s) != 0)
+		return;
+	if (p->fence_pending) {
+		int64_t give = settle_burst(p, 0);
+		if (give > 0)
+			atomic_fetch_add(&s->tokens, give);
+	}
+	if (!p->fence_pending && !p->burst_started)
+		atomic_store_explicit(&p->reopen, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The first launch after a synchronize opens a burst, charged as the slow path charges
+ * (under the lock); 0 where it cannot (no tokens: the slow path waits for the refill,
+ * which opens one; the GPU's turn not held where the node has turns; a burst open). */
+static int reopen_burst(struct tessera_pacer *p, CUstream stream, int64_t cost)
+{
+	struct tessera_shared_pacer *s = p->s;
+	atomic_store_explicit(&p->reopen, 0, memory_order_relaxed);
+	if (pacer_lock(s) != 0)
+		return 0;
+	int64_t now = tessera_now_ns();
+	int done = 0;
+	if (!p->burst_started && !p->fence_pending && !capturing(stream) && atomic_load(&s->tokens) > cost &&
+	    (p->turn_held || !pace_turn_use(p, now))) {
+		if (local_pacer == s && local_left > 0) {
+			atomic_fetch_add(&s->tokens, local_left);
+			atomic_fetch_sub(&charged_ns, local_left);
+			atomic_fetch_sub(&s->charged, local_left);
+		}
+		local_left = 0;
+		local_pacer = NULL;
+		int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
+		int64_t all0 = atomic_fetch_add(&s->charged, cost);
+		atomic_fetch_sub(&s->tokens, cost);
+		begin_burst(p, stream, charged0, all0, 0);
+		PSTAT_ADD(reopens, 1);
+		done = 1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return done;
+}
 
 void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_ticket *t)
 {
@@ -964,7 +1096,9 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	 * to the GPU's command buffer, one waits for those writes to drain (measured +40 ns
 	 * per launch on an H200 host). A thread takes TAKE_EVERY launches' worth at a time
 	 * while many are left, and spends them with thread-local subtractions. */
-	if (local_pacer == s && local_left >= cost) {
+	if (charge_kernel && atomic_load_explicit(&p->reopen, memory_order_relaxed) && reopen_burst(p, stream, cost)) {
+		/* charged, and the burst opened with this launch */
+	} else if (local_pacer == s && local_left >= cost) {
 		local_left -= cost;
 	} else {
 		int64_t have = local_pacer == s ? local_left : 0;
@@ -996,6 +1130,8 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
+	local_launches++;
+	local_cost += cost;
 	if (--pace_sample_countdown <= 0)
 		pace_sample_due(t, cls, key, cost);
 	if (t->sampled)

@@ -35,6 +35,11 @@ static inline void tessera_pace_done(CUstream stream, struct tessera_pace_ticket
 	if (t->sampled)
 		tessera_pace_done_slow(stream, t, launched);
 }
+/* The program is about to wait for its work on the current GPU (a context, stream or
+ * event synchronize): the burst being measured ends here (pacing.c). Returns the GPU
+ * whose burst ended, or -1; tessera_pacing_synced(gpu) after the wait reads it. */
+int tessera_pacing_sync(void);
+void tessera_pacing_synced(int gpu);
 /* A context is gone: its events with it (pace_measure.c). */
 void tessera_pacing_forget_ctx(CUcontext ctx);
 /* A stream is being destroyed: pacing records nothing on it from now on (a burst that

@@ -74,6 +74,14 @@ tenv() {
 	env "$v" LD_PRELOAD="$PRELOAD" "$T" "$@" || return
 	pass=$((pass + 1))
 }
+# tenv2 <NAME=value> <NAME=value> <scenario...>: the same with two.
+tenv2() {
+	v=$1
+	w=$2
+	shift 2
+	env "$v" "$w" LD_PRELOAD="$PRELOAD" "$T" "$@" || return
+	pass=$((pass + 1))
+}
 
 echo "== $variant: every allocation path stops at the limit"
 reset
@@ -392,6 +400,20 @@ for c in 25 50; do
 	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/streams$c|" "$ROOT/run/tessera/limits"
 	timed tenv FAKE_CUDA_STREAMS=1 pace-near streams200 $c 1.5 3
 done
+# The same at cap 50, and the attention-shaped steps at cap 25, with a launch latency
+# of 30 us on an idle queue: after each synchronize the GPU idles until the next
+# kernel starts. A burst that spans the synchronize bills that idle time as the
+# program's GPU time; with per-kernel charges bursts end at the program's
+# synchronizes. Bursts across them read 44.1 % (streams, cap 50) and 22.3 % (attention,
+# cap 25).
+limits 0 "$U1 81920 50 0"
+charge_kernel
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/streams-latency|" "$ROOT/run/tessera/limits"
+timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near streams200 50 1.5 3
+limits 0 "$U1 81920 25 0"
+charge_kernel
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-sync|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_LAUNCH_NS=30000 pace-near attn1000 25 1.5 3
 limits 0 "$U1 81920 30 0"
 # 10 us kernels whose samples read 2 us of event time more than the kernels take back
 # to back: the bursts give the difference back, and it is not lost to the refill's cap
