@@ -33,25 +33,42 @@ PARTS=${B4_PARTS:-alone pairs mixed}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 TW="python3 $HERE/gpu/torch_work.py"
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
-declare -A SOLO BUSY
+declare -A SOLO BUSY NV CK
+nvml_clock_log
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
 $TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
+# NVML's utilisation over each solo run, read before NVML forgets its samples.
+for w in $CL mlp; do
+	SOLO[$w]=$(grep "^$w " "$G/classes.solo" | field rate)
+	read -r NV[$w] CK[$w] _ <<<"$(nvml "$(grep "^$w " "$G/classes.solo")")"
+done
 for w in $CL mlp; do
 	TESSERA_BENCH_BUSY=1 $TW 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
-	SOLO[$w]=$(grep "^$w " "$G/classes.solo" | field rate)
 	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
-	say "solo $w: rate ${SOLO[$w]}/s, GPU busy ${BUSY[$w]}%"
+	say "solo $w: rate ${SOLO[$w]}/s, GPU busy ${BUSY[$w]}%, NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
 done
-# row <label> <workload> <cap> <rate> [<scale> <reference rate>]: a row whose workload
-# needs more than its cap times scale is judged by its GPU share against that, +-3;
-# any other is not slowed (>= 95 % of the reference rate, its solo rate by default).
+# row <label> <workload> <cap> <output-line> [<scale> <reference rate>]: a row whose
+# workload needs more than its cap times scale is judged by its GPU share against that,
+# +-3; any other is not slowed (>= 95 % of the reference rate, its solo rate by
+# default). Beside it, what NVML saw over the row (the whole GPU's utilisation, the SM
+# clock): alone, the tenant's time share is its busy fraction times its utilisation
+# over its solo run's, and a capped row whose SMs ran more than 5 % faster than solo
+# (a power-bound step held to part of the time runs at a higher clock, and does more
+# per GPU-second) is judged by that time share, as B4's matrix judges its kernels.
 row() {
-	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$4" -v s="${SOLO[$2]}" -v b="${BUSY[$2]}" -v k="${5:-1}" -v ref="${6:-${SOLO[$2]}}" 'BEGIN{
+	local gpu clk
+	read -r gpu clk _ <<<"$(nvml "$4")"
+	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$(field rate <<<"$4")" -v s="${SOLO[$2]}" -v b="${BUSY[$2]}" -v k="${5:-1}" \
+		-v ref="${6:-${SOLO[$2]}}" -v u="$gpu" -v u0="${NV[$2]}" -v ck="$clk" -v ck0="${CK[$2]}" 'BEGIN{
 		if (r == "" || s <= 0) { printf "%-30s %-8s no rate", l, w; exit }
 		sh = 100 * r / s; g = sh * b / 100; t = c * k
+		ts = (l ~ /^alone/ && u >= 0 && u0 > 0) ? b * u / u0 : -1
 		printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% (busy alone %.0f%%) ", l, w, r, sh, g, b
-		if (b > t + 3) { e = g - t; printf "%s err %+.1f (cap %d", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; if (k != 1) printf " x %.2f = %.1f", k, t; printf ")" }
-		else { v = 100 * r / ref; printf "%s not slowed (cap %d: %.1f%% of %s, want >= 95)", (v >= 95) ? "ok  " : "FAIL", c, v, (ref == s) ? "solo" : "the unhooked pair" } }')"
+		if (b > t + 3 && ts >= 0 && ck0 > 0 && ck > 1.05 * ck0) { e = ts - t
+			printf "%s err %+.1f in time (cap %d; SM %d MHz, solo %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c, ck, ck0 }
+		else if (b > t + 3) { e = g - t; printf "%s err %+.1f (cap %d", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; if (k != 1) printf " x %.2f = %.1f", k, t; printf ")" }
+		else { v = 100 * r / ref; printf "%s not slowed (cap %d: %.1f%% of %s, want >= 95)", (v >= 95) ? "ok  " : "FAIL", c, v, (ref == s) ? "solo" : "the unhooked pair" }
+		printf " [NVML %s%%%s, SM %s MHz]", u, (ts >= 0) ? sprintf(", time share %.1f%%", ts) : "", ck }')"
 }
 # What two unhooked processes of a workload get side by side, their measured seconds
 # lined up: the GPU time (rate share times busy fraction alone) the pair holds in all,
@@ -89,7 +106,7 @@ for bd in "$@"; do
 			n=$((n + 1))
 			limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
 			hooked "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
-			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n" | field rate)"
+			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n")"
 		done
 	done
 	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
@@ -114,7 +131,7 @@ for bd in "$@"; do
 				# A pair of one workload is judged against what an unhooked pair of it gets.
 				local k=1 ref=
 				[ "$label" = pair ] && [ -n "${PAIRK[$w]:-}" ] && k=${PAIRK[$w]} && ref=${PAIRRATE[$w]}
-				row "$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" $w ${spec%%:*} "$(grep "^$w " "$G/together.$n.$i" | field rate)" $k $ref
+				row "$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" $w ${spec%%:*} "$(grep "^$w " "$G/together.$n.$i")" $k $ref
 			done
 			i=$((i + 1))
 		done

@@ -59,45 +59,8 @@ part() { [[ " $PARTS " == *" $1 "* ]]; }
 # known <workload>: it is one of this run's (B4_CNAMES, B4_TNAMES); rows of others are left out.
 known() { [[ " $CNAMES $TNAMES " == *" $1 "* ]]; }
 
-# The SM clock (MHz) and board power (W), every 50 ms for the whole run, from NVML
-# (its clock samples are not kept by every driver): "<epoch-us> <MHz> <W>" lines.
-python3 - >"$G/clock.log" 2>/dev/null <<'EOF' &
-import time
-try:
-    import pynvml
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    while True:
-        c = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-        p = pynvml.nvmlDeviceGetPowerUsage(h) / 1000
-        print(int(time.time() * 1e6), c, f"{p:.0f}", flush=True)
-        time.sleep(0.05)
-except Exception:
-    pass
-EOF
-CLOCK_PID=$!
-trap 'kill $CLOCK_PID 2>/dev/null' EXIT
+nvml_clock_log
 
-# NVML's mean GPU utilisation, and the sampled SM clock and power, between two
-# epoch-microsecond stamps: "<util> <MHz> <W>", -1 for what NVML does not give.
-util() {
-	local u
-	u=$(python3 - "$1" "$2" <<'EOF'
-import sys
-try:
-    import pynvml
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    t0, t1 = int(sys.argv[1]), int(sys.argv[2])
-    _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, t0)
-    v = [s.sampleValue.uiVal for s in samples if t0 <= s.timeStamp <= t1]
-    print(f"{sum(v) / len(v):.1f}" if v else "-1")
-except Exception:
-    print("-1")
-EOF
-	)
-	echo "$u $(awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {n++; c += $2; p += $3} END {if (n) printf "%.0f %.0f", c/n, p/n; else print "-1 -1"}' "$G/clock.log")"
-}
 # hk: hooked, with the hook's debug log (every burst's GPU time and charge) kept in
 # b4-debug.log when B4_DEBUG is set.
 hk() {
@@ -115,17 +78,6 @@ declare -A SOLO NEED CLK PWR
 PAIR_REF=()
 # Each tenant's ratio to its twins over rounds, "mean low high" (paired, below).
 PAIR_RATIO=()
-# nvml <output-line>: NVML's utilisation, SM clock and power over the line's measured
-# interval. NVML keeps only the last seconds of utilisation samples, so a row reported
-# long after its run (paired's, after all its rounds) reads them as remembered right
-# after the run: a call in this shell (not in $(...)) remembers them.
-declare -A NVML_SEEN
-nvml() {
-	local k
-	k="$(field t0_us <<<"$1") $(field t1_us <<<"$1")"
-	[ -n "${NVML_SEEN[$k]:-}" ] || NVML_SEEN[$k]=$(util $k)
-	echo "${NVML_SEEN[$k]}"
-}
 # Solo, unhooked.
 for w in $CNAMES; do
 	out=$(${CW[$w]} "$(secs $w)")
