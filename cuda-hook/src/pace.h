@@ -46,6 +46,9 @@ struct tessera_pacer {
 	const void *burst_thread;
 	uint64_t burst_launch0;
 	int64_t burst_cost0;
+	/* What bursts that did not begin at a refill had forgiven of another context's
+	 * turns in the period forgive_k (settle_burst). */
+	int64_t forgive_k, forgiven_ns;
 	/* The program synchronized and its burst ended there: its next launch opens one
 	 * (pacing.c, tessera_pacing_synced). */
 	_Atomic int reopen;

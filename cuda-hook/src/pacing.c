@@ -687,6 +687,19 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 			sliced = TIME_SLICE_NS;
 		if (sliced < 0)
 			sliced = 0;
+		/* With the charge line bursts end at every synchronize, several a period: a
+		 * time slice a burst would let a program that synchronizes often run over
+		 * its charge unowed, so those bursts share one time slice a period. */
+		if (charge_kernel && !p->f_at_refill) {
+			if (p->forgive_k != s->refill_k) {
+				p->forgive_k = s->refill_k;
+				p->forgiven_ns = 0;
+			}
+			int64_t room = TIME_SLICE_NS - p->forgiven_ns;
+			if (sliced > room)
+				sliced = room > 0 ? room : 0;
+			p->forgiven_ns += sliced;
+		}
 		e -= sliced;
 		PSTAT_ADD(sliced_ns, sliced);
 	}

@@ -460,8 +460,8 @@ config "allow-env-limits yes"
 beside_n=0
 beside() {
 	beside_n=$((beside_n + 1))
-	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 %s %s\n' $beside_n $U1 $1 $2 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 %s %s\n' $beside_n $U1 $3 $4 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-}" $U1 $1 $2 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-}" $U1 $3 $4 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
 	# shellcheck disable=SC2086 # each scenario is words
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" $5 &
@@ -482,6 +482,17 @@ pair() {
 }
 for p in "30 0 70 30" "50 0 50 50"; do
 	timed pair $p
+	pass=$((pass + 2))
+done
+# Two attention-shaped tenants (a 1 ms kernel among 40 of 20 us, a synchronize a step)
+# at 30/70 and 50/50 with per-kernel charges, on a GPU that runs them in 2 ms turns:
+# each burst ends at the step's synchronize and the next opens at the next launch,
+# and each tenant gets its share (4 points allowed, as for the pairs above).
+charge_pair() {
+	BESIDE_CHARGE='charge kernel\n' beside $1 $2 $3 $4 "pace-near attn1000 $1 2 4" "pace-near attn1000 $3 2 4"
+}
+for p in "30 0 70 30" "50 0 50 50"; do
+	timed charge_pair $p
 	pass=$((pass + 2))
 done
 # Kernels of 10 ms, five time slices each: every one is cut by the other's turns, which
