@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package integration
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tessera-dev/tessera/config/deploy"
+)
+
+// TestChartClaimsFromRequests: with agent.dra.claimsFromRequests on, the chart's
+// MutatingAdmissionPolicy gives each GPU container that asks a share by the request
+// names (count and memory in MiB, cores optional) a claim of the template named after
+// its shape and takes the request names out, in the labelled namespaces only; it
+// leaves whole GPUs, memory in percent, pods with a Tessera annotation and other
+// namespaces' pods as they are, and the quota policy then counts nothing for the
+// converted containers. Pods are created in dry-run mode.
+func TestChartClaimsFromRequests(t *testing.T) {
+	c := startCluster(t)
+	c.needMutatingPolicies(t)
+	const label = "tessera.dev/claims-from-requests"
+	ns, err := c.client.CoreV1().Namespaces().Get(c.ctx, c.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[label] = "true"
+	if _, err := c.client.CoreV1().Namespaces().Update(c.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := c.ns + "-plain"
+	c.createNamespace(other)
+
+	a := c.applier()
+	n := 0
+	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: []string{"agent.dra.enabled=true", "agent.dra.claimsFromRequests.enabled=true"}}) {
+		if m.Name == chartRelease+"-claims-from-requests" || m.Name == quotaPolicy {
+			if err := a.apply(m.YAML, false); err != nil {
+				t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
+			}
+			if m.Name != quotaPolicy {
+				n++
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("the chart rendered %d claims-from-requests objects, want the policy and its binding", n)
+	}
+
+	q := resource.MustParse
+	type container struct {
+		init   bool
+		limits v1.ResourceList
+	}
+	pod := func(namespace string, annotations map[string]string, cs ...container) *v1.Pod {
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: namespace, Annotations: annotations}}
+		for i, ct := range cs {
+			k := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Limits: ct.limits}}
+			if ct.init {
+				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
+			} else {
+				p.Spec.Containers = append(p.Spec.Containers, k)
+			}
+		}
+		return p
+	}
+	create := func(p *v1.Pod) (*v1.Pod, error) {
+		return c.client.CoreV1().Pods(p.Namespace).Create(c.ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	admitted := func(p *v1.Pod) *v1.Pod {
+		got, err := create(p)
+		if err != nil {
+			t.Fatalf("creating a pod (dry run): %v", err)
+		}
+		return got
+	}
+	// shape: the pod's claims as "name=template", then per container (init first) its
+	// claims and the tessera.dev names left in its limits and requests.
+	shape := func(p *v1.Pod) string {
+		var out []string
+		for _, rc := range p.Spec.ResourceClaims {
+			tmpl := ""
+			if rc.ResourceClaimTemplateName != nil {
+				tmpl = *rc.ResourceClaimTemplateName
+			}
+			out = append(out, rc.Name+"="+tmpl)
+		}
+		for _, k := range append(append([]v1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+			var names []string
+			for _, cl := range k.Resources.Claims {
+				names = append(names, "claim:"+cl.Name)
+			}
+			for _, rl := range []v1.ResourceList{k.Resources.Limits, k.Resources.Requests} {
+				for r := range rl {
+					if strings.HasPrefix(string(r), "tessera.dev/") {
+						names = append(names, string(r))
+					}
+				}
+			}
+			slices.Sort(names)
+			out = append(out, k.Name+"["+strings.Join(names, " ")+"]")
+		}
+		return strings.Join(out, " ")
+	}
+	share := v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory": q("8192"), "tessera.dev/gpu-cores": q("30"), v1.ResourceCPU: q("1")}
+	// Until all four policies are in effect, a pod may meet the quota check before its
+	// mutation.
+	chartWaitFor(t, c.ctx, "the claims-from-requests and quota policies to be applied", func() bool {
+		converted, err := create(pod(c.ns, nil, container{limits: share}))
+		if err != nil || len(converted.Spec.ResourceClaims) != 1 {
+			return false
+		}
+		whole, err := create(pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("1")}}))
+		if err != nil {
+			return false
+		}
+		_, counted := whole.Spec.Containers[0].Resources.Limits["tessera.dev/total-whole-gpus"]
+		return counted
+	})
+
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want string
+	}{
+		{"a share with cores", pod(c.ns, nil, container{limits: share}),
+			"tessera-gpu-0=tessera-gpu-1x8192mi-30c c0[claim:tessera-gpu-0]"},
+		{"two GPUs, no cores", pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("2"), "tessera.dev/gpu-memory": q("4096")}}),
+			"tessera-gpu-0=tessera-gpu-2x4096mi c0[claim:tessera-gpu-0]"},
+		{"an init container and a container, each its own claim",
+			pod(c.ns, nil, container{init: true, limits: share}, container{limits: v1.ResourceList{v1.ResourceCPU: q("1")}}, container{limits: share}),
+			"tessera-gpu-0=tessera-gpu-1x8192mi-30c tessera-gpu-2=tessera-gpu-1x8192mi-30c c0[claim:tessera-gpu-0] c1[] c2[claim:tessera-gpu-2]"},
+		{"whole GPUs, left to the whole-GPU class", pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("2")}}),
+			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/total-whole-gpus tessera.dev/total-whole-gpus]"},
+		{"memory in percent, which a claim cannot ask", pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory-percent": q("50")}}),
+			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-memory-percent tessera.dev/gpu-memory-percent tessera.dev/total-gpu-memory-percent tessera.dev/total-gpu-memory-percent]"},
+		{"a pod with a Tessera annotation", pod(c.ns, map[string]string{"tessera.dev/work-conserving": "true"}, container{limits: share}),
+			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-cores tessera.dev/gpu-cores tessera.dev/gpu-memory tessera.dev/gpu-memory " +
+				"tessera.dev/total-gpu-cores tessera.dev/total-gpu-cores tessera.dev/total-gpu-memory tessera.dev/total-gpu-memory]"},
+		{"a namespace without the label", pod(other, nil, container{limits: share}),
+			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-cores tessera.dev/gpu-cores tessera.dev/gpu-memory tessera.dev/gpu-memory " +
+				"tessera.dev/total-gpu-cores tessera.dev/total-gpu-cores tessera.dev/total-gpu-memory tessera.dev/total-gpu-memory]"},
+	} {
+		if got := shape(admitted(tc.pod)); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+
+	// A pod that already has a claim of its own keeps it; the share's claim comes after.
+	p := pod(c.ns, nil, container{limits: share})
+	tmpl := "someone-elses"
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "nic", ResourceClaimTemplateName: &tmpl}}
+	p.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "nic"}}
+	if got, want := shape(admitted(p)), "nic=someone-elses tessera-gpu-0=tessera-gpu-1x8192mi-30c c0[claim:nic claim:tessera-gpu-0]"; got != want {
+		t.Errorf("a pod with a claim of its own:\n got %s\nwant %s", got, want)
+	}
+}
