@@ -1187,20 +1187,10 @@ func TestChartSchedulerName(t *testing.T) {
 			}
 		}
 	}
-	type container struct {
-		init   bool
-		limits v1.ResourceList
-	}
+	type container = policyContainer
 	pod := func(scheduler string, labels map[string]string, cs ...container) *v1.Pod {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: c.ns, Labels: labels}, Spec: v1.PodSpec{SchedulerName: scheduler}}
-		for i, ct := range cs {
-			k := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Limits: ct.limits}}
-			if ct.init {
-				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
-			} else {
-				p.Spec.Containers = append(p.Spec.Containers, k)
-			}
-		}
+		p := policyPod(metav1.ObjectMeta{Namespace: c.ns, Labels: labels}, cs...)
+		p.Spec.SchedulerName = scheduler
 		return p
 	}
 	admitted := func(p *v1.Pod) string {
@@ -1382,4 +1372,26 @@ func TestChartMutatingPoliciesPerMinor(t *testing.T) {
 	if !quotaCheck {
 		t.Errorf("Kubernetes %s: the chart rendered no quota check (%s)", version, quotaPolicy)
 	}
+}
+
+// policyContainer is a container of policyPod: an init container or not, and its limits.
+type policyContainer struct {
+	init   bool
+	limits v1.ResourceList
+}
+
+// policyPod is a pod for the admission policies' tests: meta (its name generated), a
+// pause container named c<i> for each of cs.
+func policyPod(meta metav1.ObjectMeta, cs ...policyContainer) *v1.Pod {
+	meta.GenerateName = "p-"
+	p := &v1.Pod{ObjectMeta: meta}
+	for i, ct := range cs {
+		k := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Limits: ct.limits}}
+		if ct.init {
+			p.Spec.InitContainers = append(p.Spec.InitContainers, k)
+		} else {
+			p.Spec.Containers = append(p.Spec.Containers, k)
+		}
+	}
+	return p
 }

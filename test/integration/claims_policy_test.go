@@ -3,7 +3,6 @@
 package integration
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -57,21 +56,9 @@ func TestChartClaimsFromRequests(t *testing.T) {
 	}
 
 	q := resource.MustParse
-	type container struct {
-		init   bool
-		limits v1.ResourceList
-	}
+	type container = policyContainer
 	pod := func(namespace string, annotations map[string]string, cs ...container) *v1.Pod {
-		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: namespace, Annotations: annotations}}
-		for i, ct := range cs {
-			k := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Limits: ct.limits}}
-			if ct.init {
-				p.Spec.InitContainers = append(p.Spec.InitContainers, k)
-			} else {
-				p.Spec.Containers = append(p.Spec.Containers, k)
-			}
-		}
-		return p
+		return policyPod(metav1.ObjectMeta{Namespace: namespace, Annotations: annotations}, cs...)
 	}
 	create := func(p *v1.Pod) (*v1.Pod, error) {
 		return c.client.CoreV1().Pods(p.Namespace).Create(c.ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
