@@ -110,7 +110,14 @@ func (pl *Plugin) Score(_ context.Context, cs fwk.CycleState, _ *v1.Pod, nodeInf
 		return 0, nil
 	}
 	if s.skip {
-		return pl.node.ScoreHostOnly(pl.cache, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
+		var buf [16]placement.Usage
+		e, v, used := pl.cache.EntryView(node, buf[:0])
+		if v.Model != nil && v.Model.DRA {
+			// A DRA node's GPUs are used through claims, which this cache does not
+			// see: TesseraDynamicResources scores the pod there.
+			return 0, nil
+		}
+		return pl.node.ScoreHostOnly(e, v, used, s.hostOnly, nodeInfo, s.fit, &pl.w), nil
 	}
 	f := s.fit
 	var score int64

@@ -306,3 +306,64 @@ func TestScoreNode(t *testing.T) {
 		}
 	}
 }
+
+// TestScoreHostOnly: a pod without GPUs is scored on DRA nodes by the node policy over
+// what claims consume (TesseraGPUShare sees neither the claim pods nor their use):
+// Binpack and Fragmentation prefer the node whose GPU a claim holds to the one whose
+// free GPU the pod's CPU would strand; a node in device-plugin mode scores 0 here
+// (TesseraGPUShare scores it). Pods with claims or extended resources are not host-only,
+// nor is any pod for Fragmentation before it has seen a GPU pod.
+func TestScoreHostOnly(t *testing.T) {
+	models := map[string]*nodemodel.Model{}
+	usage := &deviceUsage{state: &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		tenants: map[structured.DeviceID]int{}}
+	infos := map[string]fwk.NodeInfo{}
+	for _, name := range []string{"taken", "free", "device-plugin"} {
+		inv := fixtures.PCIeNode(name, 1, "Tesla T4", fixtures.T4MiB)
+		inv.DRA = name != "device-plugin"
+		models[name] = nodemodel.Build(inv)
+		if name == "taken" {
+			usage.state.AllocatedDevices.Insert(structured.MakeDeviceID(DriverName, name, strings.ToLower(inv.GPUs[0].UUID)))
+		}
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("8"), v1.ResourceMemory: resource.MustParse("64Gi")}}})
+		infos[name] = ni
+	}
+	cpu := func(c string) v1.ResourceList { return v1.ResourceList{v1.ResourceCPU: resource.MustParse(c)} }
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "cpu"}, Spec: v1.PodSpec{Containers: []v1.Container{{Resources: v1.ResourceRequirements{Requests: cpu("6")}}}}}
+	for _, policy := range []placement.Policy{"Binpack", "Fragmentation"} {
+		o := testOrderer(t, policy, nil)
+		o.modelOf = func(n string) *nodemodel.Model { return models[n] }
+		if policy == "Fragmentation" {
+			if o.hostOnlyPod(pod) != nil {
+				t.Errorf("%s: a pod without GPUs scored before any GPU pod was seen", policy)
+			}
+			// A GPU pod of a claim: a share that needs 4 CPUs beside its GPU.
+			info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{{GPUs: 1, MemoryMiB: 4096, Cores: 50}}}, Order: []int{0}, Device: o.placer}
+			o.nodePlacer.PreparePod(&v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "gpu"}, Spec: v1.PodSpec{Containers: []v1.Container{{Resources: v1.ResourceRequirements{Requests: cpu("4")}}}}}, info)
+		}
+		h := &hostOnly{info: o.nodePlacer.HostOnlyPod(pod), usage: usage}
+		if h.info == nil {
+			t.Fatalf("%s: no host-only view of a pod without GPUs", policy)
+		}
+		if o.nodePlacer.NeedsFit() {
+			h.fit = o.largest(pod, []fwk.NodeInfo{infos["taken"], infos["free"]})
+		}
+		taken, free := o.scoreHostOnly(h, infos["taken"]), o.scoreHostOnly(h, infos["free"])
+		if taken <= free {
+			t.Errorf("%s: node with its GPU taken %d, node with a free GPU %d: want the taken one", policy, taken, free)
+		}
+		if got := o.scoreHostOnly(h, infos["device-plugin"]); got != 0 {
+			t.Errorf("%s: a device-plugin node scored %d", policy, got)
+		}
+		withClaim := pod.DeepCopy()
+		withClaim.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "c", ResourceClaimName: ptr.To("c")}}
+		extended := pod.DeepCopy()
+		extended.Spec.Containers[0].Resources.Limits = v1.ResourceList{"tessera.dev/gpu": resource.MustParse("1")}
+		if o.hostOnlyPod(withClaim) != nil || o.hostOnlyPod(extended) != nil {
+			t.Errorf("%s: a pod with a claim or an extended resource taken for a pod without GPUs", policy)
+		}
+	}
+}

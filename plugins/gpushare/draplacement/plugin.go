@@ -98,7 +98,12 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 // stateKey is where PreFilter keeps the pod's demand for Score.
 const stateKey fwk.StateKey = Name
 
-type cycleState struct{ d *demand }
+// cycleState is the pod's demand for a Tessera device, or, for a pod without GPUs,
+// what the node policy scores it by on DRA nodes (host).
+type cycleState struct {
+	d    *demand
+	host *hostOnly
+}
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
@@ -118,20 +123,37 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if d != nil && st.IsSuccess() {
 		cs.Write(stateKey, &cycleState{d: d})
 	}
+	if d == nil {
+		if h := pl.order.hostOnlyPod(pod); h != nil {
+			cs.Write(stateKey, &cycleState{host: h})
+		}
+	}
 	return res, st
 }
 
 // demandOf is the demand PreFilter kept for the cycle, or nil.
 func demandOf(cs fwk.CycleState) *demand {
+	if s := stateOf(cs); s != nil {
+		return s.d
+	}
+	return nil
+}
+
+// hostOf is what PreFilter kept of a pod without GPUs, or nil.
+func hostOf(cs fwk.CycleState) *hostOnly {
+	if s := stateOf(cs); s != nil {
+		return s.host
+	}
+	return nil
+}
+
+func stateOf(cs fwk.CycleState) *cycleState {
 	v, err := cs.Read(stateKey)
 	if err != nil {
 		return nil
 	}
 	s, _ := v.(*cycleState)
-	if s == nil {
-		return nil
-	}
-	return s.d
+	return s
 }
 
 // PreScore measures the cycle's feasible nodes for the node policy's best-fit term,
@@ -143,6 +165,12 @@ func (pl *Plugin) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	if d := demandOf(cs); d != nil {
 		if pl.order.nodePlacer.NeedsFit() {
 			d.fit = pl.order.largest(pod, nodes)
+		}
+		return nil
+	}
+	if h := hostOf(cs); h != nil {
+		if pl.order.nodePlacer.NeedsFit() {
+			h.fit = pl.order.largest(pod, nodes)
 		}
 		return nil
 	}
@@ -158,6 +186,9 @@ func (pl *Plugin) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, ni 
 	if d := demandOf(cs); d != nil {
 		return pl.order.scoreNode(d, ni), nil
 	}
+	if h := hostOf(cs); h != nil {
+		return pl.order.scoreHostOnly(h, ni), nil
+	}
 	if inner, ok := any(pl.DynamicResources).(fwk.ScorePlugin); ok {
 		return inner.Score(ctx, cs, pod, ni)
 	}
@@ -170,7 +201,7 @@ func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return pl }
 
 // NormalizeScore: see ScoreExtensions.
 func (pl *Plugin) NormalizeScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	if demandOf(cs) != nil {
+	if demandOf(cs) != nil || hostOf(cs) != nil {
 		if ext := pl.order.nodePlacer.ScoreExtensions(); ext != nil {
 			return ext.NormalizeScore(ctx, cs, pod, scores)
 		}

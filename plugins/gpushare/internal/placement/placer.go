@@ -55,8 +55,10 @@ type Placer interface {
 	// ScoreNode is the node-level score of allocation a of the cycle's pod (info) on ni.
 	ScoreNode(info *PodInfo, a *Allocation, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// ScoreHostOnly is the node-level score of a pod without GPUs on ni, for the h
-	// that HostOnlyPod returned.
-	ScoreHostOnly(c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
+	// that HostOnlyPod returned, with the node's model (v) and usage: its cache
+	// entry's (e, which keeps what the placer measured of it), or, with e nil, what a
+	// caller without an entry knows (the claims' use of a DRA node's devices).
+	ScoreHostOnly(e *NodeEntry, v NodeView, used []Usage, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64
 	// ScoreExtensions normalises the node-level scores of a cycle, or is nil when
 	// ScoreNode is already in the framework's range.
 	ScoreExtensions() fwk.ScoreExtensions
@@ -118,4 +120,11 @@ func (r Registry) Build(env *Env) map[Policy]Placer {
 		out[r[i].Policy] = r[i].New(env)
 	}
 	return out
+}
+
+// ScoreHostOnly is p's score of a pod without GPUs on ni, by the node's entry in c.
+func ScoreHostOnly(p Placer, c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
+	var buf [16]Usage
+	e, v, used := c.EntryView(ni.Node(), buf[:0])
+	return p.ScoreHostOnly(e, v, used, h, ni, f, w)
 }

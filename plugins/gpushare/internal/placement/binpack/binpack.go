@@ -71,9 +71,7 @@ func (Placer) ScoreNode(_ *placement.PodInfo, a *placement.Allocation, ni fwk.No
 
 // ScoreHostOnly is best fit over the node's free GPUs (unchanged by the pod) and its
 // CPU after placement. A node without GPUs has none to strand and scores by CPU alone.
-func (Placer) ScoreHostOnly(c *placement.Cache, _ *placement.PodInfo, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
-	var buf [16]placement.Usage
-	v, used := c.View(ni.Node(), buf[:0])
+func (Placer) ScoreHostOnly(_ *placement.NodeEntry, v placement.NodeView, used []placement.Usage, _ *placement.PodInfo, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
 	m := v.Model
 	if m == nil {
 		m = &nodemodel.Model{}

@@ -304,7 +304,7 @@ func TestScoreHostOnly(t *testing.T) {
 		"taken": 56, // ½·28000/32000 + 0 = 0.4375: 56.25
 		"cpu":   56, // no GPUs to strand
 	} {
-		if got := pl.ScoreHostOnly(c, h, nodes[name], f, &weights); got != want {
+		if got := placement.ScoreHostOnly(pl, c, h, nodes[name], f, &weights); got != want {
 			t.Errorf("node %s: score %d, want %d", name, got, want)
 		}
 	}

@@ -1135,13 +1135,11 @@ func usageBefore(a *placement.Allocation) []placement.Usage {
 // fragmentation as a badly placed fraction; best fit then prefers the node with the
 // least GPU and CPU left. Nodes without GPUs score 0 (nothing to strand), so such pods
 // prefer them.
-func (*placer) ScoreHostOnly(c *placement.Cache, info *placement.PodInfo, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
+func (*placer) ScoreHostOnly(e *placement.NodeEntry, v placement.NodeView, used []placement.Usage, info *placement.PodInfo, ni fwk.NodeInfo, f *placement.FitScale, w *placement.Weights) int64 {
 	ps := stateOf(info)
 	if ps == nil {
 		return 0
 	}
-	var buf [16]placement.Usage
-	e, v, used := c.EntryView(ni.Node(), buf[:0])
 	if v.Model == nil || len(v.Model.Devices) == 0 {
 		return 0
 	}
@@ -1304,6 +1302,12 @@ func (p *podState) KeptMeasure(e *placement.NodeEntry, gen uint64, m *nodemodel.
 func (p *podState) kept(e *placement.NodeEntry, gen uint64, m *nodemodel.Model, used []placement.Usage, w *placement.Weights) *Stats {
 	if p == nil || p.wl.Empty() || p.wl.gen == 0 {
 		return nil
+	}
+	if e == nil {
+		// No entry to keep it in (a DRA node's use is the claims'): measured now.
+		st := &Stats{}
+		st.measure(m, used, p.wl, w)
+		return st
 	}
 	if old, ok := e.LoadMemo().(*fragMemo); ok && old.usageGen == gen && old.gen == p.wl.gen {
 		return &old.st

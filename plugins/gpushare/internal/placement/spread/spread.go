@@ -60,7 +60,7 @@ func (Placer) ScoreNode(_ *placement.PodInfo, a *placement.Allocation, _ fwk.Nod
 }
 
 // ScoreHostOnly is never called: HostOnlyPod is nil, so PreScore skips such pods.
-func (Placer) ScoreHostOnly(*placement.Cache, *placement.PodInfo, fwk.NodeInfo, *placement.FitScale, *placement.Weights) int64 {
+func (Placer) ScoreHostOnly(*placement.NodeEntry, placement.NodeView, []placement.Usage, *placement.PodInfo, fwk.NodeInfo, *placement.FitScale, *placement.Weights) int64 {
 	return 0
 }
 
