@@ -105,7 +105,7 @@ kubectl-tessera: ## Build the kubectl plugin bin/kubectl-tessera (allocation, wa
 ##@ Test
 
 .PHONY: test
-test: test-unit test-hook test-integration test-e2e test-security test-minors ## Run every test that needs no GPU (what CI runs): the newest minor fully, the older minors built and the integration suite on the oldest
+test: test-unit test-hook test-integration test-kueue test-e2e test-security test-minors ## Run every test that needs no GPU (what CI runs): the newest minor fully, the older minors built and the integration suite on the oldest, Kueue against the chart's quota policies
 
 .PHONY: test-unit
 test-unit: ## Unit tests of all Go packages
@@ -125,6 +125,12 @@ else
 	cd build/k8s-minors/$(K8S_MINOR) && PATH=$(BIN):$$PATH $(GO) test -tags k8s$(K8S_MINOR) -count=1 -timeout 30m \
 		github.com/tessera-dev/tessera/test/integration/...
 endif
+
+# test/kueue is a module of its own: Kueue pins other Kubernetes libraries than
+# Tessera. envtest runs the pinned etcd and kube-apiserver from $(BIN).
+.PHONY: test-kueue
+test-kueue: $(BIN)/etcd $(BIN)/kube-apiserver ## Kueue's controllers admit and queue GPU Jobs by the chart's quota resources (docs/quotas.md), against the pinned kube-apiserver
+	cd test/kueue && KUBEBUILDER_ASSETS=$(BIN) $(GO) test -count=1 -timeout 20m ./...
 
 # Not part of test: each older minor's build costs minutes from a cold build cache
 # (build/k8s-minors/README.md).
