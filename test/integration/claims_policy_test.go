@@ -42,11 +42,11 @@ func TestChartClaimsFromRequests(t *testing.T) {
 	a := c.applier()
 	n := 0
 	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: []string{"agent.dra.enabled=true", "agent.dra.claimsFromRequests.enabled=true"}}) {
-		if m.Name == chartRelease+"-claims-from-requests" || m.Name == quotaPolicy {
+		if m.Name == chartRelease+"-claims-from-requests" || m.Name == quotaPolicy || m.Name == chartRelease+"-scheduler-for-gpu-pods" {
 			if err := a.apply(m.YAML, false); err != nil {
 				t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
 			}
-			if m.Name != quotaPolicy {
+			if m.Name == chartRelease+"-claims-from-requests" {
 				n++
 			}
 		}
@@ -99,11 +99,11 @@ func TestChartClaimsFromRequests(t *testing.T) {
 		return strings.Join(out, " ")
 	}
 	share := v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory": q("8192"), "tessera.dev/gpu-cores": q("30"), v1.ResourceCPU: q("1")}
-	// Until all four policies are in effect, a pod may meet the quota check before its
+	// Until all the policies are in effect, a pod may meet the quota check before its
 	// mutation.
 	chartWaitFor(t, c.ctx, "the claims-from-requests and quota policies to be applied", func() bool {
 		converted, err := create(pod(c.ns, nil, container{limits: share}))
-		if err != nil || len(converted.Spec.ResourceClaims) != 1 {
+		if err != nil || len(converted.Spec.ResourceClaims) != 1 || converted.Spec.SchedulerName != "tessera-fragmentation" {
 			return false
 		}
 		whole, err := create(pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("1")}}))
@@ -114,6 +114,11 @@ func TestChartClaimsFromRequests(t *testing.T) {
 		return counted
 	})
 
+	// A converted pod goes to a Tessera profile, whichever of the two policies runs
+	// first (the scheduler-name policy also matches the claims' template names).
+	if got := admitted(pod(c.ns, nil, container{limits: share})).Spec.SchedulerName; got != "tessera-fragmentation" {
+		t.Errorf("a converted pod: schedulerName %q, want tessera-fragmentation", got)
+	}
 	for _, tc := range []struct {
 		name string
 		pod  *v1.Pod
