@@ -249,14 +249,19 @@ func TestDeviceUsage(t *testing.T) {
 	}
 }
 
+// emptyUsage is the claims' use of no device.
+func emptyUsage() *deviceUsage {
+	return &deviceUsage{state: &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
+		tenants: map[structured.DeviceID]int{}}
+}
+
 // TestScoreNode: a pod with a Tessera claim is scored by the node policy over what
 // claims consume: Binpack prefers the node whose GPU is already used, Spread the
 // empty one, and a node without a model or room scores 0.
 func TestScoreNode(t *testing.T) {
 	models := map[string]*nodemodel.Model{}
-	usage := &deviceUsage{state: &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
-		tenants: map[structured.DeviceID]int{}}
+	usage := emptyUsage()
 	infos := map[string]fwk.NodeInfo{}
 	for _, name := range []string{"used", "empty", "full"} {
 		inv := fixtures.PCIeNode(name, 1, "Tesla T4", fixtures.T4MiB)
@@ -315,9 +320,7 @@ func TestScoreNode(t *testing.T) {
 // nor is any pod for Fragmentation before it has seen a GPU pod.
 func TestScoreHostOnly(t *testing.T) {
 	models := map[string]*nodemodel.Model{}
-	usage := &deviceUsage{state: &structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()},
-		tenants: map[structured.DeviceID]int{}}
+	usage := emptyUsage()
 	infos := map[string]fwk.NodeInfo{}
 	for _, name := range []string{"taken", "free", "device-plugin"} {
 		inv := fixtures.PCIeNode(name, 1, "Tesla T4", fixtures.T4MiB)
