@@ -935,6 +935,21 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 	}
 }
 
+/* The credit this thread took ahead from s was charged and not launched: it goes back
+ * to the tokens and out of the charges (caller holds s->mu). */
+static void return_credit(struct tessera_shared_pacer *s)
+{
+	if (local_pacer != s)
+		return;
+	if (local_left > 0) {
+		atomic_fetch_add(&s->tokens, local_left);
+		atomic_fetch_sub(&charged_ns, local_left);
+		atomic_fetch_sub(&s->charged, local_left);
+	}
+	local_left = 0;
+	local_pacer = NULL;
+}
+
 /* (pacing.h) The program waits for its work: with per-kernel charges, the open burst
  * ends here. A burst's charge is its S->F elapsed time, and a burst that spans a
  * synchronize spans the GPU idling from the moment its queue drains until the host's
@@ -957,18 +972,9 @@ int tessera_pacing_sync(void)
 	struct tessera_shared_pacer *s = p->s;
 	if (!atomic_load_explicit(&p->enabled, memory_order_relaxed) || pacer_lock(s) != 0)
 		return -1;
-	/* The credit this thread took ahead was charged and not launched: it goes back
-	 * (the thread takes 16 launches' worth at a time, and the program may not launch
-	 * again for a while). */
-	if (local_pacer == s && local_left > 0) {
-		atomic_fetch_add(&s->tokens, local_left);
-		atomic_fetch_sub(&charged_ns, local_left);
-		atomic_fetch_sub(&s->charged, local_left);
-	}
-	if (local_pacer == s) {
-		local_left = 0;
-		local_pacer = NULL;
-	}
+	/* The thread takes 16 launches' worth at a time, and the program may not launch
+	 * again for a while. */
+	return_credit(s);
 	int ended = -1;
 	if (p->burst_started && !p->fence_pending && !capturing(p->burst_stream)) {
 		end_burst(p, p->burst_stream, 0);
@@ -1016,13 +1022,7 @@ static int reopen_burst(struct tessera_pacer *p, CUstream stream, int64_t cost)
 	int done = 0;
 	if (!p->burst_started && !p->fence_pending && !capturing(stream) && atomic_load(&s->tokens) > cost &&
 	    (p->turn_held || !pace_turn_use(p, now))) {
-		if (local_pacer == s && local_left > 0) {
-			atomic_fetch_add(&s->tokens, local_left);
-			atomic_fetch_sub(&charged_ns, local_left);
-			atomic_fetch_sub(&s->charged, local_left);
-		}
-		local_left = 0;
-		local_pacer = NULL;
+		return_credit(s);
 		int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
 		int64_t all0 = atomic_fetch_add(&s->charged, cost);
 		atomic_fetch_sub(&s->tokens, cost);

@@ -478,6 +478,16 @@ func (u *deviceUsage) of(pool, name string, memMiB int64) placement.Usage {
 	return placement.Usage{MemMiB: (d.memBytes + 1<<20 - 1) >> 20, Cores: d.cores, Tenants: d.tenants}
 }
 
+// onNode is the usage of each of m's devices on node (its pool is named after the
+// node, as the node agent publishes it).
+func (u *deviceUsage) onNode(node string, m *nodemodel.Model) []placement.Usage {
+	used := make([]placement.Usage, len(m.Devices))
+	for i := range m.Devices {
+		used[i] = u.of(node, strings.ToLower(m.Devices[i].UUID), m.Devices[i].MemoryMiB)
+	}
+	return used
+}
+
 // scoreNode is the node policy's score of placing d on node ni, by the node's Tessera
 // model and what claims consume of its devices (its pool is named after the node, as
 // the node agent publishes it); 0 when the node has no Tessera model or the policy
@@ -492,11 +502,7 @@ func (o *orderer) scoreNode(d *demand, ni fwk.NodeInfo) int64 {
 	if m == nil {
 		return 0
 	}
-	used := make([]placement.Usage, len(m.Devices))
-	for i := range m.Devices {
-		used[i] = d.usage.of(node.Name, strings.ToLower(m.Devices[i].UUID), m.Devices[i].MemoryMiB)
-	}
-	a, fail := placement.Allocate(m, used, d.info, &o.w)
+	a, fail := placement.Allocate(m, d.usage.onNode(node.Name, m), d.info, &o.w)
 	if fail != nil {
 		return 0
 	}
@@ -541,7 +547,7 @@ func asksExtended(pod *v1.Pod) bool {
 		for i := range cs {
 			for _, rl := range []v1.ResourceList{cs[i].Resources.Limits, cs[i].Resources.Requests} {
 				for n := range rl {
-					if i := strings.IndexByte(string(n), '/'); i > 0 && !strings.HasSuffix(string(n[:i]), "kubernetes.io") {
+					if slash := strings.IndexByte(string(n), '/'); slash > 0 && !strings.HasSuffix(string(n[:slash]), "kubernetes.io") {
 						return true
 					}
 				}
@@ -562,11 +568,7 @@ func (o *orderer) scoreHostOnly(h *hostOnly, ni fwk.NodeInfo) int64 {
 	if m == nil || !m.DRA {
 		return 0
 	}
-	used := make([]placement.Usage, len(m.Devices))
-	for i := range m.Devices {
-		used[i] = h.usage.of(node.Name, strings.ToLower(m.Devices[i].UUID), m.Devices[i].MemoryMiB)
-	}
-	return o.nodePlacer.ScoreHostOnly(nil, placement.NodeView{Model: m}, used, h.info, ni, h.fit, &o.w)
+	return o.nodePlacer.ScoreHostOnly(nil, placement.NodeView{Model: m}, h.usage.onNode(node.Name, m), h.info, ni, h.fit, &o.w)
 }
 
 // largest is the cycle's largest feasible node for the node policy's best-fit term:

@@ -121,10 +121,3 @@ func (r Registry) Build(env *Env) map[Policy]Placer {
 	}
 	return out
 }
-
-// ScoreHostOnly is p's score of a pod without GPUs on ni, by the node's entry in c.
-func ScoreHostOnly(p Placer, c *Cache, h *PodInfo, ni fwk.NodeInfo, f *FitScale, w *Weights) int64 {
-	var buf [16]Usage
-	e, v, used := c.EntryView(ni.Node(), buf[:0])
-	return p.ScoreHostOnly(e, v, used, h, ni, f, w)
-}

@@ -304,7 +304,8 @@ func TestScoreHostOnly(t *testing.T) {
 		"taken": 56, // ½·28000/32000 + 0 = 0.4375: 56.25
 		"cpu":   56, // no GPUs to strand
 	} {
-		if got := placement.ScoreHostOnly(pl, c, h, nodes[name], f, &weights); got != want {
+		e, v, used := c.EntryView(nodes[name].Node(), nil)
+		if got := pl.ScoreHostOnly(e, v, used, h, nodes[name], f, &weights); got != want {
 			t.Errorf("node %s: score %d, want %d", name, got, want)
 		}
 	}
