@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# Two-GPU checks of the node agent on real hardware (make test-gpu-2).
+# Checks of the node agent on real GPUs (make test-gpu-2): the container bound to one
+# GPU runs on a node of one GPU or more, the two-GPU ones need two.
 #
 #   node-agent/gpu/run-two-gpu.sh build DIR   build what the checks need into DIR
 #   node-agent/gpu/run-two-gpu.sh run DIR     run them (root, two NVIDIA GPUs, cgroup v2)

@@ -60,7 +60,9 @@ type realNode struct {
 	inv  *api.NodeInventory
 }
 
-func setupRealNode(t *testing.T) *realNode {
+// setupRealNode starts the real NRI plugin over the node's GPUs; a test that needs
+// more GPUs than the node has is skipped.
+func setupRealNode(t *testing.T, minGPUs int) *realNode {
 	t.Helper()
 	n := &realNode{runc: os.Getenv("TESSERA_RUNC"), out: os.Getenv("TESSERA_GPU_TEST_OUT")}
 	hook := os.Getenv("TESSERA_HOOK_LIBRARY")
@@ -79,15 +81,15 @@ func setupRealNode(t *testing.T) *realNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inv.GPUs) < 2 {
-		t.Skipf("needs two GPUs, the node has %d", len(inv.GPUs))
+	if len(inv.GPUs) < minGPUs {
+		t.Skipf("needs %d GPUs, the node has %d", minGPUs, len(inv.GPUs))
 	}
 	for _, g := range inv.GPUs {
 		n.uuids = append(n.uuids, g.UUID)
 	}
 	n.pods, n.inv = &bindingtest.Pods{}, inv
 	var st unix.Stat_t
-	if err := unix.Stat("/dev/nvidia1", &st); err != nil {
+	if err := unix.Stat("/dev/nvidia0", &st); err != nil {
 		t.Fatal(err)
 	}
 	n.major = int64(unix.Major(uint64(st.Rdev)))
@@ -308,12 +310,13 @@ func field(t *testing.T, out, key string) string {
 }
 
 // A container bound to GPU 0 sees and opens only GPU 0: nvidia-smi and PyTorch (with
-// the hook) show one GPU, a node made for GPU 1 cannot be opened (the device cgroup
-// says EPERM) while one made for GPU 0 can, the limits are read-only, the accounting
+// the hook) show one GPU, a node made for GPU 1 (another GPU's, or on a node of one GPU
+// a minor no GPU has) cannot be opened (the device cgroup says EPERM) while one made for
+// GPU 0 can, the limits are read-only, the accounting
 // region is in a tmpfs of the container's own, and GPU 0's turn file, alone, is there
 // to write but not to remove.
 func TestRealContainerBoundToOneGPU(t *testing.T) {
-	n := setupRealNode(t)
+	n := setupRealNode(t, 1)
 	script := fmt.Sprintf(`
 echo "== nvidia-smi -L"; nvidia-smi -L; echo "nvidia-smi-rc $?"
 echo "== /dev"; ls -l /dev | grep -i nvidia
@@ -406,7 +409,7 @@ echo "== limits"; cat /run/tessera/limits
 // the assignment's order, each with its own memory limit, and allocation on each
 // stops at that device's limit.
 func TestRealTwoGPUAssignment(t *testing.T) {
-	n := setupRealNode(t)
+	n := setupRealNode(t, 2)
 	grants := []api.DeviceGrant{
 		{UUID: n.uuids[1], Index: 1, MemoryMiB: 6144, Cores: 30},
 		{UUID: n.uuids[0], Index: 0, MemoryMiB: 3072, Cores: 30},
