@@ -57,6 +57,7 @@ struct tessera_pacer {
 	int64_t f_host_ns, f_charged, f_all, f_at_ns;
 	int f_other;
 	int f_class; /* a launch of the ended burst was charged its class's estimate */
+	int f_classes;
 	int64_t f_launches; /* its launches, -1 where more than one thread launched (not known) */
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
@@ -74,6 +75,9 @@ struct tessera_pacer {
 	_Atomic uintptr_t burst_stream_tag;
 	_Atomic uintptr_t other_stream;
 	_Atomic int class_charged;
+	/* With the charge line: the classes (1 << cls) the open burst launched, so that a
+	 * burst moves the gain of those alone (f_classes: the ended burst's). */
+	_Atomic int burst_classes;
 	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
 	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
 	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of

@@ -436,6 +436,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->burst_stream = stream;
 		atomic_store(&p->other_stream, 0);
 		atomic_store(&p->class_charged, 0);
+		atomic_store(&p->burst_classes, 0);
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
@@ -495,6 +496,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			}
 		}
 		p->f_class = atomic_exchange(&p->class_charged, 0);
+		p->f_classes = atomic_exchange(&p->burst_classes, 0);
 		p->f_launches = p->burst_thread == &local_launches ? (int64_t)(local_launches - p->burst_launch0) : -1;
 		/* With the charge line, a burst whose launches one thread made is charged what
 		 * they were charged: the process's count moves as threads take tokens ahead
@@ -770,6 +772,8 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	int alone_down = p->f_turn && r < 1;
 	double f = alone_down ? r : 1 + (r - 1) / 2;
 	for (int cls = 0; cls < 2; cls++) {
+		if (charge_kernel && !(p->f_classes & (1 << cls)))
+			continue; /* as the gains below */
 		int64_t est_c = atomic_load(&pace_est_ns[cls]);
 		int64_t scaled = (int64_t)((double)est_c * f);
 		if (est_c > 0 && scaled > 0 && scaled <= MAX_EST_NS && (atomic_load(&pace_est_samples[cls]) >= EST_WINDOW || alone_down))
@@ -791,6 +795,11 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	int clean = (alone_down || (back_to_back && alone && off <= 0)) &&
 		    (p->f_launches < 0 || p->f_launches >= GAIN_MIN_LAUNCHES);
 	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class && clean; cls++) {
+		/* Only the gains of the classes the burst launched: what it read says nothing
+		 * of the others (on an H200 a graph-free attention step's bursts that held
+		 * the GPU's turn took its graph gain to 0.370). */
+		if (!(p->f_classes & (1 << cls)))
+			continue;
 		int64_t g = (int64_t)((double)atomic_load(&pace_kt_gain[cls]) * f);
 		g = g < KT_GAIN_ONE / 16 ? KT_GAIN_ONE / 16 : g > 4 * KT_GAIN_ONE ? 4 * KT_GAIN_ONE : g;
 		if (atomic_load(&pace_est_samples[cls]) >= EST_WINDOW || alone_down) {
@@ -1145,6 +1154,10 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
 	local_launches++;
 	local_cost += cost;
+	/* The launch's class, in the burst it opened or went to (after the wait: a burst
+	 * begun there starts with no class). */
+	if (charge_kernel && !(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))
+		atomic_fetch_or_explicit(&p->burst_classes, 1 << cls, memory_order_relaxed);
 	if (--pace_sample_countdown <= 0)
 		pace_sample_due(t, cls, key, cost);
 	if (t->sampled)
