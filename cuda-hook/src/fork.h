@@ -15,6 +15,7 @@ enum tessera_fork_order {
 	TESSERA_FORK_CONTEXT,      /* context.c: contexts, limits, modules */
 	TESSERA_FORK_GRAPH,        /* graph.c: graphs and their memory */
 	TESSERA_FORK_RESIDENCY,    /* residency.c: the probing thread and its context */
+	TESSERA_FORK_PACE_TALLY,   /* pace_tally.c: the threads' launch tallies */
 	TESSERA_FORK_PACING,       /* pacing.c: bursts, charges, gain, counts */
 	TESSERA_FORK_PACE_MEASURE, /* pace_measure.c: events, samples, estimates */
 	TESSERA_FORK_PACE_TURNS,   /* pace_turns.c: the turns' counts */

@@ -41,9 +41,9 @@ struct tessera_pacer {
 	uint64_t burst_ctx_gen;
 	CUstream burst_stream;
 	int64_t burst_t0_ns, burst_charged0, burst_all0;
-	/* The launches of the open burst that its opening thread made: that thread (the
-	 * address of its launch count), its count and what it had charged at S. */
-	const void *burst_thread;
+	/* The process's launches and their charges at S (pace_tally.h), where known
+	 * (burst_tally; with the charge line only). */
+	int burst_tally;
 	uint64_t burst_launch0;
 	int64_t burst_cost0;
 	/* What bursts that did not begin at a refill had forgiven of another context's
@@ -58,7 +58,7 @@ struct tessera_pacer {
 	int f_other;
 	int f_class; /* a launch of the ended burst was charged its class's estimate */
 	int f_classes;
-	int64_t f_launches; /* its launches, -1 where more than one thread launched (not known) */
+	int64_t f_launches; /* its launches, -1 where not known */
 	/* The open (ended) burst began at the container's refill, after a wait for it: it
 	 * is a slot burst, which its slot's length holds. */
 	int burst_at_refill, f_at_refill;

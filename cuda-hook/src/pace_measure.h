@@ -17,7 +17,9 @@
 #include "tessera_cuda.h"
 
 /* Initial-exec TLS (pacing.c's tessera_pace). */
+#ifndef TLS_IE
 #define TLS_IE __attribute__((tls_model("initial-exec")))
+#endif
 
 /* No estimate of one launch beyond this (ten periods): a sample that says more is
  * not a kernel's time. */

@@ -59,6 +59,7 @@
 #include "log.h"
 #include "pace.h"
 #include "pace_measure.h"
+#include "pace_tally.h"
 #include "pacing.h"
 #include "residency.h"
 #include "share.h"
@@ -81,12 +82,6 @@ static struct tessera_pacer pacers[TESSERA_MAX_GPUS];
  * TLS has room. */
 static __thread int64_t local_left TLS_IE;
 static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
-/* The launches this thread made while paced: a burst's launches, where one thread
- * made them all (its address names the thread). */
-static __thread uint64_t local_launches TLS_IE;
-/* What this thread's paced launches were charged, launch by launch (not as it took
- * tokens ahead): a burst of one thread is charged what it launched. */
-static __thread int64_t local_cost TLS_IE;
 
 /* A thread takes this many launches' worth of tokens at a time while the tokens hold
  * more than four times as many. */
@@ -443,9 +438,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		p->lag_s_ns = 0;
 		p->burst_t0_ns = t0;
 		p->burst_charged0 = charged0;
-		p->burst_thread = &local_launches;
-		p->burst_launch0 = local_launches;
-		p->burst_cost0 = local_cost;
+		p->burst_tally = charge_kernel && pace_tally_sum(&p->burst_cost0, &p->burst_launch0) == 0;
 		p->burst_all0 = all0;
 		p->burst_at_refill = at_refill;
 		p->burst_turn = p->turn_held;
@@ -497,15 +490,23 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		}
 		p->f_class = atomic_exchange(&p->class_charged, 0);
 		p->f_classes = atomic_exchange(&p->burst_classes, 0);
-		p->f_launches = p->burst_thread == &local_launches ? (int64_t)(local_launches - p->burst_launch0) : -1;
-		/* With the charge line, a burst whose launches one thread made is charged what
-		 * they were charged: the process's count moves as threads take tokens ahead
-		 * (16 launches' worth at a time) and give back what they did not launch, which
-		 * for a burst ended at a synchronize read as twice its launches, or less than
-		 * nothing (H200, attention at cap 50: 117 of 187 bursts uncounted, half of them
-		 * negative; two tenants' gains fell to 0.54 and 0.63). */
-		if (charge_kernel && p->f_launches >= 0) {
-			int64_t own = local_cost - p->burst_cost0;
+		/* With the charge line, a burst is charged what its launches were charged,
+		 * from every thread's tally: the process's count moves as threads take tokens
+		 * ahead (16 launches' worth at a time) and give back what they did not launch,
+		 * which for a burst ended at a synchronize read as twice its launches, or less
+		 * than nothing (H200, attention at cap 50: 117 of 187 bursts uncounted, half of
+		 * them negative; two tenants' gains fell to 0.54 and 0.63); and one thread's
+		 * launches alone leave out what another launched into the burst (PyTorch's
+		 * backward pass: an attention step's bursts read 3.5x their opening thread's
+		 * charges, and the gain fell to 0.57 with the cap 50 step at 85 % of its solo
+		 * rate). f_launches is -1 where the tally is not known. */
+		int64_t cost1;
+		uint64_t launches1;
+		int tally = p->burst_tally && pace_tally_sum(&cost1, &launches1) == 0;
+		p->f_launches = -1;
+		if (tally) {
+			int64_t own = cost1 - p->burst_cost0;
+			p->f_launches = (int64_t)(launches1 - p->burst_launch0);
 			p->f_all += own - p->f_charged;
 			p->f_charged = own;
 		}
@@ -524,9 +525,9 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
 			p->burst_charged0 = atomic_load(&charged_ns);
-			p->burst_thread = &local_launches;
-			p->burst_launch0 = local_launches;
-			p->burst_cost0 = local_cost;
+			p->burst_tally = tally;
+			p->burst_cost0 = tally ? cost1 : 0;
+			p->burst_launch0 = tally ? launches1 : 0;
 			p->burst_all0 = atomic_load(&p->s->charged);
 		} else {
 			p->burst_started = 0;
@@ -793,7 +794,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * 30-32 %). The samples measure each kernel; the gain is for what they read
 	 * beside it (events, overlap of two streams), which back-to-back bursts show. */
 	int clean = (alone_down || (back_to_back && alone && off <= 0)) &&
-		    (p->f_launches < 0 || p->f_launches >= GAIN_MIN_LAUNCHES);
+		    p->f_launches >= GAIN_MIN_LAUNCHES;
 	for (int cls = 0; cls < 2 && charge_kernel && !p->f_class && clean; cls++) {
 		/* Only the gains of the classes the burst launched: what it read says nothing
 		 * of the others (on an H200 a graph-free attention step's bursts that held
@@ -1152,8 +1153,8 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
-	local_launches++;
-	local_cost += cost;
+	if (charge_kernel)
+		pace_tally_add(cost);
 	/* The launch's class, in the burst it opened or went to (after the wait: a burst
 	 * begun there starts with no class). */
 	if (charge_kernel && !(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))

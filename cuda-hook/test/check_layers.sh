@@ -11,7 +11,8 @@
 #  3. The state (state.h, real.h and the files of the limits, the region, the log and
 #     the clock) includes no service's or interposer's header.
 #  4. Pacing's internal headers are included by pacing's files alone: pace.h by
-#     pacing.c, pace_measure.c and pace_turns.c, pace_measure.h by the first two.
+#     pacing.c, pace_measure.c and pace_turns.c, pace_measure.h by the first two,
+#     pace_tally.h by pacing.c and pace_tally.c.
 # Comments and string literals are left out of the calls checked.
 set -eu
 src=${1:-$(dirname "$0")/../src}
@@ -79,10 +80,11 @@ for f in "$src"/*.c "$src"/*.h; do
 		printf '%s\n' "$calls" | sed "s/^/  $name:/"
 		fail=1
 	fi
-	for h in pace.h pace_measure.h; do
+	for h in pace.h pace_measure.h pace_tally.h; do
 		grep -q "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$h\"" "$f" || continue
 		case "$h:$name" in
-		pace.h:pacing.c | pace.h:pace_measure.c | pace.h:pace_turns.c | pace_measure.h:pacing.c | pace_measure.h:pace_measure.c) ;;
+		pace.h:pacing.c | pace.h:pace_measure.c | pace.h:pace_turns.c | pace_measure.h:pacing.c | pace_measure.h:pace_measure.c | \
+			pace_tally.h:pacing.c | pace_tally.h:pace_tally.c) ;;
 		*)
 			echo "FAIL layers: $name includes $h, pacing's internal header"
 			fail=1 ;;

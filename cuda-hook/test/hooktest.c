@@ -1404,6 +1404,70 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* bwd<us>'s second thread: the step's backward pass, launched on the thread that
+ * PyTorch's autograd engine runs it on, while the step's own thread waits for it. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int go, done;
+	unsigned us;
+	CUcontext ctx;
+} bwd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, NULL};
+
+static void *bwd_thread(void *arg)
+{
+	(void)arg;
+	if (cuCtxSetCurrent(bwd.ctx) != CUDA_SUCCESS)
+		abort();
+	for (;;) {
+		pthread_mutex_lock(&bwd.mu);
+		while (!bwd.go)
+			pthread_cond_wait(&bwd.cv, &bwd.mu);
+		bwd.go = 0;
+		pthread_mutex_unlock(&bwd.mu);
+		/* Twice the forward's long kernel, then 20 short ones, their own functions. */
+		CUresult rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7e8000, 2 * bwd.us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		for (unsigned k = 0; k < 20 && rc == CUDA_SUCCESS; k++)
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7e9000 + 0x40 * (k % 4)), 20, 1, 1, 1, 1, 1, 0, NULL, NULL,
+					    NULL);
+		if (rc != CUDA_SUCCESS)
+			abort();
+		pthread_mutex_lock(&bwd.mu);
+		bwd.done = 1;
+		pthread_cond_broadcast(&bwd.cv);
+		pthread_mutex_unlock(&bwd.mu);
+	}
+	return NULL;
+}
+
+/* One bwd<us> step: the forward (20 kernels of 20 us and one of us), the backward on
+ * the second thread, then a synchronize, as a step that reads its loss ends. */
+static CUresult bwd_step(unsigned us)
+{
+	if (bwd.ctx == NULL) {
+		pthread_t t;
+		OK(cuCtxGetCurrent(&bwd.ctx));
+		bwd.us = us;
+		CHECK(pthread_create(&t, NULL, bwd_thread, NULL) == 0, "no thread for the backward pass");
+		pthread_detach(t);
+	}
+	CUresult rc = CUDA_SUCCESS;
+	for (unsigned k = 0; k < 20 && rc == CUDA_SUCCESS; k++)
+		rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7e6000 + 0x40 * (k % 4)), 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+	if (rc == CUDA_SUCCESS)
+		rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7e5000, us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&bwd.mu);
+	bwd.done = 0;
+	bwd.go = 1;
+	pthread_cond_broadcast(&bwd.cv);
+	while (!bwd.done)
+		pthread_cond_wait(&bwd.cv, &bwd.mu);
+	pthread_mutex_unlock(&bwd.mu);
+	return cuCtxSynchronize();
+}
+
 /* Launches 200 us kernels back to back through one path for the given time and
  * returns the share of wall time the simulated GPU was busy. */
 static double run_launches(const char *path, double seconds)
@@ -1474,6 +1538,8 @@ static double run_launches(const char *path, double seconds)
 					 : cuLaunchKernel((CUfunction)short_fn, 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 			if (i++ % 41 == 40 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "bwd", 3) == 0 && atoi(path + 3) > 0) {
+			rc = bwd_step((unsigned)atoi(path + 3));
 		} else if (strncmp(path, "streams", 7) == 0 && atoi(path + 7) > 0) {
 			/* streams<us>: kernels of that many us on two streams at once, each
 			 * stream its own function, joined by a synchronize every 40 launches
