@@ -157,7 +157,7 @@ test-gpu: ## Real-GPU suites (run on a machine with an NVIDIA GPU)
 	$(GO) test -count=1 -tags gpu ./node-agent/...
 
 .PHONY: test-gpu-2
-test-gpu-2: ## Node agent on two real GPUs: NVML inventory and links, containers run with runc through the real NRI plugin
+test-gpu-2: ## Node agent on real GPUs: NVML inventory and links, containers run with runc through the real NRI plugin (the two-GPU checks need two)
 	node-agent/gpu/run-two-gpu.sh build $(BIN)/gpu2
 	node-agent/gpu/run-two-gpu.sh run $(BIN)/gpu2
 
