@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # Every source file of Tessera carries an SPDX licence line (the LICENSE file is
 # Apache-2.0). `hack/spdx.sh` checks (make verify); `hack/spdx.sh --fix` adds the line
-# where it is missing: first line of Go, C, CUDA and header files, after the shebang of
-# scripts, first line of Makefiles.
+# where it is missing: first line of Go, C, CUDA, header, X-macro list (.def) and
+# linker version-script (.map) files, after the shebang of scripts, first line of
+# Makefiles. Configuration (YAML, the chart's templates) is data and carries none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 line='SPDX-License-Identifier: Apache-2.0'
@@ -13,7 +14,7 @@ missing=0
 # Tracked and untracked-but-not-ignored source files.
 files() {
 	git ls-files --cached --others --exclude-standard -- \
-		'*.go' '*.c' '*.h' '*.cu' '*.sh' '*.py' 'Makefile' '*/Makefile' '*.mk' \
+		'*.go' '*.c' '*.h' '*.cu' '*.def' '*.map' '*.sh' '*.py' 'Makefile' '*/Makefile' '*.mk' \
 		'cmd/kubectl-tessera/kubectl_complete-tessera' '.ci/run' | sort -u
 }
 while IFS= read -r f; do
@@ -26,7 +27,7 @@ while IFS= read -r f; do
 	fi
 	case "$f" in
 	*.go) comment="// $line" ;;
-	*.c | *.h | *.cu) comment="/* $line */" ;;
+	*.c | *.h | *.cu | *.def | *.map) comment="/* $line */" ;;
 	*) comment="# $line" ;;
 	esac
 	tmp=$(mktemp)

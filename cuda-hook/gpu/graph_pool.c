@@ -9,6 +9,8 @@
 #include <cuda.h>
 #include <stdio.h>
 #include <stddef.h>
+/* Not driver_check.h's CK, which exits: a refused step is itself an answer here, so it
+ * is printed and the walk goes on. */
 #define CK(x) do { CUresult r_ = (x); if (r_) { const char *s; cuGetErrorString(r_, &s); printf("%s -> %d %s\n", #x, r_, s); } } while (0)
 static CUdevice dev;
 static void show(const char *at) {

@@ -34,11 +34,10 @@ extern "C" __global__ void fma_kernel(float *out, int iters)
 		out[0] = a;
 }
 
+/* driver_check.h's epoch_s in microseconds, as the scripts read the field. */
 static long long epoch_us(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+	return (long long)(epoch_s() * 1e6);
 }
 
 static int sms;

@@ -42,7 +42,7 @@ func BenchmarkFilterScore(b *testing.B) {
 	}
 }
 
-// BenchmarkFilterScoreRatio measures what issue 16 bounds, Fragmentation's Filter+Score
+// BenchmarkFilterScoreRatio measures what docs/benchmarks.md bounds (2×), Fragmentation's Filter+Score
 // per node against Binpack's, as a ratio taken in one run: the two policies' cases of
 // BenchmarkFilterScore run in turns, each turn one pass over the case's nodes, so that
 // both see the same machine (a shared machine's speed drifts by more than the
