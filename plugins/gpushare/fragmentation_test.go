@@ -2,6 +2,11 @@
 
 package gpushare
 
+// The fragmentation policy as the plugin runs it: profiles and args, PreFilter teaching
+// the workload, Filter and Score choosing GPUs and nodes, the assignment written. The
+// policy's own tests (its measure, pressure and fit index) are beside it, in
+// internal/placement/fragmentation.
+
 import (
 	"context"
 	"fmt"
