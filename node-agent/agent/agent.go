@@ -445,13 +445,23 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 	if cfg.Watchdog {
 		action, _ := watchdog.ParseAction(cfg.WatchdogAction)
 		computeAction, _ := watchdog.ParseComputeAction(cfg.WatchdogComputeAction)
+		// A DRA node's claims are watched too: their processes are found by the claim's
+		// limits mount (watchdog/claims.go).
+		records := store.List
+		if claims != nil {
+			records = func() []checkpoint.Record { return append(store.List(), claims.List()...) }
+		}
 		w, err := watchdog.New(watchdog.Config{
-			Source: source, Records: store.List, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
+			Source: source, Records: records, ProcRoot: cfg.ProcRoot, Interval: cfg.WatchdogInterval,
 			Grace: cfg.WatchdogGrace, ToleranceMiB: cfg.WatchdogToleranceMiB, Action: action, Metrics: a.Metrics,
 			Window: cfg.WatchdogWindow, ComputeAction: computeAction, ComputeWindow: cfg.WatchdogComputeWindow, ComputeTolerance: cfg.WatchdogComputeTolerance, MPSGPU: a.servesMPS,
 			EscalationWindow: cfg.WatchdogEscalationWindow, EvictAfter: cfg.WatchdogEvictAfter, Evict: a.evict,
 			Log: log.WithName("watchdog"),
 			Event: func(r checkpoint.Record, reason, msg string) {
+				if r.Claim {
+					a.claimEvent(r, reason, msg)
+					return
+				}
 				a.podEvent(r.Namespace, r.Pod, r.PodUID, reason, msg)
 			},
 			NodeEvent: func(reason, msg string) { a.nodeEvent(corev1.EventTypeWarning, reason, msg) },
@@ -599,16 +609,57 @@ func (a *Agent) podEvent(namespace, pod, uid, reason, msg string) {
 func (a *Agent) evict(r checkpoint.Record) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: r.Pod, Namespace: r.Namespace}}
-	if r.PodUID != "" {
-		uid := types.UID(r.PodUID)
+	if r.Claim {
+		return a.evictClaimPods(ctx, r)
+	}
+	return a.evictPod(ctx, r.Namespace, r.Pod, r.PodUID)
+}
+
+func (a *Agent) evictPod(ctx context.Context, namespace, name, podUID string) error {
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if podUID != "" {
+		uid := types.UID(podUID)
 		ev.DeleteOptions = &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
 	}
-	err := a.client.CoreV1().Pods(r.Namespace).EvictV1(ctx, ev)
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && r.PodUID != "" {
+	err := a.client.CoreV1().Pods(namespace).EvictV1(ctx, ev)
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) && podUID != "" {
 		return nil
 	}
 	return err
+}
+
+// evictClaimPods evicts the pods a claim is reserved for (its status.reservedFor, by
+// name and UID): a claim's record names the claim, not a pod. A claim that is gone,
+// or was made again under its name, has no pod of this record left.
+func (a *Agent) evictClaimPods(ctx context.Context, r checkpoint.Record) error {
+	c, err := a.client.ResourceV1().ResourceClaims(r.Namespace).Get(ctx, r.Pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && string(c.UID) != r.ContainerID {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ref := range c.Status.ReservedFor {
+		if ref.Resource != "pods" || ref.APIGroup != "" {
+			continue
+		}
+		if err := a.evictPod(ctx, r.Namespace, ref.Name, string(ref.UID)); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s/%s of claim %s: %w", r.Namespace, ref.Name, r.Pod, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// claimEvent records a warning on a ResourceClaim (the watchdog's word on a claim's
+// containers).
+func (a *Agent) claimEvent(r checkpoint.Record, reason, msg string) {
+	if a.recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "ResourceClaim", APIVersion: "resource.k8s.io/v1", Namespace: r.Namespace, Name: r.Pod,
+		UID: types.UID(r.ContainerID)}
+	a.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
 }
 
 // onPublish fans a freshly published inventory out to the subsystems that follow it.

@@ -190,7 +190,7 @@ type fileCharge struct {
 // business holding a GPU's file), otherwise to the only such container if there is
 // one. When several containers with grants hold the files, the memory cannot be told
 // apart and stays unattributed.
-func (w *Watchdog) byDeviceFiles(all, pending []gpu.ProcessUsage, recs []checkpoint.Record, self string, s *Sample, why map[string][]string) []fileCharge {
+func (w *Watchdog) byDeviceFiles(all, pending []gpu.ProcessUsage, recs, claims []checkpoint.Record, self string, s *Sample, why map[string][]string) []fileCharge {
 	minors := map[string]int{}
 	if devs, err := w.cfg.Devices(); err == nil {
 		for _, d := range devs {
@@ -259,6 +259,9 @@ func (w *Watchdog) byDeviceFiles(all, pending []gpu.ProcessUsage, recs []checkpo
 			rec, ok := owner(recs, h.cgroup)
 			if !ok {
 				rec, ok = podContainer(recs, h.cgroup)
+			}
+			if !ok {
+				rec, ok = claimOf(w.cfg.ProcRoot, h.pid, claims)
 			}
 			if !ok {
 				outside = append(outside, fmt.Sprintf("PID %d in %s", h.pid, h.cgroup))

@@ -105,30 +105,33 @@ func (w *Watchdog) stop(cu *Usage, p *podEscalation, now time.Time) {
 	// A process forked while the container is being ended escapes one scan: scan
 	// again until a scan finds nothing left (the container's init usually takes the
 	// rest of its PID namespace with it at once). Never the agent itself: a record
-	// whose cgroup is the root, or the agent's own, is not a container to stop.
+	// whose cgroup is the root, or the agent's own, is not a container to stop. A
+	// claim's record stops each container of the claim that has a process on the GPU.
 	self, _ := CgroupOf(w.cfg.ProcRoot, os.Getpid())
-	for round := 0; r.Cgroup != "" && r.Cgroup != "/" && r.Cgroup != self && round < 3; round++ {
-		pids := cgroupProcs(w.cfg.ProcRoot, r.Cgroup)
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			if pid == os.Getpid() {
-				continue
+	for _, cg := range w.containerCgroups(cu, self) {
+		for round := 0; round < 3; round++ {
+			pids := cgroupProcs(w.cfg.ProcRoot, cg)
+			if len(pids) == 0 {
+				break
 			}
-			if err := w.cfg.Kill(pid); err != nil {
-				w.cfg.Log.Error(err, "stopping a container over its limit", "pid", pid)
-				continue
+			for _, pid := range pids {
+				if pid == os.Getpid() {
+					continue
+				}
+				if err := w.cfg.Kill(pid); err != nil {
+					w.cfg.Log.Error(err, "stopping a container over its limit", "pid", pid)
+					continue
+				}
+				killed = append(killed, strconv.Itoa(pid))
 			}
-			killed = append(killed, strconv.Itoa(pid))
 		}
 	}
 	what := fmt.Sprintf("holds %d MiB on GPU %s", cu.UsedMiB, cu.GPU)
 	if cu.LimitMiB >= 0 {
 		what = fmt.Sprintf("holds %d MiB on GPU %s, above its limit of %d MiB", cu.UsedMiB, cu.GPU, cu.LimitMiB)
 	}
-	msg := fmt.Sprintf("container %s %s again, %s after its pod was last acted on for GPU memory (within the escalation window of %s): "+
-		"the container is stopped, without a new grace", r.Container, what, now.Sub(last).Round(time.Second), w.cfg.EscalationWindow)
+	msg := fmt.Sprintf("%s %s again, %s after its pod was last acted on for GPU memory (within the escalation window of %s): "+
+		"the container is stopped, without a new grace", subject(r), what, now.Sub(last).Round(time.Second), w.cfg.EscalationWindow)
 	if len(killed) > 0 {
 		msg += "; ended every process of the container: " + strings.Join(killed, ",")
 	} else {

@@ -421,6 +421,7 @@ func (w *Watchdog) Check() (*Sample, error) {
 		return nil, err
 	}
 	recs := w.cfg.Records()
+	claims, containers := claimRecords(recs)
 	now := w.cfg.Now()
 	type key struct{ container, gpu string }
 	acc := map[key]*Usage{}
@@ -460,7 +461,7 @@ func (w *Watchdog) Check() (*Sample, error) {
 	for _, p := range u.Processes {
 		cg, err := CgroupOf(w.cfg.ProcRoot, p.PID)
 		if err == nil {
-			if rec, ok := owner(recs, cg); ok {
+			if rec, ok := owner(containers, cg); ok {
 				add(rec, p)
 				continue
 			}
@@ -468,11 +469,15 @@ func (w *Watchdog) Check() (*Sample, error) {
 				continue
 			}
 		}
+		if rec, ok := claimOf(w.cfg.ProcRoot, p.PID, claims); ok {
+			add(rec, p)
+			continue
+		}
 		pending = append(pending, p)
 	}
 	why := map[string][]string{}
 	if len(pending) > 0 {
-		for _, c := range w.byDeviceFiles(u.Processes, pending, recs, self, s, why) {
+		for _, c := range w.byDeviceFiles(u.Processes, pending, containers, claims, self, s, why) {
 			if c.process != nil {
 				add(c.rec, *c.process)
 				continue
@@ -663,17 +668,16 @@ func (w *Watchdog) compute(tr *track, cu *Usage, now time.Time, dur time.Duratio
 // on the GPU.
 func (w *Watchdog) act(cu *Usage, action Action, resource, reason, what string) {
 	r := cu.Record
-	msg := fmt.Sprintf("container %s %s", r.Container, what)
+	msg := fmt.Sprintf("%s %s", subject(r), what)
 	if resource != "mps" {
 		msg += " (the CUDA hook was bypassed or failed)"
 	}
 	var killed []string
 	if action == ActionKill {
 		for _, pid := range cu.PIDs {
-			// Check the cgroup again right before the kill: the PID may have been
+			// Check the owner again right before the kill: the PID may have been
 			// reused by another process since the sample.
-			cg, err := CgroupOf(w.cfg.ProcRoot, pid)
-			if err != nil || !holds(r.Cgroup, cg) {
+			if !w.owns(r, pid) {
 				continue
 			}
 			if err := w.cfg.Kill(pid); err != nil {
