@@ -61,7 +61,7 @@ func TestClaimContainersWatched(t *testing.T) {
 		mounts(t, root, 31, "/limits/6f1c2a") // the limits root's file system mounted at /var/lib/tessera
 	}
 	start()
-	proc(t, root, 32, "0::"+cgC2+"\n")   // a second process of the claim's container, no GPU memory
+	proc(t, root, 32, "0::"+cgC2+"\n") // a second process of the claim's container, no GPU memory
 	mounts(t, root, 32, claimDir)
 	proc(t, root, 40, "0::/kubepods.slice/kubepods-pod4.slice/cri-containerd-d.scope\n")
 	mounts(t, root, 40, "/var/lib/tessera/limits/6f1c2a0", "/6f1c2", "/") // resembles it, is not it
