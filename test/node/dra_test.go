@@ -93,6 +93,69 @@ func TestNodeDRA(t *testing.T) {
 			return os.IsNotExist(err) && !strings.Contains(string(raw), uid), nil
 		})
 	})
+	// Last: it restarts the agent twice.
+	t.Run("ClaimMPS", func(t *testing.T) {
+		tn := n.with(t)
+		defer tn.deleteAll(ctx)
+		testClaimMPS(tn)
+	})
+}
+
+// A claim on a GPU the agent serves through MPS makes its container an MPS client of
+// that GPU's server: the claim's cores are the client's thread percentage (its share
+// of the SMs, in whole TPCs), its memory the pinned-memory limit and the hook's.
+func testClaimMPS(n *node) {
+	ctx := context.Background()
+	uuid := n.firstGPU(ctx)
+	n.t.Cleanup(func() {
+		n.deleteAll(ctx)
+		n.restartAgent()
+		n.waitSharing(ctx, uuid, api.SharingTimeSliced)
+	})
+	n.restartAgent("MPS_GPUS=" + uuid)
+	g := n.waitSharing(ctx, uuid, api.SharingMPS)
+	// The restarted agent publishes the GPU's device with sharing "mps".
+	waitFor(n.t, 60*time.Second, "the ResourceSlice showing GPU "+uuid+" in mps mode", func() (bool, error) {
+		l, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})
+		if err != nil {
+			return false, err
+		}
+		for _, sl := range l.Items {
+			for _, d := range sl.Spec.Devices {
+				u, s := d.Attributes["uuid"], d.Attributes["sharing"]
+				if u.StringValue != nil && strings.EqualFold(*u.StringValue, uuid) && s.StringValue != nil && *s.StringValue == "mps" {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	p := n.claimPod(ctx, "claim-mps-30", uuid, "2Gi", "30", "-mps")
+	p = n.waitPhase(ctx, p.Name, 2*time.Minute, v1.PodSucceeded, v1.PodFailed)
+	lines := n.probeLines(p)
+	if p.Status.Phase != v1.PodSucceeded {
+		n.t.Fatalf("pod %s: %s; probe said %v", p.Name, p.Status.Phase, lines)
+	}
+	m, ok := find(lines, "mps")
+	if !ok {
+		n.t.Fatalf("pod %s: no mps line; probe printed %v", p.Name, lines)
+	}
+	// After cuInit, as the driver sees the client: MPS on, the claim's GPU's pipe,
+	// its cores as the thread percentage and its memory as the pinned limit.
+	for k, want := range map[string]string{"enabled": "1", "pipe": containerMPSPipeDir, "percent": "30", "pinned": "0=2048M"} {
+		if m.fields[k] != want {
+			n.t.Errorf("pod %s: probe's %s=%q, want %q", p.Name, k, m.fields[k], want)
+		}
+	}
+	if mem, ok := find(lines, "memory"); !ok || mem.int(n.t, "total_mib") != 2048 {
+		n.t.Errorf("pod %s: want the claim's 2048 MiB, probe printed %v", p.Name, lines)
+	}
+	exact := float64(g.SMCount) * 30 / 100
+	tol := max(2, float64(g.SMCount)/20)
+	if got := float64(m.int(n.t, "sms")); got < exact-tol || got > exact+tol {
+		n.t.Errorf("pod %s at 30%% of %d SMs: %.0f SMs, want about %.1f", p.Name, g.SMCount, got, exact)
+	}
+	n.t.Logf("claim on MPS GPU %s: %v", uuid, m.fields)
 }
 
 // A pod that asks only tessera.dev/gpu runs on the DRA node unchanged: the scheduler
