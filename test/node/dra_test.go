@@ -106,14 +106,7 @@ func TestNodeDRA(t *testing.T) {
 // of the SMs, in whole TPCs), its memory the pinned-memory limit and the hook's.
 func testClaimMPS(n *node) {
 	ctx := context.Background()
-	uuid := n.firstGPU(ctx)
-	n.t.Cleanup(func() {
-		n.deleteAll(ctx)
-		n.restartAgent()
-		n.waitSharing(ctx, uuid, api.SharingTimeSliced)
-	})
-	n.restartAgent("MPS_GPUS=" + uuid)
-	g := n.waitSharing(ctx, uuid, api.SharingMPS)
+	uuid, g := n.mpsOnFirstGPU(ctx)
 	// The restarted agent publishes the GPU's device with sharing "mps".
 	waitFor(n.t, 60*time.Second, "the ResourceSlice showing GPU "+uuid+" in mps mode", func() (bool, error) {
 		l, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.name})

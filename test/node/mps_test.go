@@ -53,15 +53,7 @@ func testMPSShares(n *node) {
 		n.t.Skip("MPS containers are bound through NRI only (--mps-gpus needs --nri; the fallback binding refuses them)")
 	}
 	ctx := context.Background()
-	uuid := n.firstGPU(ctx)
-	n.t.Cleanup(func() {
-		// Drain the GPU, then give it back to time-slicing for the cases that follow.
-		n.deleteAll(ctx)
-		n.restartAgent()
-		n.waitSharing(ctx, uuid, api.SharingTimeSliced)
-	})
-	n.restartAgent("MPS_GPUS=" + uuid)
-	g := n.waitSharing(ctx, uuid, api.SharingMPS)
+	uuid, g := n.mpsOnFirstGPU(ctx)
 	if g.MPSClients != api.DefaultMPSClientLimit {
 		n.t.Errorf("GPU %s published with mpsClients %d, want %d", uuid, g.MPSClients, api.DefaultMPSClientLimit)
 	}
@@ -201,6 +193,21 @@ func (n *node) checkMPSClient(p *v1.Pod, uuid string, smCount, cores int, memMiB
 		}
 	}
 	return m
+}
+
+// mpsOnFirstGPU restarts the agent with the node's first GPU served through MPS, waits
+// until the inventory says so and returns the GPU; when the test ends, the GPU is
+// drained and given back to time-slicing for the cases that follow.
+func (n *node) mpsOnFirstGPU(ctx context.Context) (string, api.GPU) {
+	n.t.Helper()
+	uuid := n.firstGPU(ctx)
+	n.t.Cleanup(func() {
+		n.deleteAll(ctx)
+		n.restartAgent()
+		n.waitSharing(ctx, uuid, api.SharingTimeSliced)
+	})
+	n.restartAgent("MPS_GPUS=" + uuid)
+	return uuid, n.waitSharing(ctx, uuid, api.SharingMPS)
 }
 
 // restartAgent stops the node agent and starts it again with env added to the
