@@ -1153,12 +1153,14 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (settle_sample). */
-	if (charge_kernel)
+	/* With the charge line: the launch in its thread's tally, and its class in the
+	 * burst it opened or went to (after the wait: a burst begun there starts with no
+	 * class). */
+	if (charge_kernel) {
 		pace_tally_add(cost);
-	/* The launch's class, in the burst it opened or went to (after the wait: a burst
-	 * begun there starts with no class). */
-	if (charge_kernel && !(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))
-		atomic_fetch_or_explicit(&p->burst_classes, 1 << cls, memory_order_relaxed);
+		if (!(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))
+			atomic_fetch_or_explicit(&p->burst_classes, 1 << cls, memory_order_relaxed);
+	}
 	if (--pace_sample_countdown <= 0)
 		pace_sample_due(t, cls, key, cost);
 	if (t->sampled)
