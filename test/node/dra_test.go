@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -321,6 +322,27 @@ func testClaimCoresShares(n *node) {
 			if got[c] < float64(c)-3 || got[c] > float64(c)+3 {
 				n.t.Errorf("the %d%% claim got %.1f%% of the solo rate, want %d ± 3", c, got[c], c)
 			}
+		}
+	}
+}
+
+// deleteClaims releases and deletes every claim left once their pods are gone (the
+// scheduler's claims for extended resources too): a claim outlives its pod and keeps
+// its allocation, so without this a case's claims would hold capacity that the next
+// case's claims are placed on.
+func (n *node) deleteClaims(ctx context.Context) {
+	n.t.Helper()
+	claims, err := n.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		if c.Status.Allocation != nil || len(c.Status.ReservedFor) > 0 {
+			n.releaseClaim(ctx, c.Name)
+		}
+		err := n.client.ResourceV1().ResourceClaims(namespace).Delete(ctx, c.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			n.t.Fatal(err)
 		}
 	}
 }

@@ -440,7 +440,7 @@ stop_mps_daemons() {
   for f in "$NODE_DIR"/m/*/pipe/nvidia-cuda-mps-control.pid; do
     [[ -f $f ]] || continue
     pid=$(<"$f")
-    [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q mps-control || continue
+    [[ $pid =~ ^[0-9]+$ ]] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q mps-control || continue
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   done
 }
@@ -452,7 +452,7 @@ stop_shims() {
   for f in /proc/[0-9]*/cmdline; do
     pid=${f#/proc/}
     pid=${pid%/cmdline}
-    if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "-address $CTR_SOCK "; then
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -q -- "-address $CTR_SOCK "; then
       pids+=("$pid")
     fi
   done

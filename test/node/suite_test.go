@@ -326,6 +326,7 @@ func (n *node) deleteAll(ctx context.Context) {
 	if len(names) > 0 {
 		n.deletePods(ctx, names...)
 	}
+	n.deleteClaims(ctx)
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
@@ -346,24 +347,54 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// waitPhase waits until the pod reaches one of the phases and returns it.
+// waitPhase waits until the pod reaches one of the phases and returns it. When it
+// does not, the failure says where the pod stood: its phase, conditions, containers'
+// waiting or terminated reasons and its events.
 func (n *node) waitPhase(ctx context.Context, name string, timeout time.Duration, phases ...v1.PodPhase) *v1.Pod {
 	n.t.Helper()
-	var p *v1.Pod
-	waitFor(n.t, timeout, fmt.Sprintf("pod %s in phase %v", name, phases), func() (bool, error) {
-		var err error
-		p, err = n.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	deadline := time.Now().Add(timeout)
+	for {
+		p, err := n.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			n.t.Fatalf("waiting for pod %s in phase %v: %v", name, phases, err)
 		}
-		for _, ph := range phases {
-			if p.Status.Phase == ph {
-				return true, nil
-			}
+		if slices.Contains(phases, p.Status.Phase) {
+			return p
 		}
-		return false, nil
-	})
-	return p
+		if time.Now().After(deadline) {
+			n.t.Fatalf("pod %s in phase %v: not after %s; %s", name, phases, timeout, n.podState(ctx, p))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// podState describes where a pod stands, for a failure message.
+func (n *node) podState(ctx context.Context, p *v1.Pod) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "phase %s on node %q", p.Status.Phase, p.Spec.NodeName)
+	for _, c := range p.Status.Conditions {
+		if c.Status != v1.ConditionTrue {
+			fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		switch {
+		case cs.State.Waiting != nil:
+			fmt.Fprintf(&b, "; container %s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		case cs.State.Terminated != nil:
+			fmt.Fprintf(&b, "; container %s terminated: exit %d %s", cs.Name, cs.State.Terminated.ExitCode, cs.State.Terminated.Reason)
+		case cs.State.Running != nil:
+			fmt.Fprintf(&b, "; container %s running", cs.Name)
+		}
+	}
+	evs, err := n.podEvents(ctx, p.Name)
+	if err != nil {
+		fmt.Fprintf(&b, "; events: %v", err)
+	}
+	for _, e := range evs {
+		fmt.Fprintf(&b, "\n  event %s %s (x%d, last %s): %s", e.Type, e.Reason, e.Count, e.LastTimestamp.Format(time.TimeOnly), e.Message)
+	}
+	return b.String()
 }
 
 // probeLine is one "tessera-probe EVENT k=v ..." line of a container's log.
