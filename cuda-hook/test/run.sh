@@ -28,6 +28,11 @@ reset() {
 	rm -rf "$ROOT"
 	mkdir -p "$ROOT/run/tessera" "$ROOT/etc" "$ROOT/shm" "$ROOT/turns"
 }
+# TESSERA_TEST_CHARGE=kernel (make test CHARGE=kernel) runs every case under the kernel
+# charge model: each limits file gets the charge line, and the check that the class
+# model misses attention is left out.
+CHARGE=${TESSERA_TEST_CHARGE:-class}
+case $CHARGE in class | kernel) ;; *) echo "TESSERA_TEST_CHARGE=$CHARGE: want class or kernel" >&2 && exit 2 ;; esac
 # limits <context-mib> <gpu line>...
 limits() {
 	ctx=$1
@@ -39,11 +44,13 @@ limits() {
 		echo "context-mib $ctx"
 		for g in "$@"; do echo "gpu $g"; done
 	} >"$ROOT/run/tessera/limits"
+	[ "$CHARGE" = class ] || charge_kernel
 }
 # charge_kernel: the limits file's charge line (per-kernel charges; without it, the
 # class estimator).
 charge_kernel() {
-	sed -i '/^context-mib /a charge kernel' "$ROOT/run/tessera/limits"
+	grep -q '^charge kernel$' "$ROOT/run/tessera/limits" ||
+		sed -i '/^context-mib /a charge kernel' "$ROOT/run/tessera/limits"
 }
 config() {
 	printf '%s\n' "$1" >"$ROOT/etc/cuda-hook.conf"
@@ -345,15 +352,18 @@ t pace mixed 30 0.8                    # kernels of two lengths charged their me
 # mean, with samples over 3x it set aside, ran 44.5 %.
 limits 0 "$U1 81920 25 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-class|" "$ROOT/run/tessera/limits"
-if out=$(LD_PRELOAD="$PRELOAD" "$T" pace-near attn1000 25 1.5 3 2>&1); then
+if [ "$CHARGE" = kernel ]; then
+	echo "   (the class estimator's miss on attention: not checked under the kernel charge model)"
+elif out=$(LD_PRELOAD="$PRELOAD" "$T" pace-near attn1000 25 1.5 3 2>&1); then
 	echo "$out"
 	echo "FAIL attn1000 within 3 points of cap 25 without the charge line: the class estimator charged per kernel"
 	exit 1
+else
+	# The check's own FAIL line is the expected outcome here: shown as such.
+	echo "$out" | sed 's/^FAIL /expected miss: /'
+	echo "   (the class estimator's known gap, as expected)"
+	pass=$((pass + 1))
 fi
-# The check's own FAIL line is the expected outcome here: shown as such.
-echo "$out" | sed 's/^FAIL /expected miss: /'
-echo "   (the class estimator's known gap, as expected)"
-pass=$((pass + 1))
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn|" "$ROOT/run/tessera/limits"
 charge_kernel
 timed t pace-near attn1000 25 1.5 3
@@ -470,10 +480,12 @@ config "allow-env-limits yes"
 # beside <cores a> <phase a> <cores b> <phase b> "<scenario a>" "<scenario b>": two
 # containers (fresh regions) at once on one simulated GPU; fails if either fails.
 beside_n=0
+BESIDE_DEFAULT=
+[ "$CHARGE" = class ] || BESIDE_DEFAULT='charge kernel\n'
 beside() {
 	beside_n=$((beside_n + 1))
-	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-}" $U1 $1 $2 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-}" $U1 $3 $4 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-$BESIDE_DEFAULT}" $U1 $1 $2 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 %s %s\n' $beside_n "${BESIDE_CHARGE:-$BESIDE_DEFAULT}" $U1 $3 $4 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
 	# shellcheck disable=SC2086 # each scenario is words
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" $5 &
@@ -524,8 +536,8 @@ pass=$((pass + 2))
 # held to its 30 % again.
 wc_pair() {
 	beside_n=$((beside_n + 1))
-	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 30 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 30 0\nwork-conserving\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 70 30\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 3 &
 	a=$!
@@ -543,9 +555,9 @@ pass=$((pass + 2))
 # not made room (75 %) over the whole of its second window.
 wc_trio() {
 	beside_n=$((beside_n + 1))
-	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 30 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/b.limits"
-	printf 'version 1\ncgroup /pair/%s/c\ncontext-mib 0\ngpu %s 81920 70 30\n' $beside_n $U1 >"$ROOT/c.limits"
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 30 0\nwork-conserving\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 70 30\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/c\ncontext-mib 0\n%bgpu %s 81920 70 30\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/c.limits"
 	rm -f "$ROOT/gpu"
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 7 k100 55 &
 	a=$!
@@ -588,7 +600,7 @@ rm -f "$ROOT/turns/$U1"
 truncate -s 4096 "$ROOT/turns/$U1"
 "$T" turn-hog "$ROOT/turns/$U1" 4 &
 hog=$!
-printf 'version 1\ncgroup /turns/hogged\ncontext-mib 0\ngpu %s 81920 50 0\n' $U1 >"$ROOT/a.limits"
+printf 'version 1\ncgroup /turns/hogged\ncontext-mib 0\n%bgpu %s 81920 50 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 timed env TESSERA_LIMITS_FILE="$ROOT/a.limits" LD_PRELOAD="$PRELOAD" "$T" pace-share 50 2 k20000
 wait $hog
 pass=$((pass + 1))
@@ -612,14 +624,14 @@ timed beside 0 0 70 0 "pace kernel 30 2 20" "pace kernel 70 2 60"
 pass=$((pass + 2))
 # Alone with nothing reserved: not paced.
 share 0 100 0
-printf 'version 1\ncgroup /share/alone\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+printf 'version 1\ncgroup /share/alone\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 0 1
 # It follows the file: arrivals, departures, a malformed file (the last share kept).
-printf 'version 1\ncgroup /share/follow\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+printf 'version 1\ncgroup /share/follow\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-follow "$S1/share"
 # No valid file ever read: the least share (1 %), never unpaced.
 rm -f "$S1/share"
-printf 'version 1\ncgroup /share/missing\ncontext-mib 0\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
+printf 'version 1\ncgroup /share/missing\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 1 1
 # Work-conserving (its pod's annotation) takes the idle GPU alone and is held to the
 # unreserved 30 % once the 70 % container has work, which gets at least 60 (unpaced,
@@ -628,8 +640,8 @@ tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 1 1
 wc_unreserved() {
 	beside_n=$((beside_n + 1))
 	share 70 30 70
-	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\ngpu %s 81920 0 0\nwork-conserving\n' $beside_n $U1 >"$ROOT/a.limits"
-	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\ngpu %s 81920 70 0\n' $beside_n $U1 >"$ROOT/b.limits"
+	printf 'version 1\ncgroup /pair/%s/a\ncontext-mib 0\n%bgpu %s 81920 0 0\nwork-conserving\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
+	printf 'version 1\ncgroup /pair/%s/b\ncontext-mib 0\n%bgpu %s 81920 70 0\n' $beside_n "$BESIDE_DEFAULT" $U1 >"$ROOT/b.limits"
 	rm -f "$ROOT/gpu"
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/a.limits LD_PRELOAD="$PRELOAD" "$T" pace-wc 30 1 3 &
 	a=$!
