@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
@@ -90,6 +92,61 @@ func (b *Binder) FenceContainer(containerID string) error {
 	}
 	if err := b.fence(rec.Cgroup, rec.Devices); err != nil {
 		return &RefusedError{Reason: fmt.Sprintf("container %q of pod %s/%s: %v. It is not started", rec.Container, rec.Namespace, rec.Pod, err)}
+	}
+	return nil
+}
+
+// FenceClaimContainer sets the driver's memory limit of a container that uses DRA
+// claims (the NRI plugin calls it where it calls FenceContainer). A claim is bound
+// before its containers exist, so its record names no cgroup; a container uses the
+// claims whose limits directory is the source of its mount at api.ContainerLimitsDir
+// (the claim's CDI device put it in the runtime's spec; mounts are given as
+// source, destination pairs). On each GPU the container's cgroup is held to the memory
+// its claims consumed there. A claim's containers are each held to the claim's
+// memory: together, past the hook, they may hold up to that many times it (the hook's
+// shared accounting and the watchdog count them together). A container that uses no
+// claim, or a node without the fence: nil. A failure is a RefusedError.
+func (b *Binder) FenceClaimContainer(r Request, mounts [][2]string) error {
+	if b.cfg.Fence == nil || b.cfg.Fence.Driver == nil || b.cfg.ClaimStore == nil {
+		return nil
+	}
+	var sources []string
+	for _, m := range mounts {
+		if filepath.Clean(m[1]) == api.ContainerLimitsDir {
+			sources = append(sources, filepath.Clean(m[0]))
+		}
+	}
+	if len(sources) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var grants []api.DeviceGrant
+	var names []string
+	for _, rec := range b.claimRecords() {
+		if rec.LimitsDir == "" || !slices.Contains(sources, filepath.Clean(rec.LimitsDir)) {
+			continue
+		}
+		names = append(names, rec.Namespace+"/"+rec.Pod)
+		for _, g := range rec.Devices {
+			i := slices.IndexFunc(grants, func(h api.DeviceGrant) bool { return h.UUID == g.UUID })
+			if i < 0 {
+				grants = append(grants, api.DeviceGrant{UUID: g.UUID, MemoryMiB: g.MemoryMiB})
+				continue
+			}
+			grants[i].MemoryMiB += g.MemoryMiB
+		}
+	}
+	if len(grants) == 0 {
+		return nil
+	}
+	who := fmt.Sprintf("container %q of pod %s/%s (claims %s)", r.Container, r.Namespace, r.Pod, strings.Join(names, ", "))
+	cgroup, err := ResolveCgroup(r.CgroupsPath)
+	if err != nil {
+		return &RefusedError{Reason: fmt.Sprintf("%s: %v. It is not started", who, err)}
+	}
+	if err := b.fence(cgroup, grants); err != nil {
+		return &RefusedError{Reason: fmt.Sprintf("%s: %v. It is not started", who, err)}
 	}
 	return nil
 }

@@ -12,9 +12,11 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/adaptation"
+	nriapi "github.com/containerd/nri/pkg/api"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/node-agent/binding"
+	"github.com/tessera-dev/tessera/node-agent/checkpoint"
 	"github.com/tessera-dev/tessera/node-agent/deviceplugin"
 	"github.com/tessera-dev/tessera/node-agent/gpu"
 )
@@ -95,5 +97,121 @@ func TestDriverFenceHoldsProcessWithoutHook(t *testing.T) {
 	plain := pod(t, "f3")
 	if err := rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: plain, Container: ctr(plain, "fc3", "web")}); err != nil {
 		t.Errorf("start of a container without GPUs: %v", err)
+	}
+}
+
+// The same attack from a container that gets its GPU through a DRA claim: the claim is
+// bound when kubelet prepares it, before its containers exist, so the agent finds a
+// claim's containers at StartContainer by the claim's limits mount in the runtime's
+// spec, and holds each one's cgroup to the memory of the claims it mounts, per GPU.
+func TestDriverFenceHoldsClaimContainers(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	root := filepath.Join(dir, "cgroup")
+	mem := gpu.NewCgroupMemory(map[string]uint64{"GPU-0": 80 << 30, "GPU-1": 80 << 30}, func(d string) bool {
+		st, err := os.Stat(d)
+		return err == nil && st.IsDir()
+	})
+	claims, err := checkpoint.Open(filepath.Join(dir, "state", "claims.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := startRuntime(t, dir, nil, nil)
+	p, b := newPluginWith(t, dir, nil, func(c *binding.Config) {
+		c.ClaimStore = claims
+		c.Fence = &binding.Fence{Driver: mem, CgroupRoot: root, Supported: func(string) bool { return true }}
+	})
+	var refusedMu sync.Mutex
+	var refusals []string
+	p.OnRefused = func(ns, pod, c, reason string) {
+		refusedMu.Lock()
+		refusals = append(refusals, reason)
+		refusedMu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.Run(ctx)
+	waitConnected(t, p)
+
+	// claimMounts binds a claim as kubelet's prepare does and returns the mounts its
+	// CDI device gives each container.
+	claimMounts := func(uid string, grants ...api.DeviceGrant) []*nriapi.Mount {
+		t.Helper()
+		e, err := b.BindClaim(binding.Claim{UID: uid, Namespace: "team", Name: "claim-" + uid, Devices: grants})
+		if err != nil {
+			t.Fatalf("binding claim %s: %v", uid, err)
+		}
+		var ms []*nriapi.Mount
+		for _, m := range e.Mounts {
+			ms = append(ms, &nriapi.Mount{Source: m.Source, Destination: m.Destination, Type: "bind"})
+		}
+		return ms
+	}
+	start := func(uid, id string, ms []*nriapi.Mount, mkCgroup bool) (string, error) {
+		t.Helper()
+		pd := pod(t, uid)
+		c := ctr(pd, id, "train")
+		c.Mounts = ms
+		if _, err := rt.create(t, pd, c); err != nil {
+			t.Fatal(err)
+		}
+		cg := filepath.Join(root, "/kubepods.slice/kubepods-pod"+uid+".slice/cri-containerd-"+id+".scope")
+		if mkCgroup {
+			if err := os.MkdirAll(cg, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cg, rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: pd, Container: c})
+	}
+
+	a := claimMounts("ca", api.DeviceGrant{UUID: "GPU-1", Index: 1, MemoryMiB: 6144, Cores: 30})
+	cg, err := start("d1", "dc1", a, true)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if l, err := mem.MemoryLimit("GPU-1", cg); err != nil || l.Hard != 6144<<20 {
+		t.Fatalf("the claim container's driver limit: %+v, %v; want the claim's 6144 MiB", l, err)
+	}
+	if l, _ := mem.MemoryLimit("GPU-0", cg); l.Set {
+		t.Errorf("a limit on GPU-0, which the claim does not use: %+v", l)
+	}
+	if err := mem.Alloc("GPU-1", cg, 6000<<20); err != nil {
+		t.Fatalf("within the claim: %v", err)
+	}
+	if err := mem.Alloc("GPU-1", cg, 1<<30); !errors.Is(err, gpu.ErrOutOfMemory) {
+		t.Errorf("allocation past the claim by a process without the hook: %v, want out of memory", err)
+	}
+
+	// Two claims on one GPU in one container: held to their sum there.
+	bm := claimMounts("cb", api.DeviceGrant{UUID: "GPU-1", Index: 1, MemoryMiB: 2048, Cores: 10})
+	cg2, err := start("d2", "dc2", append(append([]*nriapi.Mount(nil), a...), bm...), true)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if l, err := mem.MemoryLimit("GPU-1", cg2); err != nil || l.Hard != 8192<<20 {
+		t.Errorf("the two-claim container's driver limit: %+v, %v; want 6144 + 2048 MiB", l, err)
+	}
+
+	// A claim container whose fence cannot be set does not start.
+	if _, err := start("d3", "dc3", a, false); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("start without a fence: %v, want the start to fail", err)
+	}
+	refusedMu.Lock()
+	if len(refusals) != 1 || !strings.Contains(refusals[0], "claims team/claim-ca") {
+		t.Errorf("refusals %q, want one naming the claim", refusals)
+	}
+	refusedMu.Unlock()
+
+	// A mount at the limits directory whose source is no claim's is not a claim
+	// container: no limit is set from it.
+	cg4, err := start("d4", "dc4", []*nriapi.Mount{{Source: filepath.Join(dir, "elsewhere"), Destination: api.ContainerLimitsDir, Type: "bind"}}, true)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if l, _ := mem.MemoryLimit("GPU-1", cg4); l.Set {
+		t.Errorf("a limit set from a mount that is no claim's: %+v", l)
 	}
 }

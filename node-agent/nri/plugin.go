@@ -221,6 +221,15 @@ func request(pod *nriapi.PodSandbox, ctr *nriapi.Container) binding.Request {
 	return r
 }
 
+// mounts are the container's mounts as source, destination pairs.
+func mounts(ctr *nriapi.Container) [][2]string {
+	var ms [][2]string
+	for _, m := range ctr.GetMounts() {
+		ms = append(ms, [2]string{m.GetSource(), m.GetDestination()})
+	}
+	return ms
+}
+
 // Synchronize receives every pod and container the runtime has when the plugin
 // connects: the moment to forget containers that went away while the agent was down
 // and to rebuild records a lost checkpoint no longer has.
@@ -230,6 +239,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 		byID[pod.GetId()] = pod
 	}
 	var live []binding.Request
+	var liveMounts [][][2]string
 	for _, c := range ctrs {
 		switch c.GetState() {
 		case nriapi.ContainerState_CONTAINER_STOPPED:
@@ -241,14 +251,19 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 			r.Mounts = append(r.Mounts, m.GetDestination())
 		}
 		live = append(live, r)
+		liveMounts = append(liveMounts, mounts(c))
 	}
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
 	}
 	// Containers that started while the agent was away (or under an agent that set
 	// no fence) get the driver's fence now; a running container cannot be refused.
-	for _, r := range live {
-		if err := p.binder.FenceContainer(r.ContainerID); err != nil {
+	for i, r := range live {
+		err := p.binder.FenceContainer(r.ContainerID)
+		if err == nil {
+			err = p.binder.FenceClaimContainer(r, liveMounts[i])
+		}
+		if err != nil {
 			p.log.Error(err, "setting the memory fence of a running container", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
 		}
 	}
@@ -338,13 +353,17 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 	return adj, nil, nil
 }
 
-// StartContainer sets the driver's memory fence on a bound container's cgroup. The
+// StartContainer sets the driver's memory fence on the cgroup of a bound container,
+// or of a container that uses DRA claims (found by the claims' limits mounts). The
 // runtime calls it after it has created the container (runc create: the cgroup
 // exists, the container's process waits to exec) and before it starts it; an error
 // fails the start, so a container whose fence cannot be set never runs. (At
 // CreateContainer and PostCreateContainer the cgroup does not exist yet.)
 func (p *Plugin) StartContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) error {
 	err := p.binder.FenceContainer(ctr.GetId())
+	if err == nil {
+		err = p.binder.FenceClaimContainer(request(pod, ctr), mounts(ctr))
+	}
 	if err == nil {
 		return nil
 	}
