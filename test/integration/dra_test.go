@@ -566,6 +566,52 @@ func TestDRAWholeGPUsByExtendedResource(t *testing.T) {
 	}
 }
 
+// TestDRAWholeGPUsPlacedByPolicy: whole GPUs asked by the extended resource on a DRA
+// node are chosen by the profile's device policy, as a claim's are, though the claim
+// is the in-tree plugin's own: with a share on GPU 0, two whole GPUs go together to
+// NUMA node 1 (GPUs 2 and 3), where first fit in slice order takes GPUs 1 and 2
+// across the two NUMA nodes.
+func TestDRAWholeGPUsPlacedByPolicy(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-whole-policy"
+	c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
+	gpu := make([]string, 4)
+	for i := range gpu {
+		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
+	}
+	c.createDeviceClasses()
+	c.startScheduler("tessera-scheduler.yaml")
+
+	c.shareClaim("first", binpack, "1Gi", "10")
+	if d := c.claimDevice("first"); d != gpu[0] {
+		t.Fatalf("the first share on %s, want GPU 0 (%s)", d, gpu[0])
+	}
+	c.createPod(newPod(c.ns, "whole-pair", binpack, nil, gpuLimits{name: "c", gpu: "2"}))
+	c.waitBound("whole-pair", 30*time.Second)
+	p, err := c.client.CoreV1().Pods(c.ns).Get(c.ctx, "whole-pair", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		t.Fatalf("pod whole-pair has no extended resource claim: %+v", p.Status)
+	}
+	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, st.ResourceClaimName, metav1.GetOptions{})
+	if err != nil || cl.Status.Allocation == nil {
+		t.Fatalf("claim %s not allocated: %v", st.ResourceClaimName, err)
+	}
+	var got []string
+	for _, r := range cl.Status.Allocation.Devices.Results {
+		got = append(got, r.Device)
+	}
+	slices.Sort(got)
+	want := []string{gpu[2], gpu[3]}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("two whole GPUs on %v, want GPUs 2 and 3 of NUMA node 1 %v (first fit: GPUs 1 and 2)", got, want)
+	}
+}
+
 // shareClaim creates a claim for one share of a whole GPU (memory, cores; empty: the
 // device's default) and a pod of profile using it.
 func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.ResourceClaim {

@@ -141,6 +141,44 @@ func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
 			return &demand{info: info, c: &info.Req.Containers[0]}
 		}
 	}
+	return o.extendedDemand(logger, pod)
+}
+
+// extendedDemand is the demand of a pod that asks whole GPUs by an extended resource a
+// Tessera DeviceClass serves on DRA nodes (tessera.dev/gpu through
+// whole-gpu.tessera.dev): the in-tree plugin allocates them from a claim it makes
+// itself, so the first container asking for it is placed as a container of that many
+// whole GPUs, as a claim's request of count N is. Nil for any other pod, and once the
+// pod's claim for them exists (it is allocated).
+func (o *orderer) extendedDemand(logger klog.Logger, pod *v1.Pod) *demand {
+	if pod.Status.ExtendedResourceClaimStatus != nil {
+		return nil
+	}
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			rl := cs[i].Resources.Requests
+			if len(rl) == 0 {
+				rl = cs[i].Resources.Limits
+			}
+			for n, q := range rl {
+				if q.Sign() <= 0 || !strings.Contains(string(n), "/") {
+					continue
+				}
+				class := o.extendedClass(n)
+				if class == "" {
+					continue
+				}
+				c := api.ContainerRequest{Name: cs[i].Name, GPUs: int(max(1, min(q.Value(), api.MaxGPUsPerContainer))), Cores: 100}
+				info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
+				o.nodePlacer.PreparePod(pod, info)
+				if o.placer != o.nodePlacer {
+					o.placer.PreparePod(pod, info)
+				}
+				logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "extendedResource", n, "class", class, "gpus", c.GPUs)
+				return &demand{info: info, c: &info.Req.Containers[0]}
+			}
+		}
+	}
 	return nil
 }
 
