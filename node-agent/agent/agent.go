@@ -78,6 +78,9 @@ type Config struct {
 	DRAPluginDir, DRARegistrarDir string
 	// DRACDISpecDir is where the prepared claims' CDI specs are written.
 	DRACDISpecDir string
+	// DRAClaimRegionTmpfs gives each prepared claim's region directory a tmpfs of its
+	// own (binding.TmpfsRegions).
+	DRAClaimRegionTmpfs bool
 
 	NRI       bool
 	NRISocket string
@@ -399,6 +402,9 @@ func New(cfg Config, log logr.Logger, client kubernetes.Interface, source gpu.So
 			ChargeKernel: cfg.PacingCharge == api.PacingChargeKernel,
 			Pods:         pods.Get, CachedPod: pods.Cached, SchedulerNames: cfg.SchedulerNames, Inventory: a.inventory,
 			Unmet: a.req.bindRefusal, ClaimStore: claims,
+		}
+		if cfg.DRA && cfg.DRAClaimRegionTmpfs {
+			bc.ClaimRegions = binding.TmpfsRegions{}
 		}
 		if a.fenceDriver != nil {
 			bc.Fence = &binding.Fence{Driver: a.fenceDriver, Supported: a.fence.has, CgroupRoot: a.cgroupRoot()}

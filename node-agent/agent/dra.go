@@ -23,6 +23,9 @@ func bindDRAFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.DRAPluginDir, "dra-plugin-dir", kubeletplugin.KubeletPluginsDir+"/"+dra.DriverName, "with --dra: the plugin's directory under kubelet's plugins directory (holds its socket)")
 	fs.StringVar(&c.DRARegistrarDir, "dra-registrar-dir", kubeletplugin.KubeletRegistryDir, "with --dra: kubelet's plugin registration directory")
 	fs.StringVar(&c.DRACDISpecDir, "dra-cdi-spec-dir", cdi.DefaultSpecDir, "with --dra: where the CDI spec of each prepared claim is written (a directory the runtime reads CDI specs from)")
+	fs.BoolVar(&c.DRAClaimRegionTmpfs, "dra-claim-region-tmpfs", true, "with --dra: mount a tmpfs of its own (1 MiB) at each prepared claim's accounting-region directory, "+
+		"so that what a claim's containers write there cannot fill the file system of --limits-root; needs CAP_SYS_ADMIN and the limits root "+
+		"shared with the host (Bidirectional mount propagation). false: the directory stays on the limits root's file system")
 }
 
 // validateDRA checks the DRA flags: a node serves Tessera's GPUs through the device

@@ -117,6 +117,10 @@ type Config struct {
 	// the node (claim.go): their grants count beside the containers' in every check of
 	// room, phase placement and unreserved share. Nil: no claims (DRA off).
 	ClaimStore *checkpoint.Store
+	// ClaimRegions, when set, gives each claim's region directory a file system of its
+	// own (TmpfsRegions), taken away when the claim is unbound. Nil: the directory is
+	// on the limits root's file system.
+	ClaimRegions ClaimRegionFS
 	// LimitsRoot is the host directory under which each container's limits directory
 	// lives (api.DefaultHostLimitsRoot).
 	LimitsRoot string
@@ -602,7 +606,7 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	}
 	regionMount := RegionMount()
 	if claim {
-		if regionMount, err = claimRegionMount(dir); err != nil {
+		if regionMount, err = claimRegionMount(dir, b.cfg.ClaimRegions); err != nil {
 			return nil, fmt.Errorf("%s: %w", who, err)
 		}
 	}
@@ -801,6 +805,11 @@ func (b *Binder) unbind(store *checkpoint.Store, id string) error {
 		return err
 	}
 	if r.LimitsDir != "" && strings.HasPrefix(r.LimitsDir, b.cfg.LimitsRoot+string(os.PathSeparator)) {
+		if r.Claim && b.cfg.ClaimRegions != nil {
+			if err := b.cfg.ClaimRegions.Unmount(filepath.Join(r.LimitsDir, claimRegionSubdir)); err != nil {
+				return err
+			}
+		}
 		return os.RemoveAll(r.LimitsDir)
 	}
 	return nil

@@ -183,9 +183,10 @@ func (b *Binder) allRecords() []checkpoint.Record {
 }
 
 // claimRegionMount makes the claim's region directory under its limits directory
-// (mode 1777, as /dev/shm: the tenant may run as any user) and returns its read-write
-// bind mount at api.ContainerRegionDir. Anything but a directory in its place is an error.
-func claimRegionMount(limitsDir string) (Mount, error) {
+// (mode 1777, as /dev/shm: the tenant may run as any user), a file system of its own
+// where fs is set, and returns its read-write bind mount at api.ContainerRegionDir.
+// Anything but a directory in its place is an error.
+func claimRegionMount(limitsDir string, fs ClaimRegionFS) (Mount, error) {
 	dir := filepath.Join(limitsDir, claimRegionSubdir)
 	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 		return Mount{}, fmt.Errorf("claim region directory: %w", err)
@@ -196,6 +197,11 @@ func claimRegionMount(limitsDir string) (Mount, error) {
 	}
 	if !fi.IsDir() {
 		return Mount{}, fmt.Errorf("claim region directory %s is %s, not a directory", dir, fileKind(fi.Mode()))
+	}
+	if fs != nil {
+		if err := fs.Mount(dir); err != nil {
+			return Mount{}, err
+		}
 	}
 	if err := os.Chmod(dir, os.ModeSticky|0o777); err != nil {
 		return Mount{}, fmt.Errorf("claim region directory: %w", err)

@@ -69,6 +69,10 @@ func (c *cluster) startDRAAgent(node, topology, dir string) *draAgent {
 		"--turns-dir", filepath.Join(dir, "turns"), "--dev-dir", filepath.Join(dir, "dev"),
 		"--dra-cdi-spec-dir", filepath.Join(dir, "cdi"), "--dra-plugin-dir", filepath.Join(dir, "plugin"),
 		"--dra-registrar-dir", filepath.Join(dir, "registry"),
+		// No tmpfs at the claims' region directories: a claim the test leaves
+		// prepared would keep one mounted in the test's temporary directory (the
+		// real-node suite and the binder's tests mount them).
+		"--dra-claim-region-tmpfs=false",
 	}); err != nil {
 		c.t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -273,6 +274,26 @@ func (n *node) claimLimits(ctx context.Context, p *v1.Pod) api.GPULimit {
 	return l.GPUs[0]
 }
 
+// checkClaimRegionTmpfs checks that the prepared claim of pod p (named as the pod)
+// has its region directory on a tmpfs of its own, of a container region's size: the
+// agent's --dra-claim-region-tmpfs, on by default.
+func (n *node) checkClaimRegionTmpfs(ctx context.Context, p *v1.Pod) {
+	n.t.Helper()
+	claim, err := n.client.ResourceV1().ResourceClaims(namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	dir := filepath.Join(api.HostLimitsDir(filepath.Join(n.dir, "limits"), binding.ClaimCgroup(string(claim.UID))), "region")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		n.t.Errorf("claim %s's region directory: %v", p.Name, err)
+		return
+	}
+	if size := uint64(fs.Blocks) * uint64(fs.Bsize); fs.Type != unix.TMPFS_MAGIC || size > uint64(api.RegionDirBytes) {
+		n.t.Errorf("claim %s's region directory %s: file system %#x of %d bytes, want a tmpfs of at most %d", p.Name, dir, fs.Type, size, api.RegionDirBytes)
+	}
+}
+
 // Two claims at 30 and 70 cores on one GPU, as CoresShares does with extended
 // resources: their limits files carry the claims' cores in compute windows that do not
 // overlap, each paced on the GPU's turn file, and on a GPU each gets its share of a
@@ -300,6 +321,7 @@ func testClaimCoresShares(n *node) {
 	for _, c := range []int{30, 70} {
 		n.waitPhase(ctx, shares[c].Name, 2*time.Minute, v1.PodRunning, v1.PodSucceeded, v1.PodFailed)
 		limits[c] = n.claimLimits(ctx, shares[c])
+		n.checkClaimRegionTmpfs(ctx, shares[c])
 	}
 	a, b := limits[30], limits[70]
 	if a.Cores != 30 || b.Cores != 70 || a.UUID != uuid || b.UUID != uuid {
