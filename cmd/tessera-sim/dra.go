@@ -55,10 +55,65 @@ type draWorld struct {
 	manager fwk.SharedDRAManager
 	// device maps node -> device name -> GPU index, for the ledger.
 	device map[string]map[string]int
-	// minMemMiB is the least memory of a GPU model in the cluster, per model accepted
-	// (every model when a pod names none): see draClaim.
+	memoryTable
+}
+
+// memoryTable is the least memory of a GPU of each model in the cluster, and of any
+// GPU: what a share asks in MiB (shareMiB).
+type memoryTable struct {
 	modelMem map[string]int64
 	minMem   int64
+}
+
+// add counts the GPUs of a node's inventory.
+func (t *memoryTable) add(inv *api.NodeInventory) {
+	if t.modelMem == nil {
+		t.modelMem = map[string]int64{}
+	}
+	for _, g := range inv.GPUs {
+		if m, ok := t.modelMem[g.Model]; !ok || g.MemoryMiB < m {
+			t.modelMem[g.Model] = g.MemoryMiB
+		}
+		if t.minMem == 0 || g.MemoryMiB < t.minMem {
+			t.minMem = g.MemoryMiB
+		}
+	}
+}
+
+// newMemoryTable is the memory table of the nodes' inventories.
+func newMemoryTable(nodes []*v1.Node) (memoryTable, error) {
+	var t memoryTable
+	for _, n := range nodes {
+		raw, ok := n.Annotations[api.AnnotationInventory]
+		if !ok {
+			continue
+		}
+		inv, err := api.DecodeInventory(raw)
+		if err != nil {
+			return t, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		t.add(inv)
+	}
+	return t, nil
+}
+
+// shareMiB is the memory a share of pct percent of one GPU asks in MiB: pct of the
+// smallest GPU among the models the pod accepts (every model when it names none), the
+// most a user can ask that fits pct of every GPU it may land on.
+func (t *memoryTable) shareMiB(tp *tracePod, pct int64) int64 {
+	mem := t.minMem
+	if len(tp.gpuSpec) > 0 {
+		mem = 0
+		for _, m := range tp.gpuSpec {
+			if v, ok := t.modelMem[m]; ok && (mem == 0 || v < mem) {
+				mem = v
+			}
+		}
+		if mem == 0 { // no node has the model: the pod fits nowhere anyway
+			mem = t.minMem
+		}
+	}
+	return mem * pct / 100
 }
 
 // newDRAWorld builds the API objects of a DRA-mode cluster: the DeviceClass, and one
@@ -72,7 +127,7 @@ func newDRAWorld(ctx context.Context, nodes []*v1.Node) (*draWorld, error) {
 			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", dra.DriverName)},
 		}}},
 	}}
-	w := &draWorld{device: map[string]map[string]int{}, modelMem: map[string]int64{}}
+	w := &draWorld{device: map[string]map[string]int{}}
 	for _, n := range nodes {
 		raw, ok := n.Annotations[api.AnnotationInventory]
 		if !ok {
@@ -85,13 +140,8 @@ func newDRAWorld(ctx context.Context, nodes []*v1.Node) (*draWorld, error) {
 		idx := map[string]int{}
 		for _, g := range inv.GPUs {
 			idx[dra.DeviceName(g.UUID)] = g.Index
-			if m, ok := w.modelMem[g.Model]; !ok || g.MemoryMiB < m {
-				w.modelMem[g.Model] = g.MemoryMiB
-			}
-			if w.minMem == 0 || g.MemoryMiB < w.minMem {
-				w.minMem = g.MemoryMiB
-			}
 		}
+		w.add(inv)
 		w.device[n.Name] = idx
 		pool := dra.Resources(n.Name, inv).Pools[n.Name]
 		for i, s := range pool.Slices {
@@ -185,21 +235,9 @@ func (w *draWorld) draClaim(tp *tracePod, pod string) *resourceapi.ResourceClaim
 	}
 	if tp.gpuMilli < 1000 {
 		pct := sharePercent(tp.gpuMilli)
-		mem := w.minMem
-		if len(tp.gpuSpec) > 0 {
-			mem = 0
-			for _, m := range tp.gpuSpec {
-				if v, ok := w.modelMem[m]; ok && (mem == 0 || v < mem) {
-					mem = v
-				}
-			}
-			if mem == 0 { // no node has the model: the claim fits nowhere anyway
-				mem = w.minMem
-			}
-		}
 		req.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 			dra.CapacityCores:  *resource.NewQuantity(pct, resource.DecimalSI),
-			dra.CapacityMemory: *resource.NewQuantity((mem*pct/100)<<20, resource.BinarySI),
+			dra.CapacityMemory: *resource.NewQuantity(w.shareMiB(tp, pct)<<20, resource.BinarySI),
 		}}
 	}
 	return &resourceapi.ResourceClaim{

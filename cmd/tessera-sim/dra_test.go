@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-dev/tessera/api"
+	"github.com/tessera-dev/tessera/node-agent/dra"
 )
 
 // replayAll replays pods on nodes with each named policy in mode, seed 42, no
@@ -125,5 +128,62 @@ func TestReplayDRAPolicies(t *testing.T) {
 	err := run("", "", "", "bestfit", "42", 1.3, t.TempDir(), 1, 0, progressOptions{}, workloadOptions{mode: modeDRA})
 	if err == nil || !strings.Contains(err.Error(), "policy bestfit does not apply in dra mode") {
 		t.Errorf("bestfit in DRA mode: %v", err)
+	}
+}
+
+// -gpu-memory mib: a device-plugin share asks gpu-memory in MiB exactly what the
+// ResourceClaim of the same trace pod asks, so the two modes can be compared with the
+// same requests.
+func TestMemoryMiBAsksAsClaims(t *testing.T) {
+	nodes := []traceNode{
+		{name: "t4", cpuMilli: 64000, memoryMiB: 262144, gpus: 2, model: "T4"},
+		{name: "v100", cpuMilli: 96000, memoryMiB: 786432, gpus: 8, model: "V100M32"},
+	}
+	pods := []tracePod{
+		{name: "any-50", numGPU: 1, gpuMilli: 500},
+		{name: "v100-30", numGPU: 1, gpuMilli: 300, gpuSpec: []string{"V100M32"}},
+		{name: "whole", numGPU: 2, gpuMilli: 1000},
+	}
+	cl, err := newCluster(nodes, pods, modeDevicePlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := newMemoryTable(cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newDRAWorld(context.Background(), cl.nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := api.DefaultResourceNames()
+	for i := range pods {
+		tp := &pods[i]
+		pod := podObject(tp, tp.name, i)
+		askMemoryMiB(pod, tp, &table)
+		limits := pod.Spec.Containers[0].Resources.Limits
+		if _, ok := limits[names.GPUMemoryPercent]; ok {
+			t.Errorf("%s still asks gpu-memory-percent", tp.name)
+		}
+		got, asked := limits[names.GPUMemory]
+		req := w.draClaim(tp, tp.name).Spec.Devices.Requests[0].Exactly
+		if req.Capacity == nil {
+			if asked {
+				t.Errorf("%s (whole GPUs) asks gpu-memory %s", tp.name, got.String())
+			}
+			continue
+		}
+		want := req.Capacity.Requests[dra.CapacityMemory]
+		if got.Value()<<20 != want.Value() {
+			t.Errorf("%s asks gpu-memory %d MiB, its claim %d bytes", tp.name, got.Value(), want.Value())
+		}
+	}
+	// The T4's memory bounds a share that may land on it; one that names the V100
+	// asks its share of a V100.
+	if got := table.shareMiB(&pods[0], 50); got != modelMemoryMiB["T4"]/2 {
+		t.Errorf("a 50 %% share of any GPU asks %d MiB, want half the T4's %d", got, modelMemoryMiB["T4"])
+	}
+	if got := table.shareMiB(&pods[1], 30); got != modelMemoryMiB["V100M32"]*30/100 {
+		t.Errorf("a 30 %% share of a V100M32 asks %d MiB, want 30 %% of %d", got, modelMemoryMiB["V100M32"])
 	}
 }

@@ -51,6 +51,8 @@ func main() {
 		wlSeed     = flag.Int64("workload-seed", 1, "seed of the -workload transformation (one variety for all -seeds)")
 		wlOut      = flag.String("workload-out", "", "also write the workload's pod list to this CSV file")
 		gpuMode    = flag.String("mode", modeDevicePlugin, "how pods ask for GPUs: device-plugin (extended resources) or dra (ResourceClaims; policies binpack, spread, fragmentation and first-fit)")
+		gpuMemory  = flag.String("gpu-memory", memoryPercent, "device-plugin mode: how a share asks GPU memory: percent (gpu-memory-percent = its share of whichever GPU it lands on) or mib "+
+			"(gpu-memory in MiB, its share of the smallest GPU model it accepts: what a ResourceClaim asks in dra mode, which has no percentage; to compare the two modes with the same requests)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole invocation to this file (go tool pprof)")
 	)
 	klog.InitFlags(nil)
@@ -66,9 +68,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tessera-sim: -workload:", err)
 		os.Exit(2)
 	}
-	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut, mode: *gpuMode}
+	wo := workloadOptions{variety: wl, seed: *wlSeed, out: *wlOut, mode: *gpuMode, memoryMiB: *gpuMemory == memoryMiB}
 	if *gpuMode != modeDevicePlugin && *gpuMode != modeDRA {
 		fmt.Fprintf(os.Stderr, "tessera-sim: -mode: %q is neither %s nor %s\n", *gpuMode, modeDevicePlugin, modeDRA)
+		os.Exit(2)
+	}
+	if *gpuMemory != memoryPercent && *gpuMemory != memoryMiB {
+		fmt.Fprintf(os.Stderr, "tessera-sim: -gpu-memory: %q is neither %s nor %s\n", *gpuMemory, memoryPercent, memoryMiB)
+		os.Exit(2)
+	}
+	if wo.memoryMiB && *gpuMode == modeDRA {
+		fmt.Fprintf(os.Stderr, "tessera-sim: -gpu-memory %s is for device-plugin mode: claims always ask memory in MiB\n", memoryMiB)
 		os.Exit(2)
 	}
 	if *cpuProfile != "" {
@@ -121,7 +131,15 @@ type workloadOptions struct {
 	seed    int64
 	out     string // write the variety's pod list here too, if set
 	mode    string // modeDevicePlugin or modeDRA
+	// memoryMiB: device-plugin shares ask gpu-memory in MiB as claims do (-gpu-memory mib).
+	memoryMiB bool
 }
+
+// The values of -gpu-memory.
+const (
+	memoryPercent = "percent"
+	memoryMiB     = "mib"
+)
 
 // loadWorkload reads the pod list and builds the variety from it.
 func loadWorkload(podsPath string, nodes []traceNode, wo workloadOptions) ([]tracePod, error) {
@@ -214,11 +232,22 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 	if err != nil {
 		return fmt.Errorf("%s: %w", nodesPath, err)
 	}
+	if wo.memoryMiB {
+		t, err := newMemoryTable(cl.nodes)
+		if err != nil {
+			return fmt.Errorf("%s: %w", nodesPath, err)
+		}
+		cl.memoryMiB = &t
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s, %s); mode: %s; policies: %s; seeds: %s; inflation %.2f\n",
-		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), wo.variety.name, cl.mode, policyList, seedList, inflation)
+	memNote := ""
+	if wo.memoryMiB {
+		memNote = " (shares ask gpu-memory in MiB, as claims do)"
+	}
+	fmt.Printf("cluster: %d nodes, %d GPUs; workload: %d pods (%s, %s); mode: %s%s; policies: %s; seeds: %s; inflation %.2f\n",
+		len(cl.nodes), cl.totalGPU/1000, len(tp), filepath.Base(podsPath), wo.variety.name, cl.mode, memNote, policyList, seedList, inflation)
 
 	type job struct {
 		pol  *policy

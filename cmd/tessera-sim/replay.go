@@ -88,12 +88,15 @@ func findPolicy(name string) (*policy, error) {
 
 // cluster is the replay's input, shared read-only by every run.
 type cluster struct {
-	mode     string // modeDevicePlugin or modeDRA
-	nodes    []*v1.Node
-	gpus     map[string]int // node -> GPU count
-	totalGPU int64          // milli-GPUs
-	pods     []tracePod
-	shapes   []shape // the trace's GPU pod shapes and frequencies, for the fragmentation metric
+	mode string // modeDevicePlugin or modeDRA
+	// memoryMiB, when set, makes device-plugin shares ask gpu-memory in MiB from it,
+	// as claims do (-gpu-memory mib).
+	memoryMiB *memoryTable
+	nodes     []*v1.Node
+	gpus      map[string]int // node -> GPU count
+	totalGPU  int64          // milli-GPUs
+	pods      []tracePod
+	shapes    []shape // the trace's GPU pod shapes and frequencies, for the fragmentation metric
 }
 
 // point is the cluster state after one pod arrived.
@@ -199,6 +202,9 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 			}
 		} else {
 			pod = podObject(tp, name, k)
+			if cl.memoryMiB != nil {
+				askMemoryMiB(pod, tp, cl.memoryMiB)
+			}
 		}
 		arrived += tp.demandMilli()
 		node, err := scheduleOne(ctx, fw, pod, infos, ok, &feasible, rng, w != nil)

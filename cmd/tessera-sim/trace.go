@@ -258,6 +258,19 @@ func nodeObject(n *traceNode) (*v1.Node, error) {
 // lists is a multiple of 10 milli, so this is exact; others are rounded to the nearest
 // percent, at least 1). A whole GPU asks the whole memory and 100% cores (exclusive);
 // num_gpu > 1 asks that many whole GPUs. gpu_spec becomes the model include list.
+// askMemoryMiB turns a share's gpu-memory-percent into gpu-memory in MiB, what a
+// ResourceClaim of the same share asks (memoryTable.shareMiB).
+func askMemoryMiB(pod *v1.Pod, p *tracePod, t *memoryTable) {
+	names := api.DefaultResourceNames()
+	limits := pod.Spec.Containers[0].Resources.Limits
+	pct, ok := limits[names.GPUMemoryPercent]
+	if !ok {
+		return
+	}
+	delete(limits, names.GPUMemoryPercent)
+	limits[names.GPUMemory] = *resource.NewQuantity(t.shareMiB(p, pct.Value()), resource.DecimalSI)
+}
+
 func podObject(p *tracePod, name string, uid int) *v1.Pod {
 	req := v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewMilliQuantity(p.cpuMilli, resource.DecimalSI),
