@@ -83,6 +83,15 @@ func (t *memoryTable) add(inv *api.NodeInventory) {
 // newMemoryTable is the memory table of the nodes' inventories.
 func newMemoryTable(nodes []*v1.Node) (memoryTable, error) {
 	var t memoryTable
+	err := eachInventory(nodes, func(_ *v1.Node, inv *api.NodeInventory) error {
+		t.add(inv)
+		return nil
+	})
+	return t, err
+}
+
+// eachInventory calls f with each GPU node and its decoded inventory.
+func eachInventory(nodes []*v1.Node, f func(*v1.Node, *api.NodeInventory) error) error {
 	for _, n := range nodes {
 		raw, ok := n.Annotations[api.AnnotationInventory]
 		if !ok {
@@ -90,11 +99,13 @@ func newMemoryTable(nodes []*v1.Node) (memoryTable, error) {
 		}
 		inv, err := api.DecodeInventory(raw)
 		if err != nil {
-			return t, fmt.Errorf("node %s: %w", n.Name, err)
+			return fmt.Errorf("node %s: %w", n.Name, err)
 		}
-		t.add(inv)
+		if err := f(n, inv); err != nil {
+			return err
+		}
 	}
-	return t, nil
+	return nil
 }
 
 // shareMiB is the memory a share of pct percent of one GPU asks in MiB: pct of the
@@ -128,15 +139,7 @@ func newDRAWorld(ctx context.Context, nodes []*v1.Node) (*draWorld, error) {
 		}}},
 	}}
 	w := &draWorld{device: map[string]map[string]int{}}
-	for _, n := range nodes {
-		raw, ok := n.Annotations[api.AnnotationInventory]
-		if !ok {
-			continue
-		}
-		inv, err := api.DecodeInventory(raw)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", n.Name, err)
-		}
+	err := eachInventory(nodes, func(n *v1.Node, inv *api.NodeInventory) error {
 		idx := map[string]int{}
 		for _, g := range inv.GPUs {
 			idx[dra.DeviceName(g.UUID)] = g.Index
@@ -155,6 +158,10 @@ func newDRAWorld(ctx context.Context, nodes []*v1.Node) (*draWorld, error) {
 				},
 			})
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	w.client = fake.NewClientset()
 	versions(w.client)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -28,31 +29,8 @@ import (
 // first process runs, and the driver refuses the allocation; a container whose
 // fence cannot be set is not started.
 func TestDriverFenceHoldsProcessWithoutHook(t *testing.T) {
-	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	root := filepath.Join(dir, "cgroup")
-	mem := gpu.NewCgroupMemory(map[string]uint64{"GPU-0": 80 << 30, "GPU-1": 80 << 30}, func(d string) bool {
-		st, err := os.Stat(d)
-		return err == nil && st.IsDir()
-	})
-	rt := startRuntime(t, dir, nil, nil)
-	p, _ := newPluginWith(t, dir, nil, func(c *binding.Config) {
-		c.Fence = &binding.Fence{Driver: mem, CgroupRoot: root, Supported: func(string) bool { return true }}
-	})
-	var refusedMu sync.Mutex
-	var refusals []string
-	p.OnRefused = func(ns, pod, c, reason string) {
-		refusedMu.Lock()
-		refusals = append(refusals, reason)
-		refusedMu.Unlock()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	waitConnected(t, p)
+	f := startFenced(t)
+	root, mem, rt := f.root, f.mem, f.rt
 
 	gpuPod := pod(t, "f1", api.ContainerAssignment{Name: "train", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 8192}}})
 	c := ctr(gpuPod, "fc1", "train", deviceplugin.EnvRequested+"=1")
@@ -84,13 +62,11 @@ func TestDriverFenceHoldsProcessWithoutHook(t *testing.T) {
 	if _, err := rt.create(t, other, c2); err != nil {
 		t.Fatal(err)
 	}
-	err = rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: other, Container: c2})
+	err := rt.r.StartContainer(context.Background(), &adaptation.StartContainerRequest{Pod: other, Container: c2})
 	if err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("start without a fence: %v, want the start to fail", err)
 	}
-	refusedMu.Lock()
-	defer refusedMu.Unlock()
-	if len(refusals) != 1 || !strings.Contains(refusals[0], "memory limit") {
+	if refusals := f.refusals(); len(refusals) != 1 || !strings.Contains(refusals[0], "memory limit") {
 		t.Errorf("refusals %q, want one for the fence", refusals)
 	}
 	// A container that is not Tessera's starts untouched.
@@ -105,36 +81,14 @@ func TestDriverFenceHoldsProcessWithoutHook(t *testing.T) {
 // claim's containers at StartContainer by the claim's limits mount in the runtime's
 // spec, and holds each one's cgroup to the memory of the claims it mounts, per GPU.
 func TestDriverFenceHoldsClaimContainers(t *testing.T) {
-	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	root := filepath.Join(dir, "cgroup")
-	mem := gpu.NewCgroupMemory(map[string]uint64{"GPU-0": 80 << 30, "GPU-1": 80 << 30}, func(d string) bool {
-		st, err := os.Stat(d)
-		return err == nil && st.IsDir()
-	})
-	claims, err := checkpoint.Open(filepath.Join(dir, "state", "claims.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := startRuntime(t, dir, nil, nil)
-	p, b := newPluginWith(t, dir, nil, func(c *binding.Config) {
+	f := startFenced(t, func(dir string, c *binding.Config) {
+		claims, err := checkpoint.Open(filepath.Join(dir, "state", "claims.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		c.ClaimStore = claims
-		c.Fence = &binding.Fence{Driver: mem, CgroupRoot: root, Supported: func(string) bool { return true }}
 	})
-	var refusedMu sync.Mutex
-	var refusals []string
-	p.OnRefused = func(ns, pod, c, reason string) {
-		refusedMu.Lock()
-		refusals = append(refusals, reason)
-		refusedMu.Unlock()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go p.Run(ctx)
-	waitConnected(t, p)
+	dir, root, mem, rt, b := f.dir, f.root, f.mem, f.rt, f.b
 
 	// claimMounts binds a claim as kubelet's prepare does and returns the mounts its
 	// CDI device gives each container.
@@ -199,11 +153,9 @@ func TestDriverFenceHoldsClaimContainers(t *testing.T) {
 	if _, err := start("d3", "dc3", a, false); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("start without a fence: %v, want the start to fail", err)
 	}
-	refusedMu.Lock()
-	if len(refusals) != 1 || !strings.Contains(refusals[0], "claims team/claim-ca") {
+	if refusals := f.refusals(); len(refusals) != 1 || !strings.Contains(refusals[0], "claims team/claim-ca") {
 		t.Errorf("refusals %q, want one naming the claim", refusals)
 	}
-	refusedMu.Unlock()
 
 	// A mount at the limits directory whose source is no claim's is not a claim
 	// container: no limit is set from it.
@@ -214,4 +166,55 @@ func TestDriverFenceHoldsClaimContainers(t *testing.T) {
 	if l, _ := mem.MemoryLimit("GPU-1", cg4); l.Set {
 		t.Errorf("a limit set from a mount that is no claim's: %+v", l)
 	}
+}
+
+// fenced is an NRI plugin connected to a runtime on a node whose modelled driver has
+// the per-cgroup memory fence on GPU-0 and GPU-1.
+type fenced struct {
+	dir, root string
+	mem       *gpu.CgroupMemory
+	rt        *runtime
+	p         *Plugin
+	b         *binding.Binder
+	mu        sync.Mutex
+	refused   []string
+}
+
+// refusals are the reasons the plugin reported refusing containers, so far.
+func (f *fenced) refusals() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.refused)
+}
+
+// startFenced starts it; opts adjust the binder's config before it is built.
+func startFenced(t *testing.T, opts ...func(dir string, c *binding.Config)) *fenced {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nri") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := &fenced{dir: dir, root: filepath.Join(dir, "cgroup")}
+	f.mem = gpu.NewCgroupMemory(map[string]uint64{"GPU-0": 80 << 30, "GPU-1": 80 << 30}, func(d string) bool {
+		st, err := os.Stat(d)
+		return err == nil && st.IsDir()
+	})
+	f.rt = startRuntime(t, dir, nil, nil)
+	f.p, f.b = newPluginWith(t, dir, nil, func(c *binding.Config) {
+		c.Fence = &binding.Fence{Driver: f.mem, CgroupRoot: f.root, Supported: func(string) bool { return true }}
+		for _, o := range opts {
+			o(dir, c)
+		}
+	})
+	f.p.OnRefused = func(ns, pod, c, reason string) {
+		f.mu.Lock()
+		f.refused = append(f.refused, reason)
+		f.mu.Unlock()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go f.p.Run(ctx)
+	waitConnected(t, f.p)
+	return f
 }

@@ -522,21 +522,13 @@ func TestDRAWholeGPUsByExtendedResource(t *testing.T) {
 	c.startScheduler("tessera-scheduler.yaml")
 
 	c.createPod(newPod(c.ns, "whole-2", binpack, nil, gpuLimits{name: "c", gpu: "2"}))
-	c.waitBound("whole-2", 30*time.Second)
-	p, err := c.client.CoreV1().Pods(c.ns).Get(c.ctx, "whole-2", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, cl := c.extendedResourceClaim("whole-2")
 	st := p.Status.ExtendedResourceClaimStatus
-	if st == nil || len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != "tessera.dev/gpu" || st.RequestMappings[0].ContainerName != "c" {
+	if len(st.RequestMappings) != 1 || st.RequestMappings[0].ResourceName != "tessera.dev/gpu" || st.RequestMappings[0].ContainerName != "c" {
 		t.Fatalf("pod's extended resource claim status %+v, want tessera.dev/gpu of container c", st)
 	}
 	if _, ok := p.Annotations[api.AnnotationAssignment]; ok {
 		t.Error("the pod has a Tessera assignment: its GPUs are the claim's")
-	}
-	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, st.ResourceClaimName, metav1.GetOptions{})
-	if err != nil || cl.Status.Allocation == nil {
-		t.Fatalf("claim %s not allocated: %v", st.ResourceClaimName, err)
 	}
 	taken := map[string]bool{}
 	for _, r := range cl.Status.Allocation.Devices.Results {
@@ -577,33 +569,14 @@ func TestDRAWholeGPUsByExtendedResource(t *testing.T) {
 // across the two NUMA nodes.
 func TestDRAWholeGPUsPlacedByPolicy(t *testing.T) {
 	c := startCluster(t)
-	const node = "dra-whole-policy"
-	c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
-	gpu := make([]string, 4)
-	for i := range gpu {
-		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
-	}
-	c.createDeviceClasses()
-	c.startScheduler("tessera-scheduler.yaml")
+	gpu := c.t4DRANode("dra-whole-policy")
 
 	c.shareClaim("first", binpack, "1Gi", "10")
 	if d := c.claimDevice("first"); d != gpu[0] {
 		t.Fatalf("the first share on %s, want GPU 0 (%s)", d, gpu[0])
 	}
 	c.createPod(newPod(c.ns, "whole-pair", binpack, nil, gpuLimits{name: "c", gpu: "2"}))
-	c.waitBound("whole-pair", 30*time.Second)
-	p, err := c.client.CoreV1().Pods(c.ns).Get(c.ctx, "whole-pair", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := p.Status.ExtendedResourceClaimStatus
-	if st == nil {
-		t.Fatalf("pod whole-pair has no extended resource claim: %+v", p.Status)
-	}
-	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, st.ResourceClaimName, metav1.GetOptions{})
-	if err != nil || cl.Status.Allocation == nil {
-		t.Fatalf("claim %s not allocated: %v", st.ResourceClaimName, err)
-	}
+	_, cl := c.extendedResourceClaim("whole-pair")
 	var got []string
 	for _, r := range cl.Status.Allocation.Devices.Results {
 		got = append(got, r.Device)
@@ -614,6 +587,41 @@ func TestDRAWholeGPUsPlacedByPolicy(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("two whole GPUs on %v, want GPUs 2 and 3 of NUMA node 1 %v (first fit: GPUs 1 and 2)", got, want)
 	}
+}
+
+// t4DRANode starts a node of four T4s (two per NUMA node) in DRA mode, the
+// DeviceClasses and the scheduler, and returns the node's device names by GPU index.
+func (c *cluster) t4DRANode(node string) []string {
+	c.t.Helper()
+	c.draNodeOf(node, c.t.TempDir(), "t4-4x-pcie.yaml", 4)
+	gpu := make([]string, 4)
+	for i := range gpu {
+		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
+	}
+	c.createDeviceClasses()
+	c.startScheduler("tessera-scheduler.yaml")
+	return gpu
+}
+
+// extendedResourceClaim waits for the pod to be bound and returns it with the claim
+// the scheduler made for its extended resources, allocated.
+func (c *cluster) extendedResourceClaim(pod string) (*v1.Pod, *resourceapi.ResourceClaim) {
+	t := c.t
+	t.Helper()
+	c.waitBound(pod, 30*time.Second)
+	p, err := c.client.CoreV1().Pods(c.ns).Get(c.ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Status.ExtendedResourceClaimStatus
+	if st == nil {
+		t.Fatalf("pod %s has no extended resource claim: %+v", pod, p.Status)
+	}
+	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, st.ResourceClaimName, metav1.GetOptions{})
+	if err != nil || cl.Status.Allocation == nil {
+		t.Fatalf("claim %s not allocated: %v", st.ResourceClaimName, err)
+	}
+	return p, cl
 }
 
 // shareClaim creates a claim for one share of a whole GPU (memory, cores; empty: the
@@ -670,14 +678,7 @@ func (c *cluster) claimDevice(name string) string {
 // GPU it fits, though GPU 0 comes first and has room for both.
 func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	c := startCluster(t)
-	const node = "dra-t4"
-	c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
-	gpu := make([]string, 4)
-	for i := range gpu {
-		gpu[i] = dra.DeviceName(c.gpuUUID(node, i))
-	}
-	c.createDeviceClasses()
-	c.startScheduler("tessera-scheduler.yaml")
+	gpu := c.t4DRANode("dra-t4")
 
 	// Spread: the first share on GPU 0 (all empty, the first of equals), the second,
 	// larger, on another GPU; first fit would put it on GPU 0 too.
