@@ -112,6 +112,15 @@ func TestReplayDRAShapes(t *testing.T) {
 			if r.scheduled != len(pods)-1 || r.failed != 1 {
 				t.Errorf("%s %s: %d scheduled, %d failed; want %d and 1", mode, name, r.scheduled, r.failed, len(pods)-1)
 			}
+			unplaced := 0
+			for _, pl := range r.placements {
+				if strings.HasSuffix(pl, " -") {
+					unplaced++
+				}
+			}
+			if len(r.placements) != len(pods) || unplaced != 1 {
+				t.Errorf("%s %s: placements %q, want one line per pod, one of them unplaced", mode, name, r.placements)
+			}
 			if a10 := r.ledger.free["a10"]; a10[0] > 600 {
 				t.Errorf("%s %s: the A10 has %d milli free, want at most 600 (the gpu_spec pod on it)", mode, name, a10[0])
 			}
@@ -125,7 +134,7 @@ func TestReplayDRAPolicies(t *testing.T) {
 			t.Errorf("policy %s: applies to DRA mode %v; only policies that score with the profile's plugins do", p.name, p.appliesTo(modeDRA))
 		}
 	}
-	err := run("", "", "", "bestfit", "42", 1.3, t.TempDir(), 1, 0, progressOptions{}, workloadOptions{mode: modeDRA})
+	err := run("", "", "", "bestfit", "42", 1.3, t.TempDir(), "", 1, 0, progressOptions{}, workloadOptions{mode: modeDRA})
 	if err == nil || !strings.Contains(err.Error(), "policy bestfit does not apply in dra mode") {
 		t.Errorf("bestfit in DRA mode: %v", err)
 	}

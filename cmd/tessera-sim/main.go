@@ -54,6 +54,7 @@ func main() {
 		gpuMemory  = flag.String("gpu-memory", memoryPercent, "device-plugin mode: how a share asks GPU memory: percent (gpu-memory-percent = its share of whichever GPU it lands on) or mib "+
 			"(gpu-memory in MiB, its share of the smallest GPU model it accepts: what a ResourceClaim asks in dra mode, which has no percentage; to compare the two modes with the same requests)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of the whole invocation to this file (go tool pprof)")
+		placeDir   = flag.String("placements", "", "also write each run's placements (a line per pod in arrival order: the pod and its node, - when it did not fit) to DIR/<policy>-<seed>.txt, to find where two runs (two modes, two versions) part")
 	)
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -95,7 +96,7 @@ func main() {
 			_ = f.Close()
 		}()
 	}
-	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *jobs, *maxPods, prog, wo); err != nil {
+	if err := run(*nodesPath, *podsPath, *configPath, *policyList, *seedList, *inflation, *outDir, *placeDir, *jobs, *maxPods, prog, wo); err != nil {
 		fmt.Fprintln(os.Stderr, "tessera-sim:", err)
 		os.Exit(1)
 	}
@@ -200,7 +201,7 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir string, jobs, maxPods int, prog progressOptions, wo workloadOptions) error {
+func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation float64, outDir, placeDir string, jobs, maxPods int, prog progressOptions, wo workloadOptions) error {
 	seeds, err := parseSeeds(seedList)
 	if err != nil {
 		return err
@@ -319,5 +320,24 @@ func run(nodesPath, podsPath, configPath, policyList, seedList string, inflation
 		order := workload(cl.pods, rand.New(rand.NewSource(seed)), inflation, cl.totalGPU)
 		pks = append(pks, packFractions(order, cl.totalGPU))
 	}
+	if placeDir != "" {
+		if err := writePlacements(placeDir, results); err != nil {
+			return err
+		}
+	}
 	return writeReport(outDir, cl, pols, results, packingReport(seeds, pks, cl.totalGPU), wo.variety.name)
+}
+
+// writePlacements writes each run's placements to dir/<policy>-<seed>.txt.
+func writePlacements(dir string, results []*runResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, r := range results {
+		name := filepath.Join(dir, fmt.Sprintf("%s-%d.txt", r.policy, r.seed))
+		if err := os.WriteFile(name, []byte(strings.Join(r.placements, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -117,6 +117,9 @@ type runResult struct {
 	checkMilli  int64 // GPU milli the plugin's cache holds at the end (must equal alloc)
 	wallSeconds float64
 	ledger      *ledger // free GPU capacity per node and GPU at the end
+	// placements are the pods in arrival order, each with the node it was bound to
+	// ("-" when it did not fit): for finding where two runs part (-placements).
+	placements []string
 }
 
 // ledger is the replay's own record of free GPU capacity per node, in trace units
@@ -211,6 +214,11 @@ func replayOnce(ctx context.Context, cl *cluster, pol *policy, cfg *schedconfig.
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", pod.Name, err)
 		}
+		placed := node
+		if placed == "" {
+			placed = "-"
+		}
+		res.placements = append(res.placements, pod.Name+" "+placed)
 		if node == "" {
 			res.failed++
 			if arrived <= cl.totalGPU {
