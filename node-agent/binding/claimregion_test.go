@@ -23,6 +23,18 @@ func TestClaimRegionTmpfs(t *testing.T) {
 		t.Skip("mounting a tmpfs needs root")
 	}
 	dir := t.TempDir()
+	probe := filepath.Join(dir, "probe")
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := (TmpfsRegions{}).Mount(probe); errors.Is(err, unix.EPERM) {
+		t.Skipf("mounting a tmpfs is not permitted here (no CAP_SYS_ADMIN): %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if err := (TmpfsRegions{}).Unmount(probe); err != nil {
+		t.Fatal(err)
+	}
 	b, _ := newClaimBinder(t, dir)
 	b.cfg.ClaimRegions = TmpfsRegions{}
 	c := Claim{UID: "tmpfs-uid", Namespace: "team", Name: "infer-gpu", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 20}}}
