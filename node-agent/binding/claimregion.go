@@ -47,7 +47,8 @@ func (TmpfsRegions) Mount(dir string) error {
 	}
 	opts := "size=" + strconv.Itoa(api.RegionDirBytes) + ",nr_inodes=" + strconv.Itoa(regionInodes) + ",mode=1777"
 	if err := unix.Mount("tessera-claim-region", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mounting a tmpfs of %d bytes at the claim's region directory %s: %w", api.RegionDirBytes, dir, err)
+		return fmt.Errorf("mounting a tmpfs of %d bytes at the claim's region directory %s: %w (the node agent needs CAP_SYS_ADMIN "+
+			"and its limits root shared with the host; --dra-claim-region-tmpfs=false keeps the directory on the limits root's file system)", api.RegionDirBytes, dir, err)
 	}
 	return nil
 }
