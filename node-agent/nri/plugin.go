@@ -221,6 +221,15 @@ func request(pod *nriapi.PodSandbox, ctr *nriapi.Container) binding.Request {
 	return r
 }
 
+// fence sets the driver's memory fence of a bound container (its record) or of a
+// container that uses DRA claims (its mounts).
+func (p *Plugin) fence(r binding.Request, ms [][2]string) error {
+	if err := p.binder.FenceContainer(r.ContainerID); err != nil {
+		return err
+	}
+	return p.binder.FenceClaimContainer(r, ms)
+}
+
 // mounts are the container's mounts as source, destination pairs.
 func mounts(ctr *nriapi.Container) [][2]string {
 	var ms [][2]string
@@ -247,11 +256,12 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 		}
 		r := request(byID[c.GetPodSandboxId()], c)
 		r.Running = true
-		for _, m := range c.GetMounts() {
-			r.Mounts = append(r.Mounts, m.GetDestination())
+		ms := mounts(c)
+		for _, m := range ms {
+			r.Mounts = append(r.Mounts, m[1])
 		}
 		live = append(live, r)
-		liveMounts = append(liveMounts, mounts(c))
+		liveMounts = append(liveMounts, ms)
 	}
 	for _, err := range p.binder.Reconcile(live) {
 		p.log.Error(err, "reconciling a running container")
@@ -259,11 +269,7 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*nriapi.PodSandbox, ctrs 
 	// Containers that started while the agent was away (or under an agent that set
 	// no fence) get the driver's fence now; a running container cannot be refused.
 	for i, r := range live {
-		err := p.binder.FenceContainer(r.ContainerID)
-		if err == nil {
-			err = p.binder.FenceClaimContainer(r, liveMounts[i])
-		}
-		if err != nil {
+		if err := p.fence(r, liveMounts[i]); err != nil {
 			p.log.Error(err, "setting the memory fence of a running container", "namespace", r.Namespace, "pod", r.Pod, "container", r.Container)
 		}
 	}
@@ -360,14 +366,12 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *nriapi.PodSandbox, ctr 
 // fails the start, so a container whose fence cannot be set never runs. (At
 // CreateContainer and PostCreateContainer the cgroup does not exist yet.)
 func (p *Plugin) StartContainer(_ context.Context, pod *nriapi.PodSandbox, ctr *nriapi.Container) error {
-	err := p.binder.FenceContainer(ctr.GetId())
-	if err == nil {
-		err = p.binder.FenceClaimContainer(request(pod, ctr), mounts(ctr))
-	}
+	r := request(pod, ctr)
+	err := p.fence(r, mounts(ctr))
 	if err == nil {
 		return nil
 	}
-	p.report(request(pod, ctr), err, "container refused at start", "setting the memory fence failed")
+	p.report(r, err, "container refused at start", "setting the memory fence failed")
 	return err
 }
 

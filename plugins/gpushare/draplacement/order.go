@@ -132,13 +132,8 @@ func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
 					c.Cores = int(min(q.Value(), 100))
 				}
 			}
-			info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
-			o.nodePlacer.PreparePod(pod, info)
-			if o.placer != o.nodePlacer {
-				o.placer.PreparePod(pod, info)
-			}
 			logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "claim", name, "request", r.Name, "memoryMiB", c.MemoryMiB, "cores", c.Cores)
-			return &demand{info: info, c: &info.Req.Containers[0]}
+			return o.newDemand(pod, c)
 		}
 	}
 	return o.extendedDemand(logger, pod)
@@ -169,17 +164,23 @@ func (o *orderer) extendedDemand(logger klog.Logger, pod *v1.Pod) *demand {
 					continue
 				}
 				c := api.ContainerRequest{Name: cs[i].Name, GPUs: int(max(1, min(q.Value(), api.MaxGPUsPerContainer))), Cores: 100}
-				info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
-				o.nodePlacer.PreparePod(pod, info)
-				if o.placer != o.nodePlacer {
-					o.placer.PreparePod(pod, info)
-				}
 				logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "extendedResource", n, "class", class, "gpus", c.GPUs)
-				return &demand{info: info, c: &info.Req.Containers[0]}
+				return o.newDemand(pod, c)
 			}
 		}
 	}
 	return nil
+}
+
+// newDemand is the demand of pod placed as one container of request c, prepared by
+// the device and node policies.
+func (o *orderer) newDemand(pod *v1.Pod, c api.ContainerRequest) *demand {
+	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
+	o.nodePlacer.PreparePod(pod, info)
+	if o.placer != o.nodePlacer {
+		o.placer.PreparePod(pod, info)
+	}
+	return &demand{info: info, c: &info.Req.Containers[0]}
 }
 
 // claimName is the name of the ResourceClaim a pod's claim entry refers to, or "" when
