@@ -273,6 +273,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if kubeletID == "" {
+			// kubelet.sock appeared while the registration waited for it: the kubelet
+			// that answered is the one there now.
+			kubeletID, _ = fileID(kubelet)
+		}
 		backoff = p.cfg.Backoff
 		p.setRegistered(true, nil)
 		log.Info("registered with kubelet", "resource", p.cfg.ResourceName, "socket", p.socketPath())
