@@ -118,16 +118,6 @@ type Defaults struct {
 const (
 	defaultMaxTenants = 10
 	defaultStaleness  = 5 * time.Minute
-	maxWeight         = 100
-)
-
-// Default weights.
-const (
-	defaultMemoryWeight   = 1
-	defaultCoresWeight    = 1
-	defaultPolicyWeight   = 1
-	defaultTopologyWeight = 2
-	defaultIslandWeight   = 1
 )
 
 // SetDefaults fills every field left out; d gives the policies' defaults.
@@ -152,8 +142,8 @@ func (a *TesseraGPUShareArgs) SetDefaults(d Defaults) {
 		w   **int64
 		def int64
 	}{
-		{&a.MemoryWeight, defaultMemoryWeight}, {&a.CoresWeight, defaultCoresWeight}, {&a.PolicyWeight, defaultPolicyWeight},
-		{&a.TopologyWeight, defaultTopologyWeight}, {&a.IslandWeight, defaultIslandWeight},
+		{&a.MemoryWeight, placement.DefaultMemoryWeight}, {&a.CoresWeight, placement.DefaultCoresWeight}, {&a.PolicyWeight, placement.DefaultPolicyWeight},
+		{&a.TopologyWeight, placement.DefaultTopologyWeight}, {&a.IslandWeight, placement.DefaultIslandWeight},
 	} {
 		if *f.w == nil {
 			v := f.def
@@ -207,8 +197,8 @@ func (a *TesseraGPUShareArgs) Validate(path *field.Path) field.ErrorList {
 		case f.v == nil:
 			errs = append(errs, field.Required(path.Child(f.field), "must be set (SetDefaults sets it)"))
 			weightsSet = false
-		case *f.v < 0 || *f.v > maxWeight:
-			errs = append(errs, field.Invalid(path.Child(f.field), *f.v, fmt.Sprintf("out of range 0..%d", maxWeight)))
+		case *f.v < 0 || *f.v > placement.MaxWeight:
+			errs = append(errs, field.Invalid(path.Child(f.field), *f.v, fmt.Sprintf("out of range 0..%d", placement.MaxWeight)))
 		}
 	}
 	if weightsSet && *a.MemoryWeight+*a.CoresWeight == 0 {

@@ -34,6 +34,14 @@ type Args struct {
 	// scores (default 1 and 1), as TesseraGPUShare's.
 	MemoryWeight *int64 `json:"memoryWeight,omitempty"`
 	CoresWeight  *int64 `json:"coresWeight,omitempty"`
+	// PolicyWeight, TopologyWeight and IslandWeight weigh the node policy's term, GPU
+	// locality for a request of several devices, and the points Binpack takes off for
+	// every fully free NVLink island a share breaks up (defaults 1, 2 and 1), as
+	// TesseraGPUShare's: a claim is placed by the same node score as a pod of
+	// tessera.dev/* resources.
+	PolicyWeight   *int64 `json:"policyWeight,omitempty"`
+	TopologyWeight *int64 `json:"topologyWeight,omitempty"`
+	IslandWeight   *int64 `json:"islandWeight,omitempty"`
 	// FragmentationWindow is how many recent claim pods the Fragmentation policy
 	// learns the workload from.
 	FragmentationWindow int `json:"fragmentationWindow,omitempty"`
@@ -43,6 +51,13 @@ type Args struct {
 	// DynamicResources are the in-tree DynamicResources plugin's args
 	// (filterTimeout, bindingTimeout, ...), passed to it unchanged.
 	DynamicResources json.RawMessage `json:"dynamicResources,omitempty"`
+}
+
+// DecodeArgs reads, defaults and validates the plugin's args from a profile's
+// pluginConfig, as the scheduler does when it builds the plugin.
+func DecodeArgs(obj runtime.Object) (*Args, error) {
+	args, _, err := decodeArgs(obj)
+	return args, err
 }
 
 // decodeArgs reads the plugin's args strictly, applies defaults and validates them,
@@ -83,13 +98,18 @@ func decodeArgs(obj runtime.Object) (*Args, *config.DynamicResourcesArgs, error)
 	for _, w := range []struct {
 		name string
 		v    **int64
-	}{{"memoryWeight", &args.MemoryWeight}, {"coresWeight", &args.CoresWeight}} {
+		def  int64
+	}{
+		{"memoryWeight", &args.MemoryWeight, placement.DefaultMemoryWeight}, {"coresWeight", &args.CoresWeight, placement.DefaultCoresWeight},
+		{"policyWeight", &args.PolicyWeight, placement.DefaultPolicyWeight}, {"topologyWeight", &args.TopologyWeight, placement.DefaultTopologyWeight},
+		{"islandWeight", &args.IslandWeight, placement.DefaultIslandWeight},
+	} {
 		if *w.v == nil {
-			one := int64(1)
-			*w.v = &one
+			def := w.def
+			*w.v = &def
 		}
-		if **w.v < 0 || **w.v > 100 {
-			return nil, nil, fmt.Errorf("pluginConfig[%s].args.%s: %d is out of range 0..100", Name, w.name, **w.v)
+		if **w.v < 0 || **w.v > placement.MaxWeight {
+			return nil, nil, fmt.Errorf("pluginConfig[%s].args.%s: %d is out of range 0..%d", Name, w.name, **w.v, placement.MaxWeight)
 		}
 	}
 	if *args.MemoryWeight+*args.CoresWeight == 0 {

@@ -312,6 +312,60 @@ func TestScoreNode(t *testing.T) {
 	}
 }
 
+// TestScoreNodeTopology: a claim is scored with TesseraGPUShare's topology terms and
+// weights. A one-GPU share on an empty NVLink node loses islandWeight points to an
+// empty PCIe node of the same size (it breaks up a free island); a request of two
+// devices prefers the node whose free GPUs are joined by NVLink (topologyWeight).
+// With both weights 0 the nodes tie.
+func TestScoreNodeTopology(t *testing.T) {
+	models := map[string]*nodemodel.Model{}
+	usage := emptyUsage()
+	infos := map[string]fwk.NodeInfo{}
+	take := func(node string, gpus ...int) {
+		for _, i := range gpus {
+			usage.state.AllocatedDevices.Insert(structured.MakeDeviceID(DriverName, node, strings.ToLower(fixtures.UUID(node, i))))
+		}
+	}
+	for name, inv := range map[string]*api.NodeInventory{
+		"nvlink": fixtures.NVLinkNode("nvlink", 4, 2, "NVIDIA H100", fixtures.H100MiB),
+		"pcie":   fixtures.PCIeNode("pcie", 4, "NVIDIA H100", fixtures.H100MiB),
+		"split":  fixtures.NVLinkNode("split", 4, 2, "NVIDIA H100", fixtures.H100MiB),
+		"whole":  fixtures.NVLinkNode("whole", 4, 2, "NVIDIA H100", fixtures.H100MiB),
+	} {
+		models[name] = nodemodel.Build(inv)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("64"), v1.ResourceMemory: resource.MustParse("512Gi")}}})
+		infos[name] = ni
+	}
+	take("split", 0, 2) // GPUs 1 and 3 free, in two islands
+	take("whole", 0, 1) // GPUs 2 and 3 free, one island
+	fit := &placement.FitScale{CPUMilli: 64000, GPUs: 4}
+	for _, tc := range []struct {
+		args     string
+		islands  int64 // points the island term is worth
+		topology bool  // whether locality counts
+	}{{`{}`, placement.DefaultIslandWeight, true}, {`{"islandWeight": 0, "topologyWeight": 0}`, 0, false}} {
+		args, _, err := decodeArgs(unknown(tc.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := newOrderer(args, nil, true)
+		o.modelOf = func(n string) *nodemodel.Model { return models[n] }
+		one := o.newDemand(&v1.Pod{}, api.ContainerRequest{GPUs: 1, MemoryMiB: 4096, Cores: 20})
+		one.usage, one.fit = usage, fit
+		if nv, pc := o.scoreNode(one, infos["nvlink"]), o.scoreNode(one, infos["pcie"]); pc-nv != tc.islands {
+			t.Errorf("%s: one GPU: NVLink node %d, PCIe node %d; want the PCIe node %d points ahead", tc.args, nv, pc, tc.islands)
+		}
+		two := o.newDemand(&v1.Pod{}, api.ContainerRequest{GPUs: 2, Cores: 100})
+		two.usage, two.fit = usage, fit
+		split, whole := o.scoreNode(two, infos["split"]), o.scoreNode(two, infos["whole"])
+		if split == 0 || tc.topology != (whole > split) || !tc.topology && whole != split {
+			t.Errorf("%s: two GPUs: across islands %d, in one island %d", tc.args, split, whole)
+		}
+	}
+}
+
 // TestScoreHostOnly: a pod without GPUs is scored on DRA nodes by the node policy over
 // what claims consume (TesseraGPUShare sees neither the claim pods nor their use):
 // Binpack and Fragmentation prefer the node whose GPU a claim holds to the one whose

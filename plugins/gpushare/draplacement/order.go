@@ -63,7 +63,8 @@ type demand struct {
 func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
 	// Tenants per device are the allocator's to bound (the device's capacities), not
 	// the placers'.
-	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight), Policy: 1, MaxTenants: math.MaxInt32}
+	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight),
+		Policy: float64(*args.PolicyWeight), Topology: float64(*args.TopologyWeight), Island: float64(*args.IslandWeight), MaxTenants: math.MaxInt32}
 	o := &orderer{h: h, w: w, consumable: consumable, classes: map[string]bool{}, nodeModels: placement.NewCache()}
 	for _, c := range args.DeviceClassNames {
 		o.classes[c] = true

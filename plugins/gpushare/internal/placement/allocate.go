@@ -107,12 +107,23 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// Weights are the scoring knobs taken from TesseraGPUShareArgs.
+// Weights are the scoring knobs taken from the args of TesseraGPUShare and of
+// TesseraDynamicResources (the same fields, defaults and ranges in both).
 type Weights struct {
 	Memory, Cores            float64
 	Policy, Topology, Island float64
 	MaxTenants               int
 }
+
+// The weights' defaults and their upper bound (0 is the lower) in both plugins' args.
+const (
+	DefaultMemoryWeight   = 1
+	DefaultCoresWeight    = 1
+	DefaultPolicyWeight   = 1
+	DefaultTopologyWeight = 2
+	DefaultIslandWeight   = 1
+	MaxWeight             = 100
+)
 
 // Placement is where one container goes.
 type Placement struct {
