@@ -730,77 +730,108 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	}
 }
 
-// TestDRAClaimBurst: a burst of claims on two four-T4 nodes, more than fit, the
-// scheduler restarted midway: every claim placed is on one of the nodes' GPUs, no
+// TestDRAClaimBurst: a burst of 1,000 claims on six eight-H100 nodes, more than fit,
+// with a node agent restarted after a third of them and the scheduler after two
+// thirds: every claim placed is on one of the nodes' GPUs and on its pod's node, no
 // GPU's memory or cores are consumed past its capacity, and what did not fit stays
 // pending.
 func TestDRAClaimBurst(t *testing.T) {
 	c := startCluster(t)
-	for _, node := range []string{"burst-a", "burst-b"} {
-		c.draNodeOf(node, t.TempDir(), "t4-4x-pcie.yaml", 4)
+	const nodes, gpus = 6, 8
+	var agents []*draAgent
+	var dirs []string
+	for i := 0; i < nodes; i++ {
+		dir := t.TempDir()
+		a, _, _ := c.draNodeOf(fmt.Sprintf("burst-%d", i), dir, "h100-8x-two-nvlink-islands.yaml", gpus)
+		agents, dirs = append(agents, a), append(dirs, dir)
 	}
 	c.createDeviceClasses()
-	// 2 GiB and 15 % each: seven fit a T4 by memory (15360 MiB), six by cores, so
-	// 48 of the 80 fit the two nodes.
-	const claims = 80
+	// 2 GiB and 5 % each: twenty fit an H100 by cores (39 by memory), so 960 of the
+	// 1,000 fit the six nodes.
+	const claims, fit = 1000, nodes * gpus * 20
 	profiles := []string{binpack, spread, "tessera-fragmentation"}
 	stop := c.startScheduler("tessera-scheduler.yaml")
+	start := time.Now()
 	for i := 0; i < claims; i++ {
-		c.shareClaim(fmt.Sprintf("burst-%d", i), profiles[i%len(profiles)], "2Gi", "15")
-		if i == claims/2 {
-			// Mid-burst: the scheduler goes away and a new one takes over from what the
-			// API server holds.
+		c.shareClaim(fmt.Sprintf("burst-%d", i), profiles[i%len(profiles)], "2Gi", "5")
+		switch i {
+		case claims / 3:
+			// The agent of the first node restarts: it publishes its slices again
+			// from its checkpoint while claims are being allocated on them.
+			agents[0].stop()
+			agents[0] = c.startDRAAgent("burst-0", filepath.Join(dirs[0], "topology.yaml"), dirs[0])
+		case 2 * claims / 3:
+			// The scheduler goes away and a new one takes over from what the API
+			// server holds.
 			stop()
 			c.startScheduler("tessera-scheduler.yaml")
 		}
 	}
-	var bound int
-	err := wait.PollUntilContextTimeout(c.ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	allocated := func(ctx context.Context) ([]resourceapi.ResourceClaim, int, error) {
 		l, err := c.client.ResourceV1().ResourceClaims(c.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return nil, 0, err
 		}
-		bound = 0
+		n := 0
 		for i := range l.Items {
 			if l.Items[i].Status.Allocation != nil {
-				bound++
+				n++
 			}
 		}
-		return bound == 48, nil
+		return l.Items, n, nil
+	}
+	var n int
+	err := wait.PollUntilContextTimeout(c.ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		_, n, err = allocated(ctx)
+		return n >= fit, err
 	})
 	if err != nil {
-		t.Fatalf("%d of %d claims allocated, want 48: %v", bound, claims, err)
+		t.Fatalf("%d of %d claims allocated after %s, want %d: %v", n, claims, time.Since(start).Round(time.Second), fit, err)
 	}
+	t.Logf("%d claims allocated %s after the first was created", n, time.Since(start).Round(time.Second))
 	// Settle: nothing more may be allocated.
-	time.Sleep(2 * time.Second)
-	l, err := c.client.ResourceV1().ResourceClaims(c.ns).List(c.ctx, metav1.ListOptions{})
+	time.Sleep(3 * time.Second)
+	items, n, err := allocated(c.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n != fit {
+		t.Errorf("%d claims allocated after the burst settled, want %d", n, fit)
+	}
+	pods, err := c.client.CoreV1().Pods(c.ns).List(c.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeOf := map[string]string{}
+	for i := range pods.Items {
+		nodeOf[pods.Items[i].Name] = pods.Items[i].Spec.NodeName
+	}
 	type key struct{ pool, device string }
 	mem, cores := map[key]int64{}, map[key]int64{}
-	n := 0
-	for i := range l.Items {
-		a := l.Items[i].Status.Allocation
+	for i := range items {
+		a := items[i].Status.Allocation
 		if a == nil {
+			if node := nodeOf["pod-"+items[i].Name]; node != "" {
+				t.Errorf("claim %s is not allocated, its pod is bound to %s", items[i].Name, node)
+			}
 			continue
 		}
-		n++
 		for _, r := range a.Devices.Results {
 			k := key{r.Pool, r.Device}
 			m, cs := r.ConsumedCapacity[dra.CapacityMemory], r.ConsumedCapacity[dra.CapacityCores]
 			mem[k] += m.Value() >> 20
 			cores[k] += cs.Value()
+			if node := nodeOf["pod-"+items[i].Name]; node != "" && node != r.Pool {
+				t.Errorf("claim %s allocated on %s, its pod bound to %s", items[i].Name, r.Pool, node)
+			}
 		}
 	}
-	if n != 48 {
-		t.Errorf("%d claims allocated after the burst settled, want 48", n)
-	}
-	if len(mem) != 8 {
-		t.Errorf("claims on %d devices, want all 8 GPUs: %v", len(mem), mem)
+	if len(mem) != nodes*gpus {
+		t.Errorf("claims on %d devices, want all %d GPUs", len(mem), nodes*gpus)
 	}
 	for k := range mem {
-		if (k.pool != "burst-a" && k.pool != "burst-b") || mem[k] > 15360 || cores[k] > 100 {
+		if !strings.HasPrefix(k.pool, "burst-") || mem[k] > 81559 || cores[k] > 100 {
 			t.Errorf("%s/%s: %d MiB, %d%% cores consumed", k.pool, k.device, mem[k], cores[k])
 		}
 	}
