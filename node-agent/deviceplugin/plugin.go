@@ -29,6 +29,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -261,8 +262,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 			return err // cannot listen at all: a configuration problem
 		}
 		kubelet := filepath.Join(p.cfg.Dir, filepath.Base(pluginapi.KubeletSocket))
-		kubeletID, _ := fileID(kubelet)
-		if err := p.register(ctx, kubelet); err != nil {
+		kubeletID, err := p.register(ctx, kubelet)
+		if err != nil {
 			p.setRegistered(false, err)
 			delay := backoff.Step()
 			log.Info("registration with kubelet failed; retrying", "error", err.Error(), "retryIn", delay.String())
@@ -272,11 +273,6 @@ func (p *Plugin) Run(ctx context.Context) error {
 			case <-time.After(delay):
 			}
 			continue
-		}
-		if kubeletID == "" {
-			// kubelet.sock appeared while the registration waited for it: the kubelet
-			// that answered is the one there now.
-			kubeletID, _ = fileID(kubelet)
 		}
 		backoff = p.cfg.Backoff
 		p.setRegistered(true, nil)
@@ -317,10 +313,45 @@ func (p *Plugin) serve() (*grpc.Server, error) {
 	return srv, nil
 }
 
-func (p *Plugin) register(ctx context.Context, kubelet string) error {
-	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// register registers the plugin with the kubelet listening on kubelet and returns the
+// identity (fileID) of the socket file it reached that kubelet through, "" where that
+// file was replaced while it connected.
+//
+// The identity is taken around the connect itself. Read before the registration,
+// kubelet.sock may be a stopped kubelet's, or absent while a restarting kubelet
+// cleans its directory; read after, it may be a newer kubelet's. Either way the
+// plugin would mistake the kubelet it registered with (for a restart, and register
+// twice with it; or for the newer one, and never register with that). Registering
+// twice at one endpoint is not harmless: when the first registration's stream ends,
+// kubelet drops every client of the endpoint, the new one included, and marks the
+// resource's devices unhealthy, so its pods are refused until the next kubelet
+// restart.
+func (p *Plugin) register(ctx context.Context, kubelet string) (string, error) {
+	var mu sync.Mutex
+	var id string
+	dial := func(ctx context.Context, _ string) (net.Conn, error) {
+		before, _ := fileID(kubelet)
+		c, err := (&net.Dialer{}).DialContext(ctx, "unix", kubelet)
+		if err == nil {
+			after, _ := fileID(kubelet)
+			mu.Lock()
+			id = ""
+			if before == after {
+				id = after
+			}
+			mu.Unlock()
+		}
+		return c, err
+	}
+	// A restarting kubelet removes the plugin's socket just before it listens on
+	// kubelet.sock, so the first dial usually finds no kubelet. gRPC's default
+	// reconnect waits 1 s after it, and kubelet refuses every pod it admits meanwhile
+	// ("no healthy devices"); 50 ms steps reach it as soon as it listens.
+	conn, err := grpc.NewClient("passthrough:///kubelet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dial),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -331,7 +362,9 @@ func (p *Plugin) register(ctx context.Context, kubelet string) error {
 		ResourceName: p.cfg.ResourceName,
 		Options:      &pluginapi.DevicePluginOptions{},
 	}, grpc.WaitForReady(true))
-	return err
+	mu.Lock()
+	defer mu.Unlock()
+	return id, err
 }
 
 // waitForKubeletRestart returns when the plugin's socket is gone or kubelet.sock is

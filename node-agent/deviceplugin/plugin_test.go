@@ -231,6 +231,36 @@ func TestRegisterWhenKubeletAppearsLater(t *testing.T) {
 	}
 }
 
+// A kubelet.sock left by a stopped kubelet is not taken for the kubelet the plugin
+// registers with: the plugin registers once with the kubelet that replaces it. (Taken
+// for it, the plugin saw a restart at once and registered twice with one kubelet,
+// which then drops both registrations when the first one's stream ends.)
+func TestRegistersOnceWhenStaleKubeletSocketReplaced(t *testing.T) {
+	dir := t.TempDir()
+	l, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close() // a socket file nobody listens on
+	p, _ := New(Config{ResourceName: "tessera.dev/gpu", Dir: dir, Replicas: 1, Log: logr.Discard()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = p.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	k := startKubelet(t, dir)
+	defer k.srv.Stop()
+	k.await(t)
+	select {
+	case <-k.reqs:
+		t.Error("registered twice with one kubelet")
+	case <-time.After(time.Second):
+	}
+	if ok, _, err := p.Registered(); !ok {
+		t.Errorf("Registered() %v %v", ok, err)
+	}
+}
+
 // A refused registration is retried after the configured backoff, and a success
 // starts the backoff again from its first step.
 func TestRegistrationRetriedWithBackoff(t *testing.T) {
