@@ -199,6 +199,50 @@ func TestOrderPoolTogether(t *testing.T) {
 	}
 }
 
+// TestOrderPoolIndex: a pool's index (its devices and the GPU each is) is reused while
+// its slices and the node's model are the objects it was built from, and built again
+// from a slice that replaced one (another device list) or a new model; a pool already
+// in the policy's order is passed on as published.
+func TestOrderPoolIndex(t *testing.T) {
+	m, devs := t4(t)
+	usage := &deviceUsage{state: state(devs, map[int][2]int64{2: {8192, 40}}), tenants: map[structured.DeviceID]int{}}
+	o := testOrderer(t, "Binpack", m)
+	in := []*resourceapi.ResourceSlice{slice("a", 1, devs...)}
+	first := func(in []*resourceapi.ResourceSlice) string {
+		out := slicesCopy(in)
+		o.orderPool(out, "n", []int{0}, usage, forDemand(o, 2048, 10))
+		return names(out[0])[0]
+	}
+	if got := first(in); got != devs[2].Name {
+		t.Fatalf("Binpack offers %s first, want the used GPU %s", got, devs[2].Name)
+	}
+	px := o.pools.byPool["n"]
+	if first(in); o.pools.byPool["n"] != px {
+		t.Error("the index was built again for the same slices")
+	}
+	// The agent publishes the pool again without the used GPU: the order follows.
+	again := slice("a", 1, devs[0], devs[1], devs[3])
+	again.Spec.Pool.Generation = 2
+	if got := first([]*resourceapi.ResourceSlice{again}); got == devs[2].Name || o.pools.byPool["n"] == px {
+		t.Errorf("after the slice was replaced: %s first, index rebuilt %v", got, o.pools.byPool["n"] != px)
+	}
+	// A new model (the node's inventory changed) builds it again too.
+	px = o.pools.byPool["n"]
+	m2, _ := t4(t)
+	o.modelOf = func(string) *nodemodel.Model { return m2 }
+	if first([]*resourceapi.ResourceSlice{again}); o.pools.byPool["n"] == px {
+		t.Error("the index was kept for another model")
+	}
+	// Used GPU first in the published order already: the slice is passed on as it is.
+	o.modelOf = func(string) *nodemodel.Model { return m }
+	ordered := []*resourceapi.ResourceSlice{slice("a", 1, devs[2], devs[0], devs[1], devs[3])}
+	out := slicesCopy(ordered)
+	o.orderPool(out, "n", []int{0}, usage, forDemand(o, 2048, 10))
+	if out[0] != ordered[0] {
+		t.Errorf("a pool in the policy's order was copied: %v", names(out[0]))
+	}
+}
+
 func slicesCopy(in []*resourceapi.ResourceSlice) []*resourceapi.ResourceSlice {
 	return append([]*resourceapi.ResourceSlice(nil), in...)
 }
