@@ -150,3 +150,17 @@ func FuzzDecodeShare(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeGPUConfig: any parameters a claim carries are decoded or refused with an
+// error, never a panic, and what decodes is GPUConfig's own version and kind.
+func FuzzDecodeGPUConfig(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`))
+	f.Add([]byte(`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":null}`))
+	f.Add([]byte(`{"kind":1}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := DecodeGPUConfig(raw)
+		if err == nil && (c.APIVersion != GPUConfigAPIVersion || c.Kind != GPUConfigKind) {
+			t.Fatalf("decoded %+v from %q", c, raw)
+		}
+	})
+}

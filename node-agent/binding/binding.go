@@ -98,6 +98,9 @@ type Request struct {
 	// and Mounts are the destinations of the mounts it was created with.
 	Running bool
 	Mounts  []string
+	// claimWorkConserving is a DRA claim's workConserving (BindClaim), which a
+	// claim has in place of the pod annotation.
+	claimWorkConserving bool
 }
 
 // RefusedError is a container that must not start, with the reason a user can act on.
@@ -558,8 +561,15 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	if err != nil {
 		return refuse("%v", err)
 	}
-	if limits.WorkConserving, err = api.ParseWorkConserving(r.PodAnnotations[api.AnnotationWorkConserving]); err != nil {
+	if claim {
+		limits.WorkConserving = r.claimWorkConserving
+	} else if limits.WorkConserving, err = api.ParseWorkConserving(r.PodAnnotations[api.AnnotationWorkConserving]); err != nil {
 		return refuse("%v", err)
+	}
+	if limits.WorkConserving && limits.MPS != nil && claim {
+		return refuse("its %s configuration asks for work-conserving pacing (workConserving: true), which is for time-sliced GPUs, but it was "+
+			"allocated a GPU served by MPS, which divides the SMs and paces nothing: leave workConserving out, or select time-sliced devices "+
+			"(device.attributes[\"%s\"].sharing == \"time-sliced\")", api.DRADriverName, api.DRADriverName)
 	}
 	if limits.WorkConserving && limits.MPS != nil {
 		return refuse("it asks for work-conserving pacing (%s: true), which is for time-sliced GPUs, but its GPU is served by MPS, "+

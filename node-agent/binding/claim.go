@@ -43,6 +43,9 @@ type Claim struct {
 	// Devices are the claim's GPUs or MIG instances, in allocation order, each with
 	// the memory and cores the allocation consumed of it.
 	Devices []api.DeviceGrant
+	// WorkConserving is the claim's configuration's workConserving (api.GPUConfig),
+	// what AnnotationWorkConserving is for a pod.
+	WorkConserving bool
 }
 
 // ClaimCgroup is the key the limits file of claim uid is written under, in place of a
@@ -69,7 +72,7 @@ func (b *Binder) BindClaim(c Claim) (*Edits, error) {
 	if err := api.CheckCgroupPath(key); err != nil {
 		return refuse("its UID cannot key a limits file: %v", err)
 	}
-	r := Request{Namespace: c.Namespace, Pod: c.Name, ContainerID: c.UID}
+	r := Request{Namespace: c.Namespace, Pod: c.Name, ContainerID: c.UID, claimWorkConserving: c.WorkConserving}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if rec, ok := b.cfg.ClaimStore.Get(c.UID); ok {

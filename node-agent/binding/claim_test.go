@@ -160,3 +160,34 @@ func TestContainerRefusedBesideClaim(t *testing.T) {
 		t.Fatalf("got %v, want a refusal", err)
 	}
 }
+
+// A claim's workConserving reaches its limits file on a time-sliced GPU, and is refused
+// on an MPS GPU with what to change.
+func TestBindClaimWorkConserving(t *testing.T) {
+	b, _, _ := mpsBinder(t, 48)
+	cs, err := checkpoint.Open(filepath.Join(t.TempDir(), "claims.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.cfg.ClaimStore = cs
+	c := Claim{UID: "wc", Namespace: "team", Name: "wc", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}}, WorkConserving: true}
+	e, err := b.BindClaim(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := api.DecodeLimits(e.Limits); err != nil || !l.WorkConserving {
+		t.Errorf("limits %+v %v, want work-conserving", l, err)
+	}
+	// Without it, the same share is paced to its cores alone.
+	c2 := Claim{UID: "plain", Namespace: "team", Name: "plain", Devices: []api.DeviceGrant{{UUID: "GPU-1", Index: 1, MemoryMiB: 4096, Cores: 30}}}
+	if e, err := b.BindClaim(c2); err != nil {
+		t.Fatal(err)
+	} else if l, _ := api.DecodeLimits(e.Limits); l.WorkConserving {
+		t.Error("a claim without workConserving got it")
+	}
+	_, err = b.BindClaim(Claim{UID: "mps", Namespace: "team", Name: "mps", Devices: []api.DeviceGrant{{UUID: "GPU-0", MemoryMiB: 4096, Cores: 30}}, WorkConserving: true})
+	refusedWith(t, err, `GPU served by MPS, which divides the SMs and paces nothing: leave workConserving out, or select time-sliced devices (device.attributes["gpu.tessera.dev"].sharing == "time-sliced")`)
+	if _, ok := b.cfg.ClaimStore.Get("mps"); ok {
+		t.Error("the refused claim was recorded")
+	}
+}

@@ -143,7 +143,8 @@ func (d *Driver) Publish(inv *api.NodeInventory) error {
 
 // PrepareResourceClaims binds each claim: the device results of this driver in its
 // allocation, each with the memory and cores it consumed, become one binding shared by
-// the claim's containers. A claim that cannot be bound gets its error (kubelet retries
+// the claim's containers, configured by the claim's Tessera configuration
+// (ClaimConfig). A claim that cannot be bound gets its error (kubelet retries
 // and shows it on the pod); the others are prepared.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
@@ -178,12 +179,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) ([]k
 	if len(results) == 0 {
 		return []kubeletplugin.Device{}, nil
 	}
+	cfg, err := ClaimConfig(c, results)
+	if err != nil {
+		return nil, err
+	}
 	// Checked before anything is bound: a claim bound without its CDI device would
 	// hold its share with no container to use it.
 	if err := d.specs.validName(string(c.UID)); err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
-	claim := binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants}
+	claim := binding.Claim{UID: string(c.UID), Namespace: c.Namespace, Name: c.Name, Devices: grants, WorkConserving: cfg.IsWorkConserving()}
 	e, err := d.cfg.Binder.BindClaim(claim)
 	var refused *binding.RefusedError
 	if errors.As(err, &refused) && d.releaseStale(ctx, string(c.UID)) > 0 {

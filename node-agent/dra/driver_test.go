@@ -340,3 +340,99 @@ func TestHandleError(t *testing.T) {
 		t.Errorf("registered before start: %v %q", ok, why)
 	}
 }
+
+// gpuConfig is an allocation's configuration entry of this driver.
+func gpuConfig(source resourceapi.AllocationConfigSource, params string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+	return resourceapi.DeviceAllocationConfiguration{Source: source, Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
+}
+
+const (
+	wcOn  = `{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`
+	wcOff = `{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":false}`
+)
+
+// A claim's Tessera configuration reaches its limits file: the claim's entries over its
+// class's, for the requests they name; other drivers' entries are theirs.
+func TestPrepareClaimConfig(t *testing.T) {
+	other := resourceapi.DeviceAllocationConfiguration{Source: resourceapi.AllocationConfigSourceClaim, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "net.example.com", Parameters: runtime.RawExtension{Raw: []byte(`{"mtu":9000}`)}}}}
+	share := func(request string) resourceapi.DeviceRequestAllocationResult {
+		return result(request, "gpu-n-0", map[resourceapi.QualifiedName]string{CapacityMemory: "8Gi", CapacityCores: "30"})
+	}
+	for _, tc := range []struct {
+		name   string
+		config []resourceapi.DeviceAllocationConfiguration
+		wc     bool
+		err    string
+	}{
+		{"none", []resourceapi.DeviceAllocationConfiguration{other}, false, ""},
+		{"the claim's", []resourceapi.DeviceAllocationConfiguration{other, gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn)}, true, ""},
+		{"the class's", []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClass, wcOn)}, true, ""},
+		// Listed after the claim's in the allocation, the class's still comes first.
+		{"the claim's over the class's", []resourceapi.DeviceAllocationConfiguration{
+			gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOff), gpuConfig(resourceapi.AllocationConfigSourceClass, wcOn)}, false, ""},
+		{"an entry that sets nothing keeps the one before", []resourceapi.DeviceAllocationConfiguration{
+			gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn), gpuConfig(resourceapi.AllocationConfigSourceClaim, `{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig"}`)}, true, ""},
+		{"for the claim's request", []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn, "gpu")}, true, ""},
+		{"for another request", []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn, "nic")}, false, ""},
+		{"a typo", []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClaim,
+			`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConservng":true}`)}, false, `configuration from the claim: gpu.tessera.dev parameters: unknown field "workConservng"`},
+		{"a bad class entry", []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClass, `{"kind":"GPUConfig"}`, "gpu")},
+			false, `configuration from its DeviceClass for requests gpu: gpu.tessera.dev parameters are apiVersion ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d, _ := newDriver(t, dir)
+			c := claim("u", share("gpu"))
+			c.Status.Allocation.Devices.Config = tc.config
+			res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" {
+				if e := res[c.UID].Err; e == nil || !strings.Contains(e.Error(), tc.err) {
+					t.Fatalf("got %v, want an error with %q", e, tc.err)
+				}
+				if _, err := os.Stat(filepath.Join(dir, "cdi", "tessera.dev-claim_u.json")); !os.IsNotExist(err) {
+					t.Error("a spec was written for a refused claim")
+				}
+				return
+			}
+			if res[c.UID].Err != nil {
+				t.Fatal(res[c.UID].Err)
+			}
+			data, err := os.ReadFile(filepath.Join(api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup("u")), api.LimitsFileName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := api.DecodeLimits(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.WorkConserving != tc.wc {
+				t.Errorf("work-conserving %v, want %v; limits:\n%s", l.WorkConserving, tc.wc, data)
+			}
+		})
+	}
+}
+
+// A claim's devices share one limits file: requests configured apart are refused, and
+// a prioritized list's choice ("gpu/big") takes its main request's configuration.
+func TestClaimConfigPerRequest(t *testing.T) {
+	c := claim("u")
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn, "gpu")}
+	a, b := result("gpu/big", "gpu-n-0", nil), result("other", "gpu-n-1", nil)
+	cfg, err := ClaimConfig(c, []resourceapi.DeviceRequestAllocationResult{a})
+	if err != nil || !cfg.IsWorkConserving() {
+		t.Errorf("subrequest: %+v %v", cfg, err)
+	}
+	if _, err := ClaimConfig(c, []resourceapi.DeviceRequestAllocationResult{a, b}); err == nil ||
+		!strings.Contains(err.Error(), `request "gpu/big" is configured workConserving: true and request "other" workConserving: false`) {
+		t.Errorf("requests configured apart: %v", err)
+	}
+	c.Status.Allocation.Devices.Config = append(c.Status.Allocation.Devices.Config, gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn, "other"))
+	if cfg, err := ClaimConfig(c, []resourceapi.DeviceRequestAllocationResult{a, b}); err != nil || !cfg.IsWorkConserving() {
+		t.Errorf("requests configured alike: %+v %v", cfg, err)
+	}
+}

@@ -17,7 +17,7 @@ import (
 
 // DriverName is the DRA driver's name: the ResourceSlices' spec.driver, the
 // DeviceClasses' selector and the domain of the devices' attributes and capacities.
-const DriverName = "gpu.tessera.dev"
+const DriverName = api.DRADriverName
 
 // The capacities of every device. A claim consumes part of each (consumable capacity,
 // KEP-5075): memoryCapacity in bytes, always a whole number of MiB (the step), at

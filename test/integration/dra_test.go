@@ -32,6 +32,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -304,6 +305,14 @@ func TestDRAAgent(t *testing.T) {
 		if _, err := c.client.ResourceV1().ResourceClaimTemplates(c.ns).Create(c.ctx, tpl, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("ResourceClaimTemplate %s: %v", tpl.Name, err)
 		}
+		// Tessera's configuration in an example is what the agent reads.
+		for _, cfg := range tpl.Spec.Spec.Devices.Config {
+			if o := cfg.Opaque; o != nil && o.Driver == dra.DriverName {
+				if _, err := api.DecodeGPUConfig(o.Parameters.Raw); err != nil {
+					t.Errorf("ResourceClaimTemplate %s: %v", tpl.Name, err)
+				}
+			}
+		}
 	}
 
 	// A claim from the first template, allocated by hand as the scheduler would: 8 GiB
@@ -507,6 +516,58 @@ func TestDRAClaimsAllocatedUpstream(t *testing.T) {
 	}
 }
 
+// TestDRAClaimConfig: a claim's Tessera configuration (opaque parameters of
+// gpu.tessera.dev) is accepted by the API server, copied into the allocation by the
+// scheduler and read by the agent at prepare: workConserving reaches the claim's
+// limits file. A configuration with a misspelt field leaves its pod unschedulable with
+// the field named, and no share is allocated for it.
+func TestDRAClaimConfig(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-config"
+	dir := t.TempDir()
+	a, _, _ := c.draNode(node, dir)
+	c.createDeviceClasses()
+	c.startScheduler("tessera-scheduler.yaml")
+
+	config := func(params string) resourceapi.DeviceClaimConfiguration {
+		return resourceapi.DeviceClaimConfiguration{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
+			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
+	}
+	podFor := func(cl *resourceapi.ResourceClaim) {
+		p := newPod(c.ns, "pod-"+cl.Name, binpack, nil)
+		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
+		c.createPod(p)
+	}
+	wc := c.newShareClaim("wc", "4Gi", "30", config(`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`))
+	podFor(wc)
+	plain := c.newShareClaim("plain", "4Gi", "30")
+	podFor(plain)
+	for _, cl := range []*resourceapi.ResourceClaim{wc, plain} {
+		c.waitBound("pod-"+cl.Name, 30*time.Second)
+		got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, cl.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Allocation == nil {
+			t.Fatalf("claim %s not allocated: %v", cl.Name, err)
+		}
+		if r := a.prepare(t, c.ctx, got); r == nil || r.Error != "" {
+			t.Fatalf("prepare %s: %+v", cl.Name, r)
+		}
+		l := readLimits(t, api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(got.UID))))
+		if want := cl.Name == "wc"; l.WorkConserving != want || len(l.GPUs) != 1 || l.GPUs[0].Cores != 30 {
+			t.Errorf("claim %s: limits %+v, want work-conserving %v at 30%% cores", cl.Name, l, want)
+		}
+	}
+
+	typo := c.newShareClaim("typo", "4Gi", "30", config(`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workconserving":true}`))
+	podFor(typo)
+	if msg := c.waitUnschedulable("pod-typo", 30*time.Second); !strings.Contains(msg, `unknown field "workconserving"`) {
+		t.Errorf("pod-typo: %q", msg)
+	}
+	if got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, typo.Name, metav1.GetOptions{}); err != nil || got.Status.Allocation != nil {
+		t.Errorf("claim typo: %v, allocated %+v", err, got.Status.Allocation)
+	}
+}
+
 // TestDRAWholeGPUsByExtendedResource: on a node in DRA mode, a pod that asks only
 // tessera.dev/gpu runs unchanged: the whole-GPU DeviceClass names the resource in
 // extendedResourceName, TesseraGPUShare passes the node, and the in-tree DRA plugin
@@ -636,8 +697,8 @@ func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.R
 	return cl
 }
 
-// newShareClaim creates the claim of shareClaim, without a pod.
-func (c *cluster) newShareClaim(name, memory, cores string) *resourceapi.ResourceClaim {
+// newShareClaim creates the claim of shareClaim, without a pod, with config.
+func (c *cluster) newShareClaim(name, memory, cores string, config ...resourceapi.DeviceClaimConfiguration) *resourceapi.ResourceClaim {
 	t := c.t
 	t.Helper()
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
@@ -651,7 +712,7 @@ func (c *cluster) newShareClaim(name, memory, cores string) *resourceapi.Resourc
 	}
 	cl, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}, Config: config}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("claim %s: %v", name, err)

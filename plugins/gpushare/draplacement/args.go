@@ -14,13 +14,13 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement/fragmentation"
 )
 
-// DriverName is the DRA driver of Tessera's node agent (the agent's dra package names
-// it too; the scheduler does not import the agent).
-const DriverName = "gpu.tessera.dev"
+// DriverName is the DRA driver of Tessera's node agent.
+const DriverName = api.DRADriverName
 
 // Args are TesseraDynamicResources' args.
 type Args struct {

@@ -107,7 +107,8 @@ type cycleState struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreFilter refuses a pod with a container that uses two Tessera claims, computes the
+// PreFilter refuses a pod with a container that uses two Tessera claims or with a
+// Tessera configuration that does not decode, computes the
 // pod's device order, which the in-tree PreFilter then lists the ResourceSlices
 // through, and runs the in-tree PreFilter.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
@@ -115,6 +116,9 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
 	}
 	if why := pl.order.twoClaimsInOneContainer(pod); why != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+	}
+	if why := pl.order.configProblem(pod); why != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	d, release := pl.order.forPod(ctx, pod)

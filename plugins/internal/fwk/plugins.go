@@ -9,27 +9,29 @@ import framework "k8s.io/kube-scheduler/framework"
 // The plugin interfaces and what they return, from
 // k8s.io/kube-scheduler/framework, where they are from Kubernetes 1.35.
 type (
-	Plugin              = framework.Plugin
-	Handle              = framework.Handle
-	PreFilterPlugin     = framework.PreFilterPlugin
-	PreFilterResult     = framework.PreFilterResult
-	PreFilterExtensions = framework.PreFilterExtensions
-	FilterPlugin        = framework.FilterPlugin
-	PostFilterPlugin    = framework.PostFilterPlugin
-	PostFilterResult    = framework.PostFilterResult
-	NodeToStatusReader  = framework.NodeToStatusReader
-	PreScorePlugin      = framework.PreScorePlugin
-	ScorePlugin         = framework.ScorePlugin
-	ScoreExtensions     = framework.ScoreExtensions
-	NodeScore           = framework.NodeScore
-	NodeScoreList       = framework.NodeScoreList
-	ReservePlugin       = framework.ReservePlugin
-	PreBindPlugin       = framework.PreBindPlugin
-	BindPlugin          = framework.BindPlugin
-	EnqueueExtensions   = framework.EnqueueExtensions
-	NodeInfoLister      = framework.NodeInfoLister
-	SharedDRAManager    = framework.SharedDRAManager
-	ResourceSliceLister = framework.ResourceSliceLister
+	Plugin               = framework.Plugin
+	Handle               = framework.Handle
+	PreFilterPlugin      = framework.PreFilterPlugin
+	PreFilterResult      = framework.PreFilterResult
+	PreFilterExtensions  = framework.PreFilterExtensions
+	FilterPlugin         = framework.FilterPlugin
+	PostFilterPlugin     = framework.PostFilterPlugin
+	PostFilterResult     = framework.PostFilterResult
+	NodeToStatusReader   = framework.NodeToStatusReader
+	PreScorePlugin       = framework.PreScorePlugin
+	ScorePlugin          = framework.ScorePlugin
+	ScoreExtensions      = framework.ScoreExtensions
+	NodeScore            = framework.NodeScore
+	NodeScoreList        = framework.NodeScoreList
+	ReservePlugin        = framework.ReservePlugin
+	PreBindPlugin        = framework.PreBindPlugin
+	BindPlugin           = framework.BindPlugin
+	EnqueueExtensions    = framework.EnqueueExtensions
+	NodeInfoLister       = framework.NodeInfoLister
+	SharedDRAManager     = framework.SharedDRAManager
+	ResourceSliceLister  = framework.ResourceSliceLister
+	ResourceClaimTracker = framework.ResourceClaimTracker
+	DeviceClassLister    = framework.DeviceClassLister
 )
 
 // Score bounds.

@@ -14,27 +14,29 @@ import (
 // The plugin interfaces and what they return, from
 // k8s.io/kubernetes/pkg/scheduler/framework, where Kubernetes 1.34 keeps them.
 type (
-	Plugin              = framework.Plugin
-	Handle              = framework.Handle
-	PreFilterPlugin     = framework.PreFilterPlugin
-	PreFilterResult     = framework.PreFilterResult
-	PreFilterExtensions = framework.PreFilterExtensions
-	FilterPlugin        = framework.FilterPlugin
-	PostFilterPlugin    = framework.PostFilterPlugin
-	PostFilterResult    = framework.PostFilterResult
-	NodeToStatusReader  = framework.NodeToStatusReader
-	PreScorePlugin      = framework.PreScorePlugin
-	ScorePlugin         = framework.ScorePlugin
-	ScoreExtensions     = framework.ScoreExtensions
-	NodeScore           = framework.NodeScore
-	NodeScoreList       = framework.NodeScoreList
-	ReservePlugin       = framework.ReservePlugin
-	PreBindPlugin       = framework.PreBindPlugin
-	BindPlugin          = framework.BindPlugin
-	EnqueueExtensions   = framework.EnqueueExtensions
-	NodeInfoLister      = framework.NodeInfoLister
-	SharedDRAManager    = framework.SharedDRAManager
-	ResourceSliceLister = framework.ResourceSliceLister
+	Plugin               = framework.Plugin
+	Handle               = framework.Handle
+	PreFilterPlugin      = framework.PreFilterPlugin
+	PreFilterResult      = framework.PreFilterResult
+	PreFilterExtensions  = framework.PreFilterExtensions
+	FilterPlugin         = framework.FilterPlugin
+	PostFilterPlugin     = framework.PostFilterPlugin
+	PostFilterResult     = framework.PostFilterResult
+	NodeToStatusReader   = framework.NodeToStatusReader
+	PreScorePlugin       = framework.PreScorePlugin
+	ScorePlugin          = framework.ScorePlugin
+	ScoreExtensions      = framework.ScoreExtensions
+	NodeScore            = framework.NodeScore
+	NodeScoreList        = framework.NodeScoreList
+	ReservePlugin        = framework.ReservePlugin
+	PreBindPlugin        = framework.PreBindPlugin
+	BindPlugin           = framework.BindPlugin
+	EnqueueExtensions    = framework.EnqueueExtensions
+	NodeInfoLister       = framework.NodeInfoLister
+	SharedDRAManager     = framework.SharedDRAManager
+	ResourceSliceLister  = framework.ResourceSliceLister
+	ResourceClaimTracker = framework.ResourceClaimTracker
+	DeviceClassLister    = framework.DeviceClassLister
 )
 
 // Score bounds.
