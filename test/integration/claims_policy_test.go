@@ -135,7 +135,14 @@ func TestChartClaimsFromRequests(t *testing.T) {
 			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/total-whole-gpus tessera.dev/total-whole-gpus]"},
 		{"memory in percent, which a claim cannot ask", pod(c.ns, nil, container{limits: v1.ResourceList{"tessera.dev/gpu": q("1"), "tessera.dev/gpu-memory-percent": q("50")}}),
 			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-memory-percent tessera.dev/gpu-memory-percent tessera.dev/total-gpu-memory-percent tessera.dev/total-gpu-memory-percent]"},
-		{"a pod with a Tessera annotation", pod(c.ns, map[string]string{"tessera.dev/work-conserving": "true"}, container{limits: share}),
+		{"work-conserving", pod(c.ns, map[string]string{"tessera.dev/gpu-work-conserving": "true"}, container{limits: share}),
+			"tessera-gpu-0=tessera-gpu-1x8192mi-30c-wc c0[claim:tessera-gpu-0]"},
+		{"not work-conserving", pod(c.ns, map[string]string{"tessera.dev/gpu-work-conserving": "false"}, container{limits: share}),
+			"tessera-gpu-0=tessera-gpu-1x8192mi-30c c0[claim:tessera-gpu-0]"},
+		{"work-conserving and another Tessera annotation", pod(c.ns, map[string]string{"tessera.dev/gpu-work-conserving": "true", "tessera.dev/gpu-model-include": "H100"}, container{limits: share}),
+			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-cores tessera.dev/gpu-cores tessera.dev/gpu-memory tessera.dev/gpu-memory " +
+				"tessera.dev/total-gpu-cores tessera.dev/total-gpu-cores tessera.dev/total-gpu-memory tessera.dev/total-gpu-memory]"},
+		{"a pod with another Tessera annotation", pod(c.ns, map[string]string{"tessera.dev/gpu-sharing": "mps"}, container{limits: share}),
 			"c0[tessera.dev/gpu tessera.dev/gpu tessera.dev/gpu-cores tessera.dev/gpu-cores tessera.dev/gpu-memory tessera.dev/gpu-memory " +
 				"tessera.dev/total-gpu-cores tessera.dev/total-gpu-cores tessera.dev/total-gpu-memory tessera.dev/total-gpu-memory]"},
 		{"a namespace without the label", pod(other, nil, container{limits: share}),
