@@ -83,7 +83,7 @@ func TestSchedulerConfigDRAArgsFollowProfile(t *testing.T) {
 	ms, err := Render(Options{ChartDir: chartDir(t), Values: map[string]any{"scheduler": map[string]any{
 		"profiles": []any{map[string]any{"schedulerName": "tessera-binpack", "nodePolicy": "Binpack", "devicePolicy": "Spread",
 			"args": map[string]any{"islandWeight": 3, "topologyWeight": 5, "memoryWeight": 2, "coresWeight": 7}}},
-		"plugin": map[string]any{"draArgs": map[string]any{"coresWeight": 4}},
+		"plugin": map[string]any{"draArgs": map[string]any{"coresWeight": 4}, "allowPodPolicyOverride": false},
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestSchedulerConfigDRAArgsFollowProfile(t *testing.T) {
 				t.Fatal(err)
 			}
 			if a.NodePolicy != "Binpack" || a.DevicePolicy != "Spread" || *a.IslandWeight != 3 || *a.TopologyWeight != 5 ||
-				*a.MemoryWeight != 2 || *a.CoresWeight != 4 || *a.PolicyWeight != 1 {
+				*a.MemoryWeight != 2 || *a.CoresWeight != 4 || *a.PolicyWeight != 1 || *a.AllowPodPolicyOverride {
 				t.Errorf("TesseraDynamicResources args %s", raw)
 			}
 		}

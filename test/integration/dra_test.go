@@ -533,12 +533,7 @@ func TestDRAClaimConfig(t *testing.T) {
 		return resourceapi.DeviceClaimConfiguration{Requests: []string{"gpu"}, DeviceConfiguration: resourceapi.DeviceConfiguration{
 			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: dra.DriverName, Parameters: runtime.RawExtension{Raw: []byte(params)}}}}
 	}
-	podFor := func(cl *resourceapi.ResourceClaim) {
-		p := newPod(c.ns, "pod-"+cl.Name, binpack, nil)
-		p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
-		p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
-		c.createPod(p)
-	}
+	podFor := func(cl *resourceapi.ResourceClaim) { c.claimPod(cl.Name, binpack, nil) }
 	wc := c.newShareClaim("wc", "4Gi", "30", config(`{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`))
 	podFor(wc)
 	plain := c.newShareClaim("plain", "4Gi", "30")
@@ -690,11 +685,18 @@ func (c *cluster) extendedResourceClaim(pod string) (*v1.Pod, *resourceapi.Resou
 func (c *cluster) shareClaim(name, profile, memory, cores string) *resourceapi.ResourceClaim {
 	c.t.Helper()
 	cl := c.newShareClaim(name, memory, cores)
-	p := newPod(c.ns, "pod-"+name, profile, nil)
-	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cl.Name}}
+	c.claimPod(cl.Name, profile, nil)
+	return cl
+}
+
+// claimPod creates pod pod-<claim> of profile with annotations, one container using
+// the claim.
+func (c *cluster) claimPod(claim, profile string, annotations map[string]string) {
+	c.t.Helper()
+	p := newPod(c.ns, "pod-"+claim, profile, annotations)
+	p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim}}
 	p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}}
 	c.createPod(p)
-	return cl
 }
 
 // newShareClaim creates the claim of shareClaim, without a pod, with config.
@@ -756,6 +758,19 @@ func TestDRAClaimsPlacedByPolicy(t *testing.T) {
 	c.shareClaim("b1", binpack, "2Gi", "10")
 	if d := c.claimDevice("b1"); d != s2 {
 		t.Errorf("binpack put b1 on %s, want the fullest GPU %s", d, s2)
+	}
+	// The pod's own policy orders its claim's devices: Spread asked in a Binpack
+	// profile's pod takes an empty GPU, not the fullest.
+	c.newShareClaim("own", "1Gi", "10")
+	c.claimPod("own", binpack, map[string]string{api.AnnotationDevicePolicy: "Spread"})
+	if d := c.claimDevice("own"); d == s2 || d == gpu[0] {
+		t.Errorf("a pod asking Spread in the Binpack profile was put on %s, which holds shares; want an empty GPU", d)
+	}
+	// An annotation a claim does not follow: unschedulable, with what to write instead.
+	c.newShareClaim("model", "1Gi", "10")
+	c.claimPod("model", binpack, map[string]string{api.AnnotationModelInclude: "T4"})
+	if msg := c.waitUnschedulable("pod-model", 30*time.Second); !strings.Contains(msg, `device.attributes["gpu.tessera.dev"].model in the claim's request`) {
+		t.Errorf("a claim pod with a model annotation: %q", msg)
 	}
 	// Fragmentation places validly beside them.
 	c.shareClaim("f1", "tessera-fragmentation", "1Gi", "10")

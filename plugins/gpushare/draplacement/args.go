@@ -42,6 +42,10 @@ type Args struct {
 	PolicyWeight   *int64 `json:"policyWeight,omitempty"`
 	TopologyWeight *int64 `json:"topologyWeight,omitempty"`
 	IslandWeight   *int64 `json:"islandWeight,omitempty"`
+	// AllowPodPolicyOverride lets a pod choose the device policy its claims are placed
+	// by, with the annotation tessera.dev/gpu-policy, as TesseraGPUShare's (default
+	// true).
+	AllowPodPolicyOverride *bool `json:"allowPodPolicyOverride,omitempty"`
 	// FragmentationWindow is how many recent claim pods the Fragmentation policy
 	// learns the workload from.
 	FragmentationWindow int `json:"fragmentationWindow,omitempty"`
@@ -114,6 +118,10 @@ func decodeArgs(obj runtime.Object) (*Args, *config.DynamicResourcesArgs, error)
 	}
 	if *args.MemoryWeight+*args.CoresWeight == 0 {
 		return nil, nil, fmt.Errorf("pluginConfig[%s].args: memoryWeight and coresWeight cannot both be 0", Name)
+	}
+	if args.AllowPodPolicyOverride == nil {
+		t := true
+		args.AllowPodPolicyOverride = &t
 	}
 	if args.FragmentationWindow == 0 {
 		args.FragmentationWindow = fragmentation.DefaultWindow

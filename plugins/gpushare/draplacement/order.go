@@ -35,6 +35,8 @@ type orderer struct {
 	h           fwk.Handle
 	placer      placement.Placer // the device policy's
 	nodePlacer  placement.Placer // the node policy's (Score)
+	placers     map[placement.Policy]placement.Placer
+	allowPolicy bool // a pod may choose its device policy (api.AnnotationDevicePolicy)
 	w           placement.Weights
 	classes     map[string]bool
 	consumable  bool // DRAConsumableCapacity: claims consume part of a device
@@ -59,6 +61,8 @@ type demand struct {
 	// fit is the cycle's largest feasible node, for a node policy whose score has a
 	// best-fit term (PreScore; nil: not measured).
 	fit *placement.FitScale
+	// problem is why the pod cannot run for its annotations (annotations.go), or "".
+	problem string
 }
 
 func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
@@ -66,13 +70,14 @@ func newOrderer(args *Args, h fwk.Handle, consumable bool) *orderer {
 	// the placers'.
 	w := placement.Weights{Memory: float64(*args.MemoryWeight), Cores: float64(*args.CoresWeight),
 		Policy: float64(*args.PolicyWeight), Topology: float64(*args.TopologyWeight), Island: float64(*args.IslandWeight), MaxTenants: math.MaxInt32}
-	o := &orderer{h: h, w: w, consumable: consumable, classes: map[string]bool{}, nodeModels: placement.NewCache()}
+	o := &orderer{h: h, w: w, consumable: consumable, classes: map[string]bool{}, nodeModels: placement.NewCache(),
+		allowPolicy: args.AllowPodPolicyOverride == nil || *args.AllowPodPolicyOverride}
 	for _, c := range args.DeviceClassNames {
 		o.classes[c] = true
 	}
 	o.modelOf = o.model
-	placers := policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})
-	o.placer, o.nodePlacer = placers[args.DevicePolicy], placers[args.NodePolicy]
+	o.placers = policies.Build(&placement.Env{Cache: o.nodeModels, Weights: &o.w, Window: args.FragmentationWindow})
+	o.placer, o.nodePlacer = o.placers[args.DevicePolicy], o.placers[args.NodePolicy]
 	return o
 }
 
@@ -135,7 +140,11 @@ func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
 				}
 			}
 			logger.V(5).Info("Tessera device order", "pod", klog.KObj(pod), "claim", name, "request", r.Name, "memoryMiB", c.MemoryMiB, "cores", c.Cores)
-			return o.newDemand(pod, c)
+			d := o.newDemand(pod, c)
+			if d.problem == "" {
+				d.problem = claimAnnotationProblem(pod, o.requestConfig(claim, r).IsWorkConserving())
+			}
+			return d
 		}
 	}
 	return o.extendedDemand(logger, pod)
@@ -177,12 +186,13 @@ func (o *orderer) extendedDemand(logger klog.Logger, pod *v1.Pod) *demand {
 // newDemand is the demand of pod placed as one container of request c, prepared by
 // the device and node policies.
 func (o *orderer) newDemand(pod *v1.Pod, c api.ContainerRequest) *demand {
-	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: o.placer}
+	placer, problem := o.devicePlacer(pod)
+	info := &placement.PodInfo{Req: api.PodRequest{Containers: []api.ContainerRequest{c}}, Order: []int{0}, Device: placer}
 	o.nodePlacer.PreparePod(pod, info)
-	if o.placer != o.nodePlacer {
-		o.placer.PreparePod(pod, info)
+	if placer != o.nodePlacer {
+		placer.PreparePod(pod, info)
 	}
-	return &demand{info: info, c: &info.Req.Containers[0]}
+	return &demand{info: info, c: &info.Req.Containers[0], problem: problem}
 }
 
 // claimName is the name of the ResourceClaim a pod's claim entry refers to, or "" when
@@ -419,7 +429,7 @@ func (o *orderer) rank(m *nodemodel.Model, used []placement.Usage, at []int, d *
 			return o.byScore(m, used, at, cand, d, set)
 		}
 	}
-	first := o.placer.PickDevice(&placement.Allocation{}, m, used, d.info, d.c, &o.w, cand)
+	first := d.info.Device.PickDevice(&placement.Allocation{}, m, used, d.info, d.c, &o.w, cand)
 	return o.byScore(m, used, at, cand, d, []int{first})
 }
 
@@ -432,7 +442,7 @@ func (o *orderer) byScore(m *nodemodel.Model, used []placement.Usage, at, cand [
 	}
 	score := make(map[int]float64, len(cand))
 	for _, i := range cand {
-		score[i] = o.placer.DeviceScore(m, used, d.c, i, &o.w)
+		score[i] = d.info.Device.DeviceScore(m, used, d.c, i, &o.w)
 	}
 	slices.SortStableFunc(cand, func(a, b int) int {
 		ra, rb := rank[a], rank[b]

@@ -107,8 +107,9 @@ type cycleState struct {
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-// PreFilter refuses a pod with a container that uses two Tessera claims or with a
-// Tessera configuration that does not decode, computes the
+// PreFilter refuses a pod with a container that uses two Tessera claims, with a
+// Tessera configuration that does not decode, or with a Tessera annotation its claims
+// cannot follow (annotations.go), computes the
 // pod's device order, which the in-tree PreFilter then lists the ResourceSlices
 // through, and runs the in-tree PreFilter.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
@@ -123,6 +124,9 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	d, release := pl.order.forPod(ctx, pod)
 	defer release()
+	if d != nil && d.problem != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, d.problem)
+	}
 	res, st := pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
 	if d != nil && st.IsSuccess() {
 		cs.Write(stateKey, &cycleState{d: d})
