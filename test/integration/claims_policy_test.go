@@ -3,14 +3,19 @@
 package integration
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/config/deploy"
 )
 
@@ -41,7 +46,28 @@ func TestChartClaimsFromRequests(t *testing.T) {
 
 	a := c.applier()
 	n := 0
-	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: []string{"agent.dra.enabled=true", "agent.dra.claimsFromRequests.enabled=true"}}) {
+	// The chart's templates for three shapes in the test's namespace.
+	shapes := []any{
+		map[string]any{"gpus": 1, "memoryMiB": 8192, "cores": 30},
+		map[string]any{"gpus": 2, "memoryMiB": 4096},
+		map[string]any{"gpus": 1, "memoryMiB": 8192, "cores": 30, "workConserving": true},
+	}
+	templates := map[string]*resourceapi.ResourceClaimTemplate{}
+	for _, m := range c.renderChart(deploy.Options{Namespace: c.ns, Set: []string{"agent.dra.enabled=true", "agent.dra.claimsFromRequests.enabled=true"},
+		Values: map[string]any{"agent": map[string]any{"dra": map[string]any{"claimsFromRequests": map[string]any{
+			"templates": map[string]any{"namespaces": []any{c.ns}, "shapes": shapes}}}}}}) {
+		if m.Kind == "ResourceClaimTemplate" {
+			// The API server accepts each as rendered.
+			tpl := &resourceapi.ResourceClaimTemplate{}
+			if err := yaml.Unmarshal([]byte(m.YAML), tpl); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.client.ResourceV1().ResourceClaimTemplates(c.ns).Create(c.ctx, tpl, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("ResourceClaimTemplate %s: %v", m.Name, err)
+			}
+			templates[got.Name] = got
+		}
 		if m.Name == chartRelease+"-claims-from-requests" || m.Name == quotaPolicy || m.Name == chartRelease+"-scheduler-for-gpu-pods" {
 			if err := a.apply(m.YAML, false); err != nil {
 				t.Fatalf("applying %s %s: %v", m.Kind, m.Name, err)
@@ -151,6 +177,43 @@ func TestChartClaimsFromRequests(t *testing.T) {
 	} {
 		if got := shape(admitted(tc.pod)); got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+
+	// The chart's templates are the ones the converted pods above name, and say what
+	// their names say.
+	for name, want := range map[string]string{
+		"tessera-gpu-1x8192mi-30c":    "count:1 memory:8Gi cores:30",
+		"tessera-gpu-2x4096mi":        "count:2 memory:4Gi distinct:gpu.tessera.dev/uuid",
+		"tessera-gpu-1x8192mi-30c-wc": `count:1 memory:8Gi cores:30 selector:device.attributes["gpu.tessera.dev"].sharing == "time-sliced" config:{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`,
+	} {
+		tpl, ok := templates[name]
+		if !ok {
+			t.Errorf("the chart rendered no template %s (rendered: %v)", name, slices.Sorted(maps.Keys(templates)))
+			continue
+		}
+		d := tpl.Spec.Spec.Devices
+		r := d.Requests[0].Exactly
+		got := fmt.Sprintf("count:%d", r.Count)
+		for _, k := range []resourceapi.QualifiedName{"memory", "cores"} {
+			if q, ok := r.Capacity.Requests[k]; ok {
+				got += fmt.Sprintf(" %s:%s", k, q.String())
+			}
+		}
+		for _, c := range d.Constraints {
+			got += fmt.Sprintf(" distinct:%s", *c.DistinctAttribute)
+		}
+		for _, sel := range r.Selectors {
+			got += " selector:" + sel.CEL.Expression
+		}
+		for _, cfg := range d.Config {
+			got += " config:" + string(cfg.Opaque.Parameters.Raw)
+			if _, err := api.DecodeGPUConfig(cfg.Opaque.Parameters.Raw); err != nil {
+				t.Errorf("template %s: %v", name, err)
+			}
+		}
+		if got != want {
+			t.Errorf("template %s:\n got %s\nwant %s", name, got, want)
 		}
 	}
 
