@@ -18,13 +18,8 @@ import (
 // pod stays pending with the reason instead.
 func (o *orderer) configProblem(pod *v1.Pod) string {
 	mgr := o.h.SharedDRAManager()
-	for i := range pod.Spec.ResourceClaims {
-		name := claimName(pod, &pod.Spec.ResourceClaims[i])
-		if name == "" {
-			continue
-		}
-		claim, err := mgr.ResourceClaims().Get(pod.Namespace, name)
-		if err != nil || claim.Status.Allocation != nil {
+	for _, claim := range o.claimsOf(pod) {
+		if claim.Status.Allocation != nil {
 			continue
 		}
 		for j := range claim.Spec.Devices.Config {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -96,16 +97,11 @@ func (o *orderer) forPod(ctx context.Context, pod *v1.Pod) (d *demand, release f
 
 // demandOf is the pod's first unallocated request of a Tessera class, or nil.
 func (o *orderer) demandOf(logger klog.Logger, pod *v1.Pod) *demand {
-	mgr := o.h.SharedDRAManager()
-	for _, prc := range pod.Spec.ResourceClaims {
-		name := claimName(pod, &prc)
-		if name == "" {
+	for _, claim := range o.claimsOf(pod) {
+		if claim.Status.Allocation != nil {
 			continue
 		}
-		claim, err := mgr.ResourceClaims().Get(pod.Namespace, name)
-		if err != nil || claim.Status.Allocation != nil {
-			continue
-		}
+		name := claim.Name
 		for i := range claim.Spec.Devices.Requests {
 			r := &claim.Spec.Devices.Requests[i]
 			var class string
@@ -193,6 +189,27 @@ func (o *orderer) newDemand(pod *v1.Pod, c api.ContainerRequest) *demand {
 		placer.PreparePod(pod, info)
 	}
 	return &demand{info: info, c: &info.Req.Containers[0], problem: problem}
+}
+
+// claimsOf yields each of pod's claim entries with its ResourceClaim, for those whose
+// claim exists (a template's may not be made yet).
+func (o *orderer) claimsOf(pod *v1.Pod) iter.Seq2[*v1.PodResourceClaim, *resourceapi.ResourceClaim] {
+	return func(yield func(*v1.PodResourceClaim, *resourceapi.ResourceClaim) bool) {
+		for i := range pod.Spec.ResourceClaims {
+			prc := &pod.Spec.ResourceClaims[i]
+			name := claimName(pod, prc)
+			if name == "" {
+				continue
+			}
+			claim, err := o.h.SharedDRAManager().ResourceClaims().Get(pod.Namespace, name)
+			if err != nil || claim == nil {
+				continue
+			}
+			if !yield(prc, claim) {
+				return
+			}
+		}
+	}
 }
 
 // claimName is the name of the ResourceClaim a pod's claim entry refers to, or "" when
@@ -729,16 +746,7 @@ func (o *orderer) twoClaimsInOneContainer(pod *v1.Pod) string {
 		return ""
 	}
 	tessera := map[string]bool{} // the pod's claim entries whose claim has a Tessera request
-	for i := range pod.Spec.ResourceClaims {
-		prc := &pod.Spec.ResourceClaims[i]
-		name := claimName(pod, prc)
-		if name == "" {
-			continue
-		}
-		claim, err := o.h.SharedDRAManager().ResourceClaims().Get(pod.Namespace, name)
-		if err != nil {
-			continue
-		}
+	for prc, claim := range o.claimsOf(pod) {
 		for j := range claim.Spec.Devices.Requests {
 			r := &claim.Spec.Devices.Requests[j]
 			if r.Exactly != nil && o.isTessera(r.Exactly.DeviceClassName) {
