@@ -187,8 +187,12 @@ type podSpec struct {
 	claim *claimShape
 }
 
-// claimShape is a claim's capacity requests.
-type claimShape struct{ memory, cores string }
+// claimShape is a claim's capacity requests, and whether its gpu.tessera.dev
+// configuration asks for work-conserving pacing.
+type claimShape struct {
+	memory, cores  string
+	workConserving bool
+}
 
 // cdiLibraryDir is where the agent's CDI spec mounts the driver's libraries in a GPU
 // container (no nvidia-cdi-hook on the suite's nodes).
