@@ -6,7 +6,7 @@
  * nothing). bench/run.sh runs it with and without the hook and reports the difference;
  * this program only measures.
  *
- *   hookbench <launch|launch-ex|graph|alloc> <calls> <batch> [paired]
+ *   hookbench <launch|launch-ex|graph|alloc|query> <calls> <batch> [paired]
  *
  * Calls are timed in batches of <batch> with the TSC-backed CLOCK_MONOTONIC. It prints
  *   op=<op> calls=<n> mean_ns=<total/n> median_ns=<median batch/batch> min_ns=<..>
@@ -36,6 +36,7 @@ CUresult cuDeviceGet(CUdevice *, int);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
+CUresult cuStreamQuery(CUstream);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
@@ -101,6 +102,7 @@ static CUresult (*d_launch_ex)(const CUlaunchConfig *, CUfunction, void **, void
 static CUresult (*d_graph)(CUgraphExec, CUstream);
 static CUresult (*d_alloc)(CUdeviceptr *, size_t);
 static CUresult (*d_free)(CUdeviceptr);
+static CUresult (*d_query)(CUstream);
 
 static CUfunction kernel;
 static CUgraphExec graph;
@@ -159,6 +161,10 @@ static inline CUresult one(int op)
 		return cuLaunchKernelEx(&cfg, kernel, NULL, NULL);
 	case 2:
 		return cuGraphLaunch(graph, NULL);
+	case 4:
+		/* A query that finds the stream idle: what each poll of a polling loop
+		 * costs at its end (the hook ends a burst there). */
+		return cuStreamQuery(NULL);
 	default:
 		if ((rc = cuMemAlloc_v2(&p, 1 << 20)) != CUDA_SUCCESS)
 			return rc;
@@ -177,6 +183,8 @@ static inline CUresult one_direct(int op)
 		return d_launch_ex(&cfg, kernel, NULL, NULL);
 	case 2:
 		return d_graph(graph, NULL);
+	case 4:
+		return d_query(NULL);
 	default:
 		if ((rc = d_alloc(&p, 1 << 20)) != CUDA_SUCCESS)
 			return rc;
@@ -192,7 +200,8 @@ static int paired(int op, const char *name, long n, long batch)
 	d_graph = (CUresult(*)(CUgraphExec, CUstream))driver_own("cuGraphLaunch");
 	d_alloc = (CUresult(*)(CUdeviceptr *, size_t))driver_own("cuMemAlloc_v2");
 	d_free = (CUresult(*)(CUdeviceptr))driver_own("cuMemFree_v2");
-	if (!d_launch || !d_launch_ex || !d_graph || !d_alloc || !d_free) {
+	d_query = (CUresult(*)(CUstream))driver_own("cuStreamQuery");
+	if (!d_launch || !d_launch_ex || !d_graph || !d_alloc || !d_free || !d_query) {
 		fprintf(stderr, "hookbench: the driver's own functions not found\n");
 		return 1;
 	}
@@ -228,13 +237,13 @@ static int paired(int op, const char *name, long n, long batch)
 
 int main(int argc, char **argv)
 {
-	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc"};
+	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc", "query"};
 	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "paired") == 0)) {
-		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc> <calls> <batch> [paired]\n");
+		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc|query> <calls> <batch> [paired]\n");
 		return 2;
 	}
 	int op = -1;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (strcmp(argv[1], ops[i]) == 0)
 			op = i;
 	long n = atol(argv[2]), batch = atol(argv[3]);

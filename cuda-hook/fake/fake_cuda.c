@@ -1983,6 +1983,27 @@ CUresult cuStreamSynchronize(CUstream s)
 }
 CUresult cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(s); }
 
+/* Whether the work queued on s (the legacy stream: all of it) has run. */
+CUresult cuStreamQuery(CUstream s)
+{
+	if (atomic_load(&capturing))
+		return (CUresult)CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	int done;
+	if (sg != NULL) {
+		pthread_mutex_lock(&sg->mu);
+		sg_advance(now_ns());
+		done = sg->s[sg_me].head == sg->s[sg_me].tail;
+		pthread_mutex_unlock(&sg->mu);
+	} else {
+		pthread_mutex_lock(&mu);
+		int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s, 0);
+		done = until <= now_ns();
+		pthread_mutex_unlock(&mu);
+	}
+	return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+CUresult cuStreamQuery_ptsz(CUstream s) { return cuStreamQuery(s); }
+
 CUresult cuCtxSynchronize(void)
 {
 	pthread_mutex_lock(&mu);
@@ -2079,6 +2100,7 @@ static const struct {
 	{"cuCtxGetDevice", (void *)cuCtxGetDevice, NULL},
 	{"cuCtxSynchronize", (void *)cuCtxSynchronize, NULL},
 	{"cuStreamSynchronize", (void *)cuStreamSynchronize, (void *)cuStreamSynchronize_ptsz},
+	{"cuStreamQuery", (void *)cuStreamQuery, (void *)cuStreamQuery_ptsz},
 	{"cuEventCreate", (void *)cuEventCreate, NULL},
 	{"cuEventDestroy", (void *)cuEventDestroy_v2, NULL},
 	{"cuEventRecord", (void *)cuEventRecord, NULL},

@@ -285,3 +285,35 @@ CUresult cuEventSynchronize(CUevent event)
 {
 	SYNC_HOOK(cuEventSynchronize, (event));
 }
+
+/* A program may wait for its work by polling instead (TensorFlow's event manager and
+ * XLA's host callbacks query events in a loop; a serving loop may query its stream
+ * between requests). A query that finds the work done is where such a program's wait
+ * ends: the open burst ends there as at a synchronize, and its next launch opens the
+ * next one, so that its bursts do not span the host's work between steps. The burst
+ * ended after the GPU went idle, so it holds the idle time since the work finished
+ * (one poll's interval in a polling loop), not the host's whole gap. Reading the
+ * ended burst never waits here (tessera_pacing_polled reads it only where it has
+ * run): a query stays a query. A query that finds work still queued changes nothing. */
+#define QUERY_HOOK(name, args)                                  \
+	HOOK_ENTER();                                           \
+	HOOK_REAL(name);                                        \
+	CUresult queried = REAL(name) args;                     \
+	if (queried == CUDA_SUCCESS)                            \
+		tessera_pacing_polled();                        \
+	return queried
+
+CUresult cuStreamQuery(CUstream stream)
+{
+	QUERY_HOOK(cuStreamQuery, (stream));
+}
+
+CUresult cuStreamQuery_ptsz(CUstream stream)
+{
+	QUERY_HOOK(cuStreamQuery_ptsz, (stream));
+}
+
+CUresult cuEventQuery(CUevent event)
+{
+	QUERY_HOOK(cuEventQuery, (event));
+}

@@ -1019,6 +1019,24 @@ void tessera_pacing_synced(int g)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* (pacing.h) A query found work of the program done (launch.c): the open burst ends
+ * as at a synchronize, and one that ended before (at an earlier query of the same
+ * wait: a program that polls one event per stream ends the burst at the first and
+ * finds it ended at the second) is read where it has run, so that the next launch
+ * opens the next burst. Never waits. */
+void tessera_pacing_polled(void)
+{
+	int g = tessera_pacing_sync();
+	if (g < 0 && pacing_any && charge_kernel) {
+		g = pacing_only;
+		if (g < 0 && tessera_current_gpu(&g) != CUDA_SUCCESS)
+			return;
+		if (!atomic_load_explicit(&pacers[g].enabled, memory_order_relaxed) || !pacers[g].fence_pending)
+			return;
+	}
+	tessera_pacing_synced(g);
+}
+
 /* The first launch after a synchronize opens a burst, charged as the slow path charges
  * (under the lock); 0 where it cannot (no tokens: the slow path waits for the refill,
  * which opens one; the GPU's turn not held where the node has turns; a burst open). */

@@ -40,6 +40,10 @@ static inline void tessera_pace_done(CUstream stream, struct tessera_pace_ticket
  * whose burst ended, or -1; tessera_pacing_synced(gpu) after the wait reads it. */
 int tessera_pacing_sync(void);
 void tessera_pacing_synced(int gpu);
+/* A query (cuStreamQuery, cuEventQuery) found work done: the program's wait by
+ * polling ends there, as tessera_pacing_sync and tessera_pacing_synced end and read a
+ * burst at a synchronize, without waiting for anything. */
+void tessera_pacing_polled(void);
 /* A context is gone: its events with it (pace_measure.c). */
 void tessera_pacing_forget_ctx(CUcontext ctx);
 /* A stream is being destroyed: pacing records nothing on it from now on (a burst that

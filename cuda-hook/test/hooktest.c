@@ -83,6 +83,10 @@ CUresult cuLibraryLoadData(CUlibrary *, const void *, CUjit_option *, void **, u
 			   unsigned int);
 CUresult cuLibraryUnload(CUlibrary);
 CUresult cuCtxSynchronize(void);
+CUresult cuStreamQuery(CUstream);
+CUresult cuEventCreate(CUevent *, unsigned int);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventQuery(CUevent);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
@@ -1555,6 +1559,36 @@ static double run_launches(const char *path, double seconds)
 					    1, 1, 1, 0, st[i % 2], NULL, NULL);
 			if (i++ % 40 == 39 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "poll", 4) == 0 && atoi(path + 5) > 0 && (path[4] == 'e' || path[4] == 's')) {
+			/* polle<us>, polls<us>: streams<us> whose program waits by polling, every
+			 * 40 launches: an event recorded on each stream queried until both have
+			 * run (polle, as TensorFlow's event manager waits), or each stream
+			 * queried until it is idle (polls); 20 us of host work between polls. */
+			static CUstream st[2];
+			static CUevent ev[2];
+			static unsigned i;
+			if (st[0] == NULL) {
+				for (int k = 0; k < 2; k++) {
+					OK(cuStreamCreate(&st[k], 0));
+					OK(cuEventCreate(&ev[k], 0));
+				}
+			}
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7e9000 + 0x40 * (i % 2)), (unsigned)atoi(path + 5), 1, 1,
+					    1, 1, 1, 0, st[i % 2], NULL, NULL);
+			if (i++ % 40 == 39 && rc == CUDA_SUCCESS) {
+				for (int k = 0; k < 2 && rc == CUDA_SUCCESS; k++) {
+					if (path[4] == 'e')
+						rc = cuEventRecord(ev[k], st[k]);
+					while (rc == CUDA_SUCCESS) {
+						rc = path[4] == 'e' ? cuEventQuery(ev[k]) : cuStreamQuery(st[k]);
+						if (rc != CUDA_ERROR_NOT_READY)
+							break;
+						rc = CUDA_SUCCESS;
+						for (double s0 = now_s(); now_s() - s0 < 20e-6;)
+							;
+					}
+				}
+			}
 		} else if (strncmp(path, "cold", 4) == 0 && atoi(path + 4) > 0) {
 			/* cold<n>: a launch-bound step of n functions of 5 us each, the host
 			 * busy 20 us after each launch (the GPU about a fifth busy), as a small
