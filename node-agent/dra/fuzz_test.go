@@ -28,6 +28,12 @@ func FuzzPrepare(f *testing.F) {
 		claim("u2", result("a", "gpu-n-0", nil), result("b", "gpu-n-1", q("576Mi", "1"))),
 		claim("u3", result("gpu", "gpu-n-2", nil)),
 		claim("u4", result("gpu", "gpu-n-1", q("1000000000", "500m"))),
+		func() *resourceapi.ResourceClaim {
+			c := claim("u5", result("gpu", "gpu-n-0", q("8Gi", "30")))
+			c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+				gpuConfig(resourceapi.AllocationConfigSourceClass, wcOff), gpuConfig(resourceapi.AllocationConfigSourceClaim, wcOn, "gpu")}
+			return c
+		}(),
 	} {
 		data, err := json.Marshal(c)
 		if err != nil {
@@ -63,6 +69,16 @@ func FuzzPrepare(f *testing.F) {
 			}
 			if len(l.GPUs) != len(r.Devices) {
 				t.Fatalf("%d devices prepared, %d in the limits file", len(r.Devices), len(l.GPUs))
+			}
+			// The claim's configuration, as it reads, is what the limits file says.
+			var ours []resourceapi.DeviceRequestAllocationResult
+			for _, res := range c.Status.Allocation.Devices.Results {
+				if res.Driver == DriverName {
+					ours = append(ours, res)
+				}
+			}
+			if cfg, err := ClaimConfig(&c, ours); err != nil || cfg.IsWorkConserving() != l.WorkConserving {
+				t.Fatalf("prepared with work-conserving %v; the claim's configuration reads %+v, %v", l.WorkConserving, cfg, err)
 			}
 			for _, g := range l.GPUs {
 				total, ok := inv.SchedulableMemoryMiB(g.UUID)
