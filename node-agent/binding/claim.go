@@ -129,7 +129,8 @@ func (b *Binder) checkClaim(r *Request, grants []api.DeviceGrant, inv *api.NodeI
 			return fmt.Sprintf("device %s is not a schedulable GPU or MIG instance of this node", d.UUID)
 		}
 		if seen[d.UUID] {
-			return fmt.Sprintf("it holds device %s twice; ask for one share of it with the sum of the capacities", d.UUID)
+			return fmt.Sprintf("it holds device %s twice (two of its requests were given the same device); ask for one share of it with "+
+				"the sum of the capacities, or keep the requests on distinct devices with the constraint distinctAttribute: %s/uuid", d.UUID, api.DRADriverName)
 		}
 		seen[d.UUID] = true
 		if !healthy[d.UUID] {

@@ -563,6 +563,67 @@ func TestDRAClaimConfig(t *testing.T) {
 	}
 }
 
+// TestDRASharesOnDistinctDevices: a claim with shares in two requests and no
+// distinctAttribute constraint leaves its pod unschedulable with the constraint to add
+// (the allocator would give both requests the policy's first device, which the agent
+// refuses: checked with the check switched off); with the constraint its shares land
+// on two GPUs and the agent prepares it. One request of count: 2 needs no constraint
+// (the allocator moves past the devices a request took).
+func TestDRASharesOnDistinctDevices(t *testing.T) {
+	c := startCluster(t)
+	const node = "dra-distinct"
+	dir := t.TempDir()
+	a, _, _ := c.draNodeOf(node, dir, "t4-4x-pcie.yaml", 4)
+	c.createDeviceClasses()
+	c.startScheduler("tessera-scheduler.yaml")
+
+	share := func(name string, count int64) resourceapi.DeviceRequest {
+		return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
+			AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: count,
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+				dra.CapacityMemory: resource.MustParse("2Gi"), dra.CapacityCores: resource.MustParse("20")}}}}
+	}
+	create := func(name string, requests []resourceapi.DeviceRequest, constraints ...resourceapi.DeviceConstraint) {
+		if _, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
+			Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests, Constraints: constraints}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("claim %s: %v", name, err)
+		}
+		c.claimPod(name, binpack, nil)
+	}
+	// prepared checks that claim name is allocated two GPUs and prepared to 2 GiB and
+	// 20 % on each.
+	prepared := func(name string) {
+		t.Helper()
+		c.waitBound("pod-"+name, 30*time.Second)
+		got, err := c.client.ResourceV1().ResourceClaims(c.ns).Get(c.ctx, name, metav1.GetOptions{})
+		if err != nil || got.Status.Allocation == nil {
+			t.Fatalf("claim %s not allocated: %v", name, err)
+		}
+		res := got.Status.Allocation.Devices.Results
+		if len(res) != 2 || res[0].Device == res[1].Device {
+			t.Fatalf("claim %s allocated %+v, want two devices", name, res)
+		}
+		if r := a.prepare(t, c.ctx, got); r == nil || r.Error != "" {
+			t.Fatalf("prepare %s: %+v", name, r)
+		}
+		l := readLimits(t, api.HostLimitsDir(filepath.Join(dir, "limits"), binding.ClaimCgroup(string(got.UID))))
+		if len(l.GPUs) != 2 || l.GPUs[0].UUID == l.GPUs[1].UUID || l.GPUs[0].MemoryMiB != 2048 || l.GPUs[1].Cores != 20 {
+			t.Errorf("claim %s: limits %+v, want 2048 MiB and 20 %% cores on each of two GPUs", name, l.GPUs)
+		}
+	}
+	create("together", []resourceapi.DeviceRequest{share("a", 1), share("b", 1)})
+	if msg := c.waitUnschedulable("pod-together", 30*time.Second); !strings.Contains(msg, `{requests: ["a", "b"], distinctAttribute: gpu.tessera.dev/uuid}`) {
+		t.Errorf("two requests of shares without the constraint: %q", msg)
+	}
+	create("apart", []resourceapi.DeviceRequest{share("a", 1), share("b", 1)},
+		resourceapi.DeviceConstraint{Requests: []string{"a", "b"}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName("gpu.tessera.dev/uuid"))})
+	prepared("apart")
+	create("count", []resourceapi.DeviceRequest{share("gpus", 2)})
+	prepared("count")
+}
+
 // TestDRAWholeGPUsByExtendedResource: on a node in DRA mode, a pod that asks only
 // tessera.dev/gpu runs unchanged: the whole-GPU DeviceClass names the resource in
 // extendedResourceName, TesseraGPUShare passes the node, and the in-tree DRA plugin

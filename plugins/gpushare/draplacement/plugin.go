@@ -108,8 +108,9 @@ type cycleState struct {
 func (s *cycleState) Clone() fwk.StateData { return s }
 
 // PreFilter refuses a pod with a container that uses two Tessera claims, with a
-// Tessera configuration that does not decode, or with a Tessera annotation its claims
-// cannot follow (annotations.go), computes the
+// Tessera configuration that does not decode, with a claim whose shares could meet on
+// one device (distinct.go), or with a Tessera annotation its claims cannot follow
+// (annotations.go), computes the
 // pod's device order, which the in-tree PreFilter then lists the ResourceSlices
 // through, and runs the in-tree PreFilter.
 func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
@@ -120,6 +121,9 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	if why := pl.order.configProblem(pod); why != "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
+	}
+	if why := pl.order.sameDeviceTwice(pod); why != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, why)
 	}
 	d, release := pl.order.forPod(ctx, pod)
