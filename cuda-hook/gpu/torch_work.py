@@ -20,6 +20,9 @@ Workloads, run one after the other in this process:
             output (a loss, a backward of a small head, an update), per step
     streams two streams at once, 2048^2 bf16 matmuls on one and elementwise work
             on the other, joined every step
+    polled  attn's step whose gradients go through a second stream (record_stream,
+            as data-parallel training's communication stream), waited for by
+            polling an event rather than a synchronize
 
 TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fraction (busy=<pct>):
 kernel time over wall time from torch.profiler's kernel events over a further second
@@ -262,7 +265,42 @@ def streams():
     return step
 
 
-WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix": graphmix, "streams": streams}
+def polled():
+    """attn's step with its gradients handed to a second stream (record_stream, as
+    data-parallel training hands them to its communication stream: the caching
+    allocator then queries an event at its allocations), waited for by polling an
+    event, as TensorFlow's event manager and XLA's host callbacks wait, not by a
+    synchronize."""
+    torch.manual_seed(0)
+    shape = (8, 16, 2048, 64)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    side, main = torch.cuda.Stream(), torch.cuda.current_stream()
+    done = torch.cuda.Event()
+    sums = []
+
+    def step():
+        for t in (q, k, v):
+            t.grad = None
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        loss = out.float().square().mean()
+        loss.backward()
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for t in (q, k, v):
+                g = t.grad.float()  # allocated on the side stream
+                g.record_stream(main)
+                sums.append(g.norm())
+        main.wait_stream(side)
+        done.record(main)
+        while not done.query():
+            time.sleep(0)
+        sums.clear()
+
+    return step
+
+
+WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix": graphmix, "streams": streams,
+             "polled": polled}
 
 
 def busy(step, seconds=1.0):
