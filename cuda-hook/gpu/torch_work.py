@@ -133,18 +133,28 @@ def mlp():
     return step
 
 
-def attn():
+def attention():
+    """attn's tensors and its forward and backward, which return the loss."""
     torch.manual_seed(0)
     shape = (8, 16, 2048, 64)
     q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 
-    def step():
+    def fwd_bwd():
         for t in (q, k, v):
             t.grad = None
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         loss = out.float().square().mean()
         loss.backward()
-        loss.item()
+        return loss
+
+    return (q, k, v), fwd_bwd
+
+
+def attn():
+    _, fwd_bwd = attention()
+
+    def step():
+        fwd_bwd().item()
 
     return step
 
@@ -271,22 +281,16 @@ def polled():
     allocator then queries an event at its allocations), waited for by polling an
     event, as TensorFlow's event manager and XLA's host callbacks wait, not by a
     synchronize."""
-    torch.manual_seed(0)
-    shape = (8, 16, 2048, 64)
-    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    params, fwd_bwd = attention()
     side, main = torch.cuda.Stream(), torch.cuda.current_stream()
     done = torch.cuda.Event()
     sums = []
 
     def step():
-        for t in (q, k, v):
-            t.grad = None
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        loss = out.float().square().mean()
-        loss.backward()
+        fwd_bwd()
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            for t in (q, k, v):
+            for t in params:
                 g = t.grad.float()  # allocated on the side stream
                 g.record_stream(main)
                 sums.append(g.norm())

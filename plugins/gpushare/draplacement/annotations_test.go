@@ -6,11 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 
 	"github.com/tessera-dev/tessera/api"
 	"github.com/tessera-dev/tessera/plugins/gpushare/internal/placement"
@@ -65,14 +63,7 @@ func TestClaimPodAnnotations(t *testing.T) {
 		{"not work-conserving", `{}`, map[string]string{api.AnnotationWorkConserving: "false"}, plain, "Binpack", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args, _, err := decodeArgs(unknown(tc.args))
-			if err != nil {
-				t.Fatal(err)
-			}
-			o := newOrderer(args, &draHandle{claims: map[string]*resourceapi.ResourceClaim{"team/c": tc.claim},
-				classes: map[string]*resourceapi.DeviceClass{tessera.Name: tessera, wcClass.Name: wcClass}}, true)
-			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p", UID: "p", Annotations: tc.ann},
-				Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("c")}}}}
+			o, pod := claimOrderer(t, tc.args, tc.claim, tc.ann, tessera, wcClass)
 			d := o.demandOf(klog.Background(), pod)
 			if d == nil {
 				t.Fatal("no demand")

@@ -58,6 +58,23 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "deviceclasses"}, name)
 }
 
+// claimOrderer is an orderer of args whose scheduler knows claim team/c and classes,
+// and pod team/p (with annotations) using that claim.
+func claimOrderer(t *testing.T, args string, claim *resourceapi.ResourceClaim, annotations map[string]string, classes ...*resourceapi.DeviceClass) (*orderer, *v1.Pod) {
+	t.Helper()
+	a, _, err := decodeArgs(unknown(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &draHandle{claims: map[string]*resourceapi.ResourceClaim{"team/c": claim}, classes: map[string]*resourceapi.DeviceClass{}}
+	for _, c := range classes {
+		h.classes[c.Name] = c
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p", UID: "p", Annotations: annotations},
+		Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("c")}}}}
+	return newOrderer(a, h, true), pod
+}
+
 func opaque(driver, params string) resourceapi.DeviceConfiguration {
 	return resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: driver, Parameters: runtime.RawExtension{Raw: []byte(params)}}}
 }
@@ -102,14 +119,9 @@ func TestConfigProblem(t *testing.T) {
 		{"allocated", allocated, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args, _, err := decodeArgs(unknown(`{}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			o := newOrderer(args, &draHandle{claims: map[string]*resourceapi.ResourceClaim{"team/c": tc.claim},
-				classes: map[string]*resourceapi.DeviceClass{tessera.Name: tessera, badClass.Name: badClass, nic.Name: nic}}, true)
-			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p"},
-				Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("c")}, {Name: "gone", ResourceClaimName: ptr.To("gone")}}}}
+			o, pod := claimOrderer(t, `{}`, tc.claim, nil, tessera, badClass, nic)
+			// A claim not made yet is passed over.
+			pod.Spec.ResourceClaims = append(pod.Spec.ResourceClaims, v1.PodResourceClaim{Name: "gone", ResourceClaimName: ptr.To("gone")})
 			if got := o.configProblem(pod); got != tc.want && (tc.want == "" || !strings.Contains(got, tc.want)) {
 				t.Errorf("got %q\nwant %q", got, tc.want)
 			}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,14 +59,7 @@ func TestSameDeviceTwice(t *testing.T) {
 		{"allocated", allocated, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args, _, err := decodeArgs(unknown(`{}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			o := newOrderer(args, &draHandle{claims: map[string]*resourceapi.ResourceClaim{"team/c": tc.claim},
-				classes: map[string]*resourceapi.DeviceClass{tessera.Name: tessera}}, true)
-			pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "p"},
-				Spec: v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("c")}}}}
+			o, pod := claimOrderer(t, `{}`, tc.claim, nil, tessera)
 			got := o.sameDeviceTwice(pod)
 			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
 				t.Errorf("got %q\nwant %q", got, tc.want)
