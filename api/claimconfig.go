@@ -97,5 +97,50 @@ func (c GPUConfig) Over(base GPUConfig) GPUConfig {
 	return out
 }
 
+// GPUConfigEntry is one opaque configuration entry of DRADriverName: the requests it
+// names (none: all of the claim's), its parameters, and where it comes from (for
+// messages).
+type GPUConfigEntry struct {
+	Requests   []string
+	Parameters []byte
+	Origin     string
+}
+
+// ResolveGPUConfig is the configuration that applies to request, from entries in the
+// order they apply (a DeviceClass's before the claim's): each entry that names the
+// request is applied over the ones before it. Every entry must decode, whichever
+// request it names; the error names the first that does not by its origin.
+func ResolveGPUConfig(entries []GPUConfigEntry, request string) (GPUConfig, error) {
+	var cfg GPUConfig
+	for _, e := range entries {
+		c, err := DecodeGPUConfig(e.Parameters)
+		if err != nil {
+			return GPUConfig{}, fmt.Errorf("configuration %s: %w", e.Origin, err)
+		}
+		if NamesRequest(e.Requests, request) {
+			cfg = c.Over(cfg)
+		}
+	}
+	return cfg, nil
+}
+
+// NamesRequest reports whether names, the requests a claim's configuration entry or
+// constraint lists ("<request>" or "<request>/<subrequest>"; none names all), name
+// request: a claim's request, or a prioritized list's choice of it
+// ("<request>/<subrequest>"), which a name of its request covers. A name of one
+// subrequest names its request while the choice is not made (in the scheduler).
+func NamesRequest(names []string, request string) bool {
+	if len(names) == 0 {
+		return true
+	}
+	main, _, _ := strings.Cut(request, "/")
+	for _, n := range names {
+		if nm, _, _ := strings.Cut(n, "/"); n == request || n == main || nm == request {
+			return true
+		}
+	}
+	return false
+}
+
 // IsWorkConserving is WorkConserving, false when unset.
 func (c GPUConfig) IsWorkConserving() bool { return c.WorkConserving != nil && *c.WorkConserving }

@@ -63,3 +63,45 @@ func TestGPUConfigOver(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A configuration or constraint names a request by its name, a prioritized list's
+// choice by its request's name or its own, and a subrequest its request before the
+// choice; none names all.
+func TestNamesRequest(t *testing.T) {
+	for _, tc := range []struct {
+		names   []string
+		request string
+		want    bool
+	}{
+		{nil, "gpu", true},
+		{[]string{"gpu"}, "gpu", true},
+		{[]string{"nic"}, "gpu", false},
+		{[]string{"gpu"}, "gpu/large", true},
+		{[]string{"gpu/large"}, "gpu/large", true},
+		{[]string{"gpu/small"}, "gpu/large", false},
+		{[]string{"gpu/small"}, "gpu", true},
+		{[]string{"gpus"}, "gpu", false},
+	} {
+		if got := NamesRequest(tc.names, tc.request); got != tc.want {
+			t.Errorf("NamesRequest(%q, %q) = %v, want %v", tc.names, tc.request, got, tc.want)
+		}
+	}
+}
+
+// Entries apply in order to the requests they name; any entry that does not decode is
+// an error naming its origin.
+func TestResolveGPUConfig(t *testing.T) {
+	const on = `{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":true}`
+	const off = `{"apiVersion":"gpu.tessera.dev/v1alpha1","kind":"GPUConfig","workConserving":false}`
+	entries := []GPUConfigEntry{{Parameters: []byte(on)}, {Requests: []string{"b"}, Parameters: []byte(off)}}
+	if c, err := ResolveGPUConfig(entries, "a"); err != nil || !c.IsWorkConserving() {
+		t.Errorf("a: %+v %v", c, err)
+	}
+	if c, err := ResolveGPUConfig(entries, "b"); err != nil || c.IsWorkConserving() {
+		t.Errorf("b: %+v %v", c, err)
+	}
+	bad := append(entries, GPUConfigEntry{Requests: []string{"c"}, Parameters: []byte(`{}`), Origin: "from the claim for requests c"})
+	if _, err := ResolveGPUConfig(bad, "a"); err == nil || !strings.Contains(err.Error(), "configuration from the claim for requests c: gpu.tessera.dev parameters") {
+		t.Errorf("an entry that does not decode, for another request: %v", err)
+	}
+}

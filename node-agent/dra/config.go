@@ -19,30 +19,22 @@ import (
 // configured differently, are errors that say what to change.
 func ClaimConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceRequestAllocationResult) (api.GPUConfig, error) {
 	who := fmt.Sprintf("claim %s/%s", c.Namespace, c.Name)
-	var entries []*resourceapi.DeviceAllocationConfiguration
-	var decoded []api.GPUConfig
+	var entries []api.GPUConfigEntry
 	if c.Status.Allocation != nil {
 		for _, source := range []resourceapi.AllocationConfigSource{resourceapi.AllocationConfigSourceClass, resourceapi.AllocationConfigSourceClaim} {
 			for i := range c.Status.Allocation.Devices.Config {
 				e := &c.Status.Allocation.Devices.Config[i]
-				if e.Source != source || e.Opaque == nil || e.Opaque.Driver != DriverName {
-					continue
+				if e.Source == source && e.Opaque != nil && e.Opaque.Driver == DriverName {
+					entries = append(entries, api.GPUConfigEntry{Requests: e.Requests, Parameters: e.Opaque.Parameters.Raw, Origin: configOrigin(e)})
 				}
-				cfg, err := api.DecodeGPUConfig(e.Opaque.Parameters.Raw)
-				if err != nil {
-					return api.GPUConfig{}, fmt.Errorf("%s: configuration %s: %w", who, configOrigin(e), err)
-				}
-				entries, decoded = append(entries, e), append(decoded, cfg)
 			}
 		}
 	}
 	var out api.GPUConfig
 	for i, r := range results {
-		var cfg api.GPUConfig
-		for j, e := range entries {
-			if appliesTo(e.Requests, r.Request) {
-				cfg = decoded[j].Over(cfg)
-			}
+		cfg, err := api.ResolveGPUConfig(entries, r.Request)
+		if err != nil {
+			return api.GPUConfig{}, fmt.Errorf("%s: %w", who, err)
 		}
 		if i == 0 {
 			out = cfg
@@ -55,21 +47,6 @@ func ClaimConfig(c *resourceapi.ResourceClaim, results []resourceapi.DeviceReque
 		}
 	}
 	return out, nil
-}
-
-// appliesTo reports whether a configuration for requests applies to the result of
-// request (which is "<request>/<subrequest>" for a prioritized list's choice).
-func appliesTo(requests []string, request string) bool {
-	if len(requests) == 0 {
-		return true
-	}
-	main, _, _ := strings.Cut(request, "/")
-	for _, r := range requests {
-		if r == request || r == main {
-			return true
-		}
-	}
-	return false
 }
 
 func configOrigin(e *resourceapi.DeviceAllocationConfiguration) string {

@@ -85,17 +85,14 @@ func unfollowed(key, value, instead string) string {
 const numaNodeAttribute resourceapi.FullyQualifiedName = "resource.kubernetes.io/numaNode"
 
 // requestConfig is the Tessera configuration that applies to request r of claim: the
-// Tessera DeviceClass's entries, then the claim's, each that names r (or names none)
-// over the ones before, as the node agent reads them from the allocation. Entries that
-// do not decode are left out (configProblem reports them).
+// Tessera DeviceClass's entries, then the claim's, as the node agent reads them from
+// the allocation (api.ResolveGPUConfig). A configuration that does not decode reads as
+// none here: configProblem has refused the pod before.
 func (o *orderer) requestConfig(claim *resourceapi.ResourceClaim, r *resourceapi.DeviceRequest) api.GPUConfig {
-	var cfg api.GPUConfig
-	apply := func(requests []string, oc *resourceapi.OpaqueDeviceConfiguration) {
-		if oc == nil || oc.Driver != DriverName || !namesRequest(requests, r.Name) {
-			return
-		}
-		if c, err := api.DecodeGPUConfig(oc.Parameters.Raw); err == nil {
-			cfg = c.Over(cfg)
+	var entries []api.GPUConfigEntry
+	add := func(requests []string, oc *resourceapi.OpaqueDeviceConfiguration) {
+		if oc != nil && oc.Driver == DriverName {
+			entries = append(entries, api.GPUConfigEntry{Requests: requests, Parameters: oc.Parameters.Raw})
 		}
 	}
 	class := ""
@@ -107,24 +104,12 @@ func (o *orderer) requestConfig(claim *resourceapi.ResourceClaim, r *resourceapi
 	}
 	if dc, err := o.h.SharedDRAManager().DeviceClasses().Get(class); err == nil && dc != nil {
 		for i := range dc.Spec.Config {
-			apply(nil, dc.Spec.Config[i].Opaque)
+			add(nil, dc.Spec.Config[i].Opaque)
 		}
 	}
 	for i := range claim.Spec.Devices.Config {
-		apply(claim.Spec.Devices.Config[i].Requests, claim.Spec.Devices.Config[i].Opaque)
+		add(claim.Spec.Devices.Config[i].Requests, claim.Spec.Devices.Config[i].Opaque)
 	}
+	cfg, _ := api.ResolveGPUConfig(entries, r.Name)
 	return cfg
-}
-
-// namesRequest reports whether a configuration for requests applies to request.
-func namesRequest(requests []string, request string) bool {
-	if len(requests) == 0 {
-		return true
-	}
-	for _, r := range requests {
-		if main, _, _ := strings.Cut(r, "/"); main == request {
-			return true
-		}
-	}
-	return false
 }

@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/tessera-dev/tessera/api"
 )
 
 // attrDistinctUUID is the attribute a claim's shares are kept on distinct devices by.
@@ -69,16 +71,7 @@ func keptDistinct(constraints []resourceapi.DeviceConstraint, requests []string)
 		if c.DistinctAttribute == nil || *c.DistinctAttribute != attrDistinctUUID {
 			continue
 		}
-		if len(c.Requests) == 0 {
-			return true
-		}
-		covered := true
-		for _, r := range requests {
-			if !slices.ContainsFunc(c.Requests, func(n string) bool { m, _, _ := strings.Cut(n, "/"); return n == r || m == r }) {
-				covered = false
-			}
-		}
-		if covered {
+		if !slices.ContainsFunc(requests, func(r string) bool { return !api.NamesRequest(c.Requests, r) }) {
 			return true
 		}
 	}
