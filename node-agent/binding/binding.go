@@ -566,12 +566,12 @@ func (b *Binder) apply(r Request, who, cgroup string, grants []api.DeviceGrant, 
 	} else if limits.WorkConserving, err = api.ParseWorkConserving(r.PodAnnotations[api.AnnotationWorkConserving]); err != nil {
 		return refuse("%v", err)
 	}
-	if limits.WorkConserving && limits.MPS != nil && claim {
-		return refuse("its %s configuration asks for work-conserving pacing (workConserving: true), which is for time-sliced GPUs, but it was "+
-			"allocated a GPU served by MPS, which divides the SMs and paces nothing: leave workConserving out, or select time-sliced devices "+
-			"(device.attributes[\"%s\"].sharing == \"time-sliced\")", api.DRADriverName, api.DRADriverName)
-	}
 	if limits.WorkConserving && limits.MPS != nil {
+		if claim {
+			return refuse("its %s configuration asks for work-conserving pacing (workConserving: true), which is for time-sliced GPUs, but it was "+
+				"allocated a GPU served by MPS, which divides the SMs and paces nothing: leave workConserving out, or select time-sliced devices "+
+				"(device.attributes[\"%s\"].sharing == \"time-sliced\")", api.DRADriverName, api.DRADriverName)
+		}
 		return refuse("it asks for work-conserving pacing (%s: true), which is for time-sliced GPUs, but its GPU is served by MPS, "+
 			"which divides the SMs and paces nothing: remove the annotation, or the %s: mps one", api.AnnotationWorkConserving, api.AnnotationSharing)
 	}
