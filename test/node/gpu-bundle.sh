@@ -13,8 +13,11 @@
 # node.sh needs from the repository travel in DIR/repo.
 #
 # run needs root and an NVIDIA driver (libraries in TESSERA_NODE_DRIVER_DIR, default
-# /usr/local/nvidia/lib64). Environment: NODE_TEST_RUN (test regexp below TestNode,
-# pass first, e.g. nri/MPSShares; default every case), TESSERA_NODE_MODES (default nri),
+# /usr/local/nvidia/lib64). Environment: NODE_TESTS (the top-level tests, a regexp;
+# default ^TestNode$, the device-plugin node; ^TestNodeDRA$ the DRA node),
+# NODE_TEST_RUN (test regexp below them, pass first, e.g. nri/MPSShares; default every
+# case), TESSERA_NODE_MODES (default nri), B6_MODE (dra: B6's GPU pods ask through
+# ResourceClaims on a node in DRA mode),
 # TESSERA_NODE_MPS_CONTROL (the MPS control program of the MPSShares case, default
 # /usr/local/nvidia/bin/nvidia-cuda-mps-control, nvidia-cuda-mps-server beside it), B6_PODS (default 20; 0: no B6), LIMIT_S
 # and B6_LIMIT_S (seconds for the tests and for B6, default 100 and 60);
@@ -49,7 +52,8 @@ build() {
   mkdir -p "$DIR/repo/hack/lib" "$DIR/repo/config/scheduler" "$DIR/repo/test/node"
   cp hack/lib/local-cluster.sh "$DIR/repo/hack/lib/"
   cp config/scheduler/tessera-scheduler.yaml "$DIR/repo/config/scheduler/"
-  mkdir -p "$DIR/repo/config/deploy/manifests"
+  mkdir -p "$DIR/repo/config/deploy/manifests" "$DIR/repo/config/dra"
+  cp config/dra/deviceclass.yaml "$DIR/repo/config/dra/"
   cp config/deploy/manifests/tessera.yaml "$DIR/repo/config/deploy/manifests/"
   cp test/node/node.sh test/node/with-fake-dev.sh test/node/fake-gpus.yaml test/node/gpu-bundle.sh "$DIR/repo/test/node/"
   # One xz stream, one thread (no block split), with a dictionary larger than the
@@ -85,11 +89,11 @@ run() {
   export NODE_DIR=$w/node BIN_DIR=$b NODE_BIN_DIR=$b IMAGES_TAR=$DIR/images.tar HOOK_LIBRARY=$DIR/libtessera-cuda.so FAKE_DRIVER_DIR=$DIR/fake FAKE_MPS_CONTROL=$DIR/fake/fake-mps-control
   export TESSERA_NODE_SUITE=1 TESSERA_NODE_GPU=${TESSERA_NODE_GPU:-1} TESSERA_NODE_MODES=${TESSERA_NODE_MODES:-nri} TESSERA_NODE_LOGS=$w/logs
   cd "$DIR/repo/test/node" || return 1
-  timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "^TestNode$/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
-  say "== TestNode (rc=$?)"
-  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch|mps)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
+  timeout "${LIMIT_S:-100}" "$b/nodebox" -test.v -test.count=1 -test.run "${NODE_TESTS:-^TestNode\$}/${NODE_TEST_RUN:-.}" >"$w/test.txt" 2>&1
+  say "== ${NODE_TESTS:-TestNode} (rc=$?)"
+  grep -E '^\s*(--- |ok|FAIL|PASS)|(node|cores|torch|mps|dra)_test.go|suite_test.go:[0-9]+: (starting|stopping)' "$w/test.txt" | cut -c1-400 | tee -a "$S"
   if [[ ${B6_PODS:-20} != 0 ]]; then
-    TESSERA_NODE_B6=1 TESSERA_B6_PODS=${B6_PODS:-20} TESSERA_B6_OUT=$res/b6.txt NODE_DIR=$w/b6node TESSERA_NODE_LOGS=$w/b6logs \
+    TESSERA_NODE_B6=1 TESSERA_B6_MODE=${B6_MODE:-} TESSERA_B6_PODS=${B6_PODS:-20} TESSERA_B6_OUT=$res/b6.txt NODE_DIR=$w/b6node TESSERA_NODE_LOGS=$w/b6logs \
       timeout "${B6_LIMIT_S:-60}" "$b/nodebox" -test.v -test.count=1 -test.run '^TestB6PodStart$' >"$w/b6.txt" 2>&1
     say "== B6 (rc=$?)"
     cat "$res/b6.txt" 2>/dev/null | tee -a "$S"
