@@ -6,7 +6,7 @@
  * nothing). bench/run.sh runs it with and without the hook and reports the difference;
  * this program only measures.
  *
- *   hookbench <launch|launch-ex|graph|alloc|query> <calls> <batch> [paired]
+ *   hookbench <launch|launch-ex|graph|alloc|query|copy> <calls> <batch> [paired]
  *
  * Calls are timed in batches of <batch> with the TSC-backed CLOCK_MONOTONIC. It prints
  *   op=<op> calls=<n> mean_ns=<total/n> median_ns=<median batch/batch> min_ns=<..>
@@ -37,6 +37,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
 CUresult cuCtxSetCurrent(CUcontext);
 CUresult cuCtxSynchronize(void);
 CUresult cuStreamQuery(CUstream);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
 CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
@@ -103,11 +104,14 @@ static CUresult (*d_graph)(CUgraphExec, CUstream);
 static CUresult (*d_alloc)(CUdeviceptr *, size_t);
 static CUresult (*d_free)(CUdeviceptr);
 static CUresult (*d_query)(CUstream);
+static CUresult (*d_copy)(void *, CUdeviceptr, size_t);
 
 static CUfunction kernel;
 static CUgraphExec graph;
 static CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1};
 static unsigned grid = 1;
+static CUdeviceptr copy_src; /* the copy op's source */
+static float copy_dst;
 
 static void setup(const char *op)
 {
@@ -117,6 +121,8 @@ static void setup(const char *op)
 	CK(cuDeviceGet(&d, 0));
 	CK(cuDevicePrimaryCtxRetain(&c, d));
 	CK(cuCtxSetCurrent(c));
+	if (strcmp(op, "copy") == 0)
+		CK(cuMemAlloc_v2(&copy_src, 1 << 20));
 	CUresult (*load)(void **, const void *) = (CUresult(*)(void **, const void *))driver("cuModuleLoadData");
 	CUresult (*getfn)(CUfunction *, void *, const char *) =
 		(CUresult(*)(CUfunction *, void *, const char *))driver("cuModuleGetFunction");
@@ -165,6 +171,10 @@ static inline CUresult one(int op)
 		/* A query that finds the stream idle: what each poll of a polling loop
 		 * costs at its end (the hook ends a burst there). */
 		return cuStreamQuery(NULL);
+	case 5:
+		/* A synchronous copy of a result back on an idle stream: where a program
+		 * that reads its result back every step waits (the hook ends a burst). */
+		return cuMemcpyDtoH_v2(&copy_dst, copy_src, sizeof copy_dst);
 	default:
 		if ((rc = cuMemAlloc_v2(&p, 1 << 20)) != CUDA_SUCCESS)
 			return rc;
@@ -185,6 +195,8 @@ static inline CUresult one_direct(int op)
 		return d_graph(graph, NULL);
 	case 4:
 		return d_query(NULL);
+	case 5:
+		return d_copy(&copy_dst, copy_src, sizeof copy_dst);
 	default:
 		if ((rc = d_alloc(&p, 1 << 20)) != CUDA_SUCCESS)
 			return rc;
@@ -201,7 +213,8 @@ static int paired(int op, const char *name, long n, long batch)
 	d_alloc = (CUresult(*)(CUdeviceptr *, size_t))driver_own("cuMemAlloc_v2");
 	d_free = (CUresult(*)(CUdeviceptr))driver_own("cuMemFree_v2");
 	d_query = (CUresult(*)(CUstream))driver_own("cuStreamQuery");
-	if (!d_launch || !d_launch_ex || !d_graph || !d_alloc || !d_free || !d_query) {
+	d_copy = (CUresult(*)(void *, CUdeviceptr, size_t))driver_own("cuMemcpyDtoH_v2");
+	if (!d_launch || !d_launch_ex || !d_graph || !d_alloc || !d_free || !d_query || !d_copy) {
 		fprintf(stderr, "hookbench: the driver's own functions not found\n");
 		return 1;
 	}
@@ -237,13 +250,13 @@ static int paired(int op, const char *name, long n, long batch)
 
 int main(int argc, char **argv)
 {
-	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc", "query"};
+	static const char *ops[] = {"launch", "launch-ex", "graph", "alloc", "query", "copy"};
 	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "paired") == 0)) {
-		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc|query> <calls> <batch> [paired]\n");
+		fprintf(stderr, "usage: hookbench <launch|launch-ex|graph|alloc|query|copy> <calls> <batch> [paired]\n");
 		return 2;
 	}
 	int op = -1;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		if (strcmp(argv[1], ops[i]) == 0)
 			op = i;
 	long n = atol(argv[2]), batch = atol(argv[3]);

@@ -14,7 +14,7 @@ set -eu
 BENCH=$1 HOOK=$2 LIMITS=$3 UUID=$4 NL=$5 NA=$6 ROUNDS=${7:-3}
 
 # B3_CHARGE=kernel: the limits carry the charge line (per-kernel charges; bursts end
-# at synchronizes and at queries that find the work done).
+# at synchronizes, at queries that find the work done and at synchronous copies).
 limits() { # limits <cores>
 	charge=
 	[ "${B3_CHARGE:-class}" = kernel ] && charge='charge kernel\n'
@@ -23,7 +23,7 @@ limits() { # limits <cores>
 field() { sed -n "s/.*$1=\(-\{0,1\}[0-9.]*\).*/\1/p"; }
 median() { sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 
-for op in launch launch-ex graph alloc query; do
+for op in launch launch-ex graph alloc query copy; do
 	n=$NL batch=1000
 	if [ $op = alloc ]; then n=$NA batch=100; fi
 	: >/tmp/hookbench.$$.none
@@ -55,7 +55,7 @@ done
 # Smaller batches here: with pacing on, a batch that holds a window's close (a drain
 # and a sleep) is an outlier, and with 1000 launches of 3-5 us a quarter of the hooked
 # batches held one, which moves the median.
-for op in launch launch-ex graph alloc query; do
+for op in launch launch-ex graph alloc query copy; do
 	n=$NL batch=100
 	if [ $op = alloc ]; then n=$NA batch=20; fi
 	for cores in 100 99; do

@@ -1983,6 +1983,18 @@ CUresult cuStreamSynchronize(CUstream s)
 }
 CUresult cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(s); }
 
+/* Synchronous copies: the legacy stream's (and the per-thread stream's, which the fake
+ * does not tell apart) queued work runs first, as the driver's copies wait for it;
+ * the copy itself takes no time and moves no bytes (the fake's device memory is not
+ * memory). */
+static CUresult sync_copy(void) { return cuStreamSynchronize(NULL); }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { (void)dst, (void)src, (void)n; return sync_copy(); }
+CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) { return cuMemcpyDtoH_v2(dst, src, n); }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { (void)dst, (void)src, (void)n; return sync_copy(); }
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) { return cuMemcpyHtoD_v2(dst, src, n); }
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { (void)dst, (void)src, (void)n; return sync_copy(); }
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return cuMemcpy(dst, src, n); }
+
 /* Whether the work queued on s (the legacy stream: all of it) has run. */
 CUresult cuStreamQuery(CUstream s)
 {

@@ -317,3 +317,41 @@ CUresult cuEventQuery(CUevent event)
 {
 	QUERY_HOOK(cuEventQuery, (event));
 }
+
+/* A synchronous copy to or from the host waits for the work queued before it on its
+ * stream (the legacy stream: all of the context's blocking streams) and returns once
+ * the copy has run or its source is staged: numba's copy_to_host, CuPy's and the CUDA
+ * runtime's cudaMemcpy, and C programs that read their results back every step wait
+ * for their work this way, not by a synchronize, and their bursts would span the
+ * host's work between steps. The burst ends before the copy, as at a synchronize. A
+ * cuMemcpy between two device buffers does not wait: the burst ended before it is
+ * read later, where it has run (tessera_pacing_synced never waits). */
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+	SYNC_HOOK(cuMemcpyDtoH_v2, (dst, src, n));
+}
+
+CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+	SYNC_HOOK(cuMemcpyDtoH_v2_ptds, (dst, src, n));
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+	SYNC_HOOK(cuMemcpyHtoD_v2, (dst, src, n));
+}
+
+CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+	SYNC_HOOK(cuMemcpyHtoD_v2_ptds, (dst, src, n));
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	SYNC_HOOK(cuMemcpy, (dst, src, n));
+}
+
+CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	SYNC_HOOK(cuMemcpy_ptds, (dst, src, n));
+}

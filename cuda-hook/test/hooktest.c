@@ -87,6 +87,7 @@ CUresult cuStreamQuery(CUstream);
 CUresult cuEventCreate(CUevent *, unsigned int);
 CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventQuery(CUevent);
+CUresult cuMemcpyDtoH_v2(void *, CUdeviceptr, size_t);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
 CUresult cuMemFree_v2(CUdeviceptr);
@@ -1589,6 +1590,22 @@ static double run_launches(const char *path, double seconds)
 					}
 				}
 			}
+		} else if (strncmp(path, "copy", 4) == 0 && atoi(path + 4) > 0) {
+			/* copy<us>: streams<us> whose program reads a result back every 40
+			 * launches with a synchronous copy (cuMemcpyDtoH on the legacy stream,
+			 * which waits for both streams' work), as numba's copy_to_host and a C
+			 * program's cudaMemcpy wait, not with a synchronize. */
+			static CUstream st[2];
+			static unsigned i;
+			static float result;
+			if (st[0] == NULL) {
+				OK(cuStreamCreate(&st[0], 0));
+				OK(cuStreamCreate(&st[1], 0));
+			}
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7ea000 + 0x40 * (i % 2)), (unsigned)atoi(path + 4), 1, 1,
+					    1, 1, 1, 0, st[i % 2], NULL, NULL);
+			if (i++ % 40 == 39 && rc == CUDA_SUCCESS)
+				rc = cuMemcpyDtoH_v2(&result, (CUdeviceptr)0x1000, sizeof result);
 		} else if (strncmp(path, "cold", 4) == 0 && atoi(path + 4) > 0) {
 			/* cold<n>: a launch-bound step of n functions of 5 us each, the host
 			 * busy 20 us after each launch (the GPU about a fifth busy), as a small

@@ -430,6 +430,12 @@ for w in e s; do
 	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/poll$w-latency|" "$ROOT/run/tessera/limits"
 	timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near poll${w}200 50 1.5 3
 done
+# ... and reading a result back with a synchronous copy, which waits for the work
+# queued before it as a synchronize does. Bursts across the copies read 44.2 %.
+limits 0 "$U1 81920 50 0"
+charge_kernel
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/copy-latency|" "$ROOT/run/tessera/limits"
+timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near copy200 50 1.5 3
 limits 0 "$U1 81920 25 0"
 charge_kernel
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-sync|" "$ROOT/run/tessera/limits"
