@@ -29,6 +29,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../src/elf_lookup.h"
+
 #include "tessera_cuda.h"
 
 CUresult cuInit(unsigned int);
@@ -84,17 +86,13 @@ static void *driver(const char *name)
 	return h ? dlsym(h, name) : NULL;
 }
 
-/* The driver's own definition of name, past the hook's dlsym: libc's, called directly. */
+/* The driver's own definition of name, read from libcuda's symbol table as the dynamic
+ * linker would: every lookup by name (dlsym, dlvsym, libc's own dlsym found through
+ * dlvsym) answers the hook's function. */
 static void *driver_own(const char *name)
 {
-	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-	void *(*ds)(void *, const char *) = NULL;
-	if (libc != NULL)
-		ds = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.34");
-	if (libc != NULL && ds == NULL)
-		ds = (void *(*)(void *, const char *))dlvsym(libc, "dlsym", "GLIBC_2.2.5");
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	return ds != NULL && h != NULL ? ds(h, name) : NULL;
+	return h != NULL ? tessera_elf_lookup((const struct link_map *)h, name) : NULL;
 }
 
 static CUresult (*d_launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,

@@ -613,8 +613,6 @@ static int visible_main(const char *want)
 
 /* ---- procaddr: every resolution path gives the hook ----------------------------- */
 
-/* The driver's own definition, bypassing the hook's dlsym: libc's dlsym, called
- * directly. */
 /* The driver's own function: read from its symbol table, as the dynamic linker would,
  * since every lookup by name answers the hook (a process going around the hook can
  * do this too; docs/cuda-hook.md, "What the hook cannot see"). */
