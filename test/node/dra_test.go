@@ -188,9 +188,15 @@ func testWholeGPUExtendedResource(n *node) {
 	if ctxLine.fields["limits"] != "yes" {
 		n.t.Errorf("the claim's limits file is not mounted: %v", ctxLine.fields)
 	}
-	if got, want := mem.int(n.t, "total_mib"), n.deviceMemMiB(ctx, claim.Status.Allocation.Devices.Results[0].Device); got != want {
+	// The claim's limit is the whole GPU's memory as the inventory has it (NVML's
+	// total). The hook reports the lesser of its limit and the driver's own total, and
+	// a real driver's is a little under NVML's (143155 of 143771 MiB on an H200, what
+	// the driver keeps for itself): there the driver's total is the whole GPU.
+	got, want := mem.int(n.t, "total_mib"), n.deviceMemMiB(ctx, claim.Status.Allocation.Devices.Results[0].Device)
+	if got != want && !(n.gpu && got < want && got >= want-want/100) {
 		n.t.Errorf("cuMemGetInfo total: %d MiB, want the whole GPU's %d", got, want)
 	}
+	n.t.Logf("whole GPU through tessera.dev/gpu: cuMemGetInfo total %d MiB of the inventory's %d", got, want)
 }
 
 // deviceMemMiB is the memory of the node's device of this DRA name, from the node's
