@@ -6,10 +6,10 @@
 #
 #   gpu/b4-classes.sh <build-dir> [<build-dir>...]
 #
-# Each workload's unhooked solo rate first, all of them in one process without the
+# Each workload's unhooked solo rate first, in a process of its own without the
 # profiler (torch.profiler slows launches, and the workloads run after it in the same
 # process, so a rate beside it is not the solo rate), and its GPU busy fraction
-# (torch.profiler's kernel time over wall time) in a process of its own; then, for
+# (torch.profiler's kernel time over wall time) in another; then, for
 # each build's hook (to set one hook against another in the same run), every workload
 # alone at B4_CAPS (25 50 80), each in a process (and container) of its own, so
 # that none starts with what the one before it owed or taught the estimates; pairs of
@@ -37,9 +37,13 @@ field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 declare -A SOLO BUSY NV CK
 nvml_clock_log
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
-$TW "$S" $CL mlp >"$G/classes.solo" || say "torch workloads failed"
-# NVML's utilisation over each solo run, read before NVML forgets its samples.
+# Each solo run in a process of its own, as every hooked row runs, and NVML's
+# utilisation over it read right after: NVML keeps its samples for a few seconds, and
+# read after all the solo runs of one process the first workloads' were gone (no time
+# share for attention and polled on 2026-12-05).
+: >"$G/classes.solo"
 for w in $CL mlp; do
+	$TW "$S" $w >>"$G/classes.solo" || say "$w: solo run failed"
 	SOLO[$w]=$(grep "^$w " "$G/classes.solo" | field rate)
 	read -r NV[$w] CK[$w] _ <<<"$(nvml "$(grep "^$w " "$G/classes.solo")")"
 done
