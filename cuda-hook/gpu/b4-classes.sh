@@ -23,6 +23,10 @@
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
 # rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2). Results: $OUT (or build/gpu)/b4-classes.txt.
+# B4_DEBUG=1 runs every hooked tenant with the hook's debug log (a line per burst: its
+# GPU time, charge, host time, lag, what it owed or gave back; the pacing summary at
+# exit): the summaries, labelled by row, in b4-classes-debug.txt, the whole logs in
+# b4-classes-debug.tar.gz.
 . "$(dirname "$0")/common.sh" "$1"
 M=$RES/b4-classes.txt
 : >"$M"
@@ -102,6 +106,18 @@ if part pairs; then
 		say "unhooked pair $w: rates $r0 + $r1 = $(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" 'BEGIN{printf "%.1f%% + %.1f%%", 100*a/s, 100*b/s}') of solo, GPU ${PAIR[$w]}% in all (caps scaled by ${PAIRK[$w]})"
 	done
 fi
+# hk <log name> <limits file> <command...>: hooked, with the debug log kept under B4_DEBUG.
+rm -rf "$G/debug"
+hk() {
+	local name=$1
+	shift
+	if [ -n "${B4_DEBUG:-}" ]; then
+		mkdir -p "$G/debug"
+		TESSERA_HOOK_LOG=debug hooked "$@" 2>"$G/debug/$name.log"
+	else
+		hooked "$@"
+	fi
+}
 n=0
 for bd in "$@"; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
@@ -110,7 +126,7 @@ for bd in "$@"; do
 		for w in $CL; do
 			n=$((n + 1))
 			limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
-			hooked "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
+			hk "$n-alone$c-$w" "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
 			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n")"
 		done
 	done
@@ -124,7 +140,7 @@ for bd in "$@"; do
 		for spec in "$@"; do
 			IFS=: read -r c ph ws <<<"$spec"
 			limits "$G/t$n.$i" 130000 $c $ph "/b4c/$n/t$i"
-			TESSERA_BENCH_BARRIER="$G/bar$n:$#" hooked "$G/t$n.$i" $TW "$S" $ws >"$G/together.$n.$i" &
+			TESSERA_BENCH_BARRIER="$G/bar$n:$#" hk "$n-$label$c-${ws// /+}-$i" "$G/t$n.$i" $TW "$S" $ws >"$G/together.$n.$i" &
 			pids+=($!)
 			specs+=("$c:$ws")
 			i=$((i + 1))
@@ -152,3 +168,9 @@ for bd in "$@"; do
 			printf "mixed launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", v, w, (v >= w) ? "ok" : "FAIL" }')"
 	fi
 done
+if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
+	for f in "$G"/debug/*.log; do
+		grep -h "pacing summary" "$f" | sed "s#^#$(basename "$f" .log): #"
+	done >"$RES/b4-classes-debug.txt"
+	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
+fi
