@@ -254,7 +254,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int op = -1;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < (int)(sizeof ops / sizeof ops[0]); i++)
 		if (strcmp(argv[1], ops[i]) == 0)
 			op = i;
 	long n = atol(argv[2]), batch = atol(argv[3]);
