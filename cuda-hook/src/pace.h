@@ -78,6 +78,17 @@ struct tessera_pacer {
 	/* With the charge line: the classes (1 << cls) the open burst launched, so that a
 	 * burst moves the gain of those alone (f_classes: the ended burst's). */
 	_Atomic int burst_classes;
+	/* With the charge line, whether the GPU waited for the host inside a burst (it
+	 * then did not run back to back, whatever its queue at F): each burst's number
+	 * (burst_seq, a new one at every S, under pace_ev_mu), whether the open burst's
+	 * S was recorded by begin_burst, on a drained stream (burst_fresh, under
+	 * pace_ev_mu; not a burst chained at an F), the ended burst's number (f_seq), and
+	 * the last two bursts in which a launch sample found the burst's only stream
+	 * idle (gap_seq, gap_seq_before; pace_burst_sample: a burst's sample may be read
+	 * after the next burst's, which chained at its F). */
+	uint64_t burst_seq, f_seq;
+	int burst_fresh;
+	_Atomic uint64_t gap_seq, gap_seq_before;
 	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
 	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
 	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of

@@ -106,6 +106,13 @@ static struct {
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
 	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
+	/* Where it can tell whether the GPU waited for the host inside its burst
+	 * (gap_p set; pace_burst_sample): the burst's pacer, number and S event, and the
+	 * host's time from S to the sample's start event. */
+	struct tessera_pacer *gap_p;
+	uint64_t gap_seq;
+	CUevent gap_s;
+	int64_t gap_host_ns;
 #ifdef TESSERA_PACE_TRACE
 	uintptr_t trace_key;
 #endif
@@ -322,6 +329,18 @@ static void settle_sample(void)
 	}
 	if (off >= 0)
 		PSTAT_ADD(probed, 1);
+	/* The GPU's lag behind the host at the sample's start, as settle_burst reads it
+	 * at F: S (on a drained stream: no lag there) to the start event, less the host's
+	 * time between them. None: the stream was idle when the launch was issued, and
+	 * the GPU waited for the host inside the burst. Read here rather than by a query
+	 * right after the launch, which a GPU that processes an event a few us after it
+	 * is recorded (the fake's FAKE_CUDA_EVENT_NS) answers "not yet" on an idle
+	 * stream. */
+	if (smp.gap_p != NULL && smp.gap_p->burst_seq == smp.gap_seq) {
+		int64_t g = pace_elapsed_ns(smp.gap_s, c->ev[0]);
+		if (g >= 0 && g <= smp.gap_host_ns)
+			pace_burst_gap(smp.gap_p, smp.gap_seq);
+	}
 	last_at_ns[smp.cls] = tessera_now_ns();
 	/* The start event found the stream idle: it completed when it was recorded, and
 	 * the host's time to issue the launch after it is not the kernel's. */
@@ -382,6 +401,12 @@ static void settle_sample(void)
 	if (n > EST_WINDOW)
 		n = EST_WINDOW;
 	atomic_store_explicit(&pace_est_ns[smp.cls], e + (ns - e) / n, memory_order_relaxed);
+}
+
+/* (pace_measure.h) */
+void pace_sample_settle(void)
+{
+	settle_sample();
 }
 
 /* Per-thread sampling: launches left until the next sample, and a random generator
@@ -478,6 +503,13 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	int64_t now = tessera_now_ns();
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
 	smp.host_gap_ns = started ? now - t->t_start_ns : 0;
+	smp.gap_p = NULL;
+	if (!t->opened) {
+		pthread_mutex_lock(&pace_ev_mu);
+		if (pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
+			smp.gap_p = t->p;
+		pthread_mutex_unlock(&pace_ev_mu);
+	}
 	smp.met = t->waited && !started;
 	if (smp.met) {
 		pace_saw_other();

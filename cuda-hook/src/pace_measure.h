@@ -108,6 +108,18 @@ void pace_measure_summary(void);
 
 /* ---- pacing.c, for pace_measure.c ---- */
 
+/* Whether the GPU waited for the host inside a burst, from its launch samples
+ * (caller holds pace_ev_mu). pace_burst_sample, for a sampled launch that did not
+ * open its burst, right after it (idle: its start event had run when the launch
+ * returned): 1 where the sample can tell more once read, with the burst's S event,
+ * number and the host's time from S to the sample's start event in *s, *seq and
+ * *host_ns. pace_burst_gap: the GPU waited for the host in burst seq. */
+int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_events *c, int idle, int64_t t_start_ns,
+		      CUevent *s, uint64_t *seq, int64_t *host_ns);
+void pace_burst_gap(struct tessera_pacer *p, uint64_t seq);
+/* Reads the launch sample in flight if it has run (caller holds pace_ev_mu). */
+void pace_sample_settle(void);
+
 /* What the bursts say of the entries (pacing.c): a launch is charged its entry times
  * its class's gain (KT_GAIN_ONE is 1). */
 #define KT_GAIN_SHIFT 16

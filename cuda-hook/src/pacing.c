@@ -432,6 +432,8 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		atomic_store(&p->other_stream, 0);
 		atomic_store(&p->class_charged, 0);
 		atomic_store(&p->burst_classes, 0);
+		p->burst_seq++;
+		p->burst_fresh = 1;
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
@@ -490,6 +492,8 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		}
 		p->f_class = atomic_exchange(&p->class_charged, 0);
 		p->f_classes = atomic_exchange(&p->burst_classes, 0);
+		p->f_seq = p->burst_seq;
+		p->burst_fresh = 0;
 		/* With the charge line, a burst is charged what its launches were charged,
 		 * from every thread's tally: the process's count moves as threads take tokens
 		 * ahead (16 launches' worth at a time) and give back what they did not launch,
@@ -521,6 +525,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		if (chain) {
 			/* Known once this burst's F is read (settle_burst). */
 			p->lag_s_ns = -1;
+			p->burst_seq++;
 			p->burst_stream = stream;
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
@@ -535,6 +540,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		}
 	} else {
 		p->burst_started = 0;
+		p->burst_fresh = 0;
 		atomic_store(&p->burst_stream_tag, 0);
 		burst_unprobe(p);
 	}
@@ -625,6 +631,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 			off = -1;
 		}
 	}
+	/* A launch sample of the burst has run by now (F has): read it, for what it says
+	 * of the GPU waiting inside the burst (f_gap below). */
+	pace_sample_settle();
+	int f_gap = charge_kernel && (atomic_load(&p->gap_seq) == p->f_seq || atomic_load(&p->gap_seq_before) == p->f_seq);
 	double excess = pace_samples_excess(), ratio = pace_samples_signed();
 	pthread_mutex_unlock(&pace_ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
@@ -664,15 +674,24 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * the host took to issue the burst; and most of S→F after the host's last launch
 	 * (a burst whose host paused, a program sleeping or serving no request, with the
 	 * stream idle, ends with its queue full of the launches after the pause: its S→F
-	 * is mostly the pause). */
-	int back_to_back = lag >= 0 && (lag >= p->f_host_ns || (lag >= min_lag && 2 * lag >= e));
+	 * is mostly the pause). With the charge line, never a burst in which a launch
+	 * sample found its stream idle (f_gap): the queue at F says how the burst ended,
+	 * not how it went. An attention training step issues its forward pass's short
+	 * kernels slower than the GPU runs them and ends with long kernels queued: S→F
+	 * held the forward's idle gaps, the lag at F (the long kernels) passed for a full
+	 * queue, and the gaps were owed and moved the gain up (the fake driver's step of
+	 * 40 host-paced 20 us kernels and one of 1 ms: gain 1.116, 43.2 % at cap 50; on
+	 * an H200, attention 44.4 % by its rate at cap 50 and 88.9 % of its solo rate at
+	 * cap 80, which it needs 81 % of). */
+	int back_to_back = !f_gap && lag >= 0 && (lag >= p->f_host_ns || (lag >= min_lag && 2 * lag >= e));
 	/* Another process of the container launched during the burst: its work ran
 	 * between this one's on the GPU, inside this burst's elapsed time. */
 	int alone = p->f_all - p->f_charged <= p->f_charged / 20;
 	if (e < 0 || p->f_charged <= 0 || p->f_other || (e > p->f_charged && !(back_to_back && alone))) {
 		PSTAT_ADD(bursts_skipped, 1);
-		tessera_log(TESSERA_LOG_DEBUG, "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld alone=%d",
-			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone);
+		tessera_log(TESSERA_LOG_DEBUG,
+			    "pacing burst not counted gpu_ns=%lld charged_ns=%lld host_ns=%lld lag_ns=%lld alone=%d gap=%d",
+			    (long long)e, (long long)p->f_charged, (long long)p->f_host_ns, (long long)lag, alone, f_gap);
 		return 0;
 	}
 	/* Another context's turns on a time-sliced GPU run inside a burst's elapsed time
@@ -816,6 +835,41 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	return over < 0 ? -over : 0;
 }
 
+/* (pace_measure.h) Called by the launching thread after a sampled launch, under
+ * pace_ev_mu (which begin_burst and end_burst hold where they change the burst's
+ * number and S). A sample on another stream than the burst's, or in a burst of two,
+ * says nothing of the GPU: the other stream's work may have kept it busy. Its start
+ * event, if it had run when the launch returned, found the stream idle; else the
+ * sample tells once read (settle_sample), in a burst whose S was recorded on a
+ * drained stream, and the same events (c) as the sample's. */
+int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_events *c, int idle, int64_t t_start_ns,
+		      CUevent *s, uint64_t *seq, int64_t *host_ns)
+{
+	if (!charge_kernel || p == NULL ||
+	    atomic_load_explicit(&p->burst_stream_tag, memory_order_relaxed) != (uintptr_t)stream + 1 ||
+	    atomic_load_explicit(&p->other_stream, memory_order_relaxed) != 0)
+		return 0;
+	if (idle) {
+		pace_burst_gap(p, p->burst_seq);
+		return 0;
+	}
+	if (!p->burst_fresh || p->burst_ctx != c || p->burst_ctx_gen != c->gen)
+		return 0;
+	*s = c->ev[p->ev_s];
+	*seq = p->burst_seq;
+	*host_ns = t_start_ns - p->burst_t0_ns;
+	return 1;
+}
+
+void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
+{
+	uint64_t last = atomic_load_explicit(&p->gap_seq, memory_order_relaxed);
+	if (last != seq && atomic_load_explicit(&p->gap_seq_before, memory_order_relaxed) != seq) {
+		atomic_store_explicit(&p->gap_seq_before, last, memory_order_relaxed);
+		atomic_store_explicit(&p->gap_seq, seq, memory_order_relaxed);
+	}
+}
+
 /* (pace.h) */
 int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 {
@@ -828,7 +882,9 @@ int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 }
 
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
- * thread of the container gets its turn) for a refill, and charge this launch. */
+ * thread of the container gets its turn) for a refill, and charge this launch.
+ * Returns 1 where it slept, with SLOW_OPENED where the launch opened a burst. */
+#define SLOW_OPENED 2
 static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -907,11 +963,12 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 			int64_t charged0 = atomic_fetch_add(&charged_ns, cost);
 			int64_t all0 = atomic_fetch_add(&s->charged, cost);
 			atomic_fetch_sub(&s->tokens, cost);
-			if (!p->burst_started && !p->fence_pending)
+			int began = !p->burst_started && !p->fence_pending;
+			if (began)
 				begin_burst(p, stream, charged0, all0, refilled && p->slept);
 			p->slept = 0;
 			pthread_mutex_unlock(&s->mu);
-			return slept;
+			return slept | (began ? SLOW_OPENED : 0);
 		}
 		if (p->work_conserving && !pace_others_have_work() && !(p->turn_held && pace_turn_wanted(p, now))) {
 			/* Work-conserving, and no other context has had work on the GPU for
@@ -1066,6 +1123,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 {
 	t->sampled = 0;
 	t->waited = 0;
+	t->opened = 0;
 	int g = pacing_only;
 	if (!pacing_any)
 		return;
@@ -1138,7 +1196,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	 * per launch on an H200 host). A thread takes TAKE_EVERY launches' worth at a time
 	 * while many are left, and spends them with thread-local subtractions. */
 	if (charge_kernel && atomic_load_explicit(&p->reopen, memory_order_relaxed) && reopen_burst(p, stream, cost)) {
-		/* charged, and the burst opened with this launch */
+		t->opened = 1; /* charged, and the burst opened with this launch */
 	} else if (local_pacer == s && local_left >= cost) {
 		local_left -= cost;
 	} else {
@@ -1166,7 +1224,9 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 			}
 			local_left = 0;
 			local_pacer = NULL;
-			t->waited = slow_path(p, stream, cost);
+			int w = slow_path(p, stream, cost);
+			t->waited = w & 1;
+			t->opened = (w & SLOW_OPENED) != 0;
 		}
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
@@ -1174,6 +1234,8 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	/* With the charge line: the launch in its thread's tally, and its class in the
 	 * burst it opened or went to (after the wait: a burst begun there starts with no
 	 * class). */
+	if (t->opened && charge_kernel && pace_sample_countdown > 2)
+		pace_sample_countdown = 2;
 	if (charge_kernel) {
 		pace_tally_add(cost);
 		if (!(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))

@@ -20,6 +20,7 @@ struct tessera_pace_ticket {
 	void *ev; /* the sample's events */
 	int64_t t_start_ns;
 	int waited; /* the launch waited for a refill: its stream had drained */
+	int opened; /* the launch opened its burst (S was recorded right before it) */
 };
 
 void tessera_pacing_setup(void);

@@ -1541,6 +1541,22 @@ static double run_launches(const char *path, double seconds)
 					 : cuLaunchKernel((CUfunction)short_fn, 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 			if (i++ % 41 == 40 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "slowhost", 8) == 0 && atoi(path + 8) > 0) {
+			/* slowhost<us>: attn<us>'s step whose host issues the 40 short kernels
+			 * slower than the GPU runs them (25 us of host work after each launch of
+			 * a 20 us kernel: the GPU waits about 5 us each), then the long kernel,
+			 * queued when the step synchronizes, as an attention training step's
+			 * forward pass is host-bound and its backward's flash kernels are long:
+			 * the step's bursts end with a deep queue yet hold idle gaps. */
+			static unsigned i;
+			unsigned long_us = (unsigned)atoi(path + 8);
+			rc = i % 41 == 40 ? cuLaunchKernel((CUfunction)(uintptr_t)0x7eb000, long_us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL)
+					  : cuLaunchKernel((CUfunction)(uintptr_t)(0x7ec000 + 0x40 * (i % 4)), 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+			if (i % 41 != 40)
+				for (double s0 = now_s(); now_s() - s0 < 25e-6;)
+					;
+			if (i++ % 41 == 40 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (strncmp(path, "bwd", 3) == 0 && atoi(path + 3) > 0) {
 			rc = bwd_step((unsigned)atoi(path + 3));
 		} else if (strncmp(path, "streams", 7) == 0 && atoi(path + 7) > 0) {

@@ -440,6 +440,20 @@ limits 0 "$U1 81920 25 0"
 charge_kernel
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-sync|" "$ROOT/run/tessera/limits"
 timed tenv FAKE_CUDA_LAUNCH_NS=30000 pace-near attn1000 25 1.5 3
+# The attention-shaped step whose host issues its short kernels slower than the GPU
+# runs them, so that the GPU waits for it about a tenth of the step, and whose long
+# kernel is still queued at the synchronize, with events that take 1 us of the queue
+# (on an idle stream a sample's start event has then not run when its launch
+# returns): the queue at F made such bursts pass for back to back, their idle gaps
+# were owed and moved the gain up (1.116), and the step got 45.0 % at cap 50 and
+# 72.4 % at 80, which it needs 89 % of. Bursts in which a launch sample finds the
+# GPU waiting for the host are not back to back.
+for c in 50 80; do
+	limits 0 "$U1 81920 $c 0"
+	charge_kernel
+	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/slowhost$c|" "$ROOT/run/tessera/limits"
+	timed tenv FAKE_CUDA_EVENT_NS=1000 pace-near slowhost1000 $c 1.5 3
+done
 # A training step whose backward pass another thread launches while the step's own
 # thread waits for it, then synchronizes (PyTorch's autograd engine): a burst holds
 # both threads' launches and is charged what all of them were charged. Charged only
