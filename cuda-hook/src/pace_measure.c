@@ -94,6 +94,29 @@ static struct ctx_events evc[NCTX];
 static uint64_t ev_gen;
 static int evc_next;
 
+/* With the charge line: what a launch sample reads beyond its kernel, its events' own
+ * time on the GPU's queue (an event is work the queue runs: about 1 us on an H200).
+ * A sample of a 5 us kernel read 6 us or more: where its bursts ran back to back the
+ * gain took that out, but the bursts of a step whose GPU waits for its host never are
+ * (the fake driver's host-bound step with 3 us events: 46.1-46.8 % at cap 50). Read
+ * from a pair of events (a context's ev[6] and ev[7]) recorded back to back, with
+ * nothing between them, right before a burst's S on its drained stream (so that they
+ * run at once and are not cut by another context's turn): the first EVCOST_FIRST
+ * bursts of the process, then one in EVCOST_EVERY, read at a later burst's start
+ * without waiting; the mean of the first EVCOST_FIRST readings, then a moving average
+ * over about as many. A reading over EVCOST_MAX_NS held something else. Under
+ * pace_ev_mu but for the value. */
+#define EVCOST_FIRST 8
+#define EVCOST_EVERY 64
+#define EVCOST_MAX_NS 50000
+static _Atomic int64_t ev_cost_ns;
+static int64_t ev_cost_n;
+static struct {
+	struct ctx_events *c; /* the pair in flight, NULL if none */
+	uint64_t gen;
+	unsigned bursts; /* bursts begun since the last pair */
+} evcal;
+
 /* The one launch sample in flight in this process. */
 enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
 static struct {
@@ -103,6 +126,7 @@ static struct {
 	int cls;
 	uintptr_t key;       /* its function or executable graph (0: none, charged its class's) */
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
+	int64_t issue_ns;    /* the host's time from its start event's record to its launch's return */
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
 	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
@@ -272,13 +296,13 @@ struct ctx_events *pace_events_current(void)
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
-			for (int e = 0; e < 6; e++) {
+			for (int e = 0; e < CTX_EVENTS; e++) {
 				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(c->ev[e]);
 			}
 		c->ctx = NULL;
 		c->gen = ++ev_gen;
-		for (int e = 0; e < 6; e++) {
+		for (int e = 0; e < CTX_EVENTS; e++) {
 			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
 				while (e-- > 0)
 					REAL(cuEventDestroy_v2)(c->ev[e]);
@@ -335,17 +359,25 @@ static void settle_sample(void)
 	 * the GPU waited for the host inside the burst. Read here rather than by a query
 	 * right after the launch, which a GPU that processes an event a few us after it
 	 * is recorded (the fake's FAKE_CUDA_EVENT_NS) answers "not yet" on an idle
-	 * stream. */
+	 * stream. The sample then holds the host's time to issue the launch, as one
+	 * that the query found idle does (below). */
 	if (smp.gap_p != NULL && smp.gap_p->burst_seq == smp.gap_seq) {
 		int64_t g = pace_elapsed_ns(smp.gap_s, c->ev[0]);
-		if (g >= 0 && g <= smp.gap_host_ns)
+		if (g >= 0 && g <= smp.gap_host_ns) {
 			pace_burst_gap(smp.gap_p, smp.gap_seq);
+			if (smp.host_gap_ns == 0)
+				smp.host_gap_ns = smp.issue_ns;
+		}
 	}
 	last_at_ns[smp.cls] = tessera_now_ns();
 	/* The start event found the stream idle: it completed when it was recorded, and
 	 * the host's time to issue the launch after it is not the kernel's. */
 	if (smp.host_gap_ns > 0)
 		ns = ns - smp.host_gap_ns > ns / 10 ? ns - smp.host_gap_ns : ns / 10;
+	/* With the charge line, less the events' own time (at most half the sample). */
+	int64_t ev_cost = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed);
+	if (ev_cost > 0 && tessera.limits.charge_kernel)
+		ns = ns - ev_cost > ns / 2 ? ns - ev_cost : ns / 2;
 	if (ns < 1)
 		ns = 1;
 	if (ns > MAX_EST_NS)
@@ -407,6 +439,35 @@ static void settle_sample(void)
 void pace_sample_settle(void)
 {
 	settle_sample();
+}
+
+/* (pace_measure.h) */
+void pace_event_cost(struct ctx_events *c, CUstream stream)
+{
+	if (!tessera.limits.charge_kernel)
+		return;
+	if (evcal.c != NULL) {
+		struct ctx_events *k = evcal.c;
+		int gone = k->gen != evcal.gen || k->ctx == NULL;
+		CUresult q = gone ? CUDA_ERROR_INVALID_VALUE : REAL(cuEventQuery)(k->ev[7]);
+		if (q == CUDA_ERROR_NOT_READY)
+			return;
+		evcal.c = NULL;
+		int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(k->ev[6], k->ev[7]) : -1;
+		if (ns >= 0 && ns <= EVCOST_MAX_NS) {
+			int64_t v = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed), n = ++ev_cost_n;
+			atomic_store_explicit(&ev_cost_ns, v + (ns - v) / (n < EVCOST_FIRST ? n : EVCOST_FIRST),
+					      memory_order_relaxed);
+		}
+	}
+	if (ev_cost_n >= EVCOST_FIRST && ++evcal.bursts < EVCOST_EVERY)
+		return;
+	if (atomic_load(&tessera.captures) > 0 || REAL(cuEventRecord)(c->ev[6], stream) != CUDA_SUCCESS ||
+	    REAL(cuEventRecord)(c->ev[7], stream) != CUDA_SUCCESS)
+		return;
+	evcal.bursts = 0;
+	evcal.c = c;
+	evcal.gen = c->gen;
 }
 
 /* Per-thread sampling: launches left until the next sample, and a random generator
@@ -502,7 +563,8 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	 * idle: the kernel began only when the launch reached the GPU. */
 	int64_t now = tessera_now_ns();
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
-	smp.host_gap_ns = started ? now - t->t_start_ns : 0;
+	smp.issue_ns = now - t->t_start_ns;
+	smp.host_gap_ns = started ? smp.issue_ns : 0;
 	smp.gap_p = NULL;
 	if (!t->opened) {
 		pthread_mutex_lock(&pace_ev_mu);
@@ -648,6 +710,9 @@ static void after_fork(void)
 	kt_scan_at_ns = 0;
 	atomic_store(&other_seen_ns, 0);
 	atomic_store(&met_seen_ns, 0);
+	atomic_store(&ev_cost_ns, 0);
+	ev_cost_n = 0;
+	memset(&evcal, 0, sizeof(evcal));
 }
 
 __attribute__((constructor)) static void register_fork(void)
@@ -668,8 +733,9 @@ void pace_measure_summary(void)
 			    (long long)(idle ? atomic_load(&pace_stat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pace_stat.busy_ns[cls]) / (n - idle) : 0));
 	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f",
-		    (double)atomic_load(&pace_kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&pace_kt_gain[1]) / KT_GAIN_ONE);
+	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f event_ns=%lld event_readings=%lld",
+		    (double)atomic_load(&pace_kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&pace_kt_gain[1]) / KT_GAIN_ONE,
+		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n);
 	for (int i = 0; i < KT_SIZE; i++)
 		if (kt_meta[i].key != 0)
 			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",

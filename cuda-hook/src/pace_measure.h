@@ -70,11 +70,13 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t);
 
 /* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
- * which changes as bursts chain: tessera_pacer.ev_s, ev_f). */
+ * which changes as bursts chain: tessera_pacer.ev_s, ev_f), 4-5 a burst's mark on its
+ * second stream, 6-7 the events' own time (pace_event_cost). */
+#define CTX_EVENTS 8
 struct ctx_events {
 	CUcontext ctx;
 	uint64_t gen; /* changes whenever the events are made anew or lost */
-	CUevent ev[6];
+	CUevent ev[CTX_EVENTS];
 };
 /* Held over the contexts' events, the launch sample in flight, the estimates' recent
  * samples and the per-kernel entries, and by the bursts over their events. */
@@ -119,6 +121,11 @@ int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_event
 void pace_burst_gap(struct tessera_pacer *p, uint64_t seq);
 /* Reads the launch sample in flight if it has run (caller holds pace_ev_mu). */
 void pace_sample_settle(void);
+/* A burst begins on stream, drained, with c's events (caller holds pace_ev_mu, and
+ * calls it before S is recorded): with the charge line, reads the last pair of events
+ * that measure the events' own time if it has run, and now and then records the next
+ * pair. */
+void pace_event_cost(struct ctx_events *c, CUstream stream);
 
 /* What the bursts say of the entries (pacing.c): a launch is charged its entry times
  * its class's gain (KT_GAIN_ONE is 1). */

@@ -423,6 +423,9 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 					(p->work_conserving && !pace_others_have_work()));
 	if (p->burst_probed)
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_BURST, 1, NULL);
+	/* The events' own time, measured now and then on the drained stream. */
+	if (c != NULL)
+		pace_event_cost(c, stream);
 	int64_t t0 = tessera_now_ns();
 	if (c != NULL && REAL(cuEventRecord)(c->ev[p->ev_s], stream) == CUDA_SUCCESS) {
 		p->burst_started = 1;
