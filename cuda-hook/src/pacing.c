@@ -1237,9 +1237,12 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	/* With the charge line: the launch in its thread's tally, and its class in the
 	 * burst it opened or went to (after the wait: a burst begun there starts with no
 	 * class). */
-	if (t->opened && charge_kernel && pace_sample_countdown > 2)
-		pace_sample_countdown = 2;
 	if (charge_kernel) {
+		/* The thread's next launch after one that opened a burst is sampled (where
+		 * no sample is in flight): a burst whose host falls behind the GPU from its
+		 * start shows it there (pace_burst_sample). */
+		if (t->opened && pace_sample_countdown > 2)
+			pace_sample_countdown = 2;
 		pace_tally_add(cost);
 		if (!(atomic_load_explicit(&p->burst_classes, memory_order_relaxed) & (1 << cls)))
 			atomic_fetch_or_explicit(&p->burst_classes, 1 << cls, memory_order_relaxed);
