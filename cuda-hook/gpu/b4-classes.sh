@@ -198,8 +198,13 @@ for bd in "$@"; do
 	fi
 done
 if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
+	# Per log, the pacing summaries and the bursts: counted (owed or given back and
+	# read for the gain), not counted, and of those how many a launch sample saw the
+	# GPU wait for the host in (gap=1).
 	for f in "$G"/debug/*.log; do
 		grep -h "pacing summary" "$f" | sed "s#^#$(basename "$f" .log): #"
+		echo "$(basename "$f" .log): bursts counted=$(grep -c 'pacing burst gpu_ns=' "$f")" \
+			"not_counted=$(grep -c 'pacing burst not counted' "$f") of_which_gap=$(grep -c 'pacing burst not counted.* gap=1' "$f")"
 	done >"$RES/b4-classes-debug.txt"
 	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
 fi
