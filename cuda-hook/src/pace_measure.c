@@ -566,7 +566,7 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	smp.issue_ns = now - t->t_start_ns;
 	smp.host_gap_ns = started ? smp.issue_ns : 0;
 	smp.gap_p = NULL;
-	if (!t->opened) {
+	if (!t->opened && tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
 		if (pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
 			smp.gap_p = t->p;
