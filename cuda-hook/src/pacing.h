@@ -20,7 +20,10 @@ struct tessera_pace_ticket {
 	void *ev; /* the sample's events */
 	int64_t t_start_ns;
 	int waited; /* the launch waited for a refill: its stream had drained */
-	int opened; /* the launch opened its burst (S was recorded right before it) */
+	/* The launch opened its burst (S was recorded right before it), or the hook waited
+	 * for a launch sample before it: its stream's being idle says nothing of the
+	 * program's host. */
+	int opened;
 };
 
 void tessera_pacing_setup(void);

@@ -1643,7 +1643,7 @@ static double run_launches(const char *path, double seconds)
 
 static int pace_main(int argc, char **argv)
 {
-	CHECK(argc == 5 || argc == 6, "usage: pace <path> <cores> <seconds> [<least share>]");
+	CHECK(argc >= 5 && argc <= 7, "usage: pace <path> <cores> <seconds> [<least share> [<most share>]]");
 	int cores = atoi(argv[3]);
 	setup();
 	/* Past each function's first (cold) launch: what follows is what is judged. */
@@ -1652,8 +1652,11 @@ static int pace_main(int argc, char **argv)
 	double share = run_launches(argv[2], atof(argv[4]));
 	printf("pace %s: cores %d, share %.1f%%\n", argv[2], cores, share);
 	/* A floor where the check is about a loss (run under "timed" on a busy machine). */
-	if (argc == 6)
+	if (argc >= 6)
 		CHECK(share >= atof(argv[5]), "share %.1f%%, want at least %s%%", share, argv[5]);
+	/* A ceiling tighter than the one below, where the check is about an overrun let go. */
+	if (argc == 7)
+		CHECK(share <= atof(argv[6]), "share %.1f%%, want at most %s%%", share, argv[6]);
 	if (cores == 0 || cores == 100)
 		CHECK(share > 90, "unpaced share %.1f%%", share);
 	else
