@@ -843,7 +843,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
  * number and S). A sample on another stream than the burst's, or in a burst of two,
  * says nothing of the GPU: the other stream's work may have kept it busy. Its start
  * event, if it had run when the launch returned, found the stream idle; else the
- * sample tells once read (settle_sample), in a burst whose S was recorded on a
+ * sample tells once read (pace_sample_settle), in a burst whose S was recorded on a
  * drained stream, and the same events (c) as the sample's. */
 int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_events *c, int idle, int64_t t_start_ns,
 		      CUevent *s, uint64_t *seq, int64_t *host_ns)
@@ -1233,7 +1233,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		}
 	}
 	/* After any wait for a refill: the sample in flight has likely finished by then,
-	 * and a launch that waited is sampled on a drained stream (settle_sample). */
+	 * and a launch that waited is sampled on a drained stream (pace_sample_settle). */
 	/* With the charge line: the launch in its thread's tally, and its class in the
 	 * burst it opened or went to (after the wait: a burst begun there starts with no
 	 * class). */
