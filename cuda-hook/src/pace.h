@@ -65,6 +65,12 @@ struct tessera_pacer {
 	/* The open (ended) burst held the GPU's turn from its S (to its F). */
 	int burst_turn, f_turn;
 	int burst_probed; /* the context's turns are probed while the open burst runs */
+	/* The program's waits for its work (synchronizes, synchronous copies) that the
+	 * open burst goes on through: threads waiting now (sync_depth, since sync_t0),
+	 * the host time in which some thread waited (burst_sync_ns) and how many such
+	 * spells ended (burst_syncs); the ended burst's (f_sync_ns, f_syncs). */
+	int sync_depth;
+	int64_t sync_t0, burst_sync_ns, burst_syncs, f_sync_ns, f_syncs;
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;

@@ -131,6 +131,7 @@ static struct {
 	int64_t launched_ns; /* when its launch was issued */
 	int met;             /* its stream had drained, yet its start event waited: another context ran */
 	int probed;          /* the context's turns on the GPU were probed for it (residency.c) */
+	int streams;         /* its burst had launched on another stream too when it was issued */
 	/* Where it can tell whether the GPU waited for the host inside its burst
 	 * (gap_p set; pace_burst_sample): the burst's pacer, number and S event, and the
 	 * host's time from S to the sample's start event. */
@@ -199,10 +200,12 @@ static int64_t kt_window_mean(const int64_t *w, int64_t n)
 
 /* Folds a sample of ns into key's entry (caller holds pace_ev_mu): the mean of its
  * first KT_WINDOW samples without the outliers (kt_window_mean), then a moving average;
- * a sample over 3x the entry is then set aside (it most likely holds another context's
- * time slice) unless three in a row say so. An entry that another key holds is taken
- * over once that key has not been sampled for KT_STALE_NS. */
-static void kt_fold(uintptr_t key, int cls, int64_t ns)
+ * a sample over 3x the entry is then set aside (it may hold another context's time
+ * slice) unless three in a row say so, or the probes covered it (probed: their off
+ * time is out of it already, and what is left is the kernel's own). An entry that
+ * another key holds is taken over once that key has not been sampled for
+ * KT_STALE_NS. Returns 1 where the sample was set aside. */
+static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed)
 {
 	uint64_t h = kt_hash(key);
 	int i = (int)kt_index(h);
@@ -210,7 +213,7 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 	int64_t e;
 	if (kt_meta[i].key != key) {
 		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS)
-			return;
+			return 0;
 		kt_meta[i].key = key;
 		kt_meta[i].cls = cls;
 		kt_meta[i].rejected = 0;
@@ -222,10 +225,10 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 		e = kt_window_mean(kt_meta[i].win, kt_meta[i].n);
 	} else {
 		e = (int64_t)(atomic_load_explicit(&pace_kt_word[i], memory_order_relaxed) & KT_NS_MASK);
-		if (ns > 3 * e && kt_meta[i].rejected < 3) {
+		if (ns > 3 * e && kt_meta[i].rejected < 3 && !probed) {
 			kt_meta[i].rejected++;
 			PSTAT_ADD(set_aside, 1);
-			return;
+			return 1;
 		}
 		kt_meta[i].rejected = 0;
 		kt_meta[i].n++;
@@ -239,6 +242,7 @@ static void kt_fold(uintptr_t key, int cls, int64_t ns)
 			      memory_order_relaxed);
 	if (e > atomic_load(&kt_longest_ns) || now - kt_scan_at_ns > 100000000LL)
 		kt_rescan(now);
+	return 0;
 }
 
 /* Since when (monotonic ns) this process last saw another context on its GPU: a launch
@@ -267,6 +271,27 @@ int pace_others_have_work(void)
 int pace_contended(void)
 {
 	return seen_lately(atomic_load_explicit(&other_seen_ns, memory_order_relaxed)) || pace_others_have_work();
+}
+/* Since when a launch sample ran over three times its estimate, or a burst over its
+ * charge by more than its samples explain (pacing.c's settle_burst), with no probe to
+ * tell whose time that was: another context's turn, or kernels of the program's far
+ * longer than the rest of its class or function (a handle-less program mixing
+ * kernels of 20 us and 1 ms; one function launched on grids of very different
+ * sizes), which a sample meets only now and then. Taken for turns, such kernels were
+ * charged as short ones: the fake driver's 20 us / 1 ms program at 7:1 ran 50-57 % at
+ * cap 50 and 80-99 % at cap 80. For CONTENDED_NS after, every launch sample
+ * (pace_sample_due) and every burst (pacing.c) has the context's turns probed,
+ * whatever its length: the probes then say which it was. A covered sample in which
+ * they saw no turn is folded in whatever its length, and a covered burst owes what
+ * they do not explain. */
+static _Atomic int64_t unexplained_ns;
+void pace_saw_unexplained(void)
+{
+	atomic_store_explicit(&unexplained_ns, tessera_now_ns(), memory_order_relaxed);
+}
+int pace_unexplained(void)
+{
+	return seen_lately(atomic_load_explicit(&unexplained_ns, memory_order_relaxed));
 }
 /* A sample still running this long after its launch was queued behind more work than
  * the container was charged for: the launching thread waits for it. This bounds how
@@ -412,13 +437,30 @@ void pace_sample_settle(void)
 		/* What it was charged: the entry times the class's gain. */
 		recent[smp.cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, smp.cls) : e;
 	}
-	if (smp.key != 0)
-		kt_fold(smp.key, smp.cls, ns);
-	/* A sample far above the estimate most likely waited for another context's
-	 * time slice between its events; three in a row mean the work changed. */
-	if (atomic_load(&pace_est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3) {
+	/* A sample the probes covered, and in which they saw no other context's turn,
+	 * is the kernel's own time, however far above the estimate. Not one they saw a
+	 * turn in (what is left once the turn is out is off by up to half a probe step,
+	 * many times a short kernel); nor one whose burst ran on two streams (a kernel
+	 * waits there for the program's own work on the other stream, which is charged
+	 * already). */
+	int probed = off == 0 && !smp.streams;
+	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed) && off < 0)
+		pace_saw_unexplained();
+	/* A sample far above the estimate may have waited for another context's time
+	 * slice between its events; three in a row mean the work changed. One the probes
+	 * covered (above) is the class's own, and is kept where it was queued behind
+	 * other work: one sample is in flight at a time, so the launch sampled is the
+	 * first after the last sample has run, and where that is a drained stream's first
+	 * launch, the launches of a step that synchronizes are not sampled alike (a step
+	 * of 40 kernels of 20 us and one of 1 ms issued first had every sample on the long
+	 * kernel; its estimate rose to 3x its mean and it ran 15.5 % at cap 25). Behind a
+	 * queue, the launch is as any other. */
+	if (atomic_load(&pace_est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3 &&
+	    !(probed && smp.host_gap_ns == 0)) {
 		rejected[smp.cls]++;
 		PSTAT_ADD(set_aside, 1);
+		if (off <= 0)
+			pace_saw_unexplained();
 		return;
 	}
 	rejected[smp.cls] = 0;
@@ -522,7 +564,8 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 			 * short launches never starts the probing thread (a second thread alone
 			 * costs a single-threaded program's launches 11 ns each in the fake
 			 * driver, B3). */
-			smp.probed = cost >= PROBE_MIN_NS && (atomic_load(&pace_est_samples[cls]) < EST_WINDOW || pace_contended());
+			smp.probed = (cost >= PROBE_MIN_NS && (atomic_load(&pace_est_samples[cls]) < EST_WINDOW || pace_contended())) ||
+				     pace_unexplained();
 			if (smp.probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
 			atomic_store(&smp.state, SAMPLE_CLAIMED);
@@ -572,6 +615,7 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 		pthread_mutex_unlock(&pace_ev_mu);
 	}
 	smp.met = t->waited && !started;
+	smp.streams = atomic_load_explicit(&t->p->other_stream, memory_order_relaxed) != 0;
 	if (smp.met) {
 		pace_saw_other();
 		atomic_store_explicit(&met_seen_ns, now, memory_order_relaxed);
@@ -709,6 +753,7 @@ static void after_fork(void)
 	kt_scan_at_ns = 0;
 	atomic_store(&other_seen_ns, 0);
 	atomic_store(&met_seen_ns, 0);
+	atomic_store(&unexplained_ns, 0);
 	atomic_store(&ev_cost_ns, 0);
 	ev_cost_n = 0;
 	memset(&evcal, 0, sizeof(evcal));

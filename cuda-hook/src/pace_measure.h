@@ -91,6 +91,11 @@ int64_t pace_elapsed_ns(CUevent a, CUevent b);
 /* Another context was seen on the GPU: a burst ran over its charge, or the probes saw
  * the context off the GPU inside it. */
 void pace_saw_other(void);
+/* A launch sample or a burst ran far over its estimate lately with no probe to say
+ * why (pace_saw_unexplained): every sample and burst has the context's turns probed
+ * meanwhile. */
+void pace_saw_unexplained(void);
+int pace_unexplained(void);
 /* Another context has had work on the GPU lately (a launch sample met its turn, or a
  * probe waited for this context's): a work-conserving container runs beyond its share
  * only while this is false. */
@@ -146,7 +151,7 @@ int pace_bursts_use(const struct ctx_events *c);
 struct pace_stats {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
-	_Atomic int64_t bursts, bursts_skipped, owed_ns, returned_ns, sliced_ns, forfeit_ns, sync_ends,
+	_Atomic int64_t bursts, bursts_skipped, bounded, owed_ns, returned_ns, sliced_ns, forfeit_ns, sync_ends,
 		reopens;
 };
 extern struct pace_stats pace_stat;

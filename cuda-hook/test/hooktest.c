@@ -1529,6 +1529,19 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "mixed") == 0) /* 20 us and 1 ms kernels, mixed at random */
 			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (strncmp(path, "rare", 4) == 0 && atoi(path + 4) > 0) {
+			/* rare<us>: 20 us kernels and, every 100th launch, one of that many us, all
+			 * of one handle-less function: few launch samples meet the long ones. */
+			static unsigned i;
+			rc = cuLaunchKernel(NULL, i++ % 100 == 99 ? (unsigned)atoi(path + 4) : 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		} else if (strcmp(path, "mixedsync") == 0) {
+			/* mixed, with a synchronize every 40 launches, as a step that reads its
+			 * loss ends. */
+			static unsigned i;
+			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+			if (i++ % 40 == 39 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
+		}
 		else if (strncmp(path, "attn", 4) == 0 && atoi(path + 4) > 0) {
 			/* attn<us>: an attention training step's shape, one kernel of that many us
 			 * and 40 of 20 us, each length its own functions (the fake runs a launch

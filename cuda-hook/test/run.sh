@@ -29,8 +29,7 @@ reset() {
 	mkdir -p "$ROOT/run/tessera" "$ROOT/etc" "$ROOT/shm" "$ROOT/turns"
 }
 # TESSERA_TEST_CHARGE=kernel (make test CHARGE=kernel) runs every case under the kernel
-# charge model: each limits file gets the charge line, and the check that the class
-# model misses attention is left out.
+# charge model: each limits file gets the charge line.
 CHARGE=${TESSERA_TEST_CHARGE:-class}
 case $CHARGE in class | kernel) ;; *) echo "TESSERA_TEST_CHARGE=$CHARGE: want class or kernel" >&2 && exit 2 ;; esac
 # limits <context-mib> <gpu line>...
@@ -353,26 +352,32 @@ sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/long-first|" "$ROOT/run/tesse
 timed t pace long 20 1.0 0 23.5
 limits 0 "$U1 81920 30 0"
 t pace mixed 30 0.8                    # kernels of two lengths charged their mean
+# Kernels of very different lengths under one estimate (launches without a handle),
+# alone: 20 us and 1 ms at 7:1 with a synchronize every 40 launches (mixedsync), and
+# 20 us with one of 2 ms every 100th launch, which few samples meet (rare2000). Their
+# long samples were set aside as another context's turns, bursts that spanned a
+# synchronize were never owed, and what bursts ran over their samples was let go as
+# turns: mixedsync 99 % at cap 50 under the class model (56-59 % under the kernel
+# model), rare2000 55 %. The probes now say whose time it was, and a wait bounds a
+# burst's GPU time from below (docs/cuda-hook.md).
+limits 0 "$U1 81920 50 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/mixedsync|" "$ROOT/run/tessera/limits"
+timed t pace-near mixedsync 50 1.5 4
+limits 0 "$U1 81920 50 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/rare|" "$ROOT/run/tessera/limits"
+timed t pace-near rare2000 50 1.5 3
+limits 0 "$U1 81920 30 0"
 # Steps of one 1 ms kernel and 40 of 20 us, from different functions, each ending in
 # a synchronize (an attention training step's shape): the long kernels are 56 % of
-# the GPU time and 2.4 % of the launches. With the charge line (per-kernel charges)
-# the GPU-time share at cap 25 must be within 3 points. Without it this is the class
-# estimator's known gap, and the check must fail: each launch charged its class's
-# mean, with samples over 3x it set aside, ran 44.5 %.
+# the GPU time and 2.4 % of the launches. The GPU-time share at cap 25 must be within
+# 3 points in both charge models. The class estimator (no charge line) charged each
+# launch its class's mean, with samples over 3x it set aside, and ran 44.5 %; it holds
+# since the probes tell a long sample of its own from another context's turn and a
+# synchronize bounds a burst's GPU time from below. Per-kernel charges hold it by
+# each function's own samples.
 limits 0 "$U1 81920 25 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-class|" "$ROOT/run/tessera/limits"
-if [ "$CHARGE" = kernel ]; then
-	echo "   (the class estimator's miss on attention: not checked under the kernel charge model)"
-elif out=$(LD_PRELOAD="$PRELOAD" "$T" pace-near attn1000 25 1.5 3 2>&1); then
-	echo "$out"
-	echo "FAIL attn1000 within 3 points of cap 25 without the charge line: the class estimator charged per kernel"
-	exit 1
-else
-	# The check's own FAIL line is the expected outcome here: shown as such.
-	echo "$out" | sed 's/^FAIL /expected miss: /'
-	echo "   (the class estimator's known gap, as expected)"
-	pass=$((pass + 1))
-fi
+timed t pace-near attn1000 25 1.5 3
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn|" "$ROOT/run/tessera/limits"
 charge_kernel
 timed t pace-near attn1000 25 1.5 3
