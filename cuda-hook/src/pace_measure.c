@@ -118,6 +118,10 @@ static struct {
 	unsigned bursts; /* bursts begun since the last pair */
 } evcal;
 
+/* How often a launch due for a sample found the last one still in flight
+ * (pace_sample_due; under pace_ev_mu): always, until due launches say otherwise. */
+static int due_busy = 1024;
+
 /* The one launch sample in flight in this process. */
 enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
 static struct {
@@ -448,15 +452,17 @@ void pace_sample_settle(void)
 		pace_saw_unexplained();
 	/* A sample far above the estimate may have waited for another context's time
 	 * slice between its events; three in a row mean the work changed. One the probes
-	 * covered (above) is the class's own, and is kept where it was queued behind
-	 * other work: one sample is in flight at a time, so the launch sampled is the
-	 * first after the last sample has run, and where that is a drained stream's first
-	 * launch, the launches of a step that synchronizes are not sampled alike (a step
-	 * of 40 kernels of 20 us and one of 1 ms issued first had every sample on the long
-	 * kernel; its estimate rose to 3x its mean and it ran 15.5 % at cap 25). Behind a
-	 * queue, the launch is as any other. */
+	 * covered (above) is the class's own, and is kept where the launches sampled are
+	 * any launches. One sample is in flight at a time: a launch due while the last one
+	 * still runs is not sampled, and the first due after it has run is, which in a
+	 * step's fixed order of kernels is no launch at random (a step of one 1 ms kernel
+	 * issued first and 40 of 20 us had every sample on the long kernel, its estimate
+	 * rose to 3x its mean and it ran 15.5 % at cap 25; one whose backward pass another
+	 * thread launches, 8x its mean and 27 % at cap 50). So a long sample is kept only
+	 * while due launches seldom find a sample in flight (under a quarter of them: a
+	 * program whose host issues its kernels about as fast as they run). */
 	if (atomic_load(&pace_est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3 &&
-	    !(probed && smp.host_gap_ns == 0)) {
+	    !(probed && due_busy < 256)) {
 		rejected[smp.cls]++;
 		PSTAT_ADD(set_aside, 1);
 		if (off <= 0)
@@ -547,7 +553,11 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 		t->opened = 1;
 	}
 	pace_sample_settle();
-	if (atomic_load(&smp.state) == SAMPLE_FREE) {
+	/* How often a due launch found the last sample still in flight (1/1024ths, a
+	 * moving average over about 16 due launches). */
+	int busy = atomic_load(&smp.state) != SAMPLE_FREE;
+	due_busy += ((busy ? 1024 : 0) - due_busy) / 16;
+	if (!busy) {
 		struct ctx_events *c = pace_events_current();
 		if (c != NULL) {
 			smp.c = c;
@@ -757,6 +767,7 @@ static void after_fork(void)
 	atomic_store(&ev_cost_ns, 0);
 	ev_cost_n = 0;
 	memset(&evcal, 0, sizeof(evcal));
+	due_busy = 1024;
 }
 
 __attribute__((constructor)) static void register_fork(void)
