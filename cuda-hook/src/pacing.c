@@ -1070,17 +1070,6 @@ static void return_credit(struct tessera_shared_pacer *s)
 	local_pacer = NULL;
 }
 
-/* (pacing.h) The program waits for its work: with per-kernel charges, the open burst
- * ends here. A burst's charge is its S->F elapsed time, and a burst that spans a
- * synchronize spans the GPU idling from the moment its queue drains until the host's
- * next launch starts (the synchronize's wake-up, the launch latency on an idle queue,
- * the host's own work between steps): billed as GPU time, that idle time held a
- * program that synchronizes often under its cap (on the fake driver, kernels of two
- * streams joined every 40 launches, with 30 us of launch latency: 44.1 % at cap 50).
- * Ended at the synchronize, the burst is the work queued before it, which the GPU runs
- * back to back when the host queued it ahead, so the burst says what its launches
- * took; its next launch opens the next burst (tessera_pacing_synced). Without the
- * charge line bursts are as they were. */
 /* The program's wait (wait set) or a query that found its work done: with the charge
  * line the open burst ends here; a burst that goes on through a wait (without the
  * charge line, or where the last burst's F is not read yet) counts the wait's time
@@ -1116,6 +1105,17 @@ static int sync_begin(int wait)
 	return ended;
 }
 
+/* (pacing.h) The program waits for its work: with per-kernel charges, the open burst
+ * ends here. A burst's charge is its S->F elapsed time, and a burst that spans a
+ * synchronize spans the GPU idling from the moment its queue drains until the host's
+ * next launch starts (the synchronize's wake-up, the launch latency on an idle queue,
+ * the host's own work between steps): billed as GPU time, that idle time held a
+ * program that synchronizes often under its cap (on the fake driver, kernels of two
+ * streams joined every 40 launches, with 30 us of launch latency: 44.1 % at cap 50).
+ * Ended at the synchronize, the burst is the work queued before it, which the GPU runs
+ * back to back when the host queued it ahead, so the burst says what its launches
+ * took; its next launch opens the next burst (tessera_pacing_synced). Without the
+ * charge line a burst goes on through the wait, which sync_begin counts in it. */
 int tessera_pacing_sync(void)
 {
 	return sync_begin(1);

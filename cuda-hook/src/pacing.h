@@ -40,8 +40,10 @@ static inline void tessera_pace_done(CUstream stream, struct tessera_pace_ticket
 		tessera_pace_done_slow(stream, t, launched);
 }
 /* The program is about to wait for its work on the current GPU (a context, stream or
- * event synchronize): the burst being measured ends here (pacing.c). Returns the GPU
- * whose burst ended, or -1; tessera_pacing_synced(gpu) after the wait reads it. */
+ * event synchronize, a synchronous copy): the burst being measured ends here with the
+ * charge line, or goes on and counts the wait (pacing.c). Returns the GPU whose burst
+ * ended, or -1; tessera_pacing_synced(gpu) after the wait reads it (and ends the
+ * counted wait, whatever it is given). */
 int tessera_pacing_sync(void);
 void tessera_pacing_synced(int gpu);
 /* A query (cuStreamQuery, cuEventQuery) found work done: the program's wait by
