@@ -362,7 +362,7 @@ t pace mixed 30 0.8                    # kernels of two lengths charged their me
 # burst's GPU time from below (docs/cuda-hook.md).
 limits 0 "$U1 81920 50 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/mixedsync|" "$ROOT/run/tessera/limits"
-timed t pace-near mixedsync 50 1.5 4
+timed t pace-near mixedsync 50 1.5 5
 limits 0 "$U1 81920 50 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/rare|" "$ROOT/run/tessera/limits"
 timed t pace-near rare2000 50 1.5 3
