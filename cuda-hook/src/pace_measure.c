@@ -448,7 +448,8 @@ void pace_sample_settle(void)
 	 * waits there for the program's own work on the other stream, which is charged
 	 * already). */
 	int probed = off == 0 && !smp.streams;
-	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed) && off < 0)
+	/* Set aside with no turn seen in it: the probes stay on (pace_unexplained). */
+	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed) && off <= 0)
 		pace_saw_unexplained();
 	/* A sample far above the estimate may have waited for another context's time
 	 * slice between its events; three in a row mean the work changed. One the probes

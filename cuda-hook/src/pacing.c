@@ -428,7 +428,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 	pthread_mutex_lock(&pace_ev_mu);
 	struct ctx_events *c = pace_events_current();
 	/* Long launches beside another context: their turns are probed while it runs;
-	 * so are any launches' while a sample's overrun is unexplained. */
+	 * so are any launches' while a sample's or a burst's overrun is unexplained. */
 	int64_t est = pace_est_longest();
 	p->burst_probed = c != NULL && ((est >= PROBE_MIN_NS && pace_contended()) || pace_unexplained() ||
 					(p->work_conserving && !pace_others_have_work()));
@@ -463,6 +463,14 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 	pthread_mutex_unlock(&pace_ev_mu);
 }
 
+/* The waits under way since sync_t0 are the open burst's until now, from its start
+ * at the earliest (caller holds s->mu). */
+static void sync_count(struct tessera_pacer *p, int64_t now)
+{
+	int64_t from = p->sync_t0 > p->burst_t0_ns ? p->sync_t0 : p->burst_t0_ns;
+	p->burst_sync_ns += now > from ? now - from : 0;
+}
+
 /* The open burst ends here (caller holds s->mu): event F after its last launch. When
  * the container goes on without waiting (a refill came while it launched), the next
  * burst starts at F (chained). */
@@ -479,8 +487,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		p->f_host_ns = now - p->burst_t0_ns;
 		/* A wait still on: its part so far is this burst's, the rest the next's. */
 		if (p->sync_depth > 0) {
-			int64_t from = p->sync_t0 > p->burst_t0_ns ? p->sync_t0 : p->burst_t0_ns;
-			p->burst_sync_ns += now > from ? now - from : 0;
+			sync_count(p, now);
 			p->sync_t0 = now;
 		}
 		p->f_sync_ns = p->burst_sync_ns;
@@ -1129,8 +1136,7 @@ static void sync_end(void)
 	if (pacer_lock(p->s) != 0)
 		return;
 	if (p->sync_depth > 0 && --p->sync_depth == 0 && p->burst_started) {
-		int64_t now = tessera_now_ns(), from = p->sync_t0 > p->burst_t0_ns ? p->sync_t0 : p->burst_t0_ns;
-		p->burst_sync_ns += now > from ? now - from : 0;
+		sync_count(p, tessera_now_ns());
 		p->burst_syncs++;
 	}
 	pthread_mutex_unlock(&p->s->mu);
