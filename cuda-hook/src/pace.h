@@ -71,6 +71,10 @@ struct tessera_pacer {
 	 * spells ended (burst_syncs); the ended burst's (f_sync_ns, f_syncs). */
 	int sync_depth;
 	int64_t sync_t0, burst_sync_ns, burst_syncs, f_sync_ns, f_syncs;
+	/* What the refills dropped over the cap on banked tokens while the open (ended)
+	 * burst ran: allowance its launches, charged less than they ran, had in fact
+	 * spent (settle_burst). */
+	int64_t burst_dropped_ns, f_dropped_ns;
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;
