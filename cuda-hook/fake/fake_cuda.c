@@ -1025,6 +1025,7 @@ static int64_t gpu_advance(int64_t t, int64_t work_ns)
 
 static void capture_us(uint64_t us);
 static int64_t *stream_queue(CUstream s, int launch);
+static void stream_launched(CUstream s);
 /* Runs a kernel of us on stream s's queue (the default one but with FAKE_CUDA_STREAMS). */
 static CUresult run_on(uint64_t us, CUstream s)
 {
@@ -1034,6 +1035,7 @@ static CUresult run_on(uint64_t us, CUstream s)
 		capture_us(us);
 		return CUDA_SUCCESS; /* recorded into the graph, not run */
 	}
+	stream_launched(s);
 	if (sg != NULL) {
 		sg_push((int64_t)us * 1000, -1);
 		pthread_mutex_lock(&mu);
@@ -1355,8 +1357,9 @@ CUresult cuEventDestroy_v2(CUevent e)
 	return CUDA_SUCCESS;
 }
 /* Streams made with cuStreamCreate. The simulated GPU runs every launch in one queue
- * per process, and launches name the default stream in every program that uses the
- * fake: a made stream holds no work, and an event recorded on it completes as soon as
+ * per process (without FAKE_CUDA_STREAMS, and in the shared GPU): a made stream that
+ * launches ran on is that queue; one that none ran on (the hook's probes' side
+ * stream) holds no work, and an event recorded on it completes as soon as
  * the context holds the GPU, not behind the queue (as on a real GPU, where an idle
  * stream's event waits only for the context's time slice). */
 #define STREAM_MAGIC 0x5354524du
@@ -1381,6 +1384,14 @@ static int64_t *stream_queue(CUstream s, int launch)
 	if (launch)
 		((struct fstream *)s)->queued = 1;
 	return &((struct fstream *)s)->until;
+}
+/* A launch ran on s: a made stream is then no side stream, in every mode (without
+ * FAKE_CUDA_STREAMS, and in the shared GPU, it is the process's one queue, and an
+ * event recorded on it waits for what was launched before it). */
+static void stream_launched(CUstream s)
+{
+	if (made_stream(s))
+		((struct fstream *)s)->queued = 1;
 }
 CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 {
