@@ -10,10 +10,11 @@
  *     (a driver that ignores it, to test the hook's own filtering);
  *   - memory is bookkeeping only (pointers are never dereferenced), tracked per
  *     device with the peak held, so tests can check what really got allocated;
- *   - a kernel "runs" for gridDimX microseconds (a graph for as many microseconds as
- *     its exec handle's value) on a simulated GPU that executes launches in order, so
- *     cuCtxSynchronize waits until the simulated queue is empty; the CPU can run ahead
- *     of the GPU as with a real driver;
+ *   - a kernel "runs" for gridDimX microseconds, or blockDimX where that is over 1
+ *     (one function at one grid whose work its arguments set; a graph for as many
+ *     microseconds as its exec handle's value) on a simulated GPU that executes
+ *     launches in order, so cuCtxSynchronize waits until the simulated queue is
+ *     empty; the CPU can run ahead of the GPU as with a real driver;
  *   - each device has a default stream-ordered pool, and cuMemAllocAsync and
  *     cuMemAllocFromPoolAsync draw from it: memory freed into it stays reserved (and
  *     counted in used) until cuMemPoolTrimTo or a synchronize trims it, as a real
@@ -1535,7 +1536,11 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b)
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			unsigned shm, CUstream s, void **p, void **e)
 {
-	(void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shm, (void)p, (void)e;
+	(void)gy, (void)gz, (void)by, (void)bz, (void)shm, (void)p, (void)e;
+	/* A block of more than one thread runs that many us, whatever the grid (the hook
+	 * keys its per-kernel entries by function and grid). */
+	if (bx > 1)
+		gx = bx;
 	if (cold_us > 0 && f != NULL) {
 		pthread_mutex_lock(&mu);
 		int first = cold_first(f);

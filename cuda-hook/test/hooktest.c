@@ -1529,6 +1529,29 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "mixed") == 0) /* 20 us and 1 ms kernels, mixed at random */
 			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		else if (strcmp(path, "mixedfn") == 0) /* mixed, of one function: two grids */
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7f8000, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL,
+					    NULL);
+		else if (strncmp(path, "dyn", 3) == 0) {
+			/* dyn, dynsync: one function at a grid of 20-2000 us at random, nearly
+			 * every launch another (dynamic shapes: more grids than the hook's
+			 * per-kernel table holds); dynsync synchronizes every 40 launches. */
+			static unsigned i;
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7f9000, 20 + (unsigned)rand() % 1981, 1, 1, 1, 1, 1, 0, NULL,
+					    NULL, NULL);
+			if (strcmp(path, "dynsync") == 0 && i++ % 40 == 39 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "fresh", 5) == 0 && atoi(path + 5) > 1) {
+			/* fresh<us>: 20 us kernels, and every eighth a kernel of that many us
+			 * at a grid never launched before (the fake runs a block of more than
+			 * one thread its block's size in us): each long kernel has no entry of
+			 * its own when launched, and is charged its class's estimate. */
+			static unsigned i;
+			unsigned k = i++;
+			rc = k % 8 == 7 ? cuLaunchKernel((CUfunction)(uintptr_t)0x7fa000, 100 + k / 8, 1, 1,
+							 (unsigned)atoi(path + 5), 1, 1, 0, NULL, NULL, NULL)
+					: cuLaunchKernel((CUfunction)(uintptr_t)0x7fb000, 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+		}
 		else if (strncmp(path, "rare", 4) == 0 && atoi(path + 4) > 0) {
 			/* rare<us>: 20 us kernels and, every 100th launch, one of that many us, all
 			 * of one handle-less function: few launch samples meet the long ones. */
