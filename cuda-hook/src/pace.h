@@ -41,6 +41,10 @@ struct tessera_pacer {
 	uint64_t burst_ctx_gen;
 	CUstream burst_stream;
 	int64_t burst_t0_ns, burst_charged0, burst_all0;
+	/* When the open burst is chained at the next launch that takes tokens from the
+	 * container (chain_long_burst): LONG_BURST_NS of host time after it began, or
+	 * a little after a try that found the burst before it not yet read. */
+	_Atomic int64_t chain_at_ns;
 	/* The process's launches and their charges at S (pace_tally.h), where known
 	 * (burst_tally; with the charge line only). */
 	int burst_tally;

@@ -87,6 +87,21 @@ static __thread const struct tessera_shared_pacer *local_pacer TLS_IE;
  * more than four times as many. */
 #define TAKE_EVERY 16
 
+/* A burst is read at its end, and ends where the tokens run out or the program waits.
+ * One whose launches are charged far less than they run keeps its tokens while the
+ * host, blocked in its launches on a full queue, waits for the GPU: S->F and the host's
+ * time are both long, the GPU's lag at F is the queue's depth, and such a burst is
+ * neither back to back (a lag under its host time and under half of S->F) nor bounded
+ * (a blocked launch is no wait the hook sees), so nothing it ran over was owed. On the
+ * fake driver, 20 us kernels with every eighth one of 1 ms at a grid never launched
+ * before (charged the class's estimate until sampled): bursts of 114 ms on 16 ms of
+ * charge, none read, 90-100 % at cap 80. A burst open for longer than this is chained
+ * at the next launch that takes tokens from the container (the coarse clock read
+ * every TAKE_EVERY launches while the tokens hold), once the burst before it has been read:
+ * such bursts last about as long as the queue is deep, and their lag at F, over half
+ * their S->F, shows them back to back. */
+#define LONG_BURST_NS (2 * TESSERA_PACING_PERIOD_NS)
+
 /* The limits file's charge line (limits.h), set at setup: per-kernel charges, their
  * gain and the measurement of bursts of two streams only with it; without it every
  * launch is charged its class's estimate (the class estimator), and a burst on more
@@ -209,7 +224,7 @@ __attribute__((destructor)) static void pacing_summary(void)
 	pace_measure_summary();
 	tessera_log(TESSERA_LOG_DEBUG,
 		    "pacing summary charged_ns=%lld holds=%lld held_ns=%lld set_aside=%lld met=%lld sample_waits=%lld burst_waits=%lld "
-		    "bursts=%lld skipped=%lld bounded=%lld credited_ns=%lld sync_ends=%lld reopens=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld restarts=%lld "
+		    "bursts=%lld skipped=%lld bounded=%lld credited_ns=%lld long_chains=%lld sync_ends=%lld reopens=%lld owed_ns=%lld returned_ns=%lld sliced_ns=%lld forfeit_ns=%lld restarts=%lld "
 		    "conserved=%lld",
 		    (long long)atomic_load(&charged_ns), (long long)atomic_load(&pace_stat.holds),
 		    (long long)atomic_load(&pace_stat.held_ns), (long long)atomic_load(&pace_stat.set_aside),
@@ -218,6 +233,7 @@ __attribute__((destructor)) static void pacing_summary(void)
 		    (long long)atomic_load(&pace_stat.bursts), (long long)atomic_load(&pace_stat.bursts_skipped),
 		    (long long)atomic_load(&pace_stat.bounded),
 		    (long long)atomic_load(&pace_stat.credited_ns),
+		    (long long)atomic_load(&pace_stat.long_chains),
 		    (long long)atomic_load(&pace_stat.sync_ends), (long long)atomic_load(&pace_stat.reopens),
 		    (long long)atomic_load(&pace_stat.owed_ns), (long long)atomic_load(&pace_stat.returned_ns),
 		    (long long)atomic_load(&pace_stat.sliced_ns), (long long)atomic_load(&pace_stat.forfeit_ns),
@@ -456,6 +472,7 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
 		p->lag_s_ns = 0;
 		p->burst_t0_ns = t0;
+		atomic_store_explicit(&p->chain_at_ns, t0 + LONG_BURST_NS, memory_order_relaxed);
 		p->burst_charged0 = charged0;
 		p->burst_tally = charge_kernel && pace_tally_sum(&p->burst_cost0, &p->burst_launch0) == 0;
 		p->burst_all0 = all0;
@@ -566,6 +583,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			p->burst_stream = stream;
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
+			atomic_store_explicit(&p->chain_at_ns, now + LONG_BURST_NS, memory_order_relaxed);
 			p->burst_charged0 = atomic_load(&charged_ns);
 			p->burst_tally = tally;
 			p->burst_cost0 = tally ? cost1 : 0;
@@ -1082,6 +1100,32 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 	}
 }
 
+/* The open burst has gone on for LONG_BURST_NS: it ends here and the next begins at
+ * its F (caller has not the lock). */
+
+static void chain_long_burst(struct tessera_pacer *p, CUstream stream)
+{
+	struct tessera_shared_pacer *s = p->s;
+	int64_t now = tessera_now_ns();
+	atomic_store_explicit(&p->chain_at_ns, now + TESSERA_PACING_PERIOD_NS / 20, memory_order_relaxed);
+	if (capturing(stream) || pacer_lock(s) != 0)
+		return;
+	now = tessera_now_ns();
+	if (p->burst_started && now - p->burst_t0_ns >= LONG_BURST_NS && !(p->turn_held && pace_turn_wanted(p, now))) {
+		/* The burst before is read first (without waiting: one F is read at a time,
+		 * and a queue as deep as the burst's host time has not run it yet). */
+		int64_t give = p->fence_pending ? settle_burst(p, 0) : 0;
+		refill(p, now);
+		if (give > 0)
+			atomic_fetch_add(&s->tokens, give);
+		if (!p->fence_pending) {
+			end_burst(p, stream, 1);
+			PSTAT_ADD(long_chains, 1);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
 /* The credit this thread took ahead from s was charged and not launched: it goes back
  * to the tokens and out of the charges (caller holds s->mu). */
 static void return_credit(struct tessera_shared_pacer *s)
@@ -1248,9 +1292,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 		 * TESSERA_SHARE_REREAD_NS (the coarse clock: a few ns, no system call). */
 		if (!p->share_dynamic)
 			return;
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-		int64_t coarse = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+		int64_t coarse = tessera_coarse_ns();
 		if (coarse - atomic_load_explicit(&p->share_read_ns, memory_order_relaxed) < TESSERA_SHARE_REREAD_NS ||
 		    pacer_lock(s) != 0)
 			return;
@@ -1314,6 +1356,11 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	} else {
 		int64_t have = local_pacer == s ? local_left : 0;
 		int64_t tokens = atomic_load_explicit(&s->tokens, memory_order_relaxed);
+		/* Every TAKE_EVERY launches while the tokens hold: the coarse clock, and an
+		 * open burst that has gone on for long is chained (chain_long_burst). */
+		if (tokens > 4 * TAKE_EVERY * cost && tag != 0 &&
+		    tessera_coarse_ns() >= atomic_load_explicit(&p->chain_at_ns, memory_order_relaxed))
+			chain_long_burst(p, stream);
 		int64_t take = tokens > 4 * TAKE_EVERY * cost ? TAKE_EVERY * cost - have : cost - have;
 		int64_t left = atomic_fetch_sub_explicit(&s->tokens, take, memory_order_relaxed);
 		if (left > 0) {

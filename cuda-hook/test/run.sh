@@ -373,6 +373,13 @@ timed t pace-near rare2000 50 1.5 3
 limits 0 "$U1 81920 80 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/mixedsync80|" "$ROOT/run/tessera/limits"
 timed t pace-near mixedsync 80 4 5
+# 20 us kernels with every eighth one of 1 ms at a grid never launched before: each
+# long kernel is charged its class's estimate, the tokens last while the host blocks in
+# its launches on a full queue, and such bursts were neither back to back nor bounded:
+# 96-100 % at cap 80, now chained after two periods and owed.
+limits 0 "$U1 81920 80 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/fresh|" "$ROOT/run/tessera/limits"
+timed t pace-near fresh1000 80 1.5 6
 limits 0 "$U1 81920 30 0"
 # Steps of one 1 ms kernel and 40 of 20 us, from different functions, each ending in
 # a synchronize (an attention training step's shape): the long kernels are 56 % of
