@@ -352,6 +352,14 @@ sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/long-first|" "$ROOT/run/tesse
 timed t pace long 20 1.0 0 23.5
 limits 0 "$U1 81920 30 0"
 t pace mixed 30 0.8                    # kernels of two lengths charged their mean
+# near_alone <container> <path> <cores> <seconds> <margin>: pace-near in a container
+# of its own (its cgroup line), which starts with nothing owed or learnt before.
+near_alone() {
+	limits 0 "$U1 81920 $3 0"
+	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/$1|" "$ROOT/run/tessera/limits"
+	shift
+	timed t pace-near "$@"
+}
 # Kernels of very different lengths under one estimate (launches without a handle),
 # alone: 20 us and 1 ms at 7:1 with a synchronize every 40 launches (mixedsync), and
 # 20 us with one of 2 ms every 100th launch, which few samples meet (rare2000). Their
@@ -360,26 +368,18 @@ t pace mixed 30 0.8                    # kernels of two lengths charged their me
 # turns: mixedsync 99 % at cap 50 under the class model (56-59 % under the kernel
 # model), rare2000 55 %. The probes now say whose time it was, and a wait bounds a
 # burst's GPU time from below (docs/cuda-hook.md).
-limits 0 "$U1 81920 50 0"
-sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/mixedsync|" "$ROOT/run/tessera/limits"
-timed t pace-near mixedsync 50 1.5 5
-limits 0 "$U1 81920 50 0"
-sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/rare|" "$ROOT/run/tessera/limits"
-timed t pace-near rare2000 50 1.5 3
+near_alone mixedsync mixedsync 50 1.5 5
+near_alone rare rare2000 50 1.5 3
 # ... and over 4 s at cap 80, where the class model's low charge lets mixedsync's
 # bursts span periods: a refill that found tokens left kept one period's allowance
 # and the burst then owed all it ran (68-74 %); what the refills dropped while a
 # bounded burst ran is now set against what it owes.
-limits 0 "$U1 81920 80 0"
-sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/mixedsync80|" "$ROOT/run/tessera/limits"
-timed t pace-near mixedsync 80 4 5
+near_alone mixedsync80 mixedsync 80 4 5
 # 20 us kernels with every eighth one of 1 ms at a grid never launched before: each
 # long kernel is charged its class's estimate, the tokens last while the host blocks in
 # its launches on a full queue, and such bursts were neither back to back nor bounded:
 # 96-100 % at cap 80, now chained after two periods and owed.
-limits 0 "$U1 81920 80 0"
-sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/fresh|" "$ROOT/run/tessera/limits"
-timed t pace-near fresh1000 80 1.5 6
+near_alone fresh fresh1000 80 1.5 6
 limits 0 "$U1 81920 30 0"
 # Steps of one 1 ms kernel and 40 of 20 us, from different functions, each ending in
 # a synchronize (an attention training step's shape): the long kernels are 56 % of
