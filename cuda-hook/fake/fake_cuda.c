@@ -1025,7 +1025,7 @@ static int64_t gpu_advance(int64_t t, int64_t work_ns)
 }
 
 static void capture_us(uint64_t us);
-static int64_t *stream_queue(CUstream s, int launch);
+static int64_t *stream_queue(CUstream s);
 static void stream_launched(CUstream s);
 /* Runs a kernel of us on stream s's queue (the default one but with FAKE_CUDA_STREAMS). */
 static CUresult run_on(uint64_t us, CUstream s)
@@ -1036,17 +1036,18 @@ static CUresult run_on(uint64_t us, CUstream s)
 		capture_us(us);
 		return CUDA_SUCCESS; /* recorded into the graph, not run */
 	}
-	stream_launched(s);
 	if (sg != NULL) {
 		sg_push((int64_t)us * 1000, -1);
 		pthread_mutex_lock(&mu);
+		stream_launched(s);
 		busy_ns += us * 1000;
 		launches++;
 		pthread_mutex_unlock(&mu);
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&mu);
-	int64_t *q = stream_queue(s, 1);
+	stream_launched(s);
+	int64_t *q = stream_queue(s);
 	int64_t now = now_ns();
 	/* A real driver blocks a launch when its queue is full; model a queue that holds
 	 * 50 ms of work. */
@@ -1376,19 +1377,16 @@ static int made_stream(CUstream s)
 	struct fstream *f = (struct fstream *)s;
 	return f != NULL && (uintptr_t)f > 0x10000 && f->magic == STREAM_MAGIC;
 }
-/* The queue of s (caller holds mu); with FAKE_CUDA_STREAMS a made stream's own, which
- * is no side stream once a launch has run on it. */
-static int64_t *stream_queue(CUstream s, int launch)
+/* The queue of s (caller holds mu); with FAKE_CUDA_STREAMS a made stream's own. */
+static int64_t *stream_queue(CUstream s)
 {
 	if (!streams_mode || !made_stream(s))
 		return &busy_until_ns;
-	if (launch)
-		((struct fstream *)s)->queued = 1;
 	return &((struct fstream *)s)->until;
 }
-/* A launch ran on s: a made stream is then no side stream, in every mode (without
- * FAKE_CUDA_STREAMS, and in the shared GPU, it is the process's one queue, and an
- * event recorded on it waits for what was launched before it). */
+/* A launch ran on s (caller holds mu): a made stream is then no side stream, in every
+ * mode (without FAKE_CUDA_STREAMS, and in the shared GPU, it is the process's one
+ * queue, and an event recorded on it waits for what was launched before it). */
 static void stream_launched(CUstream s)
 {
 	if (made_stream(s))
@@ -1456,7 +1454,7 @@ static CUresult event_record(CUevent e, CUstream s)
 		pthread_mutex_unlock(&mu);
 		return CUDA_SUCCESS;
 	}
-	int64_t *q = stream_queue(s, 0);
+	int64_t *q = stream_queue(s);
 	v->at_ns = gpu_advance(*q > now ? *q : now, event_ns);
 	if (event_ns > 0)
 		*q = v->at_ns;
@@ -1992,7 +1990,7 @@ CUresult cuStreamSynchronize(CUstream s)
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_lock(&mu);
-	int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s, 0);
+	int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s);
 	pthread_mutex_unlock(&mu);
 	wait_until(until);
 	return CUDA_SUCCESS;
@@ -2024,7 +2022,7 @@ CUresult cuStreamQuery(CUstream s)
 		pthread_mutex_unlock(&sg->mu);
 	} else {
 		pthread_mutex_lock(&mu);
-		int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s, 0);
+		int64_t until = s == NULL ? (busy_until_ns > all_until_ns ? busy_until_ns : all_until_ns) : *stream_queue(s);
 		done = until <= now_ns();
 		pthread_mutex_unlock(&mu);
 	}

@@ -979,6 +979,23 @@ int pace_burst_fence(struct tessera_pacer *p, CUevent *f)
 	return ok;
 }
 
+/* The ended burst is read (waiting for its F where wait is set) before the refill, so
+ * that what it owes is taken from what the refill brings, and what it gives back is
+ * added after, where the cap does not swallow it (caller holds s->mu). *now is moved
+ * on past the read; returns the next refill point. */
+static int64_t settle_and_refill(struct tessera_pacer *p, int wait, int64_t *now)
+{
+	int64_t give = 0;
+	if (p->fence_pending) {
+		give = settle_burst(p, wait);
+		*now = tessera_now_ns();
+	}
+	int64_t wake = refill(p, *now);
+	if (give > 0)
+		atomic_fetch_add(&p->s->tokens, give);
+	return wake;
+}
+
 /* The tokens are spent: wait (asleep, without the lock, so that every launching
  * thread of the container gets its turn) for a refill, and charge this launch.
  * Returns 1 where it slept, with SLOW_OPENED where the launch opened a burst. */
@@ -1014,17 +1031,8 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 		}
 		if (slept)
 			p->slept = 1;
-		/* The ended burst is settled before the refill, so that what it owes is
-		 * taken from what the refill brings; what it gives back is added after. */
-		int64_t give = 0;
-		if (p->fence_pending) {
-			give = settle_burst(p, p->slept);
-			now = tessera_now_ns();
-		}
 		int64_t r0 = s->refill_k;
-		int64_t wake = refill(p, now);
-		if (give > 0)
-			atomic_fetch_add(&s->tokens, give);
+		int64_t wake = settle_and_refill(p, p->slept, &now);
 		int refilled = s->refill_k != r0;
 		if (p->slept && p->burst_started) {
 			/* A chained burst that could not end before the wait: it spans the wait,
@@ -1101,8 +1109,7 @@ static int slow_path(struct tessera_pacer *p, CUstream stream, int64_t cost)
 }
 
 /* The open burst has gone on for LONG_BURST_NS: it ends here and the next begins at
- * its F (caller has not the lock). */
-
+ * its F (takes s->mu). */
 static void chain_long_burst(struct tessera_pacer *p, CUstream stream)
 {
 	struct tessera_shared_pacer *s = p->s;
@@ -1114,10 +1121,7 @@ static void chain_long_burst(struct tessera_pacer *p, CUstream stream)
 	if (p->burst_started && now - p->burst_t0_ns >= LONG_BURST_NS && !(p->turn_held && pace_turn_wanted(p, now))) {
 		/* The burst before is read first (without waiting: one F is read at a time,
 		 * and a queue as deep as the burst's host time has not run it yet). */
-		int64_t give = p->fence_pending ? settle_burst(p, 0) : 0;
-		refill(p, now);
-		if (give > 0)
-			atomic_fetch_add(&s->tokens, give);
+		settle_and_refill(p, 0, &now);
 		if (!p->fence_pending) {
 			end_burst(p, stream, 1);
 			PSTAT_ADD(long_chains, 1);
@@ -1356,12 +1360,12 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 	} else {
 		int64_t have = local_pacer == s ? local_left : 0;
 		int64_t tokens = atomic_load_explicit(&s->tokens, memory_order_relaxed);
+		int plenty = tokens > 4 * TAKE_EVERY * cost;
 		/* Every TAKE_EVERY launches while the tokens hold: the coarse clock, and an
 		 * open burst that has gone on for long is chained (chain_long_burst). */
-		if (tokens > 4 * TAKE_EVERY * cost && tag != 0 &&
-		    tessera_coarse_ns() >= atomic_load_explicit(&p->chain_at_ns, memory_order_relaxed))
+		if (plenty && tag != 0 && tessera_coarse_ns() >= atomic_load_explicit(&p->chain_at_ns, memory_order_relaxed))
 			chain_long_burst(p, stream);
-		int64_t take = tokens > 4 * TAKE_EVERY * cost ? TAKE_EVERY * cost - have : cost - have;
+		int64_t take = plenty ? TAKE_EVERY * cost - have : cost - have;
 		int64_t left = atomic_fetch_sub_explicit(&s->tokens, take, memory_order_relaxed);
 		if (left > 0) {
 			atomic_fetch_add_explicit(&charged_ns, take, memory_order_relaxed);
