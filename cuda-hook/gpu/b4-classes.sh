@@ -24,7 +24,9 @@
 # the hooked pair held in all where that is more. The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
 # rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
-# B4_SECONDS the measured seconds (2). Results: $OUT (or build/gpu)/b4-classes.txt.
+# B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
+# under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
+# else class; "class kernel" sets the two side by side). Results: $OUT (or build/gpu)/b4-classes.txt.
 # B4_DEBUG=1 runs every hooked tenant with the hook's debug log (a line per burst: its
 # GPU time, charge, host time, lag, what it owed or gave back; the pacing summary at
 # exit): the summaries, labelled by row, in b4-classes-debug.txt, the whole logs in
@@ -101,7 +103,10 @@ row() {
 # was slowed (either under 95 % of its solo rate), a cap is a share of what the pair
 # can hold: a tenant at c that needs more is judged against c x PAIR / 100 (the switch
 # cost shared as the time; c x HELD / 100 where the hooked pair held more in all, HELD),
-# and one that needs less against the unhooked pair's rate.
+# and one that needs less against the unhooked pair's rate. Only a pair that needs more
+# than the whole GPU (each busy more than half the time alone) scales its caps: two
+# convnet steps busy 22 % each held 43 % in all, slowed by their hosts, not by the GPU's
+# switches, and scaled by that a 30 % tenant needing 22 was judged against a cap of 13.
 declare -A PAIR PAIRRATE PAIRK
 if part pairs; then
 	for w in $CL; do
@@ -115,7 +120,7 @@ if part pairs; then
 		r1=$(grep "^$w " "$G/upair.$w.1" | field rate)
 		read -r PAIR[$w] PAIRRATE[$w] PAIRK[$w] <<<"$(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" -v u="${BUSY[$w]}" 'BEGIN{
 			if (a == "" || b == "" || s <= 0) { print "- " s " 1"; exit }
-			p = (a + b) / s * u; k = (a < 0.95 * s || b < 0.95 * s) ? p / 100 : 1
+			p = (a + b) / s * u; k = (2 * u > 100 && (a < 0.95 * s || b < 0.95 * s)) ? p / 100 : 1
 			printf "%.1f %.3f %.3f", p, (a + b) / 2, k }')"
 		say "unhooked pair $w: rates $r0 + $r1 = $(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" 'BEGIN{printf "%.1f%% + %.1f%%", 100*a/s, 100*b/s}') of solo, GPU ${PAIR[$w]}% in all (caps scaled by ${PAIRK[$w]})"
 	done
@@ -134,8 +139,9 @@ hk() {
 }
 n=0
 for bd in "$@"; do
+for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-class}}; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
-	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null))"
+	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null)), charge model $TESSERA_BENCH_CHARGE"
 	part alone && for c in $CAPS; do
 		for w in $CL; do
 			n=$((n + 1))
@@ -196,6 +202,7 @@ for bd in "$@"; do
 			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
 			printf "mixed launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", v, w, (v >= w) ? "ok" : "FAIL" }')"
 	fi
+done
 done
 if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
 	# Per log, the pacing summaries and the bursts: counted (owed or given back and

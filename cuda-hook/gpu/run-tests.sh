@@ -175,9 +175,12 @@ say "info work-conserving 30% container over the 6 s (1 s alone): share $(awk -v
 share_ok "70% container started beside a work-conserving 30% one" "$(rate <"$G/w70.out")" 70
 # Two processes of one container share its 50%: together, not each. Their work meets
 # in every slot, and a time-sliced GPU running two contexts in turns loses part of the
-# time to the switches, with or without the hook: the target is 50% of what two
-# unhooked processes together get (about 92-94% of one's rate on an H200). Against
-# one process's rate the check read 44.7-50.2% with this hook and the one before it.
+# time to the switches, with or without the hook: the container gets 50% of what two
+# unhooked processes together get (about 92-94% of one's rate on an H200) where their
+# kernels meet in every slot, and up to 50% of one's rate where its processes take the
+# container's turns one after the other and lose nothing to the switches (49.3% on an
+# H100, 2026-12-05). The check wants the share between the two, +-3. Against one
+# process's rate it read 44.7-50.2% with this hook and the one before it.
 "$G/pace" rate kernel 4 >"$G/u2a.out" &
 a=$!
 "$G/pace" rate kernel 4 >"$G/u2b.out" &
@@ -192,7 +195,13 @@ hooked "$G/s50" "$G/pace" rate kernel 4 >"$G/s50b.out" &
 b=$!
 wait $a $b
 say "info two processes at 50%: rates $(rate <"$G/s50a.out") + $(rate <"$G/s50b.out")"
-share_ok "two processes of one 50% container, together" "$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" 'BEGIN{print a+b}')" "$two"
+s=$(awk -v a="$(rate <"$G/s50a.out")" -v b="$(rate <"$G/s50b.out")" -v u="$base" 'BEGIN{printf "%.1f", 100*(a+b)/u}')
+if awk -v s="$s" -v t="$two" 'BEGIN{exit !(s >= t-3 && s <= 50+3)}'; then
+	say "ok   two processes of one 50% container, together: share $s% (target $two% to 50%, +-3)"
+else
+	say "FAIL two processes of one 50% container, together: share $s% (target $two% to 50%, +-3)"
+	fails=$((fails + 1))
+fi
 
 # A container granted no cores (docs/cuda-hook.md, "Unreserved containers") beside a
 # saturating 70% one is paced to the share the node agent's file gives it, here 30%
