@@ -66,9 +66,11 @@ import (
 // container's cores (docs/cuda-hook.md, "Charge models"): without it, each launch is
 // charged its class's estimate (the class estimator); with "charge kernel", each
 // launch is charged its own kernel's estimate times its class's gain. The node agent
-// writes it from its --pacing-charge flag, for every container of the node, so that a
-// tenant cannot choose. A file without it means the same to every hook; a hook that
-// predates the line rejects a file that has it, and with it CUDA.
+// writes it from its --pacing-charge flag (kernel by default), for every container of
+// the node, so that a tenant cannot choose, and tessera-run from its own. A file
+// without it keeps the class model, which is what it meant to the hooks before the
+// line, so that a file an older agent wrote paces as it did; a hook that predates the
+// line rejects a file that has it, and with it CUDA.
 //
 // A work-conserving line lets the container's kernels use the GPU's time beyond its
 // cores while no other context on the GPU has work, and holds them to cores again as

@@ -36,6 +36,7 @@ type options struct {
 	phase   int
 	group   string
 	context int64
+	charge  string
 	hook    string
 	argv    []string
 }
@@ -49,6 +50,8 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.phase, "phase", 0, "start of the compute window in each pacing period, in percent; give programs sharing a GPU windows that do not overlap")
 	fs.StringVar(&o.group, "group", "", "processes started with the same group share one memory limit (default: one limit per tessera-run)")
 	fs.Int64Var(&o.context, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context")
+	fs.StringVar(&o.charge, "pacing-charge", api.PacingChargeKernel, "how a kernel launch is charged against --cores: "+
+		api.PacingChargeKernel+" (its own kernel's estimate) or "+api.PacingChargeClass+" (its class's), as the node agent's flag")
 	fs.StringVar(&o.hook, "hook", DefaultHook, "path of libtessera-cuda.so")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -59,6 +62,9 @@ func parse(args []string) (*options, error) {
 	}
 	if o.memory == "" {
 		return nil, errors.New("--memory is required")
+	}
+	if o.charge != api.PacingChargeKernel && o.charge != api.PacingChargeClass {
+		return nil, fmt.Errorf("--pacing-charge %q: want %s or %s", o.charge, api.PacingChargeKernel, api.PacingChargeClass)
 	}
 	o.gpus = strings.Split(*gpus, ",")
 	return o, nil
@@ -90,7 +96,7 @@ func limitsFor(o *options, uuidOf func(index string) (string, error)) (*api.Cont
 	if group == "" {
 		group = strconv.Itoa(os.Getpid())
 	}
-	l := &api.ContainerLimits{Cgroup: "/tessera-run/" + group, ContextMiB: o.context}
+	l := &api.ContainerLimits{Cgroup: "/tessera-run/" + group, ContextMiB: o.context, ChargeKernel: o.charge == api.PacingChargeKernel}
 	for _, g := range o.gpus {
 		uuid := g
 		if _, err := strconv.Atoi(g); err == nil {

@@ -62,3 +62,37 @@ func TestParseNeedsCommandAndMemory(t *testing.T) {
 		t.Error("no --memory accepted")
 	}
 }
+
+// The limits file gets the charge line under the kernel model, the default as on a
+// node; --pacing-charge=class leaves it out; anything else is refused with the choices.
+func TestPacingCharge(t *testing.T) {
+	lookup := func(i string) (string, error) { return "GPU-index-" + i, nil }
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--memory", "1", "--", "x"}, true},
+		{[]string{"--memory", "1", "--pacing-charge", "kernel", "--", "x"}, true},
+		{[]string{"--memory", "1", "--pacing-charge", "class", "--", "x"}, false},
+	} {
+		o, err := parse(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		l, err := limitsFor(o, lookup)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		b, err := api.EncodeLimits(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ChargeKernel != tc.want || strings.Contains(string(b), "\ncharge kernel\n") != tc.want {
+			t.Errorf("%v: ChargeKernel %v, file %q; want the kernel model %v", tc.args, l.ChargeKernel, b, tc.want)
+		}
+	}
+	if _, err := parse([]string{"--memory", "1", "--pacing-charge", "graph", "--", "x"}); err == nil ||
+		!strings.Contains(err.Error(), "want kernel or class") {
+		t.Errorf("--pacing-charge graph: %v, want the choices", err)
+	}
+}

@@ -26,7 +26,7 @@
 # rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
-# else class; "class kernel" sets the two side by side). Results: $OUT (or build/gpu)/b4-classes.txt.
+# else kernel; "kernel class" sets the two side by side). Results: $OUT (or build/gpu)/b4-classes.txt.
 # B4_DEBUG=1 runs every hooked tenant with the hook's debug log (a line per burst: its
 # GPU time, charge, host time, lag, what it owed or gave back; the pacing summary at
 # exit): the summaries, labelled by row, in b4-classes-debug.txt, the whole logs in
@@ -139,7 +139,7 @@ hk() {
 }
 n=0
 for bd in "$@"; do
-for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-class}}; do
+for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
 	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null)), charge model $TESSERA_BENCH_CHARGE"
 	part alone && for c in $CAPS; do

@@ -33,12 +33,17 @@ printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
 chmod 644 /etc/tessera/cuda-hook.conf
 turns "${TESSERA_TURNS:-on}"
 
-# limits <file> <memory-mib> <cores> <phase> [cgroup]; TESSERA_BENCH_CHARGE=kernel adds
-# the charge line (docs/cuda-hook.md, "Charge models"), as the agent's
-# --pacing-charge=kernel does.
+# limits <file> <memory-mib> <cores> <phase> [cgroup]: under the kernel charge model,
+# the node agent's default, with the charge line (docs/cuda-hook.md, "Charge
+# models"), as the agent writes it; TESSERA_BENCH_CHARGE=class without it, as the
+# agent's --pacing-charge=class does.
 limits() {
 	local charge=
-	[ "${TESSERA_BENCH_CHARGE:-class}" = kernel ] && charge='charge kernel\n'
+	case ${TESSERA_BENCH_CHARGE:-kernel} in
+	kernel) charge='charge kernel\n' ;;
+	class) ;;
+	*) echo "TESSERA_BENCH_CHARGE=$TESSERA_BENCH_CHARGE: want kernel or class" >&2 && exit 2 ;;
+	esac
 	printf "version 1\ncgroup %s\ncontext-mib %s\n${charge}gpu %s %s %s %s\n" "${5:-/gpu-test/$(basename "$1")}" $CTX "$UUID" "$2" "$3" "$4" >"$1"
 }
 # hooked <limits-file> <command...>

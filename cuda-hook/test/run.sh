@@ -28,9 +28,10 @@ reset() {
 	rm -rf "$ROOT"
 	mkdir -p "$ROOT/run/tessera" "$ROOT/etc" "$ROOT/shm" "$ROOT/turns"
 }
-# TESSERA_TEST_CHARGE=kernel (make test CHARGE=kernel) runs every case under the kernel
-# charge model: each limits file gets the charge line.
-CHARGE=${TESSERA_TEST_CHARGE:-class}
+# TESSERA_TEST_CHARGE picks the charge model every case runs under: kernel (the node
+# agent's default; each limits file gets the charge line) or class (make test
+# CHARGE=class: no line).
+CHARGE=${TESSERA_TEST_CHARGE:-kernel}
 case $CHARGE in class | kernel) ;; *) echo "TESSERA_TEST_CHARGE=$CHARGE: want class or kernel" >&2 && exit 2 ;; esac
 # limits <context-mib> <gpu line>...
 limits() {

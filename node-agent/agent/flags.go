@@ -66,9 +66,9 @@ func BindFlags(fs *flag.FlagSet, c *Config) {
 	fs.StringVar(&c.HookLibrary, "hook-library", "", "host path of the CUDA hook library to preload in GPU containers (empty: no hook)")
 	fs.StringVar(&c.DevDir, "dev-dir", "/dev", "where the host's NVIDIA device nodes are visible to the agent")
 	fs.Int64Var(&c.ContextMiB, "context-mib", api.DefaultContextMiB, "MiB charged per CUDA context against a container's memory limit")
-	fs.StringVar(&c.PacingCharge, "pacing-charge", api.PacingChargeClass, "how the CUDA hook charges a kernel launch against a container's cores: "+
-		api.PacingChargeClass+" (its class's estimate) or "+api.PacingChargeKernel+" (its own kernel's, for attention and other workloads "+
-		"that mix long kernels among short ones); written into every container's limits file")
+	fs.StringVar(&c.PacingCharge, "pacing-charge", api.PacingChargeKernel, "how the CUDA hook charges a kernel launch against a container's cores: "+
+		api.PacingChargeKernel+" (its own kernel's estimate; holds attention and other workloads that mix long kernels among short ones) or "+
+		api.PacingChargeClass+" (its class's, the model before per-kernel charges); written into every container's limits file")
 
 	fs.StringVar(&c.NRIUnavailable, "nri-unavailable", NRIUnavailableRefuse, "with --nri, when the runtime has no NRI socket at start-up: "+
 		"refuse (GPU containers are refused, with the reason, until NRI is there) or fallback (bind at the first CUDA call, as --bind-fallback; needs --hook-library)")
