@@ -1551,8 +1551,7 @@ static double run_launches(const char *path, double seconds)
 			rc = k % 8 == 7 ? cuLaunchKernel((CUfunction)(uintptr_t)0x7fa000, 100 + k / 8, 1, 1,
 							 (unsigned)atoi(path + 5), 1, 1, 0, NULL, NULL, NULL)
 					: cuLaunchKernel((CUfunction)(uintptr_t)0x7fb000, 20, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-		}
-		else if (strncmp(path, "rare", 4) == 0 && atoi(path + 4) > 0) {
+		} else if (strncmp(path, "rare", 4) == 0 && atoi(path + 4) > 0) {
 			/* rare<us>: 20 us kernels and, every 100th launch, one of that many us, all
 			 * of one handle-less function: few launch samples meet the long ones. */
 			static unsigned i;

@@ -374,7 +374,7 @@ near_alone rare rare2000 50 1.5 3
 # ... and over 4 s at cap 80, where the class model's low charge lets mixedsync's
 # bursts span periods: a refill that found tokens left kept one period's allowance
 # and the burst then owed all it ran (68-74 %); what the refills dropped while a
-# bounded burst ran is now set against what it owes.
+# counted burst ran is now set against what it owes.
 near_alone mixedsync80 mixedsync 80 4 5
 # 20 us kernels with every eighth one of 1 ms at a grid never launched before: each
 # long kernel is charged its class's estimate, the tokens last while the host blocks in
