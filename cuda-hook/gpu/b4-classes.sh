@@ -6,27 +6,33 @@
 #
 #   gpu/b4-classes.sh <build-dir> [<build-dir>...]
 #
-# Each workload's GPU busy fraction first (torch.profiler's kernel time over wall
-# time), and its unhooked solo rate in another process without the profiler
+# Each workload's GPU busy fractions first, from torch.profiler's trace (torch_work.py's
+# busy()): its kernel time over wall time, and the GPU time it holds, that and the
+# GPU's own gaps between back-to-back kernels, in which a time-sliced GPU runs no
+# other context's work either (a cap is a share of that time: a program of short
+# kernels queued back to back holds the whole GPU whatever their kernel time adds up
+# to). Then its unhooked solo rate in another process without the profiler
 # (torch.profiler slows launches, and the workloads run after it in the same process,
 # so a rate beside it is not the solo rate; a host-bound workload's the median of
-# B4_SOLO_RUNS runs, below); then, for
-# each build's hook (to set one hook against another in the same run), every workload
-# alone at B4_CAPS (25 50 80), each in a process (and container) of its own, so
-# that none starts with what the one before it owed or taught the estimates; pairs of
-# the same workload at 30/70 and 50/50, one workload per pair of processes, so that
-# both tenants run the same class over the same seconds; and the mixed pair, attn at
-# 70 beside the launch-bound mlp at 30. A build directory whose parent holds a file
-# REVISION is labelled with it (a tree copied out of git has no history). A row's GPU
-# share is its rate share times its busy fraction alone: within +-3 points of the cap where the
-# cap is under what it needs, else not slowed (>= 95 % of its rate); a pair's rows against
-# what two unhooked processes of the workload get side by side (PAIR, below), or what
-# the hooked pair held in all where that is more. The
+# B4_SOLO_RUNS runs, below). Then, for each build's hook (to set one hook against
+# another in the same run), every workload alone at B4_CAPS (25 50 80), each in a
+# process (and container) of its own, so that none starts with what the one before
+# it owed or taught the estimates; pairs of the same workload at 30/70 and 50/50, one
+# workload per pair of processes, so that both tenants run the same class over the
+# same seconds; and the mixed pair, attn at 70 beside the launch-bound mlp at 30. A
+# build directory whose parent holds a file REVISION is labelled with it (a tree
+# copied out of git has no history). A row's GPU share is its rate share times the
+# GPU it holds alone (its kernel time's share beside it): within +-3 points of the
+# cap where the cap is under what it needs, else not slowed (>= 95 % of its rate); a
+# pair's rows against what two unhooked processes of the workload get side by side
+# (PAIR, below), or what the hooked pair held in all where that is more. The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
-# rate (B7's target). B4_PARTS (of "alone pairs mixed") and B4_CLASSES choose rows;
+# rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients.
+# B4_PARTS (of "alone pairs mixed mps") and B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
-# else kernel; "kernel class" sets the two side by side). Results: $OUT (or build/gpu)/b4-classes.txt.
+# else kernel; "kernel class" sets the two side by side). Results: $OUT (or
+# build/gpu)/b4-classes.txt.
 # B4_DEBUG=1 runs every hooked tenant with the hook's debug log (a line per burst: its
 # GPU time, charge, host time, lag, what it owed or gave back; the pacing summary at
 # exit): the summaries, labelled by row, in b4-classes-debug.txt, the whole logs in
@@ -41,8 +47,18 @@ CAPS=${B4_CAPS:-25 50 80}
 PARTS=${B4_PARTS:-alone pairs mixed}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 TW="python3 $HERE/gpu/torch_work.py"
+# Every measured process runs on CPUs of its own: a workload's solo runs and its rows
+# alone on one set (TW0), a pair's second tenant on another (TW1). A host-bound
+# workload runs as fast as the cores its threads land on, and unpinned its solo rate
+# moved by 20-30 % from one process to the next (the LLM step 33-46 steps/s on an
+# H100), as much as a cap was to be judged by.
+TW0=$TW TW1=$TW
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 8 ]; then
+	q=$(($(nproc) / 4))
+	TW0="taskset -c $q-$((2 * q - 1)) $TW" TW1="taskset -c $((2 * q))-$((3 * q - 1)) $TW"
+fi
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
-declare -A SOLO BUSY NV CK
+declare -A SOLO BUSY HELD NV CK
 nvml_clock_log
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
 # Each workload's GPU busy fraction first, then its solo runs, each in a process of its
@@ -54,40 +70,42 @@ say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --f
 # solo in one run, 36-42 in others and 35-52 under caps): it runs B4_SOLO_RUNS times
 # (3), and its reference is the run of the median rate, with the others shown beside.
 for w in $CL mlp; do
-	TESSERA_BENCH_BUSY=1 $TW 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
+	TESSERA_BENCH_BUSY=1 $TW0 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
 	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
+	HELD[$w]=$(grep "^$w " "$G/classes.busy.$w" | field held)
+	HELD[$w]=${HELD[$w]:-${BUSY[$w]}}
 done
 for w in $CL mlp; do
 	runs=1
-	awk -v b="${BUSY[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' && runs=${B4_SOLO_RUNS:-3}
+	awk -v b="${HELD[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' && runs=${B4_SOLO_RUNS:-3}
 	: >"$G/classes.solo.$w"
 	for ((r = 0; r < runs; r++)); do
-		$TW "$S" $w >>"$G/classes.solo.$w" || say "$w: solo run failed"
+		$TW0 "$S" $w >>"$G/classes.solo.$w" || say "$w: solo run failed"
 		nvml "$(grep "^$w " "$G/classes.solo.$w" | tail -1)" >/dev/null
 	done
 	line=$(grep "^$w " "$G/classes.solo.$w" | sort -t= -k2 -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
 	SOLO[$w]=$(field rate <<<"$line")
 	read -r NV[$w] CK[$w] _ <<<"$(nvml "$line")"
 	all=$(grep "^$w " "$G/classes.solo.$w" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd/ -)
-	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU busy ${BUSY[$w]}%, NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
+	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU held ${HELD[$w]}% (kernels ${BUSY[$w]}%), NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
 done
 # row <label> <workload> <cap> <output-line> [<scale> <reference rate>]: a row whose
 # workload needs more than its cap times scale is judged by its GPU share against that,
 # +-3; any other is not slowed (>= 95 % of the reference rate, its solo rate by
 # default). Beside it, what NVML saw over the row (the whole GPU's utilisation, the SM
-# clock): alone, the tenant's time share is its busy fraction times its utilisation
+# clock): alone, the tenant's time share is the GPU it holds alone times its utilisation
 # over its solo run's, and a capped row whose SMs ran more than 5 % faster than solo
 # (a power-bound step held to part of the time runs at a higher clock, and does more
 # per GPU-second) is judged by that time share, as B4's matrix judges its kernels.
 row() {
 	local gpu clk
 	read -r gpu clk _ <<<"$(nvml "$4")"
-	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$(field rate <<<"$4")" -v s="${SOLO[$2]}" -v b="${BUSY[$2]}" -v k="${5:-1}" \
+	say "$(awk -v l="$1" -v w="$2" -v c="$3" -v r="$(field rate <<<"$4")" -v s="${SOLO[$2]}" -v b="${HELD[$2]}" -v kb="${BUSY[$2]}" -v k="${5:-1}" \
 		-v ref="${6:-${SOLO[$2]}}" -v u="$gpu" -v u0="${NV[$2]}" -v ck="$clk" -v ck0="${CK[$2]}" 'BEGIN{
 		if (r == "" || s <= 0) { printf "%-30s %-8s no rate", l, w; exit }
 		sh = 100 * r / s; g = sh * b / 100; t = c * k
 		ts = (l ~ /^alone/ && u >= 0 && u0 > 0) ? b * u / u0 : -1
-		printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% (busy alone %.0f%%) ", l, w, r, sh, g, b
+		printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% (held alone %.0f%%, kernels %.1f%%) ", l, w, r, sh, g, b, sh * kb / 100
 		if (b > t + 3 && ts >= 0 && ck0 > 0 && ck > 1.05 * ck0) { e = ts - t
 			printf "%s err %+.1f in time (cap %d; SM %d MHz, solo %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c, ck, ck0 }
 		else if (b > t + 3) { e = g - t; printf "%s err %+.1f (cap %d", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; if (k != 1) printf " x %.2f = %.1f", k, t; printf ")" }
@@ -95,7 +113,7 @@ row() {
 		printf " [NVML %s%%%s, SM %s MHz]", u, (ts >= 0) ? sprintf(", time share %.1f%%", ts) : "", ck }')"
 }
 # What two unhooked processes of a workload get side by side, their measured seconds
-# lined up: the GPU time (rate share times busy fraction alone) the pair holds in all,
+# lined up: the GPU time (rate share times GPU held alone) the pair holds in all,
 # PAIR, and each one's rate, PAIRRATE. A time-sliced GPU runs two contexts in turns,
 # losing the switches, and fills one's idle gaps with the other's kernels only where
 # their turns meet: a pair of workloads that each keep it busy gets less than 100 %
@@ -111,14 +129,14 @@ declare -A PAIR PAIRRATE PAIRK
 if part pairs; then
 	for w in $CL; do
 		rm -rf "$G/ubar.$w"
-		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW "$S" $w >"$G/upair.$w.0" &
+		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW0 "$S" $w >"$G/upair.$w.0" &
 		a=$!
-		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW "$S" $w >"$G/upair.$w.1" &
+		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW1 "$S" $w >"$G/upair.$w.1" &
 		b=$!
 		wait $a $b || say "unhooked pair $w failed"
 		r0=$(grep "^$w " "$G/upair.$w.0" | field rate)
 		r1=$(grep "^$w " "$G/upair.$w.1" | field rate)
-		read -r PAIR[$w] PAIRRATE[$w] PAIRK[$w] <<<"$(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" -v u="${BUSY[$w]}" 'BEGIN{
+		read -r PAIR[$w] PAIRRATE[$w] PAIRK[$w] <<<"$(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" -v u="${HELD[$w]}" 'BEGIN{
 			if (a == "" || b == "" || s <= 0) { print "- " s " 1"; exit }
 			p = (a + b) / s * u; k = (2 * u > 100 && (a < 0.95 * s || b < 0.95 * s)) ? p / 100 : 1
 			printf "%.1f %.3f %.3f", p, (a + b) / 2, k }')"
@@ -146,39 +164,56 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		for w in $CL; do
 			n=$((n + 1))
 			limits "$G/c$n" 130000 $c 0 "/b4c/$n/alone$c"
-			hk "$n-alone$c-$w" "$G/c$n" $TW "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
+			hk "$n-alone$c-$w" "$G/c$n" $TW0 "$S" $w >"$G/classes.$n" || say "alone cap $c $w failed"
 			row "alone cap $c" $w $c "$(grep "^$w " "$G/classes.$n")"
 		done
 	done
 	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
 	# seconds lined up (TESSERA_BENCH_BARRIER).
 	together() {
-		local label=$1 pids=() specs=() i=0
+		local label=$1 pids=() specs=() i=0 tw
 		shift
 		n=$((n + 1))
 		rm -rf "$G/bar$n"
 		for spec in "$@"; do
 			IFS=: read -r c ph ws <<<"$spec"
-			limits "$G/t$n.$i" 130000 $c $ph "/b4c/$n/t$i"
-			TESSERA_BENCH_BARRIER="$G/bar$n:$#" hk "$n-$label$c-${ws// /+}-$i" "$G/t$n.$i" $TW "$S" $ws >"$G/together.$n.$i" &
+			tw=TW$((i % 2))
+			if [ "$label" = mps ]; then
+				# An MPS container: its cap a share of the SMs, the hook enforcing
+				# memory only, as the node agent binds it (docs/cuda-hook.md, "MPS clients").
+				limits "$G/t$n.$i" 130000 0 0 "/b4c/$n/t$i"
+				CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$c TESSERA_BENCH_BARRIER="$G/bar$n:$#" \
+					hk "$n-$label$c-${ws// /+}-$i" "$G/t$n.$i" ${!tw} "$S" $ws >"$G/together.$n.$i" &
+			else
+				limits "$G/t$n.$i" 130000 $c $ph "/b4c/$n/t$i"
+				TESSERA_BENCH_BARRIER="$G/bar$n:$#" hk "$n-$label$c-${ws// /+}-$i" "$G/t$n.$i" ${!tw} "$S" $ws >"$G/together.$n.$i" &
+			fi
 			pids+=($!)
 			specs+=("$c:$ws")
 			i=$((i + 1))
 		done
 		for p in "${pids[@]}"; do wait $p || say "$label: a tenant failed"; done
-		# The GPU time the tenants held in all (rate share times busy fraction alone).
+		# The GPU time the tenants held in all (rate share times GPU held alone).
 		local held=0
 		i=0
 		for spec in "${specs[@]}"; do
 			for w in ${spec#*:}; do
 				held=$(awk -v h="$held" -v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" -v s="${SOLO[$w]}" \
-					-v b="${BUSY[$w]}" 'BEGIN{ printf "%.3f", h + ((r != "" && s > 0) ? r / s * b : 0) }')
+					-v b="${HELD[$w]}" 'BEGIN{ printf "%.3f", h + ((r != "" && s > 0) ? r / s * b : 0) }')
 			done
 			i=$((i + 1))
 		done
 		i=0
 		for spec in "${specs[@]}"; do
 			for w in ${spec#*:}; do
+				if [ "$label" = mps ]; then
+					# A share of the SMs is not one of the GPU's time: the rate only.
+					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" \
+						-v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" 'BEGIN{
+						if (r == "" || s <= 0) printf "%-30s %-8s no rate", l, w
+						else printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo (SMs, not time: not judged)", l, w, r, 100 * r / s }')"
+					continue
+				fi
 				# A pair of one workload is judged against what a pair of it can hold:
 				# what the unhooked pair held, or what this pair held where that is
 				# more (paced tenants that keep out of each other's turns lose less to
@@ -196,14 +231,34 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		together "pair" "30:0:$w" "70:30:$w"
 		together "pair" "50:0:$w" "50:50:$w"
 	done
+	# beside <label>: the mixed pair's launch-bound tenant against B7's target.
+	beside() {
+		say "$(awk -v l="$1" -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${HELD[mlp]}" 'BEGIN{
+			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
+			printf "%s launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", l, v, w, (v >= w) ? "ok" : "FAIL" }')"
+	}
 	if part mixed; then
 		together "mixed" "70:0:attn" "30:70:mlp"
-		say "$(awk -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${BUSY[mlp]}" 'BEGIN{
-			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
-			printf "mixed launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", v, w, (v >= w) ? "ok" : "FAIL" }')"
+		beside mixed
 	fi
 done
 done
+# B4_PARTS with mps: the mixed pair as MPS clients (one MPS control daemon for the
+# GPU, each tenant's cap its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the mode
+# docs/install.md recommends for node pools that mix launch-bound and long-kernel
+# tenants, with the last hook above enforcing memory.
+if part mps; then
+	MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
+	MPS=$G/mps
+	mkdir -p "$MPS/pipe" "$MPS/log"
+	if CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d; then
+		together "mps" "70:0:attn" "30:70:mlp"
+		beside mps
+		echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"
+	else
+		say "mps: the MPS control daemon did not start"
+	fi
+fi
 if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
 	# Per log, the pacing summaries and the bursts: counted (owed or given back and
 	# read for the gain), not counted, and of those how many a launch sample saw the

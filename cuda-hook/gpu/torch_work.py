@@ -24,10 +24,12 @@ Workloads, run one after the other in this process:
             as data-parallel training's communication stream), waited for by
             polling an event rather than a synchronize
 
-TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fraction (busy=<pct>):
-kernel time over wall time from torch.profiler's kernel events over a further second
-of steps (kernels of several streams that overlap counted once), what the GPU time a
-cap gives the workload is measured against. The profiler slows launches, also those of
+TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fractions over a further
+second of steps, from torch.profiler's trace: busy=<pct>, kernel time over wall time
+(kernels of several streams that overlap counted once), and held=<pct>, that and the
+GPU's own gaps between back-to-back kernels (the next already queued when the one
+before it ended), the GPU time the workload holds and a cap's share is measured
+against (busy(), below). The profiler slows launches, also those of
 the workloads after it in the same process: measure rates in a process without it.
 TESSERA_BENCH_KERNELS=1 prints the profiler's kernels instead, one line each
 ("kernel count=<per step> mean_us=<mean> name=<name>", the longest in all first), for
@@ -308,8 +310,16 @@ WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix
 
 
 def busy(step, seconds=1.0):
-    """Kernel time over wall time over seconds of steps, from the profiler's kernel
-    events; kernels that overlap (several streams) are counted once."""
+    """The GPU's busy fractions over seconds of steps, from the profiler's trace, in
+    percent of wall time: (kernel, held). kernel is the time the workload's kernels,
+    copies and memsets ran (those that overlap, on several streams, counted once); held
+    adds the gaps between one and the next that the GPU spent going from one to the
+    other with the next already queued (launched before the one before it ended): the
+    GPU's own time between back-to-back kernels, one to a few microseconds each, in
+    which it runs no other context's work either. A gap in which the GPU waited for the
+    host (the next was launched after the one before it ended) is idle in both."""
+    import json
+    import tempfile
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -318,15 +328,40 @@ def busy(step, seconds=1.0):
             step()
         torch.cuda.synchronize()
         wall = time.monotonic() - t0
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
-    total, end = 0.0, float("-inf")
-    for a, b in spans:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as r:
+            trace = json.load(r)
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    return busy_of(events, wall)
+
+
+def busy_of(events, wall):
+    """(kernel, held) of a chrome trace's events over wall seconds (busy, above)."""
+    launched = {}
+    spans = []
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        corr = (e.get("args") or {}).get("correlation")
+        cat = e.get("cat", "")
+        if cat in ("cuda_runtime", "cuda_driver") and corr is not None:
+            launched[corr] = float(e["ts"]) + float(e["dur"])
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset") and float(e["dur"]) > 0:
+            spans.append((float(e["ts"]), float(e["ts"]) + float(e["dur"]), corr))
+    spans.sort()
+    kernel = held = 0.0
+    end = float("-inf")
+    for a, b, corr in spans:
         if b <= end:
             continue
-        total += b - max(a, end)
+        if a > end > float("-inf") and launched.get(corr, float("inf")) <= end:
+            held += a - end
+        kernel += b - max(a, end)
         end = b
-    return 100.0 * total / 1e6 / wall
+    if spans and not launched:
+        print("busy: the profiler's trace has no launches; held is the kernel time", file=sys.stderr)
+    return 100.0 * kernel / 1e6 / wall, 100.0 * (kernel + held) / 1e6 / wall
 
 
 def kernels(w, step, seconds=1.0):
@@ -364,7 +399,10 @@ def main():
             kernels(w, step, seconds)
             continue
         rate, cpu_us, e0, e1 = run(step, seconds, k)
-        extra = f" busy={busy(step):.1f}" if os.environ.get("TESSERA_BENCH_BUSY") else ""
+        extra = ""
+        if os.environ.get("TESSERA_BENCH_BUSY"):
+            kernel, held = busy(step)
+            extra = f" busy={kernel:.1f} held={held:.1f}"
         print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}{extra}", flush=True)
 
 
