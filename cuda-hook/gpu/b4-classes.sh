@@ -27,8 +27,9 @@
 # pair's rows against what two unhooked processes of the workload get side by side
 # (PAIR, below), or what the hooked pair held in all where that is more. The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
-# rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients.
-# B4_PARTS (of "alone pairs mixed mps") and B4_CLASSES choose rows;
+# rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients;
+# with ab, the host-bound workloads against solo runs interleaved with theirs (below).
+# B4_PARTS (of "alone pairs mixed mps ab") and B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
 # else kernel; "kernel class" sets the two side by side). Results: $OUT (or
@@ -240,6 +241,50 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	if part mixed; then
 		together "mixed" "70:0:attn" "30:70:mlp"
 		beside mixed
+	fi
+	# B4_PARTS with ab: each host-bound workload (holding the GPU less than half the
+	# time alone) in B4_AB_ROUNDS rounds (3) of three processes one after another: its
+	# solo run, under the hook unpaced (gpu-cores 100) and under the hook at B4_AB_CAP
+	# (80), the order turned by one each round. Each hooked rate is set against the solo
+	# run of its own round, the host's speed moving between processes as much as a row
+	# is judged by, and the median of the rounds' ratios is judged: a capped run as a
+	# row (its GPU share within +-3 of the cap, or not slowed), the unpaced one not slowed.
+	if part ab; then
+		for w in $CL; do
+			awk -v b="${HELD[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' || continue
+			: >"$G/ab.$w.solo"
+			: >"$G/ab.$w.100"
+			: >"$G/ab.$w.cap"
+			c=${B4_AB_CAP:-80}
+			for ((r = 0; r < ${B4_AB_ROUNDS:-3}; r++)); do
+				for ((j = 0; j < 3; j++)); do
+					case $(((r + j) % 3)) in
+					0) $TW0 "$S" $w >>"$G/ab.$w.solo" || say "ab $w: solo run failed" ;;
+					1)
+						limits "$G/ab.l" 130000 100 0 "/b4c/ab/$w/$r/100"
+						hk "ab-$w-$r-100" "$G/ab.l" $TW0 "$S" $w >>"$G/ab.$w.100" || say "ab $w: unpaced run failed"
+						;;
+					2)
+						limits "$G/ab.l" 130000 $c 0 "/b4c/ab/$w/$r/cap"
+						hk "ab-$w-$r-cap" "$G/ab.l" $TW0 "$S" $w >>"$G/ab.$w.cap" || say "ab $w: capped run failed"
+						;;
+					esac
+				done
+			done
+			rates() { grep "^$w " "$1" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd' ' -; }
+			say "$(awk -v w=$w -v c=$c -v b="${HELD[$w]}" -v s="$(rates "$G/ab.$w.solo")" -v u="$(rates "$G/ab.$w.100")" \
+				-v k="$(rates "$G/ab.$w.cap")" 'function med(a, n,  i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+					return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+				function ratios(x, r,  n, i, xs, ss, m) { n = split(x, xs, " "); m = split(s, ss, " "); if (m < n) n = m
+					for (i = 1; i <= n; i++) r[i] = (ss[i] > 0) ? 100 * xs[i] / ss[i] : 0; return n }
+				BEGIN{
+				nu = ratios(u, ru); nk = ratios(k, rk)
+				if (!nu || !nk) { printf "ab %-8s no rates", w; exit }
+				mu = med(ru, nu); mk = med(rk, nk); g = mk * b / 100
+				printf "ab %-8s solo rates %s; unpaced %.1f%% of the solo run of its round (median of %d) %s; cap %d %.1f%%, GPU %.1f%% (held alone %.0f%%) ", w, s, mu, nu, (mu >= 95) ? "ok" : "FAIL", c, mk, g, b
+				if (b > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok" : "FAIL", e }
+				else printf "%s not slowed (want >= 95)", (mk >= 95) ? "ok" : "FAIL" }')"
+		done
 	fi
 done
 done
