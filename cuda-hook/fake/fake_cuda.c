@@ -182,6 +182,11 @@ static int64_t event_ns;
  * idle stream then reads the latency too, which is not the kernel's GPU time. Not in
  * the shared GPU. */
 static int64_t launch_ns;
+/* FAKE_CUDA_GAP_NS=<ns>: a kernel queued behind work on its queue starts this long after
+ * that work ends, as a real GPU moves from one kernel to the next (a microsecond or a
+ * few): the GPU is held by the context in the gap, which busy_ns counts, and runs no
+ * kernel; stats' kernel_ns counts the kernels alone. Not in the shared GPU. */
+static int64_t gap_ns;
 /* FAKE_CUDA_COLD_US=<us>: the first launch of each function runs this much longer, as
  * a real GPU's first launch of a kernel does (its code loaded, its caches cold: on an
  * H200, 103 us for a kernel of 0.75 us after). Not in the shared GPU. */
@@ -219,7 +224,7 @@ static void sg_push(int64_t work_ns, int ev);
 static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
 static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
 static int64_t sg_switch_ns = 25000LL;  /* FAKE_CUDA_SWITCH_US */
-static uint64_t busy_ns, syncs, bad_syncs, launches;
+static uint64_t busy_ns, kernel_ns, syncs, bad_syncs, launches;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
 
@@ -293,6 +298,8 @@ __attribute__((constructor)) static void setup(void)
 		event_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_LAUNCH_NS")) && atoll(s) > 0)
 		launch_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_GAP_NS")) && atoll(s) > 0)
+		gap_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_COLD_US")) && atoll(s) > 0)
 		cold_us = atoll(s);
 	streams_mode = (s = getenv("FAKE_CUDA_STREAMS")) && atoi(s) > 0;
@@ -418,6 +425,7 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 		out->all_peak[i] = tally ? atomic_load(&tally->peak[i]) : peak[i];
 	}
 	out->busy_ns = busy_ns;
+	out->kernel_ns = kernel_ns;
 	out->syncs = syncs;
 	out->bad_syncs = bad_syncs;
 	out->launches = launches;
@@ -1041,6 +1049,7 @@ static CUresult run_on(uint64_t us, CUstream s)
 		pthread_mutex_lock(&mu);
 		stream_launched(s);
 		busy_ns += us * 1000;
+		kernel_ns += us * 1000;
 		launches++;
 		pthread_mutex_unlock(&mu);
 		return CUDA_SUCCESS;
@@ -1059,15 +1068,17 @@ static CUresult run_on(uint64_t us, CUstream s)
 		pthread_mutex_lock(&mu);
 		now = now_ns();
 	}
-	int64_t start = *q > now ? *q : now + launch_ns;
+	int64_t gap = *q > now ? gap_ns : 0;
+	int64_t start = *q > now ? *q + gap : now + launch_ns;
 	*q = gpu_advance(start, (int64_t)us * 1000);
+	kernel_ns += us * 1000;
 	if (streams_mode) {
-		int64_t from = start > union_end_ns ? start : union_end_ns;
+		int64_t from = start - gap > union_end_ns ? start - gap : union_end_ns;
 		busy_ns += *q > from ? (uint64_t)(*q - from) : 0;
 		union_end_ns = *q > union_end_ns ? *q : union_end_ns;
 		all_until_ns = *q > all_until_ns ? *q : all_until_ns;
 	} else {
-		busy_ns += us * 1000;
+		busy_ns += us * 1000 + (uint64_t)gap;
 	}
 	launches++;
 	pthread_mutex_unlock(&mu);

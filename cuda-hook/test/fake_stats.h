@@ -10,11 +10,12 @@ struct fake_cuda_stats {
 	uint64_t peak[8];      /* the most ever held at once */
 	uint64_t all_used[8];  /* held by every process of the FAKE_CUDA_TALLY file (else this one) */
 	uint64_t all_peak[8];  /* the most they ever held at once */
-	uint64_t busy_ns;      /* simulated kernel time executed so far */
+	uint64_t busy_ns;      /* simulated GPU time held so far: kernels, and FAKE_CUDA_GAP_NS gaps */
 	uint64_t syncs;        /* cuCtxSynchronize calls */
 	uint64_t bad_syncs;    /* cuCtxSynchronize calls made during a stream capture */
 	uint64_t launches;     /* launches executed (not captured) */
 	uint64_t event_calls;  /* cuEventRecord and cuEventQuery calls */
+	uint64_t kernel_ns;    /* simulated kernel time executed so far */
 };
 
 /* Exported by the fake libcuda.so.1 under this name; not a driver function. */

@@ -1715,8 +1715,11 @@ static int pace_near_main(int argc, char **argv)
 	double margin = atof(argv[5]);
 	setup();
 	run_launches(argv[2], 0.3); /* past the estimate's first samples */
+	uint64_t k0 = stats().kernel_ns;
+	double t0 = now_s();
 	double share = run_launches(argv[2], atof(argv[4]));
-	printf("pace-near %s: cores %d, share %.1f%%\n", argv[2], cores, share);
+	double kernels = (double)(stats().kernel_ns - k0) / 1e9 / (now_s() - t0) * 100.0;
+	printf("pace-near %s: cores %d, share %.1f%% (kernels %.1f%%)\n", argv[2], cores, share, kernels);
 	CHECK(share <= cores + margin && share >= cores - margin, "share %.1f%%, want %d%% +- %.0f", share, cores, margin);
 	return 0;
 }

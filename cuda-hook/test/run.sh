@@ -522,6 +522,12 @@ limits 0 "$U1 81920 30 0"
 limits 0 "$U1 81920 80 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/small|" "$ROOT/run/tessera/limits"
 timed tenv FAKE_CUDA_EVENT_NS=2000 pace small 80 0.8 77
+# A cap is a share of the GPU's time a container holds, the GPU's own gaps between its
+# back-to-back kernels included: 10 us kernels each 3 us behind the one before get 50 %
+# of the GPU, their kernels about 38 %. Capped by kernel time, they would hold 65 %.
+limits 0 "$U1 81920 50 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/gaps|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_GAP_NS=3000 pace-near small 50 1.5 3
 # A container alone whose probes of its turns on the GPU (pacing's residency probes,
 # run in its first samples) include record calls that returned late, as a descheduled
 # thread's do: such a probe must not set the usual lag, or every later probe reads as
