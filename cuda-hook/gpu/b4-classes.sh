@@ -49,10 +49,12 @@ PARTS=${B4_PARTS:-alone pairs mixed}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 TW="python3 $HERE/gpu/torch_work.py"
 # Every measured process runs on CPUs of its own: a workload's solo runs and its rows
-# alone on one set (TW0), a pair's second tenant on another (TW1). A host-bound
-# workload runs as fast as the cores its threads land on, and unpinned its solo rate
-# moved by 20-30 % from one process to the next (the LLM step 33-46 steps/s on an
-# H100), as much as a cap was to be judged by.
+# alone on one set (TW0), a pair's second tenant on another (TW1), so that a
+# host-bound workload, which runs as fast as the cores its threads land on, meets the
+# same cores in its reference and its rows. It is not enough: unpinned, the LLM step's
+# solo rate moved 33-46 steps/s from one process to the next on an H100, and pinned,
+# graph + eager's moved 1,153-1,616 (B4_PARTS=ab, below, sets such rows against solo
+# runs interleaved with theirs).
 TW0=$TW TW1=$TW
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 8 ]; then
 	q=$(($(nproc) / 4))
