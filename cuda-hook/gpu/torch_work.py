@@ -337,7 +337,11 @@ def busy(step, seconds=1.0):
 
 
 def busy_of(events, wall):
-    """(kernel, held) of a chrome trace's events over wall seconds (busy, above)."""
+    """(kernel, held) of a chrome trace's events over wall seconds (busy, above). A gap
+    whose next kernel has no launch in the trace (a launch path the profiler does not
+    trace) is held if it is shorter than the GPU took, anywhere in the trace, to start a
+    kernel launched onto an idle GPU: the GPU cannot have waited for a host that launched
+    after the kernel before it ended in less."""
     launched = {}
     spans = []
     for e in events:
@@ -352,15 +356,27 @@ def busy_of(events, wall):
     spans.sort()
     kernel = held = 0.0
     end = float("-inf")
+    latency = float("inf")  # the shortest start of a kernel launched onto an idle GPU
+    unknown = []  # gaps whose next kernel's launch is not in the trace
     for a, b, corr in spans:
         if b <= end:
             continue
-        if a > end > float("-inf") and launched.get(corr, float("inf")) <= end:
-            held += a - end
+        if a > end > float("-inf"):
+            at = launched.get(corr)
+            if at is None:
+                unknown.append(a - end)
+            elif at <= end:
+                held += a - end
+            else:
+                latency = min(latency, a - at)
         kernel += b - max(a, end)
         end = b
+    held += sum(g for g in unknown if g < latency)
     if spans and not launched:
         print("busy: the profiler's trace has no launches; held is the kernel time", file=sys.stderr)
+    elif unknown:
+        print(f"busy: {len(unknown)} gaps before kernels without their launch in the trace; held where shorter "
+              f"than the idle GPU's start, {latency:.1f} us", file=sys.stderr)
     return 100.0 * kernel / 1e6 / wall, 100.0 * (kernel + held) / 1e6 / wall
 
 
