@@ -72,13 +72,29 @@ say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --f
 # host, whose speed moves from one process to the next (the LLM step read 22.6 steps/s
 # solo in one run, 36-42 in others and 35-52 under caps): it runs B4_SOLO_RUNS times
 # (3), and its reference is the run of the median rate, with the others shown beside.
+# B4_REUSE=1 takes a workload's references (its busy fractions, its solo rate and
+# NVML's reading over it) from the last run of this script on the machine, where it
+# measured them (build/gpu/classes.refs), instead of measuring them again: for a later
+# part (B4_PARTS) in another run on the same machine, against the same references.
+REFS=$G/classes.refs
+touch "$REFS"
+declare -A REUSED
+if [ -n "${B4_REUSE:-}" ]; then
+	while read -r w so bu he nv ck; do
+		[[ " $CL mlp " == *" $w "* ]] || continue
+		SOLO[$w]=$so BUSY[$w]=$bu HELD[$w]=$he NV[$w]=$nv CK[$w]=$ck REUSED[$w]=1
+		say "solo $w: rate $so/s, GPU held $he% (kernels $bu%), NVML utilisation $nv%, SM clock $ck MHz (reused)"
+	done <"$REFS"
+fi
 for w in $CL mlp; do
+	[ -z "${REUSED[$w]:-}" ] || continue
 	TESSERA_BENCH_BUSY=1 $TW0 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
 	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
 	HELD[$w]=$(grep "^$w " "$G/classes.busy.$w" | field held)
 	HELD[$w]=${HELD[$w]:-${BUSY[$w]}}
 done
 for w in $CL mlp; do
+	[ -z "${REUSED[$w]:-}" ] || continue
 	runs=1
 	awk -v b="${HELD[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' && runs=${B4_SOLO_RUNS:-3}
 	: >"$G/classes.solo.$w"
@@ -91,6 +107,10 @@ for w in $CL mlp; do
 	read -r NV[$w] CK[$w] _ <<<"$(nvml "$line")"
 	all=$(grep "^$w " "$G/classes.solo.$w" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd/ -)
 	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU held ${HELD[$w]}% (kernels ${BUSY[$w]}%), NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
+	{
+		grep -v "^$w " "$REFS"
+		echo "$w ${SOLO[$w]:--} ${BUSY[$w]:--} ${HELD[$w]:--} ${NV[$w]:--1} ${CK[$w]:--1}"
+	} >"$REFS.new" && mv "$REFS.new" "$REFS"
 done
 # row <label> <workload> <cap> <output-line> [<scale> <reference rate>]: a row whose
 # workload needs more than its cap times scale is judged by its GPU share against that,
