@@ -303,7 +303,8 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 				nu = ratios(u, ru); nk = ratios(k, rk)
 				if (!nu || !nk) { printf "ab %-8s no rates", w; exit }
 				mu = med(ru, nu); mk = med(rk, nk); g = mk * b / 100
-				printf "ab %-8s solo rates %s; unpaced %.1f%% of the solo run of its round (median of %d) %s; cap %d %.1f%%, GPU %.1f%% (held alone %.0f%%) ", w, s, mu, nu, (mu >= 95) ? "ok" : "FAIL", c, mk, g, b
+				printf "ab %-8s solo rates %s; unpaced %s, cap %d %s; ", w, s, u, c, k
+				printf "unpaced %.1f%% of the solo run of its round (median of %d) %s; cap %d %.1f%%, GPU %.1f%% (held alone %.0f%%) ", mu, nu, (mu >= 95) ? "ok" : "FAIL", c, mk, g, b
 				if (b > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok" : "FAIL", e }
 				else printf "%s not slowed (want >= 95)", (mk >= 95) ? "ok" : "FAIL" }')"
 		done
