@@ -217,12 +217,13 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		done
 		for p in "${pids[@]}"; do wait $p || say "$label: a tenant failed"; done
 		# The GPU time the tenants held in all (rate share times GPU held alone).
-		local held=0
+		local held=0 gs=()
 		i=0
 		for spec in "${specs[@]}"; do
 			for w in ${spec#*:}; do
-				held=$(awk -v h="$held" -v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" -v s="${SOLO[$w]}" \
-					-v b="${HELD[$w]}" 'BEGIN{ printf "%.3f", h + ((r != "" && s > 0) ? r / s * b : 0) }')
+				gs+=("$(awk -v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" -v s="${SOLO[$w]}" -v b="${HELD[$w]}" \
+					'BEGIN{ printf "%.3f", (r != "" && s > 0) ? r / s * b : 0 }')")
+				held=$(awk -v h="$held" -v g="${gs[-1]}" 'BEGIN{ printf "%.3f", h + g }')
 			done
 			i=$((i + 1))
 		done
@@ -249,6 +250,14 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 			done
 			i=$((i + 1))
 		done
+		# How the tenants split what they held in all, against how their caps split the
+		# GPU: a reading that does not depend on the unhooked pair (the GPU an unhooked
+		# attention pair held moved from 80 to 85 % between two runs of one day).
+		[ "$label" = mps ] || say "$(awk -v gs="${gs[*]}" -v cs="${specs[*]%%:*}" -v h="$held" -v l="$label" 'BEGIN{
+			n = split(gs, g, " "); split(cs, c, " "); tc = 0; for (j = 1; j <= n; j++) tc += c[j]
+			printf "%-30s info: split of the %.1f%% they held", l " " cs, h
+			for (j = 1; j <= n; j++) printf "%s %.1f", (j > 1 ? " /" : ""), (h > 0 ? 100 * g[j] / h : 0)
+			printf " (caps"; for (j = 1; j <= n; j++) printf "%s %.1f", (j > 1 ? " /" : ""), 100 * c[j] / tc; printf ")" }')"
 	}
 	part pairs && for w in $CL; do
 		together "pair" "30:0:$w" "70:30:$w"
