@@ -84,6 +84,19 @@ const (
 	PacingChargeKernel = "kernel"
 )
 
+// ParsePacingCharge reads a charge model's name (a --pacing-charge value): whether it
+// is the kernel model, or an error naming both models for any other name.
+func ParsePacingCharge(name string) (kernel bool, err error) {
+	switch name {
+	case PacingChargeKernel:
+		return true, nil
+	case PacingChargeClass:
+		return false, nil
+	}
+	return false, fmt.Errorf("%q: want %s (each launch charged its class's estimate) or %s (its own kernel's)",
+		name, PacingChargeClass, PacingChargeKernel)
+}
+
 // LimitsVersion is the version of the limits file this package writes and reads.
 const LimitsVersion = 1
 

@@ -63,8 +63,8 @@ func parse(args []string) (*options, error) {
 	if o.memory == "" {
 		return nil, errors.New("--memory is required")
 	}
-	if o.charge != api.PacingChargeKernel && o.charge != api.PacingChargeClass {
-		return nil, fmt.Errorf("--pacing-charge %q: want %s or %s", o.charge, api.PacingChargeKernel, api.PacingChargeClass)
+	if _, err := api.ParsePacingCharge(o.charge); err != nil {
+		return nil, fmt.Errorf("--pacing-charge %w", err)
 	}
 	o.gpus = strings.Split(*gpus, ",")
 	return o, nil

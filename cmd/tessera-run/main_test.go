@@ -92,7 +92,7 @@ func TestPacingCharge(t *testing.T) {
 		}
 	}
 	if _, err := parse([]string{"--memory", "1", "--pacing-charge", "graph", "--", "x"}); err == nil ||
-		!strings.Contains(err.Error(), "want kernel or class") {
+		!strings.Contains(err.Error(), `--pacing-charge "graph": want class`) || !strings.Contains(err.Error(), "or kernel") {
 		t.Errorf("--pacing-charge graph: %v, want the choices", err)
 	}
 }

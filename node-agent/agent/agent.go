@@ -221,9 +221,8 @@ func (c *Config) Validate() error {
 	if c.ContextMiB < 0 || c.ContextMiB > api.MaxContextMiB {
 		return fmt.Errorf("--context-mib %d out of range 0..%d", c.ContextMiB, api.MaxContextMiB)
 	}
-	if c.PacingCharge != api.PacingChargeClass && c.PacingCharge != api.PacingChargeKernel {
-		return fmt.Errorf("--pacing-charge %q: want %s (each launch charged its class's estimate) or %s (its own kernel's)",
-			c.PacingCharge, api.PacingChargeClass, api.PacingChargeKernel)
+	if _, err := api.ParsePacingCharge(c.PacingCharge); err != nil {
+		return fmt.Errorf("--pacing-charge %w", err)
 	}
 	if c.Watchdog {
 		if _, err := watchdog.ParseAction(c.WatchdogAction); err != nil {
