@@ -61,6 +61,10 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 8 ]; then
 	TW0="taskset -c $q-$((2 * q - 1)) $TW" TW1="taskset -c $((2 * q))-$((3 * q - 1)) $TW"
 fi
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
+# rates <workload> <file> [<separator>]: every rate the workload's lines in the file give.
+rates() { grep "^$1 " "$2" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd"${3:- }" -; }
+# hostbound <workload>: it holds the GPU less than half the time alone.
+hostbound() { awk -v b="${HELD[$1]}" 'BEGIN{ exit !(b != "" && b < 50) }'; }
 declare -A SOLO BUSY HELD NV CK
 nvml_clock_log
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
@@ -96,7 +100,7 @@ done
 for w in $CL mlp; do
 	[ -z "${REUSED[$w]:-}" ] || continue
 	runs=1
-	awk -v b="${HELD[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' && runs=${B4_SOLO_RUNS:-3}
+	hostbound $w && runs=${B4_SOLO_RUNS:-3}
 	: >"$G/classes.solo.$w"
 	for ((r = 0; r < runs; r++)); do
 		$TW0 "$S" $w >>"$G/classes.solo.$w" || say "$w: solo run failed"
@@ -105,7 +109,7 @@ for w in $CL mlp; do
 	line=$(grep "^$w " "$G/classes.solo.$w" | sort -t= -k2 -g | awk '{ l[NR] = $0 } END { if (NR) print l[int((NR + 1) / 2)] }')
 	SOLO[$w]=$(field rate <<<"$line")
 	read -r NV[$w] CK[$w] _ <<<"$(nvml "$line")"
-	all=$(grep "^$w " "$G/classes.solo.$w" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd/ -)
+	all=$(rates $w "$G/classes.solo.$w" /)
 	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU held ${HELD[$w]}% (kernels ${BUSY[$w]}%), NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
 	{
 		grep -v "^$w " "$REFS"
@@ -282,7 +286,7 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	# row (its GPU share within +-3 of the cap, or not slowed), the unpaced one not slowed.
 	if part ab; then
 		for w in $CL; do
-			awk -v b="${HELD[$w]}" 'BEGIN{ exit !(b != "" && b < 50) }' || continue
+			hostbound $w || continue
 			: >"$G/ab.$w.solo"
 			: >"$G/ab.$w.100"
 			: >"$G/ab.$w.cap"
@@ -302,9 +306,8 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 					esac
 				done
 			done
-			rates() { grep "^$w " "$1" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd' ' -; }
-			say "$(awk -v w=$w -v c=$c -v b="${HELD[$w]}" -v s="$(rates "$G/ab.$w.solo")" -v u="$(rates "$G/ab.$w.100")" \
-				-v k="$(rates "$G/ab.$w.cap")" 'function med(a, n,  i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+			say "$(awk -v w=$w -v c=$c -v b="${HELD[$w]}" -v s="$(rates $w "$G/ab.$w.solo")" -v u="$(rates $w "$G/ab.$w.100")" \
+				-v k="$(rates $w "$G/ab.$w.cap")" 'function med(a, n,  i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 					return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
 				function ratios(x, r,  n, i, xs, ss, m) { n = split(x, xs, " "); m = split(s, ss, " "); if (m < n) n = m
 					for (i = 1; i <= n; i++) r[i] = (ss[i] > 0) ? 100 * xs[i] / ss[i] : 0; return n }
