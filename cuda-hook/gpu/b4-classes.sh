@@ -14,7 +14,8 @@
 # to). Then its unhooked solo rate in another process without the profiler
 # (torch.profiler slows launches, and the workloads run after it in the same process,
 # so a rate beside it is not the solo rate; a host-bound workload's the median of
-# B4_SOLO_RUNS runs, below). Then, for each build's hook (to set one hook against
+# B4_SOLO_RUNS runs, below), and the fractions carried over to that rate as GPU time
+# per step (a step the profiler slowed holds its GPU a smaller part of its time). Then, for each build's hook (to set one hook against
 # another in the same run), every workload alone at B4_CAPS (25 50 80), each in a
 # process (and container) of its own, so that none starts with what the one before
 # it owed or taught the estimates; pairs of the same workload at 30/70 and 50/50, one
@@ -65,7 +66,7 @@ field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 rates() { grep "^$1 " "$2" | sed -n "s/.*rate=\([0-9.-]*\).*/\1/p" | paste -sd"${3:- }" -; }
 # hostbound <workload>: it holds the GPU less than half the time alone.
 hostbound() { awk -v b="${HELD[$1]}" 'BEGIN{ exit !(b != "" && b < 50) }'; }
-declare -A SOLO BUSY HELD NV CK
+declare -A SOLO BUSY HELD NV CK PRATE
 nvml_clock_log
 say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader), ${S}s per row"
 # Each workload's GPU busy fraction first, then its solo runs, each in a process of its
@@ -96,6 +97,7 @@ for w in $CL mlp; do
 	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
 	HELD[$w]=$(grep "^$w " "$G/classes.busy.$w" | field held)
 	HELD[$w]=${HELD[$w]:-${BUSY[$w]}}
+	PRATE[$w]=$(grep "^$w " "$G/classes.busy.$w" | field prate)
 done
 for w in $CL mlp; do
 	[ -z "${REUSED[$w]:-}" ] || continue
@@ -110,7 +112,16 @@ for w in $CL mlp; do
 	SOLO[$w]=$(field rate <<<"$line")
 	read -r NV[$w] CK[$w] _ <<<"$(nvml "$line")"
 	all=$(rates $w "$G/classes.solo.$w" /)
-	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU held ${HELD[$w]}% (kernels ${BUSY[$w]}%), NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
+	# The profiled steps' fractions carried over to the solo rate, as GPU time per step
+	# (torch_work.py's busy()): the profiler slowed the attention step on an H100 by
+	# enough to read its held time 3-4 points low.
+	prof=
+	if [ -n "${PRATE[$w]:-}" ] && [ -n "${SOLO[$w]}" ]; then
+		prof=" (profiled ${HELD[$w]}% / ${BUSY[$w]}% at ${PRATE[$w]} steps/s)"
+		read -r HELD[$w] BUSY[$w] <<<"$(awk -v h="${HELD[$w]}" -v b="${BUSY[$w]}" -v p="${PRATE[$w]}" -v s="${SOLO[$w]}" 'BEGIN{
+			k = (p > 0) ? s / p : 1; h *= k; b *= k; printf "%.1f %.1f", (h > 100 ? 100 : h), (b > 100 ? 100 : b) }')"
+	fi
+	say "solo $w: rate ${SOLO[$w]}/s$([ "$runs" -gt 1 ] && echo " (median of $all)"), GPU held ${HELD[$w]}% (kernels ${BUSY[$w]}%)$prof, NVML utilisation ${NV[$w]}%, SM clock ${CK[$w]} MHz"
 	{
 		grep -v "^$w " "$REFS"
 		echo "$w ${SOLO[$w]:--} ${BUSY[$w]:--} ${HELD[$w]:--} ${NV[$w]:--1} ${CK[$w]:--1}"

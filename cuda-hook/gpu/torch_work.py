@@ -29,8 +29,10 @@ second of steps, from torch.profiler's trace: busy=<pct>, kernel time over wall 
 (kernels of several streams that overlap counted once), and held=<pct>, that and the
 GPU's own gaps between back-to-back kernels (the next already queued when the one
 before it ended), the GPU time the workload holds and a cap's share is measured
-against (busy(), below). The profiler slows launches, also those of
-the workloads after it in the same process: measure rates in a process without it.
+against (busy(), below), and prate=<steps per second> the profiled steps ran at. The
+profiler slows launches, also those of the workloads after it in the same process:
+measure rates in a process without it, and carry a fraction over to that rate as GPU
+time per step (held / prate).
 TESSERA_BENCH_KERNELS=1 prints the profiler's kernels instead, one line each
 ("kernel count=<per step> mean_us=<mean> name=<name>", the longest in all first), for
 setting beside what the hook charged them (gpu/pace-trace.sh).
@@ -311,21 +313,29 @@ WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix
 
 def busy(step, seconds=1.0):
     """The GPU's busy fractions over seconds of steps, from the profiler's trace, in
-    percent of wall time: (kernel, held). kernel is the time the workload's kernels,
+    percent of wall time, and the steps per second the profiled steps ran at: (kernel,
+    held, rate). kernel is the time the workload's kernels,
     copies and memsets ran (those that overlap, on several streams, counted once); held
     adds the gaps between one and the next that the GPU spent going from one to the
     other with the next already queued (launched before the one before it ended): the
     GPU's own time between back-to-back kernels, one to a few microseconds each, in
     which it runs no other context's work either. A gap in which the GPU waited for the
-    host (the next was launched after the one before it ended) is idle in both."""
+    host (the next was launched after the one before it ended) is idle in both. The
+    profiler's own cost per launch slows a step whose host keeps only a little ahead of
+    its GPU (the attention step on an H100): its fractions are then those of a slower
+    program, and the GPU time per step (a fraction over the rate) is what carries over
+    to the unprofiled one; it too is low by the queued gaps the profiler turned into
+    waits for the host."""
     import json
     import tempfile
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.synchronize()
+    n = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.monotonic()
         while time.monotonic() - t0 < seconds:
             step()
+            n += 1
         torch.cuda.synchronize()
         wall = time.monotonic() - t0
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
@@ -333,7 +343,8 @@ def busy(step, seconds=1.0):
         with open(f.name) as r:
             trace = json.load(r)
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    return busy_of(events, wall)
+    kernel, held = busy_of(events, wall)
+    return kernel, held, n / wall
 
 
 def busy_of(events, wall):
@@ -417,8 +428,8 @@ def main():
         rate, cpu_us, e0, e1 = run(step, seconds, k)
         extra = ""
         if os.environ.get("TESSERA_BENCH_BUSY"):
-            kernel, held = busy(step)
-            extra = f" busy={kernel:.1f} held={held:.1f}"
+            kernel, held, prate = busy(step)
+            extra = f" busy={kernel:.1f} held={held:.1f} prate={prate:.3f}"
         print(f"{w} rate={rate:.3f} cpu_us={cpu_us:.1f} t0_us={e0} t1_us={e1}{extra}", flush=True)
 
 
