@@ -346,10 +346,11 @@ part alone && for w in $TNAMES; do
 	! host_bound "$w" 100 || paired "alone cap 100" "100:0:$w"
 done
 
-# Alone at 20/50/80 (after the tenants together, whose rows a run cut short by a time
-# limit would otherwise lose). The PyTorch programs held to a cap run one after the
-# other in one process, as in the solo run.
-part alone && for c in 20 50 80; do
+# Alone at B4_ALONE_CAPS (20 50 80; B4's targets name 10 and 75 too) after the
+# tenants together, whose rows a run cut short by a time limit would otherwise lose.
+# The PyTorch programs held to a cap run one after the other in one process, as in
+# the solo run.
+part alone && for c in ${B4_ALONE_CAPS:-20 50 80}; do
 	held=""
 	for w in $CNAMES $TNAMES; do
 		if host_bound "$w" $c; then

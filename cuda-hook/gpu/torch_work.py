@@ -172,7 +172,7 @@ def convnet():
         nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
         nn.Flatten(), nn.Linear(128, 10)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.cuda.amp.GradScaler()
+    scaler = torch.amp.GradScaler("cuda")
     x = torch.randn(32, 3, 64, 64, device="cuda")
     y = torch.randint(0, 10, (32,), device="cuda")
     loss_fn = nn.CrossEntropyLoss()
