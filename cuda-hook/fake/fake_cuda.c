@@ -187,6 +187,21 @@ static int64_t launch_ns;
  * few): the GPU is held by the context in the gap, which busy_ns counts, and runs no
  * kernel; stats' kernel_ns counts the kernels alone. Not in the shared GPU. */
 static int64_t gap_ns;
+/* FAKE_CUDA_CALL_NS=<ns>: a launch and an event record return this long after they
+ * have queued their work, as a real driver's calls take the host a microsecond or
+ * two (its locks, the push buffer, the doorbell): the work starts while its call
+ * has not returned yet, and the host time around a launch is more than the time
+ * between its work and the event before it. Not in the shared GPU. */
+static int64_t call_ns;
+static int64_t now_ns(void);
+/* The host's time in a call past queueing its work (FAKE_CUDA_CALL_NS). */
+static void call_tail(void)
+{
+	if (call_ns <= 0)
+		return;
+	for (int64_t until = now_ns() + call_ns; now_ns() < until;)
+		;
+}
 /* FAKE_CUDA_COLD_US=<us>: the first launch of each function runs this much longer, as
  * a real GPU's first launch of a kernel does (its code loaded, its caches cold: on an
  * H200, 103 us for a kernel of 0.75 us after). Not in the shared GPU. */
@@ -300,6 +315,8 @@ __attribute__((constructor)) static void setup(void)
 		launch_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_GAP_NS")) && atoll(s) > 0)
 		gap_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_CALL_NS")) && atoll(s) > 0)
+		call_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_COLD_US")) && atoll(s) > 0)
 		cold_us = atoll(s);
 	streams_mode = (s = getenv("FAKE_CUDA_STREAMS")) && atoi(s) > 0;
@@ -1082,6 +1099,7 @@ static CUresult run_on(uint64_t us, CUstream s)
 	}
 	launches++;
 	pthread_mutex_unlock(&mu);
+	call_tail();
 	return CUDA_SUCCESS;
 }
 static CUresult run(uint64_t us)
@@ -1471,6 +1489,7 @@ static CUresult event_record(CUevent e, CUstream s)
 		*q = v->at_ns;
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
+	call_tail();
 	return CUDA_SUCCESS;
 }
 CUresult cuEventRecord(CUevent e, CUstream s)

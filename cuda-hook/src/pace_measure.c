@@ -603,6 +603,13 @@ void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t)
 void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
 {
 	struct ctx_events *c = t->ev;
+	/* The host's time from the start event's record to the launch's return, read
+	 * before the end event is recorded: a driver's event record costs its host a
+	 * microsecond or two after the kernel has been queued, time in which the GPU runs
+	 * the kernel, and counted in, an idle-stream sample of a kernel of a few
+	 * microseconds lost it from its own time (the fake driver's host-bound step of
+	 * 5 us kernels, with 1.5 us a call, ran 19-22 % at cap 10: unpaced). */
+	int64_t issued = tessera_now_ns();
 	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
 		if (smp.probed)
 			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, NULL);
@@ -614,9 +621,8 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, c->ev[1]);
 	/* A start event already complete after the launch was issued found the stream
 	 * idle: the kernel began only when the launch reached the GPU. */
-	int64_t now = tessera_now_ns();
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
-	smp.issue_ns = now - t->t_start_ns;
+	smp.issue_ns = issued - t->t_start_ns;
 	smp.host_gap_ns = started ? smp.issue_ns : 0;
 	smp.gap_p = NULL;
 	if (!t->opened && tessera.limits.charge_kernel) {
@@ -629,9 +635,9 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	smp.streams = atomic_load_explicit(&t->p->other_stream, memory_order_relaxed) != 0;
 	if (smp.met) {
 		pace_saw_other();
-		atomic_store_explicit(&met_seen_ns, now, memory_order_relaxed);
+		atomic_store_explicit(&met_seen_ns, issued, memory_order_relaxed);
 	}
-	smp.launched_ns = now;
+	smp.launched_ns = issued;
 	atomic_store(&smp.state, SAMPLE_FLYING);
 }
 

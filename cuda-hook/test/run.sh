@@ -74,19 +74,15 @@ timed() {
 	done
 	return 1
 }
-# tenv <NAME=value> <scenario...>: t with one more variable in the environment.
+# tenv <NAME=value>... <scenario...>: t with more variables in the environment.
 tenv() {
-	v=$1
-	shift
-	env "$v" LD_PRELOAD="$PRELOAD" "$T" "$@" || return
-	pass=$((pass + 1))
-}
-# tenv2 <NAME=value> <NAME=value> <scenario...>: the same with two.
-tenv2() {
-	v=$1
-	w=$2
-	shift 2
-	env "$v" "$w" LD_PRELOAD="$PRELOAD" "$T" "$@" || return
+	(
+		while case $1 in [A-Z]*=*) true ;; *) false ;; esac; do
+			export "${1?}"
+			shift
+		done
+		LD_PRELOAD="$PRELOAD" "$T" "$@"
+	) || return
 	pass=$((pass + 1))
 }
 
@@ -448,7 +444,7 @@ done
 limits 0 "$U1 81920 50 0"
 charge_kernel
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/streams-latency|" "$ROOT/run/tessera/limits"
-timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near streams200 50 1.5 3
+timed tenv FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near streams200 50 1.5 3
 # The same program waiting by polling instead of synchronizing: a query that finds
 # the work done ends the burst as a synchronize does (an event per stream queried,
 # TensorFlow's way, and each stream queried). Bursts across the polls read 44.1 % in
@@ -457,14 +453,14 @@ for w in e s; do
 	limits 0 "$U1 81920 50 0"
 	charge_kernel
 	sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/poll$w-latency|" "$ROOT/run/tessera/limits"
-	timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near poll${w}200 50 1.5 3
+	timed tenv FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near poll${w}200 50 1.5 3
 done
 # ... and reading a result back with a synchronous copy, which waits for the work
 # queued before it as a synchronize does. Bursts across the copies read 44.2 %.
 limits 0 "$U1 81920 50 0"
 charge_kernel
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/copy-latency|" "$ROOT/run/tessera/limits"
-timed tenv2 FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near copy200 50 1.5 3
+timed tenv FAKE_CUDA_STREAMS=1 FAKE_CUDA_LAUNCH_NS=30000 pace-near copy200 50 1.5 3
 limits 0 "$U1 81920 25 0"
 charge_kernel
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/attn-sync|" "$ROOT/run/tessera/limits"
@@ -528,6 +524,19 @@ timed tenv FAKE_CUDA_EVENT_NS=2000 pace small 80 0.8 77
 limits 0 "$U1 81920 50 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/gaps|" "$ROOT/run/tessera/limits"
 timed tenv FAKE_CUDA_GAP_NS=3000 pace-near small 50 1.5 3
+# A host-bound step of 5 us kernels, its host busy 20 us after each launch (the GPU
+# about a fifth busy: no burst of it runs back to back, so it is held to what its
+# launch samples say), on a driver whose launches and event records return 1.5 us
+# after queueing their work and whose idle queue starts a kernel 1 us after its
+# launch. A sample that finds its stream idle has the host's time to issue its
+# launch taken out; read after the end event's record, that time held the record's
+# 1.5 us too, in which the kernel runs: the 5 us kernels were charged 2.7 us, and
+# the step ran 18.2-19.3 % at cap 10, about as unpaced (22 %); 4.3 us and 11.4-11.9 %
+# now (what is left is the events' own time, which a pair of events recorded on an
+# idle stream reads as the host's time between the two records: 1.7 us for 1).
+limits 0 "$U1 81920 10 0"
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/host-calls|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_CALL_NS=1500 FAKE_CUDA_LAUNCH_NS=1000 FAKE_CUDA_EVENT_NS=1000 pace cold4 10 1.5 5 14
 # A container alone whose probes of its turns on the GPU (pacing's residency probes,
 # run in its first samples) include record calls that returned late, as a descheduled
 # thread's do: such a probe must not set the usual lag, or every later probe reads as
