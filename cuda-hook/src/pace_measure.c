@@ -81,6 +81,10 @@ static struct {
 	int64_t n;    /* samples taken */
 	int64_t last_ns;
 	int64_t win[KT_WINDOW]; /* the first KT_WINDOW samples */
+	/* For the debug summary: the samples kept that found their stream idle, and those
+	 * queued behind work, and what each kind read in all (a kernel's two kinds should
+	 * agree but for the GPU's gap before a queued kernel). */
+	int64_t idle_n, idle_ns, busy_n, busy_ns;
 } kt_meta[KT_SIZE];
 /* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
  * table was last scanned for it. */
@@ -209,7 +213,7 @@ static int64_t kt_window_mean(const int64_t *w, int64_t n)
  * time is out of it already, and what is left is the kernel's own). An entry that
  * another key holds is taken over once that key has not been sampled for
  * KT_STALE_NS. Returns 1 where the sample was set aside. */
-static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed)
+static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed, int idle)
 {
 	uint64_t h = kt_hash(key);
 	int i = (int)kt_index(h);
@@ -223,6 +227,7 @@ static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed)
 		kt_meta[i].rejected = 0;
 		kt_meta[i].n = 1;
 		kt_meta[i].win[0] = ns;
+		kt_meta[i].idle_n = kt_meta[i].idle_ns = kt_meta[i].busy_n = kt_meta[i].busy_ns = 0;
 		e = ns;
 	} else if (kt_meta[i].n < KT_WINDOW) {
 		kt_meta[i].win[kt_meta[i].n++] = ns;
@@ -240,6 +245,13 @@ static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed)
 	}
 	if (e < 1)
 		e = 1;
+	if (idle) {
+		kt_meta[i].idle_n++;
+		kt_meta[i].idle_ns += ns;
+	} else {
+		kt_meta[i].busy_n++;
+		kt_meta[i].busy_ns += ns;
+	}
 	kt_meta[i].last_ns = now;
 	atomic_store_explicit(&pace_kt_word[i],
 			      kt_tag(h) << KT_NS_BITS | (uint64_t)e | (kt_meta[i].n >= KT_WINDOW ? KT_SETTLED : 0),
@@ -449,7 +461,7 @@ void pace_sample_settle(void)
 	 * already). */
 	int probed = off == 0 && !smp.streams;
 	/* Set aside with no turn seen in it: the probes stay on (pace_unexplained). */
-	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed) && off <= 0)
+	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed, smp.host_gap_ns > 0) && off <= 0)
 		pace_saw_unexplained();
 	/* A sample far above the estimate may have waited for another context's time
 	 * slice between its events; three in a row mean the work changed. One the probes
@@ -800,9 +812,14 @@ void pace_measure_summary(void)
 		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n);
 	for (int i = 0; i < KT_SIZE; i++)
 		if (kt_meta[i].key != 0)
-			tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld",
+			tessera_log(TESSERA_LOG_DEBUG,
+				    "pacing summary kernel=%#llx class=%d estimate_ns=%lld samples=%lld idle=%lld idle_mean_ns=%lld "
+				    "busy_mean_ns=%lld",
 				    (unsigned long long)kt_meta[i].key, kt_meta[i].cls,
-				    (long long)(atomic_load(&pace_kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n);
+				    (long long)(atomic_load(&pace_kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n,
+				    (long long)kt_meta[i].idle_n,
+				    (long long)(kt_meta[i].idle_n ? kt_meta[i].idle_ns / kt_meta[i].idle_n : 0),
+				    (long long)(kt_meta[i].busy_n ? kt_meta[i].busy_ns / kt_meta[i].busy_n : 0));
 	int64_t probes, late, covered, uncovered;
 	tessera_residency_stats(&probes, &late, &covered, &uncovered);
 	if (probes > 0)

@@ -414,7 +414,7 @@ cold_check() {
 		return 1
 	}
 	echo "$out" | grep "^pace "
-	worst=$(echo "$out" | sed -n 's/.*pacing summary kernel=.* estimate_ns=\([0-9]*\) samples=\([0-9]*\)$/\1 \2/p' |
+	worst=$(echo "$out" | sed -n 's/.*pacing summary kernel=.* estimate_ns=\([0-9]*\) samples=\([0-9]*\) .*/\1 \2/p' |
 		awk '$2 >= 2 && $1 > m {m = $1} END {print m + 0}')
 	echo "   longest entry of a kernel of 5 us: $worst ns"
 	[ "$worst" -gt 0 ] && [ "$worst" -le 15000 ] || {
