@@ -359,12 +359,12 @@ if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
 		echo "$(basename "$f" .log): bursts counted=$(grep -c 'pacing burst gpu_ns=' "$f")" \
 			"not_counted=$(grep -c 'pacing burst not counted' "$f") of_which_gap=$(grep -c 'pacing burst not counted.* gap=1' "$f")"
 		# The kernels sampled both on an idle stream and queued behind work: what the
-		# idle samples read against the queued ones (weighted by the idle samples), the
-		# queued ones holding the GPU's gap before them too.
+		# idle samples read against the queued ones (weighted by the idle samples; the
+		# queued ones hold the GPU's gap before them too). An entry with queued
+		# samples is charged from those (the hook's kt_fold).
 		grep -h "pacing summary kernel=" "$f" | awk -v l="$(basename "$f" .log)" '{
 			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-			b = v["samples"] - v["idle"]
-			if (v["idle"] > 0 && b > 0 && v["busy_mean_ns"] > 0) { n++; w += v["idle"]; r += v["idle"] * v["idle_mean_ns"] / v["busy_mean_ns"] } }
+			if (v["idle"] > 0 && v["queued"] > 0 && v["queued_mean_ns"] > 0) { n++; w += v["idle"]; r += v["idle"] * v["idle_mean_ns"] / v["queued_mean_ns"] } }
 			END { if (n) printf "%s: idle-stream samples read %.3f of queued ones (%d kernels sampled both ways, %d idle samples)\n", l, r / w, n, w }'
 
 	done >"$RES/b4-classes-debug.txt"
