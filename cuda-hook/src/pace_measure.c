@@ -111,21 +111,28 @@ static int evc_next;
  * waits for its host never are
  * (the fake driver's host-bound step with 3 us events: 46.1-46.8 % at cap 50). Read
  * from a pair of events (a context's ev[6] and ev[7]) recorded back to back, with
- * nothing between them, right before a burst's S on its drained stream (so that they
- * run at once and are not cut by another context's turn): the first EVCOST_FIRST
- * bursts of the process, then one in EVCOST_EVERY, read at a later burst's start
- * without waiting; the mean of the first EVCOST_FIRST readings, then a moving average
- * over about as many. A reading over EVCOST_MAX_NS held something else. Under
- * pace_ev_mu but for the value. */
+ * nothing between them, right before a burst's S on its drained stream (so that no
+ * other context's turn falls between them), or right after a launch sample whose
+ * stream had work queued (the pair then waits behind the kernel): the first
+ * EVCOST_FIRST pairs of the process, then one in EVCOST_EVERY bursts, read at a later
+ * burst's start without waiting; the mean of the first EVCOST_FIRST readings, then a
+ * moving average over about as many. The pair reads the events' time only where the
+ * GPU ran them back to back: where it ran the first before the host had recorded the
+ * second (the first had run when the second's record returned), the two read the
+ * host's time between the records, about as long as a record call takes (1.7 us in
+ * the fake driver for events of 1 us, with 1.5 us a call), and are not read. A reading
+ * over EVCOST_MAX_NS held something else (a context switch). Under pace_ev_mu but for the value. */
 #define EVCOST_FIRST 8
 #define EVCOST_EVERY 64
-#define EVCOST_MAX_NS 50000
+#define EVCOST_MAX_NS 20000
 static _Atomic int64_t ev_cost_ns;
 static int64_t ev_cost_n;
 static struct {
 	struct ctx_events *c; /* the pair in flight, NULL if none */
 	uint64_t gen;
 	unsigned bursts; /* bursts begun since the last pair */
+	unsigned tries;  /* pairs recorded in all */
+	int64_t apart;   /* pairs not read: the GPU ran them apart */
 } evcal;
 
 /* How often a launch due for a sample found the last one still in flight
@@ -543,12 +550,29 @@ void pace_event_cost(struct ctx_events *c, CUstream stream)
 					      memory_order_relaxed);
 		}
 	}
-	if (ev_cost_n >= EVCOST_FIRST && ++evcal.bursts < EVCOST_EVERY)
+	evcal.bursts++;
+	pace_event_pair(c, stream);
+}
+
+/* (pace_measure.h) */
+void pace_event_pair(struct ctx_events *c, CUstream stream)
+{
+	if (!tessera.limits.charge_kernel || evcal.c != NULL)
+		return;
+	/* Due: one of the first pairs (a program whose pairs the GPU always runs apart
+	 * tries 4 x EVCOST_FIRST times in a row, then as often as the rest), or
+	 * EVCOST_EVERY bursts since the last. */
+	if ((ev_cost_n >= EVCOST_FIRST || evcal.tries >= 4 * EVCOST_FIRST) && evcal.bursts < EVCOST_EVERY)
 		return;
 	if (atomic_load(&tessera.captures) > 0 || REAL(cuEventRecord)(c->ev[6], stream) != CUDA_SUCCESS ||
 	    REAL(cuEventRecord)(c->ev[7], stream) != CUDA_SUCCESS)
 		return;
 	evcal.bursts = 0;
+	evcal.tries++;
+	if (REAL(cuEventQuery)(c->ev[6]) != CUDA_ERROR_NOT_READY) {
+		evcal.apart++;
+		return;
+	}
 	evcal.c = c;
 	evcal.gen = c->gen;
 }
@@ -663,6 +687,14 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
 	smp.issue_ns = issued - t->t_start_ns;
 	smp.host_gap_ns = started ? smp.issue_ns : 0;
+	/* The stream had work queued: a pair of events recorded now waits behind the
+	 * kernel, and the GPU runs the two back to back (pace_event_pair). Not while
+	 * another context shares the GPU, whose turn could fall between them. */
+	if (!started && tessera.limits.charge_kernel && !pace_contended()) {
+		pthread_mutex_lock(&pace_ev_mu);
+		pace_event_pair(c, stream);
+		pthread_mutex_unlock(&pace_ev_mu);
+	}
 	smp.gap_p = NULL;
 	if (!t->opened && tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
@@ -834,9 +866,10 @@ void pace_measure_summary(void)
 			    (long long)(idle ? atomic_load(&pace_stat.idle_ns[cls]) / idle : 0),
 			    (long long)(n > idle ? atomic_load(&pace_stat.busy_ns[cls]) / (n - idle) : 0));
 	}
-	tessera_log(TESSERA_LOG_DEBUG, "pacing summary kernel_gain=%.3f graph_gain=%.3f event_ns=%lld event_readings=%lld",
+	tessera_log(TESSERA_LOG_DEBUG,
+		    "pacing summary kernel_gain=%.3f graph_gain=%.3f event_ns=%lld event_readings=%lld event_pairs_apart=%lld",
 		    (double)atomic_load(&pace_kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&pace_kt_gain[1]) / KT_GAIN_ONE,
-		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n);
+		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n, (long long)evcal.apart);
 	for (int i = 0; i < KT_SIZE; i++)
 		if (kt_meta[i].key != 0)
 			tessera_log(TESSERA_LOG_DEBUG,
