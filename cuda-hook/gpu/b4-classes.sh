@@ -15,10 +15,11 @@
 # (torch.profiler slows launches, and the workloads run after it in the same process,
 # so a rate beside it is not the solo rate; a host-bound workload's the median of
 # B4_SOLO_RUNS runs, below), and the fractions carried over to that rate as GPU time
-# per step (a step the profiler slowed holds its GPU a smaller part of its time). Then, for each build's hook (to set one hook against
-# another in the same run), every workload alone at B4_CAPS (25 50 80), each in a
-# process (and container) of its own, so that none starts with what the one before
-# it owed or taught the estimates; pairs of the same workload at 30/70 and 50/50, one
+# per step (a step the profiler slowed holds its GPU a smaller part of its time).
+# Then, for each build's hook (to set one hook against another in the same run),
+# every workload alone at B4_CAPS (25 50 80), each in a process (and container) of
+# its own, so that none starts with what the one before it owed or taught the
+# estimates; pairs of the same workload at 30/70 and 50/50, one
 # workload per pair of processes, so that both tenants run the same class over the
 # same seconds; and the mixed pair, attn at 70 beside the launch-bound mlp at 30. A
 # build directory whose parent holds a file REVISION is labelled with it (a tree
@@ -366,7 +367,6 @@ if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
 			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 			if (v["idle"] > 0 && v["queued"] > 0 && v["queued_mean_ns"] > 0) { n++; w += v["idle"]; r += v["idle"] * v["idle_mean_ns"] / v["queued_mean_ns"] } }
 			END { if (n) printf "%s: idle-stream samples read %.3f of queued ones (%d kernels sampled both ways, %d idle samples)\n", l, r / w, n, w }'
-
 	done >"$RES/b4-classes-debug.txt"
 	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
 fi

@@ -83,14 +83,14 @@ static struct {
 	int64_t win[KT_WINDOW]; /* the first KT_WINDOW samples */
 	/* The samples kept that found their stream idle, and those queued behind the
 	 * program's own work (KT_QUEUED), and what each kind read in all: an entry with
-	 * queued samples folds their recent mean (busy_avg: the first KT_WINDOW, then a
+	 * queued samples folds their recent mean (queued_avg: the first KT_WINDOW, then a
 	 * moving average over about as many) for an idle one (kt_fold), and the debug
 	 * summary sets the two kinds' means side by side. Only samples taken once the
 	 * entry has settled, and not set aside, count: an entry's first samples hold its
 	 * kernel's cold first launch (500 us for a 5 us kernel in the fake's cold step,
 	 * queued behind another function's), which would stand for every idle sample
 	 * after. */
-	int64_t idle_n, idle_ns, busy_n, busy_ns, busy_avg;
+	int64_t idle_n, idle_ns, queued_n, queued_ns, queued_avg;
 } kt_meta[KT_SIZE];
 /* The longest entry sampled in the last KT_STALE_NS (for est_longest), and when the
  * table was last scanned for it. */
@@ -121,7 +121,8 @@ static int evc_next;
  * second (the first had run when the second's record returned), the two read the
  * host's time between the records, about as long as a record call takes (1.7 us in
  * the fake driver for events of 1 us, with 1.5 us a call), and are not read. A reading
- * over EVCOST_MAX_NS held something else (a context switch). Under pace_ev_mu but for the value. */
+ * over EVCOST_MAX_NS held something else (a context switch). Under pace_ev_mu but for
+ * the value. */
 #define EVCOST_FIRST 8
 #define EVCOST_EVERY 64
 #define EVCOST_MAX_NS 20000
@@ -219,21 +220,22 @@ static int64_t kt_window_mean(const int64_t *w, int64_t n)
 	return sum / k;
 }
 
-/* Folds a sample of ns into key's entry (caller holds pace_ev_mu): the mean of its
- * first KT_WINDOW samples without the outliers (kt_window_mean), then a moving average;
- * a sample over 3x the entry is then set aside (it may hold another context's time
- * slice) unless three in a row say so, or the probes covered it (probed: their off
- * time is out of it already, and what is left is the kernel's own). An entry that
- * another key holds is taken over once that key has not been sampled for
- * KT_STALE_NS. Returns 1 where the sample was set aside. */
-/* Queued samples an entry needs before they stand for its idle ones. */
-#define KT_QUEUED_MIN 3
 /* The kinds of a sample, for its kernel's entry: one whose start event found the
  * stream idle; one queued behind this program's own work on its one stream, with no
  * other context's turn met or seen in it; any other. */
 enum { KT_IDLE, KT_QUEUED, KT_OTHER };
+/* Queued samples an entry needs before they stand for its idle ones. */
+#define KT_QUEUED_MIN 3
 
-/* A sample that found its stream idle reads, beside its kernel, the idle GPU's start
+/* Folds a sample of ns, of the given kind, into key's entry (caller holds
+ * pace_ev_mu): the mean of its first KT_WINDOW samples without the outliers
+ * (kt_window_mean), then a moving average; a sample over 3x the entry is then set
+ * aside (it may hold another context's time slice) unless three in a row say so, or
+ * the probes covered it (probed: their off time is out of it already, and what is
+ * left is the kernel's own). An entry that another key holds is taken over once that
+ * key has not been sampled for KT_STALE_NS. Returns 1 where the sample was set aside.
+ *
+ * A sample that found its stream idle reads, beside its kernel, the idle GPU's start
  * and whatever of the host's issue of the launch the hook's reading of it missed: on
  * an H100 a 2048^2 matmul's idle samples read 22.4 us against 26.5 us for its queued
  * ones, which held the GPU 26.8 us each back to back. So a settled entry with
@@ -247,8 +249,8 @@ static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed, int kind)
 	int64_t now = tessera_now_ns();
 	int64_t e;
 	int64_t read = ns;
-	if (kt_meta[i].key == key && kind == KT_IDLE && kt_meta[i].busy_n >= KT_QUEUED_MIN)
-		ns = kt_meta[i].busy_avg;
+	if (kt_meta[i].key == key && kind == KT_IDLE && kt_meta[i].queued_n >= KT_QUEUED_MIN)
+		ns = kt_meta[i].queued_avg;
 	if (kt_meta[i].key != key) {
 		if (kt_meta[i].key != 0 && now - kt_meta[i].last_ns < KT_STALE_NS)
 			return 0;
@@ -257,7 +259,7 @@ static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed, int kind)
 		kt_meta[i].rejected = 0;
 		kt_meta[i].n = 1;
 		kt_meta[i].win[0] = ns;
-		kt_meta[i].idle_n = kt_meta[i].idle_ns = kt_meta[i].busy_n = kt_meta[i].busy_ns = kt_meta[i].busy_avg = 0;
+		kt_meta[i].idle_n = kt_meta[i].idle_ns = kt_meta[i].queued_n = kt_meta[i].queued_ns = kt_meta[i].queued_avg = 0;
 		e = ns;
 	} else if (kt_meta[i].n < KT_WINDOW) {
 		kt_meta[i].win[kt_meta[i].n++] = ns;
@@ -276,9 +278,9 @@ static int kt_fold(uintptr_t key, int cls, int64_t ns, int probed, int kind)
 			kt_meta[i].idle_n++;
 			kt_meta[i].idle_ns += read;
 		} else if (kind == KT_QUEUED) {
-			int64_t n = ++kt_meta[i].busy_n;
-			kt_meta[i].busy_ns += read;
-			kt_meta[i].busy_avg += (read - kt_meta[i].busy_avg) / (n < KT_WINDOW ? n : KT_WINDOW);
+			int64_t n = ++kt_meta[i].queued_n;
+			kt_meta[i].queued_ns += read;
+			kt_meta[i].queued_avg += (read - kt_meta[i].queued_avg) / (n < KT_WINDOW ? n : KT_WINDOW);
 		}
 	}
 	if (e < 1)
@@ -687,18 +689,16 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
 	smp.issue_ns = issued - t->t_start_ns;
 	smp.host_gap_ns = started ? smp.issue_ns : 0;
-	/* The stream had work queued: a pair of events recorded now waits behind the
-	 * kernel, and the GPU runs the two back to back (pace_event_pair). Not while
-	 * another context shares the GPU, whose turn could fall between them. */
-	if (!started && tessera.limits.charge_kernel && !pace_contended()) {
-		pthread_mutex_lock(&pace_ev_mu);
-		pace_event_pair(c, stream);
-		pthread_mutex_unlock(&pace_ev_mu);
-	}
 	smp.gap_p = NULL;
-	if (!t->opened && tessera.limits.charge_kernel) {
+	if (tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
-		if (pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
+		/* The stream had work queued: a pair of events recorded now waits behind the
+		 * kernel, and the GPU runs the two back to back (pace_event_pair). Not while
+		 * another context shares the GPU, whose turn could fall between them. */
+		if (!started && !pace_contended())
+			pace_event_pair(c, stream);
+		if (!t->opened &&
+		    pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
 			smp.gap_p = t->p;
 		pthread_mutex_unlock(&pace_ev_mu);
 	}
@@ -879,8 +879,8 @@ void pace_measure_summary(void)
 				    (long long)(atomic_load(&pace_kt_word[i]) & KT_NS_MASK), (long long)kt_meta[i].n,
 				    (long long)kt_meta[i].idle_n,
 				    (long long)(kt_meta[i].idle_n ? kt_meta[i].idle_ns / kt_meta[i].idle_n : 0),
-				    (long long)kt_meta[i].busy_n,
-				    (long long)(kt_meta[i].busy_n ? kt_meta[i].busy_ns / kt_meta[i].busy_n : 0));
+				    (long long)kt_meta[i].queued_n,
+				    (long long)(kt_meta[i].queued_n ? kt_meta[i].queued_ns / kt_meta[i].queued_n : 0));
 	int64_t probes, late, covered, uncovered;
 	tessera_residency_stats(&probes, &late, &covered, &uncovered);
 	if (probes > 0)
