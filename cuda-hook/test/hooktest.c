@@ -1665,6 +1665,14 @@ static double run_launches(const char *path, double seconds)
 					    1, 1, 0, NULL, NULL, NULL);
 			for (double s0 = now_s(); now_s() - s0 < 20e-6;)
 				;
+		} else if (strncmp(path, "lb", 2) == 0 && atoi(path + 2) > 0) {
+			/* lb<us>: a launch-bound loop, 32 kernels of that many us and a
+			 * synchronize (B7's launch tenant: a small training step's shape). */
+			static unsigned i;
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7fc000, (unsigned)atoi(path + 2), 1, 1, 1, 1, 1, 0, NULL, NULL,
+					    NULL);
+			if (i++ % 32 == 31 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (path[0] == 'k' && atoi(path + 1) > 0) /* k<us>: kernels of that many us */
 			rc = cuLaunchKernel(NULL, (unsigned)atoi(path + 1), 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else
