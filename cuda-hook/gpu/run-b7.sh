@@ -25,8 +25,13 @@ say "B7 machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,nohea
 
 declare -A SOLO
 SOLO[mm]=$("$G/b7" mm "$D" 0 | field rate)
-SOLO[launch]=$("$G/b7" launch "$D" 0 | field rate)
-say "B7 solo rates (one unhooked process): mm ${SOLO[mm]}/s launch ${SOLO[launch]}/s"
+line=$("$G/b7" launch "$D" 0)
+SOLO[launch]=$(field rate <<<"$line")
+# How much of the GPU the launch-bound loop holds alone (its kernels' GPU time run back
+# to back, times its solo rate): B7's target for it is 0.9 x min(share, that) / that of
+# its solo rate.
+NEED=$(sed -n 's/.*busy=\([0-9.]*\).*/\1/p' <<<"$line")
+say "B7 solo rates (one unhooked process): mm ${SOLO[mm]}/s launch ${SOLO[launch]}/s (its kernels $(sed -n 's/.*kernel_ns=\([0-9]*\).*/\1/p' <<<"$line") ns each back to back: the GPU held ${NEED:-?} % of the time alone)"
 
 MPS=$G/mps
 mkdir -p "$MPS/pipe" "$MPS/log"
@@ -49,6 +54,17 @@ mix() {
 		hook)
 			limits "$G/l$i" 20000 "$share" "$phase" "/b7/$$-$MIXN-$i"
 			hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
+			;;
+		sliced)
+			# The matmul tenants paced as under hook, the launch-bound ones without
+			# the hook: what the GPU's time slicing alone leaves them beside paced
+			# long kernels, the most any pacing of theirs could give them.
+			limits "$G/l$i" 20000 "$share" "$phase" "/b7/$$-$MIXN-$i"
+			if [ "$kind" = launch ]; then
+				"$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
+			else
+				hooked "$G/l$i" "$G/b7" "$kind" "$D" "$start" >"$G/t$i.out" 2>&1 &
+			fi
 			;;
 		mps)
 			limits "$G/l$i" 20000 0 0 "/b7/$$-$MIXN-$i"
@@ -90,7 +106,9 @@ mix() {
 # B7_DEBUG=1: the hook logs at debug level and its pacing summaries go to b7-debug.log.
 [ -n "${B7_DEBUG:-}" ] && export TESSERA_HOOK_LOG=debug && : >"$RES/b7-debug.log"
 # B7_MIXES overrides the mixes: "mm:30 mm:70;mm:50 launch:50"; B7_MODES the modes
-# ("hook" alone, to check a change of the hook's pacing in a third of the time).
+# ("hook" alone, to check a change of the hook's pacing in a third of the time;
+# "sliced", not run by default: the matmul tenants paced, the launch-bound ones
+# unhooked, for what time slicing alone leaves the latter).
 MIXES=("mm:30 mm:70" "mm:50 launch:50" "mm:25 mm:25 launch:25 launch:25" "mm:25 mm:25 mm:25 mm:25")
 [ -n "${B7_MIXES:-}" ] && IFS=';' read -ra MIXES <<<"$B7_MIXES"
 for m in "${MIXES[@]}"; do
