@@ -14,7 +14,9 @@
 # the others listed there. ":unhooked" runs that tenant without the hook (its cores
 # still place the next tenant's phase), to set the hook's pacing of it against what
 # the GPU's time slicing alone gives it. FAKE_CUDA_CALL_NS (3000 here) is the host's
-# time in each launch, MIX_SECONDS (2) the measured seconds. Example, B7's shape (two
+# time in each launch, MIX_SECONDS (2) the measured seconds, HOOKLIB another build of
+# the test variant's hook (make BUILD=build/x HOOK_CFLAGS=... build/x/plain/
+# libtessera-cuda.so) to set against this one. Example, B7's shape (two
 # matmul-like tenants and two launch-bound ones at 25 %):
 #
 #   bench/fake-mix.sh 25:k1000 25:k1000 25:lb5 25:lb5
@@ -26,12 +28,16 @@ B=$PWD/build/plain
 ROOT=$(cat build/test-root)/mix
 UUID=GPU-fa4e0000-0000-0000-0000-000000000001
 rm -rf "$ROOT"
-mkdir -p "$ROOT/turns"
-truncate -s 4096 "$ROOT/turns/$UUID"
-# The test variant reads its config and limits under the test root's plain/ (as the
-# suite's run.sh sets them up); each tenant here names its own limits file instead.
+mkdir -p "$ROOT"
+# The test variant keeps the node's files (config, limits, turn files, shares) under
+# the test root's plain/, where the suite sets them up (so not while the suite runs):
+# each tenant here names its own limits file, which the hook reads only where the
+# node gave none, and the GPU's turn file is there as the agent provides it.
+HOOKLIB=${HOOKLIB:-$B/libtessera-cuda.so}
 P=$(cat build/test-root)/plain
-mkdir -p "$P/etc" "$P/shm"
+rm -rf "$P/run" "$P/shares" "$P/turns"
+mkdir -p "$P/etc" "$P/shm" "$P/turns"
+truncate -s 4096 "$P/turns/$UUID"
 printf 'allow-env-limits yes\n' >"$P/etc/cuda-hook.conf"
 chmod 644 "$P/etc/cuda-hook.conf"
 export LD_LIBRARY_PATH=$B/fake FAKE_CUDA_CALL_NS=${FAKE_CUDA_CALL_NS:-3000}
@@ -40,7 +46,7 @@ for t in "$@"; do
 	IFS=: read -r cores path unhooked <<<"$t"
 	case $cores in '' | *[!0-9]*) echo "$t: want <cores>:<path>[:unhooked]" >&2 && exit 2 ;; esac
 	printf 'version 1\ncgroup /mix/%s/%s\ncontext-mib 0\ncharge kernel\ngpu %s 81920 %s %s\n' $n $i $UUID "$cores" $((phase % 100)) >"$ROOT/$i.limits"
-	pre=$B/libtessera-cuda.so
+	pre=$HOOKLIB
 	[ -z "$unhooked" ] || pre=
 	FAKE_CUDA_SHARED_GPU=$ROOT/gpu TESSERA_LIMITS_FILE=$ROOT/$i.limits LD_PRELOAD=$pre \
 		"$B/hooktest" pace "$path" "$cores" "${MIX_SECONDS:-2}" >"$ROOT/$i.out" 2>&1 &
