@@ -792,8 +792,8 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		 * late probe), where the burst went uncovered only because its probes
 		 * paused between its launches (their coverage starts again after a gap): a
 		 * launch-bound loop beside a long-kernel tenant at 70 on the fake's
-		 * time-sliced GPU owed 20-35 ms a burst so, and got 15.4-20.1 % at cap 30
-		 * where time slicing gives it 21.5-22.6 unhooked; 20.3-21.8 now. */
+		 * time-sliced GPU owed 20-35 ms a burst so, and got 15.4-22.6 % at cap 30
+		 * where time slicing gives it 21.5-22.6 unhooked; 20.3-22.3 now. */
 		int seen = tessera_residency_late_seen_ns() >= p->f_at_ns - p->f_host_ns;
 		if (!p->f_at_refill && !seen && sliced > TIME_SLICE_NS)
 			sliced = TIME_SLICE_NS;
