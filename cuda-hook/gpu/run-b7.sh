@@ -43,7 +43,7 @@ env $(mps_env) "$MPSCTL" -d || { say "MPS control daemon did not start"; exit 1;
 # an earlier mix's tenant).
 MIXN=0
 mix() {
-	local mode=$1 i=0 phase=0 pids=() names=() shares=() total=0 start
+	local mode=$1 i=0 phase=0 pids=() names=() shares=() total=0 start verdict=
 	shift
 	MIXN=$((MIXN + 1))
 	start=$(awk -v t="$(date +%s.%N)" 'BEGIN{printf "%.3f", t + 1.5}')
@@ -74,6 +74,7 @@ mix() {
 		esac
 		pids+=($!)
 		names+=("$kind")
+		shares+=("$share")
 		phase=$((phase + share))
 		i=$((i + 1))
 	done
@@ -96,11 +97,21 @@ mix() {
 		s=$(awk -v r="$r" -v b="${SOLO[${names[$j]}]}" 'BEGIN{printf "%.1f", 100*r/b}')
 		out="$out${out:+ }$s"
 		total=$(awk -v a="$total" -v s="$s" 'BEGIN{printf "%.1f", a+s}')
+		# B7's target: 0.9 x min(share, need) / need of the solo rate, need being
+		# what the tenant holds of the GPU alone (the matmuls all of it; the
+		# launch-bound loop what it measured, else all of it). No target without
+		# limits.
+		if [ "$mode" != none ]; then
+			local need=100
+			[ "${names[$j]}" != launch ] || need=${NEED:-100}
+			verdict="$verdict${verdict:+ }$(awk -v s="$s" -v c="${shares[$j]}" -v n="$need" 'BEGIN{
+				w = 0.9 * (c < n ? c : n) / n * 100; printf "%s(want>=%.1f)", (s >= w) ? "ok" : "MISS", w }')"
+		fi
 	done
 	say "B7 mode=$mode mix=$(
 		IFS=+
 		echo "$*"
-	) shares=${out// /,} aggregate=$total"
+	) shares=${out// /,} aggregate=$total${verdict:+ $verdict}"
 }
 
 # B7_DEBUG=1: the hook logs at debug level and its pacing summaries go to b7-debug.log.
