@@ -122,11 +122,8 @@ for b in etcd kube-apiserver kwok kubectl tessera-scheduler tessera-node-agent k
   [[ -x $BIN_DIR/$b ]] || tessera::die "$BIN_DIR/$b is missing: run make run (or make build control-plane kubectl-tessera)"
 done
 
-ETCD_PORT=$(tessera::free_port)
-ETCD_PEER_PORT=$(tessera::free_port)
-APISERVER_PORT=$(tessera::free_port)
-SCHEDULER_PORT=$(tessera::free_port)
-KWOK_PORT=$(tessera::free_port)
+tessera::free_ports ETCD_PORT ETCD_PEER_PORT APISERVER_PORT SCHEDULER_PORT KWOK_PORT ||
+  tessera::die "no free ports on 127.0.0.1 between 20000 and 32000"
 tessera::save_env
 
 if [[ -n ${TESSERA_OWNER_PID:-} ]]; then

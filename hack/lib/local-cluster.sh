@@ -60,21 +60,28 @@ tessera::port_free() {
   ! tessera::port_open "$1"
 }
 
-# tessera::free_port prints a port on 127.0.0.1 that nothing listens on and that no
-# earlier call of this run handed out. Ports are drawn at random from a range outside
-# the usual ephemeral one so that parallel clusters rarely collide.
+# tessera::free_ports VAR...: sets each named variable to a port on 127.0.0.1 that
+# nothing listens on and that no earlier call of this shell handed out. Ports are drawn
+# at random from a range outside the usual ephemeral one so that parallel clusters
+# rarely collide. It assigns rather than prints: a $(...) runs in a subshell, whose
+# record of the ports handed out would be lost, and two components could then be given
+# the same port (one of them failing to bind).
 TESSERA_PORTS_TAKEN=" "
-tessera::free_port() {
-  local p i
-  for i in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    if [[ $TESSERA_PORTS_TAKEN != *" $p "* ]] && tessera::port_free "$p"; then
-      TESSERA_PORTS_TAKEN+="$p "
-      echo "$p"
-      return 0
-    fi
+tessera::free_ports() {
+  local v p i
+  for v in "$@"; do
+    p=
+    for i in $(seq 1 200); do
+      p=$((20000 + RANDOM % 12000))
+      if [[ $TESSERA_PORTS_TAKEN != *" $p "* ]] && tessera::port_free "$p"; then
+        break
+      fi
+      p=
+    done
+    [[ -n $p ]] || { echo "no free port found for $v" >&2; return 1; }
+    TESSERA_PORTS_TAKEN+="$p "
+    printf -v "$v" '%s' "$p"
   done
-  return 1
 }
 
 # tessera::wait_until TIMEOUT_S DESCRIPTION command...: retries the command every 0.2 s

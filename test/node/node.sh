@@ -360,9 +360,9 @@ up() {
   [[ -n ${IMAGES_TAR:-} && -f $IMAGES_TAR ]] || tessera::die "IMAGES_TAR: the test images' OCI archive is needed"
   [[ -n ${HOOK_LIBRARY:-} && -f $HOOK_LIBRARY ]] || tessera::die "HOOK_LIBRARY: the CUDA hook library is needed"
   mkdir -p "$RUN_DIR"
-  ETCD_PORT=$(tessera::free_port) ETCD_PEER_PORT=$(tessera::free_port) APISERVER_PORT=$(tessera::free_port)
-  SCHEDULER_PORT=$(tessera::free_port) DEFAULT_SCHEDULER_PORT=$(tessera::free_port) KWOK_PORT=0
-  KUBELET_PORT=$(tessera::free_port) KUBELET_HEALTHZ_PORT=$(tessera::free_port) AGENT_HEALTH_PORT=$(tessera::free_port)
+  tessera::free_ports ETCD_PORT ETCD_PEER_PORT APISERVER_PORT SCHEDULER_PORT DEFAULT_SCHEDULER_PORT \
+    KUBELET_PORT KUBELET_HEALTHZ_PORT AGENT_HEALTH_PORT || tessera::die "no free ports on 127.0.0.1 between 20000 and 32000"
+  KWOK_PORT=0
   # One cgroup subtree per node, named after its directory, so that runs never share one.
   CGROUP_ROOT=/tessera-node-$(printf '%s' "$NODE_DIR" | cksum | cut -d' ' -f1)
   save_node_env
