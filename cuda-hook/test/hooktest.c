@@ -1673,6 +1673,18 @@ static double run_launches(const char *path, double seconds)
 					    NULL);
 			if (i++ % 32 == 31 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "model", 5) == 0 && atoi(path + 5) > 0) {
+			/* model<n>: a large model's step, n kernels each its own function, in
+			 * the same order every step, then a synchronize: every 16th a long one
+			 * (500-1300 us, as attention's or a large matmul's), the others 5-40 us
+			 * (elementwise, norms, small matmuls). More kernels than the hook's
+			 * per-kernel table has room for without collisions. */
+			static unsigned i;
+			unsigned n = (unsigned)atoi(path + 5), k = i % n;
+			unsigned us = k % 16 == 15 ? 500 + 200 * (k / 16 % 5) : 5 + (k * 7) % 36;
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x800000 + 0x40 * k), us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+			if (i++ % n == n - 1 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (path[0] == 'k' && atoi(path + 1) > 0) /* k<us>: kernels of that many us */
 			rc = cuLaunchKernel(NULL, (unsigned)atoi(path + 1), 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else
