@@ -6,14 +6,16 @@
 # B4's verdict for each tenant: within 3 points of its cap where it needs more than
 # its cap, at least 95 % of its need where it needs less (not slowed). A pair is
 # judged as B4 judges one on a GPU: where both need more than their caps, each cap
-# scaled by what the same pair unhooked held of the GPU together (U; the GPU's context
-# switches between two busy contexts cost it the rest). And time slicing leaves a tenant whose progress waits on its
-# kernels (a launch-bound loop) at most need x (1 - f) beside a neighbour holding
-# f = min(the other's cap, need) of the GPU (docs/benchmarks.md, what time slicing
-# leaves a launch-bound tenant): where that is under its scaled cap less 3, the tenant
-# is judged against at least 95 % of it and at most its cap plus 3. It measures and
-# reports; its exit status says only whether every row ran. Run from cuda-hook/ (not while the suite runs: the rows
-# use the test variant's node files):
+# scaled by what the same pair unhooked held of the GPU together (U; the GPU's
+# context switches between two busy contexts cost it the rest). And time slicing
+# leaves a tenant whose progress waits on its kernels (a launch-bound loop) at most
+# need x (1 - f) beside a neighbour that keeps the GPU busy while it holds it,
+# f = min(the other's cap, need) of the time (docs/benchmarks.md, what time slicing
+# leaves a launch-bound tenant): where that is under its scaled cap less 3, the
+# tenant is judged against at least 95 % of it and at most its cap plus 3 (a
+# neighbour that leaves gaps, as another such loop does, leaves it more). It measures
+# and reports; its exit status says only whether every row ran. Run from cuda-hook/
+# (not while the suite runs: the rows use the test variant's node files):
 #
 #   bench/fake-matrix.sh [<path>...]
 #
