@@ -123,7 +123,7 @@ for b in etcd kube-apiserver kwok kubectl tessera-scheduler tessera-node-agent k
 done
 
 tessera::free_ports ETCD_PORT ETCD_PEER_PORT APISERVER_PORT SCHEDULER_PORT KWOK_PORT ||
-  tessera::die "no free ports on 127.0.0.1 between 20000 and 32000"
+  tessera::die "cannot pick the ports of the cluster"
 tessera::save_env
 
 if [[ -n ${TESSERA_OWNER_PID:-} ]]; then

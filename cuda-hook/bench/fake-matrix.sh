@@ -33,7 +33,8 @@ paths=("$@")
 	copy200 dynsync rare2000 fresh1000 model400 model1500 cold8 lb5)
 caps=${MATRIX_CAPS:-25 50 80}
 pairs=${MATRIX_PAIRS:-30/70 50/50}
-share() { sed -n 's/.*share \([0-9.]*\).*/\1/p' | head -1; }
+shares() { sed -n 's/.*share \([0-9.]*\).*/\1/p'; }
+share() { shares | head -1; }
 # verdict <share> <cap> <need>: B4's rule for one tenant alone.
 verdict() {
 	awk -v s="$1" -v c="$2" -v n="$3" 'BEGIN {
@@ -68,7 +69,7 @@ for path in "${paths[@]}"; do
 	for p in $pairs; do
 		a=${p%/*} b=${p#*/}
 		out=$(bench/fake-mix.sh "$a:$path:unhooked" "$b:$path:unhooked") || rc=1
-		u=$(sed -n 's/.*share \([0-9.]*\).*/\1/p' <<<"$out" | awk '{ u += $1 } END { print u + 0 }')
+		u=$(shares <<<"$out" | awk '{ u += $1 } END { print u + 0 }')
 		out=$(bench/fake-mix.sh "$a:$path" "$b:$path") || rc=1
 		sa=$(sed -n 1p <<<"$out" | share) sb=$(sed -n 2p <<<"$out" | share)
 		printf ' | %5s/%-5s %5s %-28s' "${sa:-0}" "${sb:-0}" "$u" \

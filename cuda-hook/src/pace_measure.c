@@ -616,8 +616,7 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 	 * 20 us kernels and one of 1 ms, at 30 beside the same at 70 on the fake's
 	 * time-sliced GPU, had its 1 ms kernel charged 20 us in 4 runs of 12 and took
 	 * 36.5-49.3 % of the GPU. Once a kernel: its first sample gives it an entry. */
-	int fresh = key != 0 && tessera.limits.charge_kernel &&
-		    atomic_load_explicit(&pace_kt_word[kt_index(kt_hash(key))], memory_order_relaxed) == 0;
+	int fresh = key != 0 && atomic_load_explicit(&pace_kt_word[kt_index(kt_hash(key))], memory_order_relaxed) == 0;
 	if (atomic_load(&smp.state) == SAMPLE_FLYING && smp.c->gen == smp.gen && smp.c->ctx != NULL &&
 	    (cost == 0 || fresh || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS)) {
 		PSTAT_ADD(wait_syncs, 1);

@@ -78,7 +78,7 @@ tessera::free_ports() {
       fi
       p=
     done
-    [[ -n $p ]] || { echo "no free port found for $v" >&2; return 1; }
+    [[ -n $p ]] || { echo "no free port on 127.0.0.1 between 20000 and 31999 for $v" >&2; return 1; }
     TESSERA_PORTS_TAKEN+="$p "
     printf -v "$v" '%s' "$p"
   done

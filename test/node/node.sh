@@ -361,7 +361,7 @@ up() {
   [[ -n ${HOOK_LIBRARY:-} && -f $HOOK_LIBRARY ]] || tessera::die "HOOK_LIBRARY: the CUDA hook library is needed"
   mkdir -p "$RUN_DIR"
   tessera::free_ports ETCD_PORT ETCD_PEER_PORT APISERVER_PORT SCHEDULER_PORT DEFAULT_SCHEDULER_PORT \
-    KUBELET_PORT KUBELET_HEALTHZ_PORT AGENT_HEALTH_PORT || tessera::die "no free ports on 127.0.0.1 between 20000 and 32000"
+    KUBELET_PORT KUBELET_HEALTHZ_PORT AGENT_HEALTH_PORT || tessera::die "cannot pick the ports of the cluster"
   KWOK_PORT=0
   # One cgroup subtree per node, named after its directory, so that runs never share one.
   CGROUP_ROOT=/tessera-node-$(printf '%s' "$NODE_DIR" | cksum | cut -d' ' -f1)
