@@ -183,7 +183,30 @@ if part pairs; then
 	done
 fi
 # hk <log name> <limits file> <command...>: hooked, with the debug log kept under B4_DEBUG.
+# debug_summary: under B4_DEBUG, the debug logs' summaries and the logs themselves; also
+# run when the script is stopped (a time limit), so that the rows run so far keep theirs.
+debug_summary() {
+	[ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ] || return 0
+	# Per log, the pacing summaries and the bursts: counted (owed or given back and
+	# read for the gain), not counted, and of those how many a launch sample saw the
+	# GPU wait for the host in (gap=1).
+	for f in "$G"/debug/*.log; do
+		grep -h "pacing summary" "$f" | sed "s#^#$(basename "$f" .log): #"
+		echo "$(basename "$f" .log): bursts counted=$(grep -c 'pacing burst gpu_ns=' "$f")" \
+			"not_counted=$(grep -c 'pacing burst not counted' "$f") of_which_gap=$(grep -c 'pacing burst not counted.* gap=1' "$f")"
+		# The kernels sampled both on an idle stream and queued behind work: what the
+		# idle samples read against the queued ones (weighted by the idle samples; the
+		# queued ones hold the GPU's gap before them too). An entry with queued
+		# samples is charged from those (the hook's kt_fold).
+		grep -h "pacing summary kernel=" "$f" | awk -v l="$(basename "$f" .log)" '{
+			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+			if (v["idle"] > 0 && v["queued"] > 0 && v["queued_mean_ns"] > 0) { n++; w += v["idle"]; r += v["idle"] * v["idle_mean_ns"] / v["queued_mean_ns"] } }
+			END { if (n) printf "%s: idle-stream samples read %.3f of queued ones (%d kernels sampled both ways, %d idle samples)\n", l, r / w, n, w }'
+	done >"$RES/b4-classes-debug.txt"
+	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
+}
 rm -rf "$G/debug"
+trap 'debug_summary; exit 143' TERM INT
 hk() {
 	local name=$1
 	shift
@@ -351,22 +374,4 @@ if part mps; then
 		say "mps: the MPS control daemon did not start"
 	fi
 fi
-if [ -n "${B4_DEBUG:-}" ] && [ -d "$G/debug" ]; then
-	# Per log, the pacing summaries and the bursts: counted (owed or given back and
-	# read for the gain), not counted, and of those how many a launch sample saw the
-	# GPU wait for the host in (gap=1).
-	for f in "$G"/debug/*.log; do
-		grep -h "pacing summary" "$f" | sed "s#^#$(basename "$f" .log): #"
-		echo "$(basename "$f" .log): bursts counted=$(grep -c 'pacing burst gpu_ns=' "$f")" \
-			"not_counted=$(grep -c 'pacing burst not counted' "$f") of_which_gap=$(grep -c 'pacing burst not counted.* gap=1' "$f")"
-		# The kernels sampled both on an idle stream and queued behind work: what the
-		# idle samples read against the queued ones (weighted by the idle samples; the
-		# queued ones hold the GPU's gap before them too). An entry with queued
-		# samples is charged from those (the hook's kt_fold).
-		grep -h "pacing summary kernel=" "$f" | awk -v l="$(basename "$f" .log)" '{
-			for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-			if (v["idle"] > 0 && v["queued"] > 0 && v["queued_mean_ns"] > 0) { n++; w += v["idle"]; r += v["idle"] * v["idle_mean_ns"] / v["queued_mean_ns"] } }
-			END { if (n) printf "%s: idle-stream samples read %.3f of queued ones (%d kernels sampled both ways, %d idle samples)\n", l, r / w, n, w }'
-	done >"$RES/b4-classes-debug.txt"
-	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
-fi
+debug_summary
