@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."
 export MIX_SECONDS=${MIX_SECONDS:-5}
 paths=("$@")
 [ ${#paths[@]} -gt 0 ] || paths=(k1000 k20000 small mixedsync attn1000 attn3000 slowhost1000 bwd1000 streams200 polle200
-	copy200 dynsync rare2000 fresh1000 model400 model1500 cold8 lb5)
+	copy200 dynsync rare2000 fresh1000 model400 model1500 llm250 cold8 lb5)
 caps=${MATRIX_CAPS:-25 50 80}
 pairs=${MATRIX_PAIRS:-30/70 50/50}
 shares() { sed -n 's/.*share \([0-9.]*\).*/\1/p'; }

@@ -1685,6 +1685,28 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x800000 + 0x40 * k), us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 			if (i++ % n == n - 1 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "llm", 3) == 0 && atoi(path + 3) > 0) {
+			/* llm<us>: an LLM's inference step, a prefill of 16 kernels of that
+			 * many us (four functions, as its matmuls and attention), issued at once,
+			 * then 32 decode steps of 12 kernels of 3-4 us (the same four functions
+			 * at a small grid, and eight more), each after 17 us of host work (its
+			 * host issues decode slower than the GPU runs it), and a synchronize:
+			 * decode's launches queue behind the prefill, then the GPU waits for the
+			 * host (about 70 % of the GPU alone with llm250). */
+			static unsigned i;
+			unsigned k = i % 400;
+			if (k < 16)
+				rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x810000 + 0x40 * (k % 4)), (unsigned)atoi(path + 3), 1,
+						    1, 1, 1, 1, 0, NULL, NULL, NULL);
+			else {
+				unsigned d = (k - 16) % 12;
+				rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x810000 + 0x40 * d), d < 4 ? 4 : 3, 1, 1, 1, 1, 1, 0,
+						    NULL, NULL, NULL);
+				for (double s0 = now_s(); now_s() - s0 < 17e-6;)
+					;
+			}
+			if (i++ % 400 == 399 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (path[0] == 'k' && atoi(path + 1) > 0) /* k<us>: kernels of that many us */
 			rc = cuLaunchKernel(NULL, (unsigned)atoi(path + 1), 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else
