@@ -31,7 +31,7 @@
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
 # rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients;
 # with ab, the host-bound workloads against solo runs interleaved with theirs (below),
-# which judges their rows alone under caps they do not reach.
+# which judges their not-slowed rows alone.
 # B4_PARTS (of "alone pairs mixed mps ab"; all but mps by default) and B4_CLASSES
 # choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
@@ -145,10 +145,10 @@ done
 # over its solo run's, and a capped row whose SMs ran more than 5 % faster than solo
 # (a power-bound step held to part of the time runs at a higher clock, and does more
 # per GPU-second) is judged by that time share, as B4's matrix judges its kernels.
-# A host-bound workload alone under a cap it does not reach is not judged here: its
-# rate moves more than the verdict's 5 % from one process to the next (83-134 % of a
-# solo run minutes before, on an H100), so such rows are judged against solo runs
-# interleaved with theirs (ab, below) and shown here as info.
+# A host-bound workload's not-slowed rows alone are not judged here: its rate moves
+# more than the verdict's 5 % from one process to the next (83-134 % of a solo run
+# minutes before, on an H100), so such rows are judged against solo runs interleaved
+# with theirs (ab, below) and shown here as info.
 row() {
 	local gpu clk hb=0
 	read -r gpu clk _ <<<"$(nvml "$4")"
@@ -197,7 +197,6 @@ if part pairs; then
 		say "unhooked pair $w: rates $r0 + $r1 = $(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" 'BEGIN{printf "%.1f%% + %.1f%%", 100*a/s, 100*b/s}') of solo, GPU ${PAIR[$w]}% in all (caps scaled by ${PAIRK[$w]})"
 	done
 fi
-# hk <log name> <limits file> <command...>: hooked, with the debug log kept under B4_DEBUG.
 # debug_summary: under B4_DEBUG, the debug logs' summaries and the logs themselves; also
 # run when the script is stopped (a time limit), so that the rows run so far keep theirs.
 debug_summary() {
@@ -222,6 +221,7 @@ debug_summary() {
 }
 rm -rf "$G/debug"
 trap 'debug_summary; exit 143' TERM INT
+# hk <log name> <limits file> <command...>: hooked, with the debug log kept under B4_DEBUG.
 hk() {
 	local name=$1
 	shift
@@ -330,19 +330,19 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	# B4_PARTS with ab: each host-bound workload (holding the GPU less than half the
 	# time alone) in B4_AB_ROUNDS rounds (3) of three processes one after another: its
 	# solo run, under the hook unpaced (gpu-cores 100) and under the hook at B4_AB_CAP
-	# (the lowest of B4_CAPS it does not reach, else 80), the order turned by one each
-	# round. Each hooked rate is set against the solo
-	# run of its own round, the host's speed moving between processes as much as a row
-	# is judged by, and the median of the rounds' ratios is judged: a capped run as a
-	# row (its GPU share within +-3 of the cap, or not slowed), the unpaced one not slowed.
+	# (by default the lowest of B4_CAPS whose row alone is a not-slowed one, else 80),
+	# the order turned by one each round. Each hooked rate is set against the solo run
+	# of its own round, the host's speed moving between processes as much as a row is
+	# judged by, and the median of the rounds' ratios is judged: a capped run as a row
+	# (its GPU share within +-3 of the cap, or not slowed), the unpaced one not slowed.
 	if part ab; then
 		for w in $CL; do
 			hostbound $w || continue
 			: >"$G/ab.$w.solo"
 			: >"$G/ab.$w.100"
 			: >"$G/ab.$w.cap"
-			# By default the lowest of B4_CAPS it does not reach (the alone row
-			# that ab judges in its place), else 80.
+			# The lowest cap whose row alone is judged here in its place (row():
+			# held alone at most the cap plus 3).
 			c=${B4_AB_CAP:-$(awk -v h="${HELD[$w]}" -v caps="$CAPS" 'BEGIN{ n = split(caps, a, " "); c = 0
 				for (i = 1; i <= n; i++) if (a[i] + 0 >= h - 3 && (c == 0 || a[i] + 0 < c)) c = a[i] + 0; print c ? c : 80 }')}
 			for ((r = 0; r < ${B4_AB_ROUNDS:-3}; r++)); do
