@@ -112,11 +112,11 @@ static int evc_next;
  * (the fake driver's host-bound step with 3 us events: 46.1-46.8 % at cap 50). Read
  * from a pair of events (a context's ev[6] and ev[7]) recorded back to back, with
  * nothing between them, right before a burst's S on its drained stream (so that no
- * other context's turn falls between them), or right after a launch sample whose
- * stream had work queued (the pair then waits behind the kernel): the first
- * EVCOST_FIRST pairs of the process, then one in EVCOST_EVERY bursts, read at a later
- * burst's start without waiting; the mean of the first EVCOST_FIRST readings, then a
- * moving average over about as many. The pair reads the events' time only where the
+ * other context's turn falls between them), or right after a launch sample (the pair
+ * then waits behind its kernel), whether or not another context has been seen: the
+ * first EVCOST_FIRST pairs of the process, then one
+ * in EVCOST_EVERY bursts, read at a later burst's start or pair without waiting, as
+ * evcal_read says. The pair reads the events' time only where the
  * GPU ran them back to back: where it ran the first before the host had recorded the
  * second (the first had run when the second's record returned), the two read the
  * host's time between the records, about as long as a record call takes (1.7 us in
@@ -126,14 +126,18 @@ static int evc_next;
 #define EVCOST_FIRST 8
 #define EVCOST_EVERY 64
 #define EVCOST_MAX_NS 20000
+_Static_assert(EVCOST_FIRST <= KT_WINDOW, "kt_window_mean takes at most KT_WINDOW readings");
 static _Atomic int64_t ev_cost_ns;
 static int64_t ev_cost_n;
 static struct {
 	struct ctx_events *c; /* the pair in flight, NULL if none */
 	uint64_t gen;
 	unsigned bursts; /* bursts begun since the last pair */
-	unsigned tries;  /* pairs recorded in all */
+	unsigned tries;  /* pairs recorded in all, but those below */
+	unsigned idle_tries; /* pairs recorded behind a launch sample that found its stream idle */
 	int64_t apart;   /* pairs not read: the GPU ran them apart */
+	int64_t set_aside; /* readings over 3x the mean: something else fell between */
+	int64_t first[EVCOST_FIRST];
 } evcal;
 
 /* How often a launch due for a sample found the last one still in flight
@@ -538,39 +542,62 @@ void pace_event_cost(struct ctx_events *c, CUstream stream)
 {
 	if (!tessera.limits.charge_kernel)
 		return;
-	if (evcal.c != NULL) {
-		struct ctx_events *k = evcal.c;
-		int gone = k->gen != evcal.gen || k->ctx == NULL;
-		CUresult q = gone ? CUDA_ERROR_INVALID_VALUE : REAL(cuEventQuery)(k->ev[7]);
-		if (q == CUDA_ERROR_NOT_READY)
-			return;
-		evcal.c = NULL;
-		int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(k->ev[6], k->ev[7]) : -1;
-		if (ns >= 0 && ns <= EVCOST_MAX_NS) {
-			int64_t v = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed), n = ++ev_cost_n;
-			atomic_store_explicit(&ev_cost_ns, v + (ns - v) / (n < EVCOST_FIRST ? n : EVCOST_FIRST),
-					      memory_order_relaxed);
-		}
-	}
 	evcal.bursts++;
-	pace_event_pair(c, stream);
+	pace_event_pair(c, stream, 0);
+}
+
+/* Reads the pair in flight once the GPU has run it (caller holds pace_ev_mu): the
+ * first EVCOST_FIRST readings' mean without those over 3x their lower median and 2 us
+ * (kt_window_mean), then a moving average that sets aside a reading over 3x it and
+ * 1 us. A pair may wait behind a kernel that another context's turn, or an MPS
+ * neighbour's work, delays; what falls between its two events is then not theirs. */
+static void evcal_read(void)
+{
+	if (evcal.c == NULL)
+		return;
+	struct ctx_events *k = evcal.c;
+	int gone = k->gen != evcal.gen || k->ctx == NULL;
+	CUresult q = gone ? CUDA_ERROR_INVALID_VALUE : REAL(cuEventQuery)(k->ev[7]);
+	if (q == CUDA_ERROR_NOT_READY)
+		return;
+	evcal.c = NULL;
+	int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(k->ev[6], k->ev[7]) : -1;
+	if (ns < 0 || ns > EVCOST_MAX_NS)
+		return;
+	int64_t v = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed);
+	if (ev_cost_n < EVCOST_FIRST) {
+		evcal.first[ev_cost_n++] = ns;
+		v = kt_window_mean(evcal.first, ev_cost_n);
+	} else if (ns > 3 * v + 1000) {
+		evcal.set_aside++;
+		return;
+	} else {
+		ev_cost_n++;
+		v += (ns - v) / EVCOST_FIRST;
+	}
+	atomic_store_explicit(&ev_cost_ns, v, memory_order_relaxed);
 }
 
 /* (pace_measure.h) */
-void pace_event_pair(struct ctx_events *c, CUstream stream)
+void pace_event_pair(struct ctx_events *c, CUstream stream, int idle)
 {
-	if (!tessera.limits.charge_kernel || evcal.c != NULL)
+	if (!tessera.limits.charge_kernel)
+		return;
+	evcal_read();
+	if (evcal.c != NULL)
 		return;
 	/* Due: one of the first pairs (a program whose pairs the GPU always runs apart
-	 * tries 4 x EVCOST_FIRST times in a row, then as often as the rest), or
-	 * EVCOST_EVERY bursts since the last. */
-	if ((ev_cost_n >= EVCOST_FIRST || evcal.tries >= 4 * EVCOST_FIRST) && evcal.bursts < EVCOST_EVERY)
+	 * tries 4 x EVCOST_FIRST times in a row, then as often as the rest; those behind
+	 * a kernel that found its stream idle, often apart behind a short one, count
+	 * apart from the others), or EVCOST_EVERY bursts since the last. */
+	unsigned *tries = idle ? &evcal.idle_tries : &evcal.tries;
+	if ((ev_cost_n >= EVCOST_FIRST || *tries >= 4 * EVCOST_FIRST) && evcal.bursts < EVCOST_EVERY)
 		return;
 	if (atomic_load(&tessera.captures) > 0 || REAL(cuEventRecord)(c->ev[6], stream) != CUDA_SUCCESS ||
 	    REAL(cuEventRecord)(c->ev[7], stream) != CUDA_SUCCESS)
 		return;
 	evcal.bursts = 0;
-	evcal.tries++;
+	(*tries)++;
 	if (REAL(cuEventQuery)(c->ev[6]) != CUDA_ERROR_NOT_READY) {
 		evcal.apart++;
 		return;
@@ -700,11 +727,17 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	smp.gap_p = NULL;
 	if (tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
-		/* The stream had work queued: a pair of events recorded now waits behind the
-		 * kernel, and the GPU runs the two back to back (pace_event_pair). Not while
-		 * another context shares the GPU, whose turn could fall between them. */
-		if (!started && !pace_contended())
-			pace_event_pair(c, stream);
+		/* A pair of events recorded now waits behind the kernel while it runs, and the
+		 * GPU runs the two back to back (pace_event_pair; a pair the GPU ran apart,
+		 * behind a kernel shorter than the records, is not read). Also while another
+		 * context shares the GPU: a turn of it between the two reads far over their
+		 * time and is set aside (evcal_read). Tried only where the stream had work
+		 * queued and no other context was seen, a host-paced program alone, which its
+		 * own host gaps make look contended and whose kernels find their stream idle,
+		 * had no reading in a run: its idle samples then held the events' 1.5-2 us,
+		 * and an LLM step's decode kernels of 1.5-5 us were charged 1.23x the
+		 * profiler's time for them (on an H100). */
+		pace_event_pair(c, stream, started);
 		if (!t->opened &&
 		    pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
 			smp.gap_p = t->p;
@@ -875,9 +908,11 @@ void pace_measure_summary(void)
 			    (long long)(n > idle ? atomic_load(&pace_stat.busy_ns[cls]) / (n - idle) : 0));
 	}
 	tessera_log(TESSERA_LOG_DEBUG,
-		    "pacing summary kernel_gain=%.3f graph_gain=%.3f event_ns=%lld event_readings=%lld event_pairs_apart=%lld",
+		    "pacing summary kernel_gain=%.3f graph_gain=%.3f event_ns=%lld event_readings=%lld event_pairs_apart=%lld "
+		    "event_readings_set_aside=%lld",
 		    (double)atomic_load(&pace_kt_gain[0]) / KT_GAIN_ONE, (double)atomic_load(&pace_kt_gain[1]) / KT_GAIN_ONE,
-		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n, (long long)evcal.apart);
+		    (long long)atomic_load(&ev_cost_ns), (long long)ev_cost_n, (long long)evcal.apart,
+		    (long long)evcal.set_aside);
 	for (int i = 0; i < KT_SIZE; i++)
 		if (kt_meta[i].key != 0)
 			tessera_log(TESSERA_LOG_DEBUG,

@@ -134,8 +134,8 @@ void pace_event_cost(struct ctx_events *c, CUstream stream);
 /* Records the pair that measures the events' own time on the stream, if one is due
  * and none is in flight (caller holds pace_ev_mu), where the GPU will run the two back
  * to back: right before a burst's S (pace_event_cost), or behind a launch sample's
- * kernel that found work queued (tessera_pace_done_slow). */
-void pace_event_pair(struct ctx_events *c, CUstream stream);
+ * kernel (tessera_pace_done_slow; idle: the kernel found its stream idle). */
+void pace_event_pair(struct ctx_events *c, CUstream stream, int idle);
 
 /* What the bursts say of the entries (pacing.c): a launch is charged its entry times
  * its class's gain (KT_GAIN_ONE is 1). */
