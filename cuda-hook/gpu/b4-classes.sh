@@ -32,8 +32,8 @@
 # rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients;
 # with ab, the host-paced workloads against solo runs interleaved with theirs (below),
 # which judges their rows alone that their host's speed decides.
-# B4_PARTS (of "alone pairs mixed mps ab"; all but mps by default) and B4_CLASSES
-# choose rows;
+# B4_PARTS (of "alone pairs mixed mps ab sliced"; all but mps and sliced by default) and
+# B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
 # else kernel; "kernel class" sets the two side by side). Results: $OUT (or
@@ -279,16 +279,22 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		done
 	done
 	# together <label> <cap:phase:workloads>...: the tenants at once, their measured
-	# seconds lined up (TESSERA_BENCH_BARRIER).
+	# seconds lined up (TESSERA_BENCH_BARRIER). A cap written u<cap> runs that tenant
+	# without the hook (its cap only names it): what time slicing alone gives it beside
+	# the paced others.
 	together() {
-		local label=$1 pids=() specs=() i=0 tw
+		local label=$1 pids=() specs=() i=0 tw u
 		shift
 		n=$((n + 1))
 		rm -rf "$G/bar$n"
 		for spec in "$@"; do
 			IFS=: read -r c ph ws <<<"$spec"
+			u=${c%%[0-9]*}
+			c=${c#u}
 			tw=TW$((i % 2))
-			if [ "$label" = mps ]; then
+			if [ -n "$u" ]; then
+				TESSERA_BENCH_BARRIER="$G/bar$n:$#" ${!tw} "$S" $ws >"$G/together.$n.$i" &
+			elif [ "$label" = mps ]; then
 				# An MPS container: its cap a share of the SMs, the hook enforcing
 				# memory only, as the node agent binds it (docs/cuda-hook.md, "MPS clients").
 				limits "$G/t$n.$i" 130000 0 0 "/b4c/$n/t$i"
@@ -299,7 +305,7 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 				TESSERA_BENCH_BARRIER="$G/bar$n:$#" hk "$n-$label$c-${ws// /+}-$i" "$G/t$n.$i" ${!tw} "$S" $ws >"$G/together.$n.$i" &
 			fi
 			pids+=($!)
-			specs+=("$c:$ws")
+			specs+=("$u$c:$ws")
 			i=$((i + 1))
 		done
 		for p in "${pids[@]}"; do wait $p || say "$label: a tenant failed"; done
@@ -317,6 +323,21 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		i=0
 		for spec in "${specs[@]}"; do
 			for w in ${spec#*:}; do
+				if [ "${spec:0:1}" = u ]; then
+					# Unhooked: what time slicing gives it beside the paced tenants,
+					# the bound a paced row of it can be judged by.
+					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" -v b="${HELD[$w]}" \
+						-v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" 'BEGIN{
+						if (r == "" || s <= 0) printf "%-30s %-8s no rate", l, w
+						else printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% unhooked beside the paced tenants (time slicing'"'"'s bound: info)", l, w, r, 100 * r / s, b * r / s }')"
+					i=$((i + 1))
+					continue 2
+				fi
+				# The paced tenant beside an unhooked one: not a row of B4's.
+				if [ "$label" = sliced ]; then
+					i=$((i + 1))
+					continue 2
+				fi
 				if [ "$label" = mps ]; then
 					# A share of the SMs is not one of the GPU's time: the rate only.
 					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" \
@@ -340,7 +361,7 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		# How the tenants split what they held in all, against how their caps split the
 		# GPU: a reading that does not depend on the unhooked pair (the GPU an unhooked
 		# attention pair held moved from 80 to 85 % between two runs of one day).
-		[ "$label" = mps ] || say "$(awk -v gs="${gs[*]}" -v cs="${specs[*]%%:*}" -v h="$held" -v l="$label" 'BEGIN{
+		[ "$label" = mps ] || [ "$label" = sliced ] || say "$(awk -v gs="${gs[*]}" -v cs="${specs[*]%%:*}" -v h="$held" -v l="$label" 'BEGIN{
 			n = split(gs, g, " "); split(cs, c, " "); tc = 0; for (j = 1; j <= n; j++) tc += c[j]
 			printf "%-30s info: split of the %.1f%% they held", l " " cs, h
 			for (j = 1; j <= n; j++) printf "%s %.1f", (j > 1 ? " /" : ""), (h > 0 ? 100 * g[j] / h : 0)
@@ -354,11 +375,22 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	beside() {
 		say "$(awk -v l="$1" -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${HELD[mlp]}" 'BEGIN{
 			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
-			printf "%s launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", l, v, w, (v >= w) ? "ok" : "FAIL" }')"
+			printf "%s launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", l, v, w, (l == "sliced") ? "(unhooked: info)" : (v >= w) ? "ok" : "FAIL" }')"
 	}
 	if part mixed; then
 		together "mixed" "70:0:attn" "30:70:mlp"
 		beside mixed
+	fi
+	# B4_PARTS with sliced: each pair's larger tenant, and the mixed pair's launch-bound
+	# one, unhooked beside the other paced as in its row: what time slicing leaves it
+	# (B7's sliced mode), the bound that no pacing of it can lift (a host-paced step's
+	# launches wait for the other's time slices whatever its cap).
+	if part sliced; then
+		for w in $CL; do
+			together "sliced" "30:0:$w" "u70:30:$w"
+		done
+		together "sliced" "70:0:attn" "u30:70:mlp"
+		beside sliced
 	fi
 	# B4_PARTS with ab: each host-paced workload (hostpaced) in B4_AB_ROUNDS rounds (3)
 	# of three processes one after another: its solo run, under the hook unpaced
