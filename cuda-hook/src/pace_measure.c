@@ -114,15 +114,14 @@ static int evc_next;
  * nothing between them, right before a burst's S on its drained stream (so that no
  * other context's turn falls between them), or right after a launch sample (the pair
  * then waits behind its kernel), whether or not another context has been seen: the
- * first EVCOST_FIRST pairs of the process, then one
- * in EVCOST_EVERY bursts, read at a later burst's start or pair without waiting, as
- * evcal_read says. The pair reads the events' time only where the
- * GPU ran them back to back: where it ran the first before the host had recorded the
- * second (the first had run when the second's record returned), the two read the
- * host's time between the records, about as long as a record call takes (1.7 us in
- * the fake driver for events of 1 us, with 1.5 us a call), and are not read. A reading
- * over EVCOST_MAX_NS held something else (a context switch). Under pace_ev_mu but for
- * the value. */
+ * first EVCOST_FIRST pairs of the process, then one in EVCOST_EVERY bursts, read at a
+ * later burst's start or pair without waiting, as evcal_read says. The pair reads the
+ * events' time only where the GPU ran them back to back: where it ran the first
+ * before the host had recorded the second (the first had run when the second's record
+ * returned), the two read the host's time between the records, about as long as a
+ * record call takes (1.7 us in the fake driver for events of 1 us, with 1.5 us a
+ * call), and are not read. A reading over EVCOST_MAX_NS held something else (a context
+ * switch). Under pace_ev_mu but for the value. */
 #define EVCOST_FIRST 8
 #define EVCOST_EVERY 64
 #define EVCOST_MAX_NS 20000
