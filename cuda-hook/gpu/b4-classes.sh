@@ -58,11 +58,22 @@ TW="python3 $HERE/gpu/torch_work.py"
 # same cores in its reference and its rows. It is not enough: unpinned, the LLM step's
 # solo rate moved 33-46 steps/s from one process to the next on an H100, and pinned,
 # graph + eager's moved 1,153-1,616 (B4_PARTS=ab, below, sets such rows against solo
-# runs interleaved with theirs).
+# runs interleaved with theirs). B4_CPUS sets how many CPUs each set has (a quarter of
+# the machine's by default; 1 puts a process's threads on one core), and B4_NUMA=1
+# runs each process with numactl --localalloc (its memory on the node of the CPUs it
+# runs on), to try what holds a host-bound step's speed still from one process to the
+# next (the LLM step's solo runs spread 33.8-48.2 steps/s on one H100 machine).
+if [ -n "${B4_NUMA:-}" ]; then
+	command -v numactl >/dev/null || { echo "B4_NUMA=1: no numactl on this machine" >&2; exit 2; }
+	TW="numactl --localalloc $TW"
+fi
 TW0=$TW TW1=$TW
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 8 ]; then
 	q=$(($(nproc) / 4))
-	TW0="taskset -c $q-$((2 * q - 1)) $TW" TW1="taskset -c $((2 * q))-$((3 * q - 1)) $TW"
+	k=${B4_CPUS:-$q}
+	case $k in '' | *[!0-9]*) k=0 ;; esac
+	[ "$k" -ge 1 ] && [ "$k" -le "$q" ] || { echo "B4_CPUS=${B4_CPUS:-}: want 1 to $q" >&2; exit 2; }
+	TW0="taskset -c $q-$((q + k - 1)) $TW" TW1="taskset -c $((2 * q))-$((2 * q + k - 1)) $TW"
 fi
 field() { sed -n "s/.*$1=\([0-9.-]*\).*/\1/p" | head -1; }
 # rates <workload> <file> [<separator>]: every rate the workload's lines in the file give.
