@@ -106,6 +106,12 @@ say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --f
 # step's solo rate moved 293-475 steps/s between machines of one kind, so references
 # from another are dropped and measured again.
 REFS=$G/classes.refs
+# The workloads with references: the classes, the launch-bound mlp, and attention where
+# a part pairs the two (mixed, mps, sliced) though B4_CLASSES leaves it out.
+REFW="$CL mlp"
+if part mixed || part mps || part sliced; then
+	[[ " $REFW " == *" attn "* ]] || REFW="$REFW attn"
+fi
 MACHINE="# machine $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || hostname) $UUID"
 if [ "$(head -1 "$REFS" 2>/dev/null)" != "$MACHINE" ]; then
 	[ ! -s "$REFS" ] || [ -z "${B4_REUSE:-}" ] || say "the references in $REFS are from another machine: measured again"
@@ -114,12 +120,12 @@ fi
 declare -A REUSED
 if [ -n "${B4_REUSE:-}" ]; then
 	while read -r w so bu he nv ck lo hi; do
-		[[ " $CL mlp " == *" $w "* ]] || continue
+		[[ " $REFW " == *" $w "* ]] || continue
 		SOLO[$w]=$so BUSY[$w]=$bu HELD[$w]=$he NV[$w]=$nv CK[$w]=$ck LO[$w]=${lo:-$so} HI[$w]=${hi:-$so} REUSED[$w]=1
 		say "solo $w: rate $so/s, GPU held $he% (kernels $bu%), NVML utilisation $nv%, SM clock $ck MHz (reused)"
 	done <"$REFS"
 fi
-for w in $CL mlp; do
+for w in $REFW; do
 	[ -z "${REUSED[$w]:-}" ] || continue
 	TESSERA_BENCH_BUSY=1 $TW0 0.3 $w >"$G/classes.busy.$w" || say "$w: busy fraction failed"
 	BUSY[$w]=$(grep "^$w " "$G/classes.busy.$w" | field busy)
@@ -127,7 +133,7 @@ for w in $CL mlp; do
 	HELD[$w]=${HELD[$w]:-${BUSY[$w]}}
 	PRATE[$w]=$(grep "^$w " "$G/classes.busy.$w" | field prate)
 done
-for w in $CL mlp; do
+for w in $REFW; do
 	[ -z "${REUSED[$w]:-}" ] || continue
 	runs=${B4_SOLO_RUNS:-3}
 	: >"$G/classes.solo.$w"
