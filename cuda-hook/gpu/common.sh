@@ -5,32 +5,43 @@
 set -u
 B=$(cd "$1" && pwd)
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-G=$B/gpu
+# TESSERA_GPU_DRY_RUN=<dir>: a dry run of a script's own logic on a machine without a
+# GPU (test/gpu-scripts.sh), with stand-ins for nvidia-smi and the GPU programs first
+# on PATH: nothing is built for the GPU, its files and the GPU's turn file live under
+# <dir>, and neither root nor /etc/tessera is needed.
+DRY=${TESSERA_GPU_DRY_RUN:-}
+G=${DRY:+$DRY/gpu}
+G=${G:-$B/gpu}
 mkdir -p "$G"
 RES=${OUT:-$G}
 HOOK=$B/libtessera-cuda.so
 # Without the hook, LD_PRELOAD is skipped with only a loader warning and every
 # "hooked" figure would be an unhooked one.
 [ -f "$HOOK" ] || { echo "no $HOOK: build the hook first (make -C cuda-hook)" >&2; exit 1; }
-CUDA_INC=$(dirname "$(command -v nvcc)")/../include
-if [ ! -e "$CUDA_INC/cuda.h" ]; then CUDA_INC=$(dirname "$(find / -name cuda.h -path '*include*' -not -path '/proc/*' 2>/dev/null | head -1)"); fi
-LIBCUDA_DIR=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')")
+if [ -z "$DRY" ]; then
+	CUDA_INC=$(dirname "$(command -v nvcc)")/../include
+	if [ ! -e "$CUDA_INC/cuda.h" ]; then CUDA_INC=$(dirname "$(find / -name cuda.h -path '*include*' -not -path '/proc/*' 2>/dev/null | head -1)"); fi
+	LIBCUDA_DIR=$(dirname "$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')")
+fi
 UUID=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 0)
 CTX=576
 # The GPU's turn file, as the node agent provides it to every paced container
 # (api.ContainerTurnsDir; docs/cuda-hook.md, "GPU turns"); TESSERA_TURNS=off runs
 # without it, each container paced on its own. turns <on|off> sets it up afresh.
-TURNS_DIR=/run/tessera-turns
+TURNS_DIR=${DRY:+$DRY/turns}
+TURNS_DIR=${TURNS_DIR:-/run/tessera-turns}
 turns() {
 	mkdir -p "$TURNS_DIR"
 	rm -f "$TURNS_DIR/$UUID"
 	[ "$1" = off ] || truncate -s 4096 "$TURNS_DIR/$UUID"
 }
 
-if [ "$(id -u)" != 0 ]; then echo "the GPU suite sets up /etc/tessera and needs root"; exit 1; fi
-mkdir -p /etc/tessera
-printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
-chmod 644 /etc/tessera/cuda-hook.conf
+if [ -z "$DRY" ]; then
+	if [ "$(id -u)" != 0 ]; then echo "the GPU suite sets up /etc/tessera and needs root"; exit 1; fi
+	mkdir -p /etc/tessera
+	printf 'allow-env-limits yes\n' >/etc/tessera/cuda-hook.conf
+	chmod 644 /etc/tessera/cuda-hook.conf
+fi
 turns "${TESSERA_TURNS:-on}"
 
 # limits <file> <memory-mib> <cores> <phase> [cgroup]: under the kernel charge model,
