@@ -14,7 +14,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
-D=$(mktemp -d)
+D=$(mktemp -d "$(cd "$B" && pwd)/gpu-dry.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 mkdir -p "$D/bin" "$D/out"
 cat >"$D/bin/python3" <<'MOCK'
