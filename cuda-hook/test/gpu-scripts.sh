@@ -1,14 +1,16 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
-# A dry run of gpu/b4-classes.sh on a machine without a GPU: stand-ins for python3 (the
-# PyTorch workloads print made-up rates and busy fractions, NVML reads nothing) and for
-# nvidia-smi come first on PATH, and common.sh's TESSERA_GPU_DRY_RUN keeps every file
-# under a directory of the run's. Every part runs through for a class that holds the
-# GPU more than half the time and one that holds less, attention left out of
-# B4_CLASSES (the mixed, mps-free parts pair it), then again from the references the
-# first run kept (B4_REUSE=1). It checks the script's own logic, its rows and verdicts
-# present and no shell error, never a figure: the script is otherwise run only on GPU
-# machines, where a typo costs a call.
+# A dry run of the GPU benchmark scripts on a machine without a GPU: stand-ins for
+# python3 (the PyTorch workloads print made-up rates and busy fractions, NVML reads
+# nothing), nvidia-smi, nvcc (each CUDA program it builds prints made-up figures in its
+# program's format) and the MPS control daemon come first on PATH, and common.sh's
+# TESSERA_GPU_DRY_RUN keeps every file under a directory of the run's. gpu/b4-classes.sh
+# runs every part for a class that holds the GPU more than half the time and one that
+# holds less, attention left out of B4_CLASSES (the parts that pair it measure it),
+# then again from the references the first run kept (B4_REUSE=1); gpu/b4-matrix.sh and
+# gpu/run-b7.sh run whole. It checks the scripts' own logic, their rows present and no
+# shell error, never a figure: the scripts otherwise run only on GPU machines, where a
+# typo costs a call.
 #
 #   test/gpu-scripts.sh <build-dir>
 set -eu
@@ -41,36 +43,75 @@ cat >"$D/bin/nvidia-smi" <<'MOCK'
 #!/bin/bash
 case "$*" in *uuid*) echo GPU-d1700000-0000-0000-0000-000000000000 ;; *) echo "dry run, 0.0" ;; esac
 MOCK
-chmod +x "$D/bin/python3" "$D/bin/nvidia-smi"
+cat >"$D/bin/nvcc" <<'MOCK'
+#!/bin/bash
+# nvcc ... <program>.cu ... -o <out>: <out> prints what the program prints.
+o= src=
+while [ $# -gt 0 ]; do
+	case $1 in -o) o=$2 && shift ;; *.cu) src=$(basename "$1") ;; esac
+	shift
+done
+case $src in
+work.cu) cat >"$o" <<'W'
+#!/bin/bash
+now=$(date +%s%6N)
+case $1 in
+calib) echo "iters=$(($2 * 100))" ;;
+*) echo "rate=$(awk -v s=$RANDOM 'BEGIN{ printf "%.3f", 1000 * (0.9 + 0.2 * s / 32767) }') n=100 wall=0.100 t0_us=$now t1_us=$((now + 1000))" ;;
+esac
+W
+	;;
+b7.cu) cat >"$o" <<'W'
+#!/bin/bash
+echo "mode=$1 n=100 seconds=$2 rate=$(awk -v s=$RANDOM 'BEGIN{ printf "%.1f", 1000 * (0.9 + 0.2 * s / 32767) }') kernel_ns=5000 busy=79.3"
+W
+	;;
+*) printf '#!/bin/bash\nexit 0\n' >"$o" ;;
+esac
+chmod +x "$o"
+MOCK
+printf '#!/bin/bash\n[ "${1:-}" = -d ] || cat >/dev/null\n' >"$D/bin/nvidia-cuda-mps-control"
+chmod +x "$D/bin/python3" "$D/bin/nvidia-smi" "$D/bin/nvcc" "$D/bin/nvidia-cuda-mps-control"
+# run <script> [<VAR=value>...]: the script dry, its output in $D/log.
 run() {
-	local rc=0
-	PATH=$D/bin:$PATH TESSERA_GPU_DRY_RUN=$D OUT=$D/out B4_SECONDS=0.1 B4_CLASSES="llm convnet" "$@" \
-		gpu/b4-classes.sh "$B" >"$D/log" 2>&1 || rc=$?
+	local rc=0 script=$1
+	shift
+	PATH=$D/bin:$PATH TESSERA_GPU_DRY_RUN=$D OUT=$D/out B4_SECONDS=0.1 B7_SECONDS=0.1 B4_CLASSES="llm convnet" \
+		env "$@" "gpu/$script" "$B" >"$D/log" 2>&1 || rc=$?
 	if [ $rc != 0 ]; then
 		cat "$D/log"
-		echo "FAIL b4-classes.sh exited $rc"
+		echo "FAIL $script exited $rc"
 		exit 1
 	fi
 	if grep -n "unbound variable\|syntax error\|command not found\|: line [0-9]*:" "$D/log"; then
-		echo "FAIL b4-classes.sh: shell errors above"
+		echo "FAIL $script: shell errors above"
 		exit 1
 	fi
 }
+# want <results file> <pattern>
 want() {
-	grep -q "$1" "$D/out/b4-classes.txt" || { cat "$D/out/b4-classes.txt"; echo "FAIL b4-classes.sh: no line matching '$1'"; exit 1; }
+	grep -q "$2" "$D/out/$1" || { cat "$D/out/$1"; echo "FAIL $1: no line matching '$2'"; exit 1; }
 }
-run env B4_PARTS="alone pairs mixed ab sliced"
+run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced"
 for w in llm convnet; do
-	want "^solo $w: rate"
-	want "^alone cap 25 *$w "
-	want "^pair 30 of 30/70 *$w "
-	want "^sliced u70 of 30/u70 *$w "
+	want b4-classes.txt "^solo $w: rate"
+	want b4-classes.txt "^alone cap 25 *$w "
+	want b4-classes.txt "^pair 30 of 30/70 *$w "
+	want b4-classes.txt "^sliced u70 of 30/u70 *$w "
 done
-want "^solo attn: rate"
-want "^mixed launch-bound mlp at 30 beside attn at 70"
-want "^ab convnet "
-want "info (cap .*host-paced"
-run env B4_REUSE=1 B4_PARTS="ab"
-want "^solo llm: .*(reused)"
-want "^ab convnet "
-echo "ok gpu scripts: b4-classes.sh's every part in a dry run, and again from its kept references"
+want b4-classes.txt "^solo attn: rate"
+want b4-classes.txt "^mixed launch-bound mlp at 30 beside attn at 70"
+want b4-classes.txt "^ab convnet "
+want b4-classes.txt "info (cap .*host-paced"
+run b4-classes.sh B4_REUSE=1 B4_PARTS=ab
+want b4-classes.txt "^solo llm: .*(reused)"
+want b4-classes.txt "^ab convnet "
+run b4-matrix.sh
+for p in "^solo k10us: rate" "^pair 30/70 *k1ms " "^alone cap 80 *mm8192 " "^B4 matrix: "; do
+	want b4-matrix.txt "$p"
+done
+run run-b7.sh
+for m in none hook mps; do
+	want b7.txt "^B7 mode=$m mix=mm:25+mm:25+launch:25+launch:25 shares="
+done
+echo "ok gpu scripts: b4-classes.sh's every part dry, and again from its kept references; b4-matrix.sh and run-b7.sh dry"
