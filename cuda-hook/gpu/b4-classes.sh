@@ -208,8 +208,7 @@ ab_verdict() {
 		mu = med(ru, nu)
 		printf "ab %-8s solo rates %s; unpaced %s, cap %d %s; ", w, s, u, c, k
 		for (i = 1; i <= nk; i++) rk[i] = (ss[i] > 0) ? 100 * ks[i] / ss[i] : 0
-		for (i = 1; i <= n; i++) rs[i] = ss[i]
-		mk = med(rk, nk); ms = med(rs, n); need = b * ms / m; g = mk * need / 100
+		mk = med(rk, nk); need = b * med(ss, n) / m; g = mk * need / 100
 		printf "unpaced %.1f%% of the solo run of its round (median of %d) %s; ", mu, nu, (mu >= 95) ? "ok" : "FAIL"
 		printf "cap %d %.1f%%, GPU %.1f%% (needing %.1f%% at the median of these solo runs) ", c, mk, g, need
 		if (need > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok" : "FAIL", e }
