@@ -31,8 +31,10 @@
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
 # rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients;
 # with ab, the host-paced workloads against solo runs interleaved with theirs (below),
-# which judges their rows alone that their host's speed decides.
-# B4_PARTS (of "alone pairs mixed mps ab sliced"; all but mps and sliced by default) and
+# which judges their rows alone that their host's speed decides; with phases, every
+# workload capped and unpaced by turns in one process, judged against itself.
+# B4_PARTS (of "alone pairs mixed mps ab sliced phases"; all but mps, sliced and phases
+# by default) and
 # B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
@@ -215,6 +217,23 @@ ab_verdict() {
 		else printf "%s not slowed (want >= 95)", (mk >= 95) ? "ok" : "FAIL"
 	}'
 }
+# phases_verdict <workload> <cap> <phases line>: a row of the phases part (below). Its
+# GPU time a step is HELD over SOLO; what it needs, that at its unpaced rate in the
+# same process.
+phases_verdict() {
+	awk -v w=$1 -v c=$2 -v line="$3" -v b="${HELD[$1]}" -v m="${SOLO[$1]}" 'BEGIN{
+		n = split(line, f, " "); for (i = 1; i <= n; i++) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
+		u = v["rate_u"] + 0; k = v["rate_c"] + 0
+		if (u <= 0 || m <= 0) { printf "%-30s %-8s no rate", "phases cap " c, w; exit }
+		nu = split(v["unpaced"], us, "/"); lo = hi = us[1]
+		for (i = 2; i <= nu; i++) { if (us[i] < lo) lo = us[i]; if (us[i] > hi) hi = us[i] }
+		need = b * u / m; g = b * k / m
+		printf "%-30s %-8s unpaced %s (%.1f%% of solo, rounds %.0f%% apart), cap %d %s: rate %.1f%% of unpaced, GPU %.1f%% (needing %.1f%% unpaced) ", \
+			"phases cap " c, w, v["unpaced"], 100 * u / m, 100 * (hi - lo) / lo, c, v["capped"], 100 * k / u, g, need
+		if (need > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e }
+		else printf "%s not slowed (want >= 95)", (k >= 0.95 * u) ? "ok  " : "FAIL"
+	}'
+}
 # What two unhooked processes of a workload get side by side, their measured seconds
 # lined up: the GPU time (rate share times GPU held alone) the pair holds in all,
 # PAIR, and each one's rate, PAIRRATE. A time-sliced GPU runs two contexts in turns,
@@ -268,8 +287,24 @@ debug_summary() {
 	done >"$RES/b4-classes-debug.txt"
 	tar -czf "$RES/b4-classes-debug.tar.gz" -C "$G" debug
 }
+# The phases part's share file, where the node agent keeps it for the GPU (the hook's
+# TESSERA_SHARES_DIR/<uuid>/share): share_file <share> writes it; shares_gone removes
+# it, and the directory where this script made it, so that no later container granted
+# no cores on this GPU (an MPS client's) is paced to it.
+SHDIR=${DRY:+$DRY/shares}
+SHDIR=${SHDIR:-/run/tessera-shares}/$UUID
+SHMADE=
+share_file() {
+	[ -d "$SHDIR" ] || { mkdir -p "$SHDIR" && SHMADE=1; }
+	printf 'version 1\nreserved %d\ncontainers 1\nshare %d\nphase 0\n' $((100 - $1)) $1 >"$SHDIR/share.new" && mv "$SHDIR/share.new" "$SHDIR/share"
+}
+shares_gone() {
+	rm -f "$SHDIR"/share*
+	[ -z "$SHMADE" ] || rmdir "$SHDIR" 2>/dev/null || true
+	SHMADE=
+}
 rm -rf "$G/debug"
-trap 'debug_summary; exit 143' TERM INT
+trap 'shares_gone; debug_summary; exit 143' TERM INT
 # hk <log name> <limits file> <command...>: hooked, with the debug log kept under B4_DEBUG.
 hk() {
 	local name=$1
@@ -445,6 +480,31 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 			done
 			say "$(ab_verdict $w $c "$(rates $w "$G/ab.$w.solo")" "$(rates $w "$G/ab.$w.100")" "$(rates $w "$G/ab.$w.cap")")"
 		done
+	fi
+	# B4_PARTS with phases: each workload at each of B4_CAPS in one process of its own,
+	# capped and unpaced by turns (torch_work.py's TESSERA_BENCH_PHASES: B4_PHASE_ROUNDS
+	# rounds (3) of a capped and an unpaced phase of B4_PHASE_SECONDS (1) each), as a
+	# container granted no cores whose unreserved share the script moves between the cap
+	# and 100 (the node agent's share file, docs/cuda-hook.md "Unreserved containers"):
+	# the same allowance and charges as a container granted the cap, without the GPU's
+	# turns (alone on the GPU, a container's turn is never waited for). The capped
+	# phases are judged against the unpaced ones of the same process, the host's speed
+	# the same on both sides, which between processes moves more than a verdict's
+	# margin: within +-3 of the cap in GPU time where the unpaced rate needs more, else
+	# not slowed. The spread of the unpaced rounds says whether the host held still
+	# within the process.
+	if part phases; then
+		for c in $CAPS; do
+			for w in $CL; do
+				n=$((n + 1))
+				share_file $c
+				limits "$G/c$n" 130000 0 0 "/b4c/$n/phases$c"
+				TESSERA_BENCH_PHASES="$SHDIR/share:$c:${B4_PHASE_ROUNDS:-3}" hk "$n-phases$c-$w" "$G/c$n" $TW0 "${B4_PHASE_SECONDS:-1}" $w \
+					>"$G/classes.$n" || say "phases cap $c $w failed"
+				say "$(phases_verdict $w $c "$(grep "^$w phases" "$G/classes.$n")")"
+			done
+		done
+		shares_gone
 	fi
 done
 done

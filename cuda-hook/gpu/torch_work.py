@@ -42,6 +42,17 @@ from a synchronize to a synchronize, the process's CPU time per step (cpu_us, al
 threads), and that interval's start and end (t0_us, t1_us: microseconds since the
 epoch, for NVML's utilisation samples).
 
+TESSERA_BENCH_PHASES=<share-file>:<cap>:<rounds>[:<settle-seconds>] measures each
+workload capped and unpaced in this one process, in <rounds> rounds of two phases of
+<seconds> each, the order turned each round: before a phase it writes the node agent's
+unreserved-share file (api/shares.go's format) with share <cap> or 100 (not paced) and
+steps <settle-seconds> (0.25) unmeasured, for the hook of a container granted no cores
+to re-read it and its allowance to settle. Prints "<workload> phases cap=<cap>
+unpaced=<rate>/... capped=<rate>/..." (one rate a round) and rate_u, rate_c (all
+steps over all measured seconds of each kind). A host-bound step's speed moves from
+one process to the next by more than a verdict's margin; within one process it is
+the same host on both sides of the comparison.
+
 TESSERA_BENCH_BARRIER=<dir>:<n> lines up the measured intervals of n processes
 started together: after its warm-up each one leaves a file in <dir> and goes on
 stepping, unmeasured, until all n have (60 s at most; "barrier=late" then says the
@@ -103,6 +114,49 @@ def run(step, seconds, k, warm=0.5):
     t1 = time.monotonic()
     cpu_us = (time.process_time() - c0) * 1e6 / max(n, 1)
     return n / (t1 - t0), cpu_us, e0, int(time.time() * 1e6)
+
+
+def write_share(path, share):
+    """The node agent's share file (api/shares.go, version 1), replaced atomically."""
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(f"version 1\nreserved {100 - share}\ncontainers 1\nshare {share}\nphase 0\n")
+    os.replace(tmp, path)
+
+
+def measure(step, seconds):
+    torch.cuda.synchronize()
+    n = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        step()
+        n += 1
+    torch.cuda.synchronize()
+    return n, time.monotonic() - t0
+
+
+def phases(step, seconds, spec):
+    """TESSERA_BENCH_PHASES: capped and unpaced phases in turn, in this process."""
+    parts = spec.split(":")
+    path, cap, rounds = parts[0], int(parts[1]), int(parts[2])
+    settle = float(parts[3]) if len(parts) > 3 else 0.25
+    got = {cap: [], 100: []}
+    for r in range(rounds):
+        for share in ((cap, 100) if r % 2 == 0 else (100, cap)):
+            write_share(path, share)
+            t = time.monotonic()
+            while time.monotonic() - t < settle:
+                step()
+            got[share].append(measure(step, seconds))
+    write_share(path, 100)
+
+    def rates(k):
+        return "/".join(f"{n / t:.3f}" for n, t in got[k])
+
+    def total(k):
+        return sum(n for n, _ in got[k]) / sum(t for _, t in got[k])
+
+    return f"phases cap={cap} unpaced={rates(100)} capped={rates(cap)} rate_u={total(100):.3f} rate_c={total(cap):.3f}"
 
 
 def matmul(n):
@@ -424,6 +478,12 @@ def main():
             for _ in range(20):
                 step()
             kernels(w, step, seconds)
+            continue
+        if os.environ.get("TESSERA_BENCH_PHASES"):
+            t = time.monotonic()
+            while time.monotonic() - t < 0.5:
+                step()
+            print(f"{w} {phases(step, seconds, os.environ['TESSERA_BENCH_PHASES'])}", flush=True)
             continue
         rate, cpu_us, e0, e1 = run(step, seconds, k)
         extra = ""

@@ -17,7 +17,8 @@ set -eu
 cd "$(dirname "$0")/.."
 B=${1:-build}
 D=$(mktemp -d "$(cd "$B" && pwd)/gpu-dry.XXXXXX")
-trap 'rm -rf "$D"' EXIT
+# KEEP=1 keeps the run's directory (its out/ holds the last script's results).
+trap '[ -n "${KEEP:-}" ] || rm -rf "$D"' EXIT
 mkdir -p "$D/bin" "$D/out"
 cat >"$D/bin/python3" <<'MOCK'
 #!/bin/bash
@@ -32,6 +33,13 @@ case "${1:-}" in
 		r=$(awk -v b=$base -v s=$RANDOM 'BEGIN{ printf "%.3f", b * (0.8 + 0.4 * s / 32767) }')
 		extra=
 		[ -z "${TESSERA_BENCH_BUSY:-}" ] || extra=" busy=$held held=$held prate=$((base * 2 / 3))"
+		if [ -n "${TESSERA_BENCH_PHASES:-}" ]; then
+			# The share file torch_work.py writes must be where the script made it.
+			IFS=: read -r f c k _ <<<"$TESSERA_BENCH_PHASES"
+			grep -q "^share $c\$" "$f" || { echo "no share $c in $f" >&2; exit 1; }
+			echo "$w phases cap=$c unpaced=$r/$r capped=$r/$r rate_u=$r rate_c=$(awk -v r=$r 'BEGIN{ printf "%.3f", r / 2 }')"
+			continue
+		fi
 		echo "$w rate=$r cpu_us=1 t0_us=$now t1_us=$((now + 1000))$extra"
 	done
 	;;
@@ -92,8 +100,10 @@ run() {
 want() {
 	grep -q "$2" "$D/out/$1" || { cat "$D/out/$1"; echo "FAIL $1: no line matching '$2'"; exit 1; }
 }
-run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced"
+run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced phases"
+[ ! -e "$D/shares" ] || [ -z "$(ls -A "$D/shares")" ] || { ls -R "$D/shares"; echo "FAIL b4-classes.sh: its share file left behind"; exit 1; }
 for w in llm convnet; do
+	want b4-classes.txt "^phases cap 50 *$w .* unpaced"
 	want b4-classes.txt "^solo $w: rate"
 	want b4-classes.txt "^alone cap 25 *$w "
 	want b4-classes.txt "^pair 30 of 30/70 *$w "
