@@ -103,17 +103,11 @@ def run(step, seconds, k, warm=0.5):
             break
         step()
     torch.cuda.synchronize()
-    n = 0
     e0 = int(time.time() * 1e6)
     c0 = time.process_time()
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < seconds:
-        step()
-        n += 1
-    torch.cuda.synchronize()
-    t1 = time.monotonic()
+    n, wall = measure(step, seconds)
     cpu_us = (time.process_time() - c0) * 1e6 / max(n, 1)
-    return n / (t1 - t0), cpu_us, e0, int(time.time() * 1e6)
+    return n / wall, cpu_us, e0, int(time.time() * 1e6)
 
 
 def write_share(path, share):
@@ -125,6 +119,7 @@ def write_share(path, share):
 
 
 def measure(step, seconds):
+    """Steps for <seconds> from a synchronize to a synchronize: (steps, wall seconds)."""
     torch.cuda.synchronize()
     n = 0
     t0 = time.monotonic()
@@ -139,6 +134,8 @@ def phases(step, seconds, spec):
     """TESSERA_BENCH_PHASES: capped and unpaced phases in turn, in this process."""
     parts = spec.split(":")
     path, cap, rounds = parts[0], int(parts[1]), int(parts[2])
+    if not 1 <= cap < 100 or rounds < 1:
+        raise ValueError(f"TESSERA_BENCH_PHASES={spec}: want a cap of 1 to 99 and a round or more")
     settle = float(parts[3]) if len(parts) > 3 else 0.25
     got = {cap: [], 100: []}
     for r in range(rounds):
