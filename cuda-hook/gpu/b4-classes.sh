@@ -295,19 +295,22 @@ debug_summary() {
 }
 # The phases part's share file, where the node agent keeps it for the GPU (the hook's
 # TESSERA_SHARES_DIR/<uuid>/share): share_file <share> writes it; shares_gone removes
-# it, and the directory where this script made it, so that no later container granted
-# no cores on this GPU (an MPS client's) is paced to it.
+# what share_file wrote, and the directory where it made it, so that no later
+# container granted no cores on this GPU (an MPS client's) is paced to it. A share
+# file already there is a node's: the part is then not run.
 SHDIR=${DRY:+$DRY/shares}
 SHDIR=${SHDIR:-/run/tessera-shares}/$UUID
-SHMADE=
+SHMADE= SHWROTE=
 share_file() {
 	[ -d "$SHDIR" ] || { mkdir -p "$SHDIR" && SHMADE=1; }
+	SHWROTE=1
 	printf 'version 1\nreserved %d\ncontainers 1\nshare %d\nphase 0\n' $((100 - $1)) $1 >"$SHDIR/share.new" && mv "$SHDIR/share.new" "$SHDIR/share"
 }
 shares_gone() {
+	[ -n "$SHWROTE" ] || return 0
 	rm -f "$SHDIR"/share*
 	[ -z "$SHMADE" ] || rmdir "$SHDIR" 2>/dev/null || true
-	SHMADE=
+	SHMADE= SHWROTE=
 }
 rm -rf "$G/debug"
 trap 'shares_gone; debug_summary; exit 143' TERM INT
@@ -501,7 +504,9 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	# order weigh a host that speeds up or slows down alike on both sides. Within +-3
 	# of the cap in GPU time where the unpaced rate needs more, else not slowed; the
 	# rounds' ratios' mean and standard error beside, how far the host moved.
-	if part phases; then
+	if part phases && [ -e "$SHDIR/share" ] && [ -z "$SHWROTE" ]; then
+		say "phases: not run: $SHDIR/share is there already (a node's share file; the part writes its own)"
+	elif part phases; then
 		for c in $CAPS; do
 			for w in $CL; do
 				n=$((n + 1))

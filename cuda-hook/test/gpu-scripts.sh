@@ -116,6 +116,13 @@ want b4-classes.txt "info (cap .*host-paced"
 run b4-classes.sh B4_REUSE=1 B4_PARTS=ab
 want b4-classes.txt "^solo llm: .*(reused)"
 want b4-classes.txt "^ab convnet "
+# A share file already there is a node's: phases is not run, and the file is kept.
+U=$(PATH=$D/bin:$PATH nvidia-smi --query-gpu=uuid --format=csv,noheader)
+mkdir -p "$D/shares/$U"
+echo node >"$D/shares/$U/share"
+run b4-classes.sh B4_REUSE=1 B4_PARTS=phases
+want b4-classes.txt "^phases: not run: .* is there already"
+[ "$(cat "$D/shares/$U/share")" = node ] || { echo "FAIL b4-classes.sh: a node's share file overwritten"; exit 1; }
 run b4-matrix.sh
 for p in "^solo k10us: rate" "^pair 30/70 *k1ms " "^alone cap 80 *mm8192 " "^B4 matrix: "; do
 	want b4-matrix.txt "$p"
