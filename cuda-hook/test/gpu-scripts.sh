@@ -7,7 +7,8 @@
 # TESSERA_GPU_DRY_RUN keeps every file under a directory of the run's. gpu/b4-classes.sh
 # runs every part for a class that holds the GPU more than half the time and one that
 # holds less, attention left out of B4_CLASSES (the parts that pair it measure it),
-# then again from the references the first run kept (B4_REUSE=1); gpu/b4-matrix.sh and
+# then again from the references the first run kept (B4_REUSE=1), and beside a node's
+# share file (its phases part not run, the file kept); gpu/b4-matrix.sh and
 # gpu/run-b7.sh run whole. It checks the scripts' own logic, their rows present and no
 # shell error, never a figure: the scripts otherwise run only on GPU machines, where a
 # typo costs a call.
