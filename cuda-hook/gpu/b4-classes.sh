@@ -393,8 +393,13 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 					i=$((i + 1))
 					continue 2
 				fi
-				# The paced tenant beside an unhooked one: not a row of B4's.
+				# The paced tenant beside an unhooked one: not a row of B4's, but what
+				# it got with the other unpaced, set against its paced pair's row.
 				if [ "$label" = sliced ]; then
+					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" -v b="${HELD[$w]}" \
+						-v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" 'BEGIN{
+						if (r == "" || s <= 0) printf "%-30s %-8s no rate", l, w
+						else printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo, GPU %5.1f%% paced beside the unhooked tenant (info)", l, w, r, 100 * r / s, b * r / s }')"
 					i=$((i + 1))
 					continue 2
 				fi
