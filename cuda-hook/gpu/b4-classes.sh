@@ -221,7 +221,9 @@ ab_verdict() {
 }
 # phases_verdict <workload> <cap> <phases line>: a row of the phases part (below). Its
 # GPU time a step is HELD over SOLO; what it needs, that at its unpaced rate in the
-# same process.
+# same process. Beside it, NVML's utilisation over the capped and the unpaced phases
+# (alone on the GPU, the process's own busy time: a reading that rests on no
+# reference).
 phases_verdict() {
 	awk -v w=$1 -v c=$2 -v line="$3" -v b="${HELD[$1]}" -v m="${SOLO[$1]}" 'BEGIN{
 		n = split(line, f, " "); for (i = 1; i <= n; i++) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
@@ -238,6 +240,7 @@ phases_verdict() {
 			"phases cap " c, w, u, 100 * u / m, nu, 100 * (hi - lo) / lo, c, k, 100 * k / u, mr, se, g, need
 		if (need > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e }
 		else printf "%s not slowed (want >= 95)", (k >= 0.95 * u) ? "ok  " : "FAIL"
+		if (v["nvml_c"] != "") printf " [NVML %s%% capped, %s%% unpaced]", v["nvml_c"], v["nvml_u"]
 	}'
 }
 # What two unhooked processes of a workload get side by side, their measured seconds

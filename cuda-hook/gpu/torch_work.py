@@ -49,7 +49,9 @@ unreserved-share file (api/shares.go's format) with share <cap> or 100 (not pace
 steps <settle-seconds> (0.25) unmeasured, for the hook of a container granted no cores
 to re-read it and its allowance to settle. Prints "<workload> phases cap=<cap>
 unpaced=<rate>/... capped=<rate>/..." (one rate a round) and rate_u, rate_c (all
-steps over all measured seconds of each kind). A host-bound step's speed moves from
+steps over all measured seconds of each kind), and where pynvml is there nvml_u,
+nvml_c: NVML's GPU utilisation over each kind's phases (the samples wholly inside
+them). A host-bound step's speed moves from
 one process to the next by more than a verdict's margin; within one process it is
 the same host on both sides of the comparison.
 
@@ -130,6 +132,32 @@ def measure(step, seconds):
     return n, time.monotonic() - t0
 
 
+class Util:
+    """NVML's GPU utilisation samples (the share of each sample period in which a kernel
+    ran) of GPU 0 between two instants, where pynvml is there: alone on the GPU, a
+    process's own busy time, read beside the GPU time its rate gives."""
+
+    def __init__(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml, self.h = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            self.nvml = None
+
+    def mean(self, t0_us, t1_us):
+        """The samples whose period lies within [t0_us, t1_us] (a period is 1/6 s to
+        1 s: those ending in the first 170 ms may reach back before t0_us)."""
+        if self.nvml is None:
+            return []
+        try:
+            _, got = self.nvml.nvmlDeviceGetSamples(self.h, self.nvml.NVML_GPU_UTILIZATION_SAMPLES, t0_us)
+        except Exception:
+            return []
+        return [x.sampleValue.uiVal for x in got if t0_us + 170000 <= x.timeStamp <= t1_us]
+
+
 def phases(step, seconds, spec):
     """TESSERA_BENCH_PHASES: capped and unpaced phases in turn, in this process."""
     parts = spec.split(":")
@@ -138,13 +166,16 @@ def phases(step, seconds, spec):
         raise ValueError(f"TESSERA_BENCH_PHASES={spec}: want a cap of 1 to 99 and a round or more")
     settle = float(parts[3]) if len(parts) > 3 else 0.25
     got = {cap: [], 100: []}
+    util, busy = Util(), {cap: [], 100: []}
     for r in range(rounds):
         for share in ((cap, 100) if r % 2 == 0 else (100, cap)):
             write_share(path, share)
             t = time.monotonic()
             while time.monotonic() - t < settle:
                 step()
+            t0_us = int(time.time() * 1e6)
             got[share].append(measure(step, seconds))
+            busy[share] += util.mean(t0_us, int(time.time() * 1e6))
     write_share(path, 100)
 
     def rates(k):
@@ -153,7 +184,9 @@ def phases(step, seconds, spec):
     def total(k):
         return sum(n for n, _ in got[k]) / sum(t for _, t in got[k])
 
-    return f"phases cap={cap} unpaced={rates(100)} capped={rates(cap)} rate_u={total(100):.3f} rate_c={total(cap):.3f}"
+    nvml = "".join(f" nvml_{k}={sum(busy[v]) / len(busy[v]):.1f}" for k, v in (("u", 100), ("c", cap)) if busy[v])
+    return (f"phases cap={cap} unpaced={rates(100)} capped={rates(cap)} rate_u={total(100):.3f} "
+            f"rate_c={total(cap):.3f}{nvml}")
 
 
 def matmul(n):

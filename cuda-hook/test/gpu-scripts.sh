@@ -38,7 +38,7 @@ case "${1:-}" in
 			# The share file torch_work.py writes must be where the script made it.
 			IFS=: read -r f c k _ <<<"$TESSERA_BENCH_PHASES"
 			grep -q "^share $c\$" "$f" || { echo "no share $c in $f" >&2; exit 1; }
-			echo "$w phases cap=$c unpaced=$r/$r capped=$r/$r rate_u=$r rate_c=$(awk -v r=$r 'BEGIN{ printf "%.3f", r / 2 }')"
+			echo "$w phases cap=$c unpaced=$r/$r capped=$r/$r rate_u=$r rate_c=$(awk -v r=$r 'BEGIN{ printf "%.3f", r / 2 }') nvml_u=$held nvml_c=$c.0"
 			continue
 		fi
 		echo "$w rate=$r cpu_us=1 t0_us=$now t1_us=$((now + 1000))$extra"
@@ -104,7 +104,7 @@ want() {
 run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced phases"
 [ ! -e "$D/shares" ] || [ -z "$(ls -A "$D/shares")" ] || { ls -R "$D/shares"; echo "FAIL b4-classes.sh: its share file left behind"; exit 1; }
 for w in llm convnet; do
-	want b4-classes.txt "^phases cap 50 *$w .* unpaced"
+	want b4-classes.txt "^phases cap 50 *$w .* unpaced.*\[NVML 50.0% capped"
 	want b4-classes.txt "^solo $w: rate"
 	want b4-classes.txt "^alone cap 25 *$w "
 	want b4-classes.txt "^pair 30 of 30/70 *$w "
