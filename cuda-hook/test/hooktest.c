@@ -1888,6 +1888,44 @@ static int pace_follow_main(int argc, char **argv)
 	return 0;
 }
 
+/* B4's phases (gpu/b4-classes.sh, B4_PARTS=phases) on the fake driver: a container
+ * granted no cores whose share file the bench moves between <cap> and 100, four rounds
+ * of a capped and an unpaced phase of 0.5 s each after 0.15 s to settle, in the order
+ * capped, unpaced, unpaced, capped: the capped phases get the cap, the unpaced ones
+ * more, each phase from its start (the bench judges a workload's capped phases
+ * against its unpaced ones in the same process). */
+static int pace_phases_main(int argc, char **argv)
+{
+	CHECK(argc == 5, "usage: pace-phases <share-file> <path> <cap>");
+	const char *file = argv[2], *path = argv[3];
+	int cap = atoi(argv[4]);
+	char capped[256];
+	snprintf(capped, sizeof(capped), "version 1\nreserved %d\ncontainers 1\nshare %d\nphase 0\n", 100 - cap, cap);
+	const char *free_gpu = "version 1\nreserved 0\ncontainers 1\nshare 100\nphase 0\n";
+	write_share(file, capped);
+	setup();
+	run_launches(path, 0.3);
+	double sum[2] = {0, 0}, lo = 100, hi = 0;
+	for (int r = 0; r < 4; r++)
+		for (int j = 0; j < 2; j++) {
+			int unpaced = (r + j) % 2;
+			write_share(file, unpaced ? free_gpu : capped);
+			run_launches(path, 0.15);
+			double v = run_launches(path, 0.5);
+			sum[unpaced] += v / 4;
+			if (!unpaced && v < lo)
+				lo = v;
+			if (!unpaced && v > hi)
+				hi = v;
+		}
+	write_share(file, free_gpu);
+	printf("pace-phases %s: cap %d: capped %.1f%% (phases %.1f-%.1f), unpaced %.1f%%\n", path, cap, sum[0], lo, hi, sum[1]);
+	CHECK(sum[0] >= cap - 3 && sum[0] <= cap + 3, "capped phases %.1f%%, want %d%% +- 3", sum[0], cap);
+	CHECK(lo >= cap - 6 && hi <= cap + 6, "a capped phase at %.1f-%.1f%%, want each within %d%% +- 6", lo, hi, cap);
+	CHECK(sum[1] >= cap + 10, "unpaced phases %.1f%%, want well over the cap (%d%% + 10): still paced", sum[1], cap);
+	return 0;
+}
+
 /* A program that launches, then leaves its stream idle for a while (asleep, waiting
  * for a request, for a start time) and then saturates the GPU gets its share from the
  * start: the burst its first launch opened spans the pause, in which the GPU idled,
@@ -2131,6 +2169,8 @@ int main(int argc, char **argv)
 		return pace_wc_main(argc, argv);
 	if (strcmp(scenario, "pace-follow") == 0)
 		return pace_follow_main(argc, argv);
+	if (strcmp(scenario, "pace-phases") == 0)
+		return pace_phases_main(argc, argv);
 	if (strcmp(scenario, "graphmem") == 0)
 		return graphmem_main(argc, argv);
 	if (strcmp(scenario, "capture") == 0)

@@ -739,6 +739,11 @@ tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 0 1
 # It follows the file: arrivals, departures, a malformed file (the last share kept).
 printf 'version 1\ncgroup /share/follow\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-follow "$S1/share"
+# As B4's phases move it: half-second phases, each capped one at the cap from its start
+# (a saturating loop, and a host-paced LLM step needing about 77 %).
+printf 'version 1\ncgroup /share/phases\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
+timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-phases "$S1/share" kernel 25
+timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-phases "$S1/share" llm250 50
 # No valid file ever read: the least share (1 %), never unpaced.
 rm -f "$S1/share"
 printf 'version 1\ncgroup /share/missing\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
