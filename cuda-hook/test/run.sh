@@ -740,9 +740,12 @@ tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace kernel 0 1
 printf 'version 1\ncgroup /share/follow\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-follow "$S1/share"
 # As B4's phases move it: half-second phases, each capped one at the cap from its start
-# (a saturating loop, and a host-paced LLM step needing about 77 %).
+# (a saturating loop; and a host-paced LLM step needing about 77 %, under the kernel
+# model, which B4 runs: the class model runs such a step over its cap, 76.5-77.1 % at
+# 50, docs/cuda-hook.md "Known gaps").
 printf 'version 1\ncgroup /share/phases\ncontext-mib 0\n%bgpu %s 81920 0 0\n' "$BESIDE_DEFAULT" $U1 >"$ROOT/a.limits"
 timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-phases "$S1/share" kernel 25
+printf 'version 1\ncgroup /share/phases-llm\ncontext-mib 0\ncharge kernel\ngpu %s 81920 0 0\n' $U1 >"$ROOT/a.limits"
 timed tenv TESSERA_LIMITS_FILE="$ROOT/a.limits" pace-phases "$S1/share" llm250 50
 # No valid file ever read: the least share (1 %), never unpaced.
 rm -f "$S1/share"
