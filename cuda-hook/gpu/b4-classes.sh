@@ -110,11 +110,13 @@ say "B4 classes $(date -u +%F), $(nvidia-smi --query-gpu=name,driver_version --f
 # step's solo rate moved 293-475 steps/s between machines of one kind, so references
 # from another are dropped and measured again.
 REFS=$G/classes.refs
-# The workloads with references: the classes, the launch-bound mlp, and attention where
-# a part pairs the two (mixed, mps, sliced) though B4_CLASSES leaves it out.
-REFW="$CL mlp"
+# The workloads with references: the classes, and the launch-bound mlp and attention
+# where a part pairs the two (mixed, mps, sliced) though B4_CLASSES leaves them out.
+REFW=$CL
 if part mixed || part mps || part sliced; then
-	[[ " $REFW " == *" attn "* ]] || REFW="$REFW attn"
+	for w in attn mlp; do
+		[[ " $REFW " == *" $w "* ]] || REFW="$REFW $w"
+	done
 fi
 MACHINE="# machine $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || hostname) $UUID"
 if [ "$(head -1 "$REFS" 2>/dev/null)" != "$MACHINE" ]; then
