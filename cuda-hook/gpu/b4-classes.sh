@@ -63,8 +63,9 @@ TW="python3 $HERE/gpu/torch_work.py"
 # runs interleaved with theirs). B4_CPUS sets how many CPUs each set has (a quarter of
 # the machine's by default; 1 puts a process's threads on one core), and B4_NUMA=1
 # runs each process with numactl --localalloc (its memory on the node of the CPUs it
-# runs on), to try what holds a host-bound step's speed still from one process to the
-# next (the LLM step's solo runs spread 33.8-48.2 steps/s on one H100 machine).
+# runs on). Neither holds a host-bound step's speed still: on an H100 the LLM step's
+# five solo runs spread 47 % as they are, 104 % on one CPU, 55 % with its memory local
+# and 29 % (and slower) with both (B4_PARTS=phases judges such steps in one process).
 if [ -n "${B4_NUMA:-}" ]; then
 	command -v numactl >/dev/null || { echo "B4_NUMA=1: no numactl on this machine" >&2; exit 2; }
 	TW="numactl --localalloc $TW"

@@ -132,4 +132,4 @@ run run-b7.sh
 for m in none hook mps; do
 	want b7.txt "^B7 mode=$m mix=mm:25+mm:25+launch:25+launch:25 shares="
 done
-echo "ok gpu scripts: b4-classes.sh's every part dry, and again from its kept references; b4-matrix.sh and run-b7.sh dry"
+echo "ok gpu scripts: b4-classes.sh's every part dry (phases included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry"
