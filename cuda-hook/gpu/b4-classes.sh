@@ -171,7 +171,9 @@ done
 # row <label> <workload> <cap> <output-line> [<scale> <reference rate>]: a row whose
 # workload needs more than its cap times scale is judged by its GPU share against that,
 # +-3; any other is not slowed (>= 95 % of the reference rate, its solo rate by
-# default). Beside it, what NVML saw over the row (the whole GPU's utilisation, the SM
+# default). One needing at most 3 points over its cap passes either way (ab and phases
+# too): a cap held exactly slows such a workload below 95 % (27.7 % needed at cap 25,
+# 91 % of its rate), and what it needs is known to a few points only. Beside it, what NVML saw over the row (the whole GPU's utilisation, the SM
 # clock): alone, the tenant's time share is the GPU it holds alone times its utilisation
 # over its solo run's, and a capped row whose SMs ran more than 5 % faster than solo
 # (a power-bound step held to part of the time runs at a higher clock, and does more
@@ -197,6 +199,8 @@ row() {
 		else if (b > t + 3 && ts >= 0 && ck0 > 0 && ck > 1.05 * ck0) { e = ts - t
 			printf "%s err %+.1f in time (cap %d; SM %d MHz, solo %d)", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c, ck, ck0 }
 		else if (b > t + 3) { e = g - t; printf "%s err %+.1f (cap %d", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e, c; if (k != 1) printf " x %.2f = %.1f", k, t; printf ")" }
+		else if (b > t) { e = g - t; v = 100 * r / ref
+			printf "%s err %+.1f or not slowed (cap %d: %.1f%% of %s; needing %.1f%%, within 3 over the cap)", ((e >= -3 && e <= 3) || v >= 95) ? "ok  " : "FAIL", e, c, v, (ref == s) ? "solo" : "the unhooked pair", b }
 		else { v = 100 * r / ref; printf "%s not slowed (cap %d: %.1f%% of %s, want >= 95)", (v >= 95) ? "ok  " : "FAIL", c, v, (ref == s) ? "solo" : "the unhooked pair" }
 		printf " [NVML %s%%%s, SM %s MHz]", u, (ts >= 0) ? sprintf(", time share %.1f%%", ts) : "", ck }')"
 }
@@ -218,7 +222,9 @@ ab_verdict() {
 		mk = med(rk, nk); need = b * med(ss, n) / m; g = mk * need / 100
 		printf "unpaced %.1f%% of the solo run of its round (median of %d) %s; ", mu, nu, (mu >= 95) ? "ok" : "FAIL"
 		printf "cap %d %.1f%%, GPU %.1f%% (needing %.1f%% at the median of these solo runs) ", c, mk, g, need
-		if (need > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok" : "FAIL", e }
+		e = g - c
+		if (need > c + 3) printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok" : "FAIL", e
+		else if (need > c) printf "%s err %+.1f or not slowed (within 3 over the cap)", ((e >= -3 && e <= 3) || mk >= 95) ? "ok" : "FAIL", e
 		else printf "%s not slowed (want >= 95)", (mk >= 95) ? "ok" : "FAIL"
 	}'
 }
@@ -241,7 +247,9 @@ phases_verdict() {
 		need = b * u / m; g = b * k / m
 		printf "%-30s %-8s unpaced %.1f/s (%.1f%% of solo; %d rounds, %.0f%% apart), cap %d %.1f/s: %.1f%% of unpaced (rounds %.1f +- %.1f), GPU %.1f%% (needing %.1f%% unpaced) ", \
 			"phases cap " c, w, u, 100 * u / m, nu, 100 * (hi - lo) / lo, c, k, 100 * k / u, mr, se, g, need
-		if (need > c + 3) { e = g - c; printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e }
+		e = g - c
+		if (need > c + 3) printf "%s err %+.1f", (e >= -3 && e <= 3) ? "ok  " : "FAIL", e
+		else if (need > c) printf "%s err %+.1f or not slowed (within 3 over the cap)", ((e >= -3 && e <= 3) || k >= 0.95 * u) ? "ok  " : "FAIL", e
 		else printf "%s not slowed (want >= 95)", (k >= 0.95 * u) ? "ok  " : "FAIL"
 		if (v["nvml_c"] != "") printf " [NVML %s%% capped, %s%% unpaced]", v["nvml_c"], v["nvml_u"]
 	}'
