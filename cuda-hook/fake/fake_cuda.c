@@ -187,6 +187,18 @@ static int64_t launch_ns;
  * few): the GPU is held by the context in the gap, which busy_ns counts, and runs no
  * kernel; stats' kernel_ns counts the kernels alone. Not in the shared GPU. */
 static int64_t gap_ns;
+/* FAKE_CUDA_FENCE_NS=<ns>: a kernel queued right behind an event on its queue starts
+ * this long after the event, in place of the gap behind a kernel: the GPU starts it
+ * afresh once the event's record has run, without the overlap it gives a kernel queued
+ * behind another. A launch sample queued behind the program's own work then reads
+ * more than the kernel holds the GPU unsampled, and more than one that found its
+ * stream idle (on an H100, an LLM step's short kernels' queued samples read 1.2-1.8 us
+ * over their idle ones, which matched the profiler's kernel time). The fenced kernel
+ * holds the GPU in the wait, which busy_ns counts. Not in the shared GPU. */
+static int64_t fence_ns;
+/* The queue the last event was recorded on, and when that event runs. */
+static int64_t *fence_q;
+static int64_t fence_at;
 /* FAKE_CUDA_CALL_NS=<ns>: a launch and an event record return this long after they
  * have queued their work, as a real driver's calls take the host a microsecond or
  * two (its locks, the push buffer, the doorbell): the work starts while its call
@@ -315,6 +327,8 @@ __attribute__((constructor)) static void setup(void)
 		launch_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_GAP_NS")) && atoll(s) > 0)
 		gap_ns = atoll(s);
+	if ((s = getenv("FAKE_CUDA_FENCE_NS")) && atoll(s) > 0)
+		fence_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_CALL_NS")) && atoll(s) > 0)
 		call_ns = atoll(s);
 	if ((s = getenv("FAKE_CUDA_COLD_US")) && atoll(s) > 0)
@@ -1085,7 +1099,7 @@ static CUresult run_on(uint64_t us, CUstream s)
 		pthread_mutex_lock(&mu);
 		now = now_ns();
 	}
-	int64_t gap = *q > now ? gap_ns : 0;
+	int64_t gap = *q <= now ? 0 : fence_ns > 0 && q == fence_q && *q <= fence_at ? fence_ns : gap_ns;
 	int64_t start = *q > now ? *q + gap : now + launch_ns;
 	*q = gpu_advance(start, (int64_t)us * 1000);
 	kernel_ns += us * 1000;
@@ -1487,6 +1501,8 @@ static CUresult event_record(CUevent e, CUstream s)
 	v->at_ns = gpu_advance(*q > now ? *q : now, event_ns);
 	if (event_ns > 0)
 		*q = v->at_ns;
+	fence_q = q;
+	fence_at = v->at_ns;
 	v->recorded = 1;
 	pthread_mutex_unlock(&mu);
 	call_tail();

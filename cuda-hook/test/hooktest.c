@@ -1592,6 +1592,21 @@ static double run_launches(const char *path, double seconds)
 					;
 			if (i++ % 41 == 40 && rc == CUDA_SUCCESS)
 				rc = cuCtxSynchronize();
+		} else if (strncmp(path, "decode", 6) == 0 && atoi(path + 6) > 0) {
+			/* decode<us>: an LLM decode step's shape, kernels of that many us of four
+			 * functions, the host busy twice as long after each of the first 32
+			 * launches of every 40 (the GPU waits for it), the last 8 issued back to
+			 * back (queued behind each other), then a synchronize: each function is
+			 * launched mostly on an idle stream, sometimes queued. */
+			static unsigned i;
+			unsigned us = (unsigned)atoi(path + 6);
+			rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7ed000 + 0x40 * (i % 4)), us, 1, 1, 1, 1, 1, 0, NULL,
+					    NULL, NULL);
+			if (i % 40 < 32)
+				for (double s0 = now_s(); now_s() - s0 < 2e-6 * us;)
+					;
+			if (i++ % 40 == 39 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (strncmp(path, "bwd", 3) == 0 && atoi(path + 3) > 0) {
 			rc = bwd_step((unsigned)atoi(path + 3));
 		} else if (strncmp(path, "streams", 7) == 0 && atoi(path + 7) > 0) {

@@ -553,6 +553,18 @@ timed tenv FAKE_CUDA_GAP_NS=3000 pace-near small 50 1.5 3
 limits 0 "$U1 81920 10 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/host-calls|" "$ROOT/run/tessera/limits"
 timed tenv FAKE_CUDA_CALL_NS=1500 FAKE_CUDA_LAUNCH_NS=1000 FAKE_CUDA_EVENT_NS=1000 pace cold4 10 1.5 5 14
+# A decode step's 5 us kernels, each function launched mostly on an idle stream and
+# a fifth of the time queued behind the step's own kernels, on a GPU that starts a
+# kernel queued right behind an event 2 us late (an event's record runs once the work
+# before it has ended, and the kernel after it starts afresh): the samples queued
+# behind work read 7 us, those on an idle stream 5. Charged the queued samples' mean
+# in place of the idle ones' (as kernels sampled both ways were, on an H100 charging
+# an LLM step 13 % over its kernel time and holding it 7 points under its cap at 50),
+# the step got 19.3-21.2 % at cap 25; each sample now counts for what it read (23.6).
+limits 0 "$U1 81920 25 0"
+charge_kernel
+sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/decode|" "$ROOT/run/tessera/limits"
+timed tenv FAKE_CUDA_FENCE_NS=2000 pace-near decode5 25 1.5 3
 # A container alone whose probes of its turns on the GPU (pacing's residency probes,
 # run in its first samples) include record calls that returned late, as a descheduled
 # thread's do: such a probe must not set the usual lag, or every later probe reads as
