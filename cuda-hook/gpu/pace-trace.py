@@ -10,7 +10,11 @@ charged per launch, the mean of its samples as folded (after the host gap of an 
 stream was set aside), their minimum, and the share of its samples that found the
 stream idle, from the trace. Then the step's whole: kernel time a step from the
 profiler against what its launches were charged, the charge ratio that says how much
-more (or less) than its GPU time a cap holds the workload to."""
+more (or less) than its GPU time a cap holds the workload to; first over the kernels
+matched by their whole name, then over every launch (steps counted by the profiler's
+kernels a step), with each function's share, its template instances pooled (the
+trace's mangled names are cut short, and most of a PyTorch step's kernels match by
+no whole name)."""
 import collections
 import glob
 import os
@@ -59,7 +63,46 @@ def trace(path):
         if mn > 0:
             mins[name] = min(mins.get(name, mn), mn)
     dm = demangle(list(rows))
-    return ({norm(dm[n]): r for n, r in rows.items()}, {norm(dm[n]): m for n, m in mins.items()})
+    return ({norm(dm[n]): r for n, r in rows.items()}, {norm(dm[n]): m for n, m in mins.items()}, rows)
+
+
+def base(name):
+    """A kernel's function without its template arguments, from either kind of name:
+    the trace's mangled names are cut short (c++filt then leaves them as they are), so
+    the nested name's parts are read from the front (_ZN2at6native29vectorized_...
+    gives at::native::vectorized_...); a demangled one is cut at its arguments."""
+    if name.startswith("_ZN") or name.startswith("_Z"):
+        i, parts = (3 if name.startswith("_ZN") else 2), []
+        while i < len(name) and name[i].isdigit():
+            j = i
+            while j < len(name) and name[j].isdigit():
+                j += 1
+            n = int(name[i:j])
+            part = name[j:j + n]
+            parts.append("{anon}" if part.startswith("_GLOBAL__N") else part)
+            i = j + n
+            if not name.startswith("_ZN"):
+                break
+        return "::".join(parts) if parts else name
+    name = name.strip().replace("(anonymous namespace)", "{anon}")
+    name = re.sub(r"^(void|[\w:]+)\s+(?=[\w:{}]+[<(])", "", name)
+    return re.split(r"[<(]", name, 1)[0]
+
+
+def pooled(prof, raw, per_step):
+    """Per function (templates pooled), the profiler's kernel time a step against what
+    the trace's launches of it were charged a step, over every kernel both name."""
+    p = collections.Counter()
+    for name, (c, m) in prof.items():
+        p[base(name)] += c * m
+    t = collections.Counter()
+    for name, r in raw.items():
+        f = base(name)
+        # The trace cuts a long plain name short: the profiler's name it begins.
+        if f not in p:
+            f = next((g for g in p if len(f) >= 64 and g.startswith(f)), f)
+        t[f] += r["charged"] / 1000 / per_step
+    return p, t
 
 
 def short(name, n=60):
@@ -74,7 +117,7 @@ def main():
         per_step_us = sum(c * m for c, m in prof.values())
         print(f"== {w}: profiler {head.get('kernels_per_step')} kernels, {per_step_us:.1f} us of kernels a step")
         for tp in sorted(glob.glob(f"{d}/{w}.*.trace")):
-            rows, mins = trace(tp)
+            rows, mins, raw = trace(tp)
             charged_step = matched = 0.0
             out = []
             for name, (c, m) in prof.items():
@@ -95,6 +138,19 @@ def main():
             print(f"   {'excess us/step':>14} {'n/step':>7} {'prof us':>8} {'charged':>8} {'sampled':>8} {'min':>7} {'idle':>5} {'samples':>7}  name")
             for ex, name, c, m, cpl, sm, mn, idle, ns in sorted(out, reverse=True)[:25]:
                 print(f"   {ex:14.1f} {c:7.2f} {m:8.2f} {cpl:8.2f} {sm:8.2f} {mn:7.2f} {idle:5.2f} {ns:7d}  {short(name)}")
+            kps = float(head.get("kernels_per_step", 0) or 0)
+            launches = sum(r["launches"] for r in raw.values())
+            if kps > 0 and launches > 0:
+                steps = launches / kps
+                p, t = pooled(prof, raw, steps)
+                both = [f for f in p if f in t]
+                cb, pb = sum(t[f] for f in both), sum(p[f] for f in both)
+                print(f"   whole step ({steps:.1f} steps by launches): charged {sum(t.values()):.1f} us a step against "
+                      f"{per_step_us:.1f} us of kernels (ratio {sum(t.values()) / per_step_us:.2f}); by function, "
+                      f"templates pooled, {len(both)} named by both: {cb:.1f} against {pb:.1f} (ratio {cb / pb if pb else 0:.2f})")
+                print(f"   {'excess us/step':>14} {'prof us':>9} {'charged':>9}  function")
+                for f in sorted(both, key=lambda f: p[f] - t[f])[:12]:
+                    print(f"   {t[f] - p[f]:14.1f} {p[f]:9.1f} {t[f]:9.1f}  {short(f)}")
 
 
 if __name__ == "__main__":

@@ -132,4 +132,26 @@ run run-b7.sh
 for m in none hook mps; do
 	want b7.txt "^B7 mode=$m mix=mm:25+mm:25+launch:25+launch:25 shares="
 done
-echo "ok gpu scripts: b4-classes.sh's every part dry (phases included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry"
+# pace-trace.py on a made-up trace: a step of a templated PyTorch kernel, one in an
+# anonymous namespace (the trace's mangled names cut short) and a plain name cut
+# short, charged 1.5x the profiler's 20 us a step.
+mkdir -p "$D/trace"
+cat >"$D/trace/w.kernels" <<'EOF'
+w steps=10 wall_s=1 kernels_per_step=3.0 kernel_us_per_step=20.0
+kernel count=1.00 mean_us=4.00 name=void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)
+kernel count=1.00 mean_us=6.00 name=void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 4, 64, 64>(float*, unsigned int)
+kernel count=1.00 mean_us=10.00 name=cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0
+EOF
+{
+	echo "# pid 1: key cls launches charged_ns samples idle raw_ns gap_ns folded_ns min_ns max_ns first_ns met off_ns name"
+	echo "0x1 0 10 60000 2 1 12000 0 12000 6000 6000 6000 0 0 _ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+	echo "0x2 0 10 90000 2 1 18000 0 18000 9000 9000 9000 0 0 _ZN2at6native40_GLOBAL__N__49f7391c_8_Shape_cu_0f1a810719CatArrayBatchedCopyIfjLi4ELi64ELi64EEEvPT_"
+	echo "0x3 0 10 150000 2 1 30000 0 30000 15000 15000 15000 0 0 cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_ker"
+} >"$D/trace/w.25.kernel.trace"
+out=$(python3 gpu/pace-trace.py "$D/trace" w) || { echo "FAIL pace-trace.py exited $?"; exit 1; }
+echo "$out" | grep -qF "whole step (10.0 steps by launches): charged 30.0 us a step against 20.0 us of kernels (ratio 1.50); by function, templates pooled, 3 named by both: 30.0 against 20.0 (ratio 1.50)" || {
+	echo "$out"
+	echo "FAIL pace-trace.py: the whole step's charge not read by function"
+	exit 1
+}
+echo "ok gpu scripts: b4-classes.sh's every part dry (phases included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry; pace-trace.py pools a made-up step's kernels by function"
