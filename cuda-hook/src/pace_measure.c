@@ -234,9 +234,9 @@ enum { KT_IDLE, KT_QUEUED, KT_OTHER };
  * Every sample counts for what it read, whether it found its stream idle or queued
  * behind the program's own work: samples are drawn at random over the launches, so
  * the two kinds come in about the parts the launches do, and neither kind reads the
- * other's launches right. A kernel queued behind an event starts afresh once the event has
- * run, later than one queued behind a kernel: on an H100 an LLM step's short
- * kernels' queued samples read 1.2-1.8 us over their idle ones, whose mean matched
+ * other's launches right. A kernel queued behind an event starts afresh once the
+ * event has run, later than one queued behind a kernel: on an H100 an LLM step's
+ * short kernels' queued samples read 1.2-1.8 us over their idle ones, whose mean matched
  * the profiler's kernel time; charged their queued samples' mean in place of the
  * idle ones' (as kernels sampled both ways were), the step was charged 13 % over its
  * kernel time and held 7 points under its cap at 50. The other way, a 2048^2
