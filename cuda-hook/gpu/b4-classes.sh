@@ -343,7 +343,10 @@ n=0
 for bd in "$@"; do
 for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	HOOK=$(cd "$bd" && pwd)/libtessera-cuda.so
-	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null)), charge model $TESSERA_BENCH_CHARGE"
+	# The revision names the tree only where it was committed as it is (a GPU
+	# machine's copy of a working tree keeps the checkout's last commit): the
+	# library's own digest names the build whatever the tree.
+	say "== hook $HOOK ($(cat "$bd/../REVISION" 2>/dev/null || git -C "$bd" log -1 --format=%h 2>/dev/null); sha256 $(sha256sum "$HOOK" 2>/dev/null | cut -c1-12)), charge model $TESSERA_BENCH_CHARGE"
 	part alone && for c in $CAPS; do
 		for w in $CL; do
 			n=$((n + 1))
