@@ -173,9 +173,10 @@ done
 # +-3; any other is not slowed (>= 95 % of the reference rate, its solo rate by
 # default). One needing at most 3 points over its cap passes either way (ab and phases
 # too): a cap held exactly slows such a workload below 95 % (27.7 % needed at cap 25,
-# 91 % of its rate), and what it needs is known to a few points only. Beside it, what NVML saw over the row (the whole GPU's utilisation, the SM
-# clock): alone, the tenant's time share is the GPU it holds alone times its utilisation
-# over its solo run's, and a capped row whose SMs ran more than 5 % faster than solo
+# 91 % of its rate), and what it needs is known to a few points only. Beside it, what
+# NVML saw over the row (the whole GPU's utilisation, the SM clock): alone, the
+# tenant's time share is the GPU it holds alone times its utilisation over its solo
+# run's, and a capped row whose SMs ran more than 5 % faster than solo
 # (a power-bound step held to part of the time runs at a higher clock, and does more
 # per GPU-second) is judged by that time share, as B4's matrix judges its kernels.
 # A host-paced workload's rows alone whose verdict its host's speed decides are not
