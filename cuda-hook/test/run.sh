@@ -348,7 +348,11 @@ limits 0 "$U1 81920 20 0"
 sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/long-first|" "$ROOT/run/tessera/limits"
 timed t pace long 20 1.0 0 23.5
 limits 0 "$U1 81920 30 0"
-t pace mixed 30 0.8                    # kernels of two lengths charged their mean
+# Kernels of two lengths charged their mean. Timed: 28-34 % in every try here, idle,
+# under eight spinning threads a core or a CPU quota of 2 ms in 100 ms, but a CI
+# machine read 38.1 % once in a suite whose every other check passed (its ceiling is
+# loose, cap + 8, for the same reason).
+timed t pace mixed 30 0.8
 # near_alone <container> <path> <cores> <seconds> <margin>: pace-near in a container
 # of its own (its cgroup line), which starts with nothing owed or learnt before.
 near_alone() {
