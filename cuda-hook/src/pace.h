@@ -17,6 +17,7 @@
 
 /* This process's view of one GPU's pacing. The burst fields belong to the slow path
  * and are used under the shared pacer's lock. */
+#define BUSY_SPANS 8
 struct tessera_pacer {
 	struct tessera_shared_pacer *s;
 	_Atomic int enabled; /* paced now (a container without cores: while its share is under 100) */
@@ -82,6 +83,10 @@ struct tessera_pacer {
 	/* How far the GPU was behind the host (ns) at the open burst's S and at the
 	 * ended burst's S; -1 when not known. */
 	int64_t lag_s_ns, f_lag_s_ns;
+	/* That lag is no more than the GPU's (S drained, or S at the F of a burst on one
+	 * stream, whose elapsed time is its own): a floor the bound of its GPU time may
+	 * take (settle_burst). */
+	int lag_s_sure, f_lag_s_sure;
 	/* Read by every launch: the open burst's stream + 1, or 0; the one other stream a
 	 * launch of the burst went to + 1 (0: none, TESSERA_OTHER_MANY: more than one); and
 	 * whether one was charged its class's estimate (its kernel has no entry of its
@@ -103,6 +108,19 @@ struct tessera_pacer {
 	uint64_t burst_seq, f_seq;
 	int burst_fresh;
 	_Atomic uint64_t gap_seq, gap_seq_before;
+	/* The open burst's S: which of the context's events (ev_s where begin_burst
+	 * recorded it, ev_f where the burst chained at an F; under pace_ev_mu). And for
+	 * the last two bursts (by burst_seq & 1, under pace_ev_mu), what their launch
+	 * samples say of the GPU's queue: a sample launched a after S on the host, whose
+	 * start event ran g after S on the GPU, shows the burst's stream not drained from
+	 * a to g + the lag at S (host time after S; pace_burst_busy, settle_burst). Up to
+	 * BUSY_SPANS spans a burst, in the order of their samples. */
+	int open_s_ev;
+	struct {
+		uint64_t seq;
+		int n;
+		int64_t a[BUSY_SPANS], g[BUSY_SPANS];
+	} busy[2];
 	/* A burst of two streams: event X (ev_x) after the last launch on the stream F is
 	 * not on, so that S to the later of F and X bounds both streams' work. xp: the
 	 * last X recorded (event ev_xp, on stream xp_stream - 1, of the events of

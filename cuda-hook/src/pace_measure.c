@@ -159,6 +159,7 @@ static struct {
 	uint64_t gap_seq;
 	CUevent gap_s;
 	int64_t gap_host_ns;
+	int gap_fresh; /* S was recorded on a drained stream: the GPU's lag there was 0 */
 #ifdef TESSERA_PACE_TRACE
 	uintptr_t trace_key;
 #endif
@@ -432,12 +433,19 @@ void pace_sample_settle(void)
 	 * is recorded (the fake's FAKE_CUDA_EVENT_NS) answers "not yet" on an idle
 	 * stream. The sample then holds the host's time to issue the launch, as one
 	 * that the query found idle does (below). */
-	if (smp.gap_p != NULL && smp.gap_p->burst_seq == smp.gap_seq) {
+	if (smp.gap_p != NULL) {
 		int64_t g = pace_elapsed_ns(smp.gap_s, c->ev[0]);
-		if (g >= 0 && g <= smp.gap_host_ns) {
+		if (smp.gap_fresh && smp.gap_p->burst_seq == smp.gap_seq && g >= 0 && g <= smp.gap_host_ns) {
 			pace_burst_gap(smp.gap_p, smp.gap_seq);
 			if (smp.host_gap_ns == 0)
 				smp.host_gap_ns = smp.issue_ns;
+		} else if (g >= 0) {
+			/* From its launch until its start event ran, the stream's queue held work
+			 * of the burst: from gap_host_ns after S's record to g after the GPU
+			 * reached S, which is the lag at S after its record (settle_burst). An S
+			 * recorded again since reads after the sample's start (g < 0) and tells
+			 * nothing. */
+			pace_burst_busy(smp.gap_p, smp.gap_seq, smp.gap_host_ns, g);
 		}
 	}
 	last_at_ns[smp.cls] = tessera_now_ns();
@@ -717,6 +725,7 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	smp.issue_ns = issued - t->t_start_ns;
 	smp.host_gap_ns = started ? smp.issue_ns : 0;
 	smp.gap_p = NULL;
+	smp.gap_fresh = 0;
 	if (tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
 		/* A pair of events recorded now waits behind the kernel while it runs, and the
@@ -730,9 +739,16 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 		 * and an LLM step's decode kernels of 1.5-5 us were charged 1.23x the
 		 * profiler's time for them (on an H100). */
 		pace_event_pair(c, stream, started);
-		if (!t->opened &&
-		    pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s, &smp.gap_seq, &smp.gap_host_ns))
+		/* A launch that opened its burst, or came right after the hook waited for a
+		 * sample, may find its stream drained by the hook's doing: it tells of no
+		 * gap, only, where it queued, of the GPU busy. */
+		int told = t->opened && started ? 0
+						: pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s,
+								    &smp.gap_seq, &smp.gap_host_ns);
+		if (told) {
 			smp.gap_p = t->p;
+			smp.gap_fresh = told == 1 && !t->opened;
+		}
 		pthread_mutex_unlock(&pace_ev_mu);
 	}
 	smp.met = t->waited && !started;
@@ -833,13 +849,20 @@ void pace_restart_if_changed(void)
 		if (atomic_load(&pace_est_samples[cls]) < EST_WINDOW || recent_n[cls] < RESTART_SAMPLES ||
 		    now - last_at_ns[cls] > 25 * TESSERA_PACING_PERIOD_NS)
 			continue;
-		int under = 0;
+		int under = 0, older = 0, older_under = 0;
 		for (int j = 1; j <= RESTART_SAMPLES; j++) {
 			int64_t ns = recent[cls][(recent_n[cls] - j) % RECENT].ns;
 			under += 2 * ns < e;
 			sum += ns;
 		}
-		if (under < RESTART_SAMPLES)
+		for (int j = RESTART_SAMPLES + 1; j <= recent_n[cls] && j <= RECENT; j++, older++)
+			older_under += 2 * recent[cls][(recent_n[cls] - j) % RECENT].ns < e;
+		/* Short launches that were there before the last few, as often as not, are
+		 * the program's mix, not a change: four short samples in a row come in about
+		 * half the runs of a tenth of a second of 20 us and 1 ms launches at 7 to 1,
+		 * and a restart near a window's end took it 5-10 points over its cap there
+		 * (the fake's `mixed`, 0.8 s at cap 30). */
+		if (under < RESTART_SAMPLES || (older > 0 && 2 * older_under >= older))
 			continue;
 		/* The estimate is their mean, as if they were the class's first samples. */
 		atomic_store(&pace_est_ns[cls], sum / RESTART_SAMPLES > 0 ? sum / RESTART_SAMPLES : 1);

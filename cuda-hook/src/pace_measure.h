@@ -118,12 +118,17 @@ void pace_measure_summary(void);
 /* Whether the GPU waited for the host inside a burst, from its launch samples
  * (caller holds pace_ev_mu). pace_burst_sample, for a sampled launch that did not
  * open its burst, right after it (idle: its start event had run when the launch
- * returned): 1 where the sample can tell more once read, with the burst's S event,
- * number and the host's time from S to the sample's start event in *s, *seq and
- * *host_ns. pace_burst_gap: the GPU waited for the host in burst seq. */
+ * returned): where the sample can tell more once read, the burst's S event, number
+ * and the host's time from S to the sample's start event in *s, *seq and *host_ns,
+ * and 1 where S was recorded on a drained stream (the sample then tells whether the
+ * GPU waited for the host), 2 where the burst chained at an F (it tells only how
+ * long the GPU was surely busy); else 0. pace_burst_gap: the GPU waited for the
+ * host in burst seq. pace_burst_busy: in burst seq the GPU's queue was not drained
+ * from host_ns to g after S. */
 int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_events *c, int idle, int64_t t_start_ns,
 		      CUevent *s, uint64_t *seq, int64_t *host_ns);
 void pace_burst_gap(struct tessera_pacer *p, uint64_t seq);
+void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g);
 /* Reads the launch sample in flight if it has run (caller holds pace_ev_mu). */
 void pace_sample_settle(void);
 /* A burst begins on stream, drained, with c's events (caller holds pace_ev_mu, and

@@ -475,10 +475,12 @@ static void begin_burst(struct tessera_pacer *p, CUstream stream, int64_t charge
 		atomic_store(&p->burst_classes, 0);
 		p->burst_seq++;
 		p->burst_fresh = 1;
+		p->open_s_ev = p->ev_s;
 		atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 		/* The container waited for this refill with nothing of this burst's stream
 		 * left to run (settle_burst waited for it), so S completes as it is recorded. */
 		p->lag_s_ns = 0;
+		p->lag_s_sure = 1;
 		p->burst_t0_ns = t0;
 		atomic_store_explicit(&p->chain_at_ns, t0 + LONG_BURST_NS, memory_order_relaxed);
 		p->burst_charged0 = charged0;
@@ -577,6 +579,7 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 			p->f_charged = own;
 		}
 		p->f_lag_s_ns = p->lag_s_ns;
+		p->f_lag_s_sure = p->lag_s_sure;
 		p->f_at_refill = p->burst_at_refill;
 		p->burst_at_refill = 0;
 		p->f_turn = p->burst_turn && p->turn_held;
@@ -587,7 +590,9 @@ static void end_burst(struct tessera_pacer *p, CUstream stream, int chain)
 		if (chain) {
 			/* Known once this burst's F is read (settle_burst). */
 			p->lag_s_ns = -1;
+			p->lag_s_sure = 0;
 			p->burst_seq++;
+			p->open_s_ev = p->ev_f; /* its S, until the ended one is read: ev_s then */
 			p->burst_stream = stream;
 			atomic_store(&p->burst_stream_tag, (uintptr_t)stream + 1);
 			p->burst_t0_ns = now;
@@ -620,6 +625,30 @@ static int64_t signed_ns(CUevent a, CUevent b, int *ok)
 		return 0;
 	}
 	return (int64_t)((double)ms * 1e6);
+}
+
+/* The host time after S in which the GPU's queue surely held work of the ended burst
+ * (caller holds pace_ev_mu), from its samples' spans, between the GPU's reaching S
+ * (lag_s after S's record) and F's record: the GPU may have idled only in what is
+ * left of that. A GPU runs an event on an idle stream a little after its record:
+ * each span gives up BUSY_MARGIN_NS. */
+#define BUSY_MARGIN_NS 10000LL
+static int64_t burst_busy(struct tessera_pacer *p, int64_t lag_s)
+{
+	int i = (int)(p->f_seq & 1);
+	if (p->busy[i].seq != p->f_seq)
+		return 0;
+	int64_t sum = 0, end = lag_s;
+	for (int k = 0; k < p->busy[i].n; k++) {
+		int64_t lo = p->busy[i].a[k] > end ? p->busy[i].a[k] : end;
+		int64_t hi = p->busy[i].g[k] + lag_s - BUSY_MARGIN_NS;
+		hi = hi < p->f_host_ns ? hi : p->f_host_ns;
+		if (hi > lo) {
+			sum += hi - lo;
+			end = hi;
+		}
+	}
+	return sum;
 }
 
 /* The ended burst's GPU time (caller holds s->mu), read without waiting unless wait
@@ -698,6 +727,10 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * of the GPU waiting inside the burst (f_gap below). */
 	pace_sample_settle();
 	int f_gap = charge_kernel && (atomic_load(&p->gap_seq) == p->f_seq || atomic_load(&p->gap_seq_before) == p->f_seq);
+	/* The GPU's lag at S where known (one stream: X's span may begin before S), and
+	 * the host time after it in which the burst's samples show its queue held work. */
+	int64_t lag_s = p->f_lag_s_sure && p->f_lag_s_ns > 0 && p->f_x_stream == 0 ? p->f_lag_s_ns : 0;
+	int64_t busy = charge_kernel && p->f_x_stream == 0 ? burst_busy(p, lag_s) : 0;
 	double excess = pace_samples_excess(), ratio = pace_samples_signed();
 	pthread_mutex_unlock(&pace_ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
@@ -730,6 +763,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		p->ev_s = p->ev_f;
 		p->ev_f = t;
 		p->lag_s_ns = lag;
+		p->lag_s_sure = p->f_lag_s_sure && p->f_x_stream == 0 && !p->f_other;
 	}
 	int64_t est = pace_est_longest();
 	int64_t min_lag = 100000 + 2 * est;
@@ -760,9 +794,17 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * waits where the charge line is off, and every queue drains at a wait) had its
 	 * bursts read not back to back, their overruns let go, and its launches charged
 	 * too little ran on (the fake driver's 20 us and 1 ms kernels at 7:1, a
-	 * synchronize every 40 launches: 84 % at cap 30, 99 % at cap 50). The bound is
-	 * no measure of the launches: it moves no estimate and no gain. */
-	int64_t idle_most = p->f_host_ns - p->f_sync_ns + p->f_syncs * SYNC_WAKE_NS;
+	 * synchronize every 40 launches: 84 % at cap 30, 99 % at cap 50). The idle
+	 * spells also lie after the GPU reached S (the lag at S, where it is a floor) and
+	 * outside the spans in which the burst's launch samples found its queue holding
+	 * work (burst_busy): a chained burst whose host took about as long as its GPU (a
+	 * slow host; the hook waiting for a sample behind a deep queue) was otherwise
+	 * read as all host time, owed nothing, and the next chained on (the fake's
+	 * handle-less 20 us / 1 ms launches with a host at the GPU's pace, 64-71 % at
+	 * cap 30; 44-49 % now). The bound is no measure of the launches: it moves no
+	 * estimate and no gain. */
+	int64_t waited = p->f_sync_ns - lag_s > busy ? p->f_sync_ns - lag_s : busy;
+	int64_t idle_most = p->f_host_ns - lag_s - waited + p->f_syncs * SYNC_WAKE_NS;
 	int64_t surely = e >= 0 && !back_to_back ? e - (idle_most < p->f_host_ns ? idle_most : p->f_host_ns) : -1;
 	int bounded = surely > p->f_charged && alone && !p->f_other;
 	if (bounded) {
@@ -968,12 +1010,12 @@ int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_event
 		pace_burst_gap(p, p->burst_seq);
 		return 0;
 	}
-	if (!p->burst_fresh || p->burst_ctx != c || p->burst_ctx_gen != c->gen)
+	if (!p->burst_started || p->burst_ctx != c || p->burst_ctx_gen != c->gen)
 		return 0;
-	*s = c->ev[p->ev_s];
+	*s = c->ev[p->open_s_ev];
 	*seq = p->burst_seq;
 	*host_ns = t_start_ns - p->burst_t0_ns;
-	return 1;
+	return p->burst_fresh ? 1 : 2;
 }
 
 void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
@@ -982,6 +1024,28 @@ void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
 	if (last != seq && atomic_load_explicit(&p->gap_seq_before, memory_order_relaxed) != seq) {
 		atomic_store_explicit(&p->gap_seq_before, last, memory_order_relaxed);
 		atomic_store_explicit(&p->gap_seq, seq, memory_order_relaxed);
+	}
+}
+
+/* (pace_measure.h) The spans of one burst come in the order of its samples, which is
+ * the order of their launches and of their start events (one stream, one sample in
+ * flight at a time). One that starts inside the last joins it (they meet whatever the
+ * lag at S); past BUSY_SPANS the rest are not kept (the bound is then looser). */
+void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g)
+{
+	int i = (int)(seq & 1);
+	if (p->busy[i].seq != seq) {
+		p->busy[i].seq = seq;
+		p->busy[i].n = 0;
+	}
+	int n = p->busy[i].n;
+	if (n > 0 && host_ns <= p->busy[i].g[n - 1]) {
+		if (g > p->busy[i].g[n - 1])
+			p->busy[i].g[n - 1] = g;
+	} else if (n < BUSY_SPANS) {
+		p->busy[i].a[n] = host_ns;
+		p->busy[i].g[n] = g;
+		p->busy[i].n = n + 1;
 	}
 }
 
