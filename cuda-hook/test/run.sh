@@ -349,9 +349,9 @@ sed -i "s|^cgroup .*|cgroup /tessera-test/$variant/long-first|" "$ROOT/run/tesse
 timed t pace long 20 1.0 0 23.5
 limits 0 "$U1 81920 30 0"
 # Kernels of two lengths charged their mean. Timed: in about one run in 50 the class
-# estimate stays on the short kernels and a slow host's chained bursts go uncounted
-# (docs/cuda-hook.md, Known gaps: a class estimate held on a program's short
-# launches), 38-40 % here and 38.1 % once on CI.
+# estimate stayed on the short kernels while a slow host's chained bursts went
+# uncounted, 38-40 % here and 38.1 % once on CI (docs/cuda-hook.md, Known gaps:
+# launches charged far under their GPU time by a host that keeps about the GPU's pace).
 timed t pace mixed 30 0.8
 # near_alone <container> <path> <cores> <seconds> <margin>: pace-near in a container
 # of its own (its cgroup line), which starts with nothing owed or learnt before.
