@@ -116,9 +116,10 @@ void pace_measure_summary(void);
 /* ---- pacing.c, for pace_measure.c ---- */
 
 /* Whether the GPU waited for the host inside a burst, from its launch samples
- * (caller holds pace_ev_mu). pace_burst_sample, for a sampled launch that did not
- * open its burst, right after it (idle: its start event had run when the launch
- * returned): where the sample can tell more once read, the burst's S event, number
+ * (caller holds pace_ev_mu; with the charge line). pace_burst_sample, for a sampled
+ * launch, right after it (idle: its start event had run when the launch returned;
+ * never for an idle one that opened its burst or followed the hook's own wait, whose
+ * stream the hook drained): where the sample can tell more once read, the burst's S event, number
  * and the host's time from S to the sample's start event in *s, *seq and *host_ns,
  * and 1 where S was recorded on a drained stream (the sample then tells whether the
  * GPU waited for the host), 2 where the burst chained at an F (it tells only how

@@ -729,8 +729,9 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	int f_gap = charge_kernel && (atomic_load(&p->gap_seq) == p->f_seq || atomic_load(&p->gap_seq_before) == p->f_seq);
 	/* The GPU's lag at S where known (one stream: X's span may begin before S), and
 	 * the host time after it in which the burst's samples show its queue held work. */
-	int64_t lag_s = p->f_lag_s_sure && p->f_lag_s_ns > 0 && p->f_x_stream == 0 ? p->f_lag_s_ns : 0;
-	int64_t busy = charge_kernel && p->f_x_stream == 0 ? burst_busy(p, lag_s) : 0;
+	int one_stream = p->f_x_stream == 0;
+	int64_t lag_s = one_stream && p->f_lag_s_sure && p->f_lag_s_ns > 0 ? p->f_lag_s_ns : 0;
+	int64_t busy = one_stream ? burst_busy(p, lag_s) : 0;
 	double excess = pace_samples_excess(), ratio = pace_samples_signed();
 	pthread_mutex_unlock(&pace_ev_mu);
 	int64_t lag = e >= 0 && p->f_lag_s_ns >= 0 ? p->f_lag_s_ns + e - p->f_host_ns : -1;
