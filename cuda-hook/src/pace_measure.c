@@ -105,7 +105,7 @@ static int evc_next;
  * bursts ran back to back the gain took that out, but the bursts of a step whose GPU
  * waits for its host never are
  * (the fake driver's host-bound step with 3 us events: 46.1-46.8 % at cap 50). Read
- * from a pair of events (a context's ev[6] and ev[7]) recorded back to back, with
+ * from a pair of events (a context's ev[EVCOST_A] and ev[EVCOST_B]) recorded back to back, with
  * nothing between them, right before a burst's S on its drained stream (so that no
  * other context's turn falls between them), or right after a launch sample (the pair
  * then waits behind its kernel), whether or not another context has been seen: the
@@ -118,6 +118,8 @@ static int evc_next;
  * call), and are not read. A reading over EVCOST_MAX_NS held something else (a context
  * switch). Under pace_ev_mu but for the value. */
 #define EVCOST_FIRST 8
+#define EVCOST_A 4
+#define EVCOST_B 5
 #define EVCOST_EVERY 64
 #define EVCOST_MAX_NS 20000
 _Static_assert(EVCOST_FIRST <= KT_WINDOW, "kt_window_mean takes at most KT_WINDOW readings");
@@ -134,18 +136,28 @@ static struct {
 	int64_t first[EVCOST_FIRST];
 } evcal;
 
-/* How often a launch due for a sample found the last one still in flight
- * (pace_sample_due; under pace_ev_mu): always, until due launches say otherwise. */
+/* How often a launch due for a sample found every slot in use (pace_sample_due;
+ * under pace_ev_mu): always, until due launches say otherwise. */
 static int due_busy = 1024;
 
-/* The one launch sample in flight in this process. */
+/* The launch samples in flight, up to SAMPLE_SLOTS at once, each with its context's
+ * pair of events for its slot (ctx_events.smp_ev). A slot is claimed under pace_ev_mu
+ * by a due launch, filled in by that launch's thread (pace_sample_start,
+ * tessera_pace_done_slow) and read under pace_ev_mu once its end event has run
+ * (pace_sample_settle). Several in flight, so that a due launch seldom finds none
+ * free: with one, a launch due while it ran was not sampled and the first due after
+ * it had run was, which in a step of fixed order is the step's first launches (the
+ * queue drains at the step's synchronize): a step of one 1 ms kernel and 40 of 20 us
+ * had its long kernel sampled about 4x as often as it ran. */
 enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
-static struct {
+struct sample {
 	_Atomic int state;
+	uint64_t order; /* claimed as the order'th sample (under pace_ev_mu) */
 	struct ctx_events *c;
 	uint64_t gen;
 	int cls;
 	uintptr_t key;       /* its function or executable graph (0: none, charged its class's) */
+	CUstream stream;
 	int64_t host_gap_ns; /* the start event found the stream idle: host time before the kernel */
 	int64_t issue_ns;    /* the host's time from its start event's record to its launch's return */
 	int64_t launched_ns; /* when its launch was issued */
@@ -163,7 +175,26 @@ static struct {
 #ifdef TESSERA_PACE_TRACE
 	uintptr_t trace_key;
 #endif
-} smp;
+};
+static struct sample smp[SAMPLE_SLOTS];
+static uint64_t smp_claimed; /* samples claimed so far (under pace_ev_mu) */
+
+/* A slot in flight whose events are still its context's. */
+static int sample_live(const struct sample *m)
+{
+	return atomic_load(&m->state) == SAMPLE_FLYING && m->c->gen == m->gen && m->c->ctx != NULL;
+}
+
+/* The oldest sample in flight, NULL if none (caller holds pace_ev_mu). */
+static struct sample *sample_oldest(void)
+{
+	struct sample *o = NULL;
+	for (int i = 0; i < SAMPLE_SLOTS; i++)
+		if (sample_live(&smp[i]) && (o == NULL || smp[i].order < o->order))
+			o = &smp[i];
+	return o;
+}
+
 /* The longest launch estimated: the two classes' estimates and the longest
  * per-kernel entry in use. */
 int64_t pace_est_longest(void)
@@ -344,6 +375,13 @@ int pace_unexplained(void)
  * far a program whose launches are charged too little can run ahead of the GPU. */
 #define MAX_AHEAD_NS (2 * TESSERA_PACING_PERIOD_NS)
 
+/* A context's events one after the other: ev, then the sample slots' pairs. */
+#define ALL_EVENTS (CTX_EVENTS + 2 * SAMPLE_SLOTS)
+static CUevent *ctx_event(struct ctx_events *c, int e)
+{
+	return e < CTX_EVENTS ? &c->ev[e] : &c->smp_ev[(e - CTX_EVENTS) / 2][(e - CTX_EVENTS) % 2];
+}
+
 int pace_events_usable(void)
 {
 	return REAL(cuEventCreate) && REAL(cuEventRecord) && REAL(cuEventQuery) && REAL(cuEventSynchronize) &&
@@ -364,20 +402,22 @@ struct ctx_events *pace_events_current(void)
 	for (int tries = 0; tries < NCTX; tries++) {
 		struct ctx_events *c = &evc[evc_next];
 		evc_next = (evc_next + 1) % NCTX;
-		int busy = (atomic_load(&smp.state) != SAMPLE_FREE && smp.c == c) || pace_bursts_use(c);
+		int busy = pace_bursts_use(c);
+		for (int i = 0; i < SAMPLE_SLOTS; i++)
+			busy |= atomic_load(&smp[i].state) != SAMPLE_FREE && smp[i].c == c;
 		if (busy)
 			continue;
 		if (c->ctx != NULL)
-			for (int e = 0; e < CTX_EVENTS; e++) {
-				tessera_residency_unhold(c->ev[e]); /* no probing until a destroyed event */
-				REAL(cuEventDestroy_v2)(c->ev[e]);
+			for (int e = 0; e < ALL_EVENTS; e++) {
+				tessera_residency_unhold(*ctx_event(c, e)); /* no probing until a destroyed event */
+				REAL(cuEventDestroy_v2)(*ctx_event(c, e));
 			}
 		c->ctx = NULL;
 		c->gen = ++ev_gen;
-		for (int e = 0; e < CTX_EVENTS; e++) {
-			if (REAL(cuEventCreate)(&c->ev[e], CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+		for (int e = 0; e < ALL_EVENTS; e++) {
+			if (REAL(cuEventCreate)(ctx_event(c, e), CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
 				while (e-- > 0)
-					REAL(cuEventDestroy_v2)(c->ev[e]);
+					REAL(cuEventDestroy_v2)(*ctx_event(c, e));
 				return NULL;
 			}
 		}
@@ -396,26 +436,27 @@ int64_t pace_elapsed_ns(CUevent a, CUevent b)
 	return (int64_t)((double)ms * 1e6);
 }
 
-/* (pace_measure.h) Reads the sample in flight if its kernel has finished (caller
- * holds pace_ev_mu), and folds it into its class's estimate. */
-void pace_sample_settle(void)
+/* Reads sample m if its kernel has finished (caller holds pace_ev_mu), and folds it
+ * into its class's estimate; 0 where it has not run yet. */
+static int sample_read(struct sample *m)
 {
-	if (atomic_load(&smp.state) != SAMPLE_FLYING)
-		return;
-	struct ctx_events *c = smp.c;
-	if (c->gen != smp.gen || c->ctx == NULL) {
-		atomic_store(&smp.state, SAMPLE_FREE);
-		return;
+	struct ctx_events *c = m->c;
+	if (c->gen != m->gen || c->ctx == NULL) {
+		atomic_store(&m->state, SAMPLE_FREE);
+		return 1;
 	}
-	CUresult q = REAL(cuEventQuery)(c->ev[1]);
+	CUevent *ev = c->smp_ev[m - smp];
+	CUresult q = REAL(cuEventQuery)(ev[1]);
 	if (q == CUDA_ERROR_NOT_READY)
-		return;
-	int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(c->ev[0], c->ev[1]) : -1;
+		return 0;
+	int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(ev[0], ev[1]) : -1;
 	/* Another context's turns inside the sample, where the probes saw them. */
-	int64_t off = ns >= 0 && smp.probed ? tessera_residency_off(c->ctx, c->ev[0], c->ev[1]) : -1;
-	atomic_store(&smp.state, SAMPLE_FREE);
+	int64_t off = ns >= 0 && m->probed ? tessera_residency_off(c->ctx, ev[0], ev[1]) : -1;
+	/* Free from here: no slot is claimed but under pace_ev_mu, which the caller holds
+	 * while what follows reads it. */
+	atomic_store(&m->state, SAMPLE_FREE);
 	if (ns < 0)
-		return;
+		return 1;
 #ifdef TESSERA_PACE_TRACE
 	int64_t trace_raw = ns;
 #endif
@@ -433,26 +474,26 @@ void pace_sample_settle(void)
 	 * is recorded (the fake's FAKE_CUDA_EVENT_NS) answers "not yet" on an idle
 	 * stream. The sample then holds the host's time to issue the launch, as one
 	 * that the query found idle does (below). */
-	if (smp.gap_p != NULL) {
-		int64_t g = pace_elapsed_ns(smp.gap_s, c->ev[0]);
-		if (smp.gap_fresh && smp.gap_p->burst_seq == smp.gap_seq && g >= 0 && g <= smp.gap_host_ns) {
-			pace_burst_gap(smp.gap_p, smp.gap_seq);
-			if (smp.host_gap_ns == 0)
-				smp.host_gap_ns = smp.issue_ns;
+	if (m->gap_p != NULL) {
+		int64_t g = pace_elapsed_ns(m->gap_s, ev[0]);
+		if (m->gap_fresh && m->gap_p->burst_seq == m->gap_seq && g >= 0 && g <= m->gap_host_ns) {
+			pace_burst_gap(m->gap_p, m->gap_seq);
+			if (m->host_gap_ns == 0)
+				m->host_gap_ns = m->issue_ns;
 		} else if (g >= 0) {
 			/* From its launch until its start event ran, the stream's queue held work
 			 * of the burst: from gap_host_ns after S's record to g after the GPU
 			 * reached S, which is the lag at S after its record (settle_burst). An S
 			 * recorded again since reads after the sample's start (g < 0) and tells
 			 * nothing. */
-			pace_burst_busy(smp.gap_p, smp.gap_seq, smp.gap_host_ns, g);
+			pace_burst_busy(m->gap_p, m->gap_seq, m->gap_host_ns, g);
 		}
 	}
-	last_at_ns[smp.cls] = tessera_now_ns();
+	last_at_ns[m->cls] = tessera_now_ns();
 	/* The start event found the stream idle: it completed when it was recorded, and
 	 * the host's time to issue the launch after it is not the kernel's. */
-	if (smp.host_gap_ns > 0)
-		ns = ns - smp.host_gap_ns > ns / 10 ? ns - smp.host_gap_ns : ns / 10;
+	if (m->host_gap_ns > 0)
+		ns = ns - m->host_gap_ns > ns / 10 ? ns - m->host_gap_ns : ns / 10;
 	/* With the charge line, less the events' own time (at most half the sample). */
 	int64_t ev_cost = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed);
 	if (ev_cost > 0 && tessera.limits.charge_kernel)
@@ -461,13 +502,13 @@ void pace_sample_settle(void)
 		ns = 1;
 	if (ns > MAX_EST_NS)
 		ns = MAX_EST_NS;
-	int64_t e = atomic_load_explicit(&pace_est_ns[smp.cls], memory_order_relaxed);
+	int64_t e = atomic_load_explicit(&pace_est_ns[m->cls], memory_order_relaxed);
 	/* What the sample is read against: its kernel's own entry where it has one
 	 * (settled once it rests on KT_WINDOW samples), else its class's estimate. */
 	int slot;
-	int64_t ke = smp.key != 0 ? kt_lookup(smp.key, &slot) : 0;
+	int64_t ke = m->key != 0 ? kt_lookup(m->key, &slot) : 0;
 	int64_t eref = ke > 0 ? ke : e;
-	int settled = ke > 0 ? kt_meta[slot].n >= KT_WINDOW : atomic_load(&pace_est_samples[smp.cls]) >= EST_WINDOW;
+	int settled = ke > 0 ? kt_meta[slot].n >= KT_WINDOW : atomic_load(&pace_est_samples[m->cls]) >= EST_WINDOW;
 	/* The launch waited for a refill, so its stream had drained, yet its start event
 	 * had not run when the launch returned: another context held the GPU (a
 	 * time-sliced GPU runs one context at a time). A sample that ran well over the
@@ -476,19 +517,19 @@ void pace_sample_settle(void)
 	 * explain a burst's overrun (the burst's overrun is the other's turn, and is
 	 * taken for that). Eight in a row are taken anyway: the launches may have
 	 * changed while every sample met another's turn. */
-	if (off < 0 && smp.met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[smp.cls] < 8) {
-		met_rejected[smp.cls]++;
+	if (off < 0 && m->met && eref > 0 && settled && ns > eref + eref / 20 + 20000 && met_rejected[m->cls] < 8) {
+		met_rejected[m->cls]++;
 		PSTAT_ADD(met, 1);
-		trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, -1);
-		return;
+		trace_sample(m->trace_key, m->cls, trace_raw, m->host_gap_ns, off, -1);
+		return 1;
 	}
-	met_rejected[smp.cls] = 0;
-	trace_sample(smp.trace_key, smp.cls, trace_raw, smp.host_gap_ns, off, ns);
+	met_rejected[m->cls] = 0;
+	trace_sample(m->trace_key, m->cls, trace_raw, m->host_gap_ns, off, ns);
 	if (eref > 0) {
-		int i = recent_n[smp.cls]++ % RECENT;
-		recent[smp.cls][i].ns = ns;
+		int i = recent_n[m->cls]++ % RECENT;
+		recent[m->cls][i].ns = ns;
 		/* What it was charged: the entry times the class's gain. */
-		recent[smp.cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, smp.cls) : e;
+		recent[m->cls][i].est = ke > 0 ? kt_charge((uint64_t)ke, m->cls) : e;
 	}
 	/* A sample the probes covered, and in which they saw no other context's turn,
 	 * is the kernel's own time, however far above the estimate. Not one they saw a
@@ -496,12 +537,12 @@ void pace_sample_settle(void)
 	 * many times a short kernel); nor one whose burst ran on two streams (a kernel
 	 * waits there for the program's own work on the other stream, which is charged
 	 * already). */
-	int probed = off == 0 && !smp.streams;
+	int probed = off == 0 && !m->streams;
 	/* Set aside with no turn seen in it: the probes stay on (pace_unexplained). */
-	int kind = smp.host_gap_ns > 0			      ? KT_IDLE
-		   : !smp.met && off <= 0 && !smp.streams ? KT_QUEUED
+	int kind = m->host_gap_ns > 0			      ? KT_IDLE
+		   : !m->met && off <= 0 && !m->streams ? KT_QUEUED
 							  : KT_OTHER;
-	if (smp.key != 0 && kt_fold(smp.key, smp.cls, ns, probed, kind) && off <= 0)
+	if (m->key != 0 && kt_fold(m->key, m->cls, ns, probed, kind) && off <= 0)
 		pace_saw_unexplained();
 	/* A sample far above the estimate may have waited for another context's time
 	 * slice between its events; three in a row mean the work changed. One the probes
@@ -514,27 +555,54 @@ void pace_sample_settle(void)
 	 * thread launches, 8x its mean and 27 % at cap 50). So a long sample is kept only
 	 * while due launches seldom find a sample in flight (under a quarter of them: a
 	 * program whose host issues its kernels about as fast as they run). */
-	if (atomic_load(&pace_est_samples[smp.cls]) >= EST_WINDOW && ns > 3 * e && rejected[smp.cls] < 3 &&
+	if (atomic_load(&pace_est_samples[m->cls]) >= EST_WINDOW && ns > 3 * e && rejected[m->cls] < 3 &&
 	    !(probed && due_busy < 256)) {
-		rejected[smp.cls]++;
+		rejected[m->cls]++;
 		PSTAT_ADD(set_aside, 1);
 		if (off <= 0)
 			pace_saw_unexplained();
-		return;
+		return 1;
 	}
-	rejected[smp.cls] = 0;
+	rejected[m->cls] = 0;
 
-	PSTAT_ADD(samples[smp.cls], 1);
-	if (smp.host_gap_ns > 0) {
-		PSTAT_ADD(idle[smp.cls], 1);
-		PSTAT_ADD(idle_ns[smp.cls], ns);
+	PSTAT_ADD(samples[m->cls], 1);
+	if (m->host_gap_ns > 0) {
+		PSTAT_ADD(idle[m->cls], 1);
+		PSTAT_ADD(idle_ns[m->cls], ns);
 	} else {
-		PSTAT_ADD(busy_ns[smp.cls], ns);
+		PSTAT_ADD(busy_ns[m->cls], ns);
 	}
-	int64_t n = atomic_fetch_add(&pace_est_samples[smp.cls], 1) + 1;
+	int64_t n = atomic_fetch_add(&pace_est_samples[m->cls], 1) + 1;
 	if (n > EST_WINDOW)
 		n = EST_WINDOW;
-	atomic_store_explicit(&pace_est_ns[smp.cls], e + (ns - e) / n, memory_order_relaxed);
+	atomic_store_explicit(&pace_est_ns[m->cls], e + (ns - e) / n, memory_order_relaxed);
+	return 1;
+}
+
+/* (pace_measure.h) Oldest first, so that a burst's spans come in the order of its
+ * samples (pace_burst_busy); a sample not yet run holds back the later ones on its
+ * stream, which run after it. */
+void pace_sample_settle(void)
+{
+	struct sample *fly[SAMPLE_SLOTS];
+	int n = 0;
+	for (int i = 0; i < SAMPLE_SLOTS; i++) {
+		if (atomic_load(&smp[i].state) != SAMPLE_FLYING)
+			continue;
+		int j = n++;
+		for (; j > 0 && fly[j - 1]->order > smp[i].order; j--)
+			fly[j] = fly[j - 1];
+		fly[j] = &smp[i];
+	}
+	CUstream held[SAMPLE_SLOTS];
+	int nheld = 0;
+	for (int i = 0; i < n; i++) {
+		int h = 0;
+		while (h < nheld && held[h] != fly[i]->stream)
+			h++;
+		if (h == nheld && !sample_read(fly[i]))
+			held[nheld++] = fly[i]->stream;
+	}
 }
 
 /* (pace_measure.h) */
@@ -557,11 +625,11 @@ static void evcal_read(void)
 		return;
 	struct ctx_events *k = evcal.c;
 	int gone = k->gen != evcal.gen || k->ctx == NULL;
-	CUresult q = gone ? CUDA_ERROR_INVALID_VALUE : REAL(cuEventQuery)(k->ev[7]);
+	CUresult q = gone ? CUDA_ERROR_INVALID_VALUE : REAL(cuEventQuery)(k->ev[EVCOST_B]);
 	if (q == CUDA_ERROR_NOT_READY)
 		return;
 	evcal.c = NULL;
-	int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(k->ev[6], k->ev[7]) : -1;
+	int64_t ns = q == CUDA_SUCCESS ? pace_elapsed_ns(k->ev[EVCOST_A], k->ev[EVCOST_B]) : -1;
 	if (ns < 0 || ns > EVCOST_MAX_NS)
 		return;
 	int64_t v = atomic_load_explicit(&ev_cost_ns, memory_order_relaxed);
@@ -593,12 +661,12 @@ void pace_event_pair(struct ctx_events *c, CUstream stream, int idle)
 	unsigned *tries = idle ? &evcal.idle_tries : &evcal.tries;
 	if ((ev_cost_n >= EVCOST_FIRST || *tries >= 4 * EVCOST_FIRST) && evcal.bursts < EVCOST_EVERY)
 		return;
-	if (atomic_load(&tessera.captures) > 0 || REAL(cuEventRecord)(c->ev[6], stream) != CUDA_SUCCESS ||
-	    REAL(cuEventRecord)(c->ev[7], stream) != CUDA_SUCCESS)
+	if (atomic_load(&tessera.captures) > 0 || REAL(cuEventRecord)(c->ev[EVCOST_A], stream) != CUDA_SUCCESS ||
+	    REAL(cuEventRecord)(c->ev[EVCOST_B], stream) != CUDA_SUCCESS)
 		return;
 	evcal.bursts = 0;
 	(*tries)++;
-	if (REAL(cuEventQuery)(c->ev[6]) != CUDA_ERROR_NOT_READY) {
+	if (REAL(cuEventQuery)(c->ev[EVCOST_A]) != CUDA_ERROR_NOT_READY) {
 		evcal.apart++;
 		return;
 	}
@@ -624,12 +692,12 @@ static uint32_t next_random(void)
 /* A sample is due: read the one in flight, and claim the next for this launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
 {
-	int64_t m = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
-	if (m < 1 || atomic_load_explicit(&pace_est_samples[cls], memory_order_relaxed) < EST_WINDOW)
-		m = 1;
-	if (m > SAMPLE_MAX_GAP)
-		m = SAMPLE_MAX_GAP;
-	pace_sample_countdown = m == 1 ? 1 : 1 + (int64_t)(next_random() % (uint32_t)(2 * m - 1));
+	int64_t every = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
+	if (every < 1 || atomic_load_explicit(&pace_est_samples[cls], memory_order_relaxed) < EST_WINDOW)
+		every = 1;
+	if (every > SAMPLE_MAX_GAP)
+		every = SAMPLE_MAX_GAP;
+	pace_sample_countdown = every == 1 ? 1 : 1 + (int64_t)(next_random() % (uint32_t)(2 * every - 1));
 	/* An event call during a capture could join the capture or break it. */
 	if (atomic_load(&tessera.captures) > 0 || !pace_events_usable() || pthread_mutex_trylock(&pace_ev_mu) != 0)
 		return;
@@ -644,29 +712,37 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 	 * time-sliced GPU, had its 1 ms kernel charged 20 us in 4 runs of 12 and took
 	 * 36.5-49.3 % of the GPU. Once a kernel: its first sample gives it an entry. */
 	int fresh = key != 0 && atomic_load_explicit(&pace_kt_word[kt_index(kt_hash(key))], memory_order_relaxed) == 0;
-	if (atomic_load(&smp.state) == SAMPLE_FLYING && smp.c->gen == smp.gen && smp.c->ctx != NULL &&
-	    (cost == 0 || fresh || tessera_now_ns() - smp.launched_ns > MAX_AHEAD_NS)) {
+	struct sample *free_slot = NULL, *old = sample_oldest();
+	for (int i = 0; i < SAMPLE_SLOTS && free_slot == NULL; i++)
+		if (atomic_load(&smp[i].state) == SAMPLE_FREE)
+			free_slot = &smp[i];
+	if (old != NULL && (cost == 0 || (fresh && free_slot == NULL) || tessera_now_ns() - old->launched_ns > MAX_AHEAD_NS)) {
 		PSTAT_ADD(wait_syncs, 1);
-		REAL(cuEventSynchronize)(smp.c->ev[1]);
+		REAL(cuEventSynchronize)(old->c->smp_ev[old - smp][1]);
 		/* The stream may have drained while the host waited here: an idle stream at
 		 * this launch is the hook's doing, not the program's host falling behind
 		 * (two 20 ms kernels' overrun went unowed: 23.7 % at cap 20). */
 		t->opened = 1;
 	}
 	pace_sample_settle();
-	/* How often a due launch found the last sample still in flight (1/1024ths, a
-	 * moving average over about 16 due launches). */
-	int busy = atomic_load(&smp.state) != SAMPLE_FREE;
+	for (int i = 0; i < SAMPLE_SLOTS && free_slot == NULL; i++)
+		if (atomic_load(&smp[i].state) == SAMPLE_FREE)
+			free_slot = &smp[i];
+	/* How often a due launch found every slot in use (1/1024ths, a moving average
+	 * over about 16 due launches). */
+	int busy = free_slot == NULL;
 	due_busy += ((busy ? 1024 : 0) - due_busy) / 16;
 	if (!busy) {
 		struct ctx_events *c = pace_events_current();
 		if (c != NULL) {
-			smp.c = c;
-			smp.gen = c->gen;
-			smp.cls = cls;
-			smp.key = key;
+			struct sample *m = free_slot;
+			m->order = ++smp_claimed;
+			m->c = c;
+			m->gen = c->gen;
+			m->cls = cls;
+			m->key = key;
 #ifdef TESSERA_PACE_TRACE
-			smp.trace_key = tessera_trace_key_now;
+			m->trace_key = tessera_trace_key_now;
 #endif
 			/* A launch long enough for another context's time slice to cut it has the
 			 * context's turns probed while it runs, while another context shares the
@@ -675,12 +751,13 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 			 * short launches never starts the probing thread (a second thread alone
 			 * costs a single-threaded program's launches 11 ns each in the fake
 			 * driver, B3). */
-			smp.probed = (cost >= PROBE_MIN_NS && (atomic_load(&pace_est_samples[cls]) < EST_WINDOW || pace_contended())) ||
+			m->probed = (cost >= PROBE_MIN_NS && (atomic_load(&pace_est_samples[cls]) < EST_WINDOW || pace_contended())) ||
 				     pace_unexplained();
-			if (smp.probed)
+			if (m->probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
-			atomic_store(&smp.state, SAMPLE_CLAIMED);
+			atomic_store(&m->state, SAMPLE_CLAIMED);
 			t->sampled = 1;
+			t->slot = (int)(m - smp);
 			t->cls = cls;
 			t->ev = c;
 		}
@@ -692,9 +769,10 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t)
 {
 	struct ctx_events *c = t->ev;
-	if (REAL(cuEventRecord)(c->ev[0], stream) != CUDA_SUCCESS) {
+	struct sample *m = &smp[t->slot];
+	if (REAL(cuEventRecord)(c->smp_ev[t->slot][0], stream) != CUDA_SUCCESS) {
 		t->sampled = 0;
-		atomic_store(&smp.state, SAMPLE_FREE);
+		atomic_store(&m->state, SAMPLE_FREE);
 		return;
 	}
 	t->t_start_ns = tessera_now_ns();
@@ -703,6 +781,8 @@ void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t)
 void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUresult launched)
 {
 	struct ctx_events *c = t->ev;
+	struct sample *m = &smp[t->slot];
+	CUevent *ev = c->smp_ev[t->slot];
 	/* The host's time from the start event's record to the launch's return, read
 	 * before the end event is recorded: a driver's event record costs its host a
 	 * microsecond or two after the kernel has been queued, time in which the GPU runs
@@ -710,22 +790,22 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 	 * microseconds lost it from its own time (the fake driver's host-bound step of
 	 * 5 us kernels, with 1.5 us a call, ran 19-22 % at cap 10: unpaced). */
 	int64_t issued = tessera_now_ns();
-	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(c->ev[1], stream) != CUDA_SUCCESS) {
-		if (smp.probed)
+	if (launched != CUDA_SUCCESS || REAL(cuEventRecord)(ev[1], stream) != CUDA_SUCCESS) {
+		if (m->probed)
 			tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, NULL);
-		atomic_store(&smp.state, SAMPLE_FREE);
+		atomic_store(&m->state, SAMPLE_FREE);
 		return;
 	}
 	/* Probed until the sampled launch has run. */
-	if (smp.probed)
-		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, c->ev[1]);
+	if (m->probed)
+		tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 0, ev[1]);
 	/* A start event already complete after the launch was issued found the stream
 	 * idle: the kernel began only when the launch reached the GPU. */
-	int started = REAL(cuEventQuery)(c->ev[0]) == CUDA_SUCCESS;
-	smp.issue_ns = issued - t->t_start_ns;
-	smp.host_gap_ns = started ? smp.issue_ns : 0;
-	smp.gap_p = NULL;
-	smp.gap_fresh = 0;
+	int started = REAL(cuEventQuery)(ev[0]) == CUDA_SUCCESS;
+	m->issue_ns = issued - t->t_start_ns;
+	m->host_gap_ns = started ? m->issue_ns : 0;
+	m->gap_p = NULL;
+	m->gap_fresh = 0;
 	if (tessera.limits.charge_kernel) {
 		pthread_mutex_lock(&pace_ev_mu);
 		/* A pair of events recorded now waits behind the kernel while it runs, and the
@@ -743,22 +823,23 @@ void tessera_pace_done_slow(CUstream stream, struct tessera_pace_ticket *t, CUre
 		 * sample, may find its stream drained by the hook's doing: it tells of no
 		 * gap, only, where it queued, of the GPU busy. */
 		int told = t->opened && started ? 0
-						: pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &smp.gap_s,
-								    &smp.gap_seq, &smp.gap_host_ns);
+						: pace_burst_sample(t->p, stream, c, started, t->t_start_ns, &m->gap_s,
+								    &m->gap_seq, &m->gap_host_ns);
 		if (told) {
-			smp.gap_p = t->p;
-			smp.gap_fresh = told == 1 && !t->opened;
+			m->gap_p = t->p;
+			m->gap_fresh = told == 1 && !t->opened;
 		}
 		pthread_mutex_unlock(&pace_ev_mu);
 	}
-	smp.met = t->waited && !started;
-	smp.streams = atomic_load_explicit(&t->p->other_stream, memory_order_relaxed) != 0;
-	if (smp.met) {
+	m->met = t->waited && !started;
+	m->streams = atomic_load_explicit(&t->p->other_stream, memory_order_relaxed) != 0;
+	if (m->met) {
 		pace_saw_other();
 		atomic_store_explicit(&met_seen_ns, issued, memory_order_relaxed);
 	}
-	smp.launched_ns = issued;
-	atomic_store(&smp.state, SAMPLE_FLYING);
+	m->launched_ns = issued;
+	m->stream = stream;
+	atomic_store(&m->state, SAMPLE_FLYING);
 }
 
 void tessera_pacing_forget_ctx(CUcontext ctx)
@@ -880,7 +961,9 @@ static void after_fork(void)
 	/* The child has none of the parent's contexts or events. */
 	pthread_mutex_init(&pace_ev_mu, NULL);
 	memset(evc, 0, sizeof(evc));
-	atomic_store(&smp.state, SAMPLE_FREE);
+	for (int i = 0; i < SAMPLE_SLOTS; i++)
+		atomic_store(&smp[i].state, SAMPLE_FREE);
+	smp_claimed = 0;
 	atomic_store(&pace_est_ns[0], 0);
 	atomic_store(&pace_est_ns[1], 0);
 	atomic_store(&pace_est_samples[0], 0);

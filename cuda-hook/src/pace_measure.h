@@ -64,19 +64,24 @@ static inline uint64_t kt_tag(uint64_t h)
 
 /* Per thread: launches left until the next sample. */
 extern __thread int64_t pace_sample_countdown TLS_IE;
-/* A sample is due: read the one in flight, and claim the next for this launch. */
+/* A sample is due: read those in flight that have run, and claim a slot for this
+ * launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost);
 /* Records the sample's start event, right before the driver's launch. */
 void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t);
 
-/* Events of one context: 0-1 a launch sample, 2-3 a burst's start and end (which is
- * which changes as bursts chain: tessera_pacer.ev_s, ev_f), 4-5 a burst's mark on its
- * second stream, 6-7 the events' own time (pace_event_cost). */
-#define CTX_EVENTS 8
+/* Launch samples in flight at once (pace_measure.c). */
+#define SAMPLE_SLOTS 16
+/* Events of one context: 0-1 a burst's start and end (which is which changes as
+ * bursts chain: tessera_pacer.ev_s, ev_f), 2-3 a burst's mark on its second stream,
+ * 4-5 the events' own time (pace_event_cost); and each launch sample slot's start
+ * and end (smp_ev). */
+#define CTX_EVENTS 6
 struct ctx_events {
 	CUcontext ctx;
 	uint64_t gen; /* changes whenever the events are made anew or lost */
 	CUevent ev[CTX_EVENTS];
+	CUevent smp_ev[SAMPLE_SLOTS][2];
 };
 /* Held over the contexts' events, the launch sample in flight, the estimates' recent
  * samples and the per-kernel entries, and by the bursts over their events. */
@@ -130,7 +135,7 @@ int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_event
 		      CUevent *s, uint64_t *seq, int64_t *host_ns);
 void pace_burst_gap(struct tessera_pacer *p, uint64_t seq);
 void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g);
-/* Reads the launch sample in flight if it has run (caller holds pace_ev_mu). */
+/* Reads the launch samples in flight that have run (caller holds pace_ev_mu). */
 void pace_sample_settle(void);
 /* A burst begins on stream, drained, with c's events (caller holds pace_ev_mu, and
  * calls it before S is recorded): with the charge line, reads the last pair of events

@@ -287,10 +287,10 @@ void tessera_pacing_setup(void)
 		struct tessera_pacer *p = &pacers[g];
 		const struct tessera_gpu_limit *l = &tessera.limits.gpus[g];
 		p->s = tessera_region_pacer(tessera.region, g);
-		p->ev_s = 2;
-		p->ev_f = 3;
-		p->ev_x = 4;
-		p->ev_xp = 5;
+		p->ev_s = 0;
+		p->ev_f = 1;
+		p->ev_x = 2;
+		p->ev_xp = 3;
 		p->share_dynamic = l->cores == 0 && tessera.limits.mps_percent == 0 && tessera_share_present(l->uuid);
 		if (p->share_dynamic) {
 			share_apply(p, tessera_now_ns());
@@ -1019,8 +1019,17 @@ int pace_burst_sample(struct tessera_pacer *p, CUstream stream, struct ctx_event
 	return p->burst_fresh ? 1 : 2;
 }
 
+/* A sample of a burst before the ended one (samples in flight may be read bursts
+ * later): no burst to settle reads it, and kept, it would take the place of one. */
+static int burst_gone(const struct tessera_pacer *p, uint64_t seq)
+{
+	return seq + 1 < p->burst_seq;
+}
+
 void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
 {
+	if (burst_gone(p, seq))
+		return;
 	uint64_t last = atomic_load_explicit(&p->gap_seq, memory_order_relaxed);
 	if (last != seq && atomic_load_explicit(&p->gap_seq_before, memory_order_relaxed) != seq) {
 		atomic_store_explicit(&p->gap_seq_before, last, memory_order_relaxed);
@@ -1034,6 +1043,8 @@ void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
  * lag at S); past BUSY_SPANS the rest are not kept (the bound is then looser). */
 void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g)
 {
+	if (burst_gone(p, seq))
+		return;
 	int i = (int)(seq & 1);
 	if (p->busy[i].seq != seq) {
 		p->busy[i].seq = seq;

@@ -17,7 +17,8 @@ struct tessera_pace_ticket {
 	int sampled;
 	int cls;
 	struct tessera_pacer *p;
-	void *ev; /* the sample's events */
+	void *ev;  /* the sample's context's events */
+	int slot;  /* its sample slot (pace_measure.c) */
 	int64_t t_start_ns;
 	int waited; /* the launch waited for a refill: its stream had drained */
 	/* The launch opened its burst (S was recorded right before it), or the hook waited
