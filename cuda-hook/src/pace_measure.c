@@ -145,10 +145,15 @@ static int due_busy = 1024;
  * by a due launch, filled in by that launch's thread (pace_sample_start,
  * tessera_pace_done_slow) and read under pace_ev_mu once its end event has run
  * (pace_sample_settle). Several in flight, so that a due launch seldom finds none
- * free: with one, a launch due while it ran was not sampled and the first due after
- * it had run was, which in a step of fixed order is the step's first launches (the
- * queue drains at the step's synchronize): a step of one 1 ms kernel and 40 of 20 us
- * had its long kernel sampled about 4x as often as it ran. */
+ * free and the samples fall where the random countdown puts them. With one, a launch
+ * due while it ran was not sampled and the first due after it had run was: in a step
+ * of fixed order, one of the step's first launches (the queue drains at the step's
+ * synchronize), and in a random mix, a launch right after a long kernel had run. The
+ * fake driver's step of one 1 ms kernel and 40 of 20 us had its long kernel in 18 %
+ * of its samples against 2.4 % of its launches (2.4 % now), so a probed long sample
+ * could not be kept in a class's mean; a host at about the GPU's pace, launching
+ * 20 us and 1 ms kernels at 7 to 1, had its rare long samples set aside and ran
+ * 40-45 % at cap 30 (31-34 % now). */
 enum { SAMPLE_FREE, SAMPLE_CLAIMED, SAMPLE_FLYING };
 struct sample {
 	_Atomic int state;
@@ -547,14 +552,13 @@ static int sample_read(struct sample *m)
 	/* A sample far above the estimate may have waited for another context's time
 	 * slice between its events; three in a row mean the work changed. One the probes
 	 * covered (above) is the class's own, and is kept where the launches sampled are
-	 * any launches. One sample is in flight at a time: a launch due while the last one
-	 * still runs is not sampled, and the first due after it has run is, which in a
-	 * step's fixed order of kernels is no launch at random (a step of one 1 ms kernel
-	 * issued first and 40 of 20 us had every sample on the long kernel, its estimate
+	 * any launches. Where due launches find every sample slot in use, they are not
+	 * sampled, and the first due after a slot frees is, which in a step's fixed order
+	 * of kernels is no launch at random (with one slot, a step of one 1 ms kernel
+	 * issued first and 40 of 20 us had most samples on the long kernel, its estimate
 	 * rose to 3x its mean and it ran 15.5 % at cap 25; one whose backward pass another
 	 * thread launches, 8x its mean and 27 % at cap 50). So a long sample is kept only
-	 * while due launches seldom find a sample in flight (under a quarter of them: a
-	 * program whose host issues its kernels about as fast as they run). */
+	 * while due launches seldom find every slot in use (under a quarter of them). */
 	if (atomic_load(&pace_est_samples[m->cls]) >= EST_WINDOW && ns > 3 * e && rejected[m->cls] < 3 &&
 	    !(probed && due_busy < 256)) {
 		rejected[m->cls]++;
@@ -703,11 +707,12 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 		return;
 	/* Until a class has an estimate its launches are charged nothing: the first
 	 * sample is waited for, so that a program cannot queue far ahead uncharged; so is
-	 * one queued behind more work than a period or two. And so is the sample before
-	 * the first launch of a kernel with no entry (kernel model), so that this one is
-	 * sampled: a kernel launched once a step at a point where the sample before it
-	 * is still in flight (behind another context's time slice) was otherwise never
-	 * sampled and charged its class's estimate for good. A step of 40 host-paced
+	 * one queued behind more work than a period or two. And so is the oldest sample,
+	 * where every slot is in use, before the first launch of a kernel with no entry
+	 * (kernel model), so that this one is sampled: a kernel launched once a step at a
+	 * point where the samples before it are still in flight (behind another context's
+	 * time slice) was otherwise never sampled and charged its class's estimate for
+	 * good. A step of 40 host-paced
 	 * 20 us kernels and one of 1 ms, at 30 beside the same at 70 on the fake's
 	 * time-sliced GPU, had its 1 ms kernel charged 20 us in 4 runs of 12 and took
 	 * 36.5-49.3 % of the GPU. Once a kernel: its first sample gives it an entry. */

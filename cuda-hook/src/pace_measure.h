@@ -83,7 +83,7 @@ struct ctx_events {
 	CUevent ev[CTX_EVENTS];
 	CUevent smp_ev[SAMPLE_SLOTS][2];
 };
-/* Held over the contexts' events, the launch sample in flight, the estimates' recent
+/* Held over the contexts' events, the launch samples in flight, the estimates' recent
  * samples and the per-kernel entries, and by the bursts over their events. */
 extern pthread_mutex_t pace_ev_mu;
 /* The driver has every event function pacing measures with. */

@@ -1038,8 +1038,9 @@ void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
 }
 
 /* (pace_measure.h) The spans of one burst come in the order of its samples, which is
- * the order of their launches and of their start events (one stream, one sample in
- * flight at a time). One that starts inside the last joins it (they meet whatever the
+ * the order of their launches and of their start events (one stream; the samples are
+ * read oldest first, pace_sample_settle). Out of order (two threads' launches on the
+ * stream), a span is clipped to the one before it or joins it: the sum never grows. One that starts inside the last joins it (they meet whatever the
  * lag at S); past BUSY_SPANS the rest are not kept (the bound is then looser). */
 void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g)
 {
@@ -1485,7 +1486,7 @@ void tessera_pace(CUstream stream, int cls, uintptr_t key, struct tessera_pace_t
 			t->opened = (w & SLOW_OPENED) != 0;
 		}
 	}
-	/* After any wait for a refill: the sample in flight has likely finished by then,
+	/* After any wait for a refill: the samples in flight have likely finished by then,
 	 * and a launch that waited is sampled on a drained stream (pace_sample_settle). */
 	/* With the charge line: the launch in its thread's tally, and its class in the
 	 * burst it opened or went to (after the wait: a burst begun there starts with no

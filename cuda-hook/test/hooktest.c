@@ -1529,14 +1529,20 @@ static double run_launches(const char *path, double seconds)
 			rc = cuLaunchKernel(NULL, 20000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
 		else if (strcmp(path, "mixed") == 0) /* 20 us and 1 ms kernels, mixed at random */
 			rc = cuLaunchKernel(NULL, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-		else if (strncmp(path, "hostmix", 7) == 0 && atoi(path + 7) > 0) {
+		else if (strncmp(path, "hostmix", 7) == 0 && atoi(path + 7 + 2 * (path[7] == 'f')) > 0) {
 			/* hostmix<us>: mixed after 64 launches of 20 us (the estimate settles on
 			 * the short kernels), each launch followed by that many us of host work:
 			 * a host that keeps about the GPU's pace, so the queue stays shallow and
-			 * the GPU waits for the host now and then. */
+			 * the GPU waits for the host now and then. hostmixfn<us>: the same of one
+			 * function on one grid, whose length its block's size sets (the fake runs
+			 * a block of more than one thread its size in us): a kernel whose work
+			 * its data decides, one per-kernel entry for lengths of 20 us and 1 ms. */
 			static unsigned i;
-			rc = cuLaunchKernel(NULL, i++ < 64 || rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-			for (double s0 = now_s(); now_s() - s0 < atoi(path + 7) * 1e-6;)
+			int fn = path[7] == 'f';
+			unsigned us = i++ < 64 || rand() % 8 ? 20 : 1000;
+			rc = fn ? cuLaunchKernel((CUfunction)(uintptr_t)0x7c1000, 100, 1, 1, us, 1, 1, 0, NULL, NULL, NULL)
+				: cuLaunchKernel(NULL, us, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+			for (double s0 = now_s(); now_s() - s0 < atoi(path + 7 + 2 * fn) * 1e-6;)
 				;
 		} else if (strcmp(path, "mixedfn") == 0) /* mixed, of one function: two grids */
 			rc = cuLaunchKernel((CUfunction)(uintptr_t)0x7f8000, rand() % 8 ? 20 : 1000, 1, 1, 1, 1, 1, 0, NULL, NULL,
