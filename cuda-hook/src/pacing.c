@@ -1039,9 +1039,10 @@ void pace_burst_gap(struct tessera_pacer *p, uint64_t seq)
 
 /* (pace_measure.h) The spans of one burst come in the order of its samples, which is
  * the order of their launches and of their start events (one stream; the samples are
- * read oldest first, pace_sample_settle). Out of order (two threads' launches on the
- * stream), a span is clipped to the one before it or joins it: the sum never grows. One that starts inside the last joins it (they meet whatever the
- * lag at S); past BUSY_SPANS the rest are not kept (the bound is then looser). */
+ * read oldest first, pace_sample_settle). One that starts inside the last joins it
+ * (they meet whatever the lag at S); out of order (two threads' launches on the
+ * stream), a span is clipped to the one before it or joins it, so the sum never grows;
+ * past BUSY_SPANS the rest are not kept (the bound is then looser). */
 void pace_burst_busy(struct tessera_pacer *p, uint64_t seq, int64_t host_ns, int64_t g)
 {
 	if (burst_gone(p, seq))
