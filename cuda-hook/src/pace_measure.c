@@ -105,12 +105,12 @@ static int evc_next;
  * bursts ran back to back the gain took that out, but the bursts of a step whose GPU
  * waits for its host never are
  * (the fake driver's host-bound step with 3 us events: 46.1-46.8 % at cap 50). Read
- * from a pair of events (a context's ev[EVCOST_A] and ev[EVCOST_B]) recorded back to back, with
- * nothing between them, right before a burst's S on its drained stream (so that no
- * other context's turn falls between them), or right after a launch sample (the pair
- * then waits behind its kernel), whether or not another context has been seen: the
- * first EVCOST_FIRST pairs of the process, then one in EVCOST_EVERY bursts, read at a
- * later burst's start or pair without waiting, as evcal_read says. The pair reads the
+ * from a pair of events (a context's ev[EVCOST_A] and ev[EVCOST_B]) recorded back to
+ * back, with nothing between them, right before a burst's S on its drained stream (so
+ * that no other context's turn falls between them), or right after a launch sample
+ * (the pair then waits behind its kernel), whether or not another context has been
+ * seen: the first EVCOST_FIRST pairs of the process, then one in EVCOST_EVERY bursts,
+ * read at a later burst's start or pair without waiting, as evcal_read says. The pair reads the
  * events' time only where the GPU ran them back to back: where it ran the first
  * before the host had recorded the second (the first had run when the second's record
  * returned), the two read the host's time between the records, about as long as a
@@ -188,6 +188,15 @@ static uint64_t smp_claimed; /* samples claimed so far (under pace_ev_mu) */
 static int sample_live(const struct sample *m)
 {
 	return atomic_load(&m->state) == SAMPLE_FLYING && m->c->gen == m->gen && m->c->ctx != NULL;
+}
+
+/* A free slot, NULL if every one is in use (caller holds pace_ev_mu). */
+static struct sample *sample_free(void)
+{
+	for (int i = 0; i < SAMPLE_SLOTS; i++)
+		if (atomic_load(&smp[i].state) == SAMPLE_FREE)
+			return &smp[i];
+	return NULL;
 }
 
 /* The oldest sample in flight, NULL if none (caller holds pace_ev_mu). */
@@ -693,7 +702,8 @@ static uint32_t next_random(void)
 	return rng;
 }
 
-/* A sample is due: read the one in flight, and claim the next for this launch. */
+/* A sample is due: read those in flight that have run, and claim a slot for this
+ * launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
 {
 	int64_t every = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
@@ -712,16 +722,14 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 	 * (kernel model), so that this one is sampled: a kernel launched once a step at a
 	 * point where the samples before it are still in flight (behind another context's
 	 * time slice) was otherwise never sampled and charged its class's estimate for
-	 * good. A step of 40 host-paced
-	 * 20 us kernels and one of 1 ms, at 30 beside the same at 70 on the fake's
-	 * time-sliced GPU, had its 1 ms kernel charged 20 us in 4 runs of 12 and took
-	 * 36.5-49.3 % of the GPU. Once a kernel: its first sample gives it an entry. */
+	 * good. A step of 40 host-paced 20 us kernels and one of 1 ms, at 30 beside the
+	 * same at 70 on the fake's time-sliced GPU, had its 1 ms kernel charged 20 us in
+	 * 4 runs of 12 and took 36.5-49.3 % of the GPU. Once a kernel: its first sample
+	 * gives it an entry. */
 	int fresh = key != 0 && atomic_load_explicit(&pace_kt_word[kt_index(kt_hash(key))], memory_order_relaxed) == 0;
-	struct sample *free_slot = NULL, *old = sample_oldest();
-	for (int i = 0; i < SAMPLE_SLOTS && free_slot == NULL; i++)
-		if (atomic_load(&smp[i].state) == SAMPLE_FREE)
-			free_slot = &smp[i];
-	if (old != NULL && (cost == 0 || (fresh && free_slot == NULL) || tessera_now_ns() - old->launched_ns > MAX_AHEAD_NS)) {
+	struct sample *old = sample_oldest();
+	if (old != NULL &&
+	    (cost == 0 || (fresh && sample_free() == NULL) || tessera_now_ns() - old->launched_ns > MAX_AHEAD_NS)) {
 		PSTAT_ADD(wait_syncs, 1);
 		REAL(cuEventSynchronize)(old->c->smp_ev[old - smp][1]);
 		/* The stream may have drained while the host waited here: an idle stream at
@@ -730,9 +738,7 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 		t->opened = 1;
 	}
 	pace_sample_settle();
-	for (int i = 0; i < SAMPLE_SLOTS && free_slot == NULL; i++)
-		if (atomic_load(&smp[i].state) == SAMPLE_FREE)
-			free_slot = &smp[i];
+	struct sample *free_slot = sample_free();
 	/* How often a due launch found every slot in use (1/1024ths, a moving average
 	 * over about 16 due launches). */
 	int busy = free_slot == NULL;
