@@ -691,6 +691,9 @@ void pace_event_pair(struct ctx_events *c, CUstream stream, int idle)
  * (xorshift) that spaces samples at random so that no launch pattern aliases them. */
 __thread int64_t pace_sample_countdown TLS_IE;
 static __thread uint32_t rng TLS_IE;
+/* Launches between the thread's samples, a moving average over about 16 due launches,
+ * in 1/16ths of a launch; 0 until the first. */
+static __thread int64_t sample_gap16 TLS_IE;
 
 static uint32_t next_random(void)
 {
@@ -706,7 +709,22 @@ static uint32_t next_random(void)
  * launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
 {
-	int64_t every = cost > 0 ? SAMPLE_EVERY_NS / cost : 1;
+	/* One sample per SAMPLE_EVERY_NS of estimated GPU time, the launches between
+	 * them averaged over the last due launches, not set by this launch's estimate
+	 * alone. Spaced by the estimate of the moment, an entry whose estimate moves
+	 * (a kernel of one function and grid whose length its data decides, a class of
+	 * kernels of 20 us and 1 ms) was sampled seldom while its estimate was low and
+	 * at every launch while high: the launches between two samples went as one over
+	 * the estimate they were charged, and the launches' mean charge was the
+	 * estimates' harmonic mean, far under the kernels' mean (the fake driver's
+	 * one-function kernels of 20 us and 1 ms, host-paced: charged 91 us a launch
+	 * against 142 us run, 82.4-84.9 % of the GPU at cap 80 and 53.8-56.4 at 50;
+	 * spaced by the average, 129 us, 79.9-81.8 and 50.8-51.6). */
+	int64_t gap16 = cost > 0 ? SAMPLE_EVERY_NS * 16 / cost : 16;
+	if (gap16 > SAMPLE_MAX_GAP * 16)
+		gap16 = SAMPLE_MAX_GAP * 16;
+	sample_gap16 = sample_gap16 <= 0 ? gap16 : sample_gap16 + (gap16 - sample_gap16) / 16;
+	int64_t every = sample_gap16 / 16;
 	if (every < 1 || atomic_load_explicit(&pace_est_samples[cls], memory_order_relaxed) < EST_WINDOW)
 		every = 1;
 	if (every > SAMPLE_MAX_GAP)
