@@ -706,7 +706,7 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	if (q == CUDA_SUCCESS && c->gen == p->burst_ctx_gen && c->ctx != NULL) {
 		e = pace_elapsed_ns(c->ev[p->ev_s], c->ev[p->ev_f]);
 		if (e >= 0)
-			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f]);
+			off = tessera_residency_off(c->ctx, c->ev[p->ev_s], c->ev[p->ev_f], NULL);
 		if (e >= 0 && p->f_x_stream != 0) {
 			/* Two streams: from the earlier start to the later end of the two (their
 			 * kernels overlap, and each launch was charged its own length). S bounds

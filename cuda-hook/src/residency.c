@@ -44,7 +44,7 @@
 #include "residency.h"
 #include "state.h"
 
-#define PROBE_STEP_NS 250000LL
+#define PROBE_STEP_NS (2 * TESSERA_RESIDENCY_TURN_ERR_NS)
 /* Probes outstanding at most: 24 ms of probing while the context is off the GPU. */
 #define NPROBE 96
 #define NOFF 128
@@ -406,10 +406,11 @@ void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until)
 	pthread_mutex_unlock(&rs.mu);
 }
 
-int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
+int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b, int *turns)
 {
 	pthread_mutex_lock(&rs.mu);
 	int64_t off = -1;
+	int n = 0;
 	if (!rs.stopping && ctx != NULL && ctx == rs.made_in && atomic_load(&tessera.captures) == 0) {
 		collect();
 		int64_t fa = frame_of(a), fb = frame_of(b);
@@ -422,8 +423,10 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 			for (unsigned k = from; k < rs.noff; k++) {
 				int64_t x = rs.off[k % NOFF].a > fa ? rs.off[k % NOFF].a : fa;
 				int64_t y = rs.off[k % NOFF].b < fb ? rs.off[k % NOFF].b : fb;
-				if (y > x)
+				if (y > x) {
 					off += y - x;
+					n++;
+				}
 			}
 			/* Four contexts in turns leave this one a quarter of the time: more off
 			 * than that is a probe gone wrong, not a measure. */
@@ -436,6 +439,8 @@ int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b)
 	else
 		rs.uncovered++;
 	pthread_mutex_unlock(&rs.mu);
+	if (turns != NULL)
+		*turns = off > 0 ? n : 0;
 	return off;
 }
 

@@ -17,8 +17,12 @@
 #define TESSERA_RESIDENCY_HOLDS 2
 void tessera_residency_hold(CUcontext ctx, int who, int open, CUevent until);
 /* The time between two completed events of the context (a before b) during which the
- * context was off the GPU, in ns; -1 when the probes did not cover that time. */
-int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b);
+ * context was off the GPU, in ns; -1 when the probes did not cover that time. turns
+ * (may be NULL) gets how many spells off the GPU that time holds: each is read to
+ * within TESSERA_RESIDENCY_TURN_ERR_NS either way. */
+int64_t tessera_residency_off(CUcontext ctx, CUevent a, CUevent b, int *turns);
+/* Half a probe step (residency.c). */
+#define TESSERA_RESIDENCY_TURN_ERR_NS 125000LL
 /* The event is about to be destroyed: no hold waits for it any longer. */
 void tessera_residency_unhold(CUevent until);
 /* Returns once the probing thread is in no driver call; it makes none while a capture
