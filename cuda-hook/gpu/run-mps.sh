@@ -26,8 +26,13 @@ say "solo (one process, no MPS, no hook): mm $SOLO/s"
 MPS=$G/mpsh
 rm -rf "$MPS" && mkdir -p "$MPS/pipe" "$MPS/log" "$MPS/empty"
 CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d || { say "MPS control daemon did not start"; exit 1; }
-trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"' EXIT
-mkdir -p /run/tessera
+# The clients' mount point, made here only where the machine has none, and taken away
+# again at the end: a /run/tessera left behind tells every hooked process after this
+# run that it is inside a Tessera container, and with no limits there they are refused
+# CUDA (B4 run after this suite failed so).
+MADE_RUN=
+[ -d /run/tessera ] || { mkdir -p /run/tessera && MADE_RUN=1; }
+trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"; [ -z "$MADE_RUN" ] || rmdir /run/tessera 2>/dev/null' EXIT
 
 # client <label> <granted%> <pipe in the mps line> <hook|nohook> <program...>: env
 # comes from the caller; prints the program's output. Each client has a limits
