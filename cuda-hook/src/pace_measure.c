@@ -551,15 +551,13 @@ static int sample_read(struct sample *m)
 	 * is the kernel's own time, however far above the estimate. So is one they saw
 	 * turns in, once those are out, where what is left is long against the probes'
 	 * error (half a probe step a turn, either way, many times a short kernel): at
-	 * least four times it, within a quarter. Without these a long kernel's samples
-	 * were set aside whenever they met another context's turn: two host-paced
-	 * programs mixing 20 us and 1 ms kernels at 7 to 1 on the fake driver's
-	 * time-sliced GPU set aside 182 of the 383 long samples of the 30 % tenant (133
-	 * of them with the turn taken out, reading 1.05 ms), charged its launches 90 us
-	 * against 142 us run, and its bursts owed and gave up the rest past its slot:
-	 * 21.5-23.4 % at 30 / 70. Not one whose burst ran on two streams (a kernel waits
-	 * there for the program's own work on the other stream, which is charged
-	 * already). */
+	 * least four times it, within a quarter. Before, a long kernel's samples were
+	 * set aside whenever they met another context's turn: of two host-paced programs
+	 * mixing 20 us and 1 ms kernels at 7 to 1 on the fake driver's time-sliced GPU
+	 * at 30 / 70, the 30 % tenant folded 48-52 % of its long samples (those with the
+	 * turn taken out read 1.05 ms) and charged its launches 90 us against 142 us
+	 * run; 68-72 % now. Not one whose burst ran on two streams (a kernel waits there
+	 * for the program's own work on the other stream, which is charged already). */
 	int probed = !m->streams && (off == 0 || (cut && ns >= 4 * turns * TESSERA_RESIDENCY_TURN_ERR_NS));
 	/* Set aside with no turn seen in it: the probes stay on (pace_unexplained). */
 	int kind = m->host_gap_ns > 0			      ? KT_IDLE
