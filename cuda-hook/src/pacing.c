@@ -31,8 +31,7 @@
  *    places them), so each container's refill begins its slot. A slot burst (one that
  *    began at the container's refill after waiting for it) that runs past its slot's
  *    end gives up from the next allowance what its own work ran past (another's
- *    turns the probes saw in it are the other's spill, given up by the other's own
- *    slot burst): a
+ *    turns in it are the other's spill, given up by the other's own slot burst): a
  *    time-sliced GPU that runs two busy contexts in turns loses time to the
  *    switches, so saturating containers whose bursts met would stay met; they now
  *    shed load until their bursts fit their slots again, and for a while after a
