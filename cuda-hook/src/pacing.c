@@ -30,9 +30,8 @@
  *  - the refill points of a GPU's containers follow one another (the node agent
  *    places them), so each container's refill begins its slot. A slot burst (one that
  *    began at the container's refill after waiting for it) that runs past its slot's
- *    end gives up from the next allowance what its own work ran past (another's
- *    turns in it are the other's spill, given up by the other's own slot burst): a
- *    time-sliced GPU that runs two busy contexts in turns loses time to the
+ *    end gives what it ran past up from the next allowance, whoever's work made it
+ *    spill: a time-sliced GPU that runs two busy contexts in turns loses time to the
  *    switches, so saturating containers whose bursts met would stay met; they now
  *    shed load until their bursts fit their slots again, and for a while after a
  *    collision leave a gap at their slots' end for the switch.
@@ -748,16 +747,12 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * estimate followed them down to 12 % under the samples, and the tenants, charged
 	 * too little, spilled out of their slots (20-23 % at 25 %, against 23.8 before). */
 	int64_t sliced = 0;
-	/* Whether sliced is another context's for sure: the probes measured its turns in
-	 * the burst, or saw one since the burst began. */
-	int sliced_seen = 0;
 	if (off > 0) {
 		/* What the burst ran of its own is not below its charge, unless its launch
 		 * samples (probed too) say the estimate runs over them. */
 		int64_t floor = ratio < 0 ? (int64_t)((double)p->f_charged * (1 + ratio)) : p->f_charged;
 		int64_t own = e - off < floor ? (floor < e ? floor : e) : e - off;
 		sliced = e - own;
-		sliced_seen = 1;
 		e = own;
 		PSTAT_ADD(sliced_ns, sliced);
 	}
@@ -843,7 +838,6 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		 * time-sliced GPU owed 20-35 ms a burst so, and got 15.4-22.6 % at cap 30
 		 * where time slicing gives it 21.5-22.6 unhooked; 20.3-22.3 now. */
 		int seen = tessera_residency_late_seen_ns() >= p->f_at_ns - p->f_host_ns;
-		sliced_seen = seen;
 		if (!p->f_at_refill && !seen && sliced > TIME_SLICE_NS)
 			sliced = TIME_SLICE_NS;
 		if (sliced < 0)
@@ -898,24 +892,13 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 	 * it ran past, beyond 50 us and two launches (the last launch may take the tokens
 	 * below zero, which is owed already, and a time-sliced GPU runs the next
 	 * container's work in turns with it, about as long again) and beyond what it
-	 * owes for its overrun, is given up from the next allowance. Not another
-	 * container's turns in it where the probes saw them (sliced_seen): those are the
-	 * other's work spilling out of its own slot, which the other gives up for its own
-	 * slot burst. An overrun its samples do not explain with no turn seen may be the
-	 * program's own rare long kernels (a 2 ms one in a hundred of 20 us, alone at cap
-	 * 50, ran 56.5 % once in three tries when it went unpaid), and is given up less
-	 * half of it, up to 1 ms, as every spill was before. Each container thus pays
-	 * for the time its own work spills out of its slots: the load of two
-	 * saturating containers whose turns meet drops until their bursts fit their slots
-	 * again, where a time-sliced GPU runs each alone (two busy contexts in turns lose
-	 * about 8 % of the GPU to the switches on an H200). Held against both (all but
-	 * half of them, up to 1 ms), a seen spill was paid twice, and two containers whose
-	 * queues hold a long kernel at their slots' ends (a host at the GPU's pace; a rare
-	 * 2 ms kernel among 20 us ones) each gave up the other's: on the fake driver's
-	 * time-sliced GPU with 160 us switches, 21.1 / 62.3 and 22.2 / 65.5 at 30 / 70,
-	 * 41.4 / 39.3 and 39.7 / 39.9 at 50 / 50, against scaled caps of 27.7 / 64.7 and
-	 * 46.2; 31.8 / 60.3, 29.0 / 65.1, 46.1 / 44.8 and 45.8 / 45.9 now, saturating
-	 * pairs (1 ms kernels, an attention-shaped step) within 3 both ways. A slot
+	 * owes for its overrun, is
+	 * given up from the next allowance (less half of another container's turns in
+	 * it, up to 1 ms). Each container thus pays for the time its slot bursts spill
+	 * out of their slots, whether its own launches or another's turns made them
+	 * spill: the load of two saturating containers whose turns meet drops until their
+	 * bursts fit their slots again, where a time-sliced GPU runs each alone (two busy
+	 * contexts in turns lose about 8 % of the GPU to the switches on an H200). A slot
 	 * burst that met more than 0.5 ms and one launch of another's turns also opens a
 	 * gap of SLOT_GAP_NS at the end of the container's slots for a while. */
 	int64_t forfeit = 0;
@@ -923,16 +906,16 @@ static int64_t settle_burst(struct tessera_pacer *p, int wait)
 		/* Counted from the refill point whenever its host woke for it: a host that
 		 * woke late (descheduled, a loaded machine) delays this burst alone, and the
 		 * next begins on time. So the spill is the burst's S→F beyond the slot's
-		 * length, or beyond its charge where that is longer (less the turns above):
-		 * tokens that earlier bursts gave back (charged more than they ran) were paid
-		 * for, and a burst
+		 * length, or beyond its charge where that is longer: tokens that earlier
+		 * bursts gave back (charged more than they ran) were paid for, and a burst
 		 * that ran them past its slot's end paid in its charge for that much (a
 		 * program of kernels of very different lengths has bursts over and under
 		 * their charge by turns: forfeiting what its give-backs paid for took the
 		 * fake driver's 20 us / 1 ms program to 75-76 % at cap 80). */
 		int64_t room = p->f_charged > p->slot_len_ns ? p->f_charged : p->slot_len_ns;
-		int64_t turns = sliced_seen ? sliced : sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
-		forfeit = e + sliced - room - (50000 + 2 * est) - (over > 0 ? over : 0) - turns;
+		int64_t spill = e + sliced - room;
+		int64_t turns = sliced / 2 < TIME_SLICE_NS / 2 ? sliced / 2 : TIME_SLICE_NS / 2;
+		forfeit = spill - (50000 + 2 * est) - (over > 0 ? over : 0) - turns;
 		if (forfeit > 50 * TESSERA_PACING_PERIOD_NS)
 			forfeit = 50 * TESSERA_PACING_PERIOD_NS;
 		if (forfeit < 0)
