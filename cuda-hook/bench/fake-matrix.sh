@@ -7,7 +7,9 @@
 # its cap, at least 95 % of its need where it needs less (not slowed). A pair is
 # judged as B4 judges one on a GPU: where both need more than their caps, each cap
 # scaled by what the same pair unhooked held of the GPU together (U; the GPU's
-# context switches between two busy contexts cost it the rest). And time slicing
+# context switches between two busy contexts cost it the rest), or what the hooked
+# pair held together where that is more (paced containers that take the GPU in
+# turns switch less often than time slicing does). And time slicing
 # leaves a tenant whose progress waits on its kernels (a launch-bound loop) at most
 # need x (1 - f) beside a neighbour that keeps the GPU busy while it holds it,
 # f = min(the other's cap, need) of the time (docs/benchmarks.md, what time slicing
@@ -42,11 +44,14 @@ verdict() {
 		else { printf "%s(%.0f%% of need)", (s >= 0.95 * n) ? "ok" : "SLOW", 100 * s / n }
 	}'
 }
-# pair_verdict <share> <cap> <need> <other's cap> <U>: as verdict, against the lesser
-# of its cap (scaled by U where both tenants need more than their caps) and what time
-# slicing leaves it beside the other.
+# pair_verdict <share> <cap> <need> <other's cap> <U> <H>: as verdict, against the
+# lesser of its cap (scaled by U, or by what the hooked pair held, H, where that is
+# more, where both tenants need more than their caps) and what time slicing leaves it
+# beside the other.
 pair_verdict() {
-	awk -v s="$1" -v c="$2" -v n="$3" -v o="$4" -v u="$5" 'BEGIN {
+	awk -v s="$1" -v c="$2" -v n="$3" -v o="$4" -v u="$5" -v h="$6" 'BEGIN {
+		if (h > 100) h = 100
+		if (h > u) u = h
 		f = o < n ? o : n; b = n * (1 - f / 100); t = (n > c + 3 && n > o + 3) ? c * u / 100 : c
 		if (b > t - 3) { d = s - t; printf "%s(%+.1f)", (d <= 3 && d >= -3) ? "ok" : "MISS", d }
 		else printf "%s(bound %.1f)", (s >= 0.95 * b && s <= c + 3) ? "ok" : "MISS", b
@@ -72,8 +77,9 @@ for path in "${paths[@]}"; do
 		u=$(shares <<<"$out" | awk '{ u += $1 } END { print u + 0 }')
 		out=$(bench/fake-mix.sh "$a:$path" "$b:$path") || rc=1
 		sa=$(sed -n 1p <<<"$out" | share) sb=$(sed -n 2p <<<"$out" | share)
+		h=$(awk -v a="${sa:-0}" -v b="${sb:-0}" 'BEGIN { print a + b }')
 		printf ' | %5s/%-5s %5s %-28s' "${sa:-0}" "${sb:-0}" "$u" \
-			"$(pair_verdict "${sa:-0}" "$a" "$need" "$b" "$u") $(pair_verdict "${sb:-0}" "$b" "$need" "$a" "$u")"
+			"$(pair_verdict "${sa:-0}" "$a" "$need" "$b" "$u" "$h") $(pair_verdict "${sb:-0}" "$b" "$need" "$a" "$u" "$h")"
 	done
 	printf '\n'
 done
