@@ -27,6 +27,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
@@ -50,7 +51,8 @@ var policies = placement.Registry{binpack.Registration, spread.Registration, fra
 // define is DynamicResources' own.
 type Plugin struct {
 	*dynamicresources.DynamicResources
-	order *orderer
+	order   *orderer
+	requeue *requeue // nil without DRA
 }
 
 var (
@@ -92,7 +94,11 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 	if !ok {
 		return nil, fmt.Errorf("%s: DynamicResources is a %T", Name, p)
 	}
-	return &Plugin{DynamicResources: dr, order: o}, nil
+	pl := &Plugin{DynamicResources: dr, order: o}
+	if o != nil {
+		pl.requeue = newRequeue(h)
+	}
+	return pl, nil
 }
 
 // stateKey is where PreFilter keeps the pod's demand for Score.
@@ -131,6 +137,9 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if d != nil && d.problem != "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, d.problem)
 	}
+	if d != nil || len(pod.Spec.ResourceClaims) > 0 {
+		pl.requeue.preFilter(pod)
+	}
 	res, st := pl.DynamicResources.PreFilter(ctx, cs, pod, nodes)
 	if d != nil && st.IsSuccess() {
 		cs.Write(stateKey, &cycleState{d: d})
@@ -141,6 +150,35 @@ func (pl *Plugin) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 		}
 	}
 	return res, st
+}
+
+// Reserve is the in-tree Reserve; a pod with claims it reserved is in flight until
+// its PreBind succeeds or Unreserve runs (requeue.go).
+func (pl *Plugin) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	st := pl.DynamicResources.Reserve(ctx, cs, pod, nodeName)
+	if st.IsSuccess() && pl.requeue != nil && (demandOf(cs) != nil || len(pod.Spec.ResourceClaims) > 0) {
+		pl.requeue.reserved(pod)
+	}
+	return st
+}
+
+// Unreserve is the in-tree Unreserve, after which the pod's allocations are no longer
+// in flight.
+func (pl *Plugin) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	pl.DynamicResources.Unreserve(ctx, cs, pod, nodeName)
+	if pl.requeue != nil {
+		pl.requeue.left(klog.FromContext(ctx), pod)
+	}
+}
+
+// PreBind is the in-tree PreBind; when it succeeds the pod's allocations are written
+// and no longer in flight (on failure Unreserve drops them).
+func (pl *Plugin) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	st := pl.DynamicResources.PreBind(ctx, cs, pod, nodeName)
+	if st.IsSuccess() && pl.requeue != nil {
+		pl.requeue.left(klog.FromContext(ctx), pod)
+	}
+	return st
 }
 
 // demandOf is the demand PreFilter kept for the cycle, or nil.
