@@ -29,8 +29,12 @@ import (
 // or Unreserve gave its allocation back) the remembered pods are activated. A pod still
 // in its scheduling cycle then is requeued when the cycle fails (the queue records the
 // activation); one that was placed is not in the queue and is ignored. A remembered pod
-// that failed for another reason retries once per in-flight pod that leaves after its
-// attempt, and is remembered again only if another pod is in flight at its retry.
+// that failed for another reason (no GPU has room) retries after pods leave flight while
+// it waits, so a burst of binds would retry it once per bind: a pod is activated at most
+// once per activateEvery (the scheduler's first backoff), the later ones by a timer.
+
+// activateEvery is the least time between two activations of one pod.
+const activateEvery = time.Second
 
 // inFlightHorizon bounds how long a pod is counted in flight: longer than the in-tree
 // plugin's longest binding-condition wait (10 minutes by default), so only a pod whose
@@ -46,16 +50,23 @@ type activator interface {
 // requeue remembers the pods that met another pod's in-flight claims and wakes them
 // when that pod leaves flight.
 type requeue struct {
-	act activator
-	now func() time.Time
+	act   activator
+	now   func() time.Time
+	after func(time.Duration, func()) // time.AfterFunc; tests replace it
 
-	mu       sync.Mutex
-	inFlight map[types.UID]time.Time // pods between Reserve and PreBind's success or Unreserve
-	waiting  map[types.UID]*v1.Pod   // pods whose PreFilter ran while another was in flight
+	mu        sync.Mutex
+	inFlight  map[types.UID]time.Time // pods between Reserve and PreBind's success or Unreserve
+	waiting   map[types.UID]*v1.Pod   // pods whose PreFilter ran while another was in flight
+	due       map[types.UID]*v1.Pod   // pods to activate once activateEvery has passed
+	activated map[types.UID]time.Time // when each pod of due or waiting was last activated
+	timer     bool                    // a timer for due is set
+	logger    klog.Logger             // the last caller's, for the timer
 }
 
 func newRequeue(act activator) *requeue {
-	return &requeue{act: act, now: time.Now, inFlight: map[types.UID]time.Time{}, waiting: map[types.UID]*v1.Pod{}}
+	return &requeue{act: act, now: time.Now, after: func(d time.Duration, f func()) { time.AfterFunc(d, f) },
+		inFlight: map[types.UID]time.Time{}, waiting: map[types.UID]*v1.Pod{}, due: map[types.UID]*v1.Pod{},
+		activated: map[types.UID]time.Time{}}
 }
 
 // preFilter remembers pod when another pod is in flight.
@@ -81,10 +92,13 @@ func (r *requeue) reserved(pod *v1.Pod) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.waiting, pod.UID)
+	delete(r.due, pod.UID)
+	delete(r.activated, pod.UID)
 	r.inFlight[pod.UID] = r.now()
 }
 
-// left ends pod's flight (idempotent) and activates the pods that waited.
+// left ends pod's flight (idempotent) and activates the pods that waited, each at most
+// once per activateEvery.
 func (r *requeue) left(logger klog.Logger, pod *v1.Pod) {
 	r.mu.Lock()
 	if _, ok := r.inFlight[pod.UID]; !ok {
@@ -92,17 +106,72 @@ func (r *requeue) left(logger klog.Logger, pod *v1.Pod) {
 		return
 	}
 	delete(r.inFlight, pod.UID)
+	for uid, p := range r.waiting {
+		r.due[uid] = p
+		delete(r.waiting, uid)
+	}
+	r.logger = logger
+	wake, wait := r.takeDue()
+	r.mu.Unlock()
+	r.activate(logger, pod, wake)
+	if wait > 0 {
+		r.after(wait, r.flush)
+	}
+}
+
+// flush activates the due pods whose time has come (the timer left set).
+func (r *requeue) flush() {
+	r.mu.Lock()
+	r.timer = false
+	logger := r.logger
+	wake, wait := r.takeDue()
+	r.mu.Unlock()
+	r.activate(logger, nil, wake)
+	if wait > 0 {
+		r.after(wait, r.flush)
+	}
+}
+
+// takeDue takes the due pods last activated at least activateEvery ago, and says how
+// long until the next of the others where no timer is set for them yet (caller holds
+// r.mu).
+func (r *requeue) takeDue() (map[string]*v1.Pod, time.Duration) {
+	now := r.now()
 	var wake map[string]*v1.Pod
-	if len(r.waiting) > 0 {
-		wake = make(map[string]*v1.Pod, len(r.waiting))
-		for uid, p := range r.waiting {
-			wake[p.Namespace+"/"+p.Name] = p
-			delete(r.waiting, uid)
+	var next time.Duration
+	for uid, p := range r.due {
+		if last, ok := r.activated[uid]; ok && now.Sub(last) < activateEvery {
+			if d := activateEvery - now.Sub(last); next == 0 || d < next {
+				next = d
+			}
+			continue
+		}
+		if wake == nil {
+			wake = map[string]*v1.Pod{}
+		}
+		wake[p.Namespace+"/"+p.Name] = p
+		r.activated[uid] = now
+		delete(r.due, uid)
+	}
+	// A pod activated long ago that no longer waits is forgotten.
+	for uid, last := range r.activated {
+		if _, ok := r.due[uid]; !ok && now.Sub(last) >= activateEvery {
+			if _, ok := r.waiting[uid]; !ok {
+				delete(r.activated, uid)
+			}
 		}
 	}
-	r.mu.Unlock()
-	if len(wake) > 0 && r.act != nil {
-		logger.V(4).Info("Claims no longer in flight: activating the pods that met them", "pod", klog.KObj(pod), "activated", len(wake))
-		r.act.Activate(logger, wake)
+	if next > 0 && !r.timer {
+		r.timer = true
+		return wake, next
 	}
+	return wake, 0
+}
+
+func (r *requeue) activate(logger klog.Logger, left *v1.Pod, wake map[string]*v1.Pod) {
+	if len(wake) == 0 || r.act == nil {
+		return
+	}
+	logger.V(4).Info("Claims no longer in flight: activating the pods that met them", "pod", klog.KObj(left), "activated", len(wake))
+	r.act.Activate(logger, wake)
 }

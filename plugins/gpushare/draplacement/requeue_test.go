@@ -34,7 +34,7 @@ func TestRequeue(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	a, b, c := claimPod("a"), claimPod("b"), claimPod("c")
 	type step struct {
-		do   string // preFilter, reserved, left, wait (advance the clock)
+		do   string // preFilter, reserved, left, wait (advance the clock), timer (advance it to the timer and fire it)
 		pod  *v1.Pod
 		wait time.Duration
 	}
@@ -61,10 +61,17 @@ func TestRequeue(t *testing.T) {
 		steps: []step{{do: "reserved", pod: a}, {do: "preFilter", pod: b}, {do: "reserved", pod: b}, {do: "left", pod: a}, {do: "left", pod: b}},
 	}, {
 		// b is remembered again at each retry while another pod is in flight, and
-		// woken by whichever leaves after it.
+		// woken by whichever leaves after it, at most once a second: a's leaving
+		// 100 ms after c's wakes it by a timer.
 		name: "two in flight",
 		steps: []step{{do: "reserved", pod: a}, {do: "reserved", pod: c}, {do: "preFilter", pod: b}, {do: "left", pod: c},
-			{do: "preFilter", pod: b}, {do: "left", pod: a}},
+			{do: "wait", wait: 100 * time.Millisecond}, {do: "preFilter", pod: b}, {do: "left", pod: a}, {do: "timer"}},
+		want: [][]string{{"ns/b"}, {"ns/b"}},
+	}, {
+		// A second later, a retry's wake-up is immediate again.
+		name: "a second later",
+		steps: []step{{do: "reserved", pod: a}, {do: "reserved", pod: c}, {do: "preFilter", pod: b}, {do: "left", pod: c},
+			{do: "wait", wait: activateEvery}, {do: "preFilter", pod: b}, {do: "left", pod: a}},
 		want: [][]string{{"ns/b"}, {"ns/b"}},
 	}, {
 		// A pod never ended (no PreBind nor Unreserve) stops counting after the
@@ -77,6 +84,14 @@ func TestRequeue(t *testing.T) {
 			r := newRequeue(act)
 			now := time.Unix(1000, 0)
 			r.now = func() time.Time { return now }
+			var timer func()
+			var timerAt time.Duration
+			r.after = func(d time.Duration, f func()) {
+				if timer != nil {
+					t.Fatal("a second timer while one is set")
+				}
+				timer, timerAt = f, d
+			}
 			for _, s := range tc.steps {
 				switch s.do {
 				case "preFilter":
@@ -87,6 +102,13 @@ func TestRequeue(t *testing.T) {
 					r.left(logger, s.pod)
 				case "wait":
 					now = now.Add(s.wait)
+				case "timer":
+					if timer == nil {
+						t.Fatal("no timer set")
+					}
+					f := timer
+					timer, now = nil, now.Add(timerAt)
+					f()
 				}
 			}
 			if len(act.calls) != len(tc.want) {
@@ -97,8 +119,8 @@ func TestRequeue(t *testing.T) {
 					t.Errorf("activation %d: %v, want %v", i, act.calls[i], tc.want[i])
 				}
 			}
-			if len(r.waiting) != 0 && len(r.inFlight) == 0 {
-				t.Errorf("%d pods still waiting with none in flight", len(r.waiting))
+			if len(r.waiting) != 0 && len(r.inFlight) == 0 || len(r.due) != 0 && timer == nil {
+				t.Errorf("%d pods still waiting with none in flight, %d due with no timer", len(r.waiting), len(r.due))
 			}
 		})
 	}
