@@ -29,8 +29,8 @@
 # pair's rows against what two unhooked processes of the workload get side by side
 # (PAIR, below), or what the hooked pair held in all where that is more. The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
-# rate (B7's target), and with B4_PARTS holding mps, the same pair as MPS clients;
-# with ab, the host-paced workloads against solo runs interleaved with theirs (below),
+# rate (B7's target), and with B4_PARTS holding mps, the same pair and each workload's
+# pairs as MPS clients (their rates, not judged); with ab, the host-paced workloads against solo runs interleaved with theirs (below),
 # which judges their rows alone that their host's speed decides; with phases, every
 # workload capped and unpaced by turns in one process, judged against itself.
 # B4_PARTS (of "alone pairs mixed mps ab sliced phases"; all but mps, sliced and phases
@@ -422,11 +422,16 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 					continue 2
 				fi
 				if [ "$label" = mps ]; then
-					# A share of the SMs is not one of the GPU's time: the rate only.
-					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" \
+					# A share of the SMs is not one of the GPU's time: the rate only,
+					# and for a pair of one workload, against what each of two unhooked
+					# processes of it got time-sliced (PAIRRATE, with B4_PARTS pairs).
+					local p=
+					[ "${specs[0]#*:}" = "${specs[-1]#*:}" ] && p=${PAIRRATE[$w]:-}
+					say "$(awk -v l="$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" -v w=$w -v s="${SOLO[$w]}" -v p="$p" \
 						-v r="$(grep "^$w " "$G/together.$n.$i" | field rate)" 'BEGIN{
 						if (r == "" || s <= 0) printf "%-30s %-8s no rate", l, w
-						else printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo (SMs, not time: not judged)", l, w, r, 100 * r / s }')"
+						else printf "%-30s %-8s rate %8.2f/s = %5.1f%% of solo%s (SMs, not time: not judged)", l, w, r, 100 * r / s,
+							(p > 0) ? sprintf(", %.1f%% of an unhooked time-sliced pair'"'"'s tenant", 100 * r / p) : "" }')"
 					continue
 				fi
 				# A pair of one workload is judged against what a pair of it can hold:
@@ -544,15 +549,20 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	fi
 done
 done
-# B4_PARTS with mps: the mixed pair as MPS clients (one MPS control daemon for the
-# GPU, each tenant's cap its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the mode
-# docs/install.md recommends for node pools that mix launch-bound and long-kernel
-# tenants, with the last hook above enforcing memory.
+# B4_PARTS with mps: each workload's pairs (30/70, 50/50) and the mixed pair as MPS
+# clients (one MPS control daemon for the GPU, each tenant's cap its
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the mode docs/install.md recommends for node pools
+# that mix launch-bound and long-kernel tenants or need a long-kernel pair's shares
+# exact, with the last hook above enforcing memory.
 if part mps; then
 	MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
 	MPS=$G/mps
 	mkdir -p "$MPS/pipe" "$MPS/log"
 	if CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d; then
+		for w in $CL; do
+			together "mps" "30:0:$w" "70:30:$w"
+			together "mps" "50:0:$w" "50:50:$w"
+		done
 		together "mps" "70:0:attn" "30:70:mlp"
 		beside mps
 		echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"

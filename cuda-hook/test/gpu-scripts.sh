@@ -7,7 +7,8 @@
 # TESSERA_GPU_DRY_RUN keeps every file under a directory of the run's. gpu/b4-classes.sh
 # runs every part for a class that holds the GPU more than half the time and one that
 # holds less, attention left out of B4_CLASSES (the parts that pair it measure it),
-# then again from the references the first run kept (B4_REUSE=1), and beside a node's
+# then again from the references the first run kept (B4_REUSE=1: the pairs as MPS
+# clients, and ab), and beside a node's
 # share file (its phases part not run, the file kept); gpu/b4-matrix.sh and
 # gpu/run-b7.sh run whole. It checks the scripts' own logic, their rows present and no
 # shell error, never a figure: the scripts otherwise run only on GPU machines, where a
@@ -114,6 +115,12 @@ want b4-classes.txt "^solo attn: rate"
 want b4-classes.txt "^mixed launch-bound mlp at 30 beside attn at 70"
 want b4-classes.txt "^ab convnet "
 want b4-classes.txt "info (cap .*host-paced"
+run b4-classes.sh B4_REUSE=1 B4_PARTS="pairs mps"
+for w in llm convnet; do
+	want b4-classes.txt "^mps 30 of 30/70 *$w .* of solo, [0-9.]*% of an unhooked time-sliced pair's tenant"
+	want b4-classes.txt "^mps 50 of 50/50 *$w "
+done
+want b4-classes.txt "^mps launch-bound mlp at 30 beside attn at 70"
 run b4-classes.sh B4_REUSE=1 B4_PARTS=ab
 want b4-classes.txt "^solo llm: .*(reused)"
 want b4-classes.txt "^ab convnet "
@@ -154,4 +161,4 @@ echo "$out" | grep -qF "whole step (10.0 steps by launches): charged 30.0 us a s
 	echo "FAIL pace-trace.py: the whole step's charge not read by function"
 	exit 1
 }
-echo "ok gpu scripts: b4-classes.sh's every part dry (phases included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry; pace-trace.py pools a made-up step's kernels by function"
+echo "ok gpu scripts: b4-classes.sh's every part dry (phases and MPS pairs included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry; pace-trace.py pools a made-up step's kernels by function"
