@@ -23,7 +23,7 @@ import (
 const bindingCondition = "tessera.dev/test-attached"
 
 // TestDRASharesBesideClaimInFlight: a share that fills a GPU beside another share whose
-// pod is still binding is placed once that pod has bound. The in-tree allocator counts
+// pod (of another profile) is still binding is placed once that pod has bound. The in-tree allocator counts
 // a claim in flight twice while its PreBind runs (allocated in memory and already
 // written), so the second share does not fit until the first pod's PreBind ends, and
 // no cluster event wakes it then; TesseraDynamicResources activates it. The GPU's
@@ -44,11 +44,12 @@ func TestDRASharesBesideClaimInFlight(t *testing.T) {
 	c.createDeviceClasses()
 	c.startScheduler("tessera-scheduler.yaml")
 
-	c.pinnedShareClaim("first", gpu, "30")
+	c.pinnedShareClaim("first", binpack, gpu, "30")
 	first := c.waitAllocated("first", 30*time.Second)
 	// first's pod is in PreBind, waiting for the binding condition: its claim is
-	// written and still in flight.
-	c.pinnedShareClaim("second", gpu, "70")
+	// written and still in flight. The second pod is of another profile: the claim
+	// tracker, and so the double count, is the scheduler's, not a profile's.
+	c.pinnedShareClaim("second", spread, gpu, "70")
 	msg := c.waitUnschedulable("pod-second", 30*time.Second)
 	t.Logf("second share while the first pod binds: %s", msg)
 
@@ -98,9 +99,9 @@ func (c *cluster) addBindingCondition(node, device string) {
 	}
 }
 
-// pinnedShareClaim creates claim name for a share of cores on GPU uuid (any memory)
-// and a binpack pod using it.
-func (c *cluster) pinnedShareClaim(name, uuid, cores string) {
+// pinnedShareClaim creates claim name for a share of cores and 1 GiB on GPU uuid and
+// a pod of profile using it.
+func (c *cluster) pinnedShareClaim(name, profile, uuid, cores string) {
 	c.t.Helper()
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
 		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].uuid == "` + uuid + `"`}}},
@@ -112,7 +113,7 @@ func (c *cluster) pinnedShareClaim(name, uuid, cores string) {
 	}, metav1.CreateOptions{}); err != nil {
 		c.t.Fatalf("claim %s: %v", name, err)
 	}
-	c.claimPod(name, binpack, nil)
+	c.claimPod(name, profile, nil)
 }
 
 // waitAllocated waits for claim name to be allocated and returns it.

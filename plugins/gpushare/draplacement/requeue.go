@@ -3,12 +3,15 @@
 package draplacement
 
 import (
+	"reflect"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+
+	"github.com/tessera-dev/tessera/plugins/internal/fwk"
 )
 
 // The in-tree plugin counts a claim's consumed capacity twice while the claim is both
@@ -61,6 +64,22 @@ type requeue struct {
 	activated map[types.UID]time.Time // when each pod of due or waiting was last activated
 	timer     bool                    // a timer for due is set
 	logger    klog.Logger             // the last caller's, for the timer
+}
+
+// requeues holds one requeue per scheduler, keyed by its DRA manager, which every
+// profile of a scheduler shares: the in-tree claim tracker, and so the double count,
+// spans the profiles, and a pod of one profile may meet the claims of another's pod
+// in flight. Every profile's handle activates in the same scheduling queue.
+var requeues sync.Map
+
+// requeueFor is the requeue of h's scheduler.
+func requeueFor(h fwk.Handle) *requeue {
+	mgr := h.SharedDRAManager()
+	if t := reflect.TypeOf(mgr); t == nil || !t.Comparable() {
+		return newRequeue(h)
+	}
+	r, _ := requeues.LoadOrStore(mgr, newRequeue(h))
+	return r.(*requeue)
 }
 
 func newRequeue(act activator) *requeue {
