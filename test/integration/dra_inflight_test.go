@@ -12,7 +12,6 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -103,16 +102,7 @@ func (c *cluster) addBindingCondition(node, device string) {
 // a pod of profile using it.
 func (c *cluster) pinnedShareClaim(name, profile, uuid, cores string) {
 	c.t.Helper()
-	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].uuid == "` + uuid + `"`}}},
-		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-			dra.CapacityMemory: resource.MustParse("1Gi"), dra.CapacityCores: resource.MustParse(cores)}}}
-	if _, err := c.client.ResourceV1().ResourceClaims(c.ns).Create(c.ctx, &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.ns},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &req}}}},
-	}, metav1.CreateOptions{}); err != nil {
-		c.t.Fatalf("claim %s: %v", name, err)
-	}
+	c.newSelectedShareClaim(name, `device.attributes["gpu.tessera.dev"].uuid == "`+uuid+`"`, "1Gi", cores)
 	c.claimPod(name, profile, nil)
 }
 

@@ -762,10 +762,16 @@ func (c *cluster) claimPod(claim, profile string, annotations map[string]string)
 
 // newShareClaim creates the claim of shareClaim, without a pod, with config.
 func (c *cluster) newShareClaim(name, memory, cores string, config ...resourceapi.DeviceClaimConfiguration) *resourceapi.ResourceClaim {
+	c.t.Helper()
+	return c.newSelectedShareClaim(name, `device.attributes["gpu.tessera.dev"].type == "gpu"`, memory, cores, config...)
+}
+
+// newSelectedShareClaim is newShareClaim on the devices the CEL expression selects.
+func (c *cluster) newSelectedShareClaim(name, selector, memory, cores string, config ...resourceapi.DeviceClaimConfiguration) *resourceapi.ResourceClaim {
 	t := c.t
 	t.Helper()
 	req := resourceapi.ExactDeviceRequest{DeviceClassName: dra.DriverName,
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.attributes["gpu.tessera.dev"].type == "gpu"`}}},
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}},
 		Capacity:  &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{}}}
 	if memory != "" {
 		req.Capacity.Requests[dra.CapacityMemory] = resource.MustParse(memory)
