@@ -6,7 +6,8 @@
 #   make BUILD=build/trace HOOK_CFLAGS=-DTESSERA_PACE_TRACE
 #   gpu/pace-trace.sh build/trace
 #
-# For each of TRACE_CLASSES (gpu/torch_work.py workloads; convnet llm attn mlp): the
+# For each of TRACE_CLASSES (gpu/torch_work.py workloads; convnet llm attn mlp, none
+# where it is set empty, as for a pair's traces alone): the
 # profiler's kernels by name (unhooked), the solo rate, then the rate under the
 # diagnostic hook at each of TRACE_CAPS (25) with each charge model of TRACE_CHARGES
 # (kernel class), with its trace (src/pace_trace.h: per kernel, launches, what they
@@ -20,7 +21,7 @@ T=$RES/trace
 mkdir -p "$T"
 S=${TRACE_SECONDS:-3}
 TW="python3 $HERE/gpu/torch_work.py"
-for w in ${TRACE_CLASSES:-convnet llm attn mlp}; do
+for w in ${TRACE_CLASSES-convnet llm attn mlp}; do
 	TESSERA_BENCH_KERNELS=1 $TW 1 $w >"$T/$w.kernels" || echo "$w: profiler failed"
 	$TW "$S" $w >"$T/$w.solo" || echo "$w: solo run failed"
 	for c in ${TRACE_CAPS:-25}; do
