@@ -29,9 +29,10 @@
 # pair's rows against what two unhooked processes of the workload get side by side
 # (PAIR, below), or what the hooked pair held in all where that is more. The
 # launch-bound tenant of the mixed pair wants >= 0.9 x min(cap, need) / need of its
-# rate (B7's target), and with B4_PARTS holding mps, the same pair and each workload's
-# pairs as MPS clients (their rates, not judged); with ab, the host-paced workloads against solo runs interleaved with theirs (below),
-# which judges their rows alone that their host's speed decides; with phases, every
+# rate (B7's target), and with B4_PARTS holding mps, the same pair and each
+# workload's pairs as MPS clients (their rates, not judged); with ab, the host-paced
+# workloads against solo runs interleaved with theirs (below), which judges their
+# rows alone that their host's speed decides; with phases, every
 # workload capped and unpaced by turns in one process, judged against itself.
 # B4_PARTS (of "alone pairs mixed mps ab sliced phases"; all but mps, sliced and phases
 # by default) and

@@ -6,9 +6,9 @@
 #   make BUILD=build/trace HOOK_CFLAGS=-DTESSERA_PACE_TRACE
 #   gpu/pace-trace.sh build/trace
 #
-# For each of TRACE_CLASSES (gpu/torch_work.py workloads; convnet llm attn mlp, none
-# where it is set empty, as for a pair's traces alone): the
-# profiler's kernels by name (unhooked), the solo rate, then the rate under the
+# For each of TRACE_CLASSES (gpu/torch_work.py workloads; convnet llm attn mlp; none
+# where it is set empty, for a pair's traces alone): the profiler's kernels by name
+# (unhooked), the solo rate, then the rate under the
 # diagnostic hook at each of TRACE_CAPS (25) with each charge model of TRACE_CHARGES
 # (kernel class), with its trace (src/pace_trace.h: per kernel, launches, what they
 # were charged, and what its samples read) and the hook's pacing summary; and for each

@@ -22,10 +22,11 @@ import (
 const bindingCondition = "tessera.dev/test-attached"
 
 // TestDRASharesBesideClaimInFlight: a share that fills a GPU beside another share whose
-// pod (of another profile) is still binding is placed once that pod has bound. The in-tree allocator counts
-// a claim in flight twice while its PreBind runs (allocated in memory and already
-// written), so the second share does not fit until the first pod's PreBind ends, and
-// no cluster event wakes it then; TesseraDynamicResources activates it. The GPU's
+// pod (of another profile) is still binding is placed once that pod has bound. The
+// in-tree allocator counts a claim in flight twice while its PreBind runs (allocated
+// in memory and already written), so the second share does not fit until the first
+// pod's PreBind ends, and no cluster event wakes it then; TesseraDynamicResources
+// activates it. The GPU's
 // device carries a binding condition, as a device that must be attached first does:
 // the first pod's PreBind waits for it, which holds the window open for as long as the
 // test needs (the same window is milliseconds without binding conditions, and it met
