@@ -251,7 +251,7 @@ static void sg_push(int64_t work_ns, int ev);
 static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
 static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
 static int64_t sg_switch_ns = 25000LL;  /* FAKE_CUDA_SWITCH_US */
-static uint64_t busy_ns, kernel_ns, syncs, bad_syncs, launches;
+static uint64_t busy_ns, kernel_ns, syncs, bad_syncs, launches, memsets;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
 
@@ -469,6 +469,7 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 	out->syncs = syncs;
 	out->bad_syncs = bad_syncs;
 	out->launches = launches;
+	out->memsets = memsets;
 	out->event_calls = atomic_load(&event_calls);
 	pthread_mutex_unlock(&mu);
 }
@@ -1076,7 +1077,9 @@ static void capture_us(uint64_t us);
 static int64_t *stream_queue(CUstream s);
 static void stream_launched(CUstream s);
 /* Runs a kernel of us on stream s's queue (the default one but with FAKE_CUDA_STREAMS). */
-static CUresult run_on(uint64_t us, CUstream s)
+/* Runs us of work on stream s: a launch, or (launch 0) other work, which is not
+ * counted as a launch. */
+static CUresult run_work(uint64_t us, CUstream s, int launch)
 {
 	if (current < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -1090,7 +1093,8 @@ static CUresult run_on(uint64_t us, CUstream s)
 		stream_launched(s);
 		busy_ns += us * 1000;
 		kernel_ns += us * 1000;
-		launches++;
+		launches += launch;
+		memsets += !launch;
 		pthread_mutex_unlock(&mu);
 		return CUDA_SUCCESS;
 	}
@@ -1120,10 +1124,25 @@ static CUresult run_on(uint64_t us, CUstream s)
 	} else {
 		busy_ns += us * 1000 + (uint64_t)gap;
 	}
-	launches++;
+	launches += launch;
+	memsets += !launch;
 	pthread_mutex_unlock(&mu);
 	call_tail();
 	return CUDA_SUCCESS;
+}
+
+static CUresult run_on(uint64_t us, CUstream s)
+{
+	return run_work(us, s, 1);
+}
+
+/* A memset of a few words runs as 1 us of work on its stream. */
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+	(void)v;
+	if (d == 0 || n == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return run_work(1 + (uint64_t)n / 250000, s, 0);
 }
 static CUresult run(uint64_t us)
 {

@@ -421,12 +421,16 @@ struct ctx_events *pace_events_current(void)
 			busy |= atomic_load(&smp[i].state) != SAMPLE_FREE && smp[i].c == c;
 		if (busy)
 			continue;
-		if (c->ctx != NULL)
+		if (c->ctx != NULL) {
 			for (int e = 0; e < ALL_EVENTS; e++) {
 				tessera_residency_unhold(*ctx_event(c, e)); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(*ctx_event(c, e));
 			}
+			if (c->lead != 0 && c->lead != LEAD_NONE)
+				REAL(cuMemFree_v2)(c->lead);
+		}
 		c->ctx = NULL;
+		c->lead = 0;
 		c->gen = ++ev_gen;
 		for (int e = 0; e < ALL_EVENTS; e++) {
 			if (REAL(cuEventCreate)(ctx_event(c, e), CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
@@ -712,6 +716,32 @@ static uint32_t next_random(void)
 	return rng;
 }
 
+/* The context's lead word, which a graph launch's sample sets before its start event
+ * (pace_sample_start); LEAD_NONE where it cannot be made.
+ *
+ * A start event recorded on an idle stream can run while the context does not hold the
+ * GPU, and the launch after it then waits inside the sample for the context's turn.
+ * On an H100, two unhooked processes of the graph + eager step (a replay first in each
+ * step, after the synchronize that ended the step before) read their replays at
+ * 264-327 us in means over a few seconds (medians 52-326), against 52-58 us alone; with
+ * a 4-byte cuMemsetD32Async on the stream before the start event, 49.5-50.7 us (a
+ * 20 us kernel there did the same, 48.3-49.7; a wait on a word the host set after the
+ * launch, or on an event already complete, did not: 232-268 and 260-300). Charged six
+ * times its time, the 30 % tenant of such a pair was held and slowed to 46-92 % of
+ * its unhooked rate though it needs less than its cap. Graph launches only: a replay
+ * is where a step starts after its host waited, and a kernel's samples that met
+ * another's turn are set aside by their entries (kt_fold) where they are the few. The
+ * word costs the context one small allocation (within its context charge), the
+ * memset a microsecond or two of the GPU a sample. */
+static CUdeviceptr lead_make(void)
+{
+	CUdeviceptr d = 0;
+	if (REAL(cuMemsetD32Async) == NULL || REAL(cuMemAlloc_v2) == NULL || REAL(cuMemAlloc_v2)(&d, 4) != CUDA_SUCCESS ||
+	    d == 0 || d == LEAD_NONE)
+		return LEAD_NONE;
+	return d;
+}
+
 /* A sample is due: read those in flight that have run, and claim a slot for this
  * launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
@@ -791,6 +821,8 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 				     pace_unexplained();
 			if (m->probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
+			if (cls == 1 && c->lead == 0)
+				c->lead = lead_make();
 			atomic_store(&m->state, SAMPLE_CLAIMED);
 			t->sampled = 1;
 			t->slot = (int)(m - smp);
@@ -801,11 +833,14 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 	pthread_mutex_unlock(&pace_ev_mu);
 }
 
-/* Records the sample's start event, right before the driver's launch. */
+/* Records the sample's start event, right before the driver's launch; a graph
+ * launch's behind a memset of the context's lead word (lead_make). */
 void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t)
 {
 	struct ctx_events *c = t->ev;
 	struct sample *m = &smp[t->slot];
+	if (t->cls == 1 && c->lead != 0 && c->lead != LEAD_NONE)
+		REAL(cuMemsetD32Async)(c->lead, 0, 1, stream);
 	if (REAL(cuEventRecord)(c->smp_ev[t->slot][0], stream) != CUDA_SUCCESS) {
 		t->sampled = 0;
 		atomic_store(&m->state, SAMPLE_FREE);
@@ -885,8 +920,9 @@ void tessera_pacing_forget_ctx(CUcontext ctx)
 	pthread_mutex_lock(&pace_ev_mu);
 	for (int i = 0; i < NCTX; i++)
 		if (evc[i].ctx == ctx) {
-			/* Its events went with it. */
+			/* Its events and its lead word went with it. */
 			evc[i].ctx = NULL;
+			evc[i].lead = 0;
 			evc[i].gen = ++ev_gen;
 		}
 	pthread_mutex_unlock(&pace_ev_mu);

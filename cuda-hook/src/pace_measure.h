@@ -82,7 +82,11 @@ struct ctx_events {
 	uint64_t gen; /* changes whenever the events are made anew or lost */
 	CUevent ev[CTX_EVENTS];
 	CUevent smp_ev[SAMPLE_SLOTS][2];
+	/* A word of the context's device memory that a graph launch's sample sets before
+	 * its start event (pace_sample_start); 0 until made, LEAD_NONE where it cannot be. */
+	CUdeviceptr lead;
 };
+#define LEAD_NONE ((CUdeviceptr)1)
 /* Held over the contexts' events, the launch samples in flight, the estimates' recent
  * samples and the per-kernel entries, and by the bursts over their events. */
 extern pthread_mutex_t pace_ev_mu;

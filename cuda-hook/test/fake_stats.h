@@ -16,6 +16,7 @@ struct fake_cuda_stats {
 	uint64_t launches;     /* launches executed (not captured) */
 	uint64_t event_calls;  /* cuEventRecord and cuEventQuery calls */
 	uint64_t kernel_ns;    /* simulated kernel time executed so far */
+	uint64_t memsets;      /* cuMemsetD32Async calls executed (not captured) */
 };
 
 /* Exported by the fake libcuda.so.1 under this name; not a driver function. */

@@ -1758,6 +1758,12 @@ static int pace_main(int argc, char **argv)
 		run_launches(argv[2], 0.3);
 	double share = run_launches(argv[2], atof(argv[4]));
 	printf("pace %s: cores %d, share %.1f%%\n", argv[2], cores, share);
+	/* A paced graph launch's samples start behind a memset of the hook's own word
+	 * (pace_measure.c, lead_make); a kernel launch's do not. */
+	if (cores > 0 && cores < 100 && strcmp(argv[2], "graph") == 0)
+		CHECK(stats().memsets > 0, "no graph launch sample was led in by a memset");
+	if (strcmp(argv[2], "kernel") == 0)
+		CHECK(stats().memsets == 0, "%llu memsets among kernel launches", (unsigned long long)stats().memsets);
 	/* A floor where the check is about a loss (run under "timed" on a busy machine). */
 	if (argc >= 6)
 		CHECK(share >= atof(argv[5]), "share %.1f%%, want at least %s%%", share, argv[5]);
