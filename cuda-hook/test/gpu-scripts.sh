@@ -71,6 +71,11 @@ calib) echo "iters=$(($2 * 100))" ;;
 esac
 W
 	;;
+pace.cu) cat >"$o" <<'W'
+#!/bin/bash
+echo "path=$2 kernels=1000 seconds=$3 rate=$(awk -v s=$RANDOM 'BEGIN{ printf "%.1f", 10000 * (0.9 + 0.2 * s / 32767) }')"
+W
+	;;
 b7.cu) cat >"$o" <<'W'
 #!/bin/bash
 echo "mode=$1 n=100 seconds=$2 rate=$(awk -v s=$RANDOM 'BEGIN{ printf "%.1f", 1000 * (0.9 + 0.2 * s / 32767) }') kernel_ns=5000 busy=79.3"
@@ -139,6 +144,16 @@ run run-b7.sh
 for m in none hook mps; do
 	want b7.txt "^B7 mode=$m mix=mm:25+mm:25+launch:25+launch:25 shares="
 done
+# pairs-ab.sh with the hook built here named twice (two builds set side by side).
+rc=0
+PATH=$D/bin:$PATH TESSERA_GPU_DRY_RUN=$D OUT=$D/out gpu/pairs-ab.sh "$B" "$B/libtessera-cuda.so" "$B/libtessera-cuda.so" >"$D/log" 2>&1 || rc=$?
+[ $rc = 0 ] || { cat "$D/log"; echo "FAIL pairs-ab.sh exited $rc"; exit 1; }
+if grep -n "unbound variable\|syntax error\|command not found\|: line [0-9]*:\|division" "$D/log" ||
+	! grep -q "^hook 2 .* round 2: 50 / 50 [0-9.]* / [0-9.]*$" "$D/log"; then
+	cat "$D/log"
+	echo "FAIL pairs-ab.sh: shell errors or no second hook's 50 / 50 in its last round"
+	exit 1
+fi
 # pace-trace.py on a made-up trace: a step of a templated PyTorch kernel, one in an
 # anonymous namespace (the trace's mangled names cut short) and a plain name cut
 # short, charged 1.5x the profiler's 20 us a step.
@@ -161,4 +176,4 @@ echo "$out" | grep -qF "whole step (10.0 steps by launches): charged 30.0 us a s
 	echo "FAIL pace-trace.py: the whole step's charge not read by function"
 	exit 1
 }
-echo "ok gpu scripts: b4-classes.sh's every part dry (phases and MPS pairs included), again from its kept references and beside a node's share file; b4-matrix.sh and run-b7.sh dry; pace-trace.py pools a made-up step's kernels by function"
+echo "ok gpu scripts: b4-classes.sh's every part dry (phases and MPS pairs included), again from its kept references and beside a node's share file; b4-matrix.sh, run-b7.sh and pairs-ab.sh dry; pace-trace.py pools a made-up step's kernels by function"
