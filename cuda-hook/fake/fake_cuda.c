@@ -252,6 +252,7 @@ static struct sg *sg; /* FAKE_CUDA_SHARED_GPU, below */
 static int64_t sg_slice_ns = 2000000LL; /* FAKE_CUDA_SLICE_US */
 static int64_t sg_switch_ns = 25000LL;  /* FAKE_CUDA_SWITCH_US */
 static uint64_t busy_ns, kernel_ns, syncs, bad_syncs, launches, memsets;
+static _Atomic uint64_t legacy_events;
 static _Atomic uint64_t event_calls;
 static _Atomic int capturing;
 
@@ -452,6 +453,23 @@ static uint64_t size_of(uint64_t key)
 	return s;
 }
 
+void fake_cuda_free_all(void)
+{
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nallocs; i++) {
+		if (!allocs[i].live)
+			continue;
+		if (allocs[i].pooled)
+			pool_cached[allocs[i].dev] += allocs[i].size; /* as give() does */
+		else {
+			used[allocs[i].dev] -= allocs[i].size;
+			tally_add(allocs[i].dev, -(int64_t)allocs[i].size);
+		}
+	}
+	nallocs = 0;
+	pthread_mutex_unlock(&mu);
+}
+
 void fake_cuda_stats(struct fake_cuda_stats *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -470,6 +488,7 @@ void fake_cuda_stats(struct fake_cuda_stats *out)
 	out->bad_syncs = bad_syncs;
 	out->launches = launches;
 	out->memsets = memsets;
+	out->legacy_events = atomic_load(&legacy_events);
 	out->event_calls = atomic_load(&event_calls);
 	pthread_mutex_unlock(&mu);
 }
@@ -984,6 +1003,22 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool poo
 	return cuMemAllocFromPoolAsync(p, n, pool, s);
 }
 CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
+/* CU_POINTER_ATTRIBUTE_BUFFER_ID (7) alone: an allocation's address, which the fake
+ * never hands out twice, names it for the process's lifetime. */
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
+{
+	if (attr != 7)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nallocs; i++)
+		if (allocs[i].live && p >= allocs[i].key && p < allocs[i].key + allocs[i].size) {
+			*(unsigned long long *)data = allocs[i].key;
+			pthread_mutex_unlock(&mu);
+			return CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
+}
 /* A graph allocation freed outside the graph: its memory stays in the graph pool. */
 static int graph_ptr(CUdeviceptr p);
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
@@ -1538,6 +1573,8 @@ static CUresult event_record(CUevent e, CUstream s)
 }
 CUresult cuEventRecord(CUevent e, CUstream s)
 {
+	if (s == NULL)
+		atomic_fetch_add(&legacy_events, 1);
 	CUresult rc = event_record(e, s);
 	if (made_stream(s) && slow_side_every > 0 && (atomic_fetch_add(&side_records, 1) + 1) % slow_side_every == 0) {
 		struct timespec ts = {0, 1000000};

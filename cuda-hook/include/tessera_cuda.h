@@ -110,6 +110,14 @@ typedef enum CUstreamCaptureStatus_enum {
 	CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
 } CUstreamCaptureStatus;
 
+/* The calling thread's per-thread default stream, which a _ptsz entry point's stream 0
+ * names. */
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+typedef enum CUpointer_attribute_enum {
+	CU_POINTER_ATTRIBUTE_BUFFER_ID = 7
+} CUpointer_attribute;
+
 typedef enum CUevent_flags_enum {
 	CU_EVENT_DEFAULT = 0x0
 } CUevent_flags;

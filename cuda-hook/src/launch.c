@@ -31,6 +31,12 @@ static inline uintptr_t kernel_key(CUfunction f, uint64_t blocks)
 }
 #define GRID(x, y, z) ((uint64_t)(x) * (uint64_t)(y) * (uint64_t)(z))
 
+/* A _ptsz entry point's stream 0 is the calling thread's per-thread default stream;
+ * to the functions pacing calls on it (cuEventRecord, cuStreamIsCapturing,
+ * cuMemsetD32Async), 0 is the legacy stream, whose work waits for every blocking
+ * stream's and holds theirs back: pacing names the per-thread stream by its handle. */
+#define PTSZ(s) ((s) != NULL ? (s) : CU_STREAM_PER_THREAD)
+
 #define LAUNCH_HOOK(name, f, grid, stream, args)               \
 	HOOK_ENTER();                                          \
 	HOOK_REAL(name);                                       \
@@ -49,7 +55,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 			     unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params, void **extra)
 {
-	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
+	LAUNCH_HOOK(cuLaunchKernel_ptsz, f, GRID(gx, gy, gz), PTSZ(s), (f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
@@ -61,7 +67,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **par
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
 	LAUNCH_HOOK(cuLaunchKernelEx_ptsz, f, config ? GRID(config->gridDimX, config->gridDimY, config->gridDimZ) : 0,
-		    config ? config->hStream : NULL, (config, f, params, extra));
+		    PTSZ(config ? config->hStream : NULL), (config, f, params, extra));
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
@@ -73,7 +79,7 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int g
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
 					unsigned int by, unsigned int bz, unsigned int shm, CUstream s, void **params)
 {
-	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, GRID(gx, gy, gz), s, (f, gx, gy, gz, bx, by, bz, shm, s, params));
+	LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, f, GRID(gx, gy, gz), PTSZ(s), (f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 /* One kernel on each of several GPUs in one call (deprecated since CUDA 11.3; the
@@ -139,7 +145,7 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
 
 /* A graph with memory nodes reserves what it allocates before it is launched
  * (graph.c); the others pay one relaxed load for that. */
-#define GRAPH_LAUNCH_HOOK(name, g, s)                                  \
+#define GRAPH_LAUNCH_HOOK(name, g, s, paced)                            \
 	HOOK_ENTER();                                                  \
 	HOOK_REAL(name);                                               \
 	struct tessera_graph_ticket t_;                                \
@@ -147,20 +153,20 @@ CUresult cuLaunchGridAsync(CUfunction f, int grid_width, int grid_height, CUstre
 	if (rc != CUDA_SUCCESS)                                        \
 		return rc;                                             \
 	struct tessera_pace_ticket pt_;                                \
-	tessera_pace(s, 1, (uintptr_t)(g), &pt_);                      \
+	tessera_pace(paced, 1, (uintptr_t)(g), &pt_);                  \
 	rc = REAL(name)(g, s);                                         \
-	tessera_pace_done(s, &pt_, rc);                                \
+	tessera_pace_done(paced, &pt_, rc);                            \
 	tessera_graph_admitted(&t_, rc);                               \
 	return rc
 
 CUresult cuGraphLaunch(CUgraphExec g, CUstream s)
 {
-	GRAPH_LAUNCH_HOOK(cuGraphLaunch, g, s);
+	GRAPH_LAUNCH_HOOK(cuGraphLaunch, g, s, s);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s)
 {
-	GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, g, s);
+	GRAPH_LAUNCH_HOOK(cuGraphLaunch_ptsz, g, s, PTSZ(s));
 }
 
 /* ---- stream capture bookkeeping --------------------------------------------- */

@@ -402,6 +402,54 @@ int pace_events_usable(void)
 	       REAL(cuEventDestroy_v2) && REAL(cuEventElapsedTime_v2) && REAL(cuCtxGetCurrent);
 }
 
+/* The context's lead word, which a graph launch's sample sets before its start event
+ * (pace_sample_start); LEAD_NONE where it cannot be made.
+ *
+ * A start event recorded on an idle stream can run while the context does not hold the
+ * GPU, and the launch after it then waits inside the sample for the context's turn.
+ * On an H100, two unhooked processes of the graph + eager step (a replay first in each
+ * step, after the synchronize that ended the step before) read their replays at
+ * 264-327 us in means over a few seconds (medians 52-326), against 52-58 us alone; with
+ * a 4-byte cuMemsetD32Async on the stream before the start event, 49.5-50.7 us (a
+ * 20 us kernel there did the same, 48.3-49.7; a wait on a word the host set after the
+ * launch, or on an event already complete, did not: 232-268 and 260-300). Charged six
+ * times its time, the 30 % tenant of such a pair was held and slowed to 46-92 % of
+ * its unhooked rate though it needs less than its cap. Graph launches only: a replay
+ * is where a step starts after its host waited, and a kernel's samples that met
+ * another's turn are set aside by their entries (kt_fold) where they are the few. The
+ * word costs the context one small allocation (within its context charge), the
+ * memset a microsecond or two of the GPU a sample. The word's allocation is known by
+ * its buffer ID, unique in the process, and is set only while the address still has
+ * it: a context reset (cudaDeviceReset) frees the word with the program's memory, and
+ * the address may then be the program's. A diagnostic build
+ * (-DTESSERA_LEAD_ALL, Makefile) leads every sample in, to try kernels' too. */
+#ifdef TESSERA_LEAD_ALL
+#define LED_IN(cls) 1
+#else
+#define LED_IN(cls) ((cls) == 1)
+#endif
+static CUdeviceptr lead_make(unsigned long long *id)
+{
+	CUdeviceptr d = 0;
+	if (REAL(cuMemsetD32Async) == NULL || REAL(cuPointerGetAttribute) == NULL || REAL(cuMemAlloc_v2) == NULL ||
+	    REAL(cuMemAlloc_v2)(&d, 4) != CUDA_SUCCESS)
+		return LEAD_NONE;
+	if (d == 0 || d == LEAD_NONE || REAL(cuPointerGetAttribute)(id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d) != CUDA_SUCCESS) {
+		if (d != 0 && REAL(cuMemFree_v2) != NULL)
+			REAL(cuMemFree_v2)(d);
+		return LEAD_NONE;
+	}
+	return d;
+}
+
+/* Whether the context's lead word is there and still its own. */
+static int lead_ok(const struct ctx_events *c)
+{
+	unsigned long long id = 0;
+	return c->lead != 0 && c->lead != LEAD_NONE &&
+	       REAL(cuPointerGetAttribute)(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, c->lead) == CUDA_SUCCESS && id == c->lead_id;
+}
+
 /* The events of the current context, made on first use (caller holds pace_ev_mu); NULL
  * if there is no current context or they cannot be made. An entry a sample or a burst
  * still uses is not replaced. */
@@ -426,7 +474,7 @@ struct ctx_events *pace_events_current(void)
 				tessera_residency_unhold(*ctx_event(c, e)); /* no probing until a destroyed event */
 				REAL(cuEventDestroy_v2)(*ctx_event(c, e));
 			}
-			if (c->lead != 0 && c->lead != LEAD_NONE)
+			if (lead_ok(c))
 				REAL(cuMemFree_v2)(c->lead);
 		}
 		c->ctx = NULL;
@@ -716,32 +764,6 @@ static uint32_t next_random(void)
 	return rng;
 }
 
-/* The context's lead word, which a graph launch's sample sets before its start event
- * (pace_sample_start); LEAD_NONE where it cannot be made.
- *
- * A start event recorded on an idle stream can run while the context does not hold the
- * GPU, and the launch after it then waits inside the sample for the context's turn.
- * On an H100, two unhooked processes of the graph + eager step (a replay first in each
- * step, after the synchronize that ended the step before) read their replays at
- * 264-327 us in means over a few seconds (medians 52-326), against 52-58 us alone; with
- * a 4-byte cuMemsetD32Async on the stream before the start event, 49.5-50.7 us (a
- * 20 us kernel there did the same, 48.3-49.7; a wait on a word the host set after the
- * launch, or on an event already complete, did not: 232-268 and 260-300). Charged six
- * times its time, the 30 % tenant of such a pair was held and slowed to 46-92 % of
- * its unhooked rate though it needs less than its cap. Graph launches only: a replay
- * is where a step starts after its host waited, and a kernel's samples that met
- * another's turn are set aside by their entries (kt_fold) where they are the few. The
- * word costs the context one small allocation (within its context charge), the
- * memset a microsecond or two of the GPU a sample. */
-static CUdeviceptr lead_make(void)
-{
-	CUdeviceptr d = 0;
-	if (REAL(cuMemsetD32Async) == NULL || REAL(cuMemAlloc_v2) == NULL || REAL(cuMemAlloc_v2)(&d, 4) != CUDA_SUCCESS ||
-	    d == 0 || d == LEAD_NONE)
-		return LEAD_NONE;
-	return d;
-}
-
 /* A sample is due: read those in flight that have run, and claim a slot for this
  * launch. */
 void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int64_t cost)
@@ -821,8 +843,8 @@ void pace_sample_due(struct tessera_pace_ticket *t, int cls, uintptr_t key, int6
 				     pace_unexplained();
 			if (m->probed)
 				tessera_residency_hold(c->ctx, TESSERA_RESIDENCY_SAMPLE, 1, NULL);
-			if (cls == 1 && c->lead == 0)
-				c->lead = lead_make();
+			if (LED_IN(cls) && c->lead == 0)
+				c->lead = lead_make(&c->lead_id);
 			atomic_store(&m->state, SAMPLE_CLAIMED);
 			t->sampled = 1;
 			t->slot = (int)(m - smp);
@@ -839,7 +861,7 @@ void pace_sample_start(CUstream stream, struct tessera_pace_ticket *t)
 {
 	struct ctx_events *c = t->ev;
 	struct sample *m = &smp[t->slot];
-	if (t->cls == 1 && c->lead != 0 && c->lead != LEAD_NONE)
+	if (LED_IN(t->cls) && lead_ok(c))
 		REAL(cuMemsetD32Async)(c->lead, 0, 1, stream);
 	if (REAL(cuEventRecord)(c->smp_ev[t->slot][0], stream) != CUDA_SUCCESS) {
 		t->sampled = 0;

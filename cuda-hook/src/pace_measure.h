@@ -85,6 +85,7 @@ struct ctx_events {
 	/* A word of the context's device memory that a graph launch's sample sets before
 	 * its start event (pace_sample_start); 0 until made, LEAD_NONE where it cannot be. */
 	CUdeviceptr lead;
+	unsigned long long lead_id; /* its allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID */
 };
 #define LEAD_NONE ((CUdeviceptr)1)
 /* Held over the contexts' events, the launch samples in flight, the estimates' recent

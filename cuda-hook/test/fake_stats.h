@@ -17,9 +17,13 @@ struct fake_cuda_stats {
 	uint64_t event_calls;  /* cuEventRecord and cuEventQuery calls */
 	uint64_t kernel_ns;    /* simulated kernel time executed so far */
 	uint64_t memsets;      /* cuMemsetD32Async calls executed (not captured) */
+	uint64_t legacy_events; /* cuEventRecord calls on stream 0 (the legacy default stream) */
 };
 
 /* Exported by the fake libcuda.so.1 under this name; not a driver function. */
 typedef void (*fake_cuda_stats_fn)(struct fake_cuda_stats *out);
+/* fake_cuda_free_all: frees every allocation of the process, as a context reset
+ * (cudaDeviceReset) frees the program's memory and any the hook made in it. */
+typedef void (*fake_cuda_free_all_fn)(void);
 
 #endif

@@ -1760,10 +1760,24 @@ static int pace_main(int argc, char **argv)
 	printf("pace %s: cores %d, share %.1f%%\n", argv[2], cores, share);
 	/* A paced graph launch's samples start behind a memset of the hook's own word
 	 * (pace_measure.c, lead_make); a kernel launch's do not. */
-	if (cores > 0 && cores < 100 && strcmp(argv[2], "graph") == 0)
-		CHECK(stats().memsets > 0, "no graph launch sample was led in by a memset");
+	if (cores > 0 && cores < 100 && strcmp(argv[2], "graph") == 0) {
+		uint64_t led = stats().memsets;
+		CHECK(led > 0, "no graph launch sample was led in by a memset");
+		/* Once the word is gone (a context reset frees it with the program's memory,
+		 * and its address may be the program's next), it is never set again. */
+		fake_cuda_free_all_fn free_all = (fake_cuda_free_all_fn)dlsym(libcuda(), "fake_cuda_free_all");
+		CHECK(free_all != NULL, "fake_cuda_free_all not found");
+		free_all();
+		run_launches(argv[2], 0.2);
+		CHECK(stats().memsets == led, "%llu memsets of a freed word", (unsigned long long)(stats().memsets - led));
+	}
 	if (strcmp(argv[2], "kernel") == 0)
 		CHECK(stats().memsets == 0, "%llu memsets among kernel launches", (unsigned long long)stats().memsets);
+	/* A _ptsz launch's stream 0 is the thread's own stream: pacing records nothing on
+	 * the legacy one, which would wait for every blocking stream's work. */
+	if (strcmp(argv[2], "kernel-ptsz") == 0)
+		CHECK(stats().legacy_events == 0, "%llu events recorded on the legacy stream for launches on the per-thread one",
+		      (unsigned long long)stats().legacy_events);
 	/* A floor where the check is about a loss (run under "timed" on a busy machine). */
 	if (argc >= 6)
 		CHECK(share >= atof(argv[5]), "share %.1f%%, want at least %s%%", share, argv[5]);
