@@ -25,32 +25,18 @@ It measures and reports; it asserts nothing. Without the hook (the readings are 
 driver's); the hook's own samples are set beside them by gpu/pace-trace.sh.
 """
 import ctypes
+import os
 import sys
 import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_work  # noqa: E402
+
 
 def main():
     secs = float(sys.argv[1]) if len(sys.argv) > 1 else 3
-    nn = torch.nn
-    torch.manual_seed(0)
-    body = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024), nn.GELU(),
-                         nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).cuda().half()
-    head = nn.Linear(1024, 10).cuda()
-    opt = torch.optim.SGD(head.parameters(), lr=0.01)
-    x = torch.randn(256, 1024, device="cuda", dtype=torch.half)
-    y = torch.randint(0, 10, (256,), device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(3):
-            body(x)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g), torch.no_grad():
-        feat = body(x)
-
     cu = ctypes.CDLL("libcuda.so.1")
     cu.cuMemsetD32Async.argtypes = [ctypes.c_uint64, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p]
     # cuda.h's cuStreamWaitValue32 is the _v2 entry point; the unsuffixed one needs
@@ -64,36 +50,38 @@ def main():
     start = [torch.cuda.Event(enable_timing=True) for _ in ways]
     end = [torch.cuda.Event(enable_timing=True) for _ in ways]
     reads = [[] for _ in ways]
-    released = 0
+    way = [0]
+    released = [0]
+
+    def timed(replay):
+        stream = torch.cuda.current_stream().cuda_stream
+        name = ways[way[0]]
+        if name == "kernel":
+            torch.cuda._sleep(20000)
+        elif name == "memset":
+            rc = cu.cuMemsetD32Async(word.data_ptr(), 0, 1, stream)
+            if rc != 0:
+                sys.exit("cuMemsetD32Async: %d" % rc)
+        elif name == "host-word":
+            released[0] += 1
+            rc = cu.cuStreamWaitValue32_v2(stream, pinned.data_ptr(), released[0], 0)  # CU_STREAM_WAIT_VALUE_GEQ
+            if rc != 0:
+                sys.exit("cuStreamWaitValue32_v2: %d" % rc)
+        start[way[0]].record()
+        replay()
+        end[way[0]].record()
+        if name == "host-word":
+            host_word[0] = released[0]
+
+    step = torch_work.graphmix(timed)
     i = 0
     t0 = time.time()
     stop = t0 + 1 + secs
     while time.time() < stop:
-        w = i % len(ways)
-        stream = torch.cuda.current_stream().cuda_stream
-        if ways[w] == "kernel":
-            torch.cuda._sleep(20000)
-        elif ways[w] == "memset":
-            rc = cu.cuMemsetD32Async(word.data_ptr(), 0, 1, stream)
-            if rc != 0:
-                sys.exit("cuMemsetD32Async: %d" % rc)
-        elif ways[w] == "host-word":
-            released += 1
-            rc = cu.cuStreamWaitValue32_v2(stream, pinned.data_ptr(), released, 0)  # CU_STREAM_WAIT_VALUE_GEQ
-            if rc != 0:
-                sys.exit("cuStreamWaitValue32_v2: %d" % rc)
-        start[w].record()
-        g.replay()
-        end[w].record()
-        if ways[w] == "host-word":
-            host_word[0] = released
-        opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(head(feat.float()), y)
-        loss.backward()
-        opt.step()
-        loss.item()
+        way[0] = i % len(ways)
+        step()  # ends with loss.item(): the step's work has run
         if time.time() - t0 > 1:  # past a second of warm-up
-            reads[w].append(start[w].elapsed_time(end[w]) * 1000)
+            reads[way[0]].append(start[way[0]].elapsed_time(end[way[0]]) * 1000)
         i += 1
     for w, name in enumerate(ways):
         r = sorted(reads[w])

@@ -310,7 +310,9 @@ def llm():
     return step
 
 
-def graphmix():
+def graphmix(replay=None):
+    """The graph + eager step; replay, where given, is called with the graph's replay
+    in its place (replay_lead.py times the replay with it)."""
     torch.manual_seed(0)
     nn = torch.nn
     body = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024), nn.GELU(),
@@ -330,7 +332,10 @@ def graphmix():
         feat = body(x)
 
     def step():
-        g.replay()  # the graph, then eager launches on its output
+        if replay is None:
+            g.replay()  # the graph, then eager launches on its output
+        else:
+            replay(g.replay)
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(head(feat.float()), y)
         loss.backward()
