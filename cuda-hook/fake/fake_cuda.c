@@ -245,6 +245,12 @@ static int64_t all_until_ns; /* when every queue has run what it holds */
 /* FAKE_CUDA_SLOW_SIDE_RECORD=<n>: every n-th event recorded on a made stream returns
  * 1 ms after it was recorded, as a call whose thread was descheduled does. */
 static long slow_side_every;
+/* FAKE_CUDA_EARLY_EVENTS=1 (shared GPU): an event recorded on this context's queue
+ * while it is empty completes at once, whichever context holds the GPU, and the work
+ * queued after it waits for the context's turn, as a GPU's event first on a drained
+ * stream can run outside the context's turn (PyTorch's graph + eager step on an H100:
+ * docs/cuda-hook.md, Known gaps, graph launches' samples). */
+static int early_events;
 static _Atomic long side_records;
 static void sg_setup(const char *path);
 static void sg_push(int64_t work_ns, int ev);
@@ -348,6 +354,8 @@ __attribute__((constructor)) static void setup(void)
 		slow_side_every = atol(s);
 	if ((s = getenv("FAKE_CUDA_SLICE_US")) && atoll(s) > 0)
 		sg_slice_ns = atoll(s) * 1000;
+	if ((s = getenv("FAKE_CUDA_EARLY_EVENTS")) && atoi(s) > 0)
+		early_events = 1;
 	if ((s = getenv("FAKE_CUDA_SWITCH_US")) && atoll(s) >= 0)
 		sg_switch_ns = atoll(s) * 1000;
 	if ((s = getenv("FAKE_CUDA_SHARED_GPU")) && *s)
@@ -1381,6 +1389,23 @@ static void sg_side(int ev)
 	pthread_mutex_unlock(&sg->mu);
 }
 
+/* FAKE_CUDA_EARLY_EVENTS: an event on this context's empty queue completes now;
+ * returns 0 where the queue holds work (the event is queued behind it). */
+static int sg_early(int ev)
+{
+	pthread_mutex_lock(&sg->mu);
+	int64_t now = now_ns();
+	sg_advance(now);
+	struct sg_slot *me = &sg->s[sg_me];
+	int empty = me->head == me->tail;
+	if (empty) {
+		me->ev_gen[ev]++;
+		me->ev_at[ev] = now;
+	}
+	pthread_mutex_unlock(&sg->mu);
+	return empty;
+}
+
 /* When the event completed, or -1 while it is pending. */
 static int64_t sg_event_at(int ev)
 {
@@ -1548,7 +1573,7 @@ static CUresult event_record(CUevent e, CUstream s)
 		v->recorded = 1;
 		if (side)
 			sg_side(v->sg_ev);
-		else
+		else if (!early_events || !sg_early(v->sg_ev))
 			sg_push(0, v->sg_ev);
 		return CUDA_SUCCESS;
 	}

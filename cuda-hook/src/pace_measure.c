@@ -422,9 +422,12 @@ int pace_events_usable(void)
  * its buffer ID, unique in the process, and is set only while the address still has
  * it: a context reset (cudaDeviceReset) frees the word with the program's memory, and
  * the address may then be the program's. A diagnostic build
- * (-DTESSERA_LEAD_ALL, Makefile) leads every sample in, to try kernels' too. */
-#ifdef TESSERA_LEAD_ALL
+ * (-DTESSERA_LEAD_ALL, Makefile) leads every sample in, to try kernels' too; one with
+ * -DTESSERA_NO_LEAD none, to set the lead-in against the hook without it. */
+#if defined(TESSERA_LEAD_ALL)
 #define LED_IN(cls) 1
+#elif defined(TESSERA_NO_LEAD)
+#define LED_IN(cls) 0
 #else
 #define LED_IN(cls) ((cls) == 1)
 #endif

@@ -1695,6 +1695,23 @@ static double run_launches(const char *path, double seconds)
 					    1, 1, 0, NULL, NULL, NULL);
 			for (double s0 = now_s(); now_s() - s0 < 20e-6;)
 				;
+		} else if (strncmp(path, "gmix", 4) == 0 && atoi(path + 4) > 0) {
+			/* gmix<us>: a CUDA graph's replay of that many us, then six eager kernels
+			 * of 5 us (three functions) on its output, each after 40 us of host work,
+			 * and a synchronize, as a step that replays a captured forward pass and
+			 * runs its loss, backward and update eagerly: its host paces it. */
+			static unsigned i;
+			unsigned k = i % 7;
+			if (k == 0)
+				rc = cuGraphLaunch((CUgraphExec)(uintptr_t)(unsigned)atoi(path + 4), NULL);
+			else {
+				for (double s0 = now_s(); now_s() - s0 < 40e-6;)
+					;
+				rc = cuLaunchKernel((CUfunction)(uintptr_t)(0x7d0000 + 0x40 * (k % 3)), 5, 1, 1, 1, 1, 1, 0, NULL, NULL,
+						    NULL);
+			}
+			if (i++ % 7 == 6 && rc == CUDA_SUCCESS)
+				rc = cuCtxSynchronize();
 		} else if (strncmp(path, "lb", 2) == 0 && atoi(path + 2) > 0) {
 			/* lb<us>: a launch-bound loop, 32 kernels of that many us and a
 			 * synchronize (B7's launch tenant: a small training step's shape). */

@@ -655,6 +655,22 @@ for p in "30 0 70 30" "50 0 50 50"; do
 	timed charge_pair $p
 	pass=$((pass + 2))
 done
+# Two graph + eager steps (gmix40: a 40 us replay, then six 5 us kernels each after
+# 40 us of host work, and a synchronize; about 18 % of the GPU alone) at 30/70 on a GPU
+# whose events, first on a drained queue, run outside their context's turn
+# (FAKE_CUDA_EARLY_EVENTS, as an H100 ran PyTorch's graph + eager step): each needs
+# less than its cap and is not held for replays whose samples hold the other's turn.
+# Without the lead-in before a graph launch's sample (pace_measure.c) the 30 % tenant's
+# replay entry read 225 us, it was held and got 7.4 %; 14.5-16.1 with it, against
+# 17.5-18.1 for the unhooked pair's.
+graph_pair() {
+	(
+		export FAKE_CUDA_EARLY_EVENTS=1 FAKE_CUDA_SWITCH_US=120
+		BESIDE_CHARGE='charge kernel\n' beside 30 0 70 30 "pace gmix40 30 1.5 10" "pace gmix40 70 1.5 10"
+	)
+}
+timed graph_pair
+pass=$((pass + 2))
 # Kernels of 10 ms, five time slices each: every one is cut by the other's turns, which
 # its launch samples read as its own unless the context's turns are probed (44.4 / 45.0
 # here before the probes, and 31.6 / 31.6 with 20 ms kernels on an H200).
