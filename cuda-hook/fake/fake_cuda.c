@@ -1119,9 +1119,8 @@ static int64_t gpu_advance(int64_t t, int64_t work_ns)
 static void capture_us(uint64_t us);
 static int64_t *stream_queue(CUstream s);
 static void stream_launched(CUstream s);
-/* Runs a kernel of us on stream s's queue (the default one but with FAKE_CUDA_STREAMS). */
-/* Runs us of work on stream s: a launch, or (launch 0) other work, which is not
- * counted as a launch. */
+/* Runs us of work on stream s's queue (the default one but with FAKE_CUDA_STREAMS): a
+ * kernel launch, or (launch 0) other work such as a memset, not counted as a launch. */
 static CUresult run_work(uint64_t us, CUstream s, int launch)
 {
 	if (current < 0)
