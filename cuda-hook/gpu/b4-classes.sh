@@ -32,10 +32,11 @@
 # rate (B7's target), and with B4_PARTS holding mps, the same pair and each
 # workload's pairs as MPS clients (their rates, not judged); with ab, the host-paced
 # workloads against solo runs interleaved with theirs (below), which judges their
-# rows alone that their host's speed decides; with phases, every
-# workload capped and unpaced by turns in one process, judged against itself.
-# B4_PARTS (of "alone pairs mixed mps ab sliced phases"; all but mps, sliced and phases
-# by default) and
+# rows alone that their host's speed decides; with pairab, their pairs in rounds, each
+# against an unhooked pair run right before it; with phases, every workload capped and
+# unpaced by turns in one process, judged against itself.
+# B4_PARTS (of "alone pairs mixed mps ab pairab sliced phases"; all but mps, pairab,
+# sliced and phases by default) and
 # B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
@@ -230,6 +231,24 @@ ab_verdict() {
 		else printf "%s not slowed (want >= 95)", (mk >= 95) ? "ok" : "FAIL"
 	}'
 }
+# pairab_verdict <workload>: the pairab part's verdicts (below) from its rounds' rows on
+# stdin: each tenant of 30/70 and 50/50 (the first and second of a pair apart) ok where
+# most of its rounds are, with each round's verdict and figure.
+pairab_verdict() {
+	awk -v w=$1 '
+	$1 ~ /^pairab[0-9]+$/ && $3 == "of" && $5 == w {
+		k = $2 " of " $4; t = k ((cnt[$1, k]++) ? " (second)" : "")
+		if (!(t in n)) order[++no] = t
+		ok = ($0 ~ / ok   /); v = ""
+		if (match($0, /err [-+][0-9.]+/)) v = substr($0, RSTART + 4, RLENGTH - 4)
+		if (match($0, /[0-9.]+% of the unhooked pair/)) v = v (v != "" ? " or " : "") substr($0, RSTART, index(substr($0, RSTART), "%"))
+		n[t]++; good[t] += ok; fig[t] = fig[t] (n[t] > 1 ? ", " : "") (ok ? "ok " : "FAIL ") v
+	}
+	END {
+		for (j = 1; j <= no; j++) { t = order[j]
+			printf "pairab %-22s %-8s %s in %d of %d rounds (%s)\n", t, w, (2 * good[t] > n[t]) ? "ok  " : "FAIL", good[t], n[t], fig[t] }
+	}'
+}
 # phases_verdict <workload> <cap> <phases line>: a row of the phases part (below). Its
 # GPU time a step is HELD over SOLO; what it needs, that at its unpaced rate in the
 # same process. Beside it, NVML's utilisation over the capped and the unpaced phases
@@ -270,21 +289,27 @@ phases_verdict() {
 # convnet steps busy 22 % each held 43 % in all, slowed by their hosts, not by the GPU's
 # switches, and scaled by that a 30 % tenant needing 22 was judged against a cap of 13.
 declare -A PAIR PAIRRATE PAIRK
+# unhooked_pair <workload> [<label>]: two unhooked processes of it side by side, PAIR,
+# PAIRRATE and PAIRK set from them.
+unhooked_pair() {
+	local w=$1 a b r0 r1
+	rm -rf "$G/ubar.$w"
+	TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW0 "$S" $w >"$G/upair.$w.0" &
+	a=$!
+	TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW1 "$S" $w >"$G/upair.$w.1" &
+	b=$!
+	wait $a $b || say "unhooked pair $w failed"
+	r0=$(grep "^$w " "$G/upair.$w.0" | field rate)
+	r1=$(grep "^$w " "$G/upair.$w.1" | field rate)
+	read -r PAIR[$w] PAIRRATE[$w] PAIRK[$w] <<<"$(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" -v u="${HELD[$w]}" 'BEGIN{
+		if (a == "" || b == "" || s <= 0) { print "- " s " 1"; exit }
+		p = (a + b) / s * u; k = (2 * u > 100 && (a < 0.95 * s || b < 0.95 * s)) ? p / 100 : 1
+		printf "%.1f %.3f %.3f", p, (a + b) / 2, k }')"
+	say "${2:-unhooked pair} $w: rates $r0 + $r1 = $(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" 'BEGIN{printf "%.1f%% + %.1f%%", 100*a/s, 100*b/s}') of solo, GPU ${PAIR[$w]}% in all (caps scaled by ${PAIRK[$w]})"
+}
 if part pairs; then
 	for w in $CL; do
-		rm -rf "$G/ubar.$w"
-		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW0 "$S" $w >"$G/upair.$w.0" &
-		a=$!
-		TESSERA_BENCH_BARRIER="$G/ubar.$w:2" $TW1 "$S" $w >"$G/upair.$w.1" &
-		b=$!
-		wait $a $b || say "unhooked pair $w failed"
-		r0=$(grep "^$w " "$G/upair.$w.0" | field rate)
-		r1=$(grep "^$w " "$G/upair.$w.1" | field rate)
-		read -r PAIR[$w] PAIRRATE[$w] PAIRK[$w] <<<"$(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" -v u="${HELD[$w]}" 'BEGIN{
-			if (a == "" || b == "" || s <= 0) { print "- " s " 1"; exit }
-			p = (a + b) / s * u; k = (2 * u > 100 && (a < 0.95 * s || b < 0.95 * s)) ? p / 100 : 1
-			printf "%.1f %.3f %.3f", p, (a + b) / 2, k }')"
-		say "unhooked pair $w: rates $r0 + $r1 = $(awk -v a="$r0" -v b="$r1" -v s="${SOLO[$w]}" 'BEGIN{printf "%.1f%% + %.1f%%", 100*a/s, 100*b/s}') of solo, GPU ${PAIR[$w]}% in all (caps scaled by ${PAIRK[$w]})"
+		unhooked_pair $w
 	done
 fi
 # debug_summary: under B4_DEBUG, the debug logs' summaries and the logs themselves; also
@@ -441,7 +466,7 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 				# the switches than two unhooked ones). A tenant that takes more than
 				# its cap's part of that still fails, and so does the other.
 				local k=1 ref=
-				[ "$label" = pair ] && [ -n "${PAIRK[$w]:-}" ] && ref=${PAIRRATE[$w]} &&
+				[[ $label == pair* ]] && [ -n "${PAIRK[$w]:-}" ] && ref=${PAIRRATE[$w]} &&
 					k=$(awk -v k="${PAIRK[$w]}" -v h="$held" 'BEGIN{ h /= 100; printf "%.3f", (k < 1 && h > k) ? (h < 1 ? h : 1) : k }')
 				row "$label ${spec%%:*} of $(IFS=/; echo "${specs[*]%%:*}")" $w ${spec%%:*} "$(grep "^$w " "$G/together.$n.$i")" $k $ref
 			done
@@ -517,6 +542,29 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 				done
 			done
 			say "$(ab_verdict $w $c "$(rates $w "$G/ab.$w.solo")" "$(rates $w "$G/ab.$w.100")" "$(rates $w "$G/ab.$w.cap")")"
+		done
+	fi
+	# B4_PARTS with pairab: each host-paced workload's pairs (30/70, 50/50) in
+	# B4_AB_ROUNDS rounds (3), each round's unhooked pair run right before its hooked
+	# pairs and their rows judged against it (as the pairs part judges against its one
+	# unhooked pair): a host-bound pair's rates move with its host from one process to
+	# the next as much as a row is judged by (unhooked graph + eager pairs read 72-81 %
+	# of solo in four runs on two H100 machines, hooked ones 69-89 %). A tenant's
+	# verdict is that of most of its rounds, its rounds' figures beside.
+	if part pairab; then
+		declare -A KEEP_PAIR KEEP_RATE KEEP_K
+		for w in $CL; do
+			hostpaced $w || continue
+			KEEP_PAIR[$w]=${PAIR[$w]:-} KEEP_RATE[$w]=${PAIRRATE[$w]:-} KEEP_K[$w]=${PAIRK[$w]:-}
+			from=$(($(wc -l <"$M") + 1))
+			for ((r = 1; r <= ${B4_AB_ROUNDS:-3}; r++)); do
+				unhooked_pair $w "pairab$r unhooked pair"
+				together "pairab$r" "30:0:$w" "70:30:$w"
+				together "pairab$r" "50:0:$w" "50:50:$w"
+			done
+			say "$(tail -n +"$from" "$M" | pairab_verdict $w)"
+			PAIR[$w]=${KEEP_PAIR[$w]} PAIRRATE[$w]=${KEEP_RATE[$w]} PAIRK[$w]=${KEEP_K[$w]}
+			[ -n "${PAIR[$w]}" ] || unset "PAIR[$w]" "PAIRRATE[$w]" "PAIRK[$w]"
 		done
 	fi
 	# B4_PARTS with phases: each workload at each of B4_CAPS in one process of its own,

@@ -126,9 +126,15 @@ for w in llm convnet; do
 	want b4-classes.txt "^mps 50 of 50/50 *$w "
 done
 want b4-classes.txt "^mps launch-bound mlp at 30 beside attn at 70"
-run b4-classes.sh B4_REUSE=1 B4_PARTS=ab
+run b4-classes.sh B4_REUSE=1 B4_PARTS="ab pairab"
 want b4-classes.txt "^solo llm: .*(reused)"
 want b4-classes.txt "^ab convnet "
+for w in llm convnet; do
+	want b4-classes.txt "^pairab3 unhooked pair $w: rates"
+	want b4-classes.txt "^pairab3 70 of 30/70 *$w "
+	want b4-classes.txt "^pairab 30 of 30/70 *$w *\(ok  \|FAIL\) in [0-3] of 3 rounds ([ok FAIL].*, .*, .*)"
+	want b4-classes.txt "^pairab 50 of 50/50 (second) *$w .* of 3 rounds"
+done
 # A share file already there is a node's: phases is not run, and the file is kept.
 U=$(PATH=$D/bin:$PATH nvidia-smi --query-gpu=uuid --format=csv,noheader)
 mkdir -p "$D/shares/$U"
