@@ -9,7 +9,10 @@
  *     the driver does, renumbering the devices, unless FAKE_CUDA_IGNORE_VISIBLE is set
  *     (a driver that ignores it, to test the hook's own filtering);
  *   - memory is bookkeeping only (pointers are never dereferenced), tracked per
- *     device with the peak held, so tests can check what really got allocated;
+ *     device with the peak held, so tests can check what really got allocated; an
+ *     allocation belongs to the context current when it was made (a VMM handle to
+ *     none) and is freed with it: cuCtxDestroy, the primary context's last release,
+ *     cuDevicePrimaryCtxReset;
  *   - a kernel "runs" for gridDimX microseconds, or blockDimX where that is over 1
  *     (one function at one grid whose work its arguments set; a graph for as many
  *     microseconds as its exec handle's value) on a simulated GPU that executes
@@ -267,7 +270,8 @@ struct alloc {
 	uint64_t size;
 	int dev;
 	int live;
-	int pooled; /* from the device's pool: freeing it keeps it reserved there */
+	int pooled;     /* from the device's pool: freeing it keeps it reserved there */
+	uintptr_t ctx;  /* the context it belongs to, freed with it; 0: none (a VMM handle) */
 };
 
 /* Default pools: memory reserved and not allocated, per device. */
@@ -379,7 +383,10 @@ __attribute__((constructor)) static void setup(void)
 
 /* ---- bookkeeping -------------------------------------------------------------- */
 
-static CUresult take(int dev, uint64_t size, uint64_t *key)
+static uintptr_t current_ctx(int dev);
+
+/* Takes size bytes on dev for ctx (0: no context's, as a VMM handle is). */
+static CUresult take_in(int dev, uint64_t size, uint64_t *key, uintptr_t ctx)
 {
 	if (dev < 0)
 		return CUDA_ERROR_INVALID_CONTEXT;
@@ -393,13 +400,19 @@ static CUresult take(int dev, uint64_t size, uint64_t *key)
 		allocs = realloc(allocs, cap_allocs * sizeof(*allocs));
 	}
 	*key = atomic_fetch_add(&next_addr, (size + 0xfffff) & ~0xfffffULL);
-	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1};
+	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1, .ctx = ctx};
 	used[dev] += size;
 	if (used[dev] > peak[dev])
 		peak[dev] = used[dev];
 	tally_add(dev, (int64_t)size);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+
+/* Takes size bytes on dev for the calling thread's current context. */
+static CUresult take(int dev, uint64_t size, uint64_t *key)
+{
+	return take_in(dev, size, key, current_ctx(dev));
 }
 
 /* An allocation from the device's pool: from its cache when that holds enough. */
@@ -424,7 +437,7 @@ static CUresult pool_take(int dev, uint64_t size, uint64_t *key)
 		allocs = realloc(allocs, cap_allocs * sizeof(*allocs));
 	}
 	*key = atomic_fetch_add(&next_addr, (size + 0xfffff) & ~0xfffffULL);
-	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1, .pooled = 1};
+	allocs[nallocs++] = (struct alloc){.key = *key, .size = size, .dev = dev, .live = 1, .pooled = 1, .ctx = current_ctx(dev)};
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
@@ -461,22 +474,25 @@ static uint64_t size_of(uint64_t key)
 	return s;
 }
 
-void fake_cuda_free_all(void)
+/* Frees every allocation of ctx (all of them where all is set), as give() does. */
+static void free_where(uintptr_t ctx, int all)
 {
 	pthread_mutex_lock(&mu);
-	for (size_t i = 0; i < nallocs; i++) {
-		if (!allocs[i].live)
+	for (size_t i = nallocs; i-- > 0;) {
+		if (!all && (allocs[i].ctx != ctx || ctx == 0))
 			continue;
-		if (allocs[i].pooled)
-			pool_cached[allocs[i].dev] += allocs[i].size; /* as give() does */
-		else {
+		if (allocs[i].live && allocs[i].pooled)
+			pool_cached[allocs[i].dev] += allocs[i].size;
+		else if (allocs[i].live) {
 			used[allocs[i].dev] -= allocs[i].size;
 			tally_add(allocs[i].dev, -(int64_t)allocs[i].size);
 		}
+		allocs[i] = allocs[--nallocs];
 	}
-	nallocs = 0;
 	pthread_mutex_unlock(&mu);
 }
+
+void fake_cuda_free_all(void) { free_where(0, 1); }
 
 void fake_cuda_stats(struct fake_cuda_stats *out)
 {
@@ -674,12 +690,17 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
+static int primary_refs[MAXDEV]; /* guarded by mu */
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
 	NEED_INIT();
 	if (d < 0 || d >= ndev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*c = (CUcontext)(uintptr_t)(0x1000 + d);
+	pthread_mutex_lock(&mu);
+	primary_refs[d]++;
+	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
 }
 
@@ -701,7 +722,7 @@ static CUresult make_ctx(uintptr_t *out, CUdevice d)
 		return CUDA_ERROR_INVALID_DEVICE;
 	uint64_t key = 0;
 	if (ctx_mib > 0) {
-		CUresult rc = take(d, ctx_mib << 20, &key);
+		CUresult rc = take_in(d, ctx_mib << 20, &key, 0);
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	}
@@ -733,6 +754,7 @@ static CUresult destroy_ctx(uintptr_t h)
 	pthread_mutex_unlock(&mu);
 	if (!found)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	free_where(h, 0); /* what was allocated in it goes with it */
 	return key ? give(key) : CUDA_SUCCESS;
 }
 
@@ -776,10 +798,20 @@ CUresult cuGreenCtxCreate(CUgreenCtx *c, CUdevResourceDesc desc, CUdevice d, uns
 
 CUresult cuGreenCtxDestroy(CUgreenCtx c) { return destroy_ctx((uintptr_t)c); }
 
+/* The primary context's last release destroys it, and with it what was allocated in
+ * it (a reset, below, frees that too, the context staying retained). */
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
-	return d >= 0 && d < ndev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	int last = primary_refs[d] > 0 && --primary_refs[d] == 0;
+	pthread_mutex_unlock(&mu);
+	if (last)
+		free_where(0x1000 + (uintptr_t)d, 0);
+	return CUDA_SUCCESS;
 }
+
 
 CUresult cuCtxSetCurrent(CUcontext c)
 {
@@ -787,6 +819,11 @@ CUresult cuCtxSetCurrent(CUcontext c)
 	current = c == NULL ? -1 : CTX_DEV(c);
 	current_handle = (uintptr_t)c;
 	return CUDA_SUCCESS;
+}
+
+static uintptr_t current_ctx(int dev)
+{
+	return current_handle ? current_handle : 0x1000 + (uintptr_t)dev;
 }
 
 CUresult cuCtxGetCurrent(CUcontext *c)
@@ -844,6 +881,19 @@ CUresult cuCtxSetLimit(CUlimit l, size_t v)
 		give(limit_key[current][l]);
 	limit_key[current][l] = key;
 	limit_value[current][l] = v;
+	return CUDA_SUCCESS;
+}
+
+/* A reset frees what was allocated in the primary context, its raised limits too,
+ * which are back at their defaults (here per device, as above). */
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+	NEED_INIT();
+	if (d < 0 || d >= ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	free_where(0x1000 + (uintptr_t)d, 0);
+	memset(limit_value[d], 0, sizeof(limit_value[d]));
+	memset(limit_key[d], 0, sizeof(limit_key[d]));
 	return CUDA_SUCCESS;
 }
 
@@ -1051,7 +1101,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAl
 	(void)flags;
 	if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	return take(prop->location.id, size, (uint64_t *)h);
+	return take_in(prop->location.id, size, (uint64_t *)h, 0); /* no context's: outlives them */
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
 
@@ -2244,6 +2294,7 @@ static const struct {
 	{"cuCtxGetCurrent", (void *)cuCtxGetCurrent, NULL},
 	{"cuCtxDestroy", (void *)cuCtxDestroy_v2, NULL},
 	{"cuDevicePrimaryCtxRelease", (void *)cuDevicePrimaryCtxRelease_v2, NULL},
+	{"cuDevicePrimaryCtxReset", (void *)cuDevicePrimaryCtxReset_v2, NULL},
 	{"cuGreenCtxCreate", (void *)cuGreenCtxCreate, NULL},
 	{"cuGreenCtxDestroy", (void *)cuGreenCtxDestroy, NULL},
 	{"cuCtxSetLimit", (void *)cuCtxSetLimit, NULL},

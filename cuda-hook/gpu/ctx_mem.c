@@ -6,6 +6,9 @@
  *   ctx_mem contexts <n> <chunk-mib>   n contexts (cuCtxCreate), chunk MiB allocated in each
  *   ctx_mem module <cubin>             loads a module (cuModuleLoadData), then its kernel
  *   ctx_mem heap <mib>                 raises the malloc heap to mib (cuCtxSetLimit)
+ *   ctx_mem reset <mib>                allocates mib, resets the primary context
+ *                                      (cudaDeviceReset's call, the second time looked up
+ *                                      through cuGetProcAddress), allocates it again
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -103,6 +106,28 @@ int main(int argc, char **argv)
 		long s1 = smi_used();
 		printf("heap rc=%d hook_free_mib=%llu/%llu smi_used_mib=%ld/%ld\n", (int)rc, (unsigned long long)(f0 / MIB),
 		       (unsigned long long)(f1 / MIB), s0, s1);
+		return 0;
+	}
+	if (strcmp(argv[1], "reset") == 0) {
+		size_t want = strtoull(argv[2], NULL, 10) * MIB;
+		CUdeviceptr ptr;
+		CUresult ra = cuMemAlloc(&ptr, want), rr = CUDA_ERROR_UNKNOWN, rg = CUDA_ERROR_UNKNOWN;
+		cuMemGetInfo(&f0, &t);
+		CUresult r1 = cuDevicePrimaryCtxReset(d);
+		if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
+			rr = cuMemAlloc(&ptr, want);
+		cuMemGetInfo(&f1, &t);
+		CUresult (*reset)(CUdevice) = NULL;
+		CUresult r2 = cuGetProcAddress("cuDevicePrimaryCtxReset", (void **)&reset, 12000, 0, NULL);
+		if (r2 == CUDA_SUCCESS && reset != NULL)
+			r2 = reset(d);
+		if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
+			rg = cuMemAlloc(&ptr, want);
+		cuMemGetInfo(&f2, &t);
+		printf("reset alloc_rc=%d reset_rc=%d again_rc=%d procaddr_reset_rc=%d third_rc=%d hook_free_mib=%llu/%llu/%llu "
+		       "smi_used_mib=%ld\n",
+		       (int)ra, (int)r1, (int)rr, (int)r2, (int)rg, (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB),
+		       (unsigned long long)(f2 / MIB), smi_used());
 		return 0;
 	}
 	return 2;

@@ -69,6 +69,10 @@ expect "B5 a module with 1 GiB of globals refused under 1536 MiB" '{exit !(/load
 	hooked "$G/l1g" "$G/ctx_mem" module "$G/big_global.cubin"
 expect "B5 malloc heap of 8 GiB refused under 4096 MiB" '{exit !/^heap rc=2 /}' hooked "$G/l4g" "$G/ctx_mem" heap 8192
 expect "B5 malloc heap of 2 GiB counted under 4096 MiB" '{exit !/^heap rc=0 /}' hooked "$G/l4g" "$G/ctx_mem" heap 2048
+# A reset (cudaDeviceReset) frees the context's memory: 3 GiB under 4096 MiB allocated
+# again after each of two resets.
+expect "B5 3 GiB allocated again after cuDevicePrimaryCtxReset, twice, under 4096 MiB" \
+	'{exit !/^reset alloc_rc=0 reset_rc=0 again_rc=0 procaddr_reset_rc=0 third_rc=0 /}' hooked "$G/l4g" "$G/ctx_mem" reset 3072
 
 # 4. PyTorch's allocators and CuPy's managed memory.
 check "torch caching allocator" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX

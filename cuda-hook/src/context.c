@@ -15,6 +15,11 @@
  *
  * Creation past the limit fails with CUDA_ERROR_OUT_OF_MEMORY before the driver is
  * asked. Destroying a context or unloading a module gives its charge back.
+ *
+ * A context's teardown frees what was made in it: destroying a created context, the
+ * primary context's last release and its reset (cuDevicePrimaryCtxReset_v2, what
+ * cudaDeviceReset calls) give back its allocations (memory.c), its modules and, for
+ * a reset, its raised limits (the context keeps its own charge while retained).
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -44,6 +49,7 @@ struct ctx {
 /* A loaded module or library and what its load was charged. */
 struct mod {
 	void *handle; /* NULL: free entry */
+	void *ctx;    /* a module's context, unloaded with it; NULL: a library (every context's) */
 	int gpu;
 	uint64_t bytes;
 };
@@ -113,6 +119,27 @@ static void ctx_drop(struct ctx *c)
 	int gpu = c->gpu;
 	memset(c, 0, sizeof(*c));
 	uncharge(gpu, bytes);
+}
+
+/* Gives back the modules loaded in ctx, which its teardown unloaded. Caller holds mu. */
+static void mods_drop_ctx(const void *ctx)
+{
+	for (int i = 0; ctx != NULL && i < MAX_MOD; i++)
+		if (mods[i].handle != NULL && mods[i].ctx == ctx) {
+			uncharge(mods[i].gpu, mods[i].bytes);
+			memset(&mods[i], 0, sizeof(mods[i]));
+		}
+}
+
+/* After a teardown of ctx that the driver has done (caller holds mu and the memory
+ * map's lock across the driver's call): its allocations and modules given back. */
+static void torn_down(void *ctx, int gpu, const char *what)
+{
+	uint64_t bytes = tessera_memory_forget_ctx_locked((CUcontext)ctx);
+	mods_drop_ctx(ctx);
+	if (bytes > 0)
+		tessera_log(TESSERA_LOG_INFO, "%s on GPU %s freed %llu MiB of allocations made in it: given back", what,
+			    tessera.limits.gpus[gpu].uuid, (unsigned long long)((bytes + MIB - 1) / MIB));
 }
 
 static CUresult device_gpu(CUdevice dev, int *gpu)
@@ -252,7 +279,16 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	HOOK_ENTER();
 	HOOK_REAL(cuCtxDestroy_v2);
-	return destroyed(ctx, REAL(cuCtxDestroy_v2)(ctx));
+	pthread_mutex_lock(&mu);
+	struct ctx *c = ctx != NULL ? ctx_find(ctx) : NULL;
+	int gpu = c != NULL ? c->gpu : -1;
+	tessera_memory_lock();
+	CUresult rc = REAL(cuCtxDestroy_v2)(ctx);
+	if (rc == CUDA_SUCCESS && gpu >= 0 && !c->primary)
+		torn_down(ctx, gpu, "a destroyed context");
+	tessera_memory_unlock();
+	pthread_mutex_unlock(&mu);
+	return destroyed(ctx, rc);
 }
 
 CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
@@ -303,17 +339,55 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&mu);
+	tessera_memory_lock();
 	rc = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
 	if (rc == CUDA_SUCCESS && primary_refs[gpu] > 0 && --primary_refs[gpu] == 0) {
 		/* The driver destroys the primary context with its last release. */
 		for (int i = 0; i < MAX_CTX; i++)
 			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu) {
+				torn_down(ctxs[i].handle, gpu, "the primary context's last release");
 				tessera_pacing_forget_ctx((CUcontext)ctxs[i].handle);
 				ctx_drop(&ctxs[i]);
 			}
 		uncharge(gpu, context_bytes());
 	}
+	tessera_memory_unlock();
 	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+/* cudaDeviceReset: every allocation and all state of the primary context destroyed,
+ * the context still retained (its charge kept), its limits back at the driver's
+ * defaults. */
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDevicePrimaryCtxReset_v2);
+	int gpu;
+	CUresult rc = device_gpu(dev, &gpu);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&mu);
+	tessera_memory_lock();
+	rc = REAL(cuDevicePrimaryCtxReset_v2)(dev);
+	void *reset = NULL;
+	if (rc == CUDA_SUCCESS)
+		for (int i = 0; i < MAX_CTX; i++)
+			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu) {
+				struct ctx *c = &ctxs[i];
+				reset = c->handle;
+				torn_down(reset, gpu, "cuDevicePrimaryCtxReset");
+				for (int l = 0; l < NLIMITS; l++) {
+					uncharge(gpu, c->charged[l]);
+					c->charged[l] = 0;
+					c->base_known[l] = 0;
+				}
+			}
+	tessera_memory_unlock();
+	pthread_mutex_unlock(&mu);
+	/* Its events and streams are gone: pacing starts the context afresh. */
+	if (reset != NULL)
+		tessera_pacing_forget_ctx((CUcontext)reset);
 	return rc;
 }
 
@@ -405,10 +479,18 @@ static int driver_free(int *gpu, size_t *fr)
 	return 0;
 }
 
+/* The calling thread's current context; NULL if it cannot be told. */
+static void *current_context(void)
+{
+	CUcontext c = NULL;
+	return REAL(cuCtxGetCurrent) != NULL && REAL(cuCtxGetCurrent)(&c) == CUDA_SUCCESS ? (void *)c : NULL;
+}
+
 /* After a load (caller holds load_mu): charges what the driver's free memory dropped
  * by, and records it with the module; a load that does not fit is undone by unload
  * and refused. */
-static CUresult loaded(CUresult rc, void *handle, int measured, int gpu, size_t before, CUresult (*unload)(void *))
+static CUresult loaded(CUresult rc, void *handle, int measured, int gpu, size_t before, CUresult (*unload)(void *),
+		       void *ctx)
 {
 	if (rc != CUDA_SUCCESS || handle == NULL)
 		return rc;
@@ -427,7 +509,7 @@ static CUresult loaded(CUresult rc, void *handle, int measured, int gpu, size_t 
 	else if (bytes > 0 && charge(gpu, bytes, "a module's code and globals") != CUDA_SUCCESS)
 		m = NULL;
 	if (m != NULL)
-		*m = (struct mod){.handle = handle, .gpu = gpu, .bytes = bytes};
+		*m = (struct mod){.handle = handle, .ctx = ctx, .gpu = gpu, .bytes = bytes};
 	pthread_mutex_unlock(&mu);
 	if (m == NULL) {
 		unload(handle);
@@ -468,7 +550,8 @@ static CUresult unload_library(void *h)
 	pthread_mutex_lock(&load_mu);                                                  \
 	int measured = driver_free(&gpu, &before) == 0;                                \
 	CUresult rc = call;                                                            \
-	rc = loaded(rc, rc == CUDA_SUCCESS && (out) ? (void *)*(out) : NULL, measured, gpu, before, unload); \
+	rc = loaded(rc, rc == CUDA_SUCCESS && (out) ? (void *)*(out) : NULL, measured, gpu, before, unload, \
+		    (unload) == unload_module ? current_context() : NULL);                 \
 	pthread_mutex_unlock(&load_mu);                                                \
 	return rc
 

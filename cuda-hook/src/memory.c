@@ -10,6 +10,11 @@
  * lowers the first. What the pool really reserves is looked at when the program asks
  * for memory info, trims the pool, or would otherwise be refused an allocation.
  * CUDA-graph memory nodes have a pool of their own: graph.c.
+ *
+ * An allocation is recorded with the context current when it was made: the driver
+ * frees it with that context (cuCtxDestroy, the primary context's last release,
+ * cuDevicePrimaryCtxReset), and context.c gives it back then. A VMM handle belongs to
+ * no context and stays counted until cuMemRelease.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -29,6 +34,7 @@ struct entry {
 	uint64_t key;
 	uint64_t bytes;
 	uint64_t pool; /* the stream-ordered pool it came from (K_PTR), 0 if none */
+	uint64_t ctx;  /* the context it was made in, freed with it; 0: none (K_HANDLE) */
 	int16_t pool_slot; /* its index in pools */
 	int16_t gpu;
 	uint8_t kind; /* 0: empty; 0xff: deleted */
@@ -71,7 +77,7 @@ static int map_grow(void)
 	return 0;
 }
 
-static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t pool, int slot)
+static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t pool, int slot, uint64_t ctx)
 {
 	pthread_mutex_lock(&map_mu);
 	if ((map_used + 1) * 10 > map_cap * 7 && map_grow() < 0) {
@@ -84,14 +90,24 @@ static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint
 	if (map[j].kind == 0)
 		map_used++;
 	map[j] = (struct entry){
-		.key = key, .bytes = bytes, .pool = pool, .pool_slot = (int16_t)slot, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
+		.key = key, .bytes = bytes, .pool = pool, .ctx = ctx, .pool_slot = (int16_t)slot, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
 	pthread_mutex_unlock(&map_mu);
 	return 0;
 }
 
-static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes)
+static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t ctx)
 {
-	return map_put_pool(key, k, gpu, bytes, 0, -1);
+	return map_put_pool(key, k, gpu, bytes, 0, -1, ctx);
+}
+
+/* The calling thread's current context, which an allocation call allocates in; 0 if
+ * it cannot be told (the entry then outlives every context, counted until freed). */
+static uint64_t current_ctx(void)
+{
+	CUcontext c = NULL;
+	if (REAL(cuCtxGetCurrent) == NULL || REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS)
+		return 0;
+	return (uint64_t)(uintptr_t)c;
 }
 
 /* Removes and returns the entry for key; 0 if unknown (allocated before the hook, or
@@ -198,6 +214,45 @@ __attribute__((constructor)) static void register_fork(void)
 	tessera_on_fork(TESSERA_FORK_MEMORY, after_fork);
 }
 
+void tessera_memory_lock(void)
+{
+	pthread_mutex_lock(&map_mu);
+}
+
+void tessera_memory_unlock(void)
+{
+	pthread_mutex_unlock(&map_mu);
+}
+
+uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx)
+{
+	uint64_t key = (uint64_t)(uintptr_t)ctx, freed = 0;
+	if (key == 0)
+		return 0;
+	for (size_t i = 0; i < map_cap; i++) {
+		struct entry *e = &map[i];
+		if (e->kind == 0 || e->kind == DELETED || e->ctx != key)
+			continue;
+		struct pool *p = e->pool != 0 && e->pool_slot >= 0 ? &pools[e->pool_slot] : NULL;
+		if (p != NULL && p->handle == e->pool) {
+			/* Out of the pool's allocations; the pool stays counted at what it
+			 * reserves until its next settling reads what the driver holds. */
+			p->live -= e->bytes;
+			if (p->destroyed) {
+				p->counted -= e->bytes;
+				tessera_region_release(tessera.region, e->gpu, e->bytes);
+				freed += e->bytes;
+				pool_forget_if_idle(p);
+			}
+		} else {
+			tessera_region_release(tessera.region, e->gpu, e->bytes);
+			freed += e->bytes;
+		}
+		e->kind = DELETED;
+	}
+	return freed;
+}
+
 uint64_t tessera_memory_settle(int gpu)
 {
 	return pools_settle(gpu) + tessera_graph_settle(gpu);
@@ -240,7 +295,7 @@ static void unreserve(int gpu, uint64_t bytes)
  * track of it. */
 static CUresult remember(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t))
 {
-	if (map_put(key, k, gpu, bytes) == 0)
+	if (map_put(key, k, gpu, bytes, k == K_HANDLE ? 0 : current_ctx()) == 0)
 		return CUDA_SUCCESS;
 	undo(key);
 	unreserve(gpu, bytes);
@@ -348,7 +403,7 @@ static CUresult pool_done(const struct pool_ticket *t, CUresult rc, CUdeviceptr 
 		pool_undo(t);
 		return rc;
 	}
-	if (map_put_pool(ptr, K_PTR, t->gpu, t->bytes, t->slot < 0 ? 0 : t->pool, t->slot) == 0)
+	if (map_put_pool(ptr, K_PTR, t->gpu, t->bytes, t->slot < 0 ? 0 : t->pool, t->slot, current_ctx()) == 0)
 		return CUDA_SUCCESS;
 	free_ptr(ptr);
 	pool_undo(t);
@@ -497,7 +552,7 @@ static CUresult free_counted(CUdeviceptr dptr, CUresult (*call)(CUdeviceptr, CUs
 	if (!known)
 		return rc;
 	if (rc != CUDA_SUCCESS)
-		map_put_pool(e.key, K_PTR, e.gpu, e.bytes, e.pool, e.pool_slot);
+		map_put_pool(e.key, K_PTR, e.gpu, e.bytes, e.pool, e.pool_slot, e.ctx);
 	else if (e.pool != 0)
 		pool_freed(&e);
 	else
@@ -561,7 +616,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_HANDLE, e.gpu, e.bytes);
+			map_put(e.key, K_HANDLE, e.gpu, e.bytes, e.ctx);
 	}
 	return rc;
 }
@@ -665,7 +720,7 @@ CUresult cuArrayDestroy(CUarray hArray)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_ARRAY, e.gpu, e.bytes);
+			map_put(e.key, K_ARRAY, e.gpu, e.bytes, e.ctx);
 	}
 	return rc;
 }
@@ -710,7 +765,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_MIPMAP, e.gpu, e.bytes);
+			map_put(e.key, K_MIPMAP, e.gpu, e.bytes, e.ctx);
 	}
 	return rc;
 }

@@ -13,5 +13,14 @@ CUresult tessera_reserve(int gpu, uint64_t bytes);
 /* Everything cached memory the hook counts (stream-ordered and graph pools) settled on
  * what the driver holds; returns the bytes given back. */
 uint64_t tessera_memory_settle(int gpu);
+/* A context's teardown (context.c): the allocation map locked across the driver's
+ * call, so that an allocation recorded before it took the lock was made before the
+ * teardown and went with it, and one made after is recorded after. Between the two,
+ * tessera_memory_forget_ctx_locked gives back what the map holds of ctx (allocations,
+ * arrays; a pool's allocations leave its count to the pool's settling) and returns
+ * the bytes. */
+void tessera_memory_lock(void);
+void tessera_memory_unlock(void);
+uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx);
 
 #endif

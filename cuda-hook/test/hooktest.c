@@ -74,6 +74,7 @@ CUresult cuCtxCreate_v3(CUcontext *, CUexecAffinityParam *, int, unsigned int, C
 CUresult cuCtxGetExecAffinity(CUexecAffinityParam *, CUexecAffinityType);
 CUresult cuDeviceGetAttribute(int *, CUdevice_attribute, CUdevice);
 CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
 CUresult cuGreenCtxCreate(CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned int);
 CUresult cuGreenCtxDestroy(CUgreenCtx);
 CUresult cuCtxSetLimit(CUlimit, size_t);
@@ -1039,6 +1040,67 @@ static int modules_main(int argc, char **argv)
 	OK(cuMemAlloc_v2(&p, strtoull(argv[4], NULL, 10) * MIB));
 	printf("ok modules %s: %d loaded, the driver holds %llu MiB of %llu; an unload gives its memory back\n", argv[2], n,
 	       (unsigned long long)(s.used[0] / MIB), (unsigned long long)(limit / MIB));
+	return 0;
+}
+
+/* A context's teardown frees what was made in it, and the hook gives that back:
+ * cudaDeviceReset's cuDevicePrimaryCtxReset (looked up through cuGetProcAddress, as
+ * the runtime does) its allocations, modules and raised limits; a created context's
+ * destroy its allocations; the primary context's last release everything in it. A
+ * VMM handle belongs to no context: counted until released. */
+static int teardown_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: teardown <limit-mib> <context-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB, ctxb = strtoull(argv[3], NULL, 10) * MIB;
+	CUdevice d = setup();
+	uint64_t q = (limit - ctxb) / 4, vmm_bytes = 32 * MIB, x;
+	CUdeviceptr p;
+	CUmodule m;
+	char image[64];
+	snprintf(image, sizeof(image), "fake-module %llu", (unsigned long long)(q / 4 / MIB));
+	/* The primary context nearly filled: three quarters allocated, a sixteenth as a
+	 * module's and as much as raised heap, and a VMM handle. */
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 3; i++)
+			OK(cuMemAlloc_v2(&p, q));
+		OK(cuModuleLoadData(&m, image));
+		OK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, (8 << 20) + q / 4));
+		if (round == 0)
+			OK(a_vmm(vmm_bytes, &x));
+		CHECK(cuMemAlloc_v2(&p, q) == CUDA_ERROR_OUT_OF_MEMORY, "round %d: past the limit allowed", round);
+		if (round == 1)
+			break;
+		CUresult (*reset)(CUdevice) = (CUresult(*)(CUdevice))procaddr("cuDevicePrimaryCtxReset", 0);
+		OK(reset(d));
+		struct fake_cuda_stats s = stats();
+		CHECK(s.used[0] == vmm_bytes, "after the reset the driver holds %llu MiB, want the VMM handle's %llu",
+		      (unsigned long long)(s.used[0] / MIB), (unsigned long long)(vmm_bytes / MIB));
+		size_t fr, tot;
+		OK(cuMemGetInfo_v2(&fr, &tot));
+		CHECK(fr == limit - ctxb - vmm_bytes, "after the reset %llu MiB shown free, want %llu (the context's and the VMM "
+		      "handle's still counted)", (unsigned long long)(fr / MIB), (unsigned long long)((limit - ctxb - vmm_bytes) / MIB));
+	}
+	/* The same filled again: the reset's memory was given back. Then the VMM handle. */
+	OK(f_vmm(x));
+	/* A created context's allocation goes with it. */
+	CUcontext pc, cc;
+	OK(cuDevicePrimaryCtxRetain(&pc, d));
+	OK(cuCtxCreate_v4(&cc, NULL, 0, d));
+	OK(cuCtxSetCurrent(cc));
+	OK(cuMemAlloc_v2(&p, vmm_bytes));
+	OK(cuCtxDestroy_v2(cc));
+	OK(cuCtxSetCurrent(pc));
+	OK(cuMemAlloc_v2(&p, vmm_bytes + ctxb));
+	CHECK(cuMemAlloc_v2(&p, q) == CUDA_ERROR_OUT_OF_MEMORY, "after the destroy: past the limit allowed");
+	/* The primary context's last release: everything in it given back. */
+	OK(cuDevicePrimaryCtxRelease_v2(d));
+	OK(cuDevicePrimaryCtxRelease_v2(d));
+	struct fake_cuda_stats s = stats();
+	CHECK(s.used[0] == 0, "after the last release the driver holds %llu MiB", (unsigned long long)(s.used[0] / MIB));
+	OK(cuDevicePrimaryCtxRetain(&pc, d));
+	OK(cuCtxSetCurrent(pc));
+	OK(cuMemAlloc_v2(&p, limit - ctxb));
+	printf("ok teardown: a reset, a destroy and the last release each gave back what the driver freed with the context\n");
 	return 0;
 }
 
@@ -2204,6 +2266,8 @@ int main(int argc, char **argv)
 		return damaged_new_main();
 	if (strcmp(scenario, "contexts") == 0)
 		return contexts_main(argc, argv);
+	if (strcmp(scenario, "teardown") == 0)
+		return teardown_main(argc, argv);
 	if (strcmp(scenario, "modules") == 0)
 		return modules_main(argc, argv);
 	if (strcmp(scenario, "devlimits") == 0)

@@ -192,6 +192,9 @@ tenv FAKE_CUDA_CTX_MIB=200 contexts create 4096 256 256
 tenv FAKE_CUDA_CTX_MIB=200 contexts green 4096 256 0
 reset
 limits 64 "$U1 1024 0 0"
+t teardown 1024 64
+reset
+limits 64 "$U1 1024 0 0"
 t modules module 1024 100
 t modules library 1024 100
 t devlimits 1024
