@@ -33,10 +33,11 @@
 # workload's pairs as MPS clients (their rates, not judged); with ab, the host-paced
 # workloads against solo runs interleaved with theirs (below), which judges their
 # rows alone that their host's speed decides; with pairab, their pairs in rounds, each
-# against an unhooked pair run right before it; with phases, every workload capped and
-# unpaced by turns in one process, judged against itself.
-# B4_PARTS (of "alone pairs mixed mps ab pairab sliced phases"; all but mps, pairab,
-# sliced and phases by default) and
+# against an unhooked pair run right before it; with mixedab, the mixed pair in rounds,
+# paced and as MPS clients, each against a solo run of the mlp before it; with phases,
+# every workload capped and unpaced by turns in one process, judged against itself.
+# B4_PARTS (of "alone pairs mixed mps ab pairab mixedab sliced phases"; all but mps,
+# pairab, mixedab, sliced and phases by default) and
 # B4_CLASSES choose rows;
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
@@ -116,7 +117,7 @@ REFS=$G/classes.refs
 # The workloads with references: the classes, and the launch-bound mlp and attention
 # where a part pairs the two (mixed, mps, sliced) though B4_CLASSES leaves them out.
 REFW=$CL
-if part mixed || part mps || part sliced; then
+if part mixed || part mps || part sliced || part mixedab; then
 	for w in attn mlp; do
 		[[ " $REFW " == *" $w "* ]] || REFW="$REFW $w"
 	done
@@ -485,9 +486,10 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		together "pair" "30:0:$w" "70:30:$w"
 		together "pair" "50:0:$w" "50:50:$w"
 	done
-	# beside <label>: the mixed pair's launch-bound tenant against B7's target.
+	# beside <label> [<solo rate>]: the mixed pair's launch-bound tenant against B7's
+	# target, its rate set against its solo reference or the solo rate given.
 	beside() {
-		say "$(awk -v l="$1" -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${SOLO[mlp]}" -v b="${HELD[mlp]}" 'BEGIN{
+		say "$(awk -v l="$1" -v r="$(grep '^mlp ' "$G/together.$n.1" | field rate)" -v s="${2:-${SOLO[mlp]}}" -v b="${HELD[mlp]}" 'BEGIN{
 			w = 0.9 * (b < 30 ? b : 30) / b * 100; v = 100 * r / s
 			printf "%s launch-bound mlp at 30 beside attn at 70: %.1f%% of its solo rate, want >= %.1f %s", l, v, w, (l == "sliced") ? "(unhooked: info)" : (v >= w) ? "ok" : "FAIL" }')"
 	}
@@ -618,5 +620,40 @@ if part mps; then
 	else
 		say "mps: the MPS control daemon did not start"
 	fi
+fi
+# B4_PARTS with mixedab: the mixed pair in B4_AB_ROUNDS rounds (3), each with a solo
+# run of the launch-bound mlp right before it, on the CPUs it has in the pair (its rate
+# moves with its host: 688-876 steps/s in three solo runs on an H100), then the pair
+# under the last hook above and, where the MPS control daemon starts, as MPS clients;
+# the mlp judged against its round's solo run (B7's target), its verdict that of most
+# rounds, each round's figure beside.
+if part mixedab; then
+	MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
+	MPS=$G/mps
+	mkdir -p "$MPS/pipe" "$MPS/log"
+	mps_on=
+	CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d && mps_on=1 ||
+		say "mixedab: the MPS control daemon did not start (paced rounds only)"
+	from=$(($(wc -l <"$M") + 1))
+	for ((r = 1; r <= ${B4_AB_ROUNDS:-3}; r++)); do
+		ref=$($TW1 "$S" mlp | grep "^mlp " | field rate)
+		say "mixedab$r solo mlp: rate ${ref:-none}/s"
+		together "mixedab$r" "70:0:attn" "30:70:mlp"
+		beside "mixedab$r" "$ref"
+		if [ -n "$mps_on" ]; then
+			together "mps" "70:0:attn" "30:70:mlp"
+			beside "mpsab$r" "$ref"
+		fi
+	done
+	[ -z "$mps_on" ] || echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"
+	say "$(tail -n +"$from" "$M" | awk '
+		$1 ~ /^(mixed|mps)ab[0-9]+$/ && $2 == "launch-bound" {
+			m = ($1 ~ /^mps/) ? "as MPS clients" : "paced"; if (!(m in n)) order[++no] = m
+			v = $0; sub(/.*70: /, "", v); sub(/ of its solo rate.*/, "", v)
+			ok = ($NF == "ok"); n[m]++; good[m] += ok; fig[m] = fig[m] (n[m] > 1 ? ", " : "") (ok ? "ok " : "FAIL ") v
+		}
+		END { for (j = 1; j <= no; j++) { m = order[j]
+			printf "%smixedab launch-bound mlp at 30 beside attn at 70, %s: %s in %d of %d rounds (%s)", (j > 1 ? "\n" : ""), m,
+				(2 * good[m] > n[m]) ? "ok" : "FAIL", good[m], n[m], fig[m] } }')"
 fi
 debug_summary

@@ -126,7 +126,7 @@ for w in llm convnet; do
 	want b4-classes.txt "^mps 50 of 50/50 *$w "
 done
 want b4-classes.txt "^mps launch-bound mlp at 30 beside attn at 70"
-run b4-classes.sh B4_REUSE=1 B4_PARTS="ab pairab"
+run b4-classes.sh B4_REUSE=1 B4_PARTS="ab pairab mixedab"
 want b4-classes.txt "^solo llm: .*(reused)"
 want b4-classes.txt "^ab convnet "
 for w in llm convnet; do
@@ -135,6 +135,11 @@ for w in llm convnet; do
 	want b4-classes.txt "^pairab 30 of 30/70 *$w *\(ok  \|FAIL\) in [0-3] of 3 rounds ([ok FAIL].*, .*, .*)"
 	want b4-classes.txt "^pairab 50 of 50/50 (second) *$w .* of 3 rounds"
 done
+want b4-classes.txt "^mixedab2 solo mlp: rate [0-9.]*/s"
+want b4-classes.txt "^mixedab3 launch-bound mlp at 30 beside attn at 70: [0-9.]*% of its solo rate"
+want b4-classes.txt "^mpsab3 launch-bound mlp at 30 beside attn at 70: "
+want b4-classes.txt "^mixedab launch-bound mlp at 30 beside attn at 70, paced: \(ok\|FAIL\) in [0-3] of 3 rounds ([ok FAIL].*, .*, .*)"
+want b4-classes.txt "^mixedab launch-bound mlp at 30 beside attn at 70, as MPS clients: .* of 3 rounds"
 # A share file already there is a node's: phases is not run, and the file is kept.
 U=$(PATH=$D/bin:$PATH nvidia-smi --query-gpu=uuid --format=csv,noheader)
 mkdir -p "$D/shares/$U"
