@@ -385,6 +385,11 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 			}
 	tessera_memory_unlock();
 	pthread_mutex_unlock(&mu);
+	if (rc == CUDA_SUCCESS) {
+		/* Pools (stream-ordered, graph memory) counted at what the driver says they
+		 * still reserve. */
+		tessera_memory_settle(gpu);
+	}
 	/* Its events and streams are gone: pacing starts the context afresh. */
 	if (reset != NULL)
 		tessera_pacing_forget_ctx((CUcontext)reset);

@@ -291,15 +291,21 @@ static void unreserve(int gpu, uint64_t bytes)
 	tessera_region_release(tessera.region, gpu, bytes);
 }
 
-/* Records a successful allocation; if the map cannot grow, undo it rather than lose
- * track of it. */
-static CUresult remember(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t))
+/* Records a successful allocation, as made in ctx (0: outliving every context); if the
+ * map cannot grow, undo it rather than lose track of it. */
+static CUresult remember_in(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t), uint64_t ctx)
 {
-	if (map_put(key, k, gpu, bytes, k == K_HANDLE ? 0 : current_ctx()) == 0)
+	if (map_put(key, k, gpu, bytes, ctx) == 0)
 		return CUDA_SUCCESS;
 	undo(key);
 	unreserve(gpu, bytes);
 	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Records an allocation made in the current context (a VMM handle: in none). */
+static CUresult remember(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t))
+{
+	return remember_in(key, k, gpu, bytes, undo, k == K_HANDLE ? 0 : current_ctx());
 }
 
 static CUresult free_ptr(uint64_t p) { return REAL(cuMemFree_v2)((CUdeviceptr)p); }
@@ -307,8 +313,9 @@ static CUresult release_handle(uint64_t h) { return REAL(cuMemRelease)((CUmemGen
 static CUresult destroy_array(uint64_t a) { return REAL(cuArrayDestroy)((CUarray)(uintptr_t)a); }
 static CUresult destroy_mipmap(uint64_t a) { return REAL(cuMipmappedArrayDestroy)((CUmipmappedArray)(uintptr_t)a); }
 
-/* The common shape of a counted allocation: reserve, allocate, remember. */
-#define COUNTED_ALLOC(name, bytes, key_expr, kind, undo, call)                 \
+/* The common shape of a counted allocation: reserve, allocate, remember (as made in
+ * the context ctx_expr). */
+#define COUNTED_ALLOC(name, bytes, key_expr, kind, undo, ctx_expr, call)       \
 	HOOK_ENTER();                                                          \
 	HOOK_REAL(name);                                                       \
 	int gpu;                                                               \
@@ -321,17 +328,21 @@ static CUresult destroy_mipmap(uint64_t a) { return REAL(cuMipmappedArrayDestroy
 		unreserve(gpu, want_);                                         \
 		return rc;                                                     \
 	}                                                                      \
-	return remember((uint64_t)(key_expr), kind, gpu, want_, undo)
+	return remember_in((uint64_t)(key_expr), kind, gpu, want_, undo, (ctx_expr))
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	COUNTED_ALLOC(cuMemAlloc_v2, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAlloc_v2)(dptr, bytesize));
+	COUNTED_ALLOC(cuMemAlloc_v2, bytesize, *dptr, K_PTR, free_ptr, current_ctx(), REAL(cuMemAlloc_v2)(dptr, bytesize));
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
-	/* Managed memory can live on the GPU in full, so it counts in full. */
-	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, REAL(cuMemAllocManaged)(dptr, bytesize, flags));
+	/* Managed memory can live on the GPU in full, so it counts in full. It is counted
+	 * until freed, not given back at its context's teardown: that a teardown frees it
+	 * too has not been seen on a GPU, and giving back memory still held would let a
+	 * program hold more than its limit. */
+	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, 0,
+		      REAL(cuMemAllocManaged)(dptr, bytesize, flags));
 }
 
 /*
