@@ -330,70 +330,72 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	return rc;
 }
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+/* The entry of gpu's primary context, or NULL (caller holds mu). */
+static struct ctx *primary_of(int gpu)
 {
-	HOOK_ENTER();
-	HOOK_REAL(cuDevicePrimaryCtxRelease_v2);
+	for (int i = 0; i < MAX_CTX; i++)
+		if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu)
+			return &ctxs[i];
+	return NULL;
+}
+
+/* The primary context's release (reset 0) or reset (reset 1) through the driver's
+ * call: the driver destroys the context with its last release, and a reset destroys
+ * every allocation and all state of it, the context still retained (its charge
+ * kept) and its limits back at the driver's defaults. What went with it is given
+ * back. */
+static CUresult primary_teardown(CUdevice dev, CUresult (*call)(CUdevice), int reset)
+{
 	int gpu;
 	CUresult rc = device_gpu(dev, &gpu);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&mu);
 	tessera_memory_lock();
-	rc = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-	if (rc == CUDA_SUCCESS && primary_refs[gpu] > 0 && --primary_refs[gpu] == 0) {
-		/* The driver destroys the primary context with its last release. */
-		for (int i = 0; i < MAX_CTX; i++)
-			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu) {
-				torn_down(ctxs[i].handle, gpu, "the primary context's last release");
-				tessera_pacing_forget_ctx((CUcontext)ctxs[i].handle);
-				ctx_drop(&ctxs[i]);
-			}
+	rc = call(dev);
+	struct ctx *c = rc == CUDA_SUCCESS ? primary_of(gpu) : NULL;
+	void *gone = NULL;
+	if (reset && c != NULL) {
+		gone = c->handle;
+		torn_down(gone, gpu, "cuDevicePrimaryCtxReset");
+		for (int l = 0; l < NLIMITS; l++) {
+			uncharge(gpu, c->charged[l]);
+			c->charged[l] = 0;
+			c->base_known[l] = 0;
+		}
+	} else if (!reset && rc == CUDA_SUCCESS && primary_refs[gpu] > 0 && --primary_refs[gpu] == 0) {
+		if (c != NULL) {
+			gone = c->handle;
+			torn_down(gone, gpu, "the primary context's last release");
+			ctx_drop(c);
+		}
 		uncharge(gpu, context_bytes());
 	}
 	tessera_memory_unlock();
 	pthread_mutex_unlock(&mu);
+	/* Pools (stream-ordered, graph memory) counted at what the driver says they still
+	 * reserve. */
+	if (reset && rc == CUDA_SUCCESS)
+		tessera_memory_settle(gpu);
+	/* Its events and streams are gone: pacing starts the context afresh. */
+	if (gone != NULL)
+		tessera_pacing_forget_ctx((CUcontext)gone);
 	return rc;
 }
 
-/* cudaDeviceReset: every allocation and all state of the primary context destroyed,
- * the context still retained (its charge kept), its limits back at the driver's
- * defaults. */
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDevicePrimaryCtxRelease_v2);
+	return primary_teardown(dev, REAL(cuDevicePrimaryCtxRelease_v2), 0);
+}
+
+/* cudaDeviceReset's call. */
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
 	HOOK_ENTER();
 	HOOK_REAL(cuDevicePrimaryCtxReset_v2);
-	int gpu;
-	CUresult rc = device_gpu(dev, &gpu);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	pthread_mutex_lock(&mu);
-	tessera_memory_lock();
-	rc = REAL(cuDevicePrimaryCtxReset_v2)(dev);
-	void *reset = NULL;
-	if (rc == CUDA_SUCCESS)
-		for (int i = 0; i < MAX_CTX; i++)
-			if (ctxs[i].handle != NULL && ctxs[i].primary && ctxs[i].gpu == gpu) {
-				struct ctx *c = &ctxs[i];
-				reset = c->handle;
-				torn_down(reset, gpu, "cuDevicePrimaryCtxReset");
-				for (int l = 0; l < NLIMITS; l++) {
-					uncharge(gpu, c->charged[l]);
-					c->charged[l] = 0;
-					c->base_known[l] = 0;
-				}
-			}
-	tessera_memory_unlock();
-	pthread_mutex_unlock(&mu);
-	if (rc == CUDA_SUCCESS) {
-		/* Pools (stream-ordered, graph memory) counted at what the driver says they
-		 * still reserve. */
-		tessera_memory_settle(gpu);
-	}
-	/* Its events and streams are gone: pacing starts the context afresh. */
-	if (reset != NULL)
-		tessera_pacing_forget_ctx((CUcontext)reset);
-	return rc;
+	return primary_teardown(dev, REAL(cuDevicePrimaryCtxReset_v2), 1);
 }
 
 /* ---- device limits ----------------------------------------------------------- */
