@@ -785,6 +785,10 @@ CUresult cuCtxCreate_v3(CUcontext *c, CUexecAffinityParam *p, int n, unsigned in
 
 CUresult cuCtxDestroy_v2(CUcontext c) { return destroy_ctx((uintptr_t)c); }
 
+/* The ABI before CUDA 3.2 / 4.0, which the driver still exports: the same calls. */
+CUresult cuCtxCreate(CUcontext *c, unsigned int flags, CUdevice d) { return cuCtxCreate_v4(c, NULL, flags, d); }
+CUresult cuCtxDestroy(CUcontext c) { return destroy_ctx((uintptr_t)c); }
+
 CUresult cuGreenCtxCreate(CUgreenCtx *c, CUdevResourceDesc desc, CUdevice d, unsigned int flags)
 {
 	(void)desc;
@@ -896,6 +900,10 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 	memset(limit_key[d], 0, sizeof(limit_key[d]));
 	return CUDA_SUCCESS;
 }
+
+/* The ABI before CUDA 11.0: the same calls. */
+CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
 
 /* Modules and libraries: an image (or file name) "fake-module <MiB>" takes that much
  * of the current device when loaded, until unloaded; a PTX text (one with a ".entry")
@@ -1105,6 +1113,23 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAl
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return give(h); }
 
+/* CUDA 3.1's allocations (32-bit pointers and sizes), as the driver still exports them:
+ * they take memory like the others (the hook must never let them through). */
+CUresult cuMemAlloc(unsigned int *p, unsigned int n)
+{
+	uint64_t k = 0;
+	CUresult rc = take(current, n, &k);
+	if (rc == CUDA_SUCCESS)
+		*p = (unsigned int)k;
+	return rc;
+}
+CUresult cuMemAllocPitch(unsigned int *p, unsigned int *pitch, unsigned int w, unsigned int h, unsigned int elem)
+{
+	(void)elem;
+	*pitch = (w + 255) & ~255u;
+	return cuMemAlloc(p, *pitch * h);
+}
+
 /* Arrays take their elements rounded up to 64 KiB plus 64 KiB, more than the hook's
  * estimate, as tiled layouts do on a real GPU. */
 static uint64_t array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned ch)
@@ -1123,6 +1148,37 @@ CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d)
 CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
 	return take(current, array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), (uint64_t *)a);
+}
+/* CUDA 3.1's memory figures: the device's, capped at 32 bits. */
+CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
+{
+	size_t f2, t2;
+	CUresult rc = cuMemGetInfo_v2(&f2, &t2);
+	if (rc == CUDA_SUCCESS) {
+		*f = f2 > UINT32_MAX ? UINT32_MAX : (unsigned int)f2;
+		*t = t2 > UINT32_MAX ? UINT32_MAX : (unsigned int)t2;
+	}
+	return rc;
+}
+CUresult cuDeviceTotalMem(unsigned int *b, CUdevice d)
+{
+	size_t b2;
+	CUresult rc = cuDeviceTotalMem_v2(&b2, d);
+	if (rc == CUDA_SUCCESS)
+		*b = b2 > UINT32_MAX ? UINT32_MAX : (unsigned int)b2;
+	return rc;
+}
+
+/* CUDA 3.1's array creation (32-bit descriptors): 64 MiB each here. */
+CUresult cuArrayCreate(CUarray *a, const void *d)
+{
+	(void)d;
+	return take(current, 64 << 20, (uint64_t *)a);
+}
+CUresult cuArray3DCreate(CUarray *a, const void *d)
+{
+	(void)d;
+	return take(current, 64 << 20, (uint64_t *)a);
 }
 CUresult cuArrayDestroy(CUarray a) { return give((uint64_t)(uintptr_t)a); }
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels)

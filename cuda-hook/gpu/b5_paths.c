@@ -10,6 +10,9 @@
  *                                   (cuMemAllocAsync captured into a graph)
  *   b5_paths poolcache <limit-mib>  memory cached in a stream-ordered pool stays counted
  *                                   until the pool trims
+ *   b5_paths v1alloc <limit-mib>    CUDA 3.1's cuMemAlloc (32-bit pointers), looked up by
+ *                                   name: refused under the hook (exit 0 when nothing
+ *                                   was taken); without it, what the driver does
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -159,6 +162,11 @@ int main(int argc, char **argv)
 			CUDA_ARRAY3D_DESCRIPTOR d = {.Width = 4096, .Height = 4096, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
 			CUmipmappedArray a;
 			rc = cuMipmappedArrayCreate(&a, &d, 4);
+		} else if (strcmp(path, "v1alloc") == 0) {
+			CUresult (*alloc1)(unsigned int *, unsigned int) =
+				(CUresult(*)(unsigned int *, unsigned int))dlsym(RTLD_DEFAULT, "cuMemAlloc");
+			unsigned int p1 = 0;
+			rc = alloc1 != NULL ? alloc1(&p1, (unsigned int)chunk) : CUDA_ERROR_NOT_FOUND;
 		} else if (strcmp(path, "graph") == 0 || strcmp(path, "graphcapture") == 0) {
 			static CUstream s;
 			if (s == NULL)
@@ -179,5 +187,7 @@ int main(int argc, char **argv)
 	unsigned long long taken = (unsigned long long)((f0 - f1) / MIB);
 	printf("path=%s limit_mib=%llu allocations=%d result=%d driver_taken_mib=%llu hook_total_mib=%llu hook_free_mib=%llu\n",
 	       path, limit, n, (int)rc, taken, (unsigned long long)(ht / MIB), (unsigned long long)(hf / MIB));
+	if (strcmp(path, "v1alloc") == 0)
+		return n == 0 && taken < 64 ? 0 : 1;
 	return rc == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
 }

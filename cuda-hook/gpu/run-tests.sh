@@ -46,6 +46,8 @@ for p in alloc pitch managed async pool vmm array array3d mipmap graph graphcapt
 done
 
 check "B5 memory cached in a stream-ordered pool stays counted until trimmed" hooked "$G/l4g" "$G/b5_paths" poolcache 4096
+check "B5 CUDA 3.1's cuMemAlloc by name refused (none taken)" hooked "$G/l4g" "$G/b5_paths" v1alloc 4096
+say "info CUDA 3.1's cuMemAlloc without the hook: $("$G/b5_paths" v1alloc 4096 2>&1 | tail -1)"
 
 # 3b. Memory outside allocation calls: several contexts, module globals, the malloc heap.
 # expect <name> <awk program that exits 0 on the program's last line> <command...>

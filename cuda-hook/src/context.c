@@ -257,6 +257,11 @@ CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 	CREATE_HOOK(cuCtxCreate_v2, dev, pctx, REAL(cuCtxCreate_v2)(pctx, flags, dev), 0);
 }
 
+CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	CREATE_HOOK(cuCtxCreate, dev, pctx, REAL(cuCtxCreate)(pctx, flags, dev), 0);
+}
+
 CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
 	CREATE_HOOK(cuGreenCtxCreate, dev, phCtx, REAL(cuGreenCtxCreate)(phCtx, desc, dev, flags), 1);
@@ -275,20 +280,33 @@ static CUresult destroyed(void *handle, CUresult rc)
 	return rc;
 }
 
-CUresult cuCtxDestroy_v2(CUcontext ctx)
+/* A created context destroyed through call: what was made in it given back. */
+static CUresult ctx_destroy(CUcontext ctx, CUresult (*call)(CUcontext))
 {
-	HOOK_ENTER();
-	HOOK_REAL(cuCtxDestroy_v2);
 	pthread_mutex_lock(&mu);
 	struct ctx *c = ctx != NULL ? ctx_find(ctx) : NULL;
 	int gpu = c != NULL ? c->gpu : -1;
 	tessera_memory_lock();
-	CUresult rc = REAL(cuCtxDestroy_v2)(ctx);
+	CUresult rc = call(ctx);
 	if (rc == CUDA_SUCCESS && gpu >= 0 && !c->primary)
 		torn_down(ctx, gpu, "a destroyed context");
 	tessera_memory_unlock();
 	pthread_mutex_unlock(&mu);
 	return destroyed(ctx, rc);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuCtxDestroy_v2);
+	return ctx_destroy(ctx, REAL(cuCtxDestroy_v2));
+}
+
+CUresult cuCtxDestroy(CUcontext ctx)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuCtxDestroy);
+	return ctx_destroy(ctx, REAL(cuCtxDestroy));
 }
 
 CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
@@ -396,6 +414,20 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	HOOK_ENTER();
 	HOOK_REAL(cuDevicePrimaryCtxReset_v2);
 	return primary_teardown(dev, REAL(cuDevicePrimaryCtxReset_v2), 1);
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDevicePrimaryCtxRelease);
+	return primary_teardown(dev, REAL(cuDevicePrimaryCtxRelease), 0);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDevicePrimaryCtxReset);
+	return primary_teardown(dev, REAL(cuDevicePrimaryCtxReset), 1);
 }
 
 /* ---- device limits ----------------------------------------------------------- */

@@ -163,10 +163,9 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 	return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+/* A device's memory as the container sees it: its limit, or the GPU's if less. */
+static CUresult total_mem(size_t *bytes, CUdevice dev)
 {
-	HOOK_ENTER();
-	HOOK_REAL(cuDeviceTotalMem_v2);
 	CUresult rc = tessera_devices();
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -178,4 +177,23 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 		return rc;
 	*bytes = total < tessera_limit_bytes(g) ? total : (size_t)tessera_limit_bytes(g);
 	return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDeviceTotalMem_v2);
+	return total_mem(bytes, dev);
+}
+
+/* CUDA 3.1's figure, 32-bit: the same, capped as the driver caps it. */
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuDeviceTotalMem_v2);
+	size_t t = 0;
+	CUresult rc = total_mem(&t, dev);
+	if (rc == CUDA_SUCCESS && bytes != NULL)
+		*bytes = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+	return rc;
 }

@@ -781,12 +781,59 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
 	return rc;
 }
 
-/* ---- the memory the container sees ------------------------------------------ */
+/* ---- CUDA 3.1's allocations ------------------------------------------------------ */
 
-CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
+/* The allocation calls of the ABI before CUDA 3.2 (32-bit device pointers and sizes)
+ * are still exported by the driver for binaries of that age. None is counted: each is
+ * refused, so that a program cannot reach the driver's allocator by their names. */
+static CUresult v1_refused(const char *name)
+{
+	tessera_log(TESSERA_LOG_WARN, "%s (the 32-bit device pointer ABI of CUDA 3.1) is not supported: refused", name);
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
 {
 	HOOK_ENTER();
-	HOOK_REAL(cuMemGetInfo_v2);
+	(void)dptr;
+	(void)bytesize;
+	return v1_refused("cuMemAlloc");
+}
+
+CUresult cuMemAllocPitch(unsigned int *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height,
+			 unsigned int ElementSizeBytes)
+{
+	HOOK_ENTER();
+	(void)dptr;
+	(void)pPitch;
+	(void)WidthInBytes;
+	(void)Height;
+	(void)ElementSizeBytes;
+	return v1_refused("cuMemAllocPitch");
+}
+
+CUresult cuArrayCreate(CUarray *pHandle, const void *pAllocateArray)
+{
+	HOOK_ENTER();
+	(void)pHandle;
+	(void)pAllocateArray;
+	return v1_refused("cuArrayCreate");
+}
+
+CUresult cuArray3DCreate(CUarray *pHandle, const void *pAllocateArray)
+{
+	HOOK_ENTER();
+	(void)pHandle;
+	(void)pAllocateArray;
+	return v1_refused("cuArray3DCreate");
+}
+
+/* ---- the memory the container sees ------------------------------------------ */
+
+/* The memory the container sees on the current context's GPU: its limit, less its
+ * usage, never more than the GPU has free. */
+static CUresult mem_info(size_t *freeb, size_t *totalb)
+{
 	size_t rf, rt;
 	CUresult rc = REAL(cuMemGetInfo_v2)(&rf, &rt);
 	if (rc != CUDA_SUCCESS)
@@ -806,4 +853,27 @@ CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
 	if (totalb != NULL)
 		*totalb = (size_t)total;
 	return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo_v2(size_t *freeb, size_t *totalb)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemGetInfo_v2);
+	return mem_info(freeb, totalb);
+}
+
+/* CUDA 3.1's figures, 32-bit: the same, capped as the driver caps them. */
+CUresult cuMemGetInfo(unsigned int *freeb, unsigned int *totalb)
+{
+	HOOK_ENTER();
+	HOOK_REAL(cuMemGetInfo_v2);
+	size_t f = 0, t = 0;
+	CUresult rc = mem_info(&f, &t);
+	if (rc == CUDA_SUCCESS) {
+		if (freeb != NULL)
+			*freeb = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
+		if (totalb != NULL)
+			*totalb = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+	}
+	return rc;
 }

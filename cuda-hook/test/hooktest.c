@@ -1104,6 +1104,80 @@ static int teardown_main(int argc, char **argv)
 	return 0;
 }
 
+/* The ABI before CUDA 3.2, 4.0 and 11.0, which the driver still exports, looked up by
+ * name: its allocations refused (none reaches the driver), its context creation
+ * charged, its destroy, primary release and reset giving back as the current ones do. */
+static int v1abi_main(int argc, char **argv)
+{
+	CHECK(argc == 4, "usage: v1abi <limit-mib> <context-mib>");
+	uint64_t limit = strtoull(argv[2], NULL, 10) * MIB, ctxb = strtoull(argv[3], NULL, 10) * MIB;
+	CUdevice d = setup();
+	typedef CUresult (*alloc1_fn)(unsigned int *, unsigned int);
+	typedef CUresult (*pitch1_fn)(unsigned int *, unsigned int *, unsigned int, unsigned int, unsigned int);
+	typedef CUresult (*array1_fn)(CUarray *, const void *);
+	typedef CUresult (*create1_fn)(CUcontext *, unsigned int, CUdevice);
+	typedef CUresult (*ctx1_fn)(CUcontext);
+	typedef CUresult (*dev1_fn)(CUdevice);
+	alloc1_fn alloc1 = (alloc1_fn)dlsym(libcuda(), "cuMemAlloc");
+	pitch1_fn pitch1 = (pitch1_fn)dlsym(libcuda(), "cuMemAllocPitch");
+	array1_fn arr1 = (array1_fn)dlsym(libcuda(), "cuArrayCreate"), arr3 = (array1_fn)dlsym(libcuda(), "cuArray3DCreate");
+	create1_fn create1 = (create1_fn)dlsym(libcuda(), "cuCtxCreate");
+	ctx1_fn destroy1 = (ctx1_fn)dlsym(libcuda(), "cuCtxDestroy");
+	dev1_fn release1 = (dev1_fn)dlsym(libcuda(), "cuDevicePrimaryCtxRelease"), reset1 = (dev1_fn)dlsym(libcuda(), "cuDevicePrimaryCtxReset");
+	CHECK(alloc1 && pitch1 && arr1 && arr3 && create1 && destroy1 && release1 && reset1, "a CUDA 3.1-11.0 ABI symbol not found");
+	CHECK((void *)alloc1 != driver_sym("cuMemAlloc") && (void *)create1 != driver_sym("cuCtxCreate") &&
+	      (void *)reset1 != driver_sym("cuDevicePrimaryCtxReset"), "dlsym handed out the driver's own old-ABI function");
+	unsigned int p1 = 0, pitch = 0;
+	CUarray a;
+	CHECK(alloc1(&p1, 64 << 20) == CUDA_ERROR_NOT_SUPPORTED, "cuMemAlloc (CUDA 3.1 ABI) not refused");
+	CHECK(pitch1(&p1, &pitch, 4096, 4096, 4) == CUDA_ERROR_NOT_SUPPORTED, "cuMemAllocPitch (CUDA 3.1 ABI) not refused");
+	CHECK(arr1(&a, NULL) == CUDA_ERROR_NOT_SUPPORTED && arr3(&a, NULL) == CUDA_ERROR_NOT_SUPPORTED,
+	      "cuArrayCreate / cuArray3DCreate (CUDA 3.1 ABI) not refused");
+	struct fake_cuda_stats s = stats();
+	CHECK(s.used[0] == 0, "the old ABI's allocations reached the driver: it holds %llu MiB", (unsigned long long)(s.used[0] / MIB));
+	/* Its memory figures are the limit's, not the GPU's. */
+	typedef CUresult (*info1_fn)(unsigned int *, unsigned int *);
+	typedef CUresult (*total1_fn)(unsigned int *, CUdevice);
+	info1_fn info1 = (info1_fn)dlsym(libcuda(), "cuMemGetInfo");
+	total1_fn total1 = (total1_fn)dlsym(libcuda(), "cuDeviceTotalMem");
+	unsigned int fr1 = 0, tot1 = 0, dt1 = 0;
+	CHECK(info1 != NULL && total1 != NULL, "cuMemGetInfo / cuDeviceTotalMem (CUDA 3.1 ABI) not found");
+	OK(info1(&fr1, &tot1));
+	OK(total1(&dt1, d));
+	CHECK(tot1 == limit && dt1 == limit && fr1 == limit - ctxb, "the CUDA 3.1 ABI's memory figures are %u / %u free / total, "
+	      "%u total, want the %llu MiB limit's", fr1, tot1, dt1, (unsigned long long)(limit / MIB));
+	/* Contexts through cuCtxCreate (before 3.2): charged, refused past the limit. */
+	CUcontext made[64], pc;
+	int n = 0;
+	CUresult rc;
+	while (n < 64 && (rc = create1(&made[n], 0, d)) == CUDA_SUCCESS)
+		n++;
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY && (uint64_t)(n + 1) * ctxb <= limit,
+	      "cuCtxCreate (before 3.2): %d contexts of %llu MiB beside the primary under %llu MiB, ended with %d", n,
+	      (unsigned long long)(ctxb / MIB), (unsigned long long)(limit / MIB), rc);
+	OK(destroy1(made[0]));
+	OK(create1(&made[0], 0, d));
+	for (int i = 0; i < n; i++)
+		OK(destroy1(made[i]));
+	/* The primary context's reset and last release (before 11.0). */
+	OK(cuDevicePrimaryCtxRetain(&pc, d));
+	OK(cuCtxSetCurrent(pc));
+	CUdeviceptr p;
+	OK(cuMemAlloc_v2(&p, limit - ctxb));
+	OK(reset1(d));
+	OK(cuMemAlloc_v2(&p, limit - ctxb));
+	OK(release1(d));
+	OK(release1(d));
+	s = stats();
+	CHECK(s.used[0] == 0, "after the last release the driver holds %llu MiB", (unsigned long long)(s.used[0] / MIB));
+	OK(cuDevicePrimaryCtxRetain(&pc, d));
+	OK(cuCtxSetCurrent(pc));
+	OK(cuMemAlloc_v2(&p, limit - ctxb));
+	printf("ok v1abi: the 3.1 ABI's allocations refused; %d contexts through cuCtxCreate charged; the old reset and release "
+	       "give back\n", n);
+	return 0;
+}
+
 /* Raising the malloc heap, printf FIFO or stack past what the limit leaves is
  * refused; within it, counted; lowering it gives the memory back. */
 static int devlimits_main(int argc, char **argv)
@@ -2268,6 +2342,8 @@ int main(int argc, char **argv)
 		return contexts_main(argc, argv);
 	if (strcmp(scenario, "teardown") == 0)
 		return teardown_main(argc, argv);
+	if (strcmp(scenario, "v1abi") == 0)
+		return v1abi_main(argc, argv);
 	if (strcmp(scenario, "modules") == 0)
 		return modules_main(argc, argv);
 	if (strcmp(scenario, "devlimits") == 0)

@@ -112,6 +112,11 @@ limits 64 "$U1 1024 0 0"
 for r in dlsym dlvsym dlvsym-dlvsym private procaddr; do
 	t lookup $r 1024
 done
+# The driver's older ABIs by name: CUDA 3.1's allocations refused, the old context
+# calls counted as the current ones.
+reset
+limits 256 "$U1 1024 0 0"
+t v1abi 1024 256
 reset
 limits 0 "$U3 2048 0 0" "$U1 2048 0 0"
 echo "== $variant: the tenant's CUDA_VISIBLE_DEVICES narrows the container's GPUs"
