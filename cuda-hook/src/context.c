@@ -401,34 +401,19 @@ static CUresult primary_teardown(CUdevice dev, CUresult (*call)(CUdevice), int r
 	return rc;
 }
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuDevicePrimaryCtxRelease_v2);
-	return primary_teardown(dev, REAL(cuDevicePrimaryCtxRelease_v2), 0);
-}
+/* The primary context's release (reset 0) or reset (reset 1) through name. */
+#define PRIMARY_HOOK(name, reset)                                      \
+	CUresult name(CUdevice dev)                                    \
+	{                                                              \
+		HOOK_ENTER();                                          \
+		HOOK_REAL(name);                                       \
+		return primary_teardown(dev, REAL(name), reset);       \
+	}
 
-/* cudaDeviceReset's call. */
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuDevicePrimaryCtxReset_v2);
-	return primary_teardown(dev, REAL(cuDevicePrimaryCtxReset_v2), 1);
-}
-
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuDevicePrimaryCtxRelease);
-	return primary_teardown(dev, REAL(cuDevicePrimaryCtxRelease), 0);
-}
-
-CUresult cuDevicePrimaryCtxReset(CUdevice dev)
-{
-	HOOK_ENTER();
-	HOOK_REAL(cuDevicePrimaryCtxReset);
-	return primary_teardown(dev, REAL(cuDevicePrimaryCtxReset), 1);
-}
+PRIMARY_HOOK(cuDevicePrimaryCtxRelease_v2, 0)
+PRIMARY_HOOK(cuDevicePrimaryCtxReset_v2, 1) /* cudaDeviceReset's call */
+PRIMARY_HOOK(cuDevicePrimaryCtxRelease, 0)  /* before CUDA 11.0 */
+PRIMARY_HOOK(cuDevicePrimaryCtxReset, 1)
 
 /* ---- device limits ----------------------------------------------------------- */
 
