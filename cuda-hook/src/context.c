@@ -503,13 +503,6 @@ static int driver_free(int *gpu, size_t *fr)
 	return 0;
 }
 
-/* The calling thread's current context; NULL if it cannot be told. */
-static void *current_context(void)
-{
-	CUcontext c = NULL;
-	return REAL(cuCtxGetCurrent) != NULL && REAL(cuCtxGetCurrent)(&c) == CUDA_SUCCESS ? (void *)c : NULL;
-}
-
 /* After a load (caller holds load_mu): charges what the driver's free memory dropped
  * by, and records it with the module; a load that does not fit is undone by unload
  * and refused. */
@@ -575,7 +568,7 @@ static CUresult unload_library(void *h)
 	int measured = driver_free(&gpu, &before) == 0;                                \
 	CUresult rc = call;                                                            \
 	rc = loaded(rc, rc == CUDA_SUCCESS && (out) ? (void *)*(out) : NULL, measured, gpu, before, unload, \
-		    (unload) == unload_module ? current_context() : NULL);                 \
+		    (unload) == unload_module ? (void *)tessera_current_ctx() : NULL);                 \
 	pthread_mutex_unlock(&load_mu);                                                \
 	return rc
 

@@ -100,6 +100,12 @@ CUresult tessera_current_gpu(int *gpu)
 	return *gpu < 0 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
 }
 
+CUcontext tessera_current_ctx(void)
+{
+	CUcontext c = NULL;
+	return REAL(cuCtxGetCurrent) != NULL && REAL(cuCtxGetCurrent)(&c) == CUDA_SUCCESS ? c : NULL;
+}
+
 CUresult cuInit(unsigned int flags)
 {
 	HOOK_ENTER();

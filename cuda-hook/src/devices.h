@@ -21,6 +21,8 @@ CUresult tessera_devices(void);
 int tessera_gpu_of_device(CUdevice dev);
 /* The limits index of the calling thread's current context's device. */
 CUresult tessera_current_gpu(int *gpu);
+/* The calling thread's current context; NULL if it cannot be told. */
+CUcontext tessera_current_ctx(void);
 
 /* A UUID without its GPU-/MIG- prefix: CUDA gives MIG instances' as bytes, NVML as text. */
 const char *tessera_uuid_body(const char *u);

@@ -104,10 +104,7 @@ static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t 
  * it cannot be told (the entry then outlives every context, counted until freed). */
 static uint64_t current_ctx(void)
 {
-	CUcontext c = NULL;
-	if (REAL(cuCtxGetCurrent) == NULL || REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS)
-		return 0;
-	return (uint64_t)(uintptr_t)c;
+	return (uint64_t)(uintptr_t)tessera_current_ctx();
 }
 
 /* Removes and returns the entry for key; 0 if unknown (allocated before the hook, or
@@ -224,6 +221,25 @@ void tessera_memory_unlock(void)
 	pthread_mutex_unlock(&map_mu);
 }
 
+/* An entry's memory freed (caller holds map_mu): a pool's allocation goes back to its
+ * pool and stays counted there unless the pool was destroyed; any other is given back.
+ * Returns the bytes given back. */
+static uint64_t entry_freed_locked(const struct entry *e)
+{
+	struct pool *p = e->pool_slot >= 0 ? &pools[e->pool_slot] : NULL;
+	if (p != NULL && p->handle == e->pool) {
+		p->live -= e->bytes;
+		if (!p->destroyed)
+			return 0;
+		p->counted -= e->bytes;
+		tessera_region_release(tessera.region, e->gpu, e->bytes);
+		pool_forget_if_idle(p);
+		return e->bytes;
+	}
+	tessera_region_release(tessera.region, e->gpu, e->bytes);
+	return e->bytes;
+}
+
 uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx)
 {
 	uint64_t key = (uint64_t)(uintptr_t)ctx, freed = 0;
@@ -233,21 +249,9 @@ uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx)
 		struct entry *e = &map[i];
 		if (e->kind == 0 || e->kind == DELETED || e->ctx != key)
 			continue;
-		struct pool *p = e->pool != 0 && e->pool_slot >= 0 ? &pools[e->pool_slot] : NULL;
-		if (p != NULL && p->handle == e->pool) {
-			/* Out of the pool's allocations; the pool stays counted at what it
-			 * reserves until its next settling reads what the driver holds. */
-			p->live -= e->bytes;
-			if (p->destroyed) {
-				p->counted -= e->bytes;
-				tessera_region_release(tessera.region, e->gpu, e->bytes);
-				freed += e->bytes;
-				pool_forget_if_idle(p);
-			}
-		} else {
-			tessera_region_release(tessera.region, e->gpu, e->bytes);
-			freed += e->bytes;
-		}
+		/* A pool's allocation stays counted with its pool at what the pool reserves
+		 * until its next settling reads what the driver holds. */
+		freed += entry_freed_locked(e);
 		e->kind = DELETED;
 	}
 	return freed;
@@ -426,17 +430,7 @@ static CUresult pool_done(const struct pool_ticket *t, CUresult rc, CUdeviceptr 
 static void pool_freed(const struct entry *e)
 {
 	pthread_mutex_lock(&map_mu);
-	struct pool *p = e->pool_slot >= 0 ? &pools[e->pool_slot] : NULL;
-	if (p != NULL && p->handle == e->pool) {
-		p->live -= e->bytes;
-		if (p->destroyed) {
-			p->counted -= e->bytes;
-			tessera_region_release(tessera.region, e->gpu, e->bytes);
-			pool_forget_if_idle(p);
-		}
-	} else {
-		tessera_region_release(tessera.region, e->gpu, e->bytes);
-	}
+	entry_freed_locked(e);
 	pthread_mutex_unlock(&map_mu);
 }
 
