@@ -605,18 +605,28 @@ done
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the mode docs/install.md recommends for node pools
 # that mix launch-bound and long-kernel tenants or need a long-kernel pair's shares
 # exact, with the last hook above enforcing memory.
-if part mps; then
-	MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
-	MPS=$G/mps
+# mps_daemon <start|quit>: the MPS control daemon for the GPU, its pipe and log under
+# $G/mps (the clients' CUDA_MPS_PIPE_DIRECTORY in together()); start fails where it
+# does not start.
+MPS=$G/mps
+mps_daemon() {
+	local ctl=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
+	if [ "$1" = quit ]; then
+		echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$ctl"
+		return
+	fi
 	mkdir -p "$MPS/pipe" "$MPS/log"
-	if CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d; then
+	CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$ctl" -d
+}
+if part mps; then
+	if mps_daemon start; then
 		for w in $CL; do
 			together "mps" "30:0:$w" "70:30:$w"
 			together "mps" "50:0:$w" "50:50:$w"
 		done
 		together "mps" "70:0:attn" "30:70:mlp"
 		beside mps
-		echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"
+		mps_daemon quit
 	else
 		say "mps: the MPS control daemon did not start"
 	fi
@@ -628,11 +638,8 @@ fi
 # the mlp judged against its round's solo run (B7's target), its verdict that of most
 # rounds, each round's figure beside.
 if part mixedab; then
-	MPSCTL=${MPS_CONTROL:-$(command -v nvidia-cuda-mps-control || echo /usr/local/nvidia/bin/nvidia-cuda-mps-control)}
-	MPS=$G/mps
-	mkdir -p "$MPS/pipe" "$MPS/log"
 	mps_on=
-	CUDA_VISIBLE_DEVICES=$UUID CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe CUDA_MPS_LOG_DIRECTORY=$MPS/log "$MPSCTL" -d && mps_on=1 ||
+	mps_daemon start && mps_on=1 ||
 		say "mixedab: the MPS control daemon did not start (paced rounds only)"
 	from=$(($(wc -l <"$M") + 1))
 	for ((r = 1; r <= ${B4_AB_ROUNDS:-3}; r++)); do
@@ -645,7 +652,7 @@ if part mixedab; then
 			beside "mpsab$r" "$ref"
 		fi
 	done
-	[ -z "$mps_on" ] || echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS/pipe "$MPSCTL"
+	[ -z "$mps_on" ] || mps_daemon quit
 	say "$(tail -n +"$from" "$M" | awk '
 		$1 ~ /^(mixed|mps)ab[0-9]+$/ && $2 == "launch-bound" {
 			m = ($1 ~ /^mps/) ? "as MPS clients" : "paced"; if (!(m in n)) order[++no] = m
