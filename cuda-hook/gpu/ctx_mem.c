@@ -9,6 +9,9 @@
  *   ctx_mem reset <mib>                allocates mib, resets the primary context
  *                                      (cudaDeviceReset's call, the second time looked up
  *                                      through cuGetProcAddress), allocates it again
+ *   ctx_mem managedreset <mib>         allocates mib of managed memory, makes it resident
+ *                                      on the GPU, resets the primary context: whether
+ *                                      the driver frees it (nvidia-smi before and after)
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -129,6 +132,23 @@ int main(int argc, char **argv)
 		       (int)ra, (int)r1, (int)rr, (int)r2, (int)rg, (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB),
 		       (unsigned long long)(f2 / MIB), smi_used());
 		return 0;
+	}
+	if (strcmp(argv[1], "managedreset") == 0) {
+		size_t want = strtoull(argv[2], NULL, 10) * MIB;
+		CUdeviceptr ptr;
+		CUresult ra = cuMemAllocManaged(&ptr, want, CU_MEM_ATTACH_GLOBAL);
+		if (ra == CUDA_SUCCESS)
+			ra = cuMemsetD8(ptr, 1, want);
+		if (ra == CUDA_SUCCESS)
+			ra = cuCtxSynchronize();
+		long s0 = smi_used();
+		CUresult r1 = cuDevicePrimaryCtxReset(d);
+		long s1 = -1;
+		if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
+			s1 = smi_used();
+		printf("managedreset alloc_rc=%d reset_rc=%d smi_used_mib=%ld/%ld (resident/after reset)\n", (int)ra, (int)r1, s0,
+		       s1);
+		return ra == CUDA_SUCCESS && r1 == CUDA_SUCCESS ? 0 : 1;
 	}
 	return 2;
 }

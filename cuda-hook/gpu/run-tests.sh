@@ -75,6 +75,9 @@ expect "B5 malloc heap of 2 GiB counted under 4096 MiB" '{exit !/^heap rc=0 /}' 
 # again after each of two resets.
 expect "B5 3 GiB allocated again after cuDevicePrimaryCtxReset, twice, under 4096 MiB" \
 	'{exit !/^reset alloc_rc=0 reset_rc=0 again_rc=0 procaddr_reset_rc=0 third_rc=0 /}' hooked "$G/l4g" "$G/ctx_mem" reset 3072
+# Whether a reset frees managed memory (the hook keeps it counted through a teardown
+# until this says the driver frees it; docs/cuda-hook.md, *Memory*): no hook.
+say "info 1 GiB of managed memory across cuDevicePrimaryCtxReset, no hook: $("$G/ctx_mem" managedreset 1024 2>&1 | tail -1)"
 
 # 4. PyTorch's allocators and CuPy's managed memory.
 check "torch caching allocator" hooked "$G/l4g" python3 "$HERE/gpu/torch_mem.py" oom 4096 $CTX
