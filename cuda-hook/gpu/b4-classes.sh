@@ -1,8 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # B4's workload classes (gpu/torch_work.py: attn convnet llm graphmix streams, and
-# mlp as the launch-bound neighbour; polled, a program that waits by polling, with
-# B4_CLASSES=polled), judged in GPU time:
+# mlp as the launch-bound neighbour; with B4_CLASSES, also polled, a program that
+# waits by polling, fusedopt, a step whose update is a fused optimizer's long
+# multi-tensor kernels, and loader, a data loader's small copies between a small
+# model's kernels), judged in GPU time:
 #
 #   gpu/b4-classes.sh <build-dir> [<build-dir>...]
 #

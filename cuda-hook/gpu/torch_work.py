@@ -23,6 +23,14 @@ Workloads, run one after the other in this process:
     polled  attn's step whose gradients go through a second stream (record_stream,
             as data-parallel training's communication stream), waited for by
             polling an event rather than a synchronize
+    fusedopt a training step whose update is one fused AdamW over 134 M fp32
+            parameters: the forward and backward's matmuls and elementwise kernels,
+            then the optimizer's multi-tensor kernels over every parameter, its
+            moments and its gradient, loss.item() every step
+    loader  a data loader's step without NCCL: a batch of 64 samples in pinned host
+            memory copied to the GPU one sample at a time (12 KiB copies, as a
+            collate of per-sample tensors), normalised, a small MLP's forward,
+            backward and SGD update, the loss and accuracy copied back every step
 
 TESSERA_BENCH_BUSY=1 also prints, per workload, its GPU busy fractions over a further
 second of steps, from torch.profiler's trace: busy=<pct>, kernel time over wall time
@@ -396,8 +404,50 @@ def polled():
     return step
 
 
+def fusedopt():
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(2048, 8192), nn.GELU(), nn.Linear(8192, 2048)))).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    x = torch.randn(128, 2048, device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        loss.item()
+
+    return step
+
+
+def loader():
+    torch.manual_seed(0)
+    nn = torch.nn
+    batch = 64
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 1024), nn.ReLU(), nn.Linear(1024, 10)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    samples = [torch.randn(3, 32, 32).pin_memory() for _ in range(batch)]
+    labels = torch.randint(0, 10, (batch,)).pin_memory()
+    xb = torch.empty(batch, 3, 32, 32, device="cuda")
+    mean = torch.full((1, 3, 1, 1), 0.5, device="cuda")
+
+    def step():
+        for i, sample in enumerate(samples):
+            xb[i].copy_(sample, non_blocking=True)
+        y = labels.to("cuda", non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        out = model((xb - mean) / 0.25)
+        loss = nn.functional.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        torch.stack([loss.detach(), (out.argmax(1) == y).float().mean()]).cpu()
+
+    return step
+
+
 WORKLOADS = {"mlp": mlp, "attn": attn, "convnet": convnet, "llm": llm, "graphmix": graphmix, "streams": streams,
-             "polled": polled}
+             "polled": polled, "fusedopt": fusedopt, "loader": loader}
 
 
 def busy(step, seconds=1.0):
