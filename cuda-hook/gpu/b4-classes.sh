@@ -484,9 +484,13 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 			for (j = 1; j <= n; j++) printf "%s %.1f", (j > 1 ? " /" : ""), (h > 0 ? 100 * g[j] / h : 0)
 			printf " (caps"; for (j = 1; j <= n; j++) printf "%s %.1f", (j > 1 ? " /" : ""), 100 * c[j] / tc; printf ")" }')"
 	}
+	# B4_PAIR_CAPS ("30/70 50/50") the pairs' caps; others, such as 27/70 (the smaller
+	# tenant at its cap scaled by what an unhooked pair holds), show what the larger
+	# tenant gets where the smaller one gives up its part of the switches.
 	part pairs && for w in $CL; do
-		together "pair" "30:0:$w" "70:30:$w"
-		together "pair" "50:0:$w" "50:50:$w"
+		for pc in ${B4_PAIR_CAPS:-30/70 50/50}; do
+			together "pair" "${pc%/*}:0:$w" "${pc#*/}:${pc%/*}:$w"
+		done
 	done
 	# beside <label> [<solo rate>]: the mixed pair's launch-bound tenant against B7's
 	# target, its rate set against its solo reference or the solo rate given.
