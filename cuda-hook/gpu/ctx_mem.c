@@ -11,7 +11,8 @@
  *                                      through cuGetProcAddress), allocates it again
  *   ctx_mem managedreset <mib>         allocates mib of managed memory, makes it resident
  *                                      on the GPU, resets the primary context: whether
- *                                      the driver frees it (nvidia-smi before and after)
+ *                                      the driver frees it (the GPU's free memory before
+ *                                      and after; run it without the hook)
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -141,13 +142,16 @@ int main(int argc, char **argv)
 			ra = cuMemsetD8(ptr, 1, want);
 		if (ra == CUDA_SUCCESS)
 			ra = cuCtxSynchronize();
-		long s0 = smi_used();
+		/* nvidia-smi's per-process figure leaves managed memory out (518 MiB before and
+		 * after on an H100): the GPU's free memory says it (run without the hook,
+		 * cuMemGetInfo is the driver's). */
+		cuMemGetInfo(&f0, &t);
 		CUresult r1 = cuDevicePrimaryCtxReset(d);
-		long s1 = -1;
+		f1 = f0;
 		if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
-			s1 = smi_used();
-		printf("managedreset alloc_rc=%d reset_rc=%d smi_used_mib=%ld/%ld (resident/after reset)\n", (int)ra, (int)r1, s0,
-		       s1);
+			cuMemGetInfo(&f1, &t);
+		printf("managedreset alloc_rc=%d reset_rc=%d free_mib=%llu/%llu (resident/after reset)\n", (int)ra, (int)r1,
+		       (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB));
 		return ra == CUDA_SUCCESS && r1 == CUDA_SUCCESS ? 0 : 1;
 	}
 	return 2;
