@@ -145,6 +145,12 @@ struct tessera_pacer {
 	int share_dynamic;
 	int share_ok, share_pct, share_phase;
 	_Atomic int64_t share_read_ns;
+#ifdef TESSERA_SHARED_LOSS
+	/* The shared-loss trial (turns.h): the window's start, the container's charges,
+	 * the process's holds and sliced time then, and the part of its allowance kept. */
+	int64_t share_t0, share_charged0, share_holds0, share_sliced0;
+	int share_keep_pm;
+#endif
 };
 
 #define TESSERA_OTHER_MANY UINTPTR_MAX
@@ -185,6 +191,11 @@ int pace_turn_wanted(struct tessera_pacer *p, int64_t now);
 void pace_turn_finish(struct tessera_pacer *p);
 /* Lets the turn go if this process holds it (the process ends). */
 void pace_turn_release(struct tessera_pacer *p);
+#ifdef TESSERA_SHARED_LOSS
+/* Says what the container got in the window and whether it was short; returns the
+ * part of its cap (per mille) it keeps. */
+int pace_turn_share(struct tessera_pacer *p, int64_t now, int cap_pm, int got_pm, int short_pm);
+#endif
 /* The turns' counts, in the debug log's pacing summary. */
 void pace_turns_summary(void);
 

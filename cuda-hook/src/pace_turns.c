@@ -151,3 +151,16 @@ __attribute__((constructor)) static void register_fork(void)
 {
 	tessera_on_fork(TESSERA_FORK_PACE_TURNS, after_fork);
 }
+
+#ifdef TESSERA_SHARED_LOSS
+int pace_turn_share(struct tessera_pacer *p, int64_t now, int cap_pm, int got_pm, int short_pm)
+{
+	if (p->turn == NULL || tessera_turn_broken())
+		return 1000;
+	tessera_turn_share_say(p->turn, turn_me, now, cap_pm, got_pm, short_pm);
+	int keep = tessera_turn_share_keep(p->turn, turn_me, now);
+	tessera_log(TESSERA_LOG_DEBUG, "pacing shared loss cap_pm=%d got_pm=%d short_pm=%d keep_pm=%d", cap_pm, got_pm,
+		    short_pm, keep);
+	return keep;
+}
+#endif

@@ -362,6 +362,40 @@ int64_t pace_turn_bank(void)
 	return more < P ? more : P;
 }
 
+#ifdef TESSERA_SHARED_LOSS
+/* The shared-loss trial (turns.h; a diagnostic build): every SHARE_WINDOW_NS the
+ * container says in the GPU's turn file what it was charged of the GPU's time and
+ * whether it was short (under its cap less 3 points, never held by its allowance, and
+ * cut by other contexts' turns for at least the difference), and keeps the part of its
+ * allowance that the containers got together while another was short, where its own
+ * measurements saw another context lately (caller holds s->mu). The holds and the
+ * sliced time are the process's. */
+#define SHARE_WINDOW_NS 250000000LL
+static int64_t shared_loss(struct tessera_pacer *p, int64_t len, int64_t now)
+{
+	int64_t w = now - p->share_t0;
+	int64_t charged = atomic_load(&p->s->charged), holds = atomic_load(&pace_stat.holds),
+		sliced = atomic_load(&pace_stat.sliced_ns);
+	if (p->share_t0 > 0 && w < SHARE_WINDOW_NS)
+		return len * p->share_keep_pm / 1000;
+	if (p->share_t0 > 0) {
+		int cap_pm = (int)(p->slot_len_ns * 1000 / TESSERA_PACING_PERIOD_NS);
+		int got_pm = (int)((charged - p->share_charged0) * 1000 / w);
+		int cut_pm = (int)((sliced - p->share_sliced0) * 1000 / w);
+		int is_short = holds == p->share_holds0 && got_pm < cap_pm - 30 && got_pm + cut_pm >= cap_pm - 30;
+		int keep = pace_turn_share(p, now, cap_pm, got_pm, is_short ? cap_pm - got_pm : 0);
+		p->share_keep_pm = pace_contended() ? keep : 1000;
+	} else {
+		p->share_keep_pm = 1000;
+	}
+	p->share_t0 = now;
+	p->share_charged0 = charged;
+	p->share_holds0 = holds;
+	p->share_sliced0 = sliced;
+	return len * p->share_keep_pm / 1000;
+}
+#endif
+
 /* Adds the allowance of every refill point passed since the last (caller holds s->mu),
  * keeping at most one period's (more, turn_bank, while the container takes turns),
  * and returns the next refill point. */
@@ -370,6 +404,9 @@ static int64_t refill(struct tessera_pacer *p, int64_t now)
 	struct tessera_shared_pacer *s = p->s;
 	const int64_t P = TESSERA_PACING_PERIOD_NS;
 	int64_t len = p->slot_len_ns;
+#ifdef TESSERA_SHARED_LOSS
+	len = shared_loss(p, len, now);
+#endif
 	if (now < atomic_load_explicit(&met_until_ns, memory_order_relaxed) && len > 4 * SLOT_GAP_NS)
 		len -= SLOT_GAP_NS;
 	int64_t k = (now - p->slot_off_ns) / P;

@@ -316,3 +316,53 @@ void tessera_turn_say_long(struct tessera_turn *t, int64_t now)
 	atomic_store(&t->long_seen_ns, now);
 	GUARD_END()
 }
+
+#ifdef TESSERA_SHARED_LOSS
+void tessera_turn_share_say(struct tessera_turn *t, uint64_t me, int64_t now, int cap_pm, int got_pm, int short_pm)
+{
+	GUARD_BEGIN()
+	struct tessera_turn_share *mine = NULL;
+	for (int i = 0; i < TESSERA_TURN_SHARES && mine == NULL; i++)
+		if (atomic_load(&t->shares[i].id) == me)
+			mine = &t->shares[i];
+	for (int i = 0; i < TESSERA_TURN_SHARES && mine == NULL; i++) {
+		/* A slot no container spoke in for 2 s is free. */
+		uint64_t old = atomic_load(&t->shares[i].id);
+		if ((old == 0 || !within(atomic_load(&t->shares[i].at_ns), now, 2000000000LL)) &&
+		    atomic_compare_exchange_strong(&t->shares[i].id, &old, me))
+			mine = &t->shares[i];
+	}
+	if (mine != NULL) {
+		atomic_store(&mine->cap_pm, cap_pm);
+		atomic_store(&mine->got_pm, got_pm);
+		atomic_store(&mine->short_pm, short_pm);
+		atomic_store(&mine->at_ns, now);
+	}
+	GUARD_END()
+}
+
+int tessera_turn_share_keep(const struct tessera_turn *t, uint64_t me, int64_t now)
+{
+	int keep = 1000;
+	GUARD_BEGIN(1000)
+	int64_t got = 0;
+	int others_short = 0;
+	for (int i = 0; i < TESSERA_TURN_SHARES; i++) {
+		const struct tessera_turn_share *sh = &t->shares[i];
+		if (atomic_load(&sh->id) == 0 || !within(atomic_load(&sh->at_ns), now, 1000000000LL))
+			continue;
+		int g = atomic_load(&sh->got_pm);
+		got += g < 0 ? 0 : g > 1000 ? 1000 : g;
+		others_short |= atomic_load(&sh->id) != me && atomic_load(&sh->short_pm) > 0;
+	}
+	/* Only where they got 85 % of the GPU or more together, the switches' loss: under
+	 * that the GPU idles (a host-bound or launch-bound neighbour, short by time
+	 * slicing's latency rather than its switches), and giving up allowance gives the
+	 * short one little (a launch-bound loop beside attention on the fake driver: +1.4
+	 * points for 4.4 of the attention's). */
+	if (others_short && got >= TESSERA_SHARE_SATURATED_PM)
+		keep = got < TESSERA_SHARE_FLOOR_PM ? TESSERA_SHARE_FLOOR_PM : got > 1000 ? 1000 : (int)got;
+	GUARD_END()
+	return keep;
+}
+#endif

@@ -24,6 +24,24 @@
 #endif
 #define TESSERA_TURN_FILE_BYTES 4096 /* api.TurnFileBytes */
 
+#ifdef TESSERA_SHARED_LOSS
+/* The shared-loss trial (a diagnostic build, -DTESSERA_SHARED_LOSS; docs/cuda-hook.md,
+ * "Known gaps"): each paced container's word, every SHARE_WINDOW_NS, on its cap, what
+ * it was charged of the GPU's time (per mille) and whether it was short: under its
+ * cap, never held by its allowance, and cut by other contexts' turns for at least its
+ * shortfall. Any tenant can write it: what a container reads from it lowers its own
+ * allowance by TESSERA_SHARE_FLOOR_PM at most. */
+#define TESSERA_TURN_SHARES 16
+#define TESSERA_SHARE_FLOOR_PM 900
+#define TESSERA_SHARE_SATURATED_PM 850
+struct tessera_turn_share {
+	_Atomic uint64_t id;
+	_Atomic int64_t at_ns;
+	_Atomic int32_t cap_pm, got_pm, short_pm;
+	int32_t pad;
+};
+#endif
+
 struct tessera_turn {
 	_Atomic uint64_t owner;    /* 0: free; else the holding container's id */
 	_Atomic int64_t until_ns;  /* the holder says its turn ends by then (monotonic ns) */
@@ -35,6 +53,9 @@ struct tessera_turn {
 	_Atomic uint64_t waiter;      /* a container waiting for it */
 	_Atomic int64_t waiting_ns;   /* when it last said so */
 	_Atomic int64_t long_seen_ns; /* when a container of long kernels last took the turn */
+#ifdef TESSERA_SHARED_LOSS
+	struct tessera_turn_share shares[TESSERA_TURN_SHARES];
+#endif
 };
 
 /* The turn of the GPU with this UUID, mapped; NULL (with the reason logged at debug
@@ -71,6 +92,15 @@ int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, 
 int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns);
 /* This container of long kernels takes the turn now. */
 void tessera_turn_say_long(struct tessera_turn *t, int64_t now);
+#ifdef TESSERA_SHARED_LOSS
+/* Container me's word: its cap, what it got (per mille of the GPU's time) and how far
+ * short of its cap it was kept by others' turns (0: not short). */
+void tessera_turn_share_say(struct tessera_turn *t, uint64_t me, int64_t now, int cap_pm, int got_pm, int short_pm);
+/* The part of its cap (per mille, TESSERA_SHARE_FLOOR_PM to 1000) container me keeps:
+ * what the GPU's containers that spoke within the last second got together, where
+ * another of them was short; else 1000. */
+int tessera_turn_share_keep(const struct tessera_turn *t, uint64_t me, int64_t now);
+#endif
 /* A turn file mapped by this process was cut short (every call above then returns
  * what it would for no turns): the process takes no turns. */
 int tessera_turn_broken(void);

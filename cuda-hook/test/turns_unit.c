@@ -114,6 +114,43 @@ int main(void)
 		return 1;
 	CHECK(tessera_turn_id("/a") != 0 && tessera_turn_id("/a") != tessera_turn_id("/b"), "ids");
 
+#ifdef TESSERA_SHARED_LOSS
+	{
+		/* The shared-loss trial's words (the unit is built with it): a container keeps
+		 * what the GPU's containers got together while another was short, only
+		 * between 85 % and 100 % of the GPU, never under the floor, whatever is said. */
+		int64_t now = tessera_now_ns();
+		CHECK(tessera_turn_share_keep(t, A, now) == 1000, "kept less with no words");
+		tessera_turn_share_say(t, A, now, 300, 301, 0);
+		tessera_turn_share_say(t, B, now, 700, 587, 113);
+		CHECK(tessera_turn_share_keep(t, A, now) == 900, "A beside a short B at 88.8 %% kept %d, want the floor",
+		      tessera_turn_share_keep(t, A, now));
+		CHECK(tessera_turn_share_keep(t, B, now) == 1000, "B kept less with no other short");
+		tessera_turn_share_say(t, B, now, 700, 630, 70);
+		CHECK(tessera_turn_share_keep(t, A, now) == 931, "A beside a short B at 93.1 %% kept %d",
+		      tessera_turn_share_keep(t, A, now));
+		tessera_turn_share_say(t, B, now, 700, 420, 280);
+		CHECK(tessera_turn_share_keep(t, A, now) == 1000, "A gave up allowance where the GPU idled (72.1 %%)");
+		/* Hostile words: out of range, many containers, or stale. */
+		int lowest = 1000;
+		for (int g = -5000; g <= 5000; g += 50) {
+			tessera_turn_share_say(t, B, now, 700, g, 1);
+			int k = tessera_turn_share_keep(t, A, now);
+			lowest = k < lowest ? k : lowest;
+		}
+		CHECK(lowest >= TESSERA_SHARE_FLOOR_PM, "a neighbour's words cut A to %d per mille", lowest);
+		for (uint64_t id = 100; id < 100 + 2 * TESSERA_TURN_SHARES; id += 2)
+			tessera_turn_share_say(t, id, now, 100, 0, 1);
+		CHECK(tessera_turn_share_keep(t, A, now) >= TESSERA_SHARE_FLOOR_PM, "many words cut A under the floor");
+		int64_t later = now + 3000000000LL;
+		CHECK(tessera_turn_share_keep(t, A, later) == 1000, "stale words still count");
+		tessera_turn_share_say(t, A, later, 300, 300, 0);
+		tessera_turn_share_say(t, 99, later, 700, 590, 110);
+		CHECK(tessera_turn_share_keep(t, A, later) == 900, "a stale slot not taken by a new container");
+		memset(t->shares, 0, sizeof(t->shares));
+	}
+#endif
+
 	/* Free, taken, held by another, released by its holder only. */
 	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "a free turn was not taken");
 	CHECK(tessera_turn_try(t, A, 50000000LL) == 1, "the holder could not take its own turn again");
@@ -220,6 +257,7 @@ int main(void)
 	CHECK(own_faults == 1, "the program's own SIGBUS reached its handler %d times, want once", (int)own_faults);
 
 	if (fails == 0)
-		printf("ok GPU turns: open, take, release, wait, take over, void words, give up, hand-off, a file cut short\n");
+		printf("ok GPU turns: open, take, release, wait, take over, void words, give up, hand-off, a file cut short, "
+		       "the shared-loss trial's words\n");
 	return fails != 0;
 }
