@@ -3,7 +3,8 @@
  * GPU turns (src/turns.c) on their own, without CUDA: opening the file, taking and
  * releasing the turn, waiting for it, taking it over from a holder that overran its
  * word or said too much, giving up on one that never lets go, and the hand-off to a
- * waiter. Built with the variant's TESSERA_TURNS_DIR; run.sh runs it.
+ * waiter; the shared-loss trial's words (built with TESSERA_SHARED_LOSS). Built with
+ * the variant's TESSERA_TURNS_DIR; run.sh runs it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
