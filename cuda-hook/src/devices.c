@@ -200,6 +200,6 @@ CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 	size_t t = 0;
 	CUresult rc = total_mem(&t, dev);
 	if (rc == CUDA_SUCCESS && bytes != NULL)
-		*bytes = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+		*bytes = tessera_bytes32(t);
 	return rc;
 }

@@ -23,6 +23,11 @@ int tessera_gpu_of_device(CUdevice dev);
 CUresult tessera_current_gpu(int *gpu);
 /* The calling thread's current context; NULL if it cannot be told. */
 CUcontext tessera_current_ctx(void);
+/* A figure in bytes as CUDA 3.1's 32-bit calls answer it: capped, as the driver caps it. */
+static inline unsigned int tessera_bytes32(size_t v)
+{
+	return v > 0xffffffffu ? 0xffffffffu : (unsigned int)v;
+}
 
 /* A UUID without its GPU-/MIG- prefix: CUDA gives MIG instances' as bytes, NVML as text. */
 const char *tessera_uuid_body(const char *u);

@@ -865,9 +865,9 @@ CUresult cuMemGetInfo(unsigned int *freeb, unsigned int *totalb)
 	CUresult rc = mem_info(&f, &t);
 	if (rc == CUDA_SUCCESS) {
 		if (freeb != NULL)
-			*freeb = f > UINT32_MAX ? UINT32_MAX : (unsigned int)f;
+			*freeb = tessera_bytes32(f);
 		if (totalb != NULL)
-			*totalb = t > UINT32_MAX ? UINT32_MAX : (unsigned int)t;
+			*totalb = tessera_bytes32(t);
 	}
 	return rc;
 }
