@@ -12,7 +12,10 @@
  *   ctx_mem managedreset <mib>         allocates mib of managed memory, makes it resident
  *                                      on the GPU, resets the primary context: whether
  *                                      the driver frees it (the GPU's free memory before
- *                                      and after; run it without the hook)
+ *                                      and after, the driver's without the hook), and
+ *                                      allocates mib again (cuMemAlloc)
+ *   ctx_mem managedgone <mib>          the same across a created context's destroy and
+ *                                      the primary context's last release (no hook)
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -57,6 +60,28 @@ static char *slurp(const char *path, size_t *n)
 	return b;
 }
 
+/* Allocates mib of managed memory in the current context and makes it resident on the
+ * GPU; returns the GPU's free memory then (0 on failure). */
+static size_t managed_resident(size_t want)
+{
+	CUdeviceptr ptr;
+	size_t f = 0, t;
+	if (cuMemAllocManaged(&ptr, want, CU_MEM_ATTACH_GLOBAL) != CUDA_SUCCESS || cuMemsetD8(ptr, 1, want) != CUDA_SUCCESS ||
+	    cuCtxSynchronize() != CUDA_SUCCESS || cuMemGetInfo(&f, &t) != CUDA_SUCCESS)
+		return 0;
+	return f;
+}
+
+/* The GPU's free memory read in the primary context, retained for the reading. */
+static size_t free_in_primary(CUdevice d)
+{
+	CUcontext c;
+	size_t f = 0, t;
+	if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
+		cuMemGetInfo(&f, &t);
+	return f;
+}
+
 int main(int argc, char **argv)
 {
 	CUdevice d;
@@ -80,6 +105,30 @@ int main(int argc, char **argv)
 		}
 		printf("contexts asked=%d made=%d allocated=%d last_rc=%d smi_used_mib=%ld\n", n, made, got, (int)rc, smi_used());
 		return 0;
+	}
+	if (strcmp(argv[1], "managedgone") == 0) {
+		/* A created context's destroy, read from the primary context. */
+		size_t want = strtoull(argv[2], NULL, 10) * MIB;
+		CUctxCreateParams p;
+		memset(&p, 0, sizeof(p));
+		CUcontext pc;
+		if (cuDevicePrimaryCtxRetain(&pc, d) != CUDA_SUCCESS || cuCtxCreate(&c, &p, 0, d) != CUDA_SUCCESS)
+			return 2;
+		size_t d0 = managed_resident(want);
+		CUresult rd = cuCtxDestroy(c);
+		cuCtxSetCurrent(pc);
+		size_t t, d1 = 0;
+		cuMemGetInfo(&d1, &t);
+		/* The primary context's last release (its one reference, retained above), read
+		 * in a primary context retained afresh. */
+		size_t r0 = managed_resident(want);
+		CUresult rr = cuDevicePrimaryCtxRelease(d);
+		size_t r1 = free_in_primary(d);
+		printf("managedgone destroy_rc=%d destroy_free_mib=%llu/%llu release_rc=%d release_free_mib=%llu/%llu "
+		       "(resident/after)\n",
+		       (int)rd, (unsigned long long)(d0 / MIB), (unsigned long long)(d1 / MIB), (int)rr,
+		       (unsigned long long)(r0 / MIB), (unsigned long long)(r1 / MIB));
+		return d0 > 0 && r0 > 0 && rd == CUDA_SUCCESS && rr == CUDA_SUCCESS ? 0 : 1;
 	}
 	if (cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS || cuCtxSetCurrent(c) != CUDA_SUCCESS)
 		return 2;
@@ -135,23 +184,18 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(argv[1], "managedreset") == 0) {
-		size_t want = strtoull(argv[2], NULL, 10) * MIB;
-		CUdeviceptr ptr;
-		CUresult ra = cuMemAllocManaged(&ptr, want, CU_MEM_ATTACH_GLOBAL);
-		if (ra == CUDA_SUCCESS)
-			ra = cuMemsetD8(ptr, 1, want);
-		if (ra == CUDA_SUCCESS)
-			ra = cuCtxSynchronize();
 		/* nvidia-smi's per-process figure leaves managed memory out (518 MiB before and
 		 * after on an H100): the GPU's free memory says it (run without the hook,
 		 * cuMemGetInfo is the driver's). */
-		cuMemGetInfo(&f0, &t);
+		size_t want = strtoull(argv[2], NULL, 10) * MIB;
+		f0 = managed_resident(want);
+		CUresult ra = f0 > 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
 		CUresult r1 = cuDevicePrimaryCtxReset(d);
-		f1 = f0;
-		if (cuDevicePrimaryCtxRetain(&c, d) == CUDA_SUCCESS && cuCtxSetCurrent(c) == CUDA_SUCCESS)
-			cuMemGetInfo(&f1, &t);
-		printf("managedreset alloc_rc=%d reset_rc=%d free_mib=%llu/%llu (resident/after reset)\n", (int)ra, (int)r1,
-		       (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB));
+		f1 = free_in_primary(d);
+		CUdeviceptr ptr;
+		CUresult rg = cuMemAlloc(&ptr, want);
+		printf("managedreset alloc_rc=%d reset_rc=%d again_rc=%d free_mib=%llu/%llu (resident/after reset)\n", (int)ra,
+		       (int)r1, (int)rg, (unsigned long long)(f0 / MIB), (unsigned long long)(f1 / MIB));
 		return ra == CUDA_SUCCESS && r1 == CUDA_SUCCESS ? 0 : 1;
 	}
 	return 2;

@@ -132,10 +132,11 @@ static void mods_drop_ctx(const void *ctx)
 }
 
 /* After a teardown of ctx that the driver has done (caller holds mu and the memory
- * map's lock across the driver's call): its allocations and modules given back. */
-static void torn_down(void *ctx, int gpu, const char *what)
+ * map's lock across the driver's call): its allocations and modules given back, its
+ * managed memory too where the teardown is a reset (memory.c, cuMemAllocManaged). */
+static void torn_down(void *ctx, int gpu, const char *what, int reset)
 {
-	uint64_t bytes = tessera_memory_forget_ctx_locked((CUcontext)ctx);
+	uint64_t bytes = tessera_memory_forget_ctx_locked((CUcontext)ctx, reset);
 	mods_drop_ctx(ctx);
 	if (bytes > 0)
 		tessera_log(TESSERA_LOG_INFO, "%s on GPU %s freed %llu MiB of allocations made in it: given back", what,
@@ -289,7 +290,7 @@ static CUresult ctx_destroy(CUcontext ctx, CUresult (*call)(CUcontext))
 	tessera_memory_lock();
 	CUresult rc = call(ctx);
 	if (rc == CUDA_SUCCESS && gpu >= 0 && !c->primary)
-		torn_down(ctx, gpu, "a destroyed context");
+		torn_down(ctx, gpu, "a destroyed context", 0);
 	tessera_memory_unlock();
 	pthread_mutex_unlock(&mu);
 	return destroyed(ctx, rc);
@@ -375,7 +376,7 @@ static CUresult primary_teardown(CUdevice dev, CUresult (*call)(CUdevice), int r
 	void *gone = NULL;
 	if (reset && c != NULL) {
 		gone = c->handle;
-		torn_down(gone, gpu, "cuDevicePrimaryCtxReset");
+		torn_down(gone, gpu, "cuDevicePrimaryCtxReset", 1);
 		for (int l = 0; l < NLIMITS; l++) {
 			uncharge(gpu, c->charged[l]);
 			c->charged[l] = 0;
@@ -384,7 +385,7 @@ static CUresult primary_teardown(CUdevice dev, CUresult (*call)(CUdevice), int r
 	} else if (!reset && rc == CUDA_SUCCESS && primary_refs[gpu] > 0 && --primary_refs[gpu] == 0) {
 		if (c != NULL) {
 			gone = c->handle;
-			torn_down(gone, gpu, "the primary context's last release");
+			torn_down(gone, gpu, "the primary context's last release", 0);
 			ctx_drop(c);
 		}
 		uncharge(gpu, context_bytes());

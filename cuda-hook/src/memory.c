@@ -38,6 +38,7 @@ struct entry {
 	int16_t pool_slot; /* its index in pools */
 	int16_t gpu;
 	uint8_t kind; /* 0: empty; 0xff: deleted */
+	uint8_t managed; /* cuMemAllocManaged's: given back only by a reset (below) */
 };
 
 #define DELETED 0xff
@@ -77,27 +78,28 @@ static int map_grow(void)
 	return 0;
 }
 
-static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t pool, int slot, uint64_t ctx)
+/* Records e, a copy of what a lookup took or a new entry. */
+static int map_put_entry(const struct entry *e)
 {
 	pthread_mutex_lock(&map_mu);
 	if ((map_used + 1) * 10 > map_cap * 7 && map_grow() < 0) {
 		pthread_mutex_unlock(&map_mu);
 		return -1;
 	}
-	size_t j = hash(key, k) & (map_cap - 1);
+	size_t j = hash(e->key, (enum kind)e->kind) & (map_cap - 1);
 	while (map[j].kind != 0 && map[j].kind != DELETED)
 		j = (j + 1) & (map_cap - 1);
 	if (map[j].kind == 0)
 		map_used++;
-	map[j] = (struct entry){
-		.key = key, .bytes = bytes, .pool = pool, .ctx = ctx, .pool_slot = (int16_t)slot, .gpu = (int16_t)gpu, .kind = (uint8_t)k};
+	map[j] = *e;
 	pthread_mutex_unlock(&map_mu);
 	return 0;
 }
 
-static int map_put(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t ctx)
+static int map_put_pool(uint64_t key, enum kind k, int gpu, uint64_t bytes, uint64_t pool, int slot, uint64_t ctx)
 {
-	return map_put_pool(key, k, gpu, bytes, 0, -1, ctx);
+	return map_put_entry(&(struct entry){
+		.key = key, .bytes = bytes, .pool = pool, .ctx = ctx, .pool_slot = (int16_t)slot, .gpu = (int16_t)gpu, .kind = (uint8_t)k});
 }
 
 /* The calling thread's current context, which an allocation call allocates in; 0 if
@@ -240,14 +242,14 @@ static uint64_t entry_freed_locked(const struct entry *e)
 	return e->bytes;
 }
 
-uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx)
+uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx, int managed_too)
 {
 	uint64_t key = (uint64_t)(uintptr_t)ctx, freed = 0;
 	if (key == 0)
 		return 0;
 	for (size_t i = 0; i < map_cap; i++) {
 		struct entry *e = &map[i];
-		if (e->kind == 0 || e->kind == DELETED || e->ctx != key)
+		if (e->kind == 0 || e->kind == DELETED || e->ctx != key || (e->managed && !managed_too))
 			continue;
 		/* A pool's allocation stays counted with its pool at what the pool reserves
 		 * until its next settling reads what the driver holds. */
@@ -295,11 +297,14 @@ static void unreserve(int gpu, uint64_t bytes)
 	tessera_region_release(tessera.region, gpu, bytes);
 }
 
-/* Records a successful allocation, as made in ctx (0: outliving every context); if the
- * map cannot grow, undo it rather than lose track of it. */
-static CUresult remember_in(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t), uint64_t ctx)
+/* Records a successful allocation, as made in ctx (0: outliving every context), managed
+ * memory or not; if the map cannot grow, undo it rather than lose track of it. */
+static CUresult remember_in(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t), uint64_t ctx,
+			    int managed)
 {
-	if (map_put(key, k, gpu, bytes, ctx) == 0)
+	struct entry e = {.key = key, .bytes = bytes, .ctx = ctx, .pool_slot = -1, .gpu = (int16_t)gpu, .kind = (uint8_t)k,
+			  .managed = (uint8_t)managed};
+	if (map_put_entry(&e) == 0)
 		return CUDA_SUCCESS;
 	undo(key);
 	unreserve(gpu, bytes);
@@ -309,7 +314,7 @@ static CUresult remember_in(uint64_t key, enum kind k, int gpu, uint64_t bytes, 
 /* Records an allocation made in the current context (a VMM handle: in none). */
 static CUresult remember(uint64_t key, enum kind k, int gpu, uint64_t bytes, CUresult (*undo)(uint64_t))
 {
-	return remember_in(key, k, gpu, bytes, undo, k == K_HANDLE ? 0 : current_ctx());
+	return remember_in(key, k, gpu, bytes, undo, k == K_HANDLE ? 0 : current_ctx(), 0);
 }
 
 static CUresult free_ptr(uint64_t p) { return REAL(cuMemFree_v2)((CUdeviceptr)p); }
@@ -318,8 +323,8 @@ static CUresult destroy_array(uint64_t a) { return REAL(cuArrayDestroy)((CUarray
 static CUresult destroy_mipmap(uint64_t a) { return REAL(cuMipmappedArrayDestroy)((CUmipmappedArray)(uintptr_t)a); }
 
 /* The common shape of a counted allocation: reserve, allocate, remember (as made in
- * the context ctx_expr). */
-#define COUNTED_ALLOC(name, bytes, key_expr, kind, undo, ctx_expr, call)       \
+ * the current context; managed memory or not). */
+#define COUNTED_ALLOC(name, bytes, key_expr, kind, undo, managed, call)        \
 	HOOK_ENTER();                                                          \
 	HOOK_REAL(name);                                                       \
 	int gpu;                                                               \
@@ -332,20 +337,21 @@ static CUresult destroy_mipmap(uint64_t a) { return REAL(cuMipmappedArrayDestroy
 		unreserve(gpu, want_);                                         \
 		return rc;                                                     \
 	}                                                                      \
-	return remember_in((uint64_t)(key_expr), kind, gpu, want_, undo, (ctx_expr))
+	return remember_in((uint64_t)(key_expr), kind, gpu, want_, undo, current_ctx(), (managed))
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-	COUNTED_ALLOC(cuMemAlloc_v2, bytesize, *dptr, K_PTR, free_ptr, current_ctx(), REAL(cuMemAlloc_v2)(dptr, bytesize));
+	COUNTED_ALLOC(cuMemAlloc_v2, bytesize, *dptr, K_PTR, free_ptr, 0, REAL(cuMemAlloc_v2)(dptr, bytesize));
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
 	/* Managed memory can live on the GPU in full, so it counts in full. It is counted
-	 * until freed, not given back at its context's teardown: that a teardown frees it
-	 * too has not been seen on a GPU, and giving back memory still held would let a
-	 * program hold more than its limit. */
-	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, 0,
+	 * until freed or its context is reset, which was seen to free it on a GPU (the
+	 * GPU suite's managedreset); not at a created context's destroy or the primary
+	 * context's last release, not yet seen to: giving back memory still held would
+	 * let a program hold more than its limit. */
+	COUNTED_ALLOC(cuMemAllocManaged, bytesize, *dptr, K_PTR, free_ptr, 1,
 		      REAL(cuMemAllocManaged)(dptr, bytesize, flags));
 }
 
@@ -557,7 +563,7 @@ static CUresult free_counted(CUdeviceptr dptr, CUresult (*call)(CUdeviceptr, CUs
 	if (!known)
 		return rc;
 	if (rc != CUDA_SUCCESS)
-		map_put_pool(e.key, K_PTR, e.gpu, e.bytes, e.pool, e.pool_slot, e.ctx);
+		map_put_entry(&e);
 	else if (e.pool != 0)
 		pool_freed(&e);
 	else
@@ -621,7 +627,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_HANDLE, e.gpu, e.bytes, e.ctx);
+			map_put_entry(&e);
 	}
 	return rc;
 }
@@ -725,7 +731,7 @@ CUresult cuArrayDestroy(CUarray hArray)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_ARRAY, e.gpu, e.bytes, e.ctx);
+			map_put_entry(&e);
 	}
 	return rc;
 }
@@ -770,7 +776,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h)
 		if (rc == CUDA_SUCCESS)
 			unreserve(e.gpu, e.bytes);
 		else
-			map_put(e.key, K_MIPMAP, e.gpu, e.bytes, e.ctx);
+			map_put_entry(&e);
 	}
 	return rc;
 }

@@ -17,10 +17,10 @@ uint64_t tessera_memory_settle(int gpu);
  * call, so that an allocation recorded before it took the lock was made before the
  * teardown and went with it, and one made after is recorded after. Between the two,
  * tessera_memory_forget_ctx_locked gives back what the map holds of ctx (allocations,
- * arrays; a pool's allocations leave its count to the pool's settling) and returns
- * the bytes. */
+ * arrays; a pool's allocations leave its count to the pool's settling; managed memory
+ * only with managed_too, for a teardown seen to free it) and returns the bytes. */
 void tessera_memory_lock(void);
 void tessera_memory_unlock(void);
-uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx);
+uint64_t tessera_memory_forget_ctx_locked(CUcontext ctx, int managed_too);
 
 #endif

@@ -1045,7 +1045,7 @@ static int modules_main(int argc, char **argv)
 
 /* A context's teardown frees what was made in it, and the hook gives that back:
  * cudaDeviceReset's cuDevicePrimaryCtxReset (looked up through cuGetProcAddress, as
- * the runtime does) its allocations, modules and raised limits; a created context's
+ * the runtime does) its allocations, managed memory, modules and raised limits; a created context's
  * destroy its allocations; the primary context's last release everything in it. A
  * VMM handle belongs to no context: counted until released. */
 static int teardown_main(int argc, char **argv)
@@ -1058,11 +1058,12 @@ static int teardown_main(int argc, char **argv)
 	CUmodule m;
 	char image[64];
 	snprintf(image, sizeof(image), "fake-module %llu", (unsigned long long)(q / 4 / MIB));
-	/* The primary context nearly filled: three quarters allocated, a sixteenth as a
-	 * module's and as much as raised heap, and a VMM handle. */
+	/* The primary context nearly filled: three quarters allocated (a quarter of it
+	 * managed memory in the first round), a sixteenth as a module's and as much as
+	 * raised heap, and a VMM handle. */
 	for (int round = 0; round < 2; round++) {
 		for (int i = 0; i < 3; i++)
-			OK(cuMemAlloc_v2(&p, q));
+			OK(round == 0 && i == 2 ? a_managed(q, &x) : cuMemAlloc_v2(&p, q));
 		OK(cuModuleLoadData(&m, image));
 		OK(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, (8 << 20) + q / 4));
 		if (round == 0)
