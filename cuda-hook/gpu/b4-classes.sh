@@ -503,13 +503,16 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		together "mixed" "70:0:attn" "30:70:mlp"
 		beside mixed
 	fi
-	# B4_PARTS with sliced: each pair's larger tenant, and the mixed pair's launch-bound
-	# one, unhooked beside the other paced as in its row: what time slicing leaves it
-	# (B7's sliced mode), the bound that no pacing of it can lift (a host-paced step's
-	# launches wait for the other's time slices whatever its cap).
+	# B4_PARTS with sliced: each 30 / 70 pair's tenants, one at a time, and the mixed
+	# pair's launch-bound one, unhooked beside the other paced as in its row: what time
+	# slicing leaves it (B7's sliced mode), the bound that no pacing of it can lift (a
+	# host-paced step's launches wait for the other's time slices whatever its cap; the
+	# smaller tenant unhooked is not held to 30 either, so where it gets less than 30
+	# there, its paced row's shortfall is time slicing's).
 	if part sliced; then
 		for w in $CL; do
 			together "sliced" "30:0:$w" "u70:30:$w"
+			together "sliced" "u30:0:$w" "70:30:$w"
 		done
 		together "sliced" "70:0:attn" "u30:70:mlp"
 		beside sliced

@@ -115,6 +115,7 @@ for w in llm convnet; do
 	want b4-classes.txt "^alone cap 25 *$w "
 	want b4-classes.txt "^pair 30 of 30/70 *$w "
 	want b4-classes.txt "^sliced u70 of 30/u70 *$w "
+	want b4-classes.txt "^sliced u30 of u30/70 *$w .*unhooked beside the paced tenants"
 done
 want b4-classes.txt "^solo attn: rate"
 want b4-classes.txt "^mixed launch-bound mlp at 30 beside attn at 70"
