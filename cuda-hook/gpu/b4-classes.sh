@@ -40,7 +40,7 @@
 # every workload capped and unpaced by turns in one process, judged against itself.
 # B4_PARTS (of "alone pairs mixed mps ab pairab mixedab sliced phases"; all but mps,
 # pairab, mixedab, sliced and phases by default) and
-# B4_CLASSES choose rows;
+# B4_CLASSES choose rows; B4_MIXED adds mixed pairs (below);
 # B4_SECONDS the measured seconds (2); B4_CHARGES the charge models each hook runs
 # under, one after the other against the same solo references (TESSERA_BENCH_CHARGE,
 # else kernel; "kernel class" sets the two side by side). Results: $OUT (or
@@ -122,6 +122,28 @@ REFW=$CL
 if part mixed || part mps || part sliced || part mixedab; then
 	for w in attn mlp; do
 		[[ " $REFW " == *" $w "* ]] || REFW="$REFW $w"
+	done
+fi
+# B4_MIXED: more mixed pairs with the mixed part, each "<cap>:<workload>/<cap>:<workload>"
+# (70:llm/30:attn: a host-paced step that is rarely held beside a saturating one, the
+# pair in which the held tenant pays for the other's turns in its slot; docs/cuda-hook.md,
+# Known gaps), every row judged as a pair's row against its cap or its need.
+MIXED=
+if part mixed; then
+	for mp in ${B4_MIXED:-}; do
+		if ! [[ $mp =~ ^[0-9]+:[a-z][a-z0-9]*/[0-9]+:[a-z][a-z0-9]*$ ]]; then
+			echo "B4_MIXED: $mp is not <cap>:<workload>/<cap>:<workload> (e.g. 70:llm/30:attn)" >&2
+			exit 2
+		fi
+		a=${mp%/*} b=${mp#*/}
+		if [ $((${a%%:*} + ${b%%:*})) -gt 100 ] || [ "${a%%:*}" -lt 1 ] || [ "${b%%:*}" -lt 1 ]; then
+			echo "B4_MIXED: $mp: want caps of 1 or more that add up to 100 at most" >&2
+			exit 2
+		fi
+		for w in ${a#*:} ${b#*:}; do
+			[[ " $REFW " == *" $w "* ]] || REFW="$REFW $w"
+		done
+		MIXED="$MIXED $mp"
 	done
 fi
 MACHINE="# machine $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || hostname) $UUID"
@@ -502,6 +524,10 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 	if part mixed; then
 		together "mixed" "70:0:attn" "30:70:mlp"
 		beside mixed
+		for mp in $MIXED; do
+			a=${mp%/*} b=${mp#*/}
+			together "mixed" "${a%%:*}:0:${a#*:}" "${b%%:*}:${a%%:*}:${b#*:}"
+		done
 	fi
 	# B4_PARTS with sliced: each 30 / 70 pair's tenants, one at a time, and the mixed
 	# pair's launch-bound one, unhooked beside the other paced as in its row: what time

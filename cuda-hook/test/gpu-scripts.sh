@@ -107,7 +107,7 @@ run() {
 want() {
 	grep -q "$2" "$D/out/$1" || { cat "$D/out/$1"; echo "FAIL $1: no line matching '$2'"; exit 1; }
 }
-run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced phases"
+run b4-classes.sh B4_PARTS="alone pairs mixed ab sliced phases" B4_MIXED="70:llm/30:convnet"
 [ ! -e "$D/shares" ] || [ -z "$(ls -A "$D/shares")" ] || { ls -R "$D/shares"; echo "FAIL b4-classes.sh: its share file left behind"; exit 1; }
 for w in llm convnet; do
 	want b4-classes.txt "^phases cap 50 *$w .* unpaced.*\[NVML 50.0% capped"
@@ -118,6 +118,8 @@ for w in llm convnet; do
 	want b4-classes.txt "^sliced u30 of u30/70 *$w .*unhooked beside the paced tenants"
 done
 want b4-classes.txt "^solo attn: rate"
+want b4-classes.txt "^mixed 70 of 70/30 *llm .*(cap 70"
+want b4-classes.txt "^mixed 30 of 70/30 *convnet "
 want b4-classes.txt "^mixed launch-bound mlp at 30 beside attn at 70"
 want b4-classes.txt "^ab convnet "
 want b4-classes.txt "info (cap .*host-paced"
