@@ -151,6 +151,12 @@ struct tessera_pacer {
 	int64_t share_t0, share_charged0, share_holds0, share_sliced0;
 	int share_keep_pm;
 #endif
+#ifdef TESSERA_FORFEIT_RARE
+	/* The rare-forfeit trial (pacing.c, forfeit_frequent): slot bursts, and those that
+	 * would have forfeited, in the last window and the one before it. */
+	int64_t rare_t0;
+	int rare_n[2], rare_f[2];
+#endif
 };
 
 #define TESSERA_OTHER_MANY UINTPTR_MAX
