@@ -143,7 +143,7 @@ if part mixed; then
 		for w in ${a#*:} ${b#*:}; do
 			[[ " $REFW " == *" $w "* ]] || REFW="$REFW $w"
 		done
-		MIXED="$MIXED $mp"
+		MIXED="$MIXED ${a%%:*}:0:${a#*:}/${b%%:*}:${a%%:*}:${b#*:}" # together's specs
 	done
 fi
 MACHINE="# machine $(cat /proc/sys/kernel/random/boot_id 2>/dev/null || hostname) $UUID"
@@ -525,8 +525,7 @@ for TESSERA_BENCH_CHARGE in ${B4_CHARGES:-${TESSERA_BENCH_CHARGE:-kernel}}; do
 		together "mixed" "70:0:attn" "30:70:mlp"
 		beside mixed
 		for mp in $MIXED; do
-			a=${mp%/*} b=${mp#*/}
-			together "mixed" "${a%%:*}:0:${a#*:}" "${b%%:*}:${a%%:*}:${b#*:}"
+			together "mixed" "${mp%/*}" "${mp#*/}"
 		done
 	fi
 	# B4_PARTS with sliced: each 30 / 70 pair's tenants, one at a time, and the mixed

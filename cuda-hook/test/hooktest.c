@@ -1045,9 +1045,9 @@ static int modules_main(int argc, char **argv)
 
 /* A context's teardown frees what was made in it, and the hook gives that back:
  * cudaDeviceReset's cuDevicePrimaryCtxReset (looked up through cuGetProcAddress, as
- * the runtime does) its allocations, managed memory, modules and raised limits; a created context's
- * destroy its allocations; the primary context's last release everything in it. A
- * VMM handle belongs to no context: counted until released. */
+ * the runtime does) its allocations, managed memory, modules and raised limits; a
+ * created context's destroy its allocations; the primary context's last release
+ * everything in it. A VMM handle belongs to no context: counted until released. */
 static int teardown_main(int argc, char **argv)
 {
 	CHECK(argc == 4, "usage: teardown <limit-mib> <context-mib>");
