@@ -96,7 +96,7 @@ func NewWithFeatures(ctx context.Context, obj runtime.Object, h fwk.Handle, fts 
 	}
 	pl := &Plugin{DynamicResources: dr, order: o}
 	if o != nil {
-		pl.requeue = requeueFor(h)
+		pl.requeue = requeueFor(ctx, h)
 	}
 	return pl, nil
 }

@@ -3,6 +3,7 @@
 package draplacement
 
 import (
+	"context"
 	"reflect"
 	"sync"
 	"time"
@@ -72,13 +73,18 @@ type requeue struct {
 // in flight. Every profile's handle activates in the same scheduling queue.
 var requeues sync.Map
 
-// requeueFor is the requeue of h's scheduler.
-func requeueFor(h fwk.Handle) *requeue {
+// requeueFor is the requeue of h's scheduler, forgotten once ctx (the scheduler's,
+// which every profile's plugin is built with) ends: a process that runs schedulers one
+// after another (tests, an embedding program) keeps none of the ended ones.
+func requeueFor(ctx context.Context, h fwk.Handle) *requeue {
 	mgr := h.SharedDRAManager()
 	if t := reflect.TypeOf(mgr); t == nil || !t.Comparable() {
 		return newRequeue(h)
 	}
-	r, _ := requeues.LoadOrStore(mgr, newRequeue(h))
+	r, loaded := requeues.LoadOrStore(mgr, newRequeue(h))
+	if !loaded {
+		context.AfterFunc(ctx, func() { requeues.CompareAndDelete(mgr, r) })
+	}
 	return r.(*requeue)
 }
 

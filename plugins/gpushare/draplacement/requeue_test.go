@@ -3,6 +3,7 @@
 package draplacement
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -123,5 +124,36 @@ func TestRequeue(t *testing.T) {
 				t.Errorf("%d pods still waiting with none in flight, %d due with no timer", len(r.waiting), len(r.due))
 			}
 		})
+	}
+}
+
+// Profiles of one scheduler share its requeue; it is forgotten when the scheduler's
+// context ends, and a scheduler started after that gets a new one.
+func TestRequeueForScheduler(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &draHandle{}
+	mgr := h.SharedDRAManager()
+	a, b := requeueFor(ctx, h), requeueFor(ctx, h)
+	if a != b {
+		t.Fatal("two profiles of one scheduler got two requeues")
+	}
+	if other := requeueFor(ctx, &draHandle{}); other == a {
+		t.Fatal("another scheduler got the first one's requeue")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := requeues.Load(mgr); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an ended scheduler's requeue is still kept")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if c := requeueFor(ctx2, h); c == a {
+		t.Fatal("a scheduler started after the first ended got its requeue")
 	}
 }
