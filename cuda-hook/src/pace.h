@@ -151,12 +151,10 @@ struct tessera_pacer {
 	int64_t share_t0, share_charged0, share_holds0, share_sliced0;
 	int share_keep_pm;
 #endif
-#ifdef TESSERA_FORFEIT_RARE
-	/* The rare-forfeit trial (pacing.c, forfeit_frequent): slot bursts, and those that
-	 * would have forfeited, in the last window and the one before it. */
-	int64_t rare_t0;
-	int rare_n[2], rare_f[2];
-#endif
+	/* Slot bursts, and those that would have forfeited, in the current window and the
+	 * one before it (pacing.c, forfeit_frequent; under s->mu). */
+	int64_t fw_t0;
+	int fw_bursts[2], fw_would[2];
 };
 
 #define TESSERA_OTHER_MANY UINTPTR_MAX
@@ -202,6 +200,10 @@ void pace_turn_release(struct tessera_pacer *p);
  * part of its cap (per mille) it keeps. */
 int pace_turn_share(struct tessera_pacer *p, int64_t now, int cap_pm, int got_pm, int short_pm);
 #endif
+/* This container's slot bursts forfeit often: says so in the GPU's turn file and
+ * returns whether another container there said so too (pacing.c, forfeit_frequent);
+ * -1 where the GPU has no turn file. */
+int pace_turn_forfeits(struct tessera_pacer *p, int64_t now);
 /* The turns' counts, in the debug log's pacing summary. */
 void pace_turns_summary(void);
 

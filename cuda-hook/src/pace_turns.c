@@ -27,6 +27,8 @@ static uint64_t turn_me;
 #define TURN_MIN_NS 2000000LL
 #define TURN_MAX_WAIT_NS TESSERA_TURN_HOLD_MAX_NS
 #define TURN_OFF_NS (30 * 1000000000LL)
+/* A container's word that its slot bursts forfeit often holds this long. */
+#define FORFEITS_SAID_NS (2 * 1000000000LL)
 
 /* What the turns did in this process, for the debug log at exit. */
 static struct {
@@ -150,6 +152,14 @@ static void after_fork(void)
 __attribute__((constructor)) static void register_fork(void)
 {
 	tessera_on_fork(TESSERA_FORK_PACE_TURNS, after_fork);
+}
+
+int pace_turn_forfeits(struct tessera_pacer *p, int64_t now)
+{
+	if (p->turn == NULL || tessera_turn_broken())
+		return -1;
+	tessera_turn_say_forfeits(p->turn, turn_me, now);
+	return tessera_turn_others_forfeit(p->turn, turn_me, now, FORFEITS_SAID_NS);
 }
 
 #ifdef TESSERA_SHARED_LOSS

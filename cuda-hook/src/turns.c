@@ -317,6 +317,39 @@ void tessera_turn_say_long(struct tessera_turn *t, int64_t now)
 	GUARD_END()
 }
 
+void tessera_turn_say_forfeits(struct tessera_turn *t, uint64_t me, int64_t now)
+{
+	GUARD_BEGIN()
+	struct tessera_turn_forfeiter *mine = NULL;
+	for (int i = 0; i < TESSERA_TURN_FORFEITERS && mine == NULL; i++)
+		if (atomic_load(&t->forfeiters[i].id) == me)
+			mine = &t->forfeiters[i];
+	/* Else the first entry no container spoke in for 2 s. Where every one is fresh,
+	 * more containers than entries forfeit often, and those that spoke are enough to
+	 * keep the others forfeiting. */
+	for (int i = 0; i < TESSERA_TURN_FORFEITERS && mine == NULL; i++) {
+		uint64_t old = atomic_load(&t->forfeiters[i].id);
+		if ((old == 0 || !within(atomic_load(&t->forfeiters[i].at_ns), now, 2000000000LL)) &&
+		    atomic_compare_exchange_strong(&t->forfeiters[i].id, &old, me))
+			mine = &t->forfeiters[i];
+	}
+	if (mine != NULL)
+		atomic_store(&mine->at_ns, now);
+	GUARD_END()
+}
+
+int tessera_turn_others_forfeit(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns)
+{
+	int r = 0;
+	GUARD_BEGIN(0)
+	for (int i = 0; i < TESSERA_TURN_FORFEITERS && !r; i++) {
+		uint64_t id = atomic_load(&t->forfeiters[i].id);
+		r = id != 0 && id != me && within(atomic_load(&t->forfeiters[i].at_ns), now, window_ns);
+	}
+	GUARD_END()
+	return r;
+}
+
 #ifdef TESSERA_SHARED_LOSS
 void tessera_turn_share_say(struct tessera_turn *t, uint64_t me, int64_t now, int cap_pm, int got_pm, int short_pm)
 {

@@ -42,6 +42,20 @@ struct tessera_turn_share {
 };
 #endif
 
+/* Containers whose slot bursts forfeit often (pacing.c, forfeit_frequent), each with
+ * when it last said so: a container whose own slot bursts would forfeit often keeps
+ * forfeiting only while another container on the GPU says so too (a saturating
+ * neighbour, held to its slot by the same rule, so the two settle apart), and stops
+ * where none does (a neighbour that is rarely held keeps to no slot, and forfeiting
+ * for its work only costs the one that forfeits). Any tenant can write it: a word
+ * here can only keep a neighbour forfeiting as every slot burst did before the rule,
+ * never take more from it. */
+#define TESSERA_TURN_FORFEITERS 8
+struct tessera_turn_forfeiter {
+	_Atomic uint64_t id;
+	_Atomic int64_t at_ns;
+};
+
 struct tessera_turn {
 	_Atomic uint64_t owner;    /* 0: free; else the holding container's id */
 	_Atomic int64_t until_ns;  /* the holder says its turn ends by then (monotonic ns) */
@@ -53,6 +67,7 @@ struct tessera_turn {
 	_Atomic uint64_t waiter;      /* a container waiting for it */
 	_Atomic int64_t waiting_ns;   /* when it last said so */
 	_Atomic int64_t long_seen_ns; /* when a container of long kernels last took the turn */
+	struct tessera_turn_forfeiter forfeiters[TESSERA_TURN_FORFEITERS];
 #ifdef TESSERA_SHARED_LOSS
 	struct tessera_turn_share shares[TESSERA_TURN_SHARES];
 #endif
@@ -92,6 +107,10 @@ int tessera_turn_others(const struct tessera_turn *t, uint64_t me, int64_t now, 
 int tessera_turn_long(const struct tessera_turn *t, int64_t now, int64_t window_ns);
 /* This container of long kernels takes the turn now. */
 void tessera_turn_say_long(struct tessera_turn *t, int64_t now);
+/* Container me's slot bursts forfeit often (now). */
+void tessera_turn_say_forfeits(struct tessera_turn *t, uint64_t me, int64_t now);
+/* Another container said within window_ns that its slot bursts forfeit often. */
+int tessera_turn_others_forfeit(const struct tessera_turn *t, uint64_t me, int64_t now, int64_t window_ns);
 #ifdef TESSERA_SHARED_LOSS
 /* Container me's word: its cap, what it got (per mille of the GPU's time) and how far
  * short of its cap it was kept by others' turns (0: not short). */

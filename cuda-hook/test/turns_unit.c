@@ -3,7 +3,8 @@
  * GPU turns (src/turns.c) on their own, without CUDA: opening the file, taking and
  * releasing the turn, waiting for it, taking it over from a holder that overran its
  * word or said too much, giving up on one that never lets go, and the hand-off to a
- * waiter; the shared-loss trial's words (built with TESSERA_SHARED_LOSS). Built with
+ * waiter; the words that a container's slot bursts forfeit often; the shared-loss
+ * trial's words (built with TESSERA_SHARED_LOSS). Built with
  * the variant's TESSERA_TURNS_DIR; run.sh runs it.
  */
 #define _GNU_SOURCE
@@ -114,6 +115,32 @@ int main(void)
 	if (t == NULL)
 		return 1;
 	CHECK(tessera_turn_id("/a") != 0 && tessera_turn_id("/a") != tessera_turn_id("/b"), "ids");
+
+	{
+		/* Words that slot bursts forfeit often: another's counts, one's own does not,
+		 * nor a stale one or one ahead of now; with every entry taken by others that
+		 * spoke lately, a new container's word is not kept, and the others' count. */
+		int64_t now = tessera_now_ns();
+		CHECK(!tessera_turn_others_forfeit(t, A, now, 2000000000LL), "forfeits said with no words");
+		tessera_turn_say_forfeits(t, A, now);
+		CHECK(!tessera_turn_others_forfeit(t, A, now, 2000000000LL), "A's own word read as another's");
+		CHECK(tessera_turn_others_forfeit(t, B, now, 2000000000LL), "A's word not seen by B");
+		tessera_turn_say_forfeits(t, A, now);
+		int entries = 0;
+		for (int i = 0; i < TESSERA_TURN_FORFEITERS; i++)
+			entries += atomic_load(&t->forfeiters[i].id) == A;
+		CHECK(entries == 1, "A's words took %d entries", entries);
+		CHECK(!tessera_turn_others_forfeit(t, B, now + 2500000000LL, 2000000000LL), "a stale word counts");
+		tessera_turn_say_forfeits(t, B, now + 2500000000LL);
+		CHECK(atomic_load(&t->forfeiters[0].id) == B, "B did not take A's stale entry");
+		atomic_store(&t->forfeiters[0].at_ns, now + 3600 * 1000000000LL);
+		CHECK(!tessera_turn_others_forfeit(t, A, now, 2000000000LL), "a word ahead of now counts");
+		for (int i = 0; i < TESSERA_TURN_FORFEITERS; i++)
+			tessera_turn_say_forfeits(t, 100 + i, now);
+		tessera_turn_say_forfeits(t, A, now);
+		CHECK(tessera_turn_others_forfeit(t, A, now, 2000000000LL), "the others' words lost");
+		memset(t->forfeiters, 0, sizeof(t->forfeiters));
+	}
 
 #ifdef TESSERA_SHARED_LOSS
 	{
@@ -259,6 +286,6 @@ int main(void)
 
 	if (fails == 0)
 		printf("ok GPU turns: open, take, release, wait, take over, void words, give up, hand-off, a file cut short, "
-		       "the shared-loss trial's words\n");
+		       "the words that slot bursts forfeit often, the shared-loss trial's words\n");
 	return fails != 0;
 }
