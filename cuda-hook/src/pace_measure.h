@@ -173,7 +173,7 @@ struct pace_stats {
 	_Atomic int64_t samples[2], idle[2], idle_ns[2], busy_ns[2], set_aside, met, probed, off_ns;
 	_Atomic int64_t waits, wait_syncs, holds, held_ns, restarts, conserved;
 	_Atomic int64_t bursts, bursts_skipped, bounded, credited_ns, long_chains, owed_ns, returned_ns, sliced_ns,
-		forfeit_ns, forfeits_dropped, sync_ends, reopens, refilled_ns, dropped_ns;
+		forfeit_ns, turns_let_off, sync_ends, reopens, refilled_ns, dropped_ns;
 };
 extern struct pace_stats pace_stat;
 #define PSTAT_ADD(f, v) atomic_fetch_add_explicit(&pace_stat.f, (v), memory_order_relaxed)

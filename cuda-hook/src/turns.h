@@ -43,13 +43,14 @@ struct tessera_turn_share {
 #endif
 
 /* Containers whose slot bursts forfeit often (pacing.c, forfeit_frequent), each with
- * when it last said so: a container whose own slot bursts would forfeit often keeps
- * forfeiting only while another container on the GPU says so too (a saturating
- * neighbour, held to its slot by the same rule, so the two settle apart), and stops
- * where none does (a neighbour that is rarely held keeps to no slot, and forfeiting
- * for its work only costs the one that forfeits). Any tenant can write it: a word
- * here can only keep a neighbour forfeiting as every slot burst did before the rule,
- * never take more from it. */
+ * when it last said so: a container whose own slot bursts would forfeit often is let
+ * off all of the other contexts' turns in them unless another container on the GPU
+ * says so too (a saturating neighbour, held to its slot by the same rule, so the two
+ * settle apart); a neighbour that is rarely held keeps to no slot, and forfeiting for
+ * its work only costs the one that forfeits. Any tenant can write it: a word here
+ * keeps a neighbour under the rule as it was before (half of the turns let off, up to
+ * 1 ms a burst), and erasing the words lets a neighbour off all of the turns its
+ * probes measured; neither changes what its own launches are charged or forfeit. */
 #define TESSERA_TURN_FORFEITERS 8
 struct tessera_turn_forfeiter {
 	_Atomic uint64_t id;

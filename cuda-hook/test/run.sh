@@ -758,9 +758,10 @@ pass=$((pass + 2))
 # long kernels, then decode steps after host work), the GPU's turn file there: the
 # step's host gaps keep it in tokens, so it is rarely held, keeps to no slot and never
 # forfeits, and its prefill lands in the other's slot, whose bursts spill for it.
-# Forfeiting every such spill took the 30 % tenant to 25.2-25.9 here; frequent
-# forfeits are dropped where no other container on the GPU says its slot bursts
-# forfeit often (pacing.c, forfeit_frequent): 28.0-28.6.
+# Forfeiting such spills less half of the other's turns took the 30 % tenant to
+# 25.2-25.9 here; slot bursts that forfeit often are let off all of the turns where
+# no other container on the GPU says its own forfeit often (pacing.c,
+# forfeit_frequent): 28.0-28.6.
 forfeit_pair() {
 	rm -f "$ROOT/turns/$U1"
 	truncate -s 4096 "$ROOT/turns/$U1"
