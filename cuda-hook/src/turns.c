@@ -317,22 +317,32 @@ void tessera_turn_say_long(struct tessera_turn *t, int64_t now)
 	GUARD_END()
 }
 
+/* Container me's word among n words stride bytes apart: its own entry, else the first
+ * no container spoke in for 2 s, taken for it; NULL where every one is fresh (more
+ * containers speak than there are entries, and those that spoke are heard). Inside a
+ * guard. */
+static struct tessera_turn_word *word_for(struct tessera_turn_word *first, size_t stride, int n, uint64_t me,
+					  int64_t now)
+{
+#define WORD(i) ((struct tessera_turn_word *)((char *)first + (size_t)(i) * stride))
+	for (int i = 0; i < n; i++)
+		if (atomic_load(&WORD(i)->id) == me)
+			return WORD(i);
+	for (int i = 0; i < n; i++) {
+		uint64_t old = atomic_load(&WORD(i)->id);
+		if ((old == 0 || !within(atomic_load(&WORD(i)->at_ns), now, 2000000000LL)) &&
+		    atomic_compare_exchange_strong(&WORD(i)->id, &old, me))
+			return WORD(i);
+	}
+	return NULL;
+#undef WORD
+}
+
 void tessera_turn_say_forfeits(struct tessera_turn *t, uint64_t me, int64_t now)
 {
 	GUARD_BEGIN()
-	struct tessera_turn_forfeiter *mine = NULL;
-	for (int i = 0; i < TESSERA_TURN_FORFEITERS && mine == NULL; i++)
-		if (atomic_load(&t->forfeiters[i].id) == me)
-			mine = &t->forfeiters[i];
-	/* Else the first entry no container spoke in for 2 s. Where every one is fresh,
-	 * more containers than entries forfeit often, and those that spoke are enough to
-	 * keep the others forfeiting. */
-	for (int i = 0; i < TESSERA_TURN_FORFEITERS && mine == NULL; i++) {
-		uint64_t old = atomic_load(&t->forfeiters[i].id);
-		if ((old == 0 || !within(atomic_load(&t->forfeiters[i].at_ns), now, 2000000000LL)) &&
-		    atomic_compare_exchange_strong(&t->forfeiters[i].id, &old, me))
-			mine = &t->forfeiters[i];
-	}
+	struct tessera_turn_word *mine =
+		word_for(t->forfeiters, sizeof(t->forfeiters[0]), TESSERA_TURN_FORFEITERS, me, now);
 	if (mine != NULL)
 		atomic_store(&mine->at_ns, now);
 	GUARD_END()
@@ -354,22 +364,13 @@ int tessera_turn_others_forfeit(const struct tessera_turn *t, uint64_t me, int64
 void tessera_turn_share_say(struct tessera_turn *t, uint64_t me, int64_t now, int cap_pm, int got_pm, int short_pm)
 {
 	GUARD_BEGIN()
-	struct tessera_turn_share *mine = NULL;
-	for (int i = 0; i < TESSERA_TURN_SHARES && mine == NULL; i++)
-		if (atomic_load(&t->shares[i].id) == me)
-			mine = &t->shares[i];
-	for (int i = 0; i < TESSERA_TURN_SHARES && mine == NULL; i++) {
-		/* A slot no container spoke in for 2 s is free. */
-		uint64_t old = atomic_load(&t->shares[i].id);
-		if ((old == 0 || !within(atomic_load(&t->shares[i].at_ns), now, 2000000000LL)) &&
-		    atomic_compare_exchange_strong(&t->shares[i].id, &old, me))
-			mine = &t->shares[i];
-	}
+	struct tessera_turn_word *w = word_for(&t->shares[0].w, sizeof(t->shares[0]), TESSERA_TURN_SHARES, me, now);
+	struct tessera_turn_share *mine = w == NULL ? NULL : (struct tessera_turn_share *)w;
 	if (mine != NULL) {
 		atomic_store(&mine->cap_pm, cap_pm);
 		atomic_store(&mine->got_pm, got_pm);
 		atomic_store(&mine->short_pm, short_pm);
-		atomic_store(&mine->at_ns, now);
+		atomic_store(&mine->w.at_ns, now);
 	}
 	GUARD_END()
 }
@@ -382,11 +383,11 @@ int tessera_turn_share_keep(const struct tessera_turn *t, uint64_t me, int64_t n
 	int others_short = 0;
 	for (int i = 0; i < TESSERA_TURN_SHARES; i++) {
 		const struct tessera_turn_share *sh = &t->shares[i];
-		if (atomic_load(&sh->id) == 0 || !within(atomic_load(&sh->at_ns), now, 1000000000LL))
+		if (atomic_load(&sh->w.id) == 0 || !within(atomic_load(&sh->w.at_ns), now, 1000000000LL))
 			continue;
 		int g = atomic_load(&sh->got_pm);
 		got += g < 0 ? 0 : g > 1000 ? 1000 : g;
-		others_short |= atomic_load(&sh->id) != me && atomic_load(&sh->short_pm) > 0;
+		others_short |= atomic_load(&sh->w.id) != me && atomic_load(&sh->short_pm) > 0;
 	}
 	/* Only where they got 85 % of the GPU or more together, the switches' loss: under
 	 * that the GPU idles (a host-bound or launch-bound neighbour, short by time

@@ -24,23 +24,6 @@
 #endif
 #define TESSERA_TURN_FILE_BYTES 4096 /* api.TurnFileBytes */
 
-#ifdef TESSERA_SHARED_LOSS
-/* The shared-loss trial (a diagnostic build, -DTESSERA_SHARED_LOSS; docs/cuda-hook.md,
- * "Known gaps"): each paced container's word, every SHARE_WINDOW_NS, on its cap, what
- * it was charged of the GPU's time (per mille) and whether it was short: under its
- * cap, never held by its allowance, and cut by other contexts' turns for at least its
- * shortfall. Any tenant can write it: what a container reads from it lowers its own
- * allowance by TESSERA_SHARE_FLOOR_PM at most. */
-#define TESSERA_TURN_SHARES 16
-#define TESSERA_SHARE_FLOOR_PM 900
-#define TESSERA_SHARE_SATURATED_PM 850
-struct tessera_turn_share {
-	_Atomic uint64_t id;
-	_Atomic int64_t at_ns;
-	_Atomic int32_t cap_pm, got_pm, short_pm;
-	int32_t pad;
-};
-#endif
 
 /* Containers whose slot bursts forfeit often (pacing.c, forfeit_frequent), each with
  * when it last said so: a container whose own slot bursts would forfeit often is let
@@ -52,10 +35,29 @@ struct tessera_turn_share {
  * 1 ms a burst), and erasing the words lets a neighbour off all of the turns its
  * probes measured; neither changes what its own launches are charged or forfeit. */
 #define TESSERA_TURN_FORFEITERS 8
-struct tessera_turn_forfeiter {
+/* A container's word in the file, and when it last said it (an entry no container
+ * spoke in for 2 s is free). */
+struct tessera_turn_word {
 	_Atomic uint64_t id;
 	_Atomic int64_t at_ns;
 };
+
+#ifdef TESSERA_SHARED_LOSS
+/* The shared-loss trial (a diagnostic build, -DTESSERA_SHARED_LOSS; docs/cuda-hook.md,
+ * "Known gaps"): each paced container's word, every SHARE_WINDOW_NS, on its cap, what
+ * it was charged of the GPU's time (per mille) and whether it was short: under its
+ * cap, never held by its allowance, and cut by other contexts' turns for at least its
+ * shortfall. Any tenant can write it: what a container reads from it lowers its own
+ * allowance by TESSERA_SHARE_FLOOR_PM at most. */
+#define TESSERA_TURN_SHARES 16
+#define TESSERA_SHARE_FLOOR_PM 900
+#define TESSERA_SHARE_SATURATED_PM 850
+struct tessera_turn_share {
+	struct tessera_turn_word w;
+	_Atomic int32_t cap_pm, got_pm, short_pm;
+	int32_t pad;
+};
+#endif
 
 struct tessera_turn {
 	_Atomic uint64_t owner;    /* 0: free; else the holding container's id */
@@ -68,7 +70,7 @@ struct tessera_turn {
 	_Atomic uint64_t waiter;      /* a container waiting for it */
 	_Atomic int64_t waiting_ns;   /* when it last said so */
 	_Atomic int64_t long_seen_ns; /* when a container of long kernels last took the turn */
-	struct tessera_turn_forfeiter forfeiters[TESSERA_TURN_FORFEITERS];
+	struct tessera_turn_word forfeiters[TESSERA_TURN_FORFEITERS];
 #ifdef TESSERA_SHARED_LOSS
 	struct tessera_turn_share shares[TESSERA_TURN_SHARES];
 #endif
