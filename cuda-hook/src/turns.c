@@ -364,8 +364,9 @@ int tessera_turn_others_forfeit(const struct tessera_turn *t, uint64_t me, int64
 void tessera_turn_share_say(struct tessera_turn *t, uint64_t me, int64_t now, int cap_pm, int got_pm, int short_pm)
 {
 	GUARD_BEGIN()
-	struct tessera_turn_word *w = word_for(&t->shares[0].w, sizeof(t->shares[0]), TESSERA_TURN_SHARES, me, now);
-	struct tessera_turn_share *mine = w == NULL ? NULL : (struct tessera_turn_share *)w;
+	/* w is the share's first member. */
+	struct tessera_turn_share *mine =
+		(struct tessera_turn_share *)word_for(&t->shares[0].w, sizeof(t->shares[0]), TESSERA_TURN_SHARES, me, now);
 	if (mine != NULL) {
 		atomic_store(&mine->cap_pm, cap_pm);
 		atomic_store(&mine->got_pm, got_pm);

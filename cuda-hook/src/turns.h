@@ -24,7 +24,6 @@
 #endif
 #define TESSERA_TURN_FILE_BYTES 4096 /* api.TurnFileBytes */
 
-
 /* Containers whose slot bursts forfeit often (pacing.c, forfeit_frequent), each with
  * when it last said so: a container whose own slot bursts would forfeit often is let
  * off all of the other contexts' turns in them unless another container on the GPU
