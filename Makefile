@@ -258,13 +258,14 @@ lint: ## go vet and gofmt
 	hack/verify-gofmt.sh
 
 .PHONY: verify
-verify: lint ## lint, plus module, Kubernetes-pin (the repository's and each older minor's), licence-line, rendered-manifest and chart-README checks
+verify: lint ## lint, plus module, Kubernetes-pin (the repository's and each older minor's), licence-line, rendered-manifest, chart-README and Markdown table and link checks
 	hack/spdx.sh
 	hack/verify-k8s-version.sh $(K8S_VERSION)
 	hack/verify-k8s-minors.sh $(K8S_MINORS)
 	$(GO) mod verify
 	hack/verify-manifests.sh
 	$(GO) run ./hack/chart-readme -verify
+	$(GO) run ./hack/docs-check
 
 .PHONY: clean
 clean: ## Remove build outputs
