@@ -135,23 +135,26 @@ func check(root string) ([]string, error) {
 	return problems, nil
 }
 
-// prose yields each line of a Markdown text outside fenced code blocks, with its
-// number, inline code spans blanked (their pipes and brackets are not the table's or
-// a link's).
-func prose(text string, yield func(n int, line string)) {
+// unfenced yields each line of a Markdown text with its number, blank inside fenced
+// code blocks and for their fences.
+func unfenced(text string, yield func(n int, line string)) {
 	fenced := false
 	for i, line := range strings.Split(text, "\n") {
 		if strings.HasPrefix(strings.TrimSpace(line), "```") {
 			fenced = !fenced
-			yield(i+1, "")
-			continue
+			line = ""
 		}
 		if fenced {
-			yield(i+1, "")
-			continue
+			line = ""
 		}
-		yield(i+1, codeSpan.ReplaceAllString(line, "``"))
+		yield(i+1, line)
 	}
+}
+
+// prose is unfenced with inline code spans blanked too (their pipes and brackets are
+// not a table's or a link's).
+func prose(text string, yield func(n int, line string)) {
+	unfenced(text, func(n int, line string) { yield(n, codeSpan.ReplaceAllString(line, "``")) })
 }
 
 var codeSpan = regexp.MustCompile("`[^`]*`")
@@ -210,18 +213,10 @@ var inlineLink = regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
 func headingAnchors(text string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fenced := false
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		if fenced {
-			continue
-		}
+	unfenced(text, func(_ int, line string) {
 		level := len(line) - len(strings.TrimLeft(line, "#"))
 		if level == 0 || level > 6 || !strings.HasPrefix(line[level:], " ") {
-			continue
+			return
 		}
 		h := inlineLink.ReplaceAllString(strings.TrimSpace(line[level:]), "$1")
 		var b strings.Builder
@@ -240,6 +235,6 @@ func headingAnchors(text string) map[string]bool {
 			out[a] = true
 		}
 		seen[a]++
-	}
+	})
 	return out
 }
